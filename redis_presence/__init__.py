@@ -1,0 +1,25 @@
+"""redis-presence: which consumers are reading which queues right now, shared through Redis."""
+
+from __future__ import annotations
+
+from .errors import (
+    PresenceAuthError,
+    PresenceConfigError,
+    PresenceConnectionError,
+    PresenceDataError,
+    PresenceError,
+)
+from .memory import ConsumerPresenceRegistry
+from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
+
+__all__ = [
+    "DEFAULT_PRESENCE_TTL_MS",
+    "ConsumerPresence",
+    "ConsumerPresenceRegistry",
+    "PresenceAuthError",
+    "PresenceConfigError",
+    "PresenceConnectionError",
+    "PresenceDataError",
+    "PresenceError",
+    "PresenceState",
+]

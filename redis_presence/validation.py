@@ -1,0 +1,146 @@
+"""Argument checks shared by every backend; they run before anything is written."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .model import DEFAULT_PRESENCE_TTL_MS
+
+MAX_NAME_BYTES = 512
+"""Longest queue, group or consumer name, in UTF-8 bytes."""
+
+MAX_LEASE_COUNT = 2**32 - 1
+"""Lease counts are unsigned 32-bit integers."""
+
+MAX_TTL_MS = 10**12
+"""Largest accepted heartbeat budget (about 31 years); keeps every threshold exact in Lua."""
+
+MAX_TIMESTAMP_NS = 2**53 * 1_000 - 1
+"""Latest accepted timestamp (year 2255): microseconds stay exact as Redis scores."""
+
+MAX_DELAY_MS = 24 * 3600 * 1000
+"""Longest age a reporter may attach to a delayed beat."""
+
+_PREFIX_FORBIDDEN = frozenset("{}*?[]\\ \t\r\n\x00")
+MAX_PREFIX_LEN = 128
+
+Beat = tuple[str, str, str, int]
+"""One heartbeat for `heartbeat_many`: `(queue, group, consumer, lease_count)`."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_name(argument: str, value: Any) -> str:
+    """A queue, group or consumer name: non-empty `str` of at most 512 UTF-8 bytes."""
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be a str, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{argument} must be a non-empty string")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{argument} must be encodable as UTF-8 ({exc.reason})") from None
+    if size > MAX_NAME_BYTES:
+        raise ValueError(f"{argument} must be at most {MAX_NAME_BYTES} UTF-8 bytes, got {size}")
+    return value
+
+
+def check_lease_count(value: Any, argument: str = "lease_count") -> int:
+    """An unsigned 32-bit count of in-flight leases."""
+    if not _is_int(value):
+        raise TypeError(f"{argument} must be an int, got {type(value).__name__}")
+    if not 0 <= value <= MAX_LEASE_COUNT:
+        raise ValueError(f"{argument} must be in [0, {MAX_LEASE_COUNT}], got {value}")
+    return int(value)
+
+
+def check_ttl_ms(value: Any, argument: str = "ttl_ms") -> int:
+    """A positive heartbeat budget in milliseconds."""
+    if not _is_int(value):
+        raise TypeError(f"{argument} must be an int, got {type(value).__name__}")
+    if not 0 < value <= MAX_TTL_MS:
+        raise ValueError(f"{argument} must be a positive int at most {MAX_TTL_MS}, got {value}")
+    return int(value)
+
+
+def check_now_ns(value: Any, argument: str = "now_ns") -> int | None:
+    """`None` (use the clock) or a non-negative integer timestamp in nanoseconds."""
+    if value is None:
+        return None
+    if not _is_int(value):
+        raise TypeError(f"{argument} must be an int or None, got {type(value).__name__}")
+    if not 0 <= value <= MAX_TIMESTAMP_NS:
+        raise ValueError(f"{argument} must be in [0, {MAX_TIMESTAMP_NS}], got {value}")
+    return int(value)
+
+
+def check_delay_us(value: Any, argument: str = "delay_us") -> int:
+    """How long ago a delayed beat happened, in whole microseconds."""
+    if not _is_int(value):
+        raise TypeError(f"{argument} must be an int, got {type(value).__name__}")
+    if not 0 <= value <= MAX_DELAY_MS * 1000:
+        raise ValueError(f"{argument} must be in [0, {MAX_DELAY_MS * 1000}], got {value}")
+    return int(value)
+
+
+def check_prefix(value: Any) -> str:
+    """A key prefix: printable, without braces, glob characters or whitespace."""
+    if not isinstance(value, str):
+        raise TypeError(f"prefix must be a str, got {type(value).__name__}")
+    if not value or len(value) > MAX_PREFIX_LEN:
+        raise ValueError(f"prefix must be 1 to {MAX_PREFIX_LEN} characters, got {len(value)}")
+    bad = sorted(set(value) & _PREFIX_FORBIDDEN)
+    if bad or not value.isprintable():
+        shown = ", ".join(repr(c) for c in bad) or "a non-printable character"
+        raise ValueError(f"prefix must not contain {shown}: {value!r}")
+    return value
+
+
+def check_triple(queue: Any, group: Any, consumer: Any) -> tuple[str, str, str]:
+    """Validate the identity of one consumer."""
+    return (
+        check_name("queue", queue),
+        check_name("group", group),
+        check_name("consumer", consumer),
+    )
+
+
+def check_beats(beats: Iterable[Any]) -> list[Beat]:
+    """Validate every beat of a batch; an error names the beat's index and argument."""
+    checked: list[Beat] = []
+    for index, beat in enumerate(beats):
+        if not isinstance(beat, tuple | list) or len(beat) not in (3, 4):
+            raise TypeError(
+                f"beats[{index}] must be a (queue, group, consumer, lease_count) tuple, "
+                f"got {beat!r:.80}"
+            )
+        queue, group, consumer = beat[0], beat[1], beat[2]
+        lease = beat[3] if len(beat) == 4 else 0
+        try:
+            triple = check_triple(queue, group, consumer)
+            lease_count = check_lease_count(lease)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"beats[{index}]: {exc}") from None
+        checked.append((*triple, lease_count))
+    return checked
+
+
+__all__ = [
+    "DEFAULT_PRESENCE_TTL_MS",
+    "MAX_LEASE_COUNT",
+    "MAX_NAME_BYTES",
+    "MAX_TIMESTAMP_NS",
+    "MAX_TTL_MS",
+    "Beat",
+    "check_beats",
+    "check_delay_us",
+    "check_lease_count",
+    "check_name",
+    "check_now_ns",
+    "check_prefix",
+    "check_triple",
+    "check_ttl_ms",
+]
