@@ -11,6 +11,7 @@ from .errors import (
 )
 from .memory import ConsumerPresenceRegistry
 from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
+from .redis import RedisPresenceRegistry
 
 __all__ = [
     "DEFAULT_PRESENCE_TTL_MS",
@@ -22,4 +23,5 @@ __all__ = [
     "PresenceDataError",
     "PresenceError",
     "PresenceState",
+    "RedisPresenceRegistry",
 ]

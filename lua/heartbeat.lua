@@ -1,0 +1,53 @@
+-- heartbeat.lua: record or refresh a batch of consumers of one queue (or of every queue on a
+-- standalone server), each beat applied atomically.
+-- KEYS, for each group g = 1..G:
+--   KEYS[3g-2] zset  consumer -> last heartbeat in microseconds (score)
+--   KEYS[3g-1] hash  consumer -> 'registered_ns last_heartbeat_ns lease_count'
+--   KEYS[3g]   string, index mark: set while the group is known to be in the index
+--   KEYS[3G+1] set   the index of (queue, group) members; only when it shares the node
+-- ARGV[1] now_ns as a decimal string, or '' for the server clock (TIME)
+-- ARGV[2] G, ARGV[3] lifetime of an index mark in milliseconds
+-- ARGV[4 .. 3+G] the index member of each group
+-- then one 4-tuple per beat: group number, consumer, lease_count, delay_us
+--   (delay_us: how long before now the beat happened; the beat is stamped now - delay)
+-- Returns the numbers of the groups the caller must add to the index itself (only when
+-- KEYS[3G+1] is absent, i.e. on a cluster).
+local groups = tonumber(ARGV[2])
+local mark_ms = ARGV[3]
+local index = KEYS[3 * groups + 1]
+local err = expect_types(1, 3 * groups, {'zset', 'hash', 'string'})
+  or (index and expect_types(3 * groups + 1, 3 * groups + 1, {'set'}))
+if err then return err end
+
+local now_us, now_rest, now_str = now_parts(ARGV[1])
+for i = 4 + groups, #ARGV, 4 do
+  local g = tonumber(ARGV[i])
+  local consumer = ARGV[i + 1]
+  local delay = tonumber(ARGV[i + 3])
+  local us, stamp = now_us, now_str
+  if delay > 0 then
+    us = now_us - delay
+    if us < 0 then us = 0 end
+    stamp = int_str(us) .. string.format('%03d', now_rest)
+  end
+  local data = KEYS[3 * g - 1]
+  local old = redis.call('HGET', data, consumer)
+  local registered = stamp
+  if old then registered = string.match(old, '^%d+') end
+  redis.call('HSET', data, consumer, registered .. ' ' .. stamp .. ' ' .. ARGV[i + 2])
+  redis.call('ZADD', KEYS[3 * g - 2], us, consumer)
+end
+
+local missing = {}
+for g = 1, groups do
+  local mark = KEYS[3 * g]
+  if redis.call('EXISTS', mark) == 0 then
+    redis.call('SET', mark, '1', 'PX', mark_ms)
+    if index then
+      redis.call('SADD', index, ARGV[3 + g])
+    else
+      missing[#missing + 1] = g
+    end
+  end
+end
+return missing

@@ -1,0 +1,45 @@
+-- lib.lua: helpers prepended to every operation script by redis_presence/scripts.py.
+-- Timestamps never pass through a double above 2^53: a nanosecond timestamp is split into
+-- whole microseconds (exact as a double and as a sorted-set score) and the 0..999 ns rest.
+
+-- Split a decimal nanosecond string into (microseconds, remaining nanoseconds).
+local function split_ns(ns)
+  if #ns <= 3 then
+    return 0, tonumber(ns)
+  end
+  return tonumber(string.sub(ns, 1, -4)), tonumber(string.sub(ns, -3))
+end
+
+-- The reader's instant: ARGV's now_ns, or the server clock (TIME) when it is ''.
+-- Returns microseconds, the nanosecond rest and the decimal nanosecond string.
+local function now_parts(now_ns)
+  if now_ns == '' then
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2]), 0, t[1] .. string.format('%06d', tonumber(t[2])) .. '000'
+  end
+  local us, rest = split_ns(now_ns)
+  return us, rest, now_ns
+end
+
+-- Exact integer to decimal string (numbers here stay below 2^53).
+local function int_str(n)
+  return string.format('%.0f', n)
+end
+
+-- Refuse to touch keys that another program filled with a different type, before any write.
+-- KEYS[first..last] must match `kinds` cyclically (or not exist); returns an error reply or nil.
+local function expect_types(first, last, kinds)
+  for i = first, last do
+    local want = kinds[(i - first) % #kinds + 1]
+    local kind = redis.call('TYPE', KEYS[i])['ok']
+    if kind ~= 'none' and kind ~= want then
+      return redis.error_reply('WRONGTYPE redis-presence key ' .. KEYS[i] .. ' holds a ' .. kind .. ', expected a ' .. want)
+    end
+  end
+  return nil
+end
+
+-- The stored value of one consumer: 'registered_ns last_heartbeat_ns lease_count'.
+local function stored_heartbeat(value)
+  return string.match(value, '^%d+ (%d+)')
+end

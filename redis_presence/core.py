@@ -1,0 +1,235 @@
+"""I/O-free plans of every Redis operation, shared by the sync and async registries.
+
+A plan is a generator: it yields a batch of requests (script calls or plain commands),
+receives their replies in order, and finally returns the operation's result. The
+registries only execute batches (`redis.py`, `aio.py`); validation, key layout,
+argument encoding, the cluster index protocol and reply decoding all live here.
+
+Index protocol
+--------------
+``P:index`` lists every (queue, group) that has a tracked consumer. Readers find the
+groups there, then read each queue's keys. On a standalone server the index shares the
+node with every queue, so each script updates it atomically with the group (the index
+key is passed as the last KEY). On a cluster the index lives in another slot than the
+queues, so it is maintained by the following protocol (``clustered=True``):
+
+1. heartbeat: the per-queue script writes the beats, then for every group without an
+   index mark it sets the mark (``SET ... PX INDEX_MARK_MS``) and reports the group;
+   the caller then ``SADD``\\s those groups to the index.
+2. prune / deregister: when the per-queue script leaves a group empty it deletes the
+   group's keys and its mark (atomically, in the queue's slot) and reports the group;
+   the caller then ``SREM``\\s it from the index, *then* re-checks the group
+   (``EXISTS hb``) and ``SADD``\\s it back if it is not empty.
+
+Why no live consumer is lost: suppose group X is non-empty once both a remover R and a
+heartbeat H have returned, but X is not in the index. The last index write on X was
+then R's ``SREM`` (H's ``SADD``, if any, came before it). R's re-check ran after its
+``SREM``; had X been non-empty then, R would have re-added it, so X was empty at the
+re-check and became non-empty afterwards, through a heartbeat H' that found no mark
+(R's script deleted it, and only a heartbeat that reports the group sets it). H' then
+``SADD``\\s X after its script, i.e. after R's ``SREM``: a contradiction. A caller that
+dies between its script and its index write leaves the group unlisted only until the
+mark expires (INDEX_MARK_MS); the next heartbeat after that lists it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from operator import attrgetter
+from typing import Any, TypeVar
+
+from .keys import INDEX_MARK_MS, GroupKeys, Keyspace
+from .model import ConsumerPresence
+from .scripts import decode_rows, server_now_ns
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Eval:
+    """Run one of the package's scripts (``lua/<script>.lua``)."""
+
+    script: str
+    keys: Sequence[str]
+    args: Sequence[str | int]
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """Send one plain Redis command."""
+
+    name: str
+    args: tuple[str | bytes | int, ...]
+
+
+Request = Eval | Command
+Plan = Generator[list[Request], list[Any], T]
+
+DelayedBeat = tuple[str, str, str, int, int]
+"""A validated beat: ``(queue, group, consumer, lease_count, delay_us)``."""
+
+_by_queue_group = attrgetter("queue", "group")
+
+
+def _now_arg(now_ns: int | None) -> str:
+    return "" if now_ns is None else str(now_ns)
+
+
+class Planner:
+    """Builds the plans for one key prefix, on a standalone server or a cluster."""
+
+    __slots__ = ("clustered", "keys")
+
+    def __init__(self, keys: Keyspace, *, clustered: bool) -> None:
+        self.keys = keys
+        self.clustered = clustered
+
+    # -- writes ---------------------------------------------------------------------
+
+    def heartbeat(self, beats: Sequence[DelayedBeat], now_ns: int | None) -> Plan[int]:
+        """Write validated beats: one script call per queue on a cluster, one in all else."""
+        now = _now_arg(now_ns)
+        calls: list[Eval] = []
+        called_groups: list[list[GroupKeys]] = []
+        batches: Any = (
+            groupby(sorted(beats, key=lambda b: b[0]), key=lambda b: b[0])
+            if self.clustered
+            else [(None, beats)]
+        )
+        for _, batch in batches:
+            numbers: dict[GroupKeys, int] = {}
+            keys: list[str] = []
+            tail: list[str | int] = []
+            for queue, group, consumer, lease, delay_us in batch:
+                gk = self.keys.group(queue, group)
+                number = numbers.get(gk)
+                if number is None:
+                    number = numbers[gk] = len(numbers) + 1
+                    keys += (gk.hb, gk.data, gk.mark)
+                tail += (number, consumer, lease, delay_us)
+            if not self.clustered:
+                keys.append(self.keys.index)
+            members = [gk.member for gk in numbers]
+            calls.append(
+                Eval("heartbeat", keys, [now, len(numbers), INDEX_MARK_MS, *members, *tail])
+            )
+            called_groups.append(list(numbers))
+        replies = yield list(calls)
+        unlisted = [
+            groups[int(number) - 1].member
+            for groups, reply in zip(called_groups, replies, strict=True)
+            for number in reply
+        ]
+        if unlisted:
+            yield [Command("SADD", (self.keys.index, *unlisted))]
+        return len(beats)
+
+    def prune_expired(self, now_ns: int | None, ttl_ms: int) -> Plan[int]:
+        """Remove the expired consumers of every indexed group; returns how many."""
+        groups = yield from self._indexed_groups()
+        if not groups:
+            return 0
+        now = _now_arg(now_ns)
+        parts = self._per_queue(groups)
+        calls: list[Request] = []
+        for part in parts:
+            keys = [key for gk in part for key in (gk.hb, gk.data, gk.mark)]
+            if not self.clustered:
+                keys.append(self.keys.index)
+            members = [gk.member for gk in part]
+            calls.append(Eval("prune", keys, [now, ttl_ms, len(part), *members]))
+        replies = yield calls
+        removed = 0
+        emptied: list[GroupKeys] = []
+        for part, reply in zip(parts, replies, strict=True):
+            removed += int(reply[0])
+            emptied += (part[int(number) - 1] for number in reply[1:])
+        if emptied:
+            yield from self._unlist(emptied)
+        return removed
+
+    def deregister(self, queue: str, group: str, consumer: str) -> Plan[bool]:
+        """Forget one consumer; returns whether it was tracked."""
+        gk = self.keys.group(queue, group)
+        keys = [gk.hb, gk.data, gk.mark]
+        if not self.clustered:
+            keys.append(self.keys.index)
+        (reply,) = yield [Eval("deregister", keys, [consumer, gk.member])]
+        existed, emptied = int(reply[0]), int(reply[1])
+        if emptied:
+            yield from self._unlist([gk])
+        return existed == 1
+
+    def _unlist(self, groups: list[GroupKeys]) -> Plan[None]:
+        """Cluster step 2 of the index protocol: SREM, re-check, SADD back the non-empty."""
+        yield [Command("SREM", (self.keys.index, *(gk.member for gk in groups)))]
+        alive = yield [Command("EXISTS", (gk.hb,)) for gk in groups]
+        back = [gk.member for gk, exists in zip(groups, alive, strict=True) if int(exists)]
+        if back:
+            yield [Command("SADD", (self.keys.index, *back))]
+
+    # -- reads ----------------------------------------------------------------------
+
+    def snapshot(self, now_ns: int | None, ttl_ms: int) -> Plan[list[ConsumerPresence]]:
+        """Every tracked consumer, ordered by (queue, group, consumer)."""
+        groups = yield from self._indexed_groups()
+        if not groups:
+            return []
+        parts = self._per_queue(groups)
+        replies = yield [
+            Eval("snapshot", [gk.data for gk in part], [], read_only=True) for part in parts
+        ]
+        rows: list[ConsumerPresence] = []
+        for part, reply in zip(parts, replies, strict=True):
+            # Without now_ns, ages are measured on the clock of the node holding the queue,
+            # the same clock that stamped its heartbeats.
+            now = server_now_ns(reply[0], reply[1]) if now_ns is None else now_ns
+            for gk, flat in zip(part, reply[2:], strict=True):
+                rows += decode_rows(gk, flat, now_ns=now, ttl_ms=ttl_ms)
+        return rows
+
+    def count_active_by_group(
+        self, now_ns: int | None, ttl_ms: int
+    ) -> Plan[dict[tuple[str, str], int]]:
+        """Active consumers per (queue, group), counted server-side in O(log n) a group."""
+        groups = yield from self._indexed_groups()
+        if not groups:
+            return {}
+        now = _now_arg(now_ns)
+        parts = self._per_queue(groups)
+        replies = yield [
+            Eval(
+                "count",
+                [key for gk in part for key in (gk.hb, gk.data)],
+                [now, ttl_ms],
+                read_only=True,
+            )
+            for part in parts
+        ]
+        return {
+            (gk.queue, gk.group): int(n)
+            for part, reply in zip(parts, replies, strict=True)
+            for gk, n in zip(part, reply, strict=True)
+            if int(n)
+        }
+
+    def size(self) -> Plan[int]:
+        """How many consumers are tracked, in every state."""
+        groups = yield from self._indexed_groups()
+        if not groups:
+            return 0
+        cards = yield [Command("ZCARD", (gk.hb,)) for gk in groups]
+        return sum(int(n) for n in cards)
+
+    def _indexed_groups(self) -> Plan[list[GroupKeys]]:
+        (members,) = yield [Command("SMEMBERS", (self.keys.index,))]
+        return sorted((self.keys.from_member(m) for m in members), key=_by_queue_group)
+
+    def _per_queue(self, groups: list[GroupKeys]) -> list[list[GroupKeys]]:
+        """Standalone: one script call for everything; cluster: one per queue (one slot)."""
+        if not self.clustered:
+            return [groups]
+        return [list(part) for _, part in groupby(groups, key=attrgetter("queue"))]

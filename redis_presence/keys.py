@@ -1,0 +1,89 @@
+"""Key layout: the only place where Redis key names are spelled.
+
+For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
+`encode_name`)::
+
+    P:{Q}:G:hb   zset   consumer -> last heartbeat, whole microseconds (exact as a double)
+    P:{Q}:G:c    hash   consumer -> "registered_ns last_heartbeat_ns lease_count"
+    P:{Q}:G:ix   string index mark, expires after INDEX_MARK_MS (see core.py)
+    P:index      set    "Q:G" for every group with at least one tracked consumer
+
+Every key of a queue carries the queue's hash tag ``{Q}``, so each per-queue script
+touches one cluster slot. Encoded names hold only ``[A-Za-z0-9_.~%-]``: no ``:``,
+braces, glob characters or whitespace, so distinct names never share a key, never
+break the hash tag and never leave the prefix (ACL pattern ``~P:*``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from urllib.parse import quote, unquote
+
+from .errors import PresenceDataError
+from .validation import check_prefix
+
+INDEX_MARK_MS = 60_000
+"""Lifetime of a group's index mark: how often a live group re-asserts its index entry."""
+
+
+def encode_name(name: str) -> str:
+    """Injective, key-safe spelling of a queue or group name (UTF-8, percent-encoded)."""
+    return quote(name, safe="", encoding="utf-8", errors="strict")
+
+
+def decode_name(encoded: str) -> str:
+    """Inverse of `encode_name`."""
+    return unquote(encoded, encoding="utf-8", errors="strict")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKeys:
+    """The keys of one (queue, group) and its member in the index."""
+
+    queue: str
+    group: str
+    hb: str
+    data: str
+    mark: str
+    member: str
+
+
+@lru_cache(maxsize=16_384)
+def _group_keys(prefix: str, queue: str, group: str) -> GroupKeys:
+    q, g = encode_name(queue), encode_name(group)
+    base = f"{prefix}:{{{q}}}:{g}"
+    return GroupKeys(queue, group, f"{base}:hb", f"{base}:c", f"{base}:ix", f"{q}:{g}")
+
+
+class Keyspace:
+    """Key names under one prefix."""
+
+    __slots__ = ("index", "prefix")
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = check_prefix(prefix)
+        self.index = f"{prefix}:index"
+
+    def group(self, queue: str, group: str) -> GroupKeys:
+        """Keys of a (queue, group); names must already be validated."""
+        return _group_keys(self.prefix, queue, group)
+
+    def from_member(self, member: bytes | str) -> GroupKeys:
+        """Keys of the group an index member names; a foreign member is a data error."""
+        text = member.decode("utf-8", "replace") if isinstance(member, bytes) else member
+        q, _, g = text.partition(":")
+        try:
+            keys = _group_keys(self.prefix, decode_name(q), decode_name(g))
+        except UnicodeDecodeError:
+            keys = None
+        if keys is None or not (q and g) or keys.member != text:
+            raise PresenceDataError(
+                f"the index {self.index} holds a member this package did not write: {text!r:.80}"
+            )
+        return keys
+
+    @property
+    def acl_pattern(self) -> str:
+        """The ACL key pattern that covers every key of this prefix."""
+        return f"~{self.prefix}:*"
