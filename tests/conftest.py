@@ -1,0 +1,146 @@
+"""Shared fixtures: real Redis servers started by the tests, a fakeredis client, hypothesis.
+
+Every real-server fixture needs the ``redis-server`` binary: without it the test is skipped
+locally and fails when ``REDIS_PRESENCE_REQUIRE_SERVERS=1`` (CI). Tests that use one of these
+fixtures are marked ``redis_server`` automatically, so ``-m "not redis_server"`` deselects them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+import redis.cluster
+from hypothesis import settings
+from servers import (
+    MakeRedisServer,
+    RedisClusterProcesses,
+    RedisServer,
+    TlsFiles,
+    make_tls_files,
+    need_binary,
+)
+
+settings.register_profile("ci", max_examples=300, derandomize=True, deadline=None)
+settings.register_profile("dev", deadline=None)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev")
+)
+
+REAL_SERVER_FIXTURES = frozenset(
+    (
+        "redis_server",
+        "redis_client",
+        "redis_url",
+        "make_redis_server",
+        "redis_cluster",
+        "cluster_client",
+    )
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if REAL_SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.redis_server)
+
+
+# --- standalone -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One standalone server for the whole session; function fixtures flush it before use."""
+    need_binary("redis-server")
+    with RedisServer(dir=tmp_path_factory.mktemp("redis-session")) as server:
+        yield server
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A ``redis.Redis`` (bytes replies) on the session server, flushed first, closed after."""
+    client = redis_server.client()
+    try:
+        client.flushall()
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The URL of the session server, flushed first."""
+    with redis_server.client() as client:
+        client.flushall()
+    return redis_server.url
+
+
+@pytest.fixture
+def make_redis_server(tmp_path: Path) -> Iterator[MakeRedisServer]:
+    """Factory: ``make_redis_server(**RedisServer options)`` starts a fresh server in tmp_path.
+
+    Every server it made is stopped at teardown, newest first (replicas before primaries).
+    """
+    need_binary("redis-server")
+    made: list[RedisServer] = []
+
+    def make(**options: Any) -> RedisServer:
+        options.setdefault("dir", tmp_path / f"redis-{len(made)}")
+        server = RedisServer(**options)
+        made.append(server)
+        return server.start()
+
+    try:
+        yield make
+    finally:
+        for server in reversed(made):
+            server.stop()
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> TlsFiles:
+    """A throwaway CA and a server certificate for 127.0.0.1 and localhost."""
+    return make_tls_files(tmp_path / "tls")
+
+
+# --- cluster ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterProcesses]:
+    """A three-master cluster, started on first use and shared by the session."""
+    need_binary("redis-server")
+    need_binary("redis-cli")
+    with RedisClusterProcesses(tmp_path_factory.mktemp("redis-cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster_client(
+    redis_cluster: RedisClusterProcesses,
+) -> Iterator[redis.cluster.RedisCluster]:
+    """A ``RedisCluster`` client (bytes replies) on the flushed session cluster, closed after."""
+    redis_cluster.flushall()
+    client = redis_cluster.client()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+# --- in-process -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_client() -> Iterator[redis.Redis]:
+    """A ``fakeredis.FakeRedis`` (with Lua) on its own fresh ``FakeServer``."""
+    client: redis.Redis = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    try:
+        yield client
+    finally:
+        client.close()
