@@ -1,0 +1,83 @@
+"""The backend matrix: every registry the contract suite runs against, declared once.
+
+A new backend gets the whole contract suite by adding one `pytest.param` to
+`BACKENDS` and one branch to `make_registry`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import pytest
+
+from redis_presence import ConsumerPresence, ConsumerPresenceRegistry, RedisPresenceRegistry
+from redis_presence.validation import Beat
+
+
+class Registry(Protocol):
+    """What the contract suite needs: the methods both registries promise."""
+
+    def heartbeat(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        lease_count: int = 0,
+        now_ns: int | None = None,
+    ) -> None: ...
+
+    def heartbeat_many(self, beats: list[Beat], now_ns: int | None = None) -> int: ...
+
+    def snapshot(self, now_ns: int | None = None, ttl_ms: int = ...) -> list[ConsumerPresence]: ...
+
+    def count_active_by_group(
+        self, now_ns: int | None = None, ttl_ms: int = ...
+    ) -> dict[tuple[str, str], int]: ...
+
+    def prune_expired(self, now_ns: int | None = None, ttl_ms: int = ...) -> int: ...
+
+    def deregister(self, queue: str, group: str, consumer: str) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+
+BACKENDS = [
+    pytest.param("memory", id="memory"),
+    pytest.param("fakeredis", id="fakeredis"),
+    pytest.param("redis", id="redis-server", marks=pytest.mark.redis_server),
+]
+REDIS_BACKENDS = [p for p in BACKENDS if p.values[0] != "memory"]
+
+
+def make_registry(request: pytest.FixtureRequest, backend: str, prefix: str = "presence") -> Any:
+    """A registry of `backend` on an empty store; a second call shares the same store."""
+    if backend == "memory":
+        return ConsumerPresenceRegistry()
+    if backend == "fakeredis":
+        return RedisPresenceRegistry(request.getfixturevalue("fake_client"), prefix=prefix)
+    if backend == "redis":
+        return RedisPresenceRegistry(request.getfixturevalue("redis_client"), prefix=prefix)
+    raise ValueError(f"unknown backend {backend!r}")
+
+
+def second_client(request: pytest.FixtureRequest, backend: str) -> Any:
+    """Another connection to the same store (a second broker process)."""
+    if backend == "fakeredis":
+        fake = request.getfixturevalue("fake_client")
+        import fakeredis
+
+        return fakeredis.FakeRedis(server=fake.connection_pool.connection_kwargs["server"])
+    if backend == "redis":
+        client = request.getfixturevalue("redis_server").client()
+        request.addfinalizer(client.close)
+        return client
+    raise ValueError(f"backend {backend!r} has no second connection")
+
+
+def raw_client(request: pytest.FixtureRequest, backend: str) -> Any:
+    """The backend's own Redis client, to inspect stored keys (Redis backends only)."""
+    if backend == "fakeredis":
+        return request.getfixturevalue("fake_client")
+    if backend == "redis":
+        return request.getfixturevalue("redis_client")
+    raise ValueError(f"backend {backend!r} has no Redis client")

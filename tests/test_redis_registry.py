@@ -1,0 +1,234 @@
+"""What only the Redis backends promise: sharing, key hygiene, script cache, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+from backends import REDIS_BACKENDS, make_registry, raw_client, second_client
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from servers import free_port
+
+from redis_presence import (
+    PresenceConnectionError,
+    PresenceDataError,
+    PresenceError,
+    PresenceState,
+    RedisPresenceRegistry,
+)
+from redis_presence.keys import Keyspace
+
+MS = 1_000_000
+T0 = 1_796_000_000_123_456_000
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(params=REDIS_BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def dump(client: Any) -> dict[bytes, Any]:
+    """Every key with its type and content, to prove a store unchanged."""
+    out: dict[bytes, Any] = {}
+    for key in client.keys("*"):
+        kind = client.type(key)
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if kind == "zset":
+            out[key] = sorted(client.zrange(key, 0, -1, withscores=True))
+        elif kind == "hash":
+            out[key] = sorted(client.hgetall(key).items())
+        elif kind == "set":
+            out[key] = sorted(client.smembers(key))
+        elif kind == "list":
+            out[key] = client.lrange(key, 0, -1)
+        else:
+            out[key] = client.get(key)
+    return out
+
+
+def test_two_brokers_on_two_connections_see_each_other(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    broker_a = make_registry(request, backend)
+    broker_b = RedisPresenceRegistry(second_client(request, backend))
+    broker_a.heartbeat("orders", "billing", "from-a", 1, now_ns=T0)
+    broker_b.heartbeat("orders", "billing", "from-b", 2, now_ns=T0)
+    broker_b.heartbeat("mail", "send", "from-b", now_ns=T0)
+    for reader in (broker_a, broker_b):
+        assert [row.key for row in reader.snapshot(now_ns=T0)] == [
+            ("mail", "send", "from-b"),
+            ("orders", "billing", "from-a"),
+            ("orders", "billing", "from-b"),
+        ]
+        assert reader.count_active_by_group(now_ns=T0) == {
+            ("mail", "send"): 1,
+            ("orders", "billing"): 2,
+        }
+    assert broker_b.deregister("orders", "billing", "from-a") is True
+    assert len(broker_a) == 2
+
+
+def test_prefixes_isolate_and_nothing_is_written_outside(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    client = raw_client(request, backend)
+    client.set("unrelated", "keep")
+    one = make_registry(request, backend, prefix="one")
+    two = make_registry(request, backend, prefix="two")
+    one.heartbeat("q", "g", "c", now_ns=T0)
+    two.heartbeat("q", "g", "other", now_ns=T0)
+    assert [row.consumer for row in one.snapshot(now_ns=T0)] == ["c"]
+    assert [row.consumer for row in two.snapshot(now_ns=T0)] == ["other"]
+    keys = {k.decode() for k in client.keys("*")}
+    assert keys - {"unrelated"} == {k for k in keys if k.startswith(("one:", "two:"))}
+    assert one.prune_expired(now_ns=T0 + 61_000 * MS) == 1
+    assert len(two) == 1
+    assert client.get("unrelated") == b"keep"
+
+
+def test_empty_groups_leave_every_index(request: pytest.FixtureRequest, backend: str) -> None:
+    client = raw_client(request, backend)
+    registry = make_registry(request, backend)
+    registry.heartbeat("q", "g", "a", now_ns=T0)
+    registry.heartbeat("q", "h", "b", now_ns=T0 - 90_000 * MS)
+    registry.heartbeat("r", "g", "c", now_ns=T0)
+    assert registry.prune_expired(now_ns=T0) == 1
+    assert registry.deregister("q", "g", "a") is True
+    assert registry.deregister("r", "g", "c") is True
+    assert client.keys("*") == []
+    assert registry.snapshot(now_ns=T0) == []
+
+
+def test_heartbeat_after_removal_of_last_consumer_is_tracked(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    registry = make_registry(request, backend)
+    registry.heartbeat("q", "g", "old", now_ns=T0 - 90_000 * MS)
+    registry.prune_expired(now_ns=T0)
+    registry.heartbeat("q", "g", "new", now_ns=T0)
+    assert [row.consumer for row in registry.snapshot(now_ns=T0)] == ["new"]
+
+
+def test_scripts_recover_after_script_flush(request: pytest.FixtureRequest, backend: str) -> None:
+    client = raw_client(request, backend)
+    registry = make_registry(request, backend)
+    registry.heartbeat("q", "g", "c", now_ns=T0)
+    operations: list[Callable[[], object]] = [
+        lambda: registry.heartbeat("q", "g", "c", now_ns=T0),
+        lambda: registry.snapshot(now_ns=T0),
+        lambda: registry.count_active_by_group(now_ns=T0),
+        lambda: registry.prune_expired(now_ns=T0),
+        lambda: registry.deregister("q", "g", "nobody"),
+    ]
+    for operation in operations:
+        client.script_flush()
+        operation()
+    assert registry.count_active_by_group(now_ns=T0) == {("q", "g"): 1}
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "presence:index",
+        "presence:{q}:g:hb",
+        "presence:{q}:g:c",
+        "presence:{q}:g:ix",
+    ],
+)
+def test_foreign_data_at_a_key_is_a_data_error_and_nothing_changes(
+    request: pytest.FixtureRequest, backend: str, key: str
+) -> None:
+    client = raw_client(request, backend)
+    registry = make_registry(request, backend)
+    registry.heartbeat("q", "h", "c", now_ns=T0)
+    registry.heartbeat("q", "g", "c", now_ns=T0)
+    client.delete(key)
+    client.rpush(key, "written by another program")
+    before = dump(client)
+    calls: list[Callable[[], object]] = [
+        lambda: registry.heartbeat("q", "g", "c", now_ns=T0),
+        lambda: registry.heartbeat_many([("q", "h", "x", 0), ("q", "g", "y", 0)], now_ns=T0),
+        lambda: registry.prune_expired(now_ns=T0 + 10**15),
+        lambda: registry.deregister("q", "g", "c"),
+    ]
+    if key.endswith((":index", ":c")):
+        calls.append(lambda: registry.snapshot(now_ns=T0))
+    for call in calls:
+        with pytest.raises(PresenceDataError, match="WRONGTYPE"):
+            call()
+        assert dump(client) == before
+
+
+def test_foreign_index_member_is_a_data_error(request: pytest.FixtureRequest, backend: str) -> None:
+    client = raw_client(request, backend)
+    registry = make_registry(request, backend)
+    client.sadd("presence:index", "no-separator")
+    with pytest.raises(PresenceDataError, match="did not write"):
+        registry.snapshot(now_ns=T0)
+
+
+def test_unreachable_server_raises_connection_error() -> None:
+    client = redis.Redis(port=free_port(), socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
+    registry = RedisPresenceRegistry(client)
+    with pytest.raises(PresenceConnectionError, match="cannot reach Redis") as info:
+        registry.heartbeat("q", "g", "c")
+    assert isinstance(info.value, PresenceError)
+    with pytest.raises(PresenceConnectionError):
+        registry.snapshot()
+
+
+def test_decoded_responses_client_works(redis_server: Any, redis_client: Any) -> None:
+    client = redis_server.client(decode_responses=True)
+    registry = RedisPresenceRegistry(client)
+    registry.heartbeat("ö", "g", "c", 3, now_ns=T0)
+    (row,) = registry.snapshot(now_ns=T0)
+    assert (row.queue, row.consumer, row.lease_count, row.state) == (
+        "ö",
+        "c",
+        3,
+        PresenceState.ACTIVE,
+    )
+    assert registry.count_active_by_group(now_ns=T0) == {("ö", "g"): 1}
+    client.close()
+
+
+class CountingConnection(redis.Connection):
+    """A connection that counts the commands it sends (pipelines included)."""
+
+    sent: list[tuple[Any, ...]]
+
+    def send_command(self, *args: Any, **kwargs: Any) -> None:
+        type(self).sent.append(args)
+        super().send_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+    def pack_commands(self, commands: Any) -> Any:
+        type(self).sent.extend(commands)
+        return super().pack_commands(commands)  # type: ignore[no-untyped-call]
+
+
+def test_one_heartbeat_is_one_round_trip_of_one_command(redis_server: Any) -> None:
+    CountingConnection.sent = []
+    pool = redis.ConnectionPool(
+        connection_class=CountingConnection, host=redis_server.host, port=redis_server.port
+    )
+    client = redis.Redis(connection_pool=pool)
+    client.flushall()
+    registry = RedisPresenceRegistry(client)
+    registry.heartbeat("q", "g", "c", now_ns=T0)  # first call also loads the script
+    CountingConnection.sent.clear()
+    registry.heartbeat("q", "g", "c", now_ns=T0 + MS)
+    assert [args[0] for args in CountingConnection.sent] == ["EVALSHA"]
+    client.close()
+
+
+def test_group_keys_share_the_queue_hash_tag() -> None:
+    keys = Keyspace("presence").group("a{b}:c*", "g}{")
+    for key in (keys.hb, keys.data, keys.mark):
+        tag = key[key.index("{") + 1 : key.index("}")]
+        assert tag == "a%7Bb%7D%3Ac%2A"
+        assert key.startswith("presence:")
