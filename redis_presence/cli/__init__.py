@@ -1,0 +1,13 @@
+"""The `redis-presence` command line: inspect live consumers, and a self-contained demo."""
+
+from __future__ import annotations
+
+from .commands import cli
+
+
+def main() -> None:
+    """Console-script entry point (`redis-presence`)."""
+    cli(prog_name="redis-presence")
+
+
+__all__ = ["cli", "main"]

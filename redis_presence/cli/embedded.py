@@ -1,0 +1,153 @@
+"""A throw-away local Redis for the demo: `redis-server` from PATH, else fakeredis over TCP."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from redis_presence.errors import PresenceConfigError, PresenceConnectionError
+
+ServerChoice = Literal["auto", "redis-server", "embedded"]
+SERVER_CHOICES: tuple[ServerChoice, ...] = ("auto", "redis-server", "embedded")
+
+_HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((_HOST, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _pings(port: int) -> bool:
+    """Whether a Redis answers PING on the loopback `port` (raw RESP, no client library)."""
+    try:
+        with socket.create_connection((_HOST, port), timeout=0.5) as conn:
+            conn.sendall(b"*1\r\n$4\r\nPING\r\n")
+            return conn.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@dataclass
+class LocalRedis:
+    """A running local server: where it listens, what it is, and how to stop it."""
+
+    url: str
+    port: int
+    kind: str
+    pid: int | None = None
+    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _fake: Any = field(default=None, repr=False)
+    _tmpdir: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the server: terminate, then kill after `timeout_s`; safe to call twice."""
+        if self._process is not None:
+            stop_process(self._process, timeout_s)
+            self._process = None
+        if self._fake is not None:
+            self._fake.shutdown()
+            self._fake.server_close()
+            self._fake = None
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None
+
+    def __enter__(self) -> LocalRedis:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def stop_process(process: subprocess.Popen[Any], timeout_s: float) -> None:
+    """SIGTERM, wait up to `timeout_s`, then SIGKILL and reap: never leaves a zombie."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            process.wait()
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
+def start_redis_server(binary: str, *, ready_timeout_s: float = 10.0) -> LocalRedis:
+    """Start `binary` on a free loopback port with no persistence and wait for PING."""
+    for _attempt in range(3):  # another process may grab the free port first
+        port = free_port()
+        tmpdir = tempfile.TemporaryDirectory(prefix="redis-presence-demo-")
+        process = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                _HOST,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                tmpdir.name,
+                "--loglevel",
+                "warning",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C reaches the demo, which stops us in order
+        )
+        server = LocalRedis(
+            f"redis://{_HOST}:{port}/0", port, "redis-server", process.pid, process, None, tmpdir
+        )
+        deadline = time.monotonic() + ready_timeout_s
+        while time.monotonic() < deadline and process.poll() is None:
+            if _pings(port):
+                return server
+            time.sleep(0.02)
+        server.stop()
+    raise PresenceConnectionError(f"could not start {binary} on a free loopback port")
+
+
+def start_fake_server() -> LocalRedis:
+    """Serve an in-process fakeredis (with Lua) on a free loopback port, in a thread."""
+    try:
+        # fakeredis is the optional `embedded` extra: imported only when it is needed.
+        from fakeredis import TcpFakeServer  # noqa: PLC0415
+    except ImportError:
+        raise PresenceConfigError(
+            "no redis-server on PATH and no embedded server: "
+            "install one with `pip install 'redis-presence[embedded]'`"
+        ) from None
+    fake = TcpFakeServer((_HOST, 0), server_type="redis")
+    fake.daemon_threads = True  # a stuck client connection must not block exit
+    fake.block_on_close = False
+    port = int(fake.server_address[1])
+    threading.Thread(target=fake.serve_forever, name="fakeredis", daemon=True).start()
+    return LocalRedis(f"redis://{_HOST}:{port}/0", port, "embedded fakeredis", None, None, fake)
+
+
+def start_local_redis(choice: ServerChoice = "auto") -> LocalRedis:
+    """A local server: `redis-server` from PATH when there is one (or when asked)."""
+    binary = shutil.which("redis-server")
+    if choice == "redis-server" or (choice == "auto" and binary is not None):
+        if binary is None:
+            raise PresenceConfigError("redis-server is not on PATH")
+        return start_redis_server(binary)
+    return start_fake_server()

@@ -1,0 +1,114 @@
+"""One-line errors: library and usage failures become `click.ClickException`s.
+
+Each prints as a single `Error: ...` line on stderr with a non-zero exit code, and no
+password from the connection URL ever reaches the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import unquote, urlsplit
+
+import click
+
+from redis_presence.errors import (
+    PresenceAuthError,
+    PresenceConfigError,
+    PresenceConnectionError,
+    PresenceDataError,
+    PresenceError,
+)
+
+
+class CliError(click.ClickException):
+    """Base of the CLI's errors: one line, exit code 1."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
+
+
+class UsageProblem(CliError):
+    """A bad option value, URL or argument (exit code 2, like click's usage errors)."""
+
+    exit_code = 2
+
+
+class ConnectionFailed(CliError):
+    """Redis could not be reached (exit code 3)."""
+
+    exit_code = 3
+
+
+class AuthFailed(CliError):
+    """Redis refused the credentials (exit code 4)."""
+
+    exit_code = 4
+
+
+class DataProblem(CliError):
+    """Keys under the prefix hold data this package did not write (exit code 5)."""
+
+    exit_code = 5
+
+
+def one_line(message: str) -> str:
+    """Collapse whitespace runs (newlines included) to single spaces."""
+    return " ".join(str(message).split()) or "unknown error"
+
+
+def secrets_of(url: str | None) -> list[str]:
+    """The password of `url` as written and percent-decoded (empty when it has none)."""
+    if not url:
+        return []
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    if password is None:
+        # Malformed URLs (bad port, ...) still must not leak what looks like a password.
+        netloc = url.partition("://")[2].partition("/")[0]
+        userinfo, at, _ = netloc.rpartition("@")
+        password = userinfo.partition(":")[2] if at else None
+    if not password:
+        return []
+    return sorted({password, unquote(password)}, key=len, reverse=True)
+
+
+def scrub(message: str, url: str | None) -> str:
+    """`message` with any password of `url` replaced by `***`."""
+    for secret in secrets_of(url):
+        message = message.replace(secret, "***")
+    return message
+
+
+def translate(exc: BaseException, url: str | None) -> CliError:
+    """The CLI error for a library, argument or usage error."""
+    if isinstance(exc, click.UsageError):
+        hint = ""
+        if exc.ctx is not None:
+            hint = f" (see '{exc.ctx.command_path} --help')"
+        return UsageProblem(scrub(exc.format_message(), url) + hint)
+    text = scrub(one_line(str(exc)) or type(exc).__name__, url)
+    if isinstance(exc, PresenceConnectionError):
+        return ConnectionFailed(text)
+    if isinstance(exc, PresenceAuthError):
+        return AuthFailed(text)
+    if isinstance(exc, PresenceDataError):
+        return DataProblem(text)
+    if isinstance(exc, PresenceConfigError | ValueError | TypeError):
+        return UsageProblem(text)
+    return CliError(text)
+
+
+@contextmanager
+def one_line_errors(url: str | None = None) -> Iterator[None]:
+    """Turn `PresenceError`, `ValueError`, `TypeError` and usage errors into `CliError`."""
+    try:
+        yield
+    except (CliError, click.exceptions.NoArgsIsHelpError):
+        raise
+    except (click.UsageError, PresenceError, ValueError, TypeError) as exc:
+        raise translate(exc, url) from None
