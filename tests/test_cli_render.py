@@ -1,0 +1,357 @@
+"""The CLI's rendering and the pure diff behind `watch`, each format tested once."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+
+import pytest
+from rich.console import Console
+
+from redis_presence import ConsumerPresence, ConsumerPresenceRegistry, PresenceState
+from redis_presence.cli import render
+from redis_presence.cli.watch import Change, Frame, GroupTally, Watcher, diff, run_watch, tally
+
+S = 1_000_000_000
+NOW = 1_750_000_000 * S  # 2025-06-15T15:06:40Z
+TTL_MS = 30_000
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+COLOUR = re.compile(r"\x1b\[[0-9;]*(3[0-7]|38;|9[0-7])[0-9;]*m")
+
+
+def row(
+    consumer: str = "c1",
+    state: PresenceState = PresenceState.ACTIVE,
+    *,
+    queue: str = "orders",
+    group: str = "billing",
+    age_ms: int = 1_000,
+    lease_count: int = 2,
+    registered_at_ns: int = NOW - 3600 * S,
+) -> ConsumerPresence:
+    return ConsumerPresence(
+        queue,
+        group,
+        consumer,
+        registered_at_ns,
+        NOW - age_ms * 1_000_000,
+        age_ms,
+        lease_count,
+        state,
+    )
+
+
+def plain_console() -> Console:
+    return Console(file=io.StringIO(), _environ={})
+
+
+def colour_console(**environ: str) -> Console:
+    return Console(file=io.StringIO(), _environ={"FORCE_COLOR": "1", "TERM": "xterm", **environ})
+
+
+# ---------------------------------------------------------------- small values
+
+
+@pytest.mark.parametrize(
+    ("age_ms", "text"),
+    [
+        (0, "0s ago"),
+        (999, "0s ago"),
+        (12_000, "12s ago"),
+        (59_999, "59s ago"),
+        (60_000, "1m ago"),
+        (5 * 60_000 + 59_000, "5m ago"),
+        (3 * 3_600_000, "3h ago"),
+        (24 * 3_600_000 - 1, "23h ago"),
+        (2 * 86_400_000, "2d ago"),
+        (-5, "0s ago"),
+    ],
+)
+def test_human_age(age_ms: int, text: str) -> None:
+    assert render.human_age(age_ms) == text
+
+
+def test_iso_utc_is_exact_for_timestamps_above_2_53() -> None:
+    assert render.iso_utc(NOW) == "2025-06-15T15:06:40Z"
+    assert render.iso_utc(NOW + S - 1) == "2025-06-15T15:06:40Z"  # no float rounding up
+    assert render.iso_utc(0) == "1970-01-01T00:00:00Z"
+
+
+def test_shown_escapes_control_characters_only() -> None:
+    assert render.shown("plain name") == "plain name"
+    assert render.shown("two\nlines\t!") == "two\\nlines\\t!"
+    assert render.shown("café {x}") == "café {x}"
+
+
+# ---------------------------------------------------------------- table, JSON, CSV
+
+
+ROWS = [
+    row("c1", PresenceState.ACTIVE, age_ms=1_000, lease_count=2),
+    row("c2", PresenceState.STALE, age_ms=45_000, lease_count=0),
+    row("worker-10", PresenceState.EXPIRED, group="shipping", age_ms=300_000, lease_count=12),
+]
+
+
+def test_table_is_aligned_and_plain_without_a_terminal() -> None:
+    text = render.consumers_table(ROWS, render.Styler(plain_console()))
+    assert "\x1b" not in text
+    lines = text.splitlines()
+    assert lines[0].split() == [
+        "QUEUE", "GROUP", "CONSUMER", "STATE", "LAST", "SEEN", "LEASES", "REGISTERED", "(UTC)",
+    ]  # fmt: skip
+    assert lines[1].split() == [
+        "orders", "billing", "c1", "active", "1s", "ago", "2", "2025-06-15T14:06:40Z",
+    ]  # fmt: skip
+    assert lines[2].split()[3:6] == ["stale", "45s", "ago"]
+    assert lines[3].split()[1:6] == ["shipping", "worker-10", "expired", "5m", "ago"]
+    # Every column starts at the same offset on every line.
+    assert {line.index("2025") for line in lines[1:]} == {lines[0].index("REGISTERED")}
+    # Numbers are right-aligned under their header.
+    leases_end = lines[0].index("LEASES") + len("LEASES")
+    assert [line[leases_end - 2 : leases_end] for line in lines[1:]] == [" 2", " 0", "12"]
+
+
+def test_table_colours_states_on_a_terminal_and_honours_no_color() -> None:
+    coloured = render.consumers_table(ROWS, render.Styler(colour_console()))
+    assert COLOUR.search(coloured)
+    assert ANSI.sub("", coloured) == render.consumers_table(ROWS, render.Styler(plain_console()))
+    no_colour = render.consumers_table(ROWS, render.Styler(colour_console(NO_COLOR="1")))
+    assert not COLOUR.search(no_colour)
+    assert ANSI.sub("", no_colour) == ANSI.sub("", coloured)
+
+
+def test_table_escapes_names_that_would_break_lines() -> None:
+    text = render.consumers_table([row("evil\nname", queue="q\t1")], render.Styler(plain_console()))
+    assert len(text.splitlines()) == 2
+    assert "evil\\nname" in text
+    assert "q\\t1" in text
+
+
+def test_empty_tables_say_so() -> None:
+    styler = render.Styler(plain_console())
+    assert render.consumers_table([], styler) == "(no consumers)\n"
+    assert render.render_counts({}, "table", styler) == "(no groups)\n"
+
+
+def test_json_is_one_array_with_the_field_names() -> None:
+    data = json.loads(render.render_consumers(ROWS, "json", render.Styler(plain_console())))
+    assert [list(item) for item in data] == [list(render.CONSUMER_FIELDS)] * 3
+    assert data[1] == ROWS[1].to_dict()
+    assert data[2]["last_heartbeat_ns"] == NOW - 300 * S  # integers, exact
+
+
+def test_csv_has_a_header_and_exact_values() -> None:
+    text = render.render_consumers(
+        [*ROWS, row("new\nline, comma")], "csv", render.Styler(plain_console())
+    )
+    records = list(csv.DictReader(io.StringIO(text)))
+    assert list(records[0]) == list(render.CONSUMER_FIELDS)
+    assert records[0]["consumer"] == "c1"
+    assert records[0]["last_heartbeat_ns"] == str(NOW - S)
+    assert records[1]["state"] == "stale"
+    assert records[3]["consumer"] == "new\nline, comma"
+
+
+def test_counts_in_every_format() -> None:
+    counts = {("orders", "shipping"): 0, ("orders", "billing"): 2, ("emails", "sender"): 1}
+    styler = render.Styler(plain_console())
+    table = render.render_counts(counts, "table", styler).splitlines()
+    assert [line.split() for line in table] == [
+        ["QUEUE", "GROUP", "ACTIVE"],
+        ["emails", "sender", "1"],
+        ["orders", "billing", "2"],
+        ["orders", "shipping", "0"],
+    ]
+    assert json.loads(render.render_counts(counts, "json", styler)) == [
+        {"queue": "emails", "group": "sender", "active": 1},
+        {"queue": "orders", "group": "billing", "active": 2},
+        {"queue": "orders", "group": "shipping", "active": 0},
+    ]
+    records = list(csv.DictReader(io.StringIO(render.render_counts(counts, "csv", styler))))
+    assert [(r["queue"], r["group"], r["active"]) for r in records][2] == (
+        "orders",
+        "shipping",
+        "0",
+    )
+
+
+# ---------------------------------------------------------------- the watch diff
+
+
+def frames_over_time(
+    steps: list[tuple[int, list[tuple[str, int | None]]]],
+) -> list[Frame]:
+    """Drive an in-process registry with explicit clocks and refresh a watcher.
+
+    Each step is `(now_s, actions)`: an action `(consumer, beat_at_s)` beats at that
+    time, `(consumer, None)` deregisters; then a snapshot at `now_s` is refreshed.
+    """
+    registry = ConsumerPresenceRegistry()
+    watcher = Watcher()
+    frames = []
+    for now_s, actions in steps:
+        for consumer, beat_at in actions:
+            if beat_at is None:
+                registry.deregister("orders", "billing", consumer)
+            else:
+                registry.heartbeat("orders", "billing", consumer, now_ns=NOW + beat_at * S)
+        frames.append(watcher.refresh(registry.snapshot(now_ns=NOW + now_s * S, ttl_ms=TTL_MS)))
+    return frames
+
+
+def marks(frame: Frame) -> dict[str, Change]:
+    return {key[2]: change for key, change in frame.changes.items()}
+
+
+def test_watch_marks_joined_stale_expired_left_and_back() -> None:
+    frames = frames_over_time(
+        [
+            (0, [("a", 0), ("b", 0)]),  # first refresh: the baseline, nothing marked
+            (10, [("c", 10)]),  # c joined
+            (31, [("b", 31)]),  # a went stale (age 31 s > TTL 30 s); b beat again
+            (50, [("a", 50)]),  # a is active again; c went stale (age 40 s)
+            (61, []),  # nothing changed state
+            (72, [("c", None), ("a", 72)]),  # c left; b went stale (age 41 s)
+            (92, []),  # b expired (age 61 s > 2 x TTL)
+        ]
+    )
+    assert [marks(f) for f in frames] == [
+        {},
+        {"c": Change.JOINED},
+        {"a": Change.WENT_STALE},
+        {"a": Change.BACK, "c": Change.WENT_STALE},
+        {},
+        {"b": Change.WENT_STALE, "c": Change.LEFT},
+        {"b": Change.EXPIRED},
+    ]
+    assert [(item.row.consumer, item.change) for item in frames[5].rows] == [
+        ("a", None),
+        ("b", Change.WENT_STALE),
+        ("c", Change.LEFT),  # shown once more, with its last known row
+    ]
+    assert [item.row.consumer for item in frames[6].rows] == ["a", "b"]
+    assert frames[5].states == {
+        PresenceState.ACTIVE: 1,
+        PresenceState.STALE: 1,
+        PresenceState.EXPIRED: 0,
+    }
+    assert frames[6].tallies == {("orders", "billing"): GroupTally(active=1, expired=1)}
+
+
+def test_watch_marks_active_to_expired_in_one_step_as_expired() -> None:
+    frames = frames_over_time([(0, [("a", 0)]), (61, [])])
+    assert marks(frames[1]) == {"a": Change.EXPIRED}
+
+
+def test_watch_marks_a_consumer_that_left_and_came_back_as_joined() -> None:
+    frames = frames_over_time([(0, [("a", 0)]), (5, [("a", None), ("a", 5)])])
+    assert marks(frames[1]) == {"a": Change.JOINED}
+
+
+def test_diff_of_identical_snapshots_is_empty() -> None:
+    assert diff(ROWS, ROWS) == {}
+    assert diff([], []) == {}
+
+
+def test_tally_keeps_groups_without_active_consumers() -> None:
+    assert tally(ROWS) == {
+        ("orders", "billing"): GroupTally(active=1, stale=1),
+        ("orders", "shipping"): GroupTally(expired=1),
+    }
+
+
+def test_run_watch_reads_once_per_refresh_on_a_fixed_beat() -> None:
+    now = [100.0]
+    sleeps: list[float] = []
+    reads: list[int] = []
+    shown: list[Frame] = []
+
+    def read() -> list[ConsumerPresence]:
+        reads.append(1)
+        now[0] += 0.25  # each read takes a quarter of a second
+        return ROWS
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    count = run_watch(
+        read, shown.append, interval_s=1.0, iterations=3, sleep=sleep, clock=lambda: now[0]
+    )
+    assert count == 3
+    assert len(reads) == 3
+    assert len(shown) == 3
+    assert sleeps == [0.75, 0.75]  # the read time is taken out of the interval
+
+
+def test_run_watch_does_not_burst_after_falling_behind() -> None:
+    now = [0.0]
+    sleeps: list[float] = []
+
+    def slow_read() -> list[ConsumerPresence]:
+        now[0] += 5.0
+        return []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    run_watch(
+        slow_read, lambda f: None, interval_s=1.0, iterations=3, sleep=sleep, clock=lambda: now[0]
+    )
+    assert sleeps == []
+
+
+# ---------------------------------------------------------------- live and plain views
+
+
+def test_frame_text_shows_markers_and_counts() -> None:
+    frames = frames_over_time([(0, [("a", 0), ("b", 0)]), (31, [("b", 31), ("c", 31)])])
+    text = render.frame_text(frames[1], "title line", render.Styler(plain_console()))
+    lines = text.splitlines()
+    assert lines[0] == "title line"
+    assert lines[1].split()[-1] == "CHANGE"
+    assert "! went stale" in lines[2]
+    assert lines[3].endswith("s ago       0")  # b: unchanged, no marker
+    assert "+ joined" in lines[4]
+    assert lines[-1] == "counts: orders/billing 2 active, 1 stale"
+
+
+def test_consumer_lines_name_each_consumer_state() -> None:
+    frames = frames_over_time([(0, [("a", 0), ("b", 0)]), (45, [("b", 45)]), (65, [])])
+    assert render.consumer_lines(frames[2]) == [
+        "  consumer a (orders/billing): expired, last seen 1m ago, 0 leases  [x expired]",
+        "  consumer b (orders/billing): active, last seen 20s ago, 0 leases",
+    ]
+
+
+def test_live_renderable_crops_unchanged_rows_first() -> None:
+    steps: list[tuple[int, list[tuple[str, int | None]]]] = [
+        (0, [(f"c{i:02}", 0) for i in range(20)]),
+        (1, [("zz-new", 1)]),
+    ]
+    frame = frames_over_time(steps)[1]
+    console = Console(file=io.StringIO(), width=120, _environ={})
+    console.print(render.frame_renderable(frame, "demo title", ["a note"], max_rows=5))
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "demo title" in out
+    assert "zz-new" in out
+    assert "+ joined" in out
+    assert "16 unchanged consumers not shown" in out
+    assert "counts: orders/billing 21 active" in out
+    assert "a note" in out
+
+
+def test_frame_sink_prints_frames_one_after_another_without_a_terminal() -> None:
+    console = plain_console()
+    frame = frames_over_time([(0, [("a", 0)])])[0]
+    with render.frame_sink(console, live=True) as sink:
+        assert sink.live is None
+        sink.show(frame, "first")
+        sink.show(frame, "second")
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert out.index("first") < out.index("second")
+    assert "\x1b" not in out
