@@ -1,0 +1,165 @@
+"""Fleets of consumers, and the baselines written by hand without the package's code.
+
+A fleet of ``n`` consumers is spread evenly over ``GROUPS`` (queue, group) pairs: 10 queues
+of 10 groups each. Fleets are written with ``heartbeat_many`` and explicit ``now_ns``, in
+chunks, so a 100,000-consumer fleet takes a fraction of a second to set up.
+
+The baselines spell keys themselves (they must not lean on ``redis_presence.keys``):
+
+* `RawPresence` reads and writes the package's own layout with plain redis-py calls;
+* `ScanDesign` is what most home-grown trackers do: one string key per consumer with a
+  TTL, listed with ``SCAN`` + ``MGET``. It is written to be fast: a large ``COUNT``,
+  ``MGET`` in chunks, every chunk in one pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote
+
+import redis
+
+from redis_presence import ConsumerPresenceRegistry, RedisPresenceRegistry
+
+QUEUES = 10
+GROUPS_PER_QUEUE = 10
+GROUPS = QUEUES * GROUPS_PER_QUEUE
+WRITE_CHUNK = 5_000
+TTL_MS = 30_000
+NOW_NS = 1_750_000_000_123_456_000
+"""The instant every read of the benchmark uses (explicit, so rounds are comparable)."""
+
+Beat = tuple[str, str, str, int]
+
+
+def group_names() -> list[tuple[str, str]]:
+    """The fleet's (queue, group) pairs."""
+    return [
+        (f"queue-{q:02d}", f"group-{g:02d}") for q in range(QUEUES) for g in range(GROUPS_PER_QUEUE)
+    ]
+
+
+def fleet(n: int, *, tag: str = "") -> list[Beat]:
+    """`n` beats spread evenly over `GROUPS` groups; consumer names look like real ones."""
+    pairs = group_names()
+    return [
+        (*pairs[i % GROUPS], f"broker-{i % 7:02d}.worker{tag}-{i:07d}", i % 17) for i in range(n)
+    ]
+
+
+def chunks(items: Sequence[Beat], size: int = WRITE_CHUNK) -> Iterator[Sequence[Beat]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def write_fleet(registry: RedisPresenceRegistry, beats: Sequence[Beat], now_ns: int) -> None:
+    """Write `beats` at `now_ns`, a few thousand per script call."""
+    for part in chunks(beats):
+        registry.heartbeat_many(part, now_ns=now_ns)
+
+
+def memory_fleet(beats: Sequence[Beat], now_ns: int) -> ConsumerPresenceRegistry:
+    """The in-process registry holding the same fleet."""
+    registry = ConsumerPresenceRegistry()
+    registry.heartbeat_many(beats, now_ns=now_ns)
+    return registry
+
+
+def _enc(name: str) -> str:
+    return quote(name, safe="")
+
+
+@dataclass(frozen=True)
+class RawPresence:
+    """The package's key layout and scripts, driven by hand-written redis-py calls."""
+
+    client: redis.Redis
+    prefix: str = "presence"
+
+    def group_keys(self, queue: str, group: str) -> tuple[str, str, str]:
+        base = f"{self.prefix}:{{{_enc(queue)}}}:{_enc(group)}"
+        return f"{base}:hb", f"{base}:c", f"{base}:ix"
+
+    def heartbeat_args(
+        self, beats: Sequence[Beat], now_ns: int | None, delay_us: int = 0
+    ) -> tuple[list[str], list[str | int]]:
+        """KEYS and ARGV of ``lua/heartbeat.lua`` for one call carrying every beat."""
+        numbers: dict[tuple[str, str], int] = {}
+        keys: list[str] = []
+        tail: list[str | int] = []
+        for queue, group, consumer, lease in beats:
+            number = numbers.get((queue, group))
+            if number is None:
+                number = numbers[(queue, group)] = len(numbers) + 1
+                keys += self.group_keys(queue, group)
+            tail += (number, consumer, lease, delay_us)
+        keys.append(f"{self.prefix}:index")
+        members = [f"{_enc(q)}:{_enc(g)}" for q, g in numbers]
+        now = "" if now_ns is None else str(now_ns)
+        return keys, [now, len(numbers), 60_000, *members, *tail]
+
+    def transfer(self) -> list[Any]:
+        """Every group's hash, fetched with SMEMBERS and pipelined HGETALLs: no decoding."""
+        members: set[bytes] = self.client.smembers(f"{self.prefix}:index")  # type: ignore[assignment]
+        pipe = self.client.pipeline(transaction=False)
+        for member in members:
+            q, _, g = member.decode().partition(":")
+            pipe.hgetall(f"{self.prefix}:{{{q}}}:{g}:c")
+        return pipe.execute()
+
+
+@dataclass(frozen=True)
+class ScanDesign:
+    """One key per consumer, ``SET ... PX``; listed with SCAN + pipelined chunked MGET."""
+
+    client: redis.Redis
+    prefix: str = "workers"
+    scan_count: int = 10_000
+    mget_chunk: int = 1_000
+
+    def key(self, queue: str, group: str, consumer: str) -> str:
+        return f"{self.prefix}:{_enc(queue)}:{_enc(group)}:{_enc(consumer)}"
+
+    def write(self, beats: Sequence[Beat], now_ns: int, px_ms: int = 3_600_000) -> None:
+        """Every beat as ``SET key 'registered heartbeat lease' PX px_ms``, pipelined.
+
+        A real tracker sets ``PX 2*ttl``; the benchmark keeps the keys for an hour so a
+        slow run never loses them half-way. The cost and the memory are the same.
+        """
+        for part in chunks(beats):
+            pipe = self.client.pipeline(transaction=False)
+            for queue, group, consumer, lease in part:
+                value = f"{now_ns} {now_ns} {lease}"
+                pipe.set(self.key(queue, group, consumer), value, px=px_ms)
+            pipe.execute()
+
+    def snapshot(self, now_ns: int, ttl_ms: int = TTL_MS) -> list[tuple[Any, ...]]:
+        """Every consumer, sorted: ``(queue, group, consumer, reg, hb, age_ms, lease, state)``."""
+        keys: list[Any] = []
+        cursor = 0
+        match = f"{self.prefix}:*"
+        while True:
+            cursor, batch = self.client.scan(cursor, match=match, count=self.scan_count)
+            keys += batch
+            if cursor == 0:
+                break
+        pipe = self.client.pipeline(transaction=False)
+        for start in range(0, len(keys), self.mget_chunk):
+            pipe.mget(keys[start : start + self.mget_chunk])
+        values = [v for chunk in pipe.execute() for v in chunk]
+        rows = []
+        for key, value in zip(keys, values, strict=True):
+            if value is None:  # expired between SCAN and MGET
+                continue
+            _, q, g, c = key.decode().split(":")
+            registered, heartbeat, lease = value.split()
+            hb = int(heartbeat)
+            age = max(0, now_ns - hb) // 1_000_000
+            state = "active" if age <= ttl_ms else "stale" if age <= 2 * ttl_ms else "expired"
+            rows.append(
+                (unquote(q), unquote(g), unquote(c), int(registered), hb, age, int(lease), state)
+            )
+        rows.sort()
+        return rows

@@ -1,0 +1,185 @@
+"""Rendering a run: the rich tables, ``results.json`` and the snapshot-scaling chart."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .stats import CaseResult, Check, Measure
+
+CHART_NAME = "snapshot_scaling.png"
+JSON_NAME = "results.json"
+
+
+def machine(redis_version: str) -> dict[str, Any]:
+    """What the numbers were measured on."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        model = platform.processor()
+
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model or "unknown",
+        "load_average_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "redis_server": redis_version,
+        "redis_py": version("redis"),
+        "hiredis": version("hiredis"),
+    }
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "B":
+        return f"{value:,.0f} B"
+    if value >= 100:
+        return f"{value:,.0f} {unit}"
+    if value >= 10:
+        return f"{value:.1f} {unit}"
+    return f"{value:.2f} {unit}"
+
+
+def _verdict(check: Check) -> str:
+    return "[green]met[/green]" if check.met else "[bold red]missed[/bold red]"
+
+
+def measurements_table(results: list[CaseResult]) -> Table:
+    table = Table(title="Measurements (median and p99 over rounds)", show_lines=False)
+    table.add_column("case")
+    table.add_column("variant")
+    table.add_column("per")
+    table.add_column("rounds", justify="right")
+    table.add_column("median", justify="right")
+    table.add_column("p99", justify="right")
+    for result in results:
+        if result.skipped:
+            table.add_row(
+                result.title, f"[yellow]skipped[/yellow]: {result.skipped}", "", "", "", ""
+            )
+            continue
+        for i, m in enumerate(result.measures):
+            table.add_row(
+                result.title if i == 0 else "",
+                m.name,
+                m.per,
+                str(len(m.samples)),
+                _fmt(m.median, m.unit),
+                _fmt(m.p99, m.unit),
+                end_section=i == len(result.measures) - 1,
+            )
+    return table
+
+
+def targets_table(results: list[CaseResult]) -> Table:
+    table = Table(title="Targets")
+    table.add_column("case")
+    table.add_column("ratio")
+    table.add_column("value", justify="right")
+    table.add_column("target", justify="right")
+    table.add_column("result")
+    table.add_column("how")
+    for result in results:
+        for check in result.checks:
+            table.add_row(
+                result.key,
+                check.name,
+                f"{check.ratio:.3g}",
+                f"{check.op} {check.target:.3g}",
+                _verdict(check),
+                check.how,
+            )
+    return table
+
+
+def facts_table(results: list[CaseResult]) -> Table:
+    table = Table(title="Facts (counted on the server, or derived)")
+    table.add_column("case")
+    table.add_column("fact")
+    table.add_column("value")
+    for result in results:
+        for name, value in result.facts.items():
+            shown = (
+                ", ".join(f"{k}: {v}" for k, v in value.items())
+                if isinstance(value, dict)
+                else f"{value:,}"
+                if isinstance(value, int)
+                else str(value)
+            )
+            table.add_row(result.key, name, shown)
+        for note in result.notes:
+            table.add_row(result.key, "note", note)
+    return table
+
+
+def print_report(console: Console, results: list[CaseResult]) -> None:
+    console.print(measurements_table(results))
+    console.print(targets_table(results))
+    console.print(facts_table(results))
+
+
+def write_json(path: Path, document: dict[str, Any]) -> None:
+    path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+
+
+def document(
+    results: list[CaseResult], *, mode: str, machine_info: dict[str, Any], wall_s: float
+) -> dict[str, Any]:
+    """The JSON written to ``results.json``."""
+    checks = [c for r in results for c in r.checks]
+    return {
+        "mode": mode,
+        "wall_time_s": round(wall_s, 2),
+        "machine": machine_info,
+        "targets_met": sum(c.met for c in checks),
+        "targets_total": len(checks),
+        "cases": {r.key: r.to_json() for r in results},
+    }
+
+
+def draw_chart(path: Path, snapshot: CaseResult) -> str | None:
+    """Draw cost against fleet size; returns why not when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'redis-presence[bench]'): no chart"
+    series: dict[str, list[Measure]] = {}
+    for m in snapshot.measures:
+        series.setdefault(m.name.split(" @ ")[0], []).append(m)
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for name, measures in series.items():
+        sizes = [m.size or 0 for m in measures]
+        ax.plot(sizes, [m.median for m in measures], marker="o", label=name)
+        ax.fill_between(sizes, [m.median for m in measures], [m.p99 for m in measures], alpha=0.15)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tracked consumers (100 groups)")
+    ax.set_ylabel("time per full read, ms (median; band up to p99)")
+    ax.set_title("Reading every consumer: cost against fleet size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return None
