@@ -1,0 +1,139 @@
+"""Property test: the Redis registry answers exactly like the in-process model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fakeredis
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from redis_presence import ConsumerPresenceRegistry, RedisPresenceRegistry
+
+MS = 1_000_000
+T0 = 1_796_000_000_000_000_000
+TTL = st.sampled_from([1, 2, 5, 1_000, 30_000])
+NAMES = st.sampled_from(["a", "b", "a:b", "{a}", "ü", "*"])
+# Steps of any size, on and off whole microseconds, including exact rule boundaries.
+STEP_NS = st.one_of(
+    st.integers(0, 3 * MS),
+    st.sampled_from([MS - 1, MS, MS + 1, 2 * MS, 5 * MS, 11 * MS]),
+    st.integers(0, 70_000 * MS),
+)
+
+
+class RegistryMatchesModel(RuleBasedStateMachine):
+    """Random heartbeats, deregisters, prunes and reads on both; every answer must agree."""
+
+    client: Any
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = ConsumerPresenceRegistry()
+        self.now = T0
+
+    @initialize()
+    def open_store(self) -> None:
+        self.redis = RedisPresenceRegistry(self.client(), prefix="prop")
+
+    @rule(step=STEP_NS)
+    def advance(self, step: int) -> None:
+        self.now += step
+
+    @rule(
+        queue=NAMES,
+        group=NAMES,
+        consumer=NAMES,
+        lease=st.integers(0, 2**32 - 1),
+        skew=st.integers(-3 * MS, 3 * MS),
+    )
+    def heartbeat(self, queue: str, group: str, consumer: str, lease: int, skew: int) -> None:
+        at = max(0, self.now + skew)  # brokers' clocks disagree a little
+        self.model.heartbeat(queue, group, consumer, lease, now_ns=at)
+        self.redis.heartbeat(queue, group, consumer, lease, now_ns=at)
+
+    @rule(beats=st.lists(st.tuples(NAMES, NAMES, NAMES, st.integers(0, 9)), max_size=6))
+    def heartbeat_many(self, beats: list[tuple[str, str, str, int]]) -> None:
+        # Duplicate consumers in one batch: the last beat wins on both sides.
+        assert self.model.heartbeat_many(beats, now_ns=self.now) == self.redis.heartbeat_many(
+            beats, now_ns=self.now
+        )
+
+    @rule(queue=NAMES, group=NAMES, consumer=NAMES)
+    def deregister(self, queue: str, group: str, consumer: str) -> None:
+        assert self.model.deregister(queue, group, consumer) == self.redis.deregister(
+            queue, group, consumer
+        )
+
+    @precondition(lambda self: len(self.model) > 0)
+    @rule(ttl=TTL)
+    def prune(self, ttl: int) -> None:
+        expected = self.model.snapshot(now_ns=self.now, ttl_ms=ttl)
+        assert self.model.prune_expired(now_ns=self.now, ttl_ms=ttl) == (
+            self.redis.prune_expired(now_ns=self.now, ttl_ms=ttl)
+        )
+        survivors = [row for row in expected if row.state.value != "expired"]
+        assert self.redis.snapshot(now_ns=self.now, ttl_ms=ttl) == survivors
+
+    @precondition(lambda self: len(self.model) > 0)
+    @rule(
+        data=st.data(),
+        ttl=TTL,
+        horizon=st.sampled_from([1, 2]),
+        delta=st.sampled_from([-1, 0, 1, -1_000, 1_000]),
+    )
+    def read_on_a_boundary(self, data: st.DataObject, ttl: int, horizon: int, delta: int) -> None:
+        """Jump the reader to exactly where some consumer turns stale or expired."""
+        rows = self.model.snapshot(now_ns=self.now)
+        beat = data.draw(st.sampled_from([row.last_heartbeat_ns for row in rows]))
+        self.now = beat + (horizon * ttl + 1) * MS + delta
+        self.reads_agree(ttl)
+
+    @rule(ttl=TTL)
+    def reads_agree(self, ttl: int) -> None:
+        assert self.redis.snapshot(now_ns=self.now, ttl_ms=ttl) == self.model.snapshot(
+            now_ns=self.now, ttl_ms=ttl
+        )
+        assert self.redis.count_active_by_group(
+            now_ns=self.now, ttl_ms=ttl
+        ) == self.model.count_active_by_group(now_ns=self.now, ttl_ms=ttl)
+
+    @invariant()
+    def same_size(self) -> None:
+        if hasattr(self, "redis"):
+            assert len(self.redis) == len(self.model)
+
+
+SETTINGS = settings(
+    stateful_step_count=30, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def test_fakeredis_registry_matches_model() -> None:
+    class OnFakeRedis(RegistryMatchesModel):
+        @staticmethod
+        def client() -> Any:
+            return fakeredis.FakeRedis(server=fakeredis.FakeServer())
+
+    OnFakeRedis.TestCase.settings = SETTINGS
+    OnFakeRedis.TestCase().runTest()
+
+
+@pytest.mark.redis_server
+@pytest.mark.timeout(300)
+def test_real_redis_registry_matches_model(redis_server: Any) -> None:
+    class OnRedisServer(RegistryMatchesModel):
+        @staticmethod
+        def client() -> Any:
+            client = redis_server.client()
+            client.flushall()
+            return client
+
+        def teardown(self) -> None:
+            if hasattr(self, "redis"):
+                self.redis.client.close()
+
+    OnRedisServer.TestCase.settings = SETTINGS
+    OnRedisServer.TestCase().runTest()
