@@ -8,6 +8,7 @@ from .errors import (
     PresenceConnectionError,
     PresenceDataError,
     PresenceError,
+    PresenceReadOnlyError,
 )
 from .memory import ConsumerPresenceRegistry
 from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
@@ -22,6 +23,7 @@ __all__ = [
     "PresenceConnectionError",
     "PresenceDataError",
     "PresenceError",
+    "PresenceReadOnlyError",
     "PresenceState",
     "RedisPresenceRegistry",
 ]

@@ -2,6 +2,8 @@
 
 Bad arguments raise the built-in `TypeError` / `ValueError` (before anything is
 written); everything that goes wrong on the Redis side is a `PresenceError`.
+No message carries a password: the driver's messages name hosts and ports, never
+credentials, and URLs are redacted before they reach a message (see `urls.redact`).
 """
 
 from __future__ import annotations
@@ -29,16 +31,41 @@ class PresenceConfigError(PresenceError, ValueError):
     """A connection URL or option cannot be used (malformed URL, unknown scheme)."""
 
 
+class PresenceReadOnlyError(PresenceError):
+    """A write was sent through a read-only registry, or to a read-only replica."""
+
+
+# How Redis words an ACL denial raised inside a script. Redis 7.0 replies
+# "ERR The user executing the script can't run this command or subcommand" (or "... can't
+# access at least one of the keys ..."); Redis 7.2 and later reply "NOPERM ...", which
+# redis-py already turns into NoPermissionError.
+_SCRIPT_ACL_DENIALS = (
+    "The user executing the script can't",
+    "NOPERM ",
+)
+
+
+def _is_acl_denial(exc: Exception) -> bool:
+    if isinstance(exc, rx.AuthenticationError | rx.NoPermissionError):
+        return True
+    if not isinstance(exc, rx.ResponseError):
+        return False
+    message = str(exc)
+    return message.startswith(("NOAUTH", "WRONGPASS")) or any(
+        denial in message for denial in _SCRIPT_ACL_DENIALS
+    )
+
+
 def translate(exc: Exception) -> PresenceError:
     """The package's exception for a redis-py error (the caller chains the original)."""
     if isinstance(exc, PresenceError):
         return exc
-    if isinstance(exc, rx.AuthenticationError | rx.NoPermissionError):
-        return PresenceAuthError(f"Redis refused access: {exc}")
-    if isinstance(exc, rx.ResponseError) and str(exc).startswith(("NOAUTH", "WRONGPASS")):
+    if _is_acl_denial(exc):
         return PresenceAuthError(f"Redis refused access: {exc}")
     if isinstance(exc, rx.ConnectionError | rx.TimeoutError):
         return PresenceConnectionError(f"cannot reach Redis: {exc}")
+    if isinstance(exc, rx.ReadOnlyError):
+        return PresenceReadOnlyError(f"Redis is a read-only replica: {exc}")
     if isinstance(exc, rx.ResponseError) and "WRONGTYPE" in str(exc):
         return PresenceDataError(f"unexpected data under the prefix: {exc}")
     return PresenceError(f"Redis error: {exc}")
