@@ -1,0 +1,71 @@
+"""The Lua scripts load from a built wheel (in a fresh venv) and from an editable install."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import redis_presence
+from redis_presence import scripts
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHECK = """
+import sys, fakeredis, redis_presence
+from redis_presence import RedisPresenceRegistry, scripts
+registry = RedisPresenceRegistry(fakeredis.FakeRedis())
+registry.heartbeat("q", "g", "c", 4, now_ns=1_796_000_000_000_000_000)
+(row,) = registry.snapshot(now_ns=1_796_000_000_000_000_000)
+assert row.lease_count == 4 and row.state.value == "active", row
+print(scripts.script_origin(), redis_presence.__file__)
+"""
+
+
+def test_editable_install_reads_the_top_level_lua_folder() -> None:
+    package_dir = Path(redis_presence.__file__).resolve().parent
+    if package_dir.parent != ROOT:
+        pytest.skip("redis_presence is not imported from this checkout")
+    assert not (package_dir / "lua").exists()
+    assert scripts.script_origin() == "checkout"
+    for name in scripts.SCRIPT_NAMES:
+        body = (ROOT / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+        assert body in scripts.source(name)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_built_wheel_ships_and_loads_the_scripts(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + ["-w", str(wheels), str(ROOT)],
+        check=True,
+    )
+    (wheel,) = wheels.glob("redis_presence-*.whl")
+    venv = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps"]
+        + [str(wheel)],
+        check=True,
+    )
+    # Dependencies (redis, fakeredis) come from this environment's site-packages; the
+    # package itself only from the wheel: PYTHONPATH entries do not run .pth files, so
+    # the editable install of this checkout is invisible there.
+    env = dict(os.environ, PYTHONPATH=sysconfig.get_paths()["purelib"])
+    out = subprocess.run(
+        [str(python), "-c", CHECK],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert out[0] == "package"
+    assert Path(out[1]).is_relative_to(venv)
