@@ -41,20 +41,14 @@ def test_editable_install_reads_the_top_level_lua_folder() -> None:
 @pytest.mark.timeout(300)
 def test_built_wheel_ships_and_loads_the_scripts(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + ["-w", str(wheels), str(ROOT)],
-        check=True,
-    )
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*pip_wheel, "-q", "-w", str(wheels), str(ROOT)], check=True)
     (wheel,) = wheels.glob("redis_presence-*.whl")
     venv = tmp_path / "fresh"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps"]
-        + [str(wheel)],
-        check=True,
-    )
+    pip_install = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
+    subprocess.run([*pip_install, "--no-deps", str(wheel)], check=True)
     # Dependencies (redis, fakeredis) come from this environment's site-packages; the
     # package itself only from the wheel: PYTHONPATH entries do not run .pth files, so
     # the editable install of this checkout is invisible there.
