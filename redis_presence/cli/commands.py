@@ -132,7 +132,10 @@ FORMAT_OPTION = click.option(
 )
 
 
-@click.group(cls=PresenceGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=PresenceGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.option(
     "--url",
     envvar=["REDIS_PRESENCE_URL", "REDIS_URL"],
@@ -194,7 +197,7 @@ def _filter(
     ]
 
 
-@cli.command("ls")
+@cli.command("ls", short_help="List consumers: state, last seen, leases (alias: snapshot).")
 @click.option("--queue", help="Only this queue (exact name).")
 @click.option("--group", help="Only this consumer group (exact name).")
 @click.option(
@@ -217,7 +220,7 @@ def ls_command(
     app.emit(render.render_consumers(rows, fmt.lower(), render.Styler(app.console)))
 
 
-@cli.command("counts")
+@cli.command("counts", short_help="Active consumers per queue and group (0 when none).")
 @FORMAT_OPTION
 @pass_app
 def counts_command(app: App, fmt: str) -> None:
@@ -234,7 +237,7 @@ def counts_command(app: App, fmt: str) -> None:
     app.emit(render.render_counts(groups | counts, fmt.lower(), render.Styler(app.console)))
 
 
-@cli.command("watch")
+@cli.command("watch", short_help="Live table marking joined, went stale, expired, left.")
 @click.option(
     "--interval",
     type=click.FloatRange(min=0.05, max=3600),
@@ -268,7 +271,7 @@ def watch_command(app: App, interval: float, iterations: int | None) -> None:
         pass
 
 
-@cli.command("prune")
+@cli.command("prune", short_help="Remove expired consumers (--dry-run lists them).")
 @click.option("--dry-run", is_flag=True, help="List the expired consumers; remove nothing.")
 @FORMAT_OPTION
 @pass_app
@@ -290,7 +293,7 @@ def prune_command(app: App, dry_run: bool, fmt: str) -> None:
     app.emit(f"pruned {removed} expired consumer(s)\n")
 
 
-@cli.command("heartbeat")
+@cli.command("heartbeat", short_help="Record one heartbeat for a consumer.")
 @click.argument("queue")
 @click.argument("group")
 @click.argument("consumer")
@@ -314,7 +317,7 @@ def heartbeat_command(app: App, queue: str, group: str, consumer: str, lease_cou
     app.emit(f"heartbeat recorded: {_who(queue, group, consumer)}, {lease_count} lease(s)\n")
 
 
-@cli.command("deregister")
+@cli.command("deregister", short_help="Forget one consumer, as a graceful shutdown does.")
 @click.argument("queue")
 @click.argument("group")
 @click.argument("consumer")
@@ -338,7 +341,7 @@ def _who(queue: str, group: str, consumer: str) -> str:
     )
 
 
-@cli.command("demo")
+@cli.command("demo", short_help="Self-contained demo: local Redis, brokers, live view.")
 @click.option(
     "--duration",
     type=click.FloatRange(min=1, max=86_400),
