@@ -34,15 +34,26 @@ mark expires (INDEX_MARK_MS); the next heartbeat after that lists it again.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
+
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
 
 from .keys import INDEX_MARK_MS, GroupKeys, Keyspace
 from .model import ConsumerPresence
-from .scripts import decode_rows, server_now_ns
+from .scripts import SCRIPT_NAMES, decode_rows, server_now_ns, source
+from .validation import (
+    check_beats,
+    check_lease_count,
+    check_now_ns,
+    check_triple,
+    check_ttl_ms,
+)
 
 T = TypeVar("T")
 
@@ -65,6 +76,9 @@ class Command:
     args: tuple[str | bytes | int, ...]
 
 
+DRIVER_ERRORS = (RedisError, RedisClusterException)
+"""What redis-py raises for a Redis-side failure (its cluster errors are not all `RedisError`)."""
+
 Request = Eval | Command
 Plan = Generator[list[Request], list[Any], T]
 
@@ -76,6 +90,16 @@ _by_queue_group = attrgetter("queue", "group")
 
 def _now_arg(now_ns: int | None) -> str:
     return "" if now_ns is None else str(now_ns)
+
+
+def is_cluster_client(client: Any) -> bool:
+    """Whether `client` is a redis-py cluster client (sync or asyncio)."""
+    return isinstance(client, RedisCluster | AsyncRedisCluster)
+
+
+def pipelinable(batch: Sequence[Request]) -> TypeGuard[Sequence[Command]]:
+    """Whether a batch is best sent as one pipeline: several plain commands, no script."""
+    return len(batch) > 1 and all(isinstance(request, Command) for request in batch)
 
 
 class Planner:
@@ -91,6 +115,8 @@ class Planner:
 
     def heartbeat(self, beats: Sequence[DelayedBeat], now_ns: int | None) -> Plan[int]:
         """Write validated beats: one script call per queue on a cluster, one in all else."""
+        if not beats:
+            return 0
         now = _now_arg(now_ns)
         calls: list[Eval] = []
         called_groups: list[list[GroupKeys]] = []
@@ -233,3 +259,72 @@ class Planner:
         if not self.clustered:
             return [groups]
         return [list(part) for _, part in groupby(groups, key=attrgetter("queue"))]
+
+
+class PlannedRegistry:
+    """What the sync and async Redis registries share: set-up, validation and plans.
+
+    The ``_plan_*`` methods check their arguments at once (raising `TypeError` /
+    `ValueError` before anything is sent) and return the plan; the subclasses in
+    `redis.py` and `aio.py` only execute its batches.
+    """
+
+    def __init__(self, client: Any, *, prefix: str = "presence") -> None:
+        self._client = client
+        self._plans = Planner(Keyspace(prefix), clustered=is_cluster_client(client))
+        # redis-py wraps each source once per client; a `Script` reloads after NOSCRIPT.
+        self._scripts = {name: client.register_script(source(name)) for name in SCRIPT_NAMES}
+        self._owns_client = False
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix; registries with different prefixes never see each other."""
+        return self._plans.keys.prefix
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client this registry talks through."""
+        return self._client
+
+    @property
+    def clustered(self) -> bool:
+        """Whether the client is a Redis Cluster client (per-queue scripts, index protocol)."""
+        return self._plans.clustered
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._client!r}, prefix={self.prefix!r})"
+
+    def _plan_heartbeat(
+        self, queue: Any, group: Any, consumer: Any, lease_count: Any, now_ns: Any
+    ) -> Plan[int]:
+        queue, group, consumer = check_triple(queue, group, consumer)
+        lease = check_lease_count(lease_count)
+        now = check_now_ns(now_ns)
+        return self._plans.heartbeat([(queue, group, consumer, lease, 0)], now)
+
+    def _plan_heartbeat_many(self, beats: Iterable[Any], now_ns: Any) -> Plan[int]:
+        checked = check_beats(beats)
+        now = check_now_ns(now_ns)
+        return self._plans.heartbeat([(*beat, 0) for beat in checked], now)
+
+    def _plan_heartbeat_delayed(self, beats: Sequence[DelayedBeat]) -> Plan[int]:
+        """Beats already validated by a reporter, each stamped ``server_now - delay_us``."""
+        return self._plans.heartbeat(beats, None)
+
+    def _plan_snapshot(self, now_ns: Any, ttl_ms: Any) -> Plan[list[ConsumerPresence]]:
+        ttl = check_ttl_ms(ttl_ms)
+        return self._plans.snapshot(check_now_ns(now_ns), ttl)
+
+    def _plan_count(self, now_ns: Any, ttl_ms: Any) -> Plan[dict[tuple[str, str], int]]:
+        ttl = check_ttl_ms(ttl_ms)
+        return self._plans.count_active_by_group(check_now_ns(now_ns), ttl)
+
+    def _plan_prune(self, now_ns: Any, ttl_ms: Any) -> Plan[int]:
+        ttl = check_ttl_ms(ttl_ms)
+        return self._plans.prune_expired(check_now_ns(now_ns), ttl)
+
+    def _plan_deregister(self, queue: Any, group: Any, consumer: Any) -> Plan[bool]:
+        return self._plans.deregister(*check_triple(queue, group, consumer))
+
+    def _plan_size(self) -> Plan[int]:
+        return self._plans.size()

@@ -6,34 +6,26 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, TypeVar
 
-from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.cluster import RedisCluster
-from redis.exceptions import RedisError
-
-from .core import Command, Eval, Plan, Planner, Request
-from .errors import translate
-from .keys import Keyspace
-from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
-from .scripts import SCRIPT_NAMES, source
-from .urls import open_client
-from .validation import (
-    Beat,
-    check_beats,
-    check_lease_count,
-    check_now_ns,
-    check_triple,
-    check_ttl_ms,
+from .core import (
+    DRIVER_ERRORS,
+    Eval,
+    Plan,
+    PlannedRegistry,
+    Request,
+    is_cluster_client,
+    pipelinable,
 )
+from .errors import translate
+from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
+from .urls import open_client
+from .validation import Beat
 
 T = TypeVar("T")
 
-
-def is_cluster_client(client: Any) -> bool:
-    """Whether `client` is a redis-py cluster client (sync or asyncio)."""
-    return isinstance(client, RedisCluster | AsyncRedisCluster)
+__all__ = ["RedisPresenceRegistry", "is_cluster_client"]
 
 
-class RedisPresenceRegistry:
+class RedisPresenceRegistry(PlannedRegistry):
     """Consumer presence in Redis: the same answer for every broker that shares the server.
 
     `client` is any redis-py client (``redis.Redis``, a fakeredis client, a
@@ -43,30 +35,15 @@ class RedisPresenceRegistry:
     `TypeError` / `ValueError` before anything is written.
     """
 
-    def __init__(self, client: Any, *, prefix: str = "presence") -> None:
-        self._client = client
-        self._plans = Planner(Keyspace(prefix), clustered=is_cluster_client(client))
-        self._scripts = {name: client.register_script(source(name)) for name in SCRIPT_NAMES}
-        self._owns_client = False
-
     @classmethod
     def from_url(
         cls, url: str, *, prefix: str = "presence", **redis_kwargs: Any
     ) -> RedisPresenceRegistry:
-        """A registry on a new client for `url` (``redis://``, ``rediss://``, ``unix://``)."""
+        """A registry on a new client for `url`: ``redis://``, ``rediss://``, ``unix://``,
+        or ``redis+cluster://`` / ``rediss+cluster://`` for a Redis Cluster."""
         registry = cls(open_client(url, **redis_kwargs), prefix=prefix)
         registry._owns_client = True
         return registry
-
-    @property
-    def prefix(self) -> str:
-        """The key prefix; registries with different prefixes never see each other."""
-        return self._plans.keys.prefix
-
-    @property
-    def client(self) -> Any:
-        """The redis-py client this registry talks through."""
-        return self._client
 
     # -- the contract ---------------------------------------------------------------
 
@@ -79,51 +56,37 @@ class RedisPresenceRegistry:
         now_ns: int | None = None,
     ) -> None:
         """Record or refresh one consumer in one atomic script call (one round trip)."""
-        queue, group, consumer = check_triple(queue, group, consumer)
-        lease = check_lease_count(lease_count)
-        now = check_now_ns(now_ns)
-        self._run(self._plans.heartbeat([(queue, group, consumer, lease, 0)], now))
+        self._run(self._plan_heartbeat(queue, group, consumer, lease_count, now_ns))
 
     def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
-        """Write many ``(queue, group, consumer, lease_count)`` beats in as few calls as
-        possible (one script call, or one per queue on a cluster); returns how many."""
-        checked = check_beats(beats)
-        now = check_now_ns(now_ns)
-        if not checked:
-            return 0
-        return self._run(self._plans.heartbeat([(*b, 0) for b in checked], now))
+        """Write many ``(queue, group, consumer, lease_count)`` beats, each atomically, in one
+        script call (one per queue on a cluster); returns how many."""
+        return self._run(self._plan_heartbeat_many(beats, now_ns))
 
     def snapshot(
         self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
     ) -> list[ConsumerPresence]:
         """Every tracked consumer, ordered by `(queue, group, consumer)`, expired ones too."""
-        ttl = check_ttl_ms(ttl_ms)
-        now = check_now_ns(now_ns)
-        return self._run(self._plans.snapshot(now, ttl))
+        return self._run(self._plan_snapshot(now_ns, ttl_ms))
 
     def count_active_by_group(
         self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
     ) -> dict[tuple[str, str], int]:
         """Active consumers per `(queue, group)`; groups without one have no key."""
-        ttl = check_ttl_ms(ttl_ms)
-        now = check_now_ns(now_ns)
-        return self._run(self._plans.count_active_by_group(now, ttl))
+        return self._run(self._plan_count(now_ns, ttl_ms))
 
     def prune_expired(
         self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
     ) -> int:
         """Remove exactly the consumers `snapshot` would call expired; returns how many."""
-        ttl = check_ttl_ms(ttl_ms)
-        now = check_now_ns(now_ns)
-        return self._run(self._plans.prune_expired(now, ttl))
+        return self._run(self._plan_prune(now_ns, ttl_ms))
 
     def deregister(self, queue: str, group: str, consumer: str) -> bool:
         """Forget one consumer (graceful shutdown); returns whether it was tracked."""
-        queue, group, consumer = check_triple(queue, group, consumer)
-        return self._run(self._plans.deregister(queue, group, consumer))
+        return self._run(self._plan_deregister(queue, group, consumer))
 
     def __len__(self) -> int:
-        return self._run(self._plans.size())
+        return self._run(self._plan_size())
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -143,9 +106,6 @@ class RedisPresenceRegistry:
     ) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        return f"RedisPresenceRegistry({self._client!r}, prefix={self.prefix!r})"
-
     # -- I/O ------------------------------------------------------------------------
 
     def _run(self, plan: Plan[T]) -> T:
@@ -155,14 +115,15 @@ class RedisPresenceRegistry:
                 batch = plan.send(self._execute(batch))
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
-        except RedisError as exc:
+        except DRIVER_ERRORS as exc:
             raise translate(exc) from exc
 
     def _execute(self, batch: list[Request]) -> list[Any]:
-        if len(batch) > 1 and all(isinstance(request, Command) for request in batch):
+        """One batch: plain commands in one pipeline; scripts one by one (on a cluster the
+        pipeline refuses EVALSHA, and each script call carries a whole queue)."""
+        if pipelinable(batch):
             pipe = self._client.pipeline(transaction=False)
             for request in batch:
-                assert isinstance(request, Command)
                 pipe.execute_command(request.name, *request.args)
             return list(pipe.execute())
         return [self._one(request) for request in batch]
