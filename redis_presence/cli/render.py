@@ -140,32 +140,35 @@ def text_table(
     styler: Styler,
     styles: Callable[[int, str], str] | None = None,
 ) -> str:
-    """An aligned, borderless table; linear in cells, so 10,000 rows take milliseconds.
+    """An aligned, borderless table, linear in cells (10,000 rows in a fraction of a second).
 
     `styles(column_index, cell)` names a rich style for a cell (styled after padding,
     so escape codes never disturb the alignment).
     """
-    body = [[shown(cell) for cell in row] for row in rows]
+    body = [[(text, _width(text)) for text in map(shown, row)] for row in rows]
     widths = [_width(c.header) for c in columns]
     for row in body:
-        for i, cell in enumerate(row):
-            size = _width(cell)
+        for i, (_, size) in enumerate(row):
             widths[i] = max(widths[i], size)
     last = len(columns) - 1
+    right = [c.right for c in columns]
+    cell_style = None if styler.plain else styles
 
-    def line(cells: Sequence[str], header: bool) -> str:
+    def line(cells: Sequence[tuple[str, int]], header: bool) -> str:
         out: list[str] = []
-        for i, cell in enumerate(cells):
-            pad = " " * (widths[i] - _width(cell))
-            if i == last and not columns[i].right:
+        for i, (cell, size) in enumerate(cells):
+            pad = " " * (widths[i] - size)
+            if right[i]:
+                padded = pad + cell
+            elif i == last:  # no trailing blanks at the end of a line
                 padded = cell
             else:
-                padded = pad + cell if columns[i].right else cell + pad
-            style = "bold" if header else (styles(i, cell) if styles else "")
+                padded = cell + pad
+            style = "bold" if header else (cell_style(i, cell) if cell_style else "")
             out.append(styler(padded, style) if style else padded)
         return "  ".join(out).rstrip()
 
-    lines = [line([c.header for c in columns], header=True)]
+    lines = [line([(c.header, _width(c.header)) for c in columns], header=True)]
     lines.extend(line(row, header=False) for row in body)
     return "\n".join(lines) + "\n"
 
