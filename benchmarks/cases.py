@@ -19,6 +19,7 @@ from typing import Any
 
 import redis
 from redis.commands.core import Script
+from redis.utils import HIREDIS_AVAILABLE
 
 from redis_presence import RedisPresenceRegistry
 from redis_presence.scripts import source
@@ -34,6 +35,7 @@ from .fleet import (
     memory_fleet,
     write_fleet,
 )
+from .proposals import fast_snapshot, lean_heartbeat
 from .server import BenchServer
 from .stats import (
     CaseResult,
@@ -98,9 +100,9 @@ QUICK = Sizes(
     coalesce_rounds=10,
     snapshot_sizes=(1_000, 10_000),
     snapshot_rounds=(10, 5),
-    count_sizes=(1_000, 10_000),
+    count_sizes=(1_000, 100_000),
     count_rounds=50,
-    prune_sizes=(2_000, 20_000),
+    prune_sizes=(10_000, 100_000),
     prune_removed=1_000,
     prune_rounds=5,
     memory_size=10_000,
@@ -147,7 +149,12 @@ class _StubClient:
 
 
 def case_heartbeat(server: BenchServer, sizes: Sizes) -> CaseResult:
-    """One heartbeat against a bare PING on the same connection, and what it sends."""
+    """One heartbeat against a bare PING on the same connection, and what it sends.
+
+    The ``diag:`` rows split the gap: an empty script with the same arguments (the cost of
+    any script call of this shape), the same script sent by hand, the script without its
+    type guard, and the package's Python path with the network taken away.
+    """
     result = CaseResult("heartbeat", "1. single heartbeat vs PING (same connection)")
     client = server.client(single_connection_client=True)
     try:
@@ -173,9 +180,13 @@ def case_heartbeat(server: BenchServer, sizes: Sizes) -> CaseResult:
         sha_untyped = client.script_load(_without_type_checks(script))
         flat = (*keys, *args)
         stub = RedisPresenceRegistry(_StubClient(client), prefix=PREFIX)
+        sha_empty = client.script_load("return {}")
         variants: dict[str, Callable[[], object]] = {
             "heartbeat": lambda: registry.heartbeat(q, g, c, lease),
             "PING": client.ping,
+            "diag: EVALSHA of an empty script, same arguments": lambda: client.evalsha(
+                sha_empty, len(keys), *flat
+            ),
             "diag: EVALSHA by hand, same script and args": lambda: client.evalsha(
                 sha, len(keys), *flat
             ),
@@ -183,6 +194,9 @@ def case_heartbeat(server: BenchServer, sizes: Sizes) -> CaseResult:
                 sha_untyped, len(keys), *flat
             ),
             "diag: heartbeat, Python only (no I/O)": lambda: stub.heartbeat(q, g, c, lease),
+            "proposal: lean single-beat path": partial(
+                lean_heartbeat(client, sha_untyped, PREFIX), q, g, c, lease
+            ),
         }
         interleaved(variants, max(50, sizes.latency_calls // 20))  # warm-up
         usec: dict[str, float] = {}
@@ -210,14 +224,11 @@ def case_heartbeat(server: BenchServer, sizes: Sizes) -> CaseResult:
                 f"client commands seen by MONITOR: {sent}",
             )
         )
-        calls = 2 * sizes.latency_calls
+        result.facts["hiredis_parser"] = HIREDIS_AVAILABLE
         result.facts["server_usec_per_call"] = {
-            "evalsha (both heartbeat scripts)": round(usec.get("evalsha", 0.0), 2),
+            "evalsha (all three scripts)": round(usec.get("evalsha", 0.0), 2),
             "ping": round(usec.get("ping", 0.0), 2),
             "type (inside scripts)": round(usec.get("type", 0.0), 2),
-            "type calls per heartbeat": round(
-                command_calls(client).get("type", 0) / max(1, calls), 2
-            ),
         }
         # Server-side cost of each script alone, over a fresh stretch of calls.
         result.facts["server_usec_per_evalsha"] = {
@@ -451,6 +462,7 @@ def case_snapshot(server: BenchServer, sizes: Sizes) -> CaseResult:
         registry = _registry(client)
         raw = RawPresence(client, PREFIX)
         scan = ScanDesign(scan_client)
+        naive = ScanDesign(scan_client, scan_count=10)
         for n, rounds in zip(sizes.snapshot_sizes, sizes.snapshot_rounds, strict=True):
             client.flushall()
             beats = fleet(n)
@@ -462,7 +474,15 @@ def case_snapshot(server: BenchServer, sizes: Sizes) -> CaseResult:
                 "raw transfer (SMEMBERS + HGETALL)": raw.transfer,
                 "SCAN + MGET design": lambda: scan.snapshot(NOW_NS, TTL_MS),
                 "in-process registry": partial(local.snapshot, now_ns=NOW_NS, ttl_ms=TTL_MS),
+                "info: SCAN design with COUNT 10 (default)": partial(
+                    naive.snapshot, NOW_NS, TTL_MS
+                ),
+                "proposal: MULTI + HGETALL, lean decode": partial(
+                    fast_snapshot, client, PREFIX, NOW_NS, TTL_MS
+                ),
             }
+            if variants["proposal: MULTI + HGETALL, lean decode"]() != variants["snapshot()"]():
+                raise AssertionError("the proposed snapshot disagrees with snapshot()")
             counts = {name: len(fn()) for name, fn in variants.items()}  # warm-up, and a check
             expected = dict.fromkeys(variants, n)
             expected["raw transfer (SMEMBERS + HGETALL)"] = GROUPS
@@ -504,6 +524,11 @@ def case_snapshot(server: BenchServer, sizes: Sizes) -> CaseResult:
             result.facts[f"ratios @ {n:,}"] = {
                 "snapshot / raw": round(
                     result.measure(f"snapshot() @ {n:,}").median
+                    / result.measure(f"raw transfer (SMEMBERS + HGETALL) @ {n:,}").median,
+                    2,
+                ),
+                "ceiling of any snapshot: SCAN / raw": round(
+                    result.measure(f"SCAN + MGET design @ {n:,}").median
                     / result.measure(f"raw transfer (SMEMBERS + HGETALL) @ {n:,}").median,
                     2,
                 ),
@@ -590,6 +615,15 @@ def case_prune(server: BenchServer, sizes: Sizes) -> CaseResult:
             registries[n] = _registry(client, f"{PREFIX}-{n}")
             write_fleet(registries[n], fleet(n - removed), NOW_NS)
             doomed[n] = fleet(removed, tag="-expired")
+        result.facts["encodings (hb zset, c hash) of one group"] = {
+            f"{n:,}": "/".join(
+                str(client.object("encoding", f"{PREFIX}-{n}:{{queue-00}}:group-00:{kind}"))
+                .removeprefix("b'")
+                .removesuffix("'")
+                for kind in ("hb", "c")
+            )
+            for n in (small, large)
+        }
         names = {f"prune_expired @ {n:,}": n for n in (small, large)}
         pruned: list[int] = []
 

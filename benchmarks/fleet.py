@@ -82,6 +82,9 @@ class RawPresence:
         base = f"{self.prefix}:{{{_enc(queue)}}}:{_enc(group)}"
         return f"{base}:hb", f"{base}:c", f"{base}:ix"
 
+    def member(self, queue: str, group: str) -> str:
+        return f"{_enc(queue)}:{_enc(group)}"
+
     def heartbeat_args(
         self, beats: Sequence[Beat], now_ns: int | None, delay_us: int = 0
     ) -> tuple[list[str], list[str | int]]:
@@ -96,7 +99,7 @@ class RawPresence:
                 keys += self.group_keys(queue, group)
             tail += (number, consumer, lease, delay_us)
         keys.append(f"{self.prefix}:index")
-        members = [f"{_enc(q)}:{_enc(g)}" for q, g in numbers]
+        members = [self.member(q, g) for q, g in numbers]
         now = "" if now_ns is None else str(now_ns)
         return keys, [now, len(numbers), 60_000, *members, *tail]
 
