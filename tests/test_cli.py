@@ -42,6 +42,8 @@ CLEAN_ENV: dict[str, str | None] = dict.fromkeys(
         "NO_COLOR",
         "FORCE_COLOR",
         "COLUMNS",
+        "TTY_COMPATIBLE",
+        "TTY_INTERACTIVE",
     )
 )
 
@@ -406,7 +408,10 @@ def test_a_real_process_prints_one_line_and_no_traceback() -> None:
     port = free_port()
     proc = subprocess.run(
         [sys.executable, "-c", "from redis_presence.cli import main; main()", "ls"],
-        env={**os.environ, "REDIS_URL": f"redis://user:hunter2@127.0.0.1:{port}/0"},
+        env={
+            **{k: v for k, v in os.environ.items() if k != "REDIS_PRESENCE_URL"},
+            "REDIS_URL": f"redis://user:hunter2@127.0.0.1:{port}/0",
+        },
         capture_output=True,
         text=True,
         timeout=60,

@@ -27,6 +27,8 @@ from .watch import run_watch
 DEFAULT_URL = "redis://localhost:6379/0"
 CONNECT_TIMEOUT_S = 5.0
 """How long the CLI waits for a TCP connection before calling Redis unreachable."""
+REPLY_TIMEOUT_S = 30.0
+"""How long the CLI waits for a reply (a server that accepts but never answers)."""
 
 
 class Registry(Protocol):
@@ -63,7 +65,10 @@ RegistryFactory = Callable[[str, str], Registry]
 def open_redis_registry(url: str, prefix: str) -> Registry:
     """The default factory: a `RedisPresenceRegistry` for `url` (connects on first use)."""
     return RedisPresenceRegistry.from_url(
-        url, prefix=prefix, socket_connect_timeout=CONNECT_TIMEOUT_S
+        url,
+        prefix=prefix,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        socket_timeout=REPLY_TIMEOUT_S,
     )
 
 
