@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 import redis
+from click.testing import CliRunner
 
 import redis_presence
 from redis_presence import ConsumerPresenceRegistry
+from redis_presence.cli import cli
 from redis_presence.cli.demo import DEMO_GROUPS, broker_consumers, run_broker
 from redis_presence.cli.embedded import start_local_redis
 
@@ -143,6 +145,17 @@ def test_demo_cleans_up_when_interrupted(signum: int) -> None:
     assert "Traceback" not in stderr
     assert "interrupted: stopping everything" in output
     assert_all_gone({int(pid) for pid in PID.findall(output)})
+
+
+def test_demo_command_in_process_with_clicks_runner() -> None:
+    """The command's wiring, in this process: a short story, then every child gone."""
+    result = CliRunner(env={"NO_COLOR": None, "FORCE_COLOR": None}).invoke(
+        cli, ["demo", "--no-tui", "--duration", "1", "--ttl-ms", "200", "--brokers", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "TTL 200 ms" in result.stdout
+    assert re.search(r"consumer broker-1-c1 \(\S+\): active", result.stdout)
+    assert_all_gone({int(pid) for pid in PID.findall(result.stdout)})
 
 
 # ---------------------------------------------------------------- the broker
