@@ -6,7 +6,8 @@
 -- ARGV[1] now_ns as a decimal string, or '' for the server clock; ARGV[2] ttl_ms; ARGV[3] G
 -- ARGV[4 .. 3+G] the index member of each group
 -- Returns {removed, g...}: how many consumers went, then the numbers of the groups that are
--- now empty and that the caller must remove from the index itself (only on a cluster).
+-- empty (emptied now or before) and that the caller must remove from the index itself (only
+-- on a cluster).
 -- Expired <=> (now - hb) // 1 ms > 2 ttl <=> hb <= now - (2 ttl + 1) ms: every score below
 -- the horizon, and on the horizon's microsecond those whose nanosecond rest is <= now's.
 -- Cost: O(log n) per group plus O(1) per removed consumer; kept consumers are not visited.
@@ -35,7 +36,9 @@ for g = 1, groups do
     redis.call('HDEL', data, unpack(chunk))
   end
   removed = removed + #doomed
-  if #doomed > 0 and redis.call('EXISTS', zset) == 0 then
+  -- An empty group is unlisted even when nothing expired: on a cluster, a heartbeat that
+  -- races with a deregister can leave an empty group in the index (see core.py).
+  if redis.call('EXISTS', zset) == 0 then
     redis.call('DEL', data, mark)
     if index then
       redis.call('SREM', index, ARGV[3 + g])

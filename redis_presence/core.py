@@ -16,20 +16,32 @@ queues, so it is maintained by the following protocol (``clustered=True``):
 1. heartbeat: the per-queue script writes the beats, then for every group without an
    index mark it sets the mark (``SET ... PX INDEX_MARK_MS``) and reports the group;
    the caller then ``SADD``\\s those groups to the index.
-2. prune / deregister: when the per-queue script leaves a group empty it deletes the
-   group's keys and its mark (atomically, in the queue's slot) and reports the group;
-   the caller then ``SREM``\\s it from the index, *then* re-checks the group
-   (``EXISTS hb``) and ``SADD``\\s it back if it is not empty.
+2. prune / deregister: when the per-queue script leaves a group empty (prune: finds it
+   empty, whether or not it removed anyone) it deletes the group's keys and its mark
+   (atomically, in the queue's slot) and reports the group; the caller then
+   ``SREM``\\s it from the index, *then* re-checks the group (``EXISTS hb``) and
+   ``SADD``\\s it back if it is not empty.
 
-Why no live consumer is lost: suppose group X is non-empty once both a remover R and a
-heartbeat H have returned, but X is not in the index. The last index write on X was
-then R's ``SREM`` (H's ``SADD``, if any, came before it). R's re-check ran after its
-``SREM``; had X been non-empty then, R would have re-added it, so X was empty at the
-re-check and became non-empty afterwards, through a heartbeat H' that found no mark
-(R's script deleted it, and only a heartbeat that reports the group sets it). H' then
-``SADD``\\s X after its script, i.e. after R's ``SREM``: a contradiction. A caller that
-dies between its script and its index write leaves the group unlisted only until the
-mark expires (INDEX_MARK_MS); the next heartbeat after that lists it again.
+Invariant (every script keeps it atomically in the queue's slot): a group with a mark is
+not empty. Only a heartbeat sets a mark, and a script that leaves a group empty deletes it.
+
+Why no live consumer is lost: suppose group X is non-empty once the removers and the
+heartbeats that touched it have all returned, but X is not in the index. There was an
+index write on X (a heartbeat into an empty X finds no mark and lists X), and the last
+one was some remover R's ``SREM`` (a later ``SADD`` would have listed it).
+R's re-check ran after its ``SREM``; had X been non-empty then, R would have re-added
+it, so X was empty at the re-check and, by the invariant, had no mark. X is non-empty
+now, so a heartbeat H' wrote it after the re-check; the first such H' found no mark,
+set it and reported X, and H' ``SADD``\\s X after its script, i.e. after R's ``SREM``: a
+contradiction. A caller that dies between its script and its index write leaves the
+group unlisted only until the mark expires (INDEX_MARK_MS); the next heartbeat after
+that lists it again.
+
+The converse can fail for a while: a first heartbeat's ``SADD`` may land after a
+deregister emptied the group again and finished its re-check, leaving an empty group
+listed. Readers find no rows there, and the next ``prune_expired`` unlists it, because
+prune reports every empty group it visits. ``tests/test_cluster_protocol.py`` runs every
+interleaving of these steps against a real cluster.
 """
 
 from __future__ import annotations

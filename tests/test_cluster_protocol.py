@@ -1,0 +1,171 @@
+"""The cluster index protocol (core.py) under every interleaving of its steps.
+
+Each scenario runs two or three plans of `Planner(clustered=True)` by hand against a real
+three-master cluster, one batch at a time, in every possible order (each ordering on a
+fresh prefix). After all plans have returned:
+
+- every group with a tracked consumer is in the index (no live consumer is lost), and
+- after one more `prune_expired`, the index lists exactly the non-empty groups (no stale
+  entry outlives a prune, whatever the race left behind).
+
+A mutant planner without the protocol's re-check step must fail the first property: the
+exploration is thorough enough to find the race the re-check exists for.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import redis.cluster
+
+from redis_presence import RedisPresenceRegistry
+from redis_presence.core import Command, Plan, Planner, Request
+from redis_presence.keys import GroupKeys
+
+MS = 1_000_000
+T0 = 1_796_000_000_123_456_000
+TTL_MS = 30_000
+OLD = T0 - 3 * TTL_MS * MS  # expired at T0
+Q, G = "q", "g"
+
+pytestmark = pytest.mark.timeout(120)
+
+_prefixes = itertools.count()
+
+
+@dataclass
+class Scenario:
+    """Beats written before the race, and the racing operations (name -> plan factory)."""
+
+    name: str
+    before: list[tuple[str, int]]  # (consumer, now_ns) of group (Q, G)
+    racers: dict[str, Callable[[Planner], Plan[Any]]]
+    results: dict[str, Any] = field(default_factory=dict)
+
+
+def beat(consumer: str, now_ns: int = T0) -> Callable[[Planner], Plan[Any]]:
+    return lambda p: p.heartbeat([(Q, G, consumer, 0, 0)], now_ns)
+
+
+def deregister(consumer: str) -> Callable[[Planner], Plan[Any]]:
+    return lambda p: p.deregister(Q, G, consumer)
+
+
+def prune() -> Callable[[Planner], Plan[Any]]:
+    return lambda p: p.prune_expired(T0, TTL_MS)
+
+
+SCENARIOS = [
+    Scenario("prune-last-vs-new-consumer", [("old", OLD)], {"P": prune(), "H": beat("new")}),
+    Scenario(
+        "deregister-last-vs-new-consumer", [("c1", T0)], {"D": deregister("c1"), "H": beat("c2")}
+    ),
+    Scenario("deregister-vs-same-consumer", [("c1", T0)], {"D": deregister("c1"), "H": beat("c1")}),
+    Scenario("first-beat-vs-deregister", [], {"H": beat("c1"), "D": deregister("c1")}),
+    Scenario(
+        "first-beats-vs-prune", [("old", OLD)], {"P": prune(), "H": beat("a"), "I": beat("b")}
+    ),
+    Scenario(
+        "two-removers-vs-beat",
+        [("old", OLD), ("c0", T0)],
+        {"P": prune(), "D": deregister("c0"), "H": beat("c2")},
+    ),
+    Scenario(
+        "beat-deregister-beat",
+        [("c1", T0)],
+        {"D": deregister("c1"), "H": beat("c1"), "I": beat("c2")},
+    ),
+]
+
+
+class Runner:
+    """Steps plans one batch at a time through a registry's own batch execution."""
+
+    def __init__(self, client: redis.cluster.RedisCluster, planner: type[Planner]) -> None:
+        self.client = client
+        self.planner = planner
+
+    def fresh(self) -> tuple[RedisPresenceRegistry, Planner]:
+        registry = RedisPresenceRegistry(self.client, prefix=f"p{next(_prefixes)}")
+        plans = self.planner(registry._plans.keys, clustered=True)
+        return registry, plans
+
+    def run(self, scenario: Scenario, schedule: list[str], extend: list[list[str]]) -> list[str]:
+        """Run `scenario` in the order `schedule` names, completing it with the first
+        runnable plan; every other choice beyond the prefix is queued on `extend`."""
+        registry, plans = self.fresh()
+        for consumer, now in scenario.before:
+            registry._run(plans.heartbeat([(Q, G, consumer, 0, 0)], now))
+        running: dict[str, tuple[Plan[Any], list[Request]]] = {}
+        for name, make in scenario.racers.items():
+            plan = make(plans)
+            try:
+                running[name] = (plan, next(plan))  # building a batch does no I/O
+            except StopIteration as done:
+                scenario.results[name] = done.value
+        order = list(schedule)
+        step = 0
+        while running:
+            names = sorted(running)
+            if step < len(order):
+                choice = order[step]
+            else:
+                choice = names[0]
+                extend.extend([*order, other] for other in names[1:])
+                order.append(choice)
+            plan, batch = running.pop(choice)
+            try:
+                running[choice] = (plan, plan.send(registry._execute(batch)))
+            except StopIteration as done:
+                scenario.results[choice] = done.value
+            step += 1
+        self.check(registry, scenario, order)
+        return order
+
+    def check(self, registry: RedisPresenceRegistry, scenario: Scenario, order: list[str]) -> None:
+        keys = registry._plans.keys
+        gk = keys.group(Q, G)
+        where = f"{scenario.name}, order {''.join(order)}"
+        if self.client.zcard(gk.hb):
+            assert self.client.sismember(keys.index, gk.member), f"live group unlisted: {where}"
+        registry.prune_expired(now_ns=T0, ttl_ms=TTL_MS)
+        listed = {keys.from_member(m) for m in self.client.smembers(keys.index)}
+        alive = {gk} if self.client.zcard(gk.hb) else set()
+        assert listed == alive, f"index {listed} != non-empty groups {alive}: {where}"
+        assert self.client.exists(gk.hb, gk.data, gk.mark) == (3 if alive else 0), where
+
+
+def explore(runner: Runner, scenario: Scenario) -> int:
+    """Run every interleaving of the scenario's batches; returns how many there were."""
+    todo: list[list[str]] = [[]]
+    seen = 0
+    while todo:
+        runner.run(scenario, todo.pop(), todo)
+        seen += 1
+    return seen
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_every_interleaving_keeps_live_groups_listed(
+    cluster_client: redis.cluster.RedisCluster, scenario: Scenario
+) -> None:
+    runs = explore(Runner(cluster_client, Planner), scenario)
+    assert runs >= 2 ** (len(scenario.racers) - 1)
+
+
+class NoRecheckPlanner(Planner):
+    """The protocol without step 2's re-check: SREM and hope."""
+
+    def _unlist(self, groups: list[GroupKeys]) -> Plan[None]:
+        yield [Command("SREM", (self.keys.index, *(gk.member for gk in groups)))]
+
+
+def test_the_exploration_finds_the_race_the_recheck_prevents(
+    cluster_client: redis.cluster.RedisCluster,
+) -> None:
+    with pytest.raises(AssertionError, match="live group unlisted"):
+        explore(Runner(cluster_client, NoRecheckPlanner), SCENARIOS[0])
