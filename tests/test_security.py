@@ -1,0 +1,428 @@
+"""Security: least-privilege ACL roles, TLS, and passwords that never leak."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import redis
+from click.testing import CliRunner, Result
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from servers import MakeRedisServer, RedisServer, TlsFiles, free_port, make_ca
+
+from redis_presence import (
+    PresenceAuthError,
+    PresenceConfigError,
+    PresenceConnectionError,
+    PresenceError,
+    PresenceReadOnlyError,
+    PresenceState,
+    RedisPresenceRegistry,
+)
+from redis_presence.cli import cli
+from redis_presence.keys import Keyspace
+
+MS = 1_000_000
+T0 = 1_796_000_000_123_456_000
+PRODUCTION_DOC = Path(__file__).resolve().parent.parent / "docs" / "production.md"
+
+pytestmark = pytest.mark.timeout(60)
+
+# --- ACL ------------------------------------------------------------------------------------
+# The one source of truth for the roles: docs/production.md must contain these lines verbatim,
+# and the tests below run exactly them. Commands are those the scripts and plans send:
+#   broker: heartbeat.lua (TYPE TIME HGET HSET ZADD EXISTS SET SADD), deregister.lua (TYPE
+#           ZREM HDEL EXISTS DEL SREM), SCRIPT LOAD after NOSCRIPT; on a cluster the index
+#           protocol's plain SADD, SREM, EXISTS are already in the list.
+#   reader: SMEMBERS (the index), snapshot.lua (TIME HGETALL), count.lua (TIME ZCOUNT
+#           ZRANGEBYSCORE HGET), ZCARD (len), EVALSHA_RO for read_only=True registries.
+BROKER_USER, BROKER_PASSWORD = "presence-broker", "change-me-broker"
+READER_USER, READER_PASSWORD = "presence-reader", "change-me-reader"
+ACL_BROKER = (
+    f"ACL SETUSER {BROKER_USER} reset on >{BROKER_PASSWORD} ~presence:* resetchannels -@all "
+    "+evalsha +script|load +type +time +exists +hget +hset +zadd +set +sadd +zrem +hdel +del "
+    "+srem"
+)
+ACL_READER = (
+    f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} ~presence:* resetchannels -@all "
+    "+evalsha +evalsha_ro +script|load +smembers +zcard +time +hgetall +zcount "
+    "+zrangebyscore +hget"
+)
+# A stricter reader for dashboards that use RedisPresenceRegistry(..., read_only=True): its
+# keys are read-only (%R~), which EVALSHA (keys declared read-write) may not touch.
+ACL_STRICT_READER = (
+    f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} %R~presence:* resetchannels -@all "
+    "+evalsha_ro +script|load +smembers +zcard +time +hgetall +zcount +zrangebyscore +hget"
+)
+# Someone must prune: the broker's commands plus the two that find expired consumers.
+JANITOR_USER, JANITOR_PASSWORD = "presence-janitor", "change-me-janitor"
+ACL_JANITOR = (
+    f"ACL SETUSER {JANITOR_USER} reset on >{JANITOR_PASSWORD} ~presence:* resetchannels -@all "
+    "+evalsha +script|load +type +time +exists +hget +hset +zadd +set +sadd +zrem +hdel +del "
+    "+srem +smembers +zrangebyscore"
+)
+ACL_LINES = (ACL_BROKER, ACL_READER, ACL_STRICT_READER, ACL_JANITOR)
+
+
+def test_production_doc_carries_the_tested_acl_lines() -> None:
+    text = PRODUCTION_DOC.read_text(encoding="utf-8")
+    for line in ACL_LINES:
+        assert line in text.splitlines(), f"docs/production.md lacks the tested line:\n{line}"
+    assert Keyspace("presence").acl_pattern == "~presence:*"
+
+
+@pytest.fixture
+def acl_server(make_redis_server: MakeRedisServer) -> RedisServer:
+    """A fresh server with the broker and reader users created from `ACL_LINES`."""
+    server = make_redis_server()
+    with server.client() as admin:
+        for line in (ACL_BROKER, ACL_READER, ACL_JANITOR):
+            assert admin.execute_command(*shlex.split(line)) in (b"OK", "OK", True)
+    return server
+
+
+@pytest.fixture
+def admin(acl_server: RedisServer) -> Iterator[redis.Redis]:
+    with acl_server.client() as client:
+        yield client
+
+
+def role_registry(
+    server: RedisServer, user: str, password: str, **kwargs: Any
+) -> RedisPresenceRegistry:
+    client = server.client(username=user, password=password, retry=Retry(NoBackoff(), 0))
+    return RedisPresenceRegistry(client, **kwargs)
+
+
+def dump(client: redis.Redis) -> dict[Any, Any]:
+    out: dict[Any, Any] = {}
+    for key in client.keys("*"):
+        kind = client.type(key)
+        if kind == b"zset":
+            out[key] = client.zrange(key, 0, -1, withscores=True)
+        elif kind == b"hash":
+            out[key] = sorted(client.hgetall(key).items())
+        elif kind == b"set":
+            out[key] = sorted(client.smembers(key))
+        else:
+            out[key] = client.get(key)
+    return out
+
+
+Operation = Callable[[RedisPresenceRegistry], object]
+WRITES: dict[str, Operation] = {
+    "heartbeat": lambda r: r.heartbeat("orders", "billing", "w9", 1, now_ns=T0),
+    "heartbeat (server clock)": lambda r: r.heartbeat("orders", "billing", "w9"),
+    "heartbeat_many": lambda r: r.heartbeat_many([("orders", "billing", "w9", 0)], now_ns=T0),
+    "deregister": lambda r: r.deregister("orders", "billing", "w1"),
+}
+READS: dict[str, Operation] = {
+    "snapshot": lambda r: r.snapshot(now_ns=T0),
+    "snapshot (server clock)": lambda r: [(row.key, row.lease_count) for row in r.snapshot()],
+    "count_active_by_group": lambda r: r.count_active_by_group(now_ns=T0),
+    "count (server clock)": lambda r: r.count_active_by_group(),
+    "len": len,
+}
+PRUNE: dict[str, Operation] = {
+    "prune_expired": lambda r: r.prune_expired(now_ns=T0 + 10**15),
+}
+
+
+def seed(admin: redis.Redis) -> RedisPresenceRegistry:
+    owner = RedisPresenceRegistry(admin)
+    owner.heartbeat("orders", "billing", "w1", 2, now_ns=T0)
+    owner.heartbeat("orders", "billing", "w2", 0, now_ns=T0 - 90_000 * MS)
+    owner.heartbeat("mail", "send", "w1", 0, now_ns=T0)
+    return owner
+
+
+def assert_denied(registry: RedisPresenceRegistry, ops: dict[str, Operation], admin: Any) -> None:
+    for name, op in ops.items():
+        before = dump(admin)
+        with pytest.raises(PresenceAuthError) as info:
+            op(registry)
+        assert "Redis refused access" in str(info.value), name
+        assert dump(admin) == before, f"{name} changed the store although it was refused"
+
+
+def test_broker_role_may_heartbeat_and_deregister_only(
+    acl_server: RedisServer, admin: redis.Redis
+) -> None:
+    owner = seed(admin)
+    broker = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD)
+    for op in WRITES.values():
+        admin.script_flush()  # the broker may reload the scripts the server forgot
+        op(broker)
+    rows = {(r.queue, r.group, r.consumer): r for r in owner.snapshot(now_ns=T0)}
+    assert ("orders", "billing", "w9") in rows
+    assert ("orders", "billing", "w1") not in rows  # deregistered by the broker
+    assert broker.deregister("mail", "send", "w1") is True  # empties the group and the index
+    assert owner.count_active_by_group(now_ns=T0) == {("orders", "billing"): 1}
+
+    assert_denied(broker, {**READS, **PRUNE}, admin)
+    outside = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD, prefix="other")
+    assert_denied(outside, {**WRITES, **READS, **PRUNE}, admin)
+
+
+def test_reader_role_may_snapshot_and_count_only(
+    acl_server: RedisServer, admin: redis.Redis
+) -> None:
+    owner = seed(admin)
+    reader = role_registry(acl_server, READER_USER, READER_PASSWORD)
+    read_only = role_registry(acl_server, READER_USER, READER_PASSWORD, read_only=True)
+    for registry in (reader, read_only):
+        for name, op in READS.items():
+            admin.script_flush()
+            assert op(registry) == op(owner), name
+    assert {r.consumer: r.state for r in reader.snapshot(now_ns=T0)} == {
+        "w1": PresenceState.ACTIVE,
+        "w2": PresenceState.EXPIRED,
+    }
+
+    assert_denied(reader, {**WRITES, **PRUNE}, admin)
+    outside = role_registry(acl_server, READER_USER, READER_PASSWORD, prefix="other")
+    assert_denied(outside, {**READS, **WRITES, **PRUNE}, admin)
+    for name, op in {**WRITES, **PRUNE}.items():
+        with pytest.raises(PresenceReadOnlyError, match=name.split()[0]):
+            op(read_only)
+
+
+def test_strict_reader_with_read_only_keys_needs_a_read_only_registry(
+    acl_server: RedisServer, admin: redis.Redis
+) -> None:
+    owner = seed(admin)
+    admin.execute_command(*shlex.split(ACL_STRICT_READER))  # type: ignore[no-untyped-call]
+    strict = role_registry(acl_server, READER_USER, READER_PASSWORD, read_only=True)
+    for name, op in READS.items():
+        admin.script_flush()
+        assert op(strict) == op(owner), name
+    # A normal registry sends EVALSHA, whose keys Redis counts as written: refused.
+    normal = role_registry(acl_server, READER_USER, READER_PASSWORD)
+    assert_denied(
+        normal,
+        {"snapshot": READS["snapshot"], "count": READS["count_active_by_group"], **WRITES},
+        admin,
+    )
+
+
+def test_janitor_role_may_prune(acl_server: RedisServer, admin: redis.Redis) -> None:
+    owner = seed(admin)
+    janitor = role_registry(acl_server, JANITOR_USER, JANITOR_PASSWORD)
+    admin.script_flush()
+    assert janitor.prune_expired(now_ns=T0) == 1  # w2, 90 s old
+    assert [row.key for row in owner.snapshot(now_ns=T0)] == [
+        ("mail", "send", "w1"),
+        ("orders", "billing", "w1"),
+    ]
+    reads = {"snapshot": READS["snapshot"], "count": READS["count_active_by_group"]}
+    assert_denied(janitor, reads, admin)
+    assert janitor.prune_expired(now_ns=T0 + 10**15) == 2  # empties both groups and the index
+    assert admin.keys("*") == []
+
+
+def test_nested_prefixes_need_exact_key_patterns(
+    acl_server: RedisServer, admin: redis.Redis
+) -> None:
+    """``~presence:*`` also covers a prefix ``presence:staging``; two exact patterns do not."""
+    nested = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD, prefix="presence:staging")
+    nested.heartbeat("orders", "billing", "w1", now_ns=T0)  # allowed by ~presence:*
+    exact = ACL_BROKER.replace("~presence:*", "~presence:index ~presence:{*")
+    admin.execute_command(*shlex.split(exact))  # type: ignore[no-untyped-call]
+    own = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD)
+    own.heartbeat("orders", "billing", "w1", now_ns=T0)
+    assert own.deregister("orders", "billing", "w1") is True
+    assert_denied(nested, WRITES, admin)
+
+
+# --- TLS ------------------------------------------------------------------------------------
+
+
+def tls_url(server: RedisServer, ca_cert: Path) -> str:
+    return f"rediss://127.0.0.1:{server.port}?ssl_ca_certs={quote(str(ca_cert))}"
+
+
+def test_tls_with_the_right_ca_works_and_a_wrong_ca_is_refused(
+    make_redis_server: MakeRedisServer, tls_files: TlsFiles, tmp_path: Path
+) -> None:
+    server = make_redis_server(tls=tls_files)
+    with RedisPresenceRegistry.from_url(tls_url(server, tls_files.ca_cert)) as registry:
+        registry.heartbeat("orders", "billing", "w1", 3, now_ns=T0)
+        registry.heartbeat("orders", "billing", "w2")  # server clock
+        rows = registry.snapshot(now_ns=T0)
+        assert [(r.consumer, r.lease_count) for r in rows] == [("w1", 3), ("w2", 0)]
+        assert registry.count_active_by_group(now_ns=T0) == {("orders", "billing"): 2}
+
+    other_ca, _ = make_ca(tmp_path / "other-ca", cn="some other CA")
+    wrong = RedisPresenceRegistry.from_url(
+        tls_url(server, other_ca), retry=Retry(NoBackoff(), 0), socket_connect_timeout=5
+    )
+    with pytest.raises(PresenceConnectionError, match=r"(?i)certificate") as info:
+        wrong.snapshot(now_ns=T0)
+    assert isinstance(info.value, PresenceError)
+
+    plaintext = RedisPresenceRegistry.from_url(
+        f"redis://127.0.0.1:{server.port}",
+        retry=Retry(NoBackoff(), 0),
+        socket_connect_timeout=5,
+        socket_timeout=5,
+    )
+    with pytest.raises(PresenceConnectionError):
+        plaintext.heartbeat("orders", "billing", "w3", now_ns=T0)
+    with server.client() as check:
+        assert check.zcard("presence:{orders}:billing:hb") == 2
+
+
+def test_cli_over_tls(
+    make_redis_server: MakeRedisServer, tls_files: TlsFiles, tmp_path: Path
+) -> None:
+    server = make_redis_server(tls=tls_files)
+    url = tls_url(server, tls_files.ca_cert)
+    runner = CliRunner()
+    beat = runner.invoke(cli, ["--url", url, "heartbeat", "orders", "billing", "w1"])
+    assert beat.exit_code == 0, beat.output
+    listed = runner.invoke(cli, ["--url", url, "--now-ns", str(T0), "ls", "--format", "json"])
+    assert listed.exit_code == 0, listed.output
+    assert '"consumer": "w1"' in listed.stdout
+    counts = runner.invoke(cli, ["--url", url, "counts", "--format", "csv"])
+    assert counts.exit_code == 0, counts.output
+    assert "orders,billing,1" in counts.stdout
+
+    other_ca, _ = make_ca(tmp_path / "other-ca", cn="some other CA")
+    refused = runner.invoke(cli, ["--url", tls_url(server, other_ca), "ls"])
+    assert refused.exit_code == 3  # ConnectionFailed
+    assert refused.exception is None or isinstance(refused.exception, SystemExit)
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "certificate" in refused.stderr.lower()
+
+
+# --- passwords ------------------------------------------------------------------------------
+
+PASSWORD = "p@ss:w/rd%-Sekr1t-never-shown"
+WRONG = "wr0ng:p@ss/w%rd-also-never-shown"
+
+
+LEAK_WINDOW = 8
+"""A password leaks when any run of this many of its characters shows."""
+
+
+def secrets_in(text: str, *secrets: str) -> list[str]:
+    """The pieces of the secrets (as written or percent-encoded) that appear in `text`."""
+    forms = {form for s in secrets for form in (s, quote(s, safe=""), quote(s))}
+    return sorted(
+        {
+            form[i : i + LEAK_WINDOW]
+            for form in forms
+            for i in range(max(1, len(form) - LEAK_WINDOW + 1))
+            if form[i : i + LEAK_WINDOW] in text
+        }
+    )
+
+
+def exception_text(exc: BaseException) -> str:
+    """Everything a caller could print about `exc`: str, repr, and the whole chain."""
+    parts = ["".join(traceback.format_exception(type(exc), exc, exc.__traceback__))]
+    seen: BaseException | None = exc
+    while seen is not None:
+        parts += [str(seen), repr(seen)]
+        seen = seen.__cause__ or seen.__context__
+    return "\n".join(parts)
+
+
+def log_text(caplog: pytest.LogCaptureFixture) -> str:
+    return "\n".join(f"{r.getMessage()} {r.exc_text or ''} {r.args!r}" for r in caplog.records)
+
+
+@pytest.fixture
+def password_server(make_redis_server: MakeRedisServer) -> RedisServer:
+    return make_redis_server(requirepass=PASSWORD)
+
+
+def url_with(password: str, port: int, user: str = "") -> str:
+    return f"redis://{user}:{quote(password, safe='')}@127.0.0.1:{port}/0"
+
+
+FAST: dict[str, Any] = {
+    "retry": Retry(NoBackoff(), 0),
+    "socket_connect_timeout": 5,
+    "socket_timeout": 5,
+}
+
+
+def test_password_works_and_never_leaks_on_failure(
+    password_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    port = password_server.port
+    with RedisPresenceRegistry.from_url(url_with(PASSWORD, port), **FAST) as good:
+        good.heartbeat("orders", "billing", "w1", now_ns=T0)
+        assert len(good) == 1
+        assert not secrets_in(repr(good), PASSWORD)
+
+    failures: dict[str, tuple[str, type[PresenceError]]] = {
+        "wrong password": (url_with(WRONG, port), PresenceAuthError),
+        "wrong password, named user": (url_with(WRONG, port, "default"), PresenceAuthError),
+        "no password": (f"redis://127.0.0.1:{port}/0", PresenceAuthError),
+        "nobody listening": (url_with(PASSWORD, free_port()), PresenceConnectionError),
+        "malformed port": (
+            f"redis://user:{quote(PASSWORD, safe='')}@127.0.0.1:port/0",
+            PresenceConfigError,
+        ),
+        "unknown scheme": (f"http://user:{quote(PASSWORD, safe='')}@h/0", PresenceConfigError),
+    }
+    for name, (url, error) in failures.items():
+        with pytest.raises(error) as info, RedisPresenceRegistry.from_url(url, **FAST) as r:
+            r.heartbeat("orders", "billing", "w2", now_ns=T0)
+        text = exception_text(info.value)
+        assert not secrets_in(text, PASSWORD, WRONG), f"{name}: secret in\n{text}"
+    assert not secrets_in(log_text(caplog), PASSWORD, WRONG)
+
+
+def test_cli_never_prints_a_password(
+    password_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    port = password_server.port
+    runner = CliRunner()
+    ok = runner.invoke(cli, ["--url", url_with(PASSWORD, port), "heartbeat", "q", "g", "c"])
+    assert ok.exit_code == 0, ok.output
+    cases = {
+        "wrong password": url_with(WRONG, port),
+        "nobody listening": url_with(PASSWORD, free_port()),
+        "malformed port": f"redis://u:{quote(PASSWORD, safe='')}@127.0.0.1:port/0",
+    }
+    results: list[Result] = []
+    for name, url in cases.items():
+        for args in (["--url", url, "ls"], ["ls"]):
+            env = {"REDIS_PRESENCE_URL": url} if args == ["ls"] else {}
+            result = runner.invoke(cli, args, env=env)
+            results.append(result)
+            assert result.exit_code != 0, f"{name}: {result.output}"
+            shown = result.output + result.stderr
+            assert not secrets_in(shown, PASSWORD, WRONG), f"{name}: {shown}"
+            assert len(result.stderr.strip().splitlines()) == 1, f"{name}: {result.stderr}"
+    assert not secrets_in(log_text(caplog), PASSWORD, WRONG)
+    assert {r.exit_code for r in results} - {1, 2, 3, 4} == set()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="urls.redact and the CLI's secrets_of end the userinfo at the first '@' (or '/'), "
+    "so a password written with a raw '@' or '/' shows after the first one",
+)
+def test_unencoded_special_characters_in_a_password_never_leak(
+    password_server: RedisServer,
+) -> None:
+    url = f"redis://u:{PASSWORD}@127.0.0.1:{password_server.port}/0"  # not percent-encoded
+    with pytest.raises(PresenceError) as info, RedisPresenceRegistry.from_url(url, **FAST) as r:
+        r.heartbeat("orders", "billing", "w2", now_ns=T0)
+    leaked = secrets_in(exception_text(info.value), PASSWORD)
+    result = CliRunner().invoke(cli, ["--url", url, "ls"])
+    leaked += secrets_in(result.output + result.stderr, PASSWORD)
+    assert not leaked
