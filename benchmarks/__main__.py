@@ -47,7 +47,8 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    console = Console()
+    # Wide enough for the tables when the output goes to a file or a CI log.
+    console = Console() if sys.stdout.isatty() else Console(width=160)
     sizes = QUICK if args.quick else FULL
     mode = "quick" if args.quick else "full"
     keys = args.case or list(CASES)

@@ -71,7 +71,7 @@ class Sizes:
     prune_sizes: tuple[int, int]
     prune_removed: int
     prune_rounds: int
-    memory_size: int
+    memory_sizes: tuple[int, ...]
 
 
 FULL = Sizes(
@@ -88,7 +88,7 @@ FULL = Sizes(
     prune_sizes=(10_000, 100_000),
     prune_removed=1_000,
     prune_rounds=30,
-    memory_size=100_000,
+    memory_sizes=(10_000, 100_000),
 )
 
 QUICK = Sizes(
@@ -105,7 +105,7 @@ QUICK = Sizes(
     prune_sizes=(10_000, 100_000),
     prune_removed=1_000,
     prune_rounds=5,
-    memory_size=10_000,
+    memory_sizes=(10_000,),
 )
 
 
@@ -389,7 +389,7 @@ def case_coalescing(server: BenchServer, sizes: Sizes) -> CaseResult:
     if reporter_cls is None:
         result.skipped = why
         return result
-    interval_ms = 1_000
+    interval_ms = 100  # short, so the beating spans several flushes
     client = server.client()
     try:
         client.flushall()
@@ -670,34 +670,46 @@ def case_prune(server: BenchServer, sizes: Sizes) -> CaseResult:
 
 
 def case_memory(server: BenchServer, sizes: Sizes) -> CaseResult:
-    """Redis memory per tracked consumer, against one key per consumer with a TTL."""
-    n = sizes.memory_size
-    result = CaseResult("memory", f"7. Redis memory per consumer, {n:,} consumers")
+    """Redis memory per tracked consumer, against one key per consumer with a TTL.
+
+    Measured at each size because Redis stores a small group compactly (listpack, up to
+    128 consumers per group by default) and a large one in a skiplist and a hash table.
+    """
+    result = CaseResult("memory", "7. Redis memory per consumer")
     client = server.client()
     try:
         registry = _registry(client)
         registry.heartbeat(*HOT)  # the scripts are cached before the first reading
-        beats = fleet(n)
+        for n in sizes.memory_sizes:
+            beats = fleet(n)
 
-        def per_consumer(write: Callable[[], object]) -> float:
             client.flushall()
             gc.collect()
             before = used_memory(client)
-            write()
-            return (used_memory(client) - before) / n
-
-        presence = per_consumer(lambda: write_fleet(registry, beats, NOW_NS))
-        scan = per_consumer(lambda: ScanDesign(client).write(beats, NOW_NS))
-        result.facts.update(
-            {
-                "consumers": n,
-                "presence_bytes_per_consumer": round(presence, 1),
-                "scan_design_bytes_per_consumer": round(scan, 1),
-                "presence / scan design": round(presence / scan, 2),
+            write_fleet(registry, beats, NOW_NS)
+            presence = (used_memory(client) - before) / n
+            encoding = "/".join(
+                str(client.object("encoding", f"{PREFIX}:{{queue-00}}:group-00:{kind}"))
+                .removeprefix("b'")
+                .removesuffix("'")
+                for kind in ("hb", "c")
+            )
+            client.flushall()
+            gc.collect()
+            before = used_memory(client)
+            ScanDesign(client).write(beats, NOW_NS)
+            scan = (used_memory(client) - before) / n
+            result.facts[f"@ {n:,} ({n // GROUPS:,} per group, {encoding})"] = {
+                "redis-presence B/consumer": round(presence, 1),
+                "SCAN design B/consumer": round(scan, 1),
+                "presence / SCAN design": round(presence / scan, 2),
             }
-        )
-        result.measures.append(Measure("redis-presence", "B", [presence], "consumer", n))
-        result.measures.append(Measure("SCAN design (key + TTL)", "B", [scan], "consumer", n))
+            result.measures.append(
+                Measure(f"redis-presence @ {n:,}", "B", [presence], "consumer", n)
+            )
+            result.measures.append(
+                Measure(f"SCAN design (key + TTL) @ {n:,}", "B", [scan], "consumer", n)
+            )
     finally:
         client.flushall()
         client.close()
