@@ -110,6 +110,11 @@ def check_triple(queue: Any, group: Any, consumer: Any) -> tuple[str, str, str]:
 
 def check_beats(beats: Iterable[Any]) -> list[Beat]:
     """Validate every beat of a batch; an error names the beat's index and argument."""
+    if isinstance(beats, str | bytes) or not isinstance(beats, Iterable):
+        raise TypeError(
+            "beats must be an iterable of (queue, group, consumer, lease_count) tuples, "
+            f"got {type(beats).__name__}"
+        )
     checked: list[Beat] = []
     for index, beat in enumerate(beats):
         if not isinstance(beat, tuple | list) or len(beat) not in (3, 4):
