@@ -316,11 +316,6 @@ def test_bad_beats_write_nothing(
     store.rejects(lambda r: r.heartbeat_many(generated(), now_ns=T0), error, argument)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="check_beats iterates `beats` unguarded: the TypeError reads "
-    "\"'int' object is not iterable\" and does not name the argument",
-)
 @pytest.mark.parametrize("beats", [None, 5])
 def test_non_iterable_beats_name_the_argument(store: Store, beats: Any) -> None:
     store.rejects(lambda r: r.heartbeat_many(beats, now_ns=T0), TypeError, "beats")
