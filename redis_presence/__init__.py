@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .aio import AsyncRedisPresenceRegistry
 from .errors import (
     PresenceAuthError,
     PresenceConfigError,
@@ -16,6 +17,7 @@ from .redis import RedisPresenceRegistry
 
 __all__ = [
     "DEFAULT_PRESENCE_TTL_MS",
+    "AsyncRedisPresenceRegistry",
     "ConsumerPresence",
     "ConsumerPresenceRegistry",
     "PresenceAuthError",

@@ -1,4 +1,10 @@
-"""Connection URLs: opening redis-py clients and redacting credentials from messages."""
+"""Connection URLs: opening redis-py clients and redacting credentials from messages.
+
+``redis://``, ``rediss://`` and ``unix://`` open a ``redis.Redis`` (``redis.asyncio.Redis``).
+``redis+cluster://host:port`` and ``rediss+cluster://host:port`` open a Redis Cluster client
+(``redis.cluster.RedisCluster``, or its asyncio twin) from that startup node: the URL is
+handed to ``RedisCluster.from_url`` with ``+cluster`` removed from the scheme.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,15 @@ import re
 from typing import Any
 
 import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 
-from .errors import PresenceConfigError
+from .core import DRIVER_ERRORS
+from .errors import PresenceConfigError, translate
 
-SCHEMES = ("redis", "rediss", "unix")
+CLUSTER_SUFFIX = "+cluster"
+SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 _CREDENTIALS = re.compile(r"(?<=://)([^/@]*)@")
 
 
@@ -41,13 +52,33 @@ def scheme_of(url: Any) -> str:
     return scheme
 
 
-def open_client(url: str, **kwargs: Any) -> Any:
-    """A synchronous redis-py client for `url` (no connection is made until first use)."""
-    scheme_of(url)
+def is_cluster_url(url: str) -> bool:
+    """Whether `url` names a Redis Cluster (``redis+cluster://``, ``rediss+cluster://``)."""
+    return scheme_of(url).endswith(CLUSTER_SUFFIX)
+
+
+def _open(url: str, kwargs: dict[str, Any], standalone: Any, cluster: Any) -> Any:
+    scheme = scheme_of(url)
     try:
-        return redis.Redis.from_url(url, **kwargs)
+        if scheme.endswith(CLUSTER_SUFFIX):
+            plain = scheme.removesuffix(CLUSTER_SUFFIX) + url[len(scheme) :]
+            return cluster.from_url(plain, **kwargs)
+        return standalone.from_url(url, **kwargs)
     except (ValueError, TypeError) as exc:
         raise PresenceConfigError(scrub(f"invalid Redis URL {redact(url)!r}: {exc}", url)) from None
+    except DRIVER_ERRORS as exc:  # a sync cluster client connects at once to map the slots
+        raise translate(exc) from exc
+
+
+def open_client(url: str, **kwargs: Any) -> Any:
+    """A synchronous redis-py client for `url`; only a cluster client connects at once (to
+    learn the slot map), so only it can raise a `PresenceError` here."""
+    return _open(url, kwargs, redis.Redis, redis.cluster.RedisCluster)
+
+
+def open_async_client(url: str, **kwargs: Any) -> Any:
+    """An asyncio redis-py client for `url` (no connection is made until first use)."""
+    return _open(url, kwargs, redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)
 
 
 def scrub(message: str, url: str) -> str:

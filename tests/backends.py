@@ -6,11 +6,19 @@ A new backend gets the whole contract suite by adding one `pytest.param` to
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import pytest
+import redis.asyncio
+from aio_adapter import SyncAdapter
 
-from redis_presence import ConsumerPresence, ConsumerPresenceRegistry, RedisPresenceRegistry
+from redis_presence import (
+    AsyncRedisPresenceRegistry,
+    ConsumerPresence,
+    ConsumerPresenceRegistry,
+    RedisPresenceRegistry,
+)
 from redis_presence.validation import Beat
 
 
@@ -45,6 +53,9 @@ BACKENDS = [
     pytest.param("memory", id="memory"),
     pytest.param("fakeredis", id="fakeredis"),
     pytest.param("redis", id="redis-server", marks=pytest.mark.redis_server),
+    pytest.param("cluster", id="cluster", marks=pytest.mark.redis_server),
+    pytest.param("async", id="async", marks=pytest.mark.redis_server),
+    pytest.param("async-cluster", id="async-cluster", marks=pytest.mark.redis_server),
 ]
 REDIS_BACKENDS = [p for p in BACKENDS if p.values[0] != "memory"]
 
@@ -57,7 +68,26 @@ def make_registry(request: pytest.FixtureRequest, backend: str, prefix: str = "p
         return RedisPresenceRegistry(request.getfixturevalue("fake_client"), prefix=prefix)
     if backend == "redis":
         return RedisPresenceRegistry(request.getfixturevalue("redis_client"), prefix=prefix)
+    if backend == "cluster":
+        return RedisPresenceRegistry(request.getfixturevalue("cluster_client"), prefix=prefix)
+    if backend == "async":
+        server = request.getfixturevalue("redis_server")
+        host, port = server.host, server.port
+        return _async(request, backend, prefix, lambda: redis.asyncio.Redis(host=host, port=port))
+    if backend == "async-cluster":
+        make_client = request.getfixturevalue("redis_cluster").async_client
+        return _async(request, backend, prefix, make_client)
     raise ValueError(f"unknown backend {backend!r}")
+
+
+def _async(
+    request: pytest.FixtureRequest, backend: str, prefix: str, make_client: Callable[[], Any]
+) -> SyncAdapter:
+    """The async registry on a fresh asyncio client, driven from sync tests."""
+    raw_client(request, backend)  # the fixture flushes the store
+    adapter = SyncAdapter(lambda: AsyncRedisPresenceRegistry(make_client(), prefix=prefix))
+    request.addfinalizer(adapter.close)
+    return adapter
 
 
 def second_client(request: pytest.FixtureRequest, backend: str) -> Any:
@@ -67,8 +97,12 @@ def second_client(request: pytest.FixtureRequest, backend: str) -> Any:
         import fakeredis
 
         return fakeredis.FakeRedis(server=fake.connection_pool.connection_kwargs["server"])
-    if backend == "redis":
+    if backend in ("redis", "async"):
         client = request.getfixturevalue("redis_server").client()
+        request.addfinalizer(client.close)
+        return client
+    if backend in ("cluster", "async-cluster"):
+        client = request.getfixturevalue("redis_cluster").client()
         request.addfinalizer(client.close)
         return client
     raise ValueError(f"backend {backend!r} has no second connection")
@@ -78,6 +112,8 @@ def raw_client(request: pytest.FixtureRequest, backend: str) -> Any:
     """The backend's own Redis client, to inspect stored keys (Redis backends only)."""
     if backend == "fakeredis":
         return request.getfixturevalue("fake_client")
-    if backend == "redis":
+    if backend in ("redis", "async"):
         return request.getfixturevalue("redis_client")
+    if backend in ("cluster", "async-cluster"):
+        return request.getfixturevalue("cluster_client")
     raise ValueError(f"backend {backend!r} has no Redis client")

@@ -1,0 +1,131 @@
+"""AsyncRedisPresenceRegistry: the Redis registry for asyncio brokers (``redis.asyncio``).
+
+It shares set-up, validation, plans, scripts and row decoding with `RedisPresenceRegistry`
+(`core.PlannedRegistry`); only the execution of a plan's batches is asynchronous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any, TypeVar
+
+from .core import DRIVER_ERRORS, Eval, Plan, PlannedRegistry, Request, pipelinable
+from .errors import translate
+from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
+from .urls import open_async_client
+from .validation import Beat
+
+T = TypeVar("T")
+
+__all__ = ["AsyncRedisPresenceRegistry"]
+
+
+class AsyncRedisPresenceRegistry(PlannedRegistry):
+    """`RedisPresenceRegistry` with coroutine methods, over ``redis.asyncio`` clients.
+
+    `client` is a ``redis.asyncio.Redis`` or a ``redis.asyncio.cluster.RedisCluster``. The
+    methods and their answers are those of the sync registry; ``len()`` cannot be awaited,
+    so the number of tracked consumers is ``await registry.size()``. On a cluster the
+    per-queue script calls of one operation run concurrently.
+    """
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, prefix: str = "presence", **redis_kwargs: Any
+    ) -> AsyncRedisPresenceRegistry:
+        """A registry on a new asyncio client for `url` (the schemes of
+        `RedisPresenceRegistry.from_url`); `aclose` closes that client."""
+        registry = cls(open_async_client(url, **redis_kwargs), prefix=prefix)
+        registry._owns_client = True
+        return registry
+
+    # -- the contract ---------------------------------------------------------------
+
+    async def heartbeat(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        lease_count: int = 0,
+        now_ns: int | None = None,
+    ) -> None:
+        """Record or refresh one consumer in one atomic script call (one round trip)."""
+        await self._run(self._plan_heartbeat(queue, group, consumer, lease_count, now_ns))
+
+    async def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
+        """Write many ``(queue, group, consumer, lease_count)`` beats, each atomically, in one
+        script call (one per queue on a cluster, sent concurrently); returns how many."""
+        return await self._run(self._plan_heartbeat_many(beats, now_ns))
+
+    async def snapshot(
+        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+    ) -> list[ConsumerPresence]:
+        """Every tracked consumer, ordered by `(queue, group, consumer)`, expired ones too."""
+        return await self._run(self._plan_snapshot(now_ns, ttl_ms))
+
+    async def count_active_by_group(
+        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+    ) -> dict[tuple[str, str], int]:
+        """Active consumers per `(queue, group)`; groups without one have no key."""
+        return await self._run(self._plan_count(now_ns, ttl_ms))
+
+    async def prune_expired(
+        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+    ) -> int:
+        """Remove exactly the consumers `snapshot` would call expired; returns how many."""
+        return await self._run(self._plan_prune(now_ns, ttl_ms))
+
+    async def deregister(self, queue: str, group: str, consumer: str) -> bool:
+        """Forget one consumer (graceful shutdown); returns whether it was tracked."""
+        return await self._run(self._plan_deregister(queue, group, consumer))
+
+    async def size(self) -> int:
+        """How many consumers are tracked, in every state (the sync registry's ``len()``)."""
+        return await self._run(self._plan_size())
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the client if this registry opened it (`from_url`)."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> AsyncRedisPresenceRegistry:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- I/O ------------------------------------------------------------------------
+
+    async def _run(self, plan: Plan[T]) -> T:
+        try:
+            batch = next(plan)
+            while True:
+                batch = plan.send(await self._execute(batch))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        except DRIVER_ERRORS as exc:
+            raise translate(exc) from exc
+
+    async def _execute(self, batch: list[Request]) -> list[Any]:
+        """One batch: plain commands in one pipeline; script calls (one per queue on a
+        cluster) concurrently."""
+        if pipelinable(batch):
+            pipe = self._client.pipeline(transaction=False)
+            for request in batch:
+                pipe.execute_command(request.name, *request.args)
+            return list(await pipe.execute())
+        return list(await asyncio.gather(*(self._one(request) for request in batch)))
+
+    async def _one(self, request: Request) -> Any:
+        if isinstance(request, Eval):
+            return await self._scripts[request.script](keys=request.keys, args=request.args)
+        return await self._client.execute_command(request.name, *request.args)

@@ -1,0 +1,326 @@
+"""Redis Cluster specifics: cluster URLs, one script call per queue, NOSCRIPT on every node,
+and prune racing with first heartbeats from several threads.
+
+The whole contract suite also runs on the cluster (sync and async) through the backend
+matrix in `backends.py`; these are the cluster-only guarantees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio.cluster
+import redis.cluster
+from servers import RedisClusterProcesses, free_port
+
+from redis_presence import (
+    AsyncRedisPresenceRegistry,
+    PresenceConfigError,
+    PresenceError,
+    RedisPresenceRegistry,
+)
+from redis_presence.keys import Keyspace
+from redis_presence.urls import SCHEMES, is_cluster_url, open_async_client
+
+MS = 1_000_000
+T0 = 1_796_000_000_123_456_000
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def node_clients(cluster: RedisClusterProcesses) -> list[redis.Redis]:
+    return [node.client() for node in cluster.nodes]
+
+
+def command_calls(clients: list[redis.Redis], command: str) -> int:
+    """How often `command` ran on the whole cluster since the last CONFIG RESETSTAT."""
+    total = 0
+    for client in clients:
+        stats = client.info("commandstats").get(f"cmdstat_{command}")
+        total += int(stats["calls"]) if stats else 0
+    return total
+
+
+@pytest.fixture
+def nodes(redis_cluster: RedisClusterProcesses) -> Iterator[list[redis.Redis]]:
+    clients = node_clients(redis_cluster)
+    yield clients
+    for client in clients:
+        client.close()
+
+
+def node_of(client: redis.cluster.RedisCluster, key: str) -> str:
+    """The name (host:port) of the master that holds `key`."""
+    return str(client.get_node_from_key(key).name)  # type: ignore[no-untyped-call]
+
+
+def queues_on_every_node(client: redis.cluster.RedisCluster, per_node: int = 2) -> list[str]:
+    """Queue names whose keys live on each master, `per_node` of them per master."""
+    found: dict[str, list[str]] = {}
+    space = Keyspace("presence")
+    index_node = node_of(client, space.index)
+    for i in range(1000):
+        queue = f"queue-{i}"
+        node = node_of(client, space.group(queue, "g").hb)
+        found.setdefault(node, [])
+        if len(found[node]) < per_node:
+            found[node].append(queue)
+        if len(found) == 3 and all(len(q) == per_node for q in found.values()):
+            break
+    assert len(found) == 3, found
+    assert any(node != index_node for node in found)
+    return sorted(q for qs in found.values() for q in qs)
+
+
+# --- URLs ---------------------------------------------------------------------------------
+
+
+def test_cluster_url_opens_a_cluster_registry(redis_cluster: RedisClusterProcesses) -> None:
+    node = redis_cluster.nodes[1]
+    redis_cluster.flushall()
+    with RedisPresenceRegistry.from_url(f"REDIS+Cluster://{node.host}:{node.port}") as registry:
+        assert isinstance(registry.client, redis.cluster.RedisCluster)
+        assert registry.clustered
+        registry.heartbeat("orders", "billing", "w1", now_ns=T0)
+        assert [row.key for row in registry.snapshot(now_ns=T0)] == [("orders", "billing", "w1")]
+
+
+def test_async_cluster_url_opens_an_async_cluster_registry(
+    redis_cluster: RedisClusterProcesses,
+) -> None:
+    node = redis_cluster.nodes[2]
+    redis_cluster.flushall()
+
+    async def main() -> list[tuple[str, str, str]]:
+        url = f"redis+cluster://{node.host}:{node.port}"
+        async with AsyncRedisPresenceRegistry.from_url(url) as registry:
+            assert isinstance(registry.client, redis.asyncio.cluster.RedisCluster)
+            assert registry.clustered
+            await registry.heartbeat("orders", "billing", "w1", now_ns=T0)
+            return [row.key for row in await registry.snapshot(now_ns=T0)]
+
+    assert asyncio.run(main()) == [("orders", "billing", "w1")]
+
+
+def test_tls_cluster_url_maps_to_rediss() -> None:
+    client = open_async_client("rediss+cluster://user:secret@127.0.0.1:7000")
+    assert isinstance(client, redis.asyncio.cluster.RedisCluster)
+    assert client.connection_kwargs["connection_class"] is redis.asyncio.SSLConnection
+    assert client.connection_kwargs["password"] == "secret"
+    plain = open_async_client("redis+cluster://127.0.0.1:7000")
+    assert plain.connection_kwargs["connection_class"] is redis.asyncio.Connection
+    assert is_cluster_url("rediss+cluster://h:1")
+    assert not is_cluster_url("rediss://h:1")
+
+
+def test_unknown_cluster_schemes_name_the_accepted_ones() -> None:
+    assert {"redis+cluster", "rediss+cluster"} <= set(SCHEMES)
+    with pytest.raises(PresenceConfigError, match=r"redis\+cluster://, rediss\+cluster://"):
+        RedisPresenceRegistry.from_url("unix+cluster:///tmp/redis.sock")
+
+
+def test_unreachable_cluster_url_is_a_presence_error() -> None:
+    url = f"redis+cluster://:hunter2@127.0.0.1:{free_port()}"
+    with pytest.raises(PresenceError, match="cannot be connected") as info:
+        RedisPresenceRegistry.from_url(url, socket_connect_timeout=1)
+    assert "hunter2" not in str(info.value)
+
+
+# --- one script call per queue ------------------------------------------------------------
+
+
+def test_heartbeat_many_sends_one_script_call_per_queue(
+    cluster_client: redis.cluster.RedisCluster, nodes: list[redis.Redis]
+) -> None:
+    registry = RedisPresenceRegistry(cluster_client)
+    queues = queues_on_every_node(cluster_client)
+    beats = [(q, g, f"c{i}", i) for q in queues for g in ("a", "b") for i in range(5)]
+    registry.heartbeat_many(beats[:1])  # load the script on its node
+    for client in nodes:
+        client.config_resetstat()
+    assert registry.heartbeat_many(beats) == len(beats)
+    assert command_calls(nodes, "evalsha") == len(queues)
+    assert command_calls(nodes, "hset") == len(beats)
+    assert command_calls(nodes, "zadd") == len(beats)
+    # Every group but the one already listed is new: one SADD lists them all.
+    assert command_calls(nodes, "sadd") == 1
+    counts = registry.count_active_by_group()
+    assert counts == {(q, g): 5 for q in queues for g in ("a", "b")}
+
+    for client in nodes:
+        client.config_resetstat()
+    assert registry.heartbeat_many(beats) == len(beats)  # every group is marked: no SADD
+    assert command_calls(nodes, "evalsha") == len(queues)
+    assert command_calls(nodes, "sadd") == 0
+
+
+def test_async_heartbeat_many_sends_one_script_call_per_queue(
+    redis_cluster: RedisClusterProcesses,
+    cluster_client: redis.cluster.RedisCluster,
+    nodes: list[redis.Redis],
+) -> None:
+    queues = queues_on_every_node(cluster_client)
+    beats = [(q, "g", f"c{i}", i) for q in queues for i in range(4)]
+
+    async def main() -> tuple[int, int]:
+        registry = AsyncRedisPresenceRegistry(redis_cluster.async_client())
+        try:
+            await registry.heartbeat(queues[0], "g", "warm-up")
+            for client in nodes:
+                client.config_resetstat()
+            await registry.heartbeat_many(beats)
+            calls = command_calls(nodes, "evalsha")
+            return calls, len(await registry.snapshot())
+        finally:
+            await registry.client.aclose()
+
+    assert asyncio.run(main()) == (len(queues), len(beats) + 1)
+
+
+# --- scripts survive a flushed cache on every node ----------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_every_operation_recovers_after_script_flush_on_every_node(
+    redis_cluster: RedisClusterProcesses,
+    cluster_client: redis.cluster.RedisCluster,
+    nodes: list[redis.Redis],
+    flavour: str,
+) -> None:
+    queues = queues_on_every_node(cluster_client, per_node=1)
+    beats = [(q, "g", "c", 1) for q in queues]
+
+    def flush_scripts() -> None:
+        for client in nodes:
+            client.script_flush()
+
+    def operations(registry: Any) -> list[Callable[[], Any]]:
+        return [
+            lambda: registry.heartbeat(queues[0], "g", "solo", now_ns=T0),
+            lambda: registry.heartbeat_many(beats, now_ns=T0),
+            lambda: registry.snapshot(now_ns=T0),
+            lambda: registry.count_active_by_group(now_ns=T0),
+            lambda: registry.prune_expired(now_ns=T0),
+            lambda: registry.deregister(queues[0], "g", "solo"),
+            lambda: registry.prune_expired(now_ns=T0 + 3_600_000 * MS),
+        ]
+
+    if flavour == "sync":
+        registry: Any = RedisPresenceRegistry(cluster_client)
+        results = []
+        for operation in operations(registry):
+            flush_scripts()
+            results.append(operation())
+    else:
+
+        async def main() -> list[Any]:
+            registry = AsyncRedisPresenceRegistry(redis_cluster.async_client())
+            try:
+                out = []
+                for operation in operations(registry):
+                    flush_scripts()
+                    out.append(await operation())
+                return out
+            finally:
+                await registry.client.aclose()
+
+        results = asyncio.run(main())
+    assert results[2] == sorted(results[2], key=lambda row: row.key)
+    assert len(results[2]) == len(queues) + 1
+    assert results[3] == {(q, "g"): 2 if q == queues[0] else 1 for q in queues}
+    assert results[4:] == [0, True, len(queues)]
+    assert cluster_client.keys("*") == []
+
+
+# --- prune racing with first heartbeats ---------------------------------------------------
+
+ROUNDS = 12
+QUEUES_PER_ROUND = 32
+BEATERS = 4
+PRUNERS = 2
+
+
+def test_prune_racing_first_heartbeats_never_loses_a_consumer(
+    redis_cluster: RedisClusterProcesses, cluster_client: redis.cluster.RedisCluster
+) -> None:
+    """Each round: every queue holds one long-expired consumer; pruner threads remove it
+    (emptying the group) while beater threads send the first beats of new consumers of the
+    same groups. Once the round's calls have returned, every new consumer is in the
+    snapshot, and the index lists exactly the non-empty groups after a final prune."""
+    registries = [
+        RedisPresenceRegistry(redis_cluster.client()) for _ in range(BEATERS + PRUNERS + 1)
+    ]
+    reader, beaters, pruners = registries[0], registries[1 : BEATERS + 1], registries[BEATERS + 1 :]
+    try:
+        for round_ in range(ROUNDS):
+            queues = [f"r{round_}-q{i:02}" for i in range(QUEUES_PER_ROUND)]
+            seconds, micros = cluster_client.time()
+            now_ns = (int(seconds) * 1_000_000 + int(micros)) * 1_000
+            reader.heartbeat_many([(q, "g", "gone", 0) for q in queues], now_ns=now_ns - HOUR)
+            race = Race()
+            threads = [race.thread(beat, queues, i, r) for i, r in enumerate(beaters)]
+            threads += [race.thread(prune, r) for r in pruners]
+            race.run(threads)
+            expected = {(q, "g", f"b{i % BEATERS}") for i, q in enumerate(queues)}
+            seen = {row.key for row in reader.snapshot() if row.queue in queues}
+            assert seen == expected, f"round {round_}: lost {sorted(expected - seen)}"
+        reader.prune_expired()
+        space = Keyspace("presence")
+        listed = {space.from_member(m) for m in cluster_client.smembers(space.index)}
+        assert {(gk.queue, gk.group) for gk in listed} == {
+            (f"r{r}-q{i:02}", "g") for r in range(ROUNDS) for i in range(QUEUES_PER_ROUND)
+        }
+    finally:
+        for registry in registries:
+            registry.client.close()
+
+
+HOUR = 3_600_000 * MS
+
+
+class Race:
+    """Threads that start together; beaters hold back until a prune is under way, so their
+    first beats land while it empties the groups (the GIL would otherwise let them finish
+    before the pruner's first script)."""
+
+    def __init__(self) -> None:
+        self.pruning = threading.Event()
+        self.errors: list[BaseException] = []
+        self.barrier = threading.Barrier(BEATERS + PRUNERS)
+
+    def thread(self, target: Callable[..., None], *args: Any) -> threading.Thread:
+        def run() -> None:
+            try:
+                self.barrier.wait(timeout=30)
+                target(self, *args)
+            except BaseException as exc:
+                self.errors.append(exc)
+                self.pruning.set()
+
+        return threading.Thread(target=run)
+
+    def run(self, threads: list[threading.Thread]) -> None:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not self.errors, self.errors
+
+
+def beat(race: Race, queues: list[str], index: int, registry: RedisPresenceRegistry) -> None:
+    assert race.pruning.wait(timeout=30)
+    # Each queue gets its first new consumer from one beater, walking against the prune's
+    # (sorted) order: the two meet halfway, so some first beats land just after the prune
+    # emptied their group and before it updated the index.
+    for queue in reversed(queues[index::BEATERS]):
+        registry.heartbeat(queue, "g", f"b{index}")
+
+
+def prune(race: Race, registry: RedisPresenceRegistry) -> None:
+    race.pruning.set()
+    registry.prune_expired()
