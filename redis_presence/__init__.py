@@ -14,9 +14,12 @@ from .errors import (
 from .memory import ConsumerPresenceRegistry
 from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
 from .redis import RedisPresenceRegistry
+from .reporter import DEFAULT_REPORT_INTERVAL_MS, AsyncPresenceReporter, PresenceReporter
 
 __all__ = [
     "DEFAULT_PRESENCE_TTL_MS",
+    "DEFAULT_REPORT_INTERVAL_MS",
+    "AsyncPresenceReporter",
     "AsyncRedisPresenceRegistry",
     "ConsumerPresence",
     "ConsumerPresenceRegistry",
@@ -26,6 +29,7 @@ __all__ = [
     "PresenceDataError",
     "PresenceError",
     "PresenceReadOnlyError",
+    "PresenceReporter",
     "PresenceState",
     "RedisPresenceRegistry",
 ]

@@ -1,0 +1,414 @@
+"""Coalescing reporters: put `beat()` on a broker's read path, write once per interval.
+
+`PresenceReporter.beat` only stores the latest beat of each consumer in memory (O(1), no
+I/O); a background thread writes them once per interval with one script call (one per
+queue on a cluster). Each beat carries how long ago it was made, measured on this
+process's monotonic clock, and the script stamps it ``server_now - delay``: coalescing and
+outages never make a consumer look fresher than it is, and no broker's wall clock is
+trusted. `AsyncPresenceReporter` is the same with an asyncio task instead of a thread; the
+coalescing, backoff and logging rules live once, in `_Coalescer`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Generic, TypeVar
+
+from .aio import AsyncRedisPresenceRegistry
+from .core import DelayedBeat, Plan, PlannedRegistry
+from .errors import PresenceError
+from .model import DEFAULT_PRESENCE_TTL_MS
+from .redis import RedisPresenceRegistry
+from .validation import (
+    MAX_DELAY_MS,
+    MAX_LEASE_COUNT,
+    MAX_NAME_BYTES,
+    check_lease_count,
+    check_name,
+    check_triple,
+)
+
+DEFAULT_REPORT_INTERVAL_MS = DEFAULT_PRESENCE_TTL_MS // 6
+"""5,000 ms: a sixth of the default TTL, so a consumer that keeps beating never turns stale
+while Redis answers (its stored beat is at most one interval plus one flush old)."""
+
+MAX_REPORT_INTERVAL_MS = 3_600_000
+"""Longest accepted interval (one hour)."""
+
+RETRY_MIN_MS = 100
+"""First retry after a failed flush; each further failure doubles it, up to the interval."""
+
+logger = logging.getLogger("redis_presence.reporter")
+
+R = TypeVar("R", bound=PlannedRegistry)
+_Key = tuple[str, str, str]
+_NS_PER_US = 1_000
+_MAX_DELAY_US = MAX_DELAY_MS * 1_000
+
+__all__ = [
+    "DEFAULT_REPORT_INTERVAL_MS",
+    "AsyncPresenceReporter",
+    "PresenceReporter",
+]
+
+
+def _name(argument: str, value: object) -> str:
+    # Fast path for the common case (short ASCII names); anything else gets the full check.
+    if type(value) is str and 0 < len(value) <= MAX_NAME_BYTES and value.isascii():
+        return value
+    return check_name(argument, value)
+
+
+def _lease(value: object) -> int:
+    if type(value) is int and 0 <= value <= MAX_LEASE_COUNT:
+        return value
+    return check_lease_count(value)
+
+
+def _check_interval_ms(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"interval_ms must be an int, got {type(value).__name__}")
+    if not 0 < value <= MAX_REPORT_INTERVAL_MS:
+        raise ValueError(f"interval_ms must be in [1, {MAX_REPORT_INTERVAL_MS}], got {value}")
+    return value
+
+
+@dataclass
+class _Taken:
+    """What one flush sends: deregistrations first, then the latest beats."""
+
+    beats: dict[_Key, tuple[int, int]]  # consumer -> (lease_count, monotonic ns of the beat)
+    deregs: dict[_Key, None]
+
+
+@dataclass
+class _Outcome:
+    """The result of one flush attempt, and how long to wait before the next one."""
+
+    wait_s: float
+    sent: int = 0
+    error: Exception | None = field(default=None)
+
+    def result(self) -> int:
+        """How many beats were written; raises the error of a failed attempt."""
+        if self.error is not None:
+            raise self.error
+        return self.sent
+
+    def log_at_close(self) -> None:
+        if self.error is not None:
+            logger.warning("presence reporter could not write at close: %s", self.error)
+
+
+class _Coalescer:
+    """The I/O-free part of both reporters: pending beats, backoff and outage logging.
+
+    Memory: at most one pending beat and one pending deregistration per distinct consumer
+    (plus, with ``track=True``, the set of consumers reported so far).
+    """
+
+    def __init__(self, interval_ms: int, *, track: bool, clock: Callable[[], int]) -> None:
+        self.interval_ns = _check_interval_ms(interval_ms) * 1_000_000
+        self.clock = clock
+        self.closed = False
+        self._lock = threading.Lock()
+        self._beats: dict[_Key, tuple[int, int]] = {}
+        self._deregs: dict[_Key, None] = {}
+        self._reported: set[_Key] | None = set() if track else None
+        self._failures = 0
+        self._outage_since_ns: int | None = None
+
+    # -- the caller's side ------------------------------------------------------------
+
+    def beat(self, queue: str, group: str, consumer: str, lease_count: int) -> None:
+        key = (_name("queue", queue), _name("group", group), _name("consumer", consumer))
+        lease = _lease(lease_count)
+        now = self.clock()
+        with self._lock:
+            if not self.closed:
+                self._beats[key] = (lease, now)
+
+    def deregister(self, queue: str, group: str, consumer: str) -> None:
+        key = check_triple(queue, group, consumer)
+        with self._lock:
+            self._beats.pop(key, None)
+            self._deregs[key] = None
+            if self._reported is not None:
+                self._reported.discard(key)
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._beats)
+
+    # -- the flusher's side -----------------------------------------------------------
+
+    def begin(self, *, closing: bool = False) -> tuple[int, _Taken | None]:
+        """Start an attempt: its monotonic start, and everything to send now (or None).
+        When closing with ``track``, every consumer this reporter reported or holds
+        becomes a deregistration instead."""
+        started = self.clock()
+        with self._lock:
+            if closing:
+                self.closed = True
+                if self._reported is not None:
+                    self._deregs.update(dict.fromkeys(self._reported))
+                    self._deregs.update(dict.fromkeys(self._beats))
+                    self._reported.clear()
+                    self._beats.clear()
+            if not self._beats and not self._deregs:
+                return started, None
+            taken = _Taken(self._beats, self._deregs)
+            self._beats, self._deregs = {}, {}
+            return started, taken
+
+    def plan(self, registry: PlannedRegistry, taken: _Taken) -> Plan[int]:
+        """Send the taken deregistrations, then the beats with their age measured just
+        before they are sent; returns how many beats were written."""
+        for key in taken.deregs:
+            yield from registry._plan_deregister(*key)
+        return (yield from registry._plan_heartbeat_delayed(self.delayed(taken)))
+
+    def delayed(self, taken: _Taken) -> list[DelayedBeat]:
+        """The taken beats with their age, in µs, on the monotonic clock; beats older than
+        MAX_DELAY_MS are dropped (their consumer is long expired anyway)."""
+        now = self.clock()
+        beats = []
+        for (queue, group, consumer), (lease, at_ns) in taken.beats.items():
+            delay_us = max(0, now - at_ns) // _NS_PER_US
+            if delay_us <= _MAX_DELAY_US:
+                beats.append((queue, group, consumer, lease, delay_us))
+        return beats
+
+    def idle(self, started_ns: int) -> _Outcome:
+        """Nothing was pending: wait one interval (an outage, if any, is not over yet)."""
+        return self._next(started_ns, sent=0)
+
+    def succeeded(self, taken: _Taken, sent: int, started_ns: int) -> _Outcome:
+        if self._reported is not None:
+            with self._lock:
+                self._reported.update(taken.beats)
+        if self._outage_since_ns is not None:
+            down_s = (self.clock() - self._outage_since_ns) / 1e9
+            logger.info(
+                "presence reporter reached Redis again after %.1f s (%d failed attempts); "
+                "wrote %d delayed beats",
+                down_s,
+                self._failures,
+                sent,
+            )
+            self._outage_since_ns = None
+            self._failures = 0
+        return self._next(started_ns, sent=sent)
+
+    def _next(self, started_ns: int, *, sent: int) -> _Outcome:
+        """The next regular flush: one interval after this one started."""
+        elapsed = self.clock() - started_ns
+        return _Outcome(wait_s=max(0, self.interval_ns - elapsed) / 1e9, sent=sent)
+
+    def failed(self, taken: _Taken, error: Exception) -> _Outcome:
+        """Put the taken beats back (newer beats and deregistrations win), back off, and log
+        the first failure of an outage."""
+        with self._lock:
+            for key, value in taken.beats.items():
+                if key not in self._beats and key not in self._deregs:
+                    self._beats[key] = value
+            self._deregs = {**taken.deregs, **self._deregs}
+            held = len(self._beats)
+        self._failures += 1
+        if self._outage_since_ns is None:
+            self._outage_since_ns = self.clock()
+            logger.warning(
+                "presence reporter cannot write to Redis (%s: %s); keeping the latest beat "
+                "of %d consumers and retrying",
+                type(error).__name__,
+                error,
+                held,
+                exc_info=not isinstance(error, PresenceError),
+            )
+        else:
+            logger.debug("presence reporter retry %d failed: %s", self._failures, error)
+        backoff_ns = min(self.interval_ns, RETRY_MIN_MS * 1_000_000 << min(self._failures - 1, 32))
+        return _Outcome(wait_s=backoff_ns / 1e9, error=error)
+
+    @property
+    def interval_s(self) -> float:
+        return self.interval_ns / 1e9
+
+
+class _Reporter(Generic[R]):
+    """What both reporters share: everything but the flusher (a thread or a task)."""
+
+    def __init__(
+        self,
+        registry: R,
+        interval_ms: int = DEFAULT_REPORT_INTERVAL_MS,
+        *,
+        deregister_on_close: bool = False,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self._registry = registry
+        self._core = _Coalescer(interval_ms, track=deregister_on_close, clock=clock)
+        self._closed = False
+        self._start()
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def registry(self) -> R:
+        """The registry the beats are written to."""
+        return self._registry
+
+    @property
+    def interval_ms(self) -> int:
+        """How often pending beats are written, in milliseconds."""
+        return self._core.interval_ns // 1_000_000
+
+    @property
+    def pending(self) -> int:
+        """How many consumers have a beat waiting to be written."""
+        return self._core.pending()
+
+    def beat(self, queue: str, group: str, consumer: str, lease_count: int = 0) -> None:
+        """Remember that `consumer` read `queue` for `group` now (O(1), no I/O). Bad
+        arguments raise `TypeError` / `ValueError` here; nothing else ever does."""
+        self._core.beat(queue, group, consumer, lease_count)
+
+    def deregister(self, queue: str, group: str, consumer: str) -> None:
+        """Drop the consumer's pending beat and deregister it with the next flush (a later
+        `beat` registers it again)."""
+        self._core.deregister(queue, group, consumer)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._registry!r}, interval_ms={self.interval_ms})"
+
+
+class PresenceReporter(_Reporter[RedisPresenceRegistry]):
+    """Coalesces a broker's beats and writes them once per `interval_ms` from a daemon thread.
+
+    `beat` is O(1) and never touches Redis, so it belongs on the read path; only bad
+    arguments raise (at once). When Redis fails, the latest beat of each consumer is kept,
+    retried with capped exponential backoff (from RETRY_MIN_MS up to the interval), and
+    the first failure of each outage is logged on ``redis_presence.reporter`` (one info
+    line on recovery); a failed write that is retried never makes a beat look fresher.
+    `close` (or leaving the ``with`` block) flushes and stops the thread; with
+    ``deregister_on_close=True`` it deregisters every consumer it reported instead.
+    `clock` (monotonic nanoseconds) can be replaced by tests.
+    """
+
+    def _start(self) -> None:
+        self._flush_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._loop, name="redis-presence-reporter", daemon=True
+        )
+        self._thread.start()
+
+    def flush(self) -> int:
+        """Write what is pending now, in this thread; returns how many beats were written.
+        Raises the `PresenceError` of a failed write (the beats are kept for a retry)."""
+        return self._attempt().result()
+
+    def close(self) -> None:
+        """Stop the thread, then flush (or deregister, see above) once; idempotent. A failed
+        final write is logged, not raised; beats made after `close` are dropped."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._thread.join()
+        self._attempt(closing=True).log_at_close()
+
+    def __enter__(self) -> PresenceReporter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _loop(self) -> None:
+        wait_s = self._core.interval_s
+        while not self._stop.wait(wait_s):
+            wait_s = self._attempt().wait_s
+
+    def _attempt(self, *, closing: bool = False) -> _Outcome:
+        with self._flush_lock:
+            started, taken = self._core.begin(closing=closing)
+            if taken is None:
+                return self._core.idle(started)
+            try:
+                sent = self._registry._run(self._core.plan(self._registry, taken))
+            except Exception as error:
+                return self._core.failed(taken, error)
+            return self._core.succeeded(taken, sent, started)
+
+
+class AsyncPresenceReporter(_Reporter[AsyncRedisPresenceRegistry]):
+    """`PresenceReporter` for asyncio brokers: an asyncio task flushes once per interval.
+
+    Create it inside a running event loop; `beat` and `deregister` stay plain O(1) calls,
+    `flush` and `aclose` are coroutines, and ``async with`` closes it.
+    """
+
+    def _start(self) -> None:
+        self._flush_lock = asyncio.Lock()
+        self._stop = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(
+            self._loop(), name="redis-presence-reporter"
+        )
+
+    async def flush(self) -> int:
+        """Write what is pending now; returns how many beats were written. Raises the
+        `PresenceError` of a failed write (the beats are kept for a retry)."""
+        return (await self._attempt()).result()
+
+    async def aclose(self) -> None:
+        """Stop the task, then flush (or deregister) once; idempotent, logs a failed write."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        await self._task
+        (await self._attempt(closing=True)).log_at_close()
+
+    async def __aenter__(self) -> AsyncPresenceReporter:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _loop(self) -> None:
+        wait_s = self._core.interval_s
+        while True:
+            try:
+                await asyncio.wait_for(self._stop.wait(), wait_s)
+                return
+            except asyncio.TimeoutError:
+                pass
+            wait_s = (await self._attempt()).wait_s
+
+    async def _attempt(self, *, closing: bool = False) -> _Outcome:
+        async with self._flush_lock:
+            started, taken = self._core.begin(closing=closing)
+            if taken is None:
+                return self._core.idle(started)
+            try:
+                sent = await self._registry._run(self._core.plan(self._registry, taken))
+            except Exception as error:
+                return self._core.failed(taken, error)
+            return self._core.succeeded(taken, sent, started)
