@@ -8,6 +8,7 @@ matrix in `backends.py`; these are the cluster-only guarantees.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -324,3 +325,21 @@ def beat(race: Race, queues: list[str], index: int, registry: RedisPresenceRegis
 def prune(race: Race, registry: RedisPresenceRegistry) -> None:
     race.pruning.set()
     registry.prune_expired()
+
+
+def test_the_cli_takes_a_cluster_url(redis_cluster: RedisClusterProcesses) -> None:
+    from click.testing import CliRunner
+
+    from redis_presence.cli import cli
+
+    redis_cluster.flushall()
+    node = redis_cluster.nodes[0]
+    url = f"redis+cluster://{node.host}:{node.port}"
+    runner = CliRunner(env={"REDIS_PRESENCE_URL": url})
+    beat = runner.invoke(cli, ["heartbeat", "orders", "billing", "w1"])
+    assert beat.exit_code == 0, beat.output
+    listed = runner.invoke(cli, ["ls", "--format", "json"])
+    assert listed.exit_code == 0, listed.output
+    assert [(row["queue"], row["consumer"]) for row in json.loads(listed.stdout)] == [
+        ("orders", "w1")
+    ]
