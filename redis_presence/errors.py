@@ -62,7 +62,8 @@ def translate(exc: Exception) -> PresenceError:
         return exc
     if _is_acl_denial(exc):
         return PresenceAuthError(f"Redis refused access: {exc}")
-    if isinstance(exc, rx.ConnectionError | rx.TimeoutError):
+    if isinstance(exc, rx.ConnectionError | rx.TimeoutError | rx.MasterDownError):
+        # MASTERDOWN: a replica that may not serve stale data lost its primary (transient).
         return PresenceConnectionError(f"cannot reach Redis: {exc}")
     if isinstance(exc, rx.ReadOnlyError):
         return PresenceReadOnlyError(f"Redis is a read-only replica: {exc}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -9,6 +10,7 @@ import redis
 from servers import MakeRedisServer, RedisServer
 
 from redis_presence import (
+    PresenceConnectionError,
     PresenceError,
     PresenceReadOnlyError,
     PresenceState,
@@ -152,3 +154,36 @@ def test_promoted_replica_takes_writes(
         assert len(promoted) == 3
     finally:
         promoted.close()
+
+
+def test_replica_that_refuses_stale_reads_is_a_connection_error_until_promoted(
+    make_redis_server: MakeRedisServer,
+) -> None:
+    primary = make_redis_server()
+    # Made a replica only once it answers PING: until its first sync it would answer MASTERDOWN.
+    replica = make_redis_server(extra_args=["--replica-serve-stale-data", "no"])
+    with replica.client() as r:
+        r.replicaof(primary.host, primary.port)
+    replica.wait_replica_synced()
+    with primary.client() as p, replica.client() as r:
+        seed(RedisPresenceRegistry(p))
+        primary.wait_for_replicas(1)
+        reader = RedisPresenceRegistry(r, read_only=True)
+        assert len(reader.snapshot(now_ns=T0)) == 4
+        primary.kill()
+
+        def link_down() -> bool:
+            return bool(r.info("replication")["master_link_status"] == "down")
+
+        deadline = time.monotonic() + 10
+        while not link_down():
+            assert time.monotonic() < deadline, "the replica never noticed its primary died"
+            time.sleep(0.01)
+        with pytest.raises(PresenceConnectionError, match="MASTER"):
+            reader.snapshot(now_ns=T0)
+        with pytest.raises(PresenceConnectionError, match="MASTER"):
+            reader.count_active_by_group(now_ns=T0)
+        r.replicaof("NO", "ONE")
+        assert len(reader.snapshot(now_ns=T0)) == 4
+        RedisPresenceRegistry(r).heartbeat("orders", "billing", "new", now_ns=T0)
+        assert len(reader) == 5
