@@ -28,8 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out",
         type=Path,
-        default=Path("benchmark-results"),
-        help=f"directory for {JSON_NAME} and {CHART_NAME} (default: ./benchmark-results)",
+        default=Path("benchmarks/results"),
+        help=f"directory for {JSON_NAME} and {CHART_NAME} (default: benchmarks/results, "
+        "which git ignores; the published run is benchmarks/reference)",
     )
     parser.add_argument(
         "--case",

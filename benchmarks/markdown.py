@@ -1,7 +1,7 @@
 """``python -m benchmarks.markdown [results.json]``: the tables of a run as Markdown.
 
 Used to paste a full run into docs/performance.md, so the published numbers are exactly
-those of the committed ``benchmarks/results/results.json``.
+those of the committed ``benchmarks/reference/results.json``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-DEFAULT = Path(__file__).resolve().parent / "results" / "results.json"
+DEFAULT = Path(__file__).resolve().parent / "reference" / "results.json"
 
 
 def _num(value: float, unit: str) -> str:
