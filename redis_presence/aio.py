@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, TypeVar
 
+from redis.exceptions import NoScriptError
+
 from .core import DRIVER_ERRORS, Eval, Plan, PlannedRegistry, Request, pipelinable
 from .errors import translate
 from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
@@ -28,16 +30,17 @@ class AsyncRedisPresenceRegistry(PlannedRegistry):
     `client` is a ``redis.asyncio.Redis`` or a ``redis.asyncio.cluster.RedisCluster``. The
     methods and their answers are those of the sync registry; ``len()`` cannot be awaited,
     so the number of tracked consumers is ``await registry.size()``. On a cluster the
-    per-queue script calls of one operation run concurrently.
+    per-queue script calls of one operation run concurrently. ``read_only=True`` works as
+    in the sync registry (reads with ``EVALSHA_RO``, writes refused).
     """
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "presence", **redis_kwargs: Any
+        cls, url: str, *, prefix: str = "presence", read_only: bool = False, **redis_kwargs: Any
     ) -> AsyncRedisPresenceRegistry:
         """A registry on a new asyncio client for `url` (the schemes of
         `RedisPresenceRegistry.from_url`); `aclose` closes that client."""
-        registry = cls(open_async_client(url, **redis_kwargs), prefix=prefix)
+        registry = cls(open_async_client(url, **redis_kwargs), prefix=prefix, read_only=read_only)
         registry._owns_client = True
         return registry
 
@@ -127,5 +130,16 @@ class AsyncRedisPresenceRegistry(PlannedRegistry):
 
     async def _one(self, request: Request) -> Any:
         if isinstance(request, Eval):
+            if self._read_only:
+                return await self._eval_read_only(request)
             return await self._scripts[request.script](keys=request.keys, args=request.args)
         return await self._client.execute_command(request.name, *request.args)
+
+    async def _eval_read_only(self, request: Eval) -> Any:
+        """``EVALSHA_RO`` (runs on a read-only replica), loading the script after NOSCRIPT."""
+        script, args = self._read_only_call(request)
+        try:
+            return await self._client.evalsha_ro(*args)
+        except NoScriptError:
+            await self._client.script_load(script.script)
+            return await self._client.evalsha_ro(*args)

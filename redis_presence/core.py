@@ -56,6 +56,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
+from .errors import PresenceReadOnlyError
 from .keys import INDEX_MARK_MS, GroupKeys, Keyspace
 from .model import ConsumerPresence
 from .scripts import SCRIPT_NAMES, decode_rows, server_now_ns, source
@@ -277,15 +278,19 @@ class PlannedRegistry:
     """What the sync and async Redis registries share: set-up, validation and plans.
 
     The ``_plan_*`` methods check their arguments at once (raising `TypeError` /
-    `ValueError` before anything is sent) and return the plan; the subclasses in
-    `redis.py` and `aio.py` only execute its batches.
+    `ValueError`, or `PresenceReadOnlyError` for a write through a ``read_only``
+    registry, before anything is sent) and return the plan; the subclasses in `redis.py`
+    and `aio.py` only execute its batches.
     """
 
-    def __init__(self, client: Any, *, prefix: str = "presence") -> None:
+    def __init__(self, client: Any, *, prefix: str = "presence", read_only: bool = False) -> None:
+        if not isinstance(read_only, bool):
+            raise TypeError(f"read_only must be a bool, got {type(read_only).__name__}")
         self._client = client
         self._plans = Planner(Keyspace(prefix), clustered=is_cluster_client(client))
         # redis-py wraps each source once per client; a `Script` reloads after NOSCRIPT.
         self._scripts = {name: client.register_script(source(name)) for name in SCRIPT_NAMES}
+        self._read_only = read_only
         self._owns_client = False
 
     @property
@@ -299,6 +304,18 @@ class PlannedRegistry:
         return self._client
 
     @property
+    def read_only(self) -> bool:
+        """Whether this registry only reads (snapshot, counts, size) and refuses writes."""
+        return self._read_only
+
+    def _writable(self, operation: str) -> None:
+        if self._read_only:
+            raise PresenceReadOnlyError(
+                f"{operation} writes, but this registry is read-only (read_only=True); "
+                "use a registry on the primary"
+            )
+
+    @property
     def clustered(self) -> bool:
         """Whether the client is a Redis Cluster client (per-queue scripts, index protocol)."""
         return self._plans.clustered
@@ -306,21 +323,31 @@ class PlannedRegistry:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._client!r}, prefix={self.prefix!r})"
 
+    def _read_only_call(self, request: Eval) -> tuple[Any, tuple[Any, ...]]:
+        """The script and the ``EVALSHA_RO`` arguments of a read-only registry's script call."""
+        if not request.read_only:
+            raise PresenceReadOnlyError(f"{request.script} writes; this registry is read-only")
+        script = self._scripts[request.script]
+        return script, (script.sha, len(request.keys), *request.keys, *request.args)
+
     def _plan_heartbeat(
         self, queue: Any, group: Any, consumer: Any, lease_count: Any, now_ns: Any
     ) -> Plan[int]:
+        self._writable("heartbeat")
         queue, group, consumer = check_triple(queue, group, consumer)
         lease = check_lease_count(lease_count)
         now = check_now_ns(now_ns)
         return self._plans.heartbeat([(queue, group, consumer, lease, 0)], now)
 
     def _plan_heartbeat_many(self, beats: Iterable[Any], now_ns: Any) -> Plan[int]:
+        self._writable("heartbeat_many")
         checked = check_beats(beats)
         now = check_now_ns(now_ns)
         return self._plans.heartbeat([(*beat, 0) for beat in checked], now)
 
     def _plan_heartbeat_delayed(self, beats: Sequence[DelayedBeat]) -> Plan[int]:
         """Beats already validated by a reporter, each stamped ``server_now - delay_us``."""
+        self._writable("heartbeat")
         return self._plans.heartbeat(beats, None)
 
     def _plan_snapshot(self, now_ns: Any, ttl_ms: Any) -> Plan[list[ConsumerPresence]]:
@@ -332,10 +359,12 @@ class PlannedRegistry:
         return self._plans.count_active_by_group(check_now_ns(now_ns), ttl)
 
     def _plan_prune(self, now_ns: Any, ttl_ms: Any) -> Plan[int]:
+        self._writable("prune_expired")
         ttl = check_ttl_ms(ttl_ms)
         return self._plans.prune_expired(check_now_ns(now_ns), ttl)
 
     def _plan_deregister(self, queue: Any, group: Any, consumer: Any) -> Plan[bool]:
+        self._writable("deregister")
         return self._plans.deregister(*check_triple(queue, group, consumer))
 
     def _plan_size(self) -> Plan[int]:

@@ -17,7 +17,7 @@ from .core import (
     is_cluster_client,
     pipelinable,
 )
-from .errors import PresenceReadOnlyError, translate
+from .errors import translate
 from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
 from .urls import open_client
 from .validation import Beat
@@ -40,12 +40,6 @@ class RedisPresenceRegistry(PlannedRegistry):
     ``EVALSHA_RO`` (Redis 7+) and every write raises `PresenceReadOnlyError`.
     """
 
-    def __init__(self, client: Any, *, prefix: str = "presence", read_only: bool = False) -> None:
-        if not isinstance(read_only, bool):
-            raise TypeError(f"read_only must be a bool, got {type(read_only).__name__}")
-        super().__init__(client, prefix=prefix)
-        self._read_only = read_only
-
     @classmethod
     def from_url(
         cls, url: str, *, prefix: str = "presence", read_only: bool = False, **redis_kwargs: Any
@@ -55,18 +49,6 @@ class RedisPresenceRegistry(PlannedRegistry):
         registry = cls(open_client(url, **redis_kwargs), prefix=prefix, read_only=read_only)
         registry._owns_client = True
         return registry
-
-    @property
-    def read_only(self) -> bool:
-        """Whether this registry only reads (snapshot, counts, len) and refuses writes."""
-        return self._read_only
-
-    def _writable(self, operation: str) -> None:
-        if self._read_only:
-            raise PresenceReadOnlyError(
-                f"{operation} writes, but this registry is read-only (read_only=True); "
-                "use a registry on the primary"
-            )
 
     # -- the contract ---------------------------------------------------------------
 
@@ -79,13 +61,11 @@ class RedisPresenceRegistry(PlannedRegistry):
         now_ns: int | None = None,
     ) -> None:
         """Record or refresh one consumer in one atomic script call (one round trip)."""
-        self._writable("heartbeat")
         self._run(self._plan_heartbeat(queue, group, consumer, lease_count, now_ns))
 
     def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
         """Write many ``(queue, group, consumer, lease_count)`` beats, each atomically, in one
         script call (one per queue on a cluster); returns how many."""
-        self._writable("heartbeat_many")
         return self._run(self._plan_heartbeat_many(beats, now_ns))
 
     def snapshot(
@@ -104,12 +84,10 @@ class RedisPresenceRegistry(PlannedRegistry):
         self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
     ) -> int:
         """Remove exactly the consumers `snapshot` would call expired; returns how many."""
-        self._writable("prune_expired")
         return self._run(self._plan_prune(now_ns, ttl_ms))
 
     def deregister(self, queue: str, group: str, consumer: str) -> bool:
         """Forget one consumer (graceful shutdown); returns whether it was tracked."""
-        self._writable("deregister")
         return self._run(self._plan_deregister(queue, group, consumer))
 
     def __len__(self) -> int:
@@ -164,12 +142,9 @@ class RedisPresenceRegistry(PlannedRegistry):
 
     def _eval_read_only(self, request: Eval) -> Any:
         """``EVALSHA_RO`` (runs on a read-only replica), loading the script after NOSCRIPT."""
-        if not request.read_only:
-            raise PresenceReadOnlyError(f"{request.script} writes; this registry is read-only")
-        script = self._scripts[request.script]
-        args = (len(request.keys), *request.keys, *request.args)
+        script, args = self._read_only_call(request)
         try:
-            return self._client.evalsha_ro(script.sha, *args)
+            return self._client.evalsha_ro(*args)
         except NoScriptError:
             self._client.script_load(script.script)
-            return self._client.evalsha_ro(script.sha, *args)
+            return self._client.evalsha_ro(*args)

@@ -252,6 +252,8 @@ class _Reporter(Generic[R]):
         deregister_on_close: bool = False,
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
+        if registry.read_only:
+            raise ValueError("a reporter writes: its registry must not be read_only")
         self._registry = registry
         self._core = _Coalescer(interval_ms, track=deregister_on_close, clock=clock)
         self._closed = False
