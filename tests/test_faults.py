@@ -117,7 +117,7 @@ def test_acknowledged_heartbeats_survive_a_crash_with_aof(aof_server: RedisServe
 def test_without_persistence_a_crash_forgets_everything(
     make_redis_server: MakeRedisServer,
 ) -> None:
-    """What docs/production.md says is lost without AOF: every row, until the next beat."""
+    """What the README says is lost without AOF: every row, until the next beat."""
     server = make_redis_server()  # appendonly no, save ""
     with fast_client(server) as client:
         registry = RedisPresenceRegistry(client)

@@ -31,12 +31,12 @@ from redis_presence.keys import Keyspace
 
 MS = 1_000_000
 T0 = 1_796_000_000_123_456_000
-PRODUCTION_DOC = Path(__file__).resolve().parent.parent / "docs" / "production.md"
+PRODUCTION_DOC = Path(__file__).resolve().parent.parent / "README.md"
 
 pytestmark = pytest.mark.timeout(60)
 
 # --- ACL ------------------------------------------------------------------------------------
-# The one source of truth for the roles: docs/production.md must contain these lines verbatim,
+# The one source of truth for the roles: the README's production section must contain these lines verbatim,
 # and the tests below run exactly them. Commands are those the scripts and plans send:
 #   broker: heartbeat.lua (TYPE TIME HGET HSET ZADD EXISTS SET SADD), deregister.lua (TYPE
 #           ZREM HDEL EXISTS DEL SREM), SCRIPT LOAD after NOSCRIPT; on a cluster the index
@@ -74,7 +74,7 @@ ACL_LINES = (ACL_BROKER, ACL_READER, ACL_STRICT_READER, ACL_JANITOR)
 def test_production_doc_carries_the_tested_acl_lines() -> None:
     text = PRODUCTION_DOC.read_text(encoding="utf-8")
     for line in ACL_LINES:
-        assert line in text.splitlines(), f"docs/production.md lacks the tested line:\n{line}"
+        assert line in text.splitlines(), f"README.md lacks the tested line:\n{line}"
     assert Keyspace("presence").acl_pattern == "~presence:*"
 
 
