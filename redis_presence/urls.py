@@ -8,8 +8,8 @@ handed to ``RedisCluster.from_url`` with ``+cluster`` removed from the scheme.
 
 from __future__ import annotations
 
-import re
 from typing import Any
+from urllib.parse import unquote
 
 import redis
 import redis.asyncio
@@ -21,17 +21,55 @@ from .errors import PresenceConfigError, translate
 
 CLUSTER_SUFFIX = "+cluster"
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
-_CREDENTIALS = re.compile(r"(?<=://)([^/@]*)@")
+
+
+def _userinfo(url: str) -> tuple[int, int] | None:
+    """Where the userinfo of `url` starts and ends: from ``://`` to the LAST ``@``, so a
+    password written with a raw ``@``, ``/`` or ``:`` is still all userinfo."""
+    start = url.find("://")
+    at = url.rfind("@")
+    if start < 0 or at < start + 3:
+        return None
+    return start + 3, at
+
+
+def secrets_of(url: str) -> list[str]:
+    """The URL's password as written and percent-decoded, longest first (empty without)."""
+    span = _userinfo(url)
+    if span is None:
+        return []
+    password = url[span[0] : span[1]].partition(":")[2]
+    return sorted({password, unquote(password)} - {""}, key=len, reverse=True)
 
 
 def redact(url: str) -> str:
     """The URL with any password replaced by ``***`` (safe for messages and logs)."""
+    span = _userinfo(url)
+    if span is None:
+        return url
+    user, sep, _ = url[span[0] : span[1]].partition(":")
+    hidden = f"{user}:***" if sep else user or "***"
+    return url[: span[0]] + hidden + url[span[1] :]
 
-    def hide(match: re.Match[str]) -> str:
-        user, sep, _ = match.group(1).partition(":")
-        return f"{user}:***@" if sep else f"{user}@" if user else "***@"
 
-    return _CREDENTIALS.sub(hide, url, count=1)
+def scrub(message: str, url: str | None) -> str:
+    """The message with the URL's password, if any, replaced by ``***``."""
+    for secret in secrets_of(url) if url else ():
+        message = message.replace(secret, "***")
+    return message
+
+
+def _check_db(url: str, scheme: str) -> None:
+    """redis-py reads a non-numeric database path as db 0; refuse it instead."""
+    if scheme not in ("redis", "rediss"):
+        return
+    span = _userinfo(url)
+    rest = url[span[1] + 1 :] if span else url.partition("://")[2]
+    path = rest.partition("?")[0].partition("/")[2].strip("/")
+    if path and not path.isdigit():
+        raise PresenceConfigError(
+            f"invalid Redis URL {redact(url)!r}: the database must be a number, got {path!r}"
+        )
 
 
 def scheme_of(url: Any) -> str:
@@ -59,6 +97,7 @@ def is_cluster_url(url: str) -> bool:
 
 def _open(url: str, kwargs: dict[str, Any], standalone: Any, cluster: Any) -> Any:
     scheme = scheme_of(url)
+    _check_db(url, scheme)
     try:
         if scheme.endswith(CLUSTER_SUFFIX):
             plain = scheme.removesuffix(CLUSTER_SUFFIX) + url[len(scheme) :]
@@ -79,10 +118,3 @@ def open_client(url: str, **kwargs: Any) -> Any:
 def open_async_client(url: str, **kwargs: Any) -> Any:
     """An asyncio redis-py client for `url` (no connection is made until first use)."""
     return _open(url, kwargs, redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)
-
-
-def scrub(message: str, url: str) -> str:
-    """The message with the URL's password, if any, replaced by ``***``."""
-    match = _CREDENTIALS.search(url)
-    password = match.group(1).partition(":")[2] if match else ""
-    return message.replace(password, "***") if password else message

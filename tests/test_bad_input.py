@@ -349,14 +349,7 @@ BAD_URLS = [
     pytest.param("redis://localhost:port", id="port-not-a-number"),
     pytest.param("redis://localhost:99999", id="port-out-of-range"),
     pytest.param("redis://localhost:6379?socket_timeout=soon", id="bad-query-value"),
-    pytest.param(
-        "redis://localhost:6379/zero",
-        id="bad-db",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="redis-py's parse_url ignores a non-numeric db path and uses db 0",
-        ),
-    ),
+    pytest.param("redis://localhost:6379/zero", id="bad-db"),
     pytest.param(6379, id="int"),
     pytest.param(None, id="None"),
 ]

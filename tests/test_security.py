@@ -36,7 +36,7 @@ PRODUCTION_DOC = Path(__file__).resolve().parent.parent / "README.md"
 pytestmark = pytest.mark.timeout(60)
 
 # --- ACL ------------------------------------------------------------------------------------
-# The one source of truth for the roles: the README's production section must contain these lines verbatim,
+# The one source of truth for the roles: README.md must contain these lines verbatim,
 # and the tests below run exactly them. Commands are those the scripts and plans send:
 #   broker: heartbeat.lua (TYPE TIME HGET HSET ZADD EXISTS SET SADD), deregister.lua (TYPE
 #           ZREM HDEL EXISTS DEL SREM), SCRIPT LOAD after NOSCRIPT; on a cluster the index
@@ -411,11 +411,6 @@ def test_cli_never_prints_a_password(
     assert {r.exit_code for r in results} - {1, 2, 3, 4} == set()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="urls.redact and the CLI's secrets_of end the userinfo at the first '@' (or '/'), "
-    "so a password written with a raw '@' or '/' shows after the first one",
-)
 def test_unencoded_special_characters_in_a_password_never_leak(
     password_server: RedisServer,
 ) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from urllib.parse import unquote, urlsplit
 
 import click
 
@@ -19,6 +18,7 @@ from redis_presence.errors import (
     PresenceDataError,
     PresenceError,
 )
+from redis_presence.urls import scrub
 
 
 class CliError(click.ClickException):
@@ -57,31 +57,6 @@ class DataProblem(CliError):
 def one_line(message: str) -> str:
     """Collapse whitespace runs (newlines included) to single spaces."""
     return " ".join(str(message).split()) or "unknown error"
-
-
-def secrets_of(url: str | None) -> list[str]:
-    """The password of `url` as written and percent-decoded (empty when it has none)."""
-    if not url:
-        return []
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None
-    if password is None:
-        # Malformed URLs (bad port, ...) still must not leak what looks like a password.
-        netloc = url.partition("://")[2].partition("/")[0]
-        userinfo, at, _ = netloc.rpartition("@")
-        password = userinfo.partition(":")[2] if at else None
-    if not password:
-        return []
-    return sorted({password, unquote(password)}, key=len, reverse=True)
-
-
-def scrub(message: str, url: str | None) -> str:
-    """`message` with any password of `url` replaced by `***`."""
-    for secret in secrets_of(url):
-        message = message.replace(secret, "***")
-    return message
 
 
 def translate(exc: BaseException, url: str | None) -> CliError:
