@@ -49,7 +49,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, TypeGuard, TypeVar
 
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
@@ -99,6 +99,11 @@ DelayedBeat = tuple[str, str, str, int, int]
 """A validated beat: ``(queue, group, consumer, lease_count, delay_us)``."""
 
 _by_queue_group = attrgetter("queue", "group")
+_queue = itemgetter(0)
+
+MAX_BEATS_PER_CALL = 1_000
+"""Most beats in one heartbeat script call: bounds how long one call holds the server (a
+few ms); a larger batch takes one more call per thousand beats."""
 
 
 def _now_arg(now_ns: int | None) -> str:
@@ -127,18 +132,24 @@ class Planner:
     # -- writes ---------------------------------------------------------------------
 
     def heartbeat(self, beats: Sequence[DelayedBeat], now_ns: int | None) -> Plan[int]:
-        """Write validated beats: one script call per queue on a cluster, one in all else."""
+        """Write validated beats: one script call per queue on a cluster, one in all else
+        (and one more per MAX_BEATS_PER_CALL beats)."""
         if not beats:
             return 0
         now = _now_arg(now_ns)
         calls: list[Eval] = []
         called_groups: list[list[GroupKeys]] = []
-        batches: Any = (
-            groupby(sorted(beats, key=lambda b: b[0]), key=lambda b: b[0])
+        per_queue = (
+            [list(part) for _, part in groupby(sorted(beats, key=_queue), key=_queue)]
             if self.clustered
-            else [(None, beats)]
+            else [beats]
         )
-        for _, batch in batches:
+        batches = (
+            part[start : start + MAX_BEATS_PER_CALL]
+            for part in per_queue
+            for start in range(0, len(part), MAX_BEATS_PER_CALL)
+        )
+        for batch in batches:
             numbers: dict[GroupKeys, int] = {}
             keys: list[str] = []
             tail: list[str | int] = []

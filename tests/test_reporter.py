@@ -32,6 +32,7 @@ from redis_presence import (
     PresenceReporter,
     RedisPresenceRegistry,
 )
+from redis_presence.core import MAX_BEATS_PER_CALL
 from redis_presence.reporter import RETRY_MIN_MS, _Coalescer
 
 MS = 1_000_000
@@ -163,6 +164,20 @@ def test_ten_thousand_beats_for_ten_consumers_are_ten_writes_in_one_call(
     redis_client.config_resetstat()
     assert reporter.flush() == 0  # nothing new: nothing written
     assert calls(redis_client, "evalsha") == 0
+
+
+def test_a_large_flush_is_split_into_calls_of_at_most_a_thousand_beats(
+    reporter: PresenceReporter, registry: RedisPresenceRegistry, redis_client: redis.Redis
+) -> None:
+    reporter.beat("warm", "up", "c")
+    reporter.flush()
+    redis_client.config_resetstat()
+    for i in range(2 * MAX_BEATS_PER_CALL + 500):
+        reporter.beat(f"q{i % 7}", f"g{i % 3}", f"w{i}")
+    assert reporter.flush() == 2 * MAX_BEATS_PER_CALL + 500
+    assert calls(redis_client, "evalsha") == 3
+    assert calls(redis_client, "hset") == 2 * MAX_BEATS_PER_CALL + 500
+    assert len(registry) == 2 * MAX_BEATS_PER_CALL + 501
 
 
 def test_coalescing_on_a_cluster_is_one_call_per_queue(
