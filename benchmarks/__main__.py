@@ -10,6 +10,7 @@ from pathlib import Path
 from types import FrameType
 
 from rich.console import Console
+from rich.markup import escape
 
 from .cases import CASES, FULL, QUICK, run_case
 from .report import CHART_NAME, JSON_NAME, document, draw_chart, machine, print_report, write_json
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"  {result.title}: {state} in {result.seconds:.1f} s")
                 results.append(result)
     except ServerError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
     except KeyboardInterrupt:
         console.print("[yellow]interrupted; the benchmark's redis-server was stopped[/yellow]")
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     snapshot = next((r for r in results if r.key == "snapshot" and not r.skipped), None)
     if snapshot is not None:
         why_not = draw_chart(args.out / CHART_NAME, snapshot)
-        console.print(why_not or f"chart: {args.out / CHART_NAME}")
+        console.print(escape(why_not or f"chart: {args.out / CHART_NAME}"))
     console.print(f"wall time: {wall:.1f} s")
     return 0
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .stats import CaseResult, Check, Measure
@@ -73,7 +74,7 @@ def measurements_table(results: list[CaseResult]) -> Table:
     for result in results:
         if result.skipped:
             table.add_row(
-                result.title, f"[yellow]skipped[/yellow]: {result.skipped}", "", "", "", ""
+                result.title, f"[yellow]skipped[/yellow]: {escape(result.skipped)}", "", "", "", ""
             )
             continue
         for i, m in enumerate(result.measures):
@@ -124,9 +125,9 @@ def facts_table(results: list[CaseResult]) -> Table:
                 if isinstance(value, int)
                 else str(value)
             )
-            table.add_row(result.key, name, shown)
+            table.add_row(result.key, escape(name), escape(shown))
         for note in result.notes:
-            table.add_row(result.key, "note", note)
+            table.add_row(result.key, "note", escape(note))
     return table
 
 
