@@ -62,6 +62,8 @@ def translate(exc: Exception) -> PresenceError:
         return exc
     if _is_acl_denial(exc):
         return PresenceAuthError(f"Redis refused access: {exc}")
+    if isinstance(exc, rx.RedisClusterException) and "cannot be connected" in str(exc):
+        return PresenceConnectionError(f"cannot reach the Redis Cluster: {exc}")
     if isinstance(exc, rx.ConnectionError | rx.TimeoutError | rx.MasterDownError):
         # MASTERDOWN: a replica that may not serve stale data lost its primary (transient).
         return PresenceConnectionError(f"cannot reach Redis: {exc}")

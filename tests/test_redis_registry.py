@@ -156,6 +156,11 @@ def test_foreign_data_at_a_key_is_a_data_error_and_nothing_changes(
         lambda: registry.prune_expired(now_ns=T0 + 10**15),
         lambda: registry.deregister("q", "g", "c"),
     ]
+    if key.endswith(":index") and "cluster" in backend:
+        # On a cluster the index lives in another slot: a heartbeat of an indexed group
+        # and a deregister that does not empty its group never touch it (README, "Bad
+        # input"). Readers and prune, which start from the index, must still refuse it.
+        calls = [lambda: registry.prune_expired(now_ns=T0 + 10**15)]
     if key.endswith((":index", ":c")):
         calls.append(lambda: registry.snapshot(now_ns=T0))
     for call in calls:
