@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import groupby
+from itertools import chain, groupby
 from operator import attrgetter, itemgetter
 from typing import Any, TypeGuard, TypeVar
 
@@ -59,7 +59,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from .errors import PresenceReadOnlyError
 from .keys import INDEX_MARK_MS, GroupKeys, Keyspace
 from .model import ConsumerPresence
-from .scripts import SCRIPT_NAMES, decode_rows, server_now_ns, source
+from .scripts import SCRIPT_NAMES, server_now_ns, source, stored_consumers
 from .validation import (
     check_beats,
     check_lease_count,
@@ -237,8 +237,10 @@ class Planner:
             # Without now_ns, ages are measured on the clock of the node holding the queue,
             # the same clock that stamped its heartbeats.
             now = server_now_ns(reply[0], reply[1]) if now_ns is None else now_ns
-            for gk, flat in zip(part, reply[2:], strict=True):
-                rows += decode_rows(gk, flat, now_ns=now, ttl_ms=ttl_ms)
+            stored = chain.from_iterable(
+                stored_consumers(gk, flat) for gk, flat in zip(part, reply[2:], strict=True)
+            )
+            rows += ConsumerPresence.many(stored, now_ns=now, ttl_ms=ttl_ms)
         return rows
 
     def count_active_by_group(

@@ -76,10 +76,9 @@ class ConsumerPresenceRegistry:
         with self._lock:
             rows = sorted(self._rows.items())
         stamp = time.time_ns() if now is None else now
-        return [
-            ConsumerPresence.at(*key, reg, hb, lease, now_ns=stamp, ttl_ms=ttl)
-            for key, (reg, hb, lease) in rows
-        ]
+        return ConsumerPresence.many(
+            ((*key, *value) for key, value in rows), now_ns=stamp, ttl_ms=ttl
+        )
 
     def count_active_by_group(
         self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS

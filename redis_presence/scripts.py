@@ -8,7 +8,7 @@ top-level ``lua/`` folder next to the package.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -16,7 +16,7 @@ from typing import Any
 
 from .errors import PresenceDataError
 from .keys import GroupKeys
-from .model import ConsumerPresence
+from .model import StoredConsumer
 
 SCRIPT_NAMES = ("heartbeat", "snapshot", "count", "prune", "deregister")
 LIBRARY = "lib"
@@ -49,42 +49,28 @@ def source(name: str) -> str:
     return f"{_read(LIBRARY)}\n-- {name}.lua\n{_read(name)}"
 
 
-def text(value: bytes | str) -> str:
-    """A reply item as text, whether or not the client decodes responses."""
-    return value.decode("utf-8") if isinstance(value, bytes) else value
-
-
 def server_now_ns(seconds: bytes | str | int, micros: bytes | str | int) -> int:
     """The instant a TIME reply names, in nanoseconds."""
     return (int(seconds) * 1_000_000 + int(micros)) * 1_000
 
 
-def decode_rows(
-    keys: GroupKeys, flat: Sequence[Any], *, now_ns: int, ttl_ms: int
-) -> list[ConsumerPresence]:
-    """Rows of one group, sorted by consumer, from an HGETALL reply ``[consumer, stored, ...]``."""
-    rows = []
+def stored_consumers(keys: GroupKeys, flat: Sequence[Any]) -> Iterator[StoredConsumer]:
+    """The consumers of one group, sorted by name, from an HGETALL reply
+    ``[consumer, stored, ...]``; a value this package did not write is a data error."""
     queue, group = keys.queue, keys.group
-    pairs = sorted(
-        (text(consumer), stored) for consumer, stored in zip(flat[::2], flat[1::2], strict=True)
-    )
-    for consumer, stored in pairs:
+    # UTF-8 bytes sort in code point order: sorting before decoding gives the str order.
+    for consumer, stored in sorted(zip(flat[::2], flat[1::2], strict=True)):
         try:
             registered, heartbeat, lease = stored.split()
-            rows.append(
-                ConsumerPresence.at(
-                    queue,
-                    group,
-                    consumer,
-                    int(registered),
-                    int(heartbeat),
-                    int(lease),
-                    now_ns=now_ns,
-                    ttl_ms=ttl_ms,
-                )
+            yield (
+                queue,
+                group,
+                consumer.decode() if type(consumer) is bytes else consumer,
+                int(registered),
+                int(heartbeat),
+                int(lease),
             )
         except (ValueError, AttributeError, UnicodeDecodeError):
             raise PresenceDataError(
                 f"{keys.data} holds a value this package did not write: {stored!r:.80}"
             ) from None
-    return rows
