@@ -138,6 +138,17 @@ def test_empty_tables_say_so() -> None:
 
 def test_json_is_one_array_with_the_field_names() -> None:
     data = json.loads(render.render_consumers(ROWS, "json", render.Styler(plain_console())))
+    # Scripts and jq rely on these names, in this order: a renamed field must fail here.
+    assert render.CONSUMER_FIELDS == (
+        "queue",
+        "group",
+        "consumer",
+        "registered_at_ns",
+        "last_heartbeat_ns",
+        "last_seen_age_ms",
+        "lease_count",
+        "state",
+    )
     assert [list(item) for item in data] == [list(render.CONSUMER_FIELDS)] * 3
     assert data[1] == ROWS[1].to_dict()
     assert data[2]["last_heartbeat_ns"] == NOW - 300 * S  # integers, exact

@@ -11,7 +11,7 @@ import io
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import IO
 
@@ -23,22 +23,13 @@ from rich.text import Text
 
 from redis_presence.model import ConsumerPresence, PresenceState
 
-from .watch import Change, Frame, GroupTally
+from .watch import Change, Frame, GroupTally, WatchRow
 
 FORMATS = ("table", "json", "csv")
 """The output formats of `ls`, `counts` and `prune --dry-run`."""
 
-CONSUMER_FIELDS = (
-    "queue",
-    "group",
-    "consumer",
-    "registered_at_ns",
-    "last_heartbeat_ns",
-    "last_seen_age_ms",
-    "lease_count",
-    "state",
-)
-"""JSON keys and CSV columns of one consumer: the `ConsumerPresence` field names."""
+CONSUMER_FIELDS = tuple(field.name for field in fields(ConsumerPresence))
+"""JSON keys and CSV columns of one consumer: the `ConsumerPresence` field names, in order."""
 
 COUNT_FIELDS = ("queue", "group", "active")
 
@@ -270,19 +261,30 @@ def tally_line(tallies: Mapping[tuple[str, str], GroupTally]) -> str:
     return "; ".join(parts) if parts else "no groups tracked"
 
 
+FRAME_COLUMNS = (*CONSUMER_COLUMNS[:-1], Column("CHANGE"))
+"""The columns of `watch` and `demo`: those of `ls`, with the change in place of the
+registration time."""
+
+
+def _frame_cells(item: WatchRow) -> tuple[str, ...]:
+    """One row of `FRAME_COLUMNS`, names as stored (`shown` is the caller's)."""
+    row = item.row
+    return (
+        row.queue,
+        row.group,
+        row.consumer,
+        "left" if item.change is Change.LEFT else row.state.value,
+        human_age(row.last_seen_age_ms),
+        str(row.lease_count),
+        MARKERS[item.change] if item.change is not None else "",
+    )
+
+
 def frame_table(frame: Frame, max_rows: int | None = None) -> Table:
     """The rich table of one refresh; changed rows first when it must be cropped."""
     table = Table(expand=False, pad_edge=False)
-    for header, justify in (
-        ("QUEUE", "left"),
-        ("GROUP", "left"),
-        ("CONSUMER", "left"),
-        ("STATE", "left"),
-        ("LAST SEEN", "right"),
-        ("LEASES", "right"),
-        ("CHANGE", "left"),
-    ):
-        table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for column in FRAME_COLUMNS:
+        table.add_column(column.header, justify="right" if column.right else "left", no_wrap=True)
     rows = list(frame.rows)
     hidden = 0
     if max_rows is not None and len(rows) > max_rows:
@@ -290,18 +292,13 @@ def frame_table(frame: Frame, max_rows: int | None = None) -> Table:
         hidden = len(rows) - len(keep)
         rows = sorted(keep, key=lambda r: r.row.key)
     for item in rows:
-        row = item.row
-        state = "left" if item.change is Change.LEFT else row.state.value
+        *names, state, age, leases, marker = _frame_cells(item)
         table.add_row(
-            Text(shown(row.queue)),
-            Text(shown(row.group)),
-            Text(shown(row.consumer)),
+            *(Text(shown(name)) for name in names),
             Text(state, style=STATE_STYLES.get(state, "")),
-            Text(human_age(row.last_seen_age_ms)),
-            Text(str(row.lease_count)),
-            Text(MARKERS[item.change], style=MARKER_STYLES[item.change])
-            if item.change is not None
-            else Text(""),
+            Text(age),
+            Text(leases),
+            Text(marker, style=MARKER_STYLES[item.change] if item.change is not None else ""),
         )
     if hidden:
         table.caption = f"... and {hidden} unchanged consumers not shown"
@@ -321,28 +318,8 @@ def frame_renderable(
 
 def frame_text(frame: Frame, title: str, styler: Styler) -> str:
     """One refresh as plain lines, for pipes and logs: header, table, counts."""
-    columns = (
-        Column("QUEUE"),
-        Column("GROUP"),
-        Column("CONSUMER"),
-        Column("STATE"),
-        Column("LAST SEEN", right=True),
-        Column("LEASES", right=True),
-        Column("CHANGE"),
-    )
-    cells = [
-        (
-            item.row.queue,
-            item.row.group,
-            item.row.consumer,
-            "left" if item.change is Change.LEFT else item.row.state.value,
-            human_age(item.row.last_seen_age_ms),
-            str(item.row.lease_count),
-            MARKERS[item.change] if item.change is not None else "",
-        )
-        for item in frame.rows
-    ]
-    table = text_table(columns, cells, styler, _state_style) if cells else "(no consumers)\n"
+    cells = [_frame_cells(item) for item in frame.rows]
+    table = text_table(FRAME_COLUMNS, cells, styler, _state_style) if cells else "(no consumers)\n"
     return f"{title}\n{table}counts: {tally_line(frame.tallies)}\n"
 
 
@@ -350,15 +327,13 @@ def consumer_lines(frame: Frame, prefix: str = "  ") -> list[str]:
     """`consumer broker-1-c1 (orders/billing): active, last seen 0s ago, 2 leases` lines."""
     lines = []
     for item in frame.rows:
-        row = item.row
-        state = "left" if item.change is Change.LEFT else row.state.value
+        queue, group, consumer, state, age, leases, marker = map(shown, _frame_cells(item))
         line = (
-            f"{prefix}consumer {shown(row.consumer)} ({shown(row.queue)}/{shown(row.group)}): "
-            f"{state}, last seen {human_age(row.last_seen_age_ms)}, "
-            f"{row.lease_count} lease{'' if row.lease_count == 1 else 's'}"
+            f"{prefix}consumer {consumer} ({queue}/{group}): {state}, last seen {age}, "
+            f"{leases} lease{'' if leases == '1' else 's'}"
         )
-        if item.change is not None:
-            line += f"  [{MARKERS[item.change]}]"
+        if marker:
+            line += f"  [{marker}]"
         lines.append(line)
     return lines
 
