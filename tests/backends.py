@@ -7,7 +7,7 @@ A new backend gets the whole contract suite by adding one `pytest.param` to
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -15,39 +15,10 @@ from aio_adapter import SyncAdapter
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,
-    ConsumerPresence,
     ConsumerPresenceRegistry,
     RedisPresenceRegistry,
 )
-from redis_presence.validation import Beat
-
-
-class Registry(Protocol):
-    """What the contract suite needs: the methods both registries promise."""
-
-    def heartbeat(
-        self,
-        queue: str,
-        group: str,
-        consumer: str,
-        lease_count: int = 0,
-        now_ns: int | None = None,
-    ) -> None: ...
-
-    def heartbeat_many(self, beats: list[Beat], now_ns: int | None = None) -> int: ...
-
-    def snapshot(self, now_ns: int | None = None, ttl_ms: int = ...) -> list[ConsumerPresence]: ...
-
-    def count_active_by_group(
-        self, now_ns: int | None = None, ttl_ms: int = ...
-    ) -> dict[tuple[str, str], int]: ...
-
-    def prune_expired(self, now_ns: int | None = None, ttl_ms: int = ...) -> int: ...
-
-    def deregister(self, queue: str, group: str, consumer: str) -> bool: ...
-
-    def __len__(self) -> int: ...
-
+from redis_presence.protocol import PresenceRegistry
 
 BACKENDS = [
     pytest.param("memory", id="memory"),
@@ -61,7 +32,17 @@ REDIS_BACKENDS = [p for p in BACKENDS if p.values[0] != "memory"]
 
 
 def make_registry(request: pytest.FixtureRequest, backend: str, prefix: str = "presence") -> Any:
-    """A registry of `backend` on an empty store; a second call shares the same store."""
+    """A registry of `backend` on an empty store; a second call shares the same store.
+
+    Every synchronous registry must offer the `PresenceRegistry` methods (checked here);
+    the async ones run through `SyncAdapter`, which forwards by `__getattr__`.
+    """
+    registry = _make_registry(request, backend, prefix)
+    assert isinstance(registry, SyncAdapter | PresenceRegistry), f"{backend}: {registry!r}"
+    return registry
+
+
+def _make_registry(request: pytest.FixtureRequest, backend: str, prefix: str) -> Any:
     if backend == "memory":
         return ConsumerPresenceRegistry()
     if backend == "fakeredis":

@@ -26,8 +26,9 @@ from servers import MakeRedisServer, free_port
 import redis_presence
 from redis_presence import ConsumerPresence, RedisPresenceRegistry
 from redis_presence.cli import cli
-from redis_presence.cli.commands import Registry, RegistryFactory
+from redis_presence.cli.commands import RegistryFactory
 from redis_presence.cli.render import CONSUMER_FIELDS
+from redis_presence.protocol import PresenceRegistry
 
 S = 1_000_000_000
 NOW = 1_750_000_000 * S
@@ -96,7 +97,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if request.param == "fakeredis":
         client = request.getfixturevalue("fake_client")
 
-        def fake_factory(url: str, prefix: str) -> Registry:
+        def fake_factory(url: str, prefix: str) -> PresenceRegistry:
             return RedisPresenceRegistry(client, prefix=prefix)
 
         registry = RedisPresenceRegistry(client)
@@ -104,7 +105,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         return
     url = request.getfixturevalue("redis_url")
 
-    def real_factory(url: str, prefix: str) -> Registry:
+    def real_factory(url: str, prefix: str) -> PresenceRegistry:
         return RedisPresenceRegistry.from_url(url, prefix=prefix)
 
     with RedisPresenceRegistry.from_url(url) as registry:
@@ -298,7 +299,7 @@ def test_heartbeat_without_now_uses_the_server_clock(backend: Backend) -> None:
 class Scripted:
     """Wraps a registry: runs `hooks[n]` just before the n-th snapshot (0-based)."""
 
-    def __init__(self, inner: Registry, hooks: dict[int, Callable[[], None]]) -> None:
+    def __init__(self, inner: PresenceRegistry, hooks: dict[int, Callable[[], None]]) -> None:
         self.inner = inner
         self.hooks = hooks
         self.reads = 0
@@ -329,7 +330,7 @@ def test_watch_marks_what_changed_between_refreshes(backend: Backend) -> None:
 
     scripted: list[Scripted] = []
 
-    def factory(url: str, prefix: str) -> Registry:
+    def factory(url: str, prefix: str) -> PresenceRegistry:
         scripted.append(Scripted(backend.factory(url, prefix), {1: second, 2: third}))
         return scripted[-1]
 
@@ -364,7 +365,7 @@ def test_watch_exits_zero_on_ctrl_c(backend: Backend) -> None:
     def interrupt() -> None:
         raise KeyboardInterrupt
 
-    def factory(url: str, prefix: str) -> Registry:
+    def factory(url: str, prefix: str) -> PresenceRegistry:
         return Scripted(backend.factory(url, prefix), {1: interrupt})
 
     result = backend.at_now("watch", "--interval", "0.05", obj=factory)
@@ -488,7 +489,7 @@ def test_bad_urls_are_one_line_and_exit_2(url: str) -> None:
     ids=" ".join,
 )
 def test_bad_options_are_one_line_and_exit_2(args: list[str]) -> None:
-    def never(url: str, prefix: str) -> Registry:
+    def never(url: str, prefix: str) -> PresenceRegistry:
         raise AssertionError("no registry may be opened for a usage error")
 
     result = invoke(args, obj=never)
@@ -526,7 +527,7 @@ def test_library_value_errors_are_one_line_and_exit_2(
 def recording_factory() -> tuple[list[tuple[str, str]], RegistryFactory]:
     seen: list[tuple[str, str]] = []
 
-    def factory(url: str, prefix: str) -> Registry:
+    def factory(url: str, prefix: str) -> PresenceRegistry:
         seen.append((url, prefix))
         return redis_presence.ConsumerPresenceRegistry()
 

@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
 import click
 from rich.console import Console
 
 from redis_presence import RedisPresenceRegistry
 from redis_presence.model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
+from redis_presence.protocol import PresenceRegistry
 from redis_presence.validation import MAX_LEASE_COUNT, MAX_TTL_MS
 
 from . import render
-from .demo import beat_interval_s, run_broker, run_demo
+from .demo import beat_interval_s, interrupt_on_sigterm, run_broker, run_demo
 from .embedded import SERVER_CHOICES
 from .errors import one_line_errors
 from .watch import run_watch
@@ -31,38 +30,11 @@ REPLY_TIMEOUT_S = 30.0
 """How long the CLI waits for a reply (a server that accepts but never answers)."""
 
 
-class Registry(Protocol):
-    """The registry methods the CLI uses (both registries of the package have them)."""
-
-    def heartbeat(
-        self,
-        queue: str,
-        group: str,
-        consumer: str,
-        lease_count: int = 0,
-        now_ns: int | None = None,
-    ) -> None: ...
-
-    def snapshot(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
-    ) -> list[ConsumerPresence]: ...
-
-    def count_active_by_group(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
-    ) -> dict[tuple[str, str], int]: ...
-
-    def prune_expired(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
-    ) -> int: ...
-
-    def deregister(self, queue: str, group: str, consumer: str) -> bool: ...
-
-
-RegistryFactory = Callable[[str, str], Registry]
+RegistryFactory = Callable[[str, str], PresenceRegistry]
 """`(url, prefix) -> registry`; tests pass their own as `obj=` to click's runner."""
 
 
-def open_redis_registry(url: str, prefix: str) -> Registry:
+def open_redis_registry(url: str, prefix: str) -> PresenceRegistry:
     """The default factory: a `RedisPresenceRegistry` for `url` (connects on first use)."""
     return RedisPresenceRegistry.from_url(
         url,
@@ -83,9 +55,9 @@ class App:
     factory: RegistryFactory
     ctx: click.Context
     console: Console = field(default_factory=lambda: Console(highlight=False))
-    _registry: Registry | None = field(default=None, repr=False)
+    _registry: PresenceRegistry | None = field(default=None, repr=False)
 
-    def registry(self) -> Registry:
+    def registry(self) -> PresenceRegistry:
         if self._registry is None:
             self._registry = self.factory(self.url, self.prefix)
             close = getattr(self._registry, "close", None)
@@ -415,10 +387,6 @@ def demo_command(
     )
 
 
-def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 @cli.command("demo-broker", hidden=True)
 @click.option("--name", required=True, help="Broker name; consumers are NAME-c1, NAME-c2, ...")
 @click.option("--consumers", type=click.IntRange(1, 1000), default=3, show_default=True)
@@ -434,8 +402,7 @@ def demo_broker_command(
     Examples:
       redis-presence --url redis://redis:6379/0 demo-broker --name broker-a --consumers 3
     """
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
-    with contextlib.suppress(KeyboardInterrupt):
+    with interrupt_on_sigterm(), contextlib.suppress(KeyboardInterrupt):
         run_broker(
             app.registry(),
             name,

@@ -22,11 +22,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol, TextIO
+from typing import TextIO
 
 from rich.console import Console
 
 from redis_presence.errors import PresenceError
+from redis_presence.protocol import PresenceRegistry
 from redis_presence.redis import RedisPresenceRegistry
 
 from . import render
@@ -43,21 +44,6 @@ DEMO_GROUPS: tuple[tuple[str, str], ...] = (
 
 DEFAULT_DEMO_TTL_MS = 2000
 DEFAULT_DEMO_PREFIX = "presence-demo"
-
-
-class BeatTarget(Protocol):
-    """What a broker needs from a registry."""
-
-    def heartbeat(
-        self,
-        queue: str,
-        group: str,
-        consumer: str,
-        lease_count: int = 0,
-        now_ns: int | None = None,
-    ) -> None: ...
-
-    def deregister(self, queue: str, group: str, consumer: str) -> bool: ...
 
 
 Triple = tuple[str, str, str]
@@ -83,7 +69,7 @@ def _read_commands(stream: TextIO, inbox: queue_module.Queue[str]) -> None:
 
 
 def run_broker(
-    registry: BeatTarget,
+    registry: PresenceRegistry,
     name: str,
     consumers: int,
     *,
@@ -263,7 +249,7 @@ class Story:
         self.say(f"started {name} pid {broker.pid} serving {names}")
         return broker
 
-    def steps(self, registry: Any) -> list[Step]:
+    def steps(self, registry: PresenceRegistry) -> list[Step]:
         """The timeline, in TTLs: hang, crash, graceful leave, replacement, prune."""
         ttl_s = self.ttl_ms / 1000
         first, last = self.brokers[0], self.brokers[-1]
@@ -312,8 +298,8 @@ class Story:
 
 
 @contextlib.contextmanager
-def _interrupt_on_sigterm() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C while the demo runs, so its cleanup always happens."""
+def interrupt_on_sigterm() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C inside the block, so cleanup (`finally`) always happens."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -329,7 +315,9 @@ def _interrupt_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _wait_for_fleet(registry: Any, expected: int, ttl_ms: int, timeout_s: float) -> None:
+def _wait_for_fleet(
+    registry: PresenceRegistry, expected: int, ttl_ms: int, timeout_s: float
+) -> None:
     """Poll (with a deadline) until every started consumer has beaten once."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -367,9 +355,9 @@ def run_demo(
     )
     server: LocalRedis | None = None
     story: Story | None = None
-    registry: Any = None
+    registry: RedisPresenceRegistry | None = None
     try:
-        with _interrupt_on_sigterm():
+        with interrupt_on_sigterm():
             server = start_local_redis(server_choice)
             where = f"127.0.0.1:{server.port}"
             if server.pid is not None:
@@ -404,7 +392,7 @@ def run_demo(
 def _play(
     console: Console,
     story: Story,
-    registry: Any,
+    registry: PresenceRegistry,
     duration_s: float,
     live_view: bool,
     notes: list[str],

@@ -1,0 +1,48 @@
+"""`PresenceRegistry`: the methods every synchronous registry of the package offers.
+
+Type against it to accept `RedisPresenceRegistry` and `ConsumerPresenceRegistry` alike
+(the CLI, the demo brokers and the test suite do); it is `runtime_checkable`, so
+`isinstance` checks that the methods exist (not their signatures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+
+from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
+from .validation import Beat
+
+__all__ = ["PresenceRegistry"]
+
+
+@runtime_checkable
+class PresenceRegistry(Protocol):
+    """Heartbeat, snapshot, count, prune and deregister, with the contract's signatures."""
+
+    def heartbeat(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        lease_count: int = 0,
+        now_ns: int | None = None,
+    ) -> None: ...
+
+    def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int: ...
+
+    def snapshot(
+        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+    ) -> list[ConsumerPresence]: ...
+
+    def count_active_by_group(
+        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+    ) -> dict[tuple[str, str], int]: ...
+
+    def prune_expired(
+        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+    ) -> int: ...
+
+    def deregister(self, queue: str, group: str, consumer: str) -> bool: ...
+
+    def __len__(self) -> int: ...
