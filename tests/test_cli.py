@@ -21,12 +21,14 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner, Result
-from servers import MakeRedisServer, free_port
+from servers import MakeRedisServer, RedisServer, free_port
+from test_security import ACL_STRICT_READER, READER_PASSWORD, READER_USER
 
 import redis_presence
 from redis_presence import ConsumerPresence, RedisPresenceRegistry
 from redis_presence.cli import cli
 from redis_presence.cli.commands import RegistryFactory
+from redis_presence.cli.errors import CliError, ReadOnlyRefused
 from redis_presence.cli.render import CONSUMER_FIELDS
 from redis_presence.protocol import PresenceRegistry
 
@@ -40,6 +42,7 @@ CLEAN_ENV: dict[str, str | None] = dict.fromkeys(
         "REDIS_URL",
         "REDIS_PRESENCE_PREFIX",
         "REDIS_PRESENCE_TTL_MS",
+        "REDIS_PRESENCE_READ_ONLY",
         "NO_COLOR",
         "FORCE_COLOR",
         "COLUMNS",
@@ -97,16 +100,16 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if request.param == "fakeredis":
         client = request.getfixturevalue("fake_client")
 
-        def fake_factory(url: str, prefix: str) -> PresenceRegistry:
-            return RedisPresenceRegistry(client, prefix=prefix)
+        def fake_factory(url: str, prefix: str, read_only: bool) -> PresenceRegistry:
+            return RedisPresenceRegistry(client, prefix=prefix, read_only=read_only)
 
         registry = RedisPresenceRegistry(client)
         yield Backend("fakeredis", "redis://fake.invalid:1/0", registry, fake_factory, fake_factory)
         return
     url = request.getfixturevalue("redis_url")
 
-    def real_factory(url: str, prefix: str) -> PresenceRegistry:
-        return RedisPresenceRegistry.from_url(url, prefix=prefix)
+    def real_factory(url: str, prefix: str, read_only: bool) -> PresenceRegistry:
+        return RedisPresenceRegistry.from_url(url, prefix=prefix, read_only=read_only)
 
     with RedisPresenceRegistry.from_url(url) as registry:
         yield Backend("redis-server", url, registry, real_factory, None)
@@ -330,8 +333,8 @@ def test_watch_marks_what_changed_between_refreshes(backend: Backend) -> None:
 
     scripted: list[Scripted] = []
 
-    def factory(url: str, prefix: str) -> PresenceRegistry:
-        scripted.append(Scripted(backend.factory(url, prefix), {1: second, 2: third}))
+    def factory(url: str, prefix: str, read_only: bool) -> PresenceRegistry:
+        scripted.append(Scripted(backend.factory(url, prefix, read_only), {1: second, 2: third}))
         return scripted[-1]
 
     result = backend.at_now("watch", "--interval", "0.05", "--iterations", "3", obj=factory)
@@ -365,8 +368,8 @@ def test_watch_exits_zero_on_ctrl_c(backend: Backend) -> None:
     def interrupt() -> None:
         raise KeyboardInterrupt
 
-    def factory(url: str, prefix: str) -> PresenceRegistry:
-        return Scripted(backend.factory(url, prefix), {1: interrupt})
+    def factory(url: str, prefix: str, read_only: bool) -> PresenceRegistry:
+        return Scripted(backend.factory(url, prefix, read_only), {1: interrupt})
 
     result = backend.at_now("watch", "--interval", "0.05", obj=factory)
     assert result.exit_code == 0
@@ -489,7 +492,7 @@ def test_bad_urls_are_one_line_and_exit_2(url: str) -> None:
     ids=" ".join,
 )
 def test_bad_options_are_one_line_and_exit_2(args: list[str]) -> None:
-    def never(url: str, prefix: str) -> PresenceRegistry:
+    def never(url: str, prefix: str, read_only: bool) -> PresenceRegistry:
         raise AssertionError("no registry may be opened for a usage error")
 
     result = invoke(args, obj=never)
@@ -521,13 +524,168 @@ def test_library_value_errors_are_one_line_and_exit_2(
     assert result.exit_code == 2
 
 
+# ---------------------------------------------------------------- read-only
+
+
+@pytest.fixture
+def replica(make_redis_server: MakeRedisServer) -> RedisServer:
+    """A synced replica of a primary that holds `seed`'s four consumers."""
+    primary = make_redis_server()
+    replica = make_redis_server(replicaof=primary)
+    replica.wait_replica_synced()
+    with RedisPresenceRegistry.from_url(primary.url) as writer:
+        seed(writer)
+    primary.wait_for_replicas(1)
+    return replica
+
+
+READS = [
+    ["ls", "--format", "json"],
+    ["snapshot", "--state", "expired"],
+    ["counts", "--format", "csv"],
+    ["prune", "--dry-run"],
+    ["watch", "--iterations", "1"],
+]
+
+
+def test_read_only_reads_from_a_replica_with_evalsha_ro(replica: RedisServer) -> None:
+    primary = replica.replicaof
+    assert primary is not None
+    with replica.client() as client:
+        client.config_resetstat()
+        for args in READS:
+            expected = invoke(["--url", primary.url, "--now-ns", str(NOW), *args])
+            for how in (["--read-only"], []):
+                env = {} if how else {"REDIS_PRESENCE_READ_ONLY": "1"}
+                result = invoke(["--url", replica.url, *how, "--now-ns", str(NOW), *args], env=env)
+                assert result.exit_code == 0, result.output
+                if args[0] != "watch":  # its title carries the wall clock
+                    assert result.stdout == expected.stdout, args
+        stats = client.info("commandstats")
+        assert stats["cmdstat_evalsha_ro"]["calls"] > 0
+        assert "cmdstat_evalsha" not in stats  # every script ran read-only
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["heartbeat", "orders", "billing", "new"],
+        ["deregister", "orders", "billing", "fresh"],
+        ["prune"],
+    ],
+    ids=" ".join,
+)
+def test_writes_to_a_replica_are_one_line_and_exit_6(replica: RedisServer, args: list[str]) -> None:
+    """Without --read-only the write reaches the replica, which answers READONLY."""
+    result = invoke(["--url", replica.url, "--now-ns", str(NOW + 10**15), *args])
+    line = one_error_line(result)
+    assert result.exit_code == 6, line
+    assert "read-only replica" in line
+    with RedisPresenceRegistry.from_url(replica.url, read_only=True) as reader:
+        assert len(reader) == 4
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["heartbeat", "q", "g", "c"],
+        ["heartbeat", "q", "g", "c", "--lease-count", "2"],
+        ["deregister", "q", "g", "c"],
+        ["prune"],
+        ["prune", "--format", "json"],
+        ["demo-broker", "--name", "b"],
+    ],
+    ids=" ".join,
+)
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_read_only_refuses_writes_before_opening_redis(args: list[str], how: str) -> None:
+    def never(url: str, prefix: str, read_only: bool) -> PresenceRegistry:
+        raise AssertionError("a refused write may not open a registry")
+
+    flag, env = (
+        (["--read-only"], {}) if how == "flag" else ([], {"REDIS_PRESENCE_READ_ONLY": "yes"})
+    )
+    result = invoke([*flag, *args], obj=never, env=env)
+    line = one_error_line(result)
+    assert result.exit_code == 6
+    assert line == (
+        f"Error: {args[0]} writes to Redis, but --read-only (or REDIS_PRESENCE_READ_ONLY) is "
+        "set: only ls, counts, watch and prune --dry-run run read-only"
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "read_only"),
+    [
+        ({}, [], False),
+        ({}, ["--read-only"], True),
+        ({"REDIS_PRESENCE_READ_ONLY": "1"}, [], True),
+        ({"REDIS_PRESENCE_READ_ONLY": "true"}, [], True),
+        ({"REDIS_PRESENCE_READ_ONLY": "0"}, [], False),
+        ({"REDIS_PRESENCE_READ_ONLY": ""}, [], False),
+        ({"REDIS_PRESENCE_READ_ONLY": "0"}, ["--read-only"], True),
+    ],
+)
+def test_read_only_reaches_the_registry_factory(
+    env: dict[str, str], args: list[str], read_only: bool
+) -> None:
+    seen: list[bool] = []
+
+    def factory(url: str, prefix: str, read_only: bool) -> PresenceRegistry:
+        seen.append(read_only)
+        return redis_presence.ConsumerPresenceRegistry()
+
+    result = invoke([*args, "counts"], obj=factory, env=env)
+    assert result.exit_code == 0, result.output
+    assert seen == [read_only]
+
+
+def test_bad_read_only_value_from_the_environment_is_a_usage_error() -> None:
+    result = invoke(["ls"], env={"REDIS_PRESENCE_READ_ONLY": "maybe"})
+    assert "--read-only" in one_error_line(result)
+    assert result.exit_code == 2
+
+
+def test_strict_reader_role_needs_read_only(make_redis_server: MakeRedisServer) -> None:
+    """The README's `%R~` reader: refused (exit 4) without --read-only, served with it."""
+    server = make_redis_server()
+    with server.client() as admin:
+        admin.execute_command(*ACL_STRICT_READER.split())
+        seed(RedisPresenceRegistry(admin))
+    url = f"redis://{READER_USER}:{READER_PASSWORD}@127.0.0.1:{server.port}/0"
+    for args in (["ls"], ["counts"], ["prune", "--dry-run"]):
+        refused = invoke(["--url", url, "--now-ns", str(NOW), *args])
+        assert "refused" in one_error_line(refused)
+        assert refused.exit_code == 4
+        served = invoke(["--url", url, "--read-only", "--now-ns", str(NOW), *args])
+        assert served.exit_code == 0, served.output
+        assert served.stdout == invoke(["--url", server.url, "--now-ns", str(NOW), *args]).stdout
+        assert READER_PASSWORD not in refused.output + served.output
+
+
+def test_readme_documents_every_exit_code() -> None:
+    """The README's exit-code table names exactly the codes the CLI's errors use."""
+    readme = (Path(redis_presence.__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("### Errors and exit codes") :]
+    table = section[: section.index("```")]
+    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.M)}
+    pending = [CliError]
+    used = {0}
+    while pending:
+        cls = pending.pop()
+        used.add(cls.exit_code)
+        pending.extend(cls.__subclasses__())
+    assert documented == used == set(range(7))
+    assert ReadOnlyRefused.exit_code == 6
+
+
 # ---------------------------------------------------------------- environment and colour
 
 
 def recording_factory() -> tuple[list[tuple[str, str]], RegistryFactory]:
     seen: list[tuple[str, str]] = []
 
-    def factory(url: str, prefix: str) -> PresenceRegistry:
+    def factory(url: str, prefix: str, read_only: bool) -> PresenceRegistry:
         seen.append((url, prefix))
         return redis_presence.ConsumerPresenceRegistry()
 
@@ -567,7 +725,7 @@ def test_ttl_comes_from_the_environment() -> None:
     for ttl, state in (("2000", "stale"), ("5000", "active"), ("1000", "expired")):
         result = invoke(
             ["--now-ns", str(NOW), "ls", "--format", "json"],
-            obj=lambda url, prefix: registry,
+            obj=lambda url, prefix, read_only: registry,
             env={"REDIS_PRESENCE_TTL_MS": ttl},
         )
         assert json.loads(result.stdout)[0]["state"] == state

@@ -148,8 +148,13 @@ def test_demo_cleans_up_when_interrupted(signum: int) -> None:
 
 
 def test_demo_command_in_process_with_clicks_runner() -> None:
-    """The command's wiring, in this process: a short story, then every child gone."""
-    result = CliRunner(env={"NO_COLOR": None, "FORCE_COLOR": None}).invoke(
+    """The command's wiring, in this process: a short story, then every child gone.
+
+    REDIS_PRESENCE_READ_ONLY in the environment does not reach the brokers: they write to
+    the demo's own server.
+    """
+    env = {"NO_COLOR": None, "FORCE_COLOR": None, "REDIS_PRESENCE_READ_ONLY": "1"}
+    result = CliRunner(env=env).invoke(
         cli, ["demo", "--no-tui", "--duration", "1", "--ttl-ms", "200", "--brokers", "2"]
     )
     assert result.exit_code == 0, result.output

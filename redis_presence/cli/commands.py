@@ -20,7 +20,7 @@ from redis_presence.validation import MAX_LEASE_COUNT, MAX_TTL_MS
 from . import render
 from .demo import beat_interval_s, interrupt_on_sigterm, run_broker, run_demo
 from .embedded import SERVER_CHOICES
-from .errors import one_line_errors
+from .errors import ReadOnlyRefused, one_line_errors
 from .watch import run_watch
 
 DEFAULT_URL = "redis://localhost:6379/0"
@@ -30,15 +30,20 @@ REPLY_TIMEOUT_S = 30.0
 """How long the CLI waits for a reply (a server that accepts but never answers)."""
 
 
-RegistryFactory = Callable[[str, str], PresenceRegistry]
-"""`(url, prefix) -> registry`; tests pass their own as `obj=` to click's runner."""
+RegistryFactory = Callable[[str, str, bool], PresenceRegistry]
+"""`(url, prefix, read_only) -> registry`; tests pass their own as `obj=` to click's runner."""
+
+READ_ONLY_COMMANDS = "ls, counts, watch and prune --dry-run"
+"""What `--read-only` allows (named in the refusal of every other command)."""
 
 
-def open_redis_registry(url: str, prefix: str) -> PresenceRegistry:
-    """The default factory: a `RedisPresenceRegistry` for `url` (connects on first use)."""
+def open_redis_registry(url: str, prefix: str, read_only: bool) -> PresenceRegistry:
+    """The default factory: a `RedisPresenceRegistry` for `url` (connects on first use);
+    `read_only` runs reads with EVALSHA_RO and refuses writes."""
     return RedisPresenceRegistry.from_url(
         url,
         prefix=prefix,
+        read_only=read_only,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
         socket_timeout=REPLY_TIMEOUT_S,
     )
@@ -51,6 +56,7 @@ class App:
     url: str
     prefix: str
     ttl_ms: int
+    read_only: bool
     now_ns: int | None
     factory: RegistryFactory
     ctx: click.Context
@@ -58,12 +64,23 @@ class App:
     _registry: PresenceRegistry | None = field(default=None, repr=False)
 
     def registry(self) -> PresenceRegistry:
+        """The registry to read from (opened read-only under `--read-only`)."""
         if self._registry is None:
-            self._registry = self.factory(self.url, self.prefix)
+            self._registry = self.factory(self.url, self.prefix, self.read_only)
             close = getattr(self._registry, "close", None)
             if callable(close):
                 self.ctx.call_on_close(close)
         return self._registry
+
+    def writer(self, command: str) -> PresenceRegistry:
+        """The registry for a command that writes; under `--read-only`, one refusal line
+        before anything is opened or sent."""
+        if self.read_only:
+            raise ReadOnlyRefused(
+                f"{command} writes to Redis, but --read-only (or REDIS_PRESENCE_READ_ONLY) "
+                f"is set: only {READ_ONLY_COMMANDS} run read-only"
+            )
+        return self.registry()
 
     def snapshot(self) -> list[ConsumerPresence]:
         return self.registry().snapshot(now_ns=self.now_ns, ttl_ms=self.ttl_ms)
@@ -138,10 +155,19 @@ FORMAT_OPTION = click.option(
     help="Heartbeat budget: active up to TTL, stale up to 2 x TTL, then expired. "
     "Env: REDIS_PRESENCE_TTL_MS.",
 )
+@click.option(
+    "--read-only",
+    is_flag=True,
+    envvar="REDIS_PRESENCE_READ_ONLY",
+    help="Only read, with read-only scripts (EVALSHA_RO, Redis 7+): for replicas and "
+    f"read-only ACL users. Allows {READ_ONLY_COMMANDS}. Env: REDIS_PRESENCE_READ_ONLY=1.",
+)
 @click.option("--now-ns", type=click.IntRange(0), hidden=True, help="Fixed clock (tests).")
 @click.version_option(package_name="redis-presence", message="%(prog)s %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, url: str, prefix: str, ttl_ms: int, now_ns: int | None) -> None:
+def cli(
+    ctx: click.Context, url: str, prefix: str, ttl_ms: int, read_only: bool, now_ns: int | None
+) -> None:
     """See which consumers are reading which queues, shared through Redis.
 
     Ages and states use the Redis server's clock, so every broker and every
@@ -152,10 +178,11 @@ def cli(ctx: click.Context, url: str, prefix: str, ttl_ms: int, now_ns: int | No
       redis-presence ls
       redis-presence --url redis://:secret@redis.internal:6379/0 counts
       REDIS_PRESENCE_URL=redis://localhost:6379/0 redis-presence watch
+      redis-presence --url redis://replica.internal:6379/0 --read-only counts
       redis-presence demo
     """
     factory = ctx.obj if callable(ctx.obj) else open_redis_registry
-    ctx.obj = App(url, prefix, ttl_ms, now_ns, factory, ctx)
+    ctx.obj = App(url, prefix, ttl_ms, read_only, now_ns, factory, ctx)
 
 
 def _filter(
@@ -266,7 +293,7 @@ def prune_command(app: App, dry_run: bool, fmt: str) -> None:
         if fmt.lower() == "table":
             app.emit(f"would prune {len(doomed)} expired consumer(s)\n")
         return
-    removed = app.registry().prune_expired(now_ns=app.now_ns, ttl_ms=app.ttl_ms)
+    removed = app.writer("prune").prune_expired(now_ns=app.now_ns, ttl_ms=app.ttl_ms)
     app.emit(f"pruned {removed} expired consumer(s)\n")
 
 
@@ -290,7 +317,8 @@ def heartbeat_command(app: App, queue: str, group: str, consumer: str, lease_cou
       redis-presence heartbeat orders billing worker-7
       redis-presence heartbeat orders billing worker-7 --lease-count 3
     """
-    app.registry().heartbeat(queue, group, consumer, lease_count=lease_count, now_ns=app.now_ns)
+    registry = app.writer("heartbeat")
+    registry.heartbeat(queue, group, consumer, lease_count=lease_count, now_ns=app.now_ns)
     app.emit(f"heartbeat recorded: {_who(queue, group, consumer)}, {lease_count} lease(s)\n")
 
 
@@ -306,7 +334,7 @@ def deregister_command(app: App, queue: str, group: str, consumer: str) -> None:
     Examples:
       redis-presence deregister orders billing worker-7
     """
-    existed = app.registry().deregister(queue, group, consumer)
+    existed = app.writer("deregister").deregister(queue, group, consumer)
     outcome = "deregistered" if existed else "was not tracked"
     app.emit(f"{_who(queue, group, consumer)} {outcome}\n")
 
@@ -402,9 +430,10 @@ def demo_broker_command(
     Examples:
       redis-presence --url redis://redis:6379/0 demo-broker --name broker-a --consumers 3
     """
+    registry = app.writer("demo-broker")
     with interrupt_on_sigterm(), contextlib.suppress(KeyboardInterrupt):
         run_broker(
-            app.registry(),
+            registry,
             name,
             consumers,
             beat_s=beat_interval_s(app.ttl_ms),

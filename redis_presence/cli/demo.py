@@ -185,11 +185,13 @@ def start_broker(
     offset: int,
     quiet: bool,
 ) -> BrokerProcess:
-    """Launch one broker as a real OS process in its own session."""
+    """Launch one broker as a real OS process in its own session; it quits when its stdin
+    closes, so also when the demo dies without cleaning up."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (_package_root(), env.get("PYTHONPATH", "")) if p
     )
+    env.pop("REDIS_PRESENCE_READ_ONLY", None)  # a broker writes, whatever the shell says
     process = subprocess.Popen(
         broker_argv(server.url, prefix, ttl_ms, name, consumers, offset),
         stdin=subprocess.PIPE,

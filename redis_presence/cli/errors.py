@@ -17,6 +17,7 @@ from redis_presence.errors import (
     PresenceConnectionError,
     PresenceDataError,
     PresenceError,
+    PresenceReadOnlyError,
 )
 from redis_presence.urls import scrub
 
@@ -54,6 +55,12 @@ class DataProblem(CliError):
     exit_code = 5
 
 
+class ReadOnlyRefused(CliError):
+    """A write under `--read-only`, or sent to a read-only replica (exit code 6)."""
+
+    exit_code = 6
+
+
 def one_line(message: str) -> str:
     """Collapse whitespace runs (newlines included) to single spaces."""
     return " ".join(str(message).split()) or "unknown error"
@@ -73,6 +80,8 @@ def translate(exc: BaseException, url: str | None) -> CliError:
         return AuthFailed(text)
     if isinstance(exc, PresenceDataError):
         return DataProblem(text)
+    if isinstance(exc, PresenceReadOnlyError):
+        return ReadOnlyRefused(text)
     if isinstance(exc, PresenceConfigError | ValueError | TypeError):
         return UsageProblem(text)
     return CliError(text)
