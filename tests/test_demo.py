@@ -11,7 +11,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ import redis_presence
 from redis_presence import ConsumerPresenceRegistry
 from redis_presence.cli import cli
 from redis_presence.cli.demo import DEMO_GROUPS, broker_consumers, run_broker
-from redis_presence.cli.embedded import start_local_redis
+from redis_presence.cli.embedded import die_with_parent, start_local_redis
 
 REPO = Path(redis_presence.__file__).resolve().parents[1]
 CLI = [sys.executable, "-c", "from redis_presence.cli import main; main()"]
@@ -61,6 +62,42 @@ def assert_all_gone(pids: set[int]) -> None:
     wait_until(lambda: not any(alive(pid) for pid in pids), 10.0, f"children {pids} to exit")
 
 
+def run_demo_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """`redis-presence demo --no-tui ARGS` to its end, as a real process."""
+    return subprocess.run(
+        [*CLI, "demo", "--no-tui", *args],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+@contextmanager
+def demo_process(*args: str) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """A running `demo --no-tui ARGS` and the stdout lines it printed so far (a thread reads
+    them); killed and reaped on the way out if the test left it running."""
+    lines: list[str] = []
+    with subprocess.Popen(
+        [*CLI, "demo", "--no-tui", *args],
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+        reader.start()
+        try:
+            wait_until(lambda: any("the story begins" in ln for ln in lines), 30, "the story")
+            yield proc, lines
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            reader.join(timeout=10)
+
+
 def states_by_consumer(output: str) -> dict[str, list[str]]:
     """Each consumer's successive states, as the plain output named them."""
     seen: dict[str, list[str]] = {}
@@ -83,14 +120,7 @@ def check_story(output: str) -> set[int]:
 
 @pytest.mark.slow
 def test_demo_no_tui_shows_stale_then_expired_and_stops_every_child() -> None:
-    proc = subprocess.run(
-        [*CLI, "demo", "--no-tui", "--duration", "8"],
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    proc = run_demo_process("--duration", "8")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     assert "TTL 2000 ms" in proc.stdout
@@ -102,14 +132,7 @@ def test_demo_no_tui_shows_stale_then_expired_and_stops_every_child() -> None:
 @pytest.mark.slow
 def test_demo_on_the_embedded_server() -> None:
     pytest.importorskip("fakeredis")
-    proc = subprocess.run(
-        [*CLI, "demo", "--no-tui", "--server", "embedded", *SHORT],
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    proc = run_demo_process("--server", "embedded", *SHORT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "embedded fakeredis inside this process" in proc.stdout
     assert_all_gone(check_story(proc.stdout))
@@ -118,33 +141,38 @@ def test_demo_on_the_embedded_server() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_demo_cleans_up_when_interrupted(signum: int) -> None:
-    lines: list[str] = []
-    with subprocess.Popen(
-        [*CLI, "demo", "--no-tui", "--duration", "300"],
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as proc:
-        assert proc.stdout is not None
+    with demo_process("--duration", "300") as (proc, lines):
+        proc.send_signal(signum)
+        proc.wait(timeout=30)
         assert proc.stderr is not None
-        reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
-        reader.start()
-        try:
-            wait_until(lambda: any("the story begins" in ln for ln in lines), 30, "the story")
-            proc.send_signal(signum)
-            proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        reader.join(timeout=10)
         stderr = proc.stderr.read()
     output = "".join(lines)
     assert proc.returncode == 0, output + stderr
     assert "Traceback" not in stderr
     assert "interrupted: stopping everything" in output
     assert_all_gone({int(pid) for pid in PID.findall(output)})
+
+
+@pytest.mark.slow
+def test_a_sigkilled_demo_leaves_no_server_and_no_broker_behind() -> None:
+    """No cleanup code runs: the kernel SIGTERMs the server (PR_SET_PDEATHSIG) and each
+    broker quits when its stdin (a pipe from the demo) closes."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux-only")
+    pytest.importorskip("servers").need_binary("redis-server")
+    with demo_process("--duration", "30") as (proc, lines):
+        output = "".join(lines)
+        server = re.search(r"started redis-server pid (\d+)", output)
+        assert server is not None, output
+        brokers = {int(pid) for pid in re.findall(r"started broker-\d+ pid (\d+)", output)}
+        assert len(brokers) == 3, output
+        pids = {int(server.group(1)), *brokers}
+        assert all(alive(pid) for pid in pids)
+        proc.kill()
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert "stopped" not in "".join(lines)  # the demo's own cleanup never ran
+    assert_all_gone(pids)
 
 
 def test_demo_command_in_process_with_clicks_runner() -> None:
@@ -220,3 +248,10 @@ def test_local_redis_starts_answers_and_stops(choice: str) -> None:
         assert not alive(pid)
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", server.port)) != 0
+
+
+@pytest.mark.parametrize("platform", ["darwin", "win32", "freebsd14"])
+def test_parent_death_signal_is_linux_only(monkeypatch: pytest.MonkeyPatch, platform: str) -> None:
+    """Elsewhere the server starts without a `preexec_fn` (and the demo's own cleanup)."""
+    monkeypatch.setattr(sys, "platform", platform)
+    assert die_with_parent() is None

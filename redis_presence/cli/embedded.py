@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -18,6 +23,32 @@ ServerChoice = Literal["auto", "redis-server", "embedded"]
 SERVER_CHOICES: tuple[ServerChoice, ...] = ("auto", "redis-server", "embedded")
 
 _HOST = "127.0.0.1"
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` that has Linux send SIGTERM to the child when this process dies, even
+    by SIGKILL (`prctl(PR_SET_PDEATHSIG)`); None on other platforms or without libc.
+
+    The signal follows the *thread* that starts the child: start it from a thread that
+    lives as long as the child should (the demo uses its main thread).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent = os.getpid()
+
+    def preexec() -> None:  # in the child, between fork and exec
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def free_port() -> int:
@@ -88,7 +119,8 @@ def stop_process(process: subprocess.Popen[Any], timeout_s: float) -> None:
 
 
 def start_redis_server(binary: str, *, ready_timeout_s: float = 10.0) -> LocalRedis:
-    """Start `binary` on a free loopback port with no persistence and wait for PING."""
+    """Start `binary` on a free loopback port with no persistence and wait for PING; on
+    Linux the server gets SIGTERM when this process dies, however it dies."""
     for _attempt in range(3):  # another process may grab the free port first
         port = free_port()
         tmpdir = tempfile.TemporaryDirectory(prefix="redis-presence-demo-")
@@ -112,6 +144,9 @@ def start_redis_server(binary: str, *, ready_timeout_s: float = 10.0) -> LocalRe
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C reaches the demo, which stops us in order
+            # A SIGKILLed demo cannot stop us, so the kernel does. The demo starts its server
+            # before any thread, and the hook only calls prctl, getppid and kill.
+            preexec_fn=die_with_parent(),  # noqa: PLW1509
         )
         server = LocalRedis(
             f"redis://{_HOST}:{port}/0", port, "redis-server", process.pid, process, None, tmpdir
