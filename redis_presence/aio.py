@@ -7,13 +7,22 @@ It shares set-up, validation, plans, scripts and row decoding with `RedisPresenc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError
 
-from .core import DRIVER_ERRORS, Eval, Plan, PlannedRegistry, Request, pipelinable
+from .core import (
+    DRIVER_ERRORS,
+    Command,
+    Eval,
+    Plan,
+    PlannedRegistry,
+    Request,
+    Transaction,
+    pipelinable,
+)
 from .errors import translate
 from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
 from .urls import open_async_client
@@ -119,20 +128,31 @@ class AsyncRedisPresenceRegistry(PlannedRegistry):
             raise translate(exc) from exc
 
     async def _execute(self, batch: list[Request]) -> list[Any]:
-        """One batch: plain commands in one pipeline; script calls (one per queue on a
-        cluster) concurrently."""
+        """One batch: plain commands in one pipeline; script calls and transactions (one per
+        queue on a cluster) concurrently."""
         if pipelinable(batch):
-            pipe = self._client.pipeline(transaction=False)
-            for request in batch:
-                pipe.execute_command(request.name, *request.args)
-            return list(await pipe.execute())
+            return await self._pipeline(batch, transaction=False)
         return list(await asyncio.gather(*(self._one(request) for request in batch)))
+
+    async def _pipeline(self, commands: Sequence[Command], *, transaction: bool) -> list[Any]:
+        pipe = self._client.pipeline(transaction=transaction)
+        for command in commands:
+            pipe.execute_command(command.name, *command.args)
+        return list(await pipe.execute())
 
     async def _one(self, request: Request) -> Any:
         if isinstance(request, Eval):
             if self._read_only:
                 return await self._eval_read_only(request)
             return await self._scripts[request.script](keys=request.keys, args=request.args)
+        if isinstance(request, Transaction):
+            return await self._pipeline(request.commands, transaction=True)
+        if request.node_key is not None:
+            await self._client.initialize()  # the slot map, before it is first used
+            node = self._client.get_node_from_key(request.node_key)
+            return await self._client.execute_command(
+                request.name, *request.args, target_nodes=node
+            )
         return await self._client.execute_command(request.name, *request.args)
 
     async def _eval_read_only(self, request: Eval) -> Any:

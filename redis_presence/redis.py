@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -10,10 +10,12 @@ from redis.exceptions import NoScriptError
 
 from .core import (
     DRIVER_ERRORS,
+    Command,
     Eval,
     Plan,
     PlannedRegistry,
     Request,
+    Transaction,
     is_cluster_client,
     pipelinable,
 )
@@ -124,20 +126,28 @@ class RedisPresenceRegistry(PlannedRegistry):
             raise translate(exc) from exc
 
     def _execute(self, batch: list[Request]) -> list[Any]:
-        """One batch: plain commands in one pipeline; scripts one by one (on a cluster the
-        pipeline refuses EVALSHA, and each script call carries a whole queue)."""
+        """One batch: plain commands in one pipeline; scripts and transactions one by one (on
+        a cluster the pipeline refuses EVALSHA, and each carries a whole queue)."""
         if pipelinable(batch):
-            pipe = self._client.pipeline(transaction=False)
-            for request in batch:
-                pipe.execute_command(request.name, *request.args)
-            return list(pipe.execute())
+            return self._pipeline(batch, transaction=False)
         return [self._one(request) for request in batch]
+
+    def _pipeline(self, commands: Sequence[Command], *, transaction: bool) -> list[Any]:
+        pipe = self._client.pipeline(transaction=transaction)
+        for command in commands:
+            pipe.execute_command(command.name, *command.args)
+        return list(pipe.execute())
 
     def _one(self, request: Request) -> Any:
         if isinstance(request, Eval):
             if self._read_only:
                 return self._eval_read_only(request)
             return self._scripts[request.script](keys=request.keys, args=request.args)
+        if isinstance(request, Transaction):
+            return self._pipeline(request.commands, transaction=True)
+        if request.node_key is not None:
+            node = self._client.get_node_from_key(request.node_key)
+            return self._client.execute_command(request.name, *request.args, target_nodes=node)
         return self._client.execute_command(request.name, *request.args)
 
     def _eval_read_only(self, request: Eval) -> Any:

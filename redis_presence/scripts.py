@@ -8,7 +8,7 @@ top-level ``lua/`` folder next to the package.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -18,7 +18,7 @@ from .errors import PresenceDataError
 from .keys import GroupKeys
 from .model import StoredConsumer
 
-SCRIPT_NAMES = ("heartbeat", "snapshot", "count", "prune", "deregister")
+SCRIPT_NAMES = ("heartbeat", "count", "prune", "deregister")
 LIBRARY = "lib"
 
 
@@ -54,12 +54,13 @@ def server_now_ns(seconds: bytes | str | int, micros: bytes | str | int) -> int:
     return (int(seconds) * 1_000_000 + int(micros)) * 1_000
 
 
-def stored_consumers(keys: GroupKeys, flat: Sequence[Any]) -> Iterator[StoredConsumer]:
-    """The consumers of one group, sorted by name, from an HGETALL reply
-    ``[consumer, stored, ...]``; a value this package did not write is a data error."""
+def stored_consumers(keys: GroupKeys, reply: Any) -> Iterator[StoredConsumer]:
+    """The consumers of one group, sorted by name, from its HGETALL reply (a mapping, or the
+    flat ``[consumer, stored, ...]``); a value this package did not write is a data error."""
     queue, group = keys.queue, keys.group
+    pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2], strict=True)
     # UTF-8 bytes sort in code point order: sorting before decoding gives the str order.
-    for consumer, stored in sorted(zip(flat[::2], flat[1::2], strict=True)):
+    for consumer, stored in sorted(pairs):
         try:
             registered, heartbeat, lease = stored.split()
             yield (

@@ -183,6 +183,49 @@ def test_async_heartbeat_many_sends_one_script_call_per_queue(
     assert asyncio.run(main()) == (len(queues), len(beats) + 1)
 
 
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_snapshot_reads_each_queue_in_one_transaction_on_its_node_with_its_clock(
+    redis_cluster: RedisClusterProcesses,
+    cluster_client: redis.cluster.RedisCluster,
+    nodes: list[redis.Redis],
+    flavour: str,
+) -> None:
+    """One MULTI/EXEC per queue; without now_ns, TIME from the node that holds the queue."""
+    queues = queues_on_every_node(cluster_client)
+    beats = [(q, g, "c", 0) for q in queues for g in ("g", "h")]
+    RedisPresenceRegistry(cluster_client).heartbeat_many(beats, now_ns=T0)
+    space = Keyspace("presence")
+    on_node = {
+        f"{node.host}:{node.port}": sum(
+            node_of(cluster_client, space.group(q, "g").data) == f"{node.host}:{node.port}"
+            for q in queues
+        )
+        for node in redis_cluster.nodes
+    }
+    assert sorted(on_node.values()) == [2, 2, 2]
+
+    async def read_async() -> int:
+        registry = AsyncRedisPresenceRegistry(redis_cluster.async_client())
+        try:
+            await registry.size()  # the slot map, before the counted read
+            for client in nodes:
+                client.config_resetstat()
+            return len(await registry.snapshot())
+        finally:
+            await registry.client.aclose()
+
+    if flavour == "async":
+        assert asyncio.run(read_async()) == len(beats)
+    else:
+        for client in nodes:
+            client.config_resetstat()
+        assert len(RedisPresenceRegistry(cluster_client).snapshot()) == len(beats)
+    for node, client in zip(redis_cluster.nodes, nodes, strict=True):
+        queues_here = on_node[f"{node.host}:{node.port}"]
+        for command, calls in (("exec", queues_here), ("time", queues_here), ("hgetall", 4)):
+            assert command_calls([client], command) == calls, (node.port, command)
+
+
 # --- scripts survive a flushed cache on every node ----------------------------------------
 
 

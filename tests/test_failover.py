@@ -57,7 +57,7 @@ def test_replica_serves_reads_through_a_read_only_registry(
     reader = RedisPresenceRegistry(clients[1], read_only=True)
     assert reader.read_only is True
     # The replica's script cache starts empty: the first EVALSHA_RO meets NOSCRIPT and loads.
-    assert clients[1].script_exists(writer._scripts["snapshot"].sha) == [False]
+    assert clients[1].script_exists(writer._scripts["count"].sha) == [False]
     for now in (T0, T0 + 20_000 * MS, T0 + 70_000 * MS):
         assert reader.snapshot(now_ns=now, ttl_ms=TTL) == writer.snapshot(now_ns=now, ttl_ms=TTL)
         assert reader.count_active_by_group(now_ns=now) == writer.count_active_by_group(now_ns=now)
