@@ -35,7 +35,7 @@ from .fleet import (
     memory_fleet,
     write_fleet,
 )
-from .proposals import fast_snapshot, lean_heartbeat
+from .proposals import fast_snapshot
 from .server import BenchServer
 from .stats import (
     CaseResult,
@@ -122,15 +122,9 @@ def _registry(client: redis.Redis, prefix: str = PREFIX) -> RedisPresenceRegistr
     return RedisPresenceRegistry(client, prefix=prefix)
 
 
-def _without_type_checks(script: str) -> str:
-    """The heartbeat script minus its `expect_types` guard (a proposed variant, never shipped)."""
-    start = script.index("local err = expect_types(")
-    end = script.index("if err then return err end", start) + len("if err then return err end")
-    return script[:start] + script[end:]
-
-
 class _StubClient:
-    """Answers every script call at once: the package's Python cost without any I/O."""
+    """Answers every command and script call at once: the package's Python cost without
+    any I/O (and without redis-py packing the command)."""
 
     def __init__(self, real: redis.Redis) -> None:
         self._encoder = real.get_encoder()
@@ -144,6 +138,9 @@ class _StubClient:
     def evalsha(self, *args: Any) -> list[Any]:
         return []
 
+    def execute_command(self, *args: Any, **options: Any) -> list[Any]:
+        return []
+
 
 # -- 1 ------------------------------------------------------------------------------------
 
@@ -152,8 +149,8 @@ def case_heartbeat(server: BenchServer, sizes: Sizes) -> CaseResult:
     """One heartbeat against a bare PING on the same connection, and what it sends.
 
     The ``diag:`` rows split the gap: an empty script with the same arguments (the cost of
-    any script call of this shape), the same script sent by hand, the script without its
-    type guard, and the package's Python path with the network taken away.
+    any script call of this shape), the same script and arguments sent by hand through
+    ``execute_command``, and the package's Python path with the network taken away.
     """
     result = CaseResult("heartbeat", "1. single heartbeat vs PING (same connection)")
     client = server.client(single_connection_client=True)
@@ -171,32 +168,24 @@ def case_heartbeat(server: BenchServer, sizes: Sizes) -> CaseResult:
         registry.heartbeat(*HOT)
         result.facts["commands_run_on_server"] = delta(command_calls(client), before)
 
-        # Diagnostics: the same script by hand, the script without its TYPE guard, and the
-        # package's Python path with the network taken away.
+        # Diagnostics: the same call by hand, an empty script with the same arguments, and
+        # the package's Python path with the network taken away.
         raw = RawPresence(client, PREFIX)
         keys, args = raw.heartbeat_args([HOT], None)
-        script = source("heartbeat")
-        sha = client.script_load(script)
-        sha_untyped = client.script_load(_without_type_checks(script))
-        flat = (*keys, *args)
+        sha = client.script_load(source("heartbeat"))
         stub = RedisPresenceRegistry(_StubClient(client), prefix=PREFIX)
         sha_empty = client.script_load("return {}")
+        send = client.execute_command
         variants: dict[str, Callable[[], object]] = {
             "heartbeat": lambda: registry.heartbeat(q, g, c, lease),
             "PING": client.ping,
-            "diag: EVALSHA of an empty script, same arguments": lambda: client.evalsha(
-                sha_empty, len(keys), *flat
+            "diag: EVALSHA of an empty script, same arguments": partial(
+                send, "EVALSHA", sha_empty, len(keys), *keys, *args
             ),
-            "diag: EVALSHA by hand, same script and args": lambda: client.evalsha(
-                sha, len(keys), *flat
-            ),
-            "diag: EVALSHA by hand, script without expect_types": lambda: client.evalsha(
-                sha_untyped, len(keys), *flat
+            "diag: EVALSHA by hand, same script and args": partial(
+                send, "EVALSHA", sha, len(keys), *keys, *args
             ),
             "diag: heartbeat, Python only (no I/O)": lambda: stub.heartbeat(q, g, c, lease),
-            "proposal: lean single-beat path": partial(
-                lean_heartbeat(client, sha_untyped, PREFIX), q, g, c, lease
-            ),
         }
         interleaved(variants, max(50, sizes.latency_calls // 20))  # warm-up
         usec: dict[str, float] = {}
@@ -226,15 +215,15 @@ def case_heartbeat(server: BenchServer, sizes: Sizes) -> CaseResult:
         )
         result.facts["hiredis_parser"] = HIREDIS_AVAILABLE
         result.facts["server_usec_per_call"] = {
-            "evalsha (all three scripts)": round(usec.get("evalsha", 0.0), 2),
+            "evalsha (every variant)": round(usec.get("evalsha", 0.0), 2),
             "ping": round(usec.get("ping", 0.0), 2),
             "type (inside scripts)": round(usec.get("type", 0.0), 2),
         }
         # Server-side cost of each script alone, over a fresh stretch of calls.
         result.facts["server_usec_per_evalsha"] = {
             "heartbeat.lua": _evalsha_usec(client, sha, keys, args, sizes.latency_calls),
-            "heartbeat.lua without expect_types": _evalsha_usec(
-                client, sha_untyped, keys, args, sizes.latency_calls
+            "empty script, same arguments": _evalsha_usec(
+                client, sha_empty, keys, args, sizes.latency_calls
             ),
         }
     finally:

@@ -7,51 +7,14 @@ buy on the same server in the same run. When the package adopts one, delete it h
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
 import redis
 
 from redis_presence import ConsumerPresence, PresenceState
-from redis_presence.validation import check_lease_count, check_now_ns, check_triple
-
-from .fleet import RawPresence
 
 INDEX_MARK_MS = 60_000
-
-
-def lean_heartbeat(
-    client: redis.Redis, sha: str, prefix: str
-) -> Callable[[str, str, str, int], object]:
-    """One beat as one ``execute_command("EVALSHA", ...)`` with keys cached per group.
-
-    The same validation as `RedisPresenceRegistry.heartbeat`, but no plan generator, no
-    ``Eval`` objects and no ``Script.__call__``. `sha` names ``heartbeat.lua`` without its
-    ``expect_types`` guard (the second half of the proposal).
-    """
-    raw = RawPresence(client, prefix)
-    cache: dict[tuple[str, str], tuple[str, str, str, str, str]] = {}
-    index = f"{prefix}:index"
-    send: Callable[..., object] = client.execute_command
-
-    def heartbeat(
-        queue: str, group: str, consumer: str, lease_count: int = 0, now_ns: int | None = None
-    ) -> object:
-        queue, group, consumer = check_triple(queue, group, consumer)
-        lease = check_lease_count(lease_count)
-        now = check_now_ns(now_ns)
-        keys = cache.get((queue, group))
-        if keys is None:
-            member = raw.member(queue, group)
-            keys = cache[(queue, group)] = (*raw.group_keys(queue, group), index, member)
-        hb, data, mark, idx, member = keys
-        return send(
-            "EVALSHA", sha, 4, hb, data, mark, idx, "" if now is None else now, 1,
-            INDEX_MARK_MS, member, 1, consumer, lease, 0,
-        )  # fmt: skip
-
-    return heartbeat
 
 
 _FIELDS = ConsumerPresence.__slots__

@@ -12,15 +12,33 @@
 --   (delay_us: how long before now the beat happened; the beat is stamped now - delay)
 -- Returns the numbers of the groups the caller must add to the index itself (only when
 -- KEYS[3G+1] is absent, i.e. on a cluster).
+--
+-- A key of another type is refused before anything is written, so a batch is all or
+-- nothing. One TYPE per mark also tells whether it exists, and one checks the index; the
+-- first beat's HGET checks its hash, and its ZADD, the first write of all, its sorted set
+-- (Redis refuses a command on a key of another type before it writes). Every other group's
+-- sorted set and hash get one TYPE each first.
 local groups = tonumber(ARGV[2])
 local mark_ms = ARGV[3]
 local index = KEYS[3 * groups + 1]
-local err = expect_types(1, 3 * groups, {'zset', 'hash', 'string'})
-  or (index and expect_types(3 * groups + 1, 3 * groups + 1, {'set'}))
-if err then return err end
+local first = 4 + groups  -- ARGV position of the first beat
+if index then
+  local err = expect_types(3 * groups + 1, 3 * groups + 1, {'set'})
+  if err then return err end
+end
+local marked = {}
+for g = 1, groups do
+  local kind = redis.call('TYPE', KEYS[3 * g])['ok']
+  if kind ~= 'none' and kind ~= 'string' then return refuse(3 * g, 'string') end
+  marked[g] = kind == 'string'
+  if g ~= tonumber(ARGV[first]) then
+    local err = expect_types(3 * g - 2, 3 * g - 1, {'zset', 'hash'})
+    if err then return err end
+  end
+end
 
 local now_us, now_rest, now_str = now_parts(ARGV[1])
-for i = 4 + groups, #ARGV, 4 do
+for i = first, #ARGV, 4 do
   local g = tonumber(ARGV[i])
   local consumer = ARGV[i + 1]
   local delay = tonumber(ARGV[i + 3])
@@ -31,18 +49,19 @@ for i = 4 + groups, #ARGV, 4 do
     stamp = int_str(us) .. string.format('%03d', now_rest)
   end
   local data = KEYS[3 * g - 1]
-  local old = redis.call('HGET', data, consumer)
+  local old = redis.pcall('HGET', data, consumer)
+  if type(old) == 'table' and old.err then return failed(old, 3 * g - 1, 'hash') end
+  local added = redis.pcall('ZADD', KEYS[3 * g - 2], us, consumer)
+  if type(added) == 'table' and added.err then return failed(added, 3 * g - 2, 'zset') end
   local registered = stamp
   if old then registered = string.match(old, '^%d+') end
   redis.call('HSET', data, consumer, registered .. ' ' .. stamp .. ' ' .. ARGV[i + 2])
-  redis.call('ZADD', KEYS[3 * g - 2], us, consumer)
 end
 
 local missing = {}
 for g = 1, groups do
-  local mark = KEYS[3 * g]
-  if redis.call('EXISTS', mark) == 0 then
-    redis.call('SET', mark, '1', 'PX', mark_ms)
+  if not marked[g] then
+    redis.call('SET', KEYS[3 * g], '1', 'PX', mark_ms)
     if index then
       redis.call('SADD', index, ARGV[3 + g])
     else

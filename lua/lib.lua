@@ -26,6 +26,19 @@ local function int_str(n)
   return string.format('%.0f', n)
 end
 
+-- The error reply for KEYS[i], which another program filled with a type other than `want`.
+local function refuse(i, want)
+  local kind = redis.call('TYPE', KEYS[i])['ok']
+  return redis.error_reply('WRONGTYPE redis-presence key ' .. KEYS[i] .. ' holds a ' .. kind .. ', expected a ' .. want)
+end
+
+-- The reply for a redis.pcall on KEYS[i] that failed: WRONGTYPE becomes `refuse`'s error,
+-- any other error (an ACL denial, say) goes back unchanged.
+local function failed(reply, i, want)
+  if string.find(tostring(reply.err), 'WRONGTYPE', 1, true) then return refuse(i, want) end
+  return reply
+end
+
 -- Refuse to touch keys that another program filled with a different type, before any write.
 -- KEYS[first..last] must match `kinds` cyclically (or not exist); returns an error reply or nil.
 local function expect_types(first, last, kinds)
@@ -33,7 +46,7 @@ local function expect_types(first, last, kinds)
     local want = kinds[(i - first) % #kinds + 1]
     local kind = redis.call('TYPE', KEYS[i])['ok']
     if kind ~= 'none' and kind ~= want then
-      return redis.error_reply('WRONGTYPE redis-presence key ' .. KEYS[i] .. ' holds a ' .. kind .. ', expected a ' .. want)
+      return refuse(i, want)
     end
   end
   return nil

@@ -17,6 +17,7 @@ from .core import (
     DRIVER_ERRORS,
     Command,
     Eval,
+    EvalSha,
     Plan,
     PlannedRegistry,
     Request,
@@ -142,9 +143,11 @@ class AsyncRedisPresenceRegistry(PlannedRegistry):
 
     async def _one(self, request: Request) -> Any:
         if isinstance(request, Eval):
-            if self._read_only:
-                return await self._eval_read_only(request)
-            return await self._scripts[request.script](keys=request.keys, args=request.args)
+            if not self._read_only:
+                return await self._scripts[request.script](keys=request.keys, args=request.args)
+            request = self._read_only_call(request)
+        if isinstance(request, EvalSha):
+            return await self._eval_sha(request)
         if isinstance(request, Transaction):
             return await self._pipeline(request.commands, transaction=True)
         if request.node_key is not None:
@@ -155,11 +158,11 @@ class AsyncRedisPresenceRegistry(PlannedRegistry):
             )
         return await self._client.execute_command(request.name, *request.args)
 
-    async def _eval_read_only(self, request: Eval) -> Any:
-        """``EVALSHA_RO`` (runs on a read-only replica), loading the script after NOSCRIPT."""
-        script, args = self._read_only_call(request)
+    async def _eval_sha(self, request: EvalSha) -> Any:
+        """A prebuilt ``EVALSHA``/``EVALSHA_RO``; after ``NOSCRIPT``, load the script and
+        send it again."""
         try:
-            return await self._client.evalsha_ro(*args)
+            return await self._client.execute_command(*request.args)
         except NoScriptError:
-            await self._client.script_load(script.script)
-            return await self._client.evalsha_ro(*args)
+            sha = await self._client.script_load(self._script_source(request))
+            return await self._client.execute_command(request.args[0], sha, *request.args[2:])

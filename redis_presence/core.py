@@ -46,7 +46,7 @@ interleaving of these steps against a real cluster.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain, groupby
 from operator import attrgetter, itemgetter
@@ -82,6 +82,15 @@ class Eval:
 
 
 @dataclass(frozen=True, slots=True)
+class EvalSha:
+    """Send one prebuilt ``EVALSHA`` or ``EVALSHA_RO`` command (`args`, from its name on);
+    after ``NOSCRIPT``, load the package's `script` and send it again."""
+
+    script: str
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Command:
     """Send one plain Redis command; a keyless one with `node_key` goes, on a cluster, to
     the node that holds that key."""
@@ -102,7 +111,7 @@ class Transaction:
 DRIVER_ERRORS = (RedisError, RedisClusterException)
 """What redis-py raises for a Redis-side failure (its cluster errors are not all `RedisError`)."""
 
-Request = Eval | Command | Transaction
+Request = Eval | EvalSha | Command | Transaction
 Plan = Generator[list[Request], list[Any], T]
 
 DelayedBeat = tuple[str, str, str, int, int]
@@ -114,6 +123,16 @@ _queue = itemgetter(0)
 MAX_BEATS_PER_CALL = 1_000
 """Most beats in one heartbeat script call: bounds how long one call holds the server (a
 few ms); a larger batch takes one more call per thousand beats."""
+
+MAX_CACHED_GROUPS = 4_096
+"""Most groups whose single-beat call a planner keeps ready (it starts over when full)."""
+
+
+_BeatArgs = tuple[tuple[Any, ...], tuple[Any, ...], str]
+
+
+def _same(value: T) -> T:
+    return value
 
 
 def _now_arg(now_ns: int | None) -> str:
@@ -136,13 +155,57 @@ def pipelinable(batch: Sequence[Request]) -> TypeGuard[Sequence[Command]]:
 class Planner:
     """Builds the plans for one key prefix, on a standalone server or a cluster."""
 
-    __slots__ = ("clustered", "keys")
+    __slots__ = ("_beat_calls", "_encode", "clustered", "keys")
 
-    def __init__(self, keys: Keyspace, *, clustered: bool) -> None:
+    def __init__(
+        self, keys: Keyspace, *, clustered: bool, encode: Callable[[Any], Any] | None = None
+    ) -> None:
+        """`encode` is the client's argument encoder (``client.get_encoder().encode``), which
+        the single-beat path applies once per group to what it caches."""
         self.keys = keys
         self.clustered = clustered
+        self._encode: Callable[[Any], Any] = encode or _same
+        self._beat_calls: dict[tuple[str, str], _BeatArgs] = {}
 
     # -- writes ---------------------------------------------------------------------
+
+    def beat(
+        self, sha: str, queue: str, group: str, consumer: str, lease: int, now_ns: int | None
+    ) -> Plan[int]:
+        """One validated beat: the script call `heartbeat` makes for a batch of one, sent as
+        one prebuilt ``EVALSHA`` of the script `sha` names. What is the same for every beat
+        of a group (KEYS, and ARGV but now and the beat) is cached, already encoded."""
+        cached = self._beat_calls.get((queue, group))
+        if cached is None:
+            cached = self._beat_args(queue, group)
+        keys, argv, member = cached
+        (unlisted,) = yield [
+            EvalSha(
+                "heartbeat",
+                ("EVALSHA", sha, *keys, _now_arg(now_ns), *argv, consumer, lease, 0),
+            )
+        ]
+        if unlisted:
+            yield [Command("SADD", (self.keys.index, member))]
+        return 1
+
+    def _beat_args(self, queue: str, group: str) -> _BeatArgs:
+        """``(numkeys, *KEYS)`` and ``ARGV[2:5]`` (G = 1, mark lifetime, index member, group
+        number 1) of a one-beat heartbeat call, encoded; and the group's index member."""
+        if len(self._beat_calls) >= MAX_CACHED_GROUPS:
+            self._beat_calls.clear()
+        gk = self.keys.group(queue, group)
+        keys: list[str | int] = [gk.hb, gk.data, gk.mark]
+        if not self.clustered:
+            keys.append(self.keys.index)
+        keys.insert(0, len(keys))
+        encode = self._encode
+        cached = self._beat_calls[(queue, group)] = (
+            tuple(map(encode, keys)),
+            tuple(map(encode, (1, INDEX_MARK_MS, gk.member, 1))),
+            gk.member,
+        )
+        return cached
 
     def heartbeat(self, beats: Sequence[DelayedBeat], now_ns: int | None) -> Plan[int]:
         """Write validated beats: one script call per queue on a cluster, one in all else
@@ -333,7 +396,12 @@ class PlannedRegistry:
         if not isinstance(read_only, bool):
             raise TypeError(f"read_only must be a bool, got {type(read_only).__name__}")
         self._client = client
-        self._plans = Planner(Keyspace(prefix), clustered=is_cluster_client(client))
+        get_encoder = getattr(client, "get_encoder", None)
+        self._plans = Planner(
+            Keyspace(prefix),
+            clustered=is_cluster_client(client),
+            encode=get_encoder().encode if get_encoder is not None else None,
+        )
         # redis-py wraps each source once per client; a `Script` reloads after NOSCRIPT.
         self._scripts = {name: client.register_script(source(name)) for name in SCRIPT_NAMES}
         self._read_only = read_only
@@ -369,12 +437,18 @@ class PlannedRegistry:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._client!r}, prefix={self.prefix!r})"
 
-    def _read_only_call(self, request: Eval) -> tuple[Any, tuple[Any, ...]]:
-        """The script and the ``EVALSHA_RO`` arguments of a read-only registry's script call."""
+    def _read_only_call(self, request: Eval) -> EvalSha:
+        """A read-only registry's script call, as ``EVALSHA_RO`` (runs on a replica)."""
         if not request.read_only:
             raise PresenceReadOnlyError(f"{request.script} writes; this registry is read-only")
-        script = self._scripts[request.script]
-        return script, (script.sha, len(request.keys), *request.keys, *request.args)
+        sha = self._scripts[request.script].sha
+        return EvalSha(
+            request.script, ("EVALSHA_RO", sha, len(request.keys), *request.keys, *request.args)
+        )
+
+    def _script_source(self, request: EvalSha) -> str:
+        """The source to load after ``NOSCRIPT`` for `request`."""
+        return str(self._scripts[request.script].script)
 
     def _plan_heartbeat(
         self, queue: Any, group: Any, consumer: Any, lease_count: Any, now_ns: Any
@@ -383,7 +457,8 @@ class PlannedRegistry:
         queue, group, consumer = check_triple(queue, group, consumer)
         lease = check_lease_count(lease_count)
         now = check_now_ns(now_ns)
-        return self._plans.heartbeat([(queue, group, consumer, lease, 0)], now)
+        sha = self._scripts["heartbeat"].sha
+        return self._plans.beat(sha, queue, group, consumer, lease, now)
 
     def _plan_heartbeat_many(self, beats: Iterable[Any], now_ns: Any) -> Plan[int]:
         self._writable("heartbeat_many")

@@ -12,6 +12,7 @@ from .core import (
     DRIVER_ERRORS,
     Command,
     Eval,
+    EvalSha,
     Plan,
     PlannedRegistry,
     Request,
@@ -140,9 +141,11 @@ class RedisPresenceRegistry(PlannedRegistry):
 
     def _one(self, request: Request) -> Any:
         if isinstance(request, Eval):
-            if self._read_only:
-                return self._eval_read_only(request)
-            return self._scripts[request.script](keys=request.keys, args=request.args)
+            if not self._read_only:
+                return self._scripts[request.script](keys=request.keys, args=request.args)
+            request = self._read_only_call(request)
+        if isinstance(request, EvalSha):
+            return self._eval_sha(request)
         if isinstance(request, Transaction):
             return self._pipeline(request.commands, transaction=True)
         if request.node_key is not None:
@@ -150,11 +153,11 @@ class RedisPresenceRegistry(PlannedRegistry):
             return self._client.execute_command(request.name, *request.args, target_nodes=node)
         return self._client.execute_command(request.name, *request.args)
 
-    def _eval_read_only(self, request: Eval) -> Any:
-        """``EVALSHA_RO`` (runs on a read-only replica), loading the script after NOSCRIPT."""
-        script, args = self._read_only_call(request)
+    def _eval_sha(self, request: EvalSha) -> Any:
+        """A prebuilt ``EVALSHA``/``EVALSHA_RO``; after ``NOSCRIPT``, load the script and
+        send it again."""
         try:
-            return self._client.evalsha_ro(*args)
+            return self._client.execute_command(*request.args)
         except NoScriptError:
-            self._client.script_load(script.script)
-            return self._client.evalsha_ro(*args)
+            sha = self._client.script_load(self._script_source(request))
+            return self._client.execute_command(request.args[0], sha, *request.args[2:])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -167,6 +168,35 @@ def test_foreign_data_at_a_key_is_a_data_error_and_nothing_changes(
         with pytest.raises(PresenceDataError, match="WRONGTYPE"):
             call()
         assert dump(client) == before
+
+
+@pytest.mark.parametrize("kind", ["hb", "c", "ix"])
+def test_a_beat_or_batch_meeting_foreign_data_names_the_key_and_writes_nothing(
+    request: pytest.FixtureRequest, backend: str, kind: str
+) -> None:
+    """Whichever beat of a batch meets the foreign key, first, last or every one, the whole
+    batch is refused before anything is written."""
+    client = raw_client(request, backend)
+    registry = make_registry(request, backend)
+    registry.heartbeat("q", "h", "c", now_ns=T0 - MS)
+    key = f"presence:{{q}}:g:{kind}"
+    client.rpush(key, "written by another program")
+    before = dump(client)
+    expected = {"hb": "zset", "c": "hash", "ix": "string"}[kind]
+    message = rf"WRONGTYPE redis-presence key {re.escape(key)} holds a list, expected a {expected}"
+    batches = [
+        [("q", "g", "x", 0)],
+        [("q", "g", "x", 0), ("q", "h", "c", 1)],
+        [("q", "h", "c", 1), ("q", "g", "x", 0)],
+        [("q", "g", "x", 0), ("q", "g", "y", 0), ("q", "h", "c", 1)],
+    ]
+    for beats in batches:
+        with pytest.raises(PresenceDataError, match=message):
+            registry.heartbeat_many(beats, now_ns=T0)
+        assert dump(client) == before, beats
+    with pytest.raises(PresenceDataError, match=message):
+        registry.heartbeat("q", "g", "x", now_ns=T0)
+    assert dump(client) == before
 
 
 def test_foreign_index_member_is_a_data_error(request: pytest.FixtureRequest, backend: str) -> None:
