@@ -103,10 +103,11 @@ class RawPresence:
         now = "" if now_ns is None else str(now_ns)
         return keys, [now, len(numbers), 60_000, *members, *tail]
 
-    def transfer(self) -> list[Any]:
-        """Every group's hash, fetched with SMEMBERS and pipelined HGETALLs: no decoding."""
+    def transfer(self, *, transaction: bool = False) -> list[Any]:
+        """Every group's hash, fetched with SMEMBERS and pipelined HGETALLs (in one MULTI/EXEC
+        with `transaction`): no decoding."""
         members: set[bytes] = self.client.smembers(f"{self.prefix}:index")  # type: ignore[assignment]
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self.client.pipeline(transaction=transaction)
         for member in members:
             q, _, g = member.decode().partition(":")
             pipe.hgetall(f"{self.prefix}:{{{q}}}:{g}:c")

@@ -1,7 +1,7 @@
 """``python -m benchmarks.markdown [results.json]``: the tables of a run as Markdown.
 
-Used to paste a full run into docs/performance.md, so the published numbers are exactly
-those of the committed ``benchmarks/reference/results.json``.
+Used to paste a full run into the README's Performance section, so the published numbers
+are exactly those of the committed ``benchmarks/reference/results.json``.
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ def draw_chart(path: Path, snapshot: CaseResult) -> str | None:
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
     for name, measures in series.items():
         sizes = [m.size or 0 for m in measures]
-        extra = name.startswith(("info:", "proposal:"))
+        extra = name.startswith(("info:", "diag:"))
         ax.plot(
             sizes,
             [m.median for m in measures],
