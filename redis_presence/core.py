@@ -1,9 +1,9 @@
 """I/O-free plans of every Redis operation, shared by the sync and async registries.
 
-A plan is a generator: it yields a batch of requests (script calls or plain commands),
-receives their replies in order, and finally returns the operation's result. The
-registries only execute batches (`redis.py`, `aio.py`); validation, key layout,
-argument encoding, the cluster index protocol and reply decoding all live here.
+A plan is a generator: it yields a batch of requests (script calls, plain commands or
+transactions), receives their replies in order, and finally returns the operation's
+result. The registries only execute batches (`redis.py`, `aio.py`); validation, key
+layout, argument encoding, the cluster index protocol and reply decoding all live here.
 
 Index protocol
 --------------
@@ -402,7 +402,8 @@ class PlannedRegistry:
             clustered=is_cluster_client(client),
             encode=get_encoder().encode if get_encoder is not None else None,
         )
-        # redis-py wraps each source once per client; a `Script` reloads after NOSCRIPT.
+        # redis-py wraps each source once per client; a `Script` reloads after NOSCRIPT. The
+        # single-beat path and EVALSHA_RO send by SHA themselves (EvalSha) and reload the same.
         self._scripts = {name: client.register_script(source(name)) for name in SCRIPT_NAMES}
         self._read_only = read_only
         self._owns_client = False
