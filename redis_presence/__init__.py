@@ -13,6 +13,7 @@ from .errors import (
 )
 from .memory import ConsumerPresenceRegistry
 from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
+from .protocol import PresenceRegistry
 from .redis import RedisPresenceRegistry
 from .reporter import DEFAULT_REPORT_INTERVAL_MS, AsyncPresenceReporter, PresenceReporter
 
@@ -29,6 +30,7 @@ __all__ = [
     "PresenceDataError",
     "PresenceError",
     "PresenceReadOnlyError",
+    "PresenceRegistry",
     "PresenceReporter",
     "PresenceState",
     "RedisPresenceRegistry",
