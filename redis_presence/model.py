@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 DEFAULT_PRESENCE_TTL_MS = 30_000
 """Default heartbeat budget: a consumer is active for this long after its last beat."""
@@ -143,16 +143,6 @@ last_heartbeat_ns, lease_count)`."""
 
 # The slot descriptors of the frozen row: `many` fills a row through them, which costs about
 # half of the dataclass `__init__` (eight `object.__setattr__` calls in a Python frame).
-_SETTERS = tuple(
-    getattr(ConsumerPresence, name).__set__
-    for name in (
-        "queue",
-        "group",
-        "consumer",
-        "registered_at_ns",
-        "last_heartbeat_ns",
-        "last_seen_age_ms",
-        "lease_count",
-        "state",
-    )
-)
+# `many` unpacks them in declaration order: queue, group, consumer, registered_at_ns,
+# last_heartbeat_ns, last_seen_age_ms, lease_count, state.
+_SETTERS = tuple(getattr(ConsumerPresence, f.name).__set__ for f in fields(ConsumerPresence))

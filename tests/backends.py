@@ -98,3 +98,24 @@ def raw_client(request: pytest.FixtureRequest, backend: str) -> Any:
     if backend in ("cluster", "async-cluster"):
         return request.getfixturevalue("cluster_client")
     raise ValueError(f"backend {backend!r} has no Redis client")
+
+
+def dump(client: Any) -> dict[bytes, Any]:
+    """Every key with its type, content and whether it expires: equal dumps prove a store
+    unchanged (keys of any type, including foreign ones a test planted)."""
+    out: dict[bytes, Any] = {}
+    for key in sorted(client.keys("*")):
+        kind = client.type(key)
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if kind == "zset":
+            value: Any = client.zrange(key, 0, -1, withscores=True)
+        elif kind == "hash":
+            value = sorted(client.hgetall(key).items())
+        elif kind == "set":
+            value = sorted(client.smembers(key))
+        elif kind == "list":
+            value = client.lrange(key, 0, -1)
+        else:
+            value = client.get(key)
+        out[key] = (kind, value, client.pttl(key) > 0)
+    return out

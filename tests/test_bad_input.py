@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import redis
-from backends import BACKENDS, REDIS_BACKENDS, make_registry, raw_client
+from backends import BACKENDS, REDIS_BACKENDS, dump, make_registry, raw_client
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from servers import RedisServer
@@ -39,24 +39,6 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-def dump(client: Any) -> dict[bytes, Any]:
-    """Every key with its type and content (and whether it expires), to prove a store unchanged."""
-    out: dict[bytes, Any] = {}
-    for key in sorted(client.keys("*")):
-        kind = client.type(key)
-        kind = kind.decode() if isinstance(kind, bytes) else kind
-        if kind == "zset":
-            value: Any = client.zrange(key, 0, -1, withscores=True)
-        elif kind == "hash":
-            value = sorted(client.hgetall(key).items())
-        elif kind == "set":
-            value = sorted(client.smembers(key))
-        else:
-            value = client.get(key)
-        out[key] = (kind, value, client.pttl(key) > 0)
-    return out
 
 
 class Store:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import redis
-from backends import REDIS_BACKENDS, make_registry, raw_client, second_client
+from backends import REDIS_BACKENDS, dump, make_registry, raw_client, second_client
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from servers import free_port
@@ -31,25 +31,6 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture(params=REDIS_BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-def dump(client: Any) -> dict[bytes, Any]:
-    """Every key with its type and content, to prove a store unchanged."""
-    out: dict[bytes, Any] = {}
-    for key in client.keys("*"):
-        kind = client.type(key)
-        kind = kind.decode() if isinstance(kind, bytes) else kind
-        if kind == "zset":
-            out[key] = sorted(client.zrange(key, 0, -1, withscores=True))
-        elif kind == "hash":
-            out[key] = sorted(client.hgetall(key).items())
-        elif kind == "set":
-            out[key] = sorted(client.smembers(key))
-        elif kind == "list":
-            out[key] = client.lrange(key, 0, -1)
-        else:
-            out[key] = client.get(key)
-    return out
 
 
 def test_two_brokers_on_two_connections_see_each_other(

@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import pytest
 import redis
+from backends import dump
 from click.testing import CliRunner, Result
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -101,21 +102,6 @@ def role_registry(
 ) -> RedisPresenceRegistry:
     client = server.client(username=user, password=password, retry=Retry(NoBackoff(), 0))
     return RedisPresenceRegistry(client, **kwargs)
-
-
-def dump(client: redis.Redis) -> dict[Any, Any]:
-    out: dict[Any, Any] = {}
-    for key in client.keys("*"):
-        kind = client.type(key)
-        if kind == b"zset":
-            out[key] = client.zrange(key, 0, -1, withscores=True)
-        elif kind == b"hash":
-            out[key] = sorted(client.hgetall(key).items())
-        elif kind == b"set":
-            out[key] = sorted(client.smembers(key))
-        else:
-            out[key] = client.get(key)
-    return out
 
 
 Operation = Callable[[RedisPresenceRegistry], object]
