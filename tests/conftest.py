@@ -144,3 +144,24 @@ def fake_client() -> Iterator[redis.Redis]:
         yield client
     finally:
         client.close()
+
+
+# --- run summary ------------------------------------------------------------------------
+
+RUN_SUMMARY = "run_summary"
+"""A test that records this property (`record_property(RUN_SUMMARY, text)`) has `text`
+printed at the end of every run, also under ``-q`` and in CI (e.g. the soak's numbers)."""
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    lines = [
+        f"{report.nodeid}: {value}"
+        for outcome in ("passed", "failed")
+        for report in terminalreporter.stats.get(outcome, [])
+        for name, value in getattr(report, "user_properties", ())
+        if name == RUN_SUMMARY
+    ]
+    if lines:
+        terminalreporter.section("run numbers")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -5,8 +5,8 @@ Several broker processes (spawned, like real ones) beat their consumers every
 Meanwhile the test kills Redis with SIGKILL `CYCLES` times and starts it again on the same
 AOF files. Afterwards: no broker crashed, every consumer whose broker kept beating is active
 (none expired) with the registration it had before the first crash, and the one consumer
-each broker deregistered on the way is gone. The numbers are printed at the end (``-s``)
-and recorded as test properties (JUnit XML).
+each broker deregistered on the way is gone. The numbers are printed at the end of every
+run, under "run numbers" (see conftest), and recorded as test properties (JUnit XML).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import redis
+from conftest import RUN_SUMMARY
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from servers import MakeRedisServer, RedisServer
@@ -183,9 +184,11 @@ def test_brokers_survive_repeated_crashes_and_nothing_is_lost(
     }
     for name, value in numbers.items():
         record_property(name, value)
-    print("\nsoak: " + ", ".join(f"{k}={v}" for k, v in numbers.items()))
     nothing_lost = not (expired or lost_registration or resurrected or crashed)
-    print(f"soak: nothing lost: {'yes' if nothing_lost else 'NO'}")
+    summary = ", ".join(f"{k}={v}" for k, v in numbers.items())
+    summary += f"; nothing lost: {'yes' if nothing_lost else 'NO'}"
+    print(f"\nsoak: {summary}")
+    record_property(RUN_SUMMARY, summary)  # conftest prints it at the end of every run
 
     assert crashed == []
     assert faults == CYCLES >= 3
