@@ -8,6 +8,7 @@ fixtures are marked ``redis_server`` automatically, so ``-m "not redis_server"``
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,9 @@ def fake_client() -> Iterator[redis.Redis]:
 
 # --- run summary ------------------------------------------------------------------------
 
+RUN_COUNTS: Counter[str] = Counter()
+"""Tallies tests add to over the whole run (e.g. bad inputs tried), printed at the end."""
+
 RUN_SUMMARY = "run_summary"
 """A test that records this property (`record_property(RUN_SUMMARY, text)`) has `text`
 printed at the end of every run, also under ``-q`` and in CI (e.g. the soak's numbers)."""
@@ -161,6 +165,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         for name, value in getattr(report, "user_properties", ())
         if name == RUN_SUMMARY
     ]
+    lines += [f"{what}: {count}" for what, count in sorted(RUN_COUNTS.items())]
     if lines:
         terminalreporter.section("run numbers")
         for line in lines:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 from backends import BACKENDS, REDIS_BACKENDS, dump, make_registry, raw_client
+from conftest import RUN_COUNTS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from servers import RedisServer
@@ -79,6 +80,7 @@ class Store:
             pytest.fail(f"{method} {case}: did not raise {error.__name__}")
         assert self.fingerprint() == before, f"{method} {case}: the store changed"
         self.tried += 1
+        RUN_COUNTS["bad inputs rejected, store unchanged each time"] += 1
 
 
 @pytest.fixture
