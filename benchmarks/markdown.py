@@ -11,17 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .stats import format_value
+
 DEFAULT = Path(__file__).resolve().parent / "reference" / "results.json"
-
-
-def _num(value: float, unit: str) -> str:
-    if unit == "B":
-        return f"{value:,.0f} B"
-    if value >= 100:
-        return f"{value:,.0f} {unit}"
-    if value >= 10:
-        return f"{value:.1f} {unit}"
-    return f"{value:.2f} {unit}"
 
 
 def render(document: dict[str, Any]) -> str:
@@ -54,7 +46,7 @@ def render(document: dict[str, Any]) -> str:
         for x in case["measures"]:
             lines.append(
                 f"| {key} | {x['name']} | {x['per']} | {x['rounds']} "
-                f"| {_num(x['median'], x['unit'])} | {_num(x['p99'], x['unit'])} |"
+                f"| {format_value(x['median'], x['unit'])} | {format_value(x['p99'], x['unit'])} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .stats import CaseResult, Check, Measure
+from .stats import CaseResult, Check, Measure, format_value
 
 CHART_NAME = "snapshot_scaling.png"
 JSON_NAME = "results.json"
@@ -49,16 +49,6 @@ def machine(redis_version: str) -> dict[str, Any]:
     }
 
 
-def _fmt(value: float, unit: str) -> str:
-    if unit == "B":
-        return f"{value:,.0f} B"
-    if value >= 100:
-        return f"{value:,.0f} {unit}"
-    if value >= 10:
-        return f"{value:.1f} {unit}"
-    return f"{value:.2f} {unit}"
-
-
 def _verdict(check: Check) -> str:
     return "[green]met[/green]" if check.met else "[bold red]missed[/bold red]"
 
@@ -83,8 +73,8 @@ def measurements_table(results: list[CaseResult]) -> Table:
                 m.name,
                 m.per,
                 str(len(m.samples)),
-                _fmt(m.median, m.unit),
-                _fmt(m.p99, m.unit),
+                format_value(m.median, m.unit),
+                format_value(m.p99, m.unit),
                 end_section=i == len(result.measures) - 1,
             )
     return table

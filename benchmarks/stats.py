@@ -179,3 +179,14 @@ def server_usec(client: redis.Redis, into: dict[str, float]) -> Iterator[None]:
 def used_memory(client: redis.Redis) -> int:
     """``used_memory`` in bytes."""
     return int(client.info("memory")["used_memory"])
+
+
+def format_value(value: float, unit: str) -> str:
+    """A measurement for the tables: three significant digits or so, bytes as integers."""
+    if unit == "B":
+        return f"{value:,.0f} B"
+    if value >= 100:
+        return f"{value:,.0f} {unit}"
+    if value >= 10:
+        return f"{value:.1f} {unit}"
+    return f"{value:.2f} {unit}"
