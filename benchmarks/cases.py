@@ -170,7 +170,7 @@ def case_heartbeat(server: BenchServer, sizes: Sizes) -> CaseResult:
         # Diagnostics: the same call by hand, an empty script with the same arguments, and
         # the package's Python path with the network taken away.
         raw = RawPresence(client, PREFIX)
-        keys, args = raw.heartbeat_args([HOT], None)
+        keys, args = raw.beat_args(*HOT, None)
         sha = client.script_load(source("heartbeat"))
         stub = RedisPresenceRegistry(_StubClient(client), prefix=PREFIX)
         sha_empty = client.script_load("return {}")
@@ -281,7 +281,7 @@ def case_batched(server: BenchServer, sizes: Sizes) -> CaseResult:
         registry = _registry(client)
         raw = RawPresence(client, PREFIX)
         beats = fleet(n)
-        sha = client.script_load(source("heartbeat"))
+        sha = client.script_load(source("heartbeat_many"))
 
         def by_hand(delay_us: int) -> Callable[[], object]:
             def send() -> object:

@@ -85,10 +85,18 @@ class RawPresence:
     def member(self, queue: str, group: str) -> str:
         return f"{_enc(queue)}:{_enc(group)}"
 
+    def beat_args(
+        self, queue: str, group: str, consumer: str, lease: int, now_ns: int | None
+    ) -> tuple[list[str], list[str | int]]:
+        """KEYS and ARGV of ``lua/heartbeat.lua`` (one beat, standalone server)."""
+        hb, data, _ = self.group_keys(queue, group)
+        now = "" if now_ns is None else str(now_ns)
+        return [hb, data, f"{self.prefix}:index"], [now, consumer, lease, self.member(queue, group)]
+
     def heartbeat_args(
         self, beats: Sequence[Beat], now_ns: int | None, delay_us: int = 0
     ) -> tuple[list[str], list[str | int]]:
-        """KEYS and ARGV of ``lua/heartbeat.lua`` for one call carrying every beat."""
+        """KEYS and ARGV of ``lua/heartbeat_many.lua`` for one call carrying every beat."""
         numbers: dict[tuple[str, str], int] = {}
         keys: list[str] = []
         tail: list[str | int] = []

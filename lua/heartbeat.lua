@@ -1,72 +1,45 @@
--- heartbeat.lua: record or refresh a batch of consumers of one queue (or of every queue on a
--- standalone server), each beat applied atomically.
--- KEYS, for each group g = 1..G:
---   KEYS[3g-2] zset  consumer -> last heartbeat in microseconds (score)
---   KEYS[3g-1] hash  consumer -> 'registered_ns last_heartbeat_ns lease_count'
---   KEYS[3g]   string, index mark: set while the group is known to be in the index
---   KEYS[3G+1] set   the index of (queue, group) members; only when it shares the node
+-- heartbeat.lua: record or refresh one consumer (what heartbeat() sends: the hot path of
+-- every broker, so it does the least that keeps the contract and the index).
+-- KEYS[1] zset  consumer -> last heartbeat in microseconds (score)
+-- KEYS[2] hash  consumer -> 'registered_ns last_heartbeat_ns lease_count'
+-- KEYS[3] standalone: the index set; cluster: the group's index mark (a string)
 -- ARGV[1] now_ns as a decimal string, or '' for the server clock (TIME)
--- ARGV[2] G, ARGV[3] lifetime of an index mark in milliseconds
--- ARGV[4 .. 3+G] the index member of each group
--- then one 4-tuple per beat: group number, consumer, lease_count, delay_us
---   (delay_us: how long before now the beat happened; the beat is stamped now - delay)
--- Returns the numbers of the groups the caller must add to the index itself (only when
--- KEYS[3G+1] is absent, i.e. on a cluster).
+-- ARGV[2] consumer, ARGV[3] lease_count
+-- ARGV[4] standalone: the group's index member; cluster: ''
+-- ARGV[5] cluster only: the lifetime of an index mark in milliseconds
+-- Returns 1 when the caller must add the group to the index itself (cluster, no mark), else 0.
 --
--- A key of another type is refused before anything is written, so a batch is all or
--- nothing. One TYPE per mark also tells whether it exists, and one checks the index; the
--- first beat's HGET checks its hash, and its ZADD, the first write of all, its sorted set
--- (Redis refuses a command on a key of another type before it writes). Every other group's
--- sorted set and hash get one TYPE each first.
-local groups = tonumber(ARGV[2])
-local mark_ms = ARGV[3]
-local index = KEYS[3 * groups + 1]
-local first = 4 + groups  -- ARGV position of the first beat
-if index then
-  local err = expect_types(3 * groups + 1, 3 * groups + 1, {'set'})
-  if err then return err end
-end
-local marked = {}
-for g = 1, groups do
-  local kind = redis.call('TYPE', KEYS[3 * g])['ok']
-  if kind ~= 'none' and kind ~= 'string' then return refuse(3 * g, 'string') end
-  marked[g] = kind == 'string'
-  if g ~= tonumber(ARGV[first]) then
-    local err = expect_types(3 * g - 2, 3 * g - 1, {'zset', 'hash'})
-    if err then return err end
-  end
+-- A key of another type is refused before anything is written: HGET checks the hash,
+-- SISMEMBER (or TYPE, for a mark) the third key, and ZADD, the first write, the sorted set.
+-- On a standalone server the group is listed in the same call whenever it is not, so a
+-- deleted index heals with the next beat of each group.
+local hb, data, consumer = KEYS[1], KEYS[2], ARGV[2]
+local clustered = ARGV[4] == ''
+
+local old = redis.pcall('HGET', data, consumer)
+if type(old) == 'table' then return failed(old, 2, 'hash') end
+local listed
+if clustered then
+  listed = redis.call('TYPE', KEYS[3])['ok']
+  if listed ~= 'none' and listed ~= 'string' then return refuse(3, 'string') end
+else
+  listed = redis.pcall('SISMEMBER', KEYS[3], ARGV[4])
+  if type(listed) == 'table' then return failed(listed, 3, 'set') end
 end
 
-local now_us, now_rest, now_str = now_parts(ARGV[1])
-for i = first, #ARGV, 4 do
-  local g = tonumber(ARGV[i])
-  local consumer = ARGV[i + 1]
-  local delay = tonumber(ARGV[i + 3])
-  local us, stamp = now_us, now_str
-  if delay > 0 then
-    us = now_us - delay
-    if us < 0 then us = 0 end
-    stamp = int_str(us) .. string.format('%03d', now_rest)
-  end
-  local data = KEYS[3 * g - 1]
-  local old = redis.pcall('HGET', data, consumer)
-  if type(old) == 'table' and old.err then return failed(old, 3 * g - 1, 'hash') end
-  local added = redis.pcall('ZADD', KEYS[3 * g - 2], us, consumer)
-  if type(added) == 'table' and added.err then return failed(added, 3 * g - 2, 'zset') end
-  local registered = stamp
-  if old then registered = string.match(old, '^%d+') end
-  redis.call('HSET', data, consumer, registered .. ' ' .. stamp .. ' ' .. ARGV[i + 2])
-end
+local us, stamp = now_us_str(ARGV[1])
+local added = redis.pcall('ZADD', hb, us, consumer)
+if type(added) == 'table' then return failed(added, 1, 'zset') end
+local registered = stamp
+if old then registered = string.match(old, '^%d+') end
+redis.call('HSET', data, consumer, registered .. ' ' .. stamp .. ' ' .. ARGV[3])
 
-local missing = {}
-for g = 1, groups do
-  if not marked[g] then
-    redis.call('SET', KEYS[3 * g], '1', 'PX', mark_ms)
-    if index then
-      redis.call('SADD', index, ARGV[3 + g])
-    else
-      missing[#missing + 1] = g
-    end
+if clustered then
+  if listed == 'none' then
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[5])
+    return 1
   end
+elseif listed == 0 then
+  redis.call('SADD', KEYS[3], ARGV[4])
 end
-return missing
+return 0

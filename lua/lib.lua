@@ -10,12 +10,30 @@ local function split_ns(ns)
   return tonumber(string.sub(ns, 1, -4)), tonumber(string.sub(ns, -3))
 end
 
+-- Zeros that pad a TIME reply's microseconds (1 to 6 digits) to six digits.
+local PAD = {'00000', '0000', '000', '00', '0', ''}
+
+-- The server clock (TIME) as decimal strings: (whole microseconds, nanoseconds).
+local function server_clock()
+  local t = redis.call('TIME')
+  local us = t[1] .. PAD[#t[2]] .. t[2]
+  return us, us .. '000'
+end
+
+-- The reader's instant as decimal strings (whole microseconds, nanoseconds): ARGV's
+-- now_ns, or the server clock (TIME) when it is ''.
+local function now_us_str(now_ns)
+  if now_ns == '' then return server_clock() end
+  if #now_ns <= 3 then return '0', now_ns end
+  return string.sub(now_ns, 1, -4), now_ns
+end
+
 -- The reader's instant: ARGV's now_ns, or the server clock (TIME) when it is ''.
 -- Returns microseconds, the nanosecond rest and the decimal nanosecond string.
 local function now_parts(now_ns)
   if now_ns == '' then
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000000 + tonumber(t[2]), 0, t[1] .. string.format('%06d', tonumber(t[2])) .. '000'
+    local us, ns = server_clock()
+    return tonumber(us), 0, ns
   end
   local us, rest = split_ns(now_ns)
   return us, rest, now_ns

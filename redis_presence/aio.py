@@ -65,7 +65,12 @@ class AsyncRedisPresenceRegistry(PlannedRegistry):
         now_ns: int | None = None,
     ) -> None:
         """Record or refresh one consumer in one atomic script call (one round trip)."""
-        await self._run(self._plan_heartbeat(queue, group, consumer, lease_count, now_ns))
+        call = self._beat_call(queue, group, consumer, lease_count, now_ns)
+        try:
+            if await self._eval_sha("heartbeat", call):
+                await self._one(self._plans.beat_listing(queue, group))
+        except DRIVER_ERRORS as exc:
+            raise translate(exc) from exc
 
     async def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
         """Write many ``(queue, group, consumer, lease_count)`` beats, each atomically, in one
@@ -147,7 +152,7 @@ class AsyncRedisPresenceRegistry(PlannedRegistry):
                 return await self._scripts[request.script](keys=request.keys, args=request.args)
             request = self._read_only_call(request)
         if isinstance(request, EvalSha):
-            return await self._eval_sha(request)
+            return await self._eval_sha(request.script, request.args)
         if isinstance(request, Transaction):
             return await self._pipeline(request.commands, transaction=True)
         if request.node_key is not None:
@@ -158,11 +163,11 @@ class AsyncRedisPresenceRegistry(PlannedRegistry):
             )
         return await self._client.execute_command(request.name, *request.args)
 
-    async def _eval_sha(self, request: EvalSha) -> Any:
-        """A prebuilt ``EVALSHA``/``EVALSHA_RO``; after ``NOSCRIPT``, load the script and
-        send it again."""
+    async def _eval_sha(self, script: str, args: tuple[Any, ...]) -> Any:
+        """A prebuilt ``EVALSHA``/``EVALSHA_RO`` of `script`; after ``NOSCRIPT``, load the
+        script and send it again."""
         try:
-            return await self._client.execute_command(*request.args)
+            return await self._client.execute_command(*args)
         except NoScriptError:
-            sha = await self._client.script_load(self._script_source(request))
-            return await self._client.execute_command(request.args[0], sha, *request.args[2:])
+            sha = await self._client.script_load(self._script_source(script))
+            return await self._client.execute_command(args[0], sha, *args[2:])

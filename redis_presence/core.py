@@ -10,7 +10,8 @@ Index protocol
 ``P:index`` lists every (queue, group) that has a tracked consumer. Readers find the
 groups there, then read each queue's keys. On a standalone server the index shares the
 node with every queue, so each script updates it atomically with the group (the index
-key is passed as the last KEY). On a cluster the index lives in another slot than the
+key is passed as the last KEY), and a heartbeat lists its group whenever it is not listed:
+no index marks are kept there. On a cluster the index lives in another slot than the
 queues, so it is maintained by the following protocol (``clustered=True``):
 
 1. heartbeat: the per-queue script writes the beats, then for every group without an
@@ -169,40 +170,43 @@ class Planner:
 
     # -- writes ---------------------------------------------------------------------
 
-    def beat(
+    def beat_call(
         self, sha: str, queue: str, group: str, consumer: str, lease: int, now_ns: int | None
-    ) -> Plan[int]:
-        """One validated beat: the script call `heartbeat` makes for a batch of one, sent as
-        one prebuilt ``EVALSHA`` of the script `sha` names. What is the same for every beat
-        of a group (KEYS, and ARGV but now and the beat) is cached, already encoded."""
+    ) -> tuple[Any, ...]:
+        """One validated beat as the arguments of one ``EVALSHA`` of ``heartbeat.lua`` (the
+        lean single-consumer script `sha` names). What is the same for every beat of a group
+        (the KEYS, the index member or the mark's lifetime) is cached, already encoded. A
+        reply of 1 asks for `beat_listing`."""
         cached = self._beat_calls.get((queue, group))
         if cached is None:
             cached = self._beat_args(queue, group)
-        keys, argv, member = cached
-        (unlisted,) = yield [
-            EvalSha(
-                "heartbeat",
-                ("EVALSHA", sha, *keys, _now_arg(now_ns), *argv, consumer, lease, 0),
-            )
-        ]
-        if unlisted:
-            yield [Command("SADD", (self.keys.index, member))]
-        return 1
+        head, tail, _ = cached
+        now = "" if now_ns is None else str(now_ns)
+        return ("EVALSHA", sha, *head, now, consumer, lease, *tail)
+
+    def beat_listing(self, queue: str, group: str) -> Command:
+        """What follows a `beat_call` that replied 1 (cluster step 1 for a group without a
+        mark): the ``SADD`` that lists the group."""
+        return Command("SADD", (self.keys.index, self.keys.group(queue, group).member))
 
     def _beat_args(self, queue: str, group: str) -> _BeatArgs:
-        """``(numkeys, *KEYS)`` and ``ARGV[2:5]`` (G = 1, mark lifetime, index member, group
-        number 1) of a one-beat heartbeat call, encoded; and the group's index member."""
+        """``(numkeys, *KEYS)`` and the ARGV after the beat of a ``heartbeat.lua`` call for one
+        group, encoded; and the group's index member. Standalone: KEYS[3] is the index and
+        ARGV[4] the member; cluster: KEYS[3] is the group's mark, ARGV[4:5] ``''`` and the
+        mark's lifetime."""
         if len(self._beat_calls) >= MAX_CACHED_GROUPS:
             self._beat_calls.clear()
         gk = self.keys.group(queue, group)
-        keys: list[str | int] = [gk.hb, gk.data, gk.mark]
-        if not self.clustered:
-            keys.append(self.keys.index)
-        keys.insert(0, len(keys))
+        head: tuple[str | int, ...]
+        tail: tuple[str | int, ...]
+        if self.clustered:
+            head, tail = (3, gk.hb, gk.data, gk.mark), ("", INDEX_MARK_MS)
+        else:
+            head, tail = (3, gk.hb, gk.data, self.keys.index), (gk.member,)
         encode = self._encode
         cached = self._beat_calls[(queue, group)] = (
-            tuple(map(encode, keys)),
-            tuple(map(encode, (1, INDEX_MARK_MS, gk.member, 1))),
+            tuple(map(encode, head)),
+            tuple(map(encode, tail)),
             gk.member,
         )
         return cached
@@ -240,7 +244,7 @@ class Planner:
                 keys.append(self.keys.index)
             members = [gk.member for gk in numbers]
             calls.append(
-                Eval("heartbeat", keys, [now, len(numbers), INDEX_MARK_MS, *members, *tail])
+                Eval("heartbeat_many", keys, [now, len(numbers), INDEX_MARK_MS, *members, *tail])
             )
             called_groups.append(list(numbers))
         replies = yield list(calls)
@@ -405,6 +409,7 @@ class PlannedRegistry:
         # redis-py wraps each source once per client; a `Script` reloads after NOSCRIPT. The
         # single-beat path and EVALSHA_RO send by SHA themselves (EvalSha) and reload the same.
         self._scripts = {name: client.register_script(source(name)) for name in SCRIPT_NAMES}
+        self._beat_sha: str = self._scripts["heartbeat"].sha
         self._read_only = read_only
         self._owns_client = False
 
@@ -447,19 +452,21 @@ class PlannedRegistry:
             request.script, ("EVALSHA_RO", sha, len(request.keys), *request.keys, *request.args)
         )
 
-    def _script_source(self, request: EvalSha) -> str:
-        """The source to load after ``NOSCRIPT`` for `request`."""
-        return str(self._scripts[request.script].script)
+    def _script_source(self, script: str) -> str:
+        """The source to load after ``NOSCRIPT`` for `script`."""
+        return str(self._scripts[script].script)
 
-    def _plan_heartbeat(
+    def _beat_call(
         self, queue: Any, group: Any, consumer: Any, lease_count: Any, now_ns: Any
-    ) -> Plan[int]:
-        self._writable("heartbeat")
+    ) -> tuple[Any, ...]:
+        """Check one heartbeat's arguments; the ``EVALSHA`` that writes it (`Planner.beat_call`).
+        A reply of 1 is followed by `Planner.beat_listing`."""
+        if self._read_only:
+            self._writable("heartbeat")
         queue, group, consumer = check_triple(queue, group, consumer)
         lease = check_lease_count(lease_count)
         now = check_now_ns(now_ns)
-        sha = self._scripts["heartbeat"].sha
-        return self._plans.beat(sha, queue, group, consumer, lease, now)
+        return self._plans.beat_call(self._beat_sha, queue, group, consumer, lease, now)
 
     def _plan_heartbeat_many(self, beats: Iterable[Any], now_ns: Any) -> Plan[int]:
         self._writable("heartbeat_many")

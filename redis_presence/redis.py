@@ -64,7 +64,12 @@ class RedisPresenceRegistry(PlannedRegistry):
         now_ns: int | None = None,
     ) -> None:
         """Record or refresh one consumer in one atomic script call (one round trip)."""
-        self._run(self._plan_heartbeat(queue, group, consumer, lease_count, now_ns))
+        call = self._beat_call(queue, group, consumer, lease_count, now_ns)
+        try:
+            if self._eval_sha("heartbeat", call):
+                self._one(self._plans.beat_listing(queue, group))
+        except DRIVER_ERRORS as exc:
+            raise translate(exc) from exc
 
     def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
         """Write many ``(queue, group, consumer, lease_count)`` beats, each atomically, in one
@@ -145,7 +150,7 @@ class RedisPresenceRegistry(PlannedRegistry):
                 return self._scripts[request.script](keys=request.keys, args=request.args)
             request = self._read_only_call(request)
         if isinstance(request, EvalSha):
-            return self._eval_sha(request)
+            return self._eval_sha(request.script, request.args)
         if isinstance(request, Transaction):
             return self._pipeline(request.commands, transaction=True)
         if request.node_key is not None:
@@ -153,11 +158,11 @@ class RedisPresenceRegistry(PlannedRegistry):
             return self._client.execute_command(request.name, *request.args, target_nodes=node)
         return self._client.execute_command(request.name, *request.args)
 
-    def _eval_sha(self, request: EvalSha) -> Any:
-        """A prebuilt ``EVALSHA``/``EVALSHA_RO``; after ``NOSCRIPT``, load the script and
-        send it again."""
+    def _eval_sha(self, script: str, args: tuple[Any, ...]) -> Any:
+        """A prebuilt ``EVALSHA``/``EVALSHA_RO`` of `script`; after ``NOSCRIPT``, load the
+        script and send it again."""
         try:
-            return self._client.execute_command(*request.args)
+            return self._client.execute_command(*args)
         except NoScriptError:
-            sha = self._client.script_load(self._script_source(request))
-            return self._client.execute_command(request.args[0], sha, *request.args[2:])
+            sha = self._client.script_load(self._script_source(script))
+            return self._client.execute_command(args[0], sha, *args[2:])

@@ -18,7 +18,7 @@ from .errors import PresenceDataError
 from .keys import GroupKeys
 from .model import StoredConsumer
 
-SCRIPT_NAMES = ("heartbeat", "count", "prune", "deregister")
+SCRIPT_NAMES = ("heartbeat", "heartbeat_many", "count", "prune", "deregister")
 LIBRARY = "lib"
 
 

@@ -35,6 +35,8 @@ def _is_int(value: Any) -> bool:
 
 def check_name(argument: str, value: Any) -> str:
     """A queue, group or consumer name: non-empty `str` of at most 512 UTF-8 bytes."""
+    if type(value) is str and 0 < len(value) <= MAX_NAME_BYTES and value.isascii():
+        return value  # the common case, without encoding: ASCII is one byte a character
     if not isinstance(value, str):
         raise TypeError(f"{argument} must be a str, got {type(value).__name__}")
     if not value:

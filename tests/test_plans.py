@@ -1,4 +1,4 @@
-"""Plans without I/O: the single-beat fast path sends exactly what the batch path sends."""
+"""Plans without I/O: what the single-beat fast path sends, byte for byte."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import redis
 
-from redis_presence.core import MAX_CACHED_GROUPS, Command, Eval, EvalSha, Plan, Planner
-from redis_presence.keys import Keyspace
+from redis_presence.core import MAX_CACHED_GROUPS, Command, Planner
+from redis_presence.keys import INDEX_MARK_MS, Keyspace
 
 T0 = 1_796_000_000_123_456_000
 BEATS = [
@@ -18,18 +18,6 @@ BEATS = [
     ("a:b", "{x}", "ü", 2**32 - 1),
     ("q", "h", "c", 1),
 ]
-
-
-def finish(plan: Plan[Any], reply: Any) -> tuple[list[Any], Any]:
-    """Send `reply` to the script call; returns the batches that follow and the result."""
-    batches = []
-    try:
-        batch = plan.send([reply])
-        while True:
-            batches.append(batch)
-            batch = plan.send([1] * len(batch))
-    except StopIteration as done:
-        return batches, done.value
 
 
 ENCODERS: dict[str, Callable[[Any], Any] | None] = {
@@ -45,36 +33,31 @@ def same(value: Any) -> Any:
 
 @pytest.mark.parametrize("clustered", [False, True], ids=["standalone", "cluster"])
 @pytest.mark.parametrize("now", [None, T0], ids=["server-clock", "now_ns"])
-@pytest.mark.parametrize("unlisted", [[], [1]], ids=["listed", "unlisted"])
 @pytest.mark.parametrize("encoding", list(ENCODERS))
-def test_single_beat_is_the_call_of_a_batch_of_one(
-    clustered: bool, now: int | None, unlisted: list[int], encoding: str
+def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
+    clustered: bool, now: int | None, encoding: str
 ) -> None:
     encode = ENCODERS[encoding] or same
     planner = Planner(Keyspace("präsenz"), clustered=clustered, encode=ENCODERS[encoding])
     for queue, group, consumer, lease in BEATS:
-        batch_plan = planner.heartbeat([(queue, group, consumer, lease, 0)], now)
-        beat_plan = planner.beat("f00d", queue, group, consumer, lease, now)
-        (call,) = next(batch_plan)
-        (beat,) = next(beat_plan)
-        assert isinstance(call, Eval)
-        assert isinstance(beat, EvalSha)
-        assert beat.script == call.script == "heartbeat"
+        gk = planner.keys.group(queue, group)
+        args = planner.beat_call("f00d", queue, group, consumer, lease, now)
+        # KEYS: the group's sorted set and hash, then the index (standalone) or the group's
+        # mark (cluster); ARGV: now, the beat, then the member or the mark's lifetime.
+        now_arg = "" if now is None else str(now)
+        tail = ("", INDEX_MARK_MS) if clustered else (gk.member,)
+        third = gk.mark if clustered else planner.keys.index
+        expected = ("EVALSHA", "f00d", 3, gk.hb, gk.data, third, now_arg, consumer, lease, *tail)
         # The same bytes on the wire: what the client would encode, some of it done already.
-        expected = ("EVALSHA", "f00d", len(call.keys), *call.keys, *call.args)
-        assert [encode(arg) for arg in beat.args] == [encode(arg) for arg in expected]
-        # What follows the script (the index write of a cluster) is the same too.
-        after_batch, sent = finish(batch_plan, unlisted)
-        after_beat, beaten = finish(beat_plan, unlisted)
-        assert after_beat == after_batch
-        assert sent == beaten == 1
-        if unlisted:
-            gk = planner.keys.group(queue, group)
-            assert after_beat == [[Command("SADD", (planner.keys.index, gk.member))]]
+        assert [encode(arg) for arg in args] == [encode(arg) for arg in expected]
+        # A reply of 1 (a cluster group without a mark) makes the caller list the group.
+        assert planner.beat_listing(queue, group) == Command(
+            "SADD", (planner.keys.index, gk.member)
+        )
 
 
 def test_the_single_beat_cache_is_bounded() -> None:
     planner = Planner(Keyspace("p"), clustered=False)
     for i in range(MAX_CACHED_GROUPS + 10):
-        next(planner.beat("f00d", "q", f"g{i}", "c", 0, None))
+        planner.beat_call("f00d", "q", f"g{i}", "c", 0, None)
         assert len(planner._beat_calls) <= MAX_CACHED_GROUPS

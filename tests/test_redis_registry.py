@@ -113,6 +113,65 @@ def test_scripts_recover_after_script_flush(request: pytest.FixtureRequest, back
     assert registry.count_active_by_group(now_ns=T0) == {("q", "g"): 1}
 
 
+def test_a_single_beat_writes_what_a_batch_of_one_writes(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    """`heartbeat` sends its own lean script; what it leaves in the store is exactly what
+    `heartbeat_many` leaves for the same beats (two prefixes of one store, compared)."""
+    client = raw_client(request, backend)
+    single = make_registry(request, backend, prefix="single")
+    batch = make_registry(request, backend, prefix="batch")
+    steps = [
+        ("orders", "billing", "w1", 1, T0),  # a new group
+        ("orders", "billing", "w2", 0, T0 + MS),  # a new consumer of a listed group
+        ("orders", "billing", "w1", 5, T0 + 2 * MS),  # a known one: registration kept
+        ("mail", "send", "w1", 2**32 - 1, T0 + 3 * MS),  # another queue
+        ("mail", "send", "w1", 0, T0 + 3 * MS - 1),  # a beat from the past: stored as sent
+    ]
+
+    def without(prefix: str) -> dict[bytes, Any]:
+        start = prefix.encode() + b":"
+        return {k[len(start) :]: v for k, v in dump(client).items() if k.startswith(start)}
+
+    for queue, group, consumer, lease, now in steps:
+        single.heartbeat(queue, group, consumer, lease, now_ns=now)
+        batch.heartbeat_many([(queue, group, consumer, lease)], now_ns=now)
+        assert without("single") == without("batch")
+    stored = without("single")
+    assert stored[b"{orders}:billing:c"][1] == [
+        (b"w1", f"{T0} {T0 + 2 * MS} 5".encode()),
+        (b"w2", f"{T0 + MS} {T0 + MS} 0".encode()),
+    ]
+    # The server clock: the same fields, stamped by TIME.
+    single.heartbeat("orders", "billing", "w3", 7)
+    batch.heartbeat_many([("orders", "billing", "w3", 7)])
+    rows = {r.key: r for r in single.snapshot()} | {r.key: r for r in batch.snapshot()}
+    assert rows[("orders", "billing", "w3")].state is PresenceState.ACTIVE
+    assert sorted(without("single")) == sorted(without("batch"))
+
+
+@pytest.mark.parametrize("backend", ["fakeredis", "redis", "async"], indirect=True)
+def test_a_deleted_index_heals_with_the_next_beat_of_each_group(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    """Standalone: a heartbeat lists its group whenever it is not listed, so a lost index
+    (deleted by hand, restored from an old backup) comes back with the next beat; on a
+    cluster it comes back when the group's index mark expires (INDEX_MARK_MS)."""
+    client = raw_client(request, backend)
+    registry = make_registry(request, backend)
+    registry.heartbeat("orders", "billing", "w1", now_ns=T0)
+    registry.heartbeat_many([("mail", "send", "w1", 0)], now_ns=T0)
+    client.delete("presence:index")
+    assert registry.snapshot(now_ns=T0) == []
+    registry.heartbeat("orders", "billing", "w1", now_ns=T0 + MS)
+    assert registry.count_active_by_group(now_ns=T0 + MS) == {("orders", "billing"): 1}
+    registry.heartbeat_many([("mail", "send", "w1", 0)], now_ns=T0 + MS)
+    assert registry.count_active_by_group(now_ns=T0 + MS) == {
+        ("mail", "send"): 1,
+        ("orders", "billing"): 1,
+    }
+
+
 @pytest.mark.parametrize(
     "key",
     [
@@ -138,6 +197,10 @@ def test_foreign_data_at_a_key_is_a_data_error_and_nothing_changes(
         lambda: registry.prune_expired(now_ns=T0 + 10**15),
         lambda: registry.deregister("q", "g", "c"),
     ]
+    if key.endswith(":ix") and "cluster" not in backend:
+        # Index marks are a cluster's: on a standalone server heartbeats never read or write
+        # them, and only prune and deregister, which delete a group's keys, meet one.
+        calls = calls[2:]
     if key.endswith(":index") and "cluster" in backend:
         # On a cluster the index lives in another slot: a heartbeat of an indexed group
         # and a deregister that does not empty its group never touch it (README, "Bad
@@ -163,6 +226,13 @@ def test_a_beat_or_batch_meeting_foreign_data_names_the_key_and_writes_nothing(
     key = f"presence:{{q}}:g:{kind}"
     client.rpush(key, "written by another program")
     before = dump(client)
+    if kind == "ix" and "cluster" not in backend:
+        # A standalone server keeps no index marks: heartbeats leave that key alone.
+        registry.heartbeat_many([("q", "g", "x", 0), ("q", "h", "c", 1)], now_ns=T0)
+        registry.heartbeat("q", "g", "y", now_ns=T0)
+        assert client.lrange(key, 0, -1) == [b"written by another program"]
+        assert registry.count_active_by_group(now_ns=T0) == {("q", "g"): 2, ("q", "h"): 1}
+        return
     expected = {"hb": "zset", "c": "hash", "ix": "string"}[kind]
     message = rf"WRONGTYPE redis-presence key {re.escape(key)} holds a list, expected a {expected}"
     batches = [

@@ -39,7 +39,8 @@ pytestmark = pytest.mark.timeout(60)
 # --- ACL ------------------------------------------------------------------------------------
 # The one source of truth for the roles: README.md must contain these lines verbatim,
 # and the tests below run exactly them. Commands are those the scripts and plans send:
-#   broker: heartbeat.lua (TYPE TIME HGET HSET ZADD EXISTS SET SADD), deregister.lua (TYPE
+#   broker: heartbeat.lua (HGET SISMEMBER TIME ZADD HSET SADD; TYPE SET on a cluster),
+#           heartbeat_many.lua (TYPE TIME HGET HSET ZADD SET SADD), deregister.lua (TYPE
 #           ZREM HDEL EXISTS DEL SREM), SCRIPT LOAD after NOSCRIPT; on a cluster the index
 #           protocol's plain SADD, SREM, EXISTS are already in the list.
 #   reader: SMEMBERS (the index), snapshot's transaction (MULTI TIME HGETALL EXEC), count.lua
@@ -49,8 +50,8 @@ BROKER_USER, BROKER_PASSWORD = "presence-broker", "change-me-broker"
 READER_USER, READER_PASSWORD = "presence-reader", "change-me-reader"
 ACL_BROKER = (
     f"ACL SETUSER {BROKER_USER} reset on >{BROKER_PASSWORD} ~presence:* resetchannels -@all "
-    "+evalsha +script|load +type +time +exists +hget +hset +zadd +set +sadd +zrem +hdel +del "
-    "+srem"
+    "+evalsha +script|load +type +time +exists +hget +hset +zadd +set +sadd +sismember +zrem "
+    "+hdel +del +srem"
 )
 ACL_READER = (
     f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} ~presence:* resetchannels -@all "
@@ -68,8 +69,8 @@ ACL_STRICT_READER = (
 JANITOR_USER, JANITOR_PASSWORD = "presence-janitor", "change-me-janitor"
 ACL_JANITOR = (
     f"ACL SETUSER {JANITOR_USER} reset on >{JANITOR_PASSWORD} ~presence:* resetchannels -@all "
-    "+evalsha +script|load +type +time +exists +hget +hset +zadd +set +sadd +zrem +hdel +del "
-    "+srem +smembers +zrangebyscore"
+    "+evalsha +script|load +type +time +exists +hget +hset +zadd +set +sadd +sismember +zrem "
+    "+hdel +del +srem +smembers +zrangebyscore"
 )
 ACL_LINES = (ACL_BROKER, ACL_READER, ACL_STRICT_READER, ACL_JANITOR)
 
