@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import chain, groupby
+from itertools import groupby
 from operator import attrgetter, itemgetter
 from typing import Any, TypeGuard, TypeVar
 
@@ -59,8 +59,8 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from .errors import PresenceReadOnlyError
 from .keys import INDEX_MARK_MS, GroupKeys, Keyspace
-from .model import ConsumerPresence
-from .scripts import SCRIPT_NAMES, server_now_ns, source, stored_consumers
+from .model import ConsumerPresence, gc_paused
+from .scripts import SCRIPT_NAMES, server_now_ns, source, stored_columns
 from .validation import (
     check_beats,
     check_lease_count,
@@ -328,19 +328,21 @@ class Planner:
                 batch.append(Command("TIME", (), node_key=part[0].data))
         replies = iter((yield batch))
         rows: list[ConsumerPresence] = []
-        for part in parts:
-            hashes = next(replies)
-            if now_ns is not None:
-                now = now_ns
-            elif self.clustered:
-                now = server_now_ns(*next(replies))
-            else:
-                now = server_now_ns(*hashes[0])
-                hashes = hashes[1:]
-            stored = chain.from_iterable(
-                stored_consumers(gk, reply) for gk, reply in zip(part, hashes, strict=True)
-            )
-            rows += ConsumerPresence.many(stored, now_ns=now, ttl_ms=ttl_ms)
+        with gc_paused():
+            for part in parts:
+                hashes = next(replies)
+                if now_ns is not None:
+                    now = now_ns
+                elif self.clustered:
+                    now = server_now_ns(*next(replies))
+                else:
+                    now = server_now_ns(*hashes[0])
+                    hashes = hashes[1:]
+                for gk, reply in zip(part, hashes, strict=True):
+                    columns = stored_columns(gk, reply)
+                    rows += ConsumerPresence.columns(
+                        gk.queue, gk.group, *columns, now_ns=now, ttl_ms=ttl_ms
+                    )
         return rows
 
     def count_active_by_group(

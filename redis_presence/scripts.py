@@ -8,15 +8,14 @@ top-level ``lua/`` folder next to the package.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import cache
 from importlib import resources
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
 from .errors import PresenceDataError
 from .keys import GroupKeys
-from .model import StoredConsumer
 
 SCRIPT_NAMES = ("heartbeat", "heartbeat_many", "count", "prune", "deregister")
 LIBRARY = "lib"
@@ -54,24 +53,51 @@ def server_now_ns(seconds: bytes | str | int, micros: bytes | str | int) -> int:
     return (int(seconds) * 1_000_000 + int(micros)) * 1_000
 
 
-def stored_consumers(keys: GroupKeys, reply: Any) -> Iterator[StoredConsumer]:
-    """The consumers of one group, sorted by name, from its HGETALL reply (a mapping, or the
-    flat ``[consumer, stored, ...]``); a value this package did not write is a data error."""
-    queue, group = keys.queue, keys.group
-    pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2], strict=True)
+Columns = tuple[list[str], list[int], list[int], list[int]]
+"""One group's consumers as columns: names, registered_at_ns, last_heartbeat_ns, lease_count."""
+
+
+def stored_columns(keys: GroupKeys, reply: Any) -> Columns:
+    """The consumers of one group, sorted by name, as columns, from its HGETALL reply (a
+    mapping, or the flat ``[consumer, stored, ...]``; bytes, or str from a
+    ``decode_responses`` client); a value this package did not write is a data error.
+
+    Decoded a column at a time (one join, split and ``map(int, ...)`` per field, in C), not a
+    value at a time: at 100,000 consumers this is most of what a snapshot spends in Python.
+    """
+    table = reply if isinstance(reply, dict) else dict(zip(reply[::2], reply[1::2], strict=True))
+    if not table:
+        return [], [], [], []
     # UTF-8 bytes sort in code point order: sorting before decoding gives the str order.
-    for consumer, stored in sorted(pairs):
+    names = sorted(table)
+    values = list(map(table.__getitem__, names))
+    text = type(values[0]) is str
+    space: Any = " " if text else b" "
+    newline: Any = "\n" if text else b"\n"
+    try:
+        # Each value is exactly 'registered_ns last_heartbeat_ns lease_count'.
+        if set(map(type(values[0]).count, values, repeat(space))) != {2}:
+            raise ValueError
+        fields = space.join(values).split(space)
+        registered = list(map(int, fields[0::3]))
+        heartbeat = list(map(int, fields[1::3]))
+        lease = list(map(int, fields[2::3]))
+        decoded = names if text else newline.join(names).decode().split("\n")
+        if len(decoded) != len(names):  # a name holds a newline: decode one by one
+            decoded = [name.decode() for name in names]
+    except (ValueError, TypeError, AttributeError, UnicodeDecodeError):
+        raise PresenceDataError(
+            f"{keys.data} holds a value this package did not write: {_first_bad(values)!r:.80}"
+        ) from None
+    return decoded, registered, heartbeat, lease
+
+
+def _first_bad(values: list[Any]) -> Any:
+    """The first stored value that is not three decimal integers (for the error message)."""
+    for value in values:
         try:
-            registered, heartbeat, lease = stored.split()
-            yield (
-                queue,
-                group,
-                consumer.decode() if type(consumer) is bytes else consumer,
-                int(registered),
-                int(heartbeat),
-                int(lease),
-            )
-        except (ValueError, AttributeError, UnicodeDecodeError):
-            raise PresenceDataError(
-                f"{keys.data} holds a value this package did not write: {stored!r:.80}"
-            ) from None
+            registered, heartbeat, lease = value.split()
+            int(registered), int(heartbeat), int(lease)
+        except (ValueError, TypeError, AttributeError):
+            return value
+    return values[0] if values else None

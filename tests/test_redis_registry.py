@@ -250,6 +250,20 @@ def test_a_beat_or_batch_meeting_foreign_data_names_the_key_and_writes_nothing(
     assert dump(client) == before
 
 
+def test_a_stored_value_another_program_wrote_is_a_data_error_for_readers(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    client = raw_client(request, backend)
+    registry = make_registry(request, backend)
+    registry.heartbeat("orders", "billing", "w1", now_ns=T0)
+    registry.heartbeat("orders", "billing", "w2", now_ns=T0)
+    client.hset("presence:{orders}:billing:c", "w2", "not three numbers")
+    before = dump(client)
+    with pytest.raises(PresenceDataError, match=r"did not write: b?'not three numbers'"):
+        registry.snapshot(now_ns=T0)
+    assert dump(client) == before
+
+
 def test_foreign_index_member_is_a_data_error(request: pytest.FixtureRequest, backend: str) -> None:
     client = raw_client(request, backend)
     registry = make_registry(request, backend)

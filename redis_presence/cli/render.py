@@ -11,7 +11,7 @@ import io
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import IO
 
@@ -28,7 +28,7 @@ from .watch import Change, Frame, GroupTally, WatchRow
 FORMATS = ("table", "json", "csv")
 """The output formats of `ls`, `counts` and `prune --dry-run`."""
 
-CONSUMER_FIELDS = tuple(field.name for field in fields(ConsumerPresence))
+CONSUMER_FIELDS = ConsumerPresence._fields
 """JSON keys and CSV columns of one consumer: the `ConsumerPresence` field names, in order."""
 
 COUNT_FIELDS = ("queue", "group", "active")

@@ -1,0 +1,145 @@
+"""Decoding a group's stored hash into columns, and building rows from columns (no I/O)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from redis_presence import ConsumerPresence, PresenceDataError, PresenceState
+from redis_presence.keys import Keyspace
+from redis_presence.model import gc_paused
+from redis_presence.scripts import stored_columns
+
+T0 = 1_796_000_000_123_456_000
+MS = 1_000_000
+GROUP = Keyspace("presence").group("orders", "billing")
+
+NAMES = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=12)
+STORED = st.dictionaries(
+    NAMES,
+    st.tuples(st.integers(0, 2**63), st.integers(0, 2**63), st.integers(0, 2**32 - 1)),
+    max_size=20,
+)
+
+
+def as_reply(stored: dict[str, tuple[int, int, int]], *, text: bool, flat: bool) -> Any:
+    """What redis-py hands back for HGETALL: a dict (or flat list) of bytes (or str)."""
+    pairs: list[tuple[Any, Any]] = [
+        (name, " ".join(map(str, value))) for name, value in stored.items()
+    ]
+    if not text:
+        pairs = [(name.encode(), value.encode()) for name, value in pairs]
+    return [x for pair in pairs for x in pair] if flat else dict(pairs)
+
+
+@given(stored=STORED, text=st.booleans(), flat=st.booleans())
+def test_columns_are_the_stored_values_sorted_by_name(
+    stored: dict[str, tuple[int, int, int]], text: bool, flat: bool
+) -> None:
+    names, registered, heartbeat, lease = stored_columns(
+        GROUP, as_reply(stored, text=text, flat=flat)
+    )
+    expected = sorted(stored.items())  # str order is code point order, as Redis' bytes sort
+    assert names == [name for name, _ in expected]
+    assert list(zip(registered, heartbeat, lease, strict=True)) == [v for _, v in expected]
+
+
+def test_names_with_newlines_and_non_ascii_characters_decode_exactly() -> None:
+    stored = {"a\nb": (1, 2, 3), "ü": (4, 5, 6), "\n": (7, 8, 9), "z": (1, 1, 1)}
+    assert stored_columns(GROUP, as_reply(stored, text=False, flat=False)) == (
+        ["\n", "a\nb", "z", "ü"],
+        [7, 1, 1, 4],
+        [8, 2, 1, 5],
+        [9, 3, 1, 6],
+    )
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param({b"a": b"1 2"}, id="two-fields"),
+        pytest.param({b"a": b"1 2 3 4"}, id="four-fields"),
+        # Together they hold six fields, as two good values would: each is checked alone.
+        pytest.param({b"a": b"1 2", b"b": b"3 4 5 6"}, id="compensating-pair"),
+        pytest.param({b"a": b"1 2 x"}, id="not-a-number"),
+        pytest.param({b"a": b"1  2 3"}, id="double-space"),
+        pytest.param({b"a": b""}, id="empty"),
+        pytest.param({b"\xff": b"1 2 3"}, id="name-not-utf8"),
+    ],
+)
+def test_a_value_this_package_did_not_write_is_a_data_error(values: dict[bytes, bytes]) -> None:
+    with pytest.raises(PresenceDataError, match=r"presence:\{orders\}:billing:c holds a value"):
+        stored_columns(GROUP, values)
+
+
+def test_an_empty_group_has_empty_columns() -> None:
+    assert stored_columns(GROUP, {}) == ([], [], [], [])
+    assert stored_columns(GROUP, []) == ([], [], [], [])
+
+
+@given(
+    beats=st.lists(st.integers(0, 2 * T0), max_size=30),
+    ttl=st.sampled_from([1, 7, 1_000, 30_000]),
+)
+def test_rows_from_columns_are_the_rows_at_builds(beats: list[int], ttl: int) -> None:
+    """Including beats from the reader's future (age 0) and on every horizon."""
+    beats += [T0, T0 - ttl * MS, T0 - (ttl + 1) * MS + 1, T0 - (2 * ttl + 1) * MS]
+    names = [f"c{i:03d}" for i in range(len(beats))]
+    registered = [max(0, hb - 5) for hb in beats]
+    lease = list(range(len(beats)))
+    rows = list(
+        ConsumerPresence.columns("q", "g", names, registered, beats, lease, now_ns=T0, ttl_ms=ttl)
+    )
+    assert rows == [
+        ConsumerPresence.at("q", "g", c, r, hb, n, now_ns=T0, ttl_ms=ttl)
+        for c, r, hb, n in zip(names, registered, beats, lease, strict=True)
+    ]
+    assert all(type(row) is ConsumerPresence for row in rows)
+    assert {row.state for row in rows} <= set(PresenceState)
+
+
+def test_rows_are_immutable_typed_records() -> None:
+    row = ConsumerPresence.at("q", "g", "c", T0, T0, 3, now_ns=T0 + 5 * MS, ttl_ms=1)
+    with pytest.raises(AttributeError):
+        row.lease_count = 4  # type: ignore[misc]
+    assert row.last_seen_age_ms == 5
+    assert row.state is PresenceState.EXPIRED
+    assert row._replace(lease_count=4).lease_count == 4
+    assert row.to_dict()["state"] == "expired"
+    assert ConsumerPresence._fields[:3] == ("queue", "group", "consumer")
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    """Whatever a test does to the collector, it is enabled again afterwards."""
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+@pytest.mark.usefixtures("collector")
+def test_gc_paused_restores_the_collector_even_after_an_error() -> None:
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), gc_paused():
+        raise RuntimeError("while building")
+    assert gc.isenabled()
+
+
+@pytest.mark.usefixtures("collector")
+def test_gc_paused_leaves_a_disabled_collector_disabled() -> None:
+    gc.disable()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
+    rows = ConsumerPresence.many([("q", "g", "c", T0, T0, 0)], now_ns=T0, ttl_ms=1)
+    assert len(rows) == 1
+    assert not gc.isenabled()
