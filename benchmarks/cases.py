@@ -71,6 +71,9 @@ class Sizes:
     prune_removed: int
     prune_rounds: int
     memory_sizes: tuple[int, ...]
+    other_keys: int
+    """Unrelated keys (a broker's own data) beside the largest snapshot fleet, for the
+    ``info:`` rows that show what a keyspace scan pays for them."""
 
 
 FULL = Sizes(
@@ -81,13 +84,14 @@ FULL = Sizes(
     coalesce_consumers=1_000,
     coalesce_rounds=20,
     snapshot_sizes=(1_000, 10_000, 100_000),
-    snapshot_rounds=(50, 20, 9),
+    snapshot_rounds=(50, 20, 15),
     count_sizes=(1_000, 100_000),
     count_rounds=300,
     prune_sizes=(10_000, 100_000),
     prune_removed=1_000,
     prune_rounds=30,
     memory_sizes=(10_000, 100_000),
+    other_keys=1_000_000,
 )
 
 QUICK = Sizes(
@@ -105,6 +109,7 @@ QUICK = Sizes(
     prune_removed=1_000,
     prune_rounds=5,
     memory_sizes=(10_000,),
+    other_keys=20_000,
 )
 
 
@@ -486,6 +491,7 @@ def case_snapshot(server: BenchServer, sizes: Sizes) -> CaseResult:
                 k: round(v, 1) for k, v in sorted(usec.items())
             }
         big = sizes.snapshot_sizes[-1]
+        _shared_keyspace(result, [client, scan_client], variants, sizes, big)
         snap = result.measure(f"snapshot() @ {big:,}").median
         raw_med = result.measure(f"raw transfer (SMEMBERS + HGETALL) @ {big:,}").median
         scan_med = result.measure(f"SCAN + MGET design @ {big:,}").median
@@ -530,6 +536,47 @@ def case_snapshot(server: BenchServer, sizes: Sizes) -> CaseResult:
         client.close()
         scan_client.close()
     return result
+
+
+# The other keys: what a message broker keeps in the same Redis (one small string a message).
+FILL_OTHER_KEYS = """
+for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do
+  redis.call('SET', 'broker:message:' .. i, 'payload')
+end
+return 0
+"""
+
+
+def _shared_keyspace(
+    result: CaseResult,
+    clients: list[redis.Redis],
+    variants: dict[str, Callable[[], Sized]],
+    sizes: Sizes,
+    n: int,
+) -> None:
+    """``info:`` rows for the largest fleet when each database also holds
+    `sizes.other_keys` unrelated keys, as a broker's Redis does: `snapshot()` reads only the
+    groups its index lists, and the SCAN design walks every key of its database."""
+    other = sizes.other_keys
+    for client in clients:
+        fill = client.register_script(FILL_OTHER_KEYS)
+        for start in range(1, other + 1, 100_000):  # 100,000 keys a call (about 0.1 s)
+            fill(args=[start, min(start + 99_999, other)])
+    pair: dict[str, Callable[[], object]] = {
+        name: variants[name] for name in ("snapshot()", "SCAN + MGET design")
+    }
+    rounds = sizes.snapshot_rounds[-1]
+    samples = interleaved(pair, rounds, collect=True)
+    for name, values in samples.items():
+        result.measures.append(
+            Measure(
+                f"info: {name} with {other:,} other keys in the database @ {n:,}",
+                "ms",
+                [v / 1000 for v in values],
+                "read",
+                n,
+            )
+        )
 
 
 # -- 5 ------------------------------------------------------------------------------------

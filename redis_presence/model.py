@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import enum
 import gc
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import groupby, repeat
-from operator import add, floordiv, gt, itemgetter, sub
+from operator import floordiv, itemgetter, sub
 from typing import NamedTuple
 
 DEFAULT_PRESENCE_TTL_MS = 30_000
@@ -115,12 +116,16 @@ class ConsumerPresence(NamedTuple):
         each row is one `tuple.__new__`: no Python code runs per row."""
         active_after, expired_at = PresenceState.horizons_ns(now_ns, ttl_ms)
         beats = last_heartbeat_ns
-        # max(0, now - hb) // 1 ms, as now - min(hb, now).
-        ages = map(
-            floordiv, map(sub, repeat(now_ns), map(min, beats, repeat(now_ns))), repeat(NS_PER_MS)
-        )
-        # hb > active_after (so also > expired_at): 2, active; only > expired_at: 1, stale.
-        ranks = map(add, map(gt, beats, repeat(active_after)), map(gt, beats, repeat(expired_at)))
+        # max(0, now - hb) // 1 ms; a beat from the reader's future is rare, so the clamp is
+        # only paid when there is one.
+        if beats and max(beats) > now_ns:
+            beats_past: Iterable[int] = map(min, beats, repeat(now_ns))
+        else:
+            beats_past = beats
+        ages = map(floordiv, map(sub, repeat(now_ns), beats_past), repeat(NS_PER_MS))
+        # How many horizons a beat is above (bisect_left of (expired_at, active_after)):
+        # 2 active, 1 stale, 0 expired.
+        ranks = map(bisect_left, repeat((expired_at, active_after)), beats)
         states = map(_STATE_BY_RANK.__getitem__, ranks)
         fields = zip(
             repeat(queue),
