@@ -129,7 +129,7 @@ MAX_CACHED_GROUPS = 4_096
 """Most groups whose single-beat call a planner keeps ready (it starts over when full)."""
 
 
-_BeatArgs = tuple[tuple[Any, ...], tuple[Any, ...], str]
+_BeatArgs = tuple[tuple[Any, ...], tuple[Any, ...]]
 
 
 def _same(value: T) -> T:
@@ -180,7 +180,7 @@ class Planner:
         cached = self._beat_calls.get((queue, group))
         if cached is None:
             cached = self._beat_args(queue, group)
-        head, tail, _ = cached
+        head, tail = cached
         now = "" if now_ns is None else str(now_ns)
         return ("EVALSHA", sha, *head, now, consumer, lease, *tail)
 
@@ -191,7 +191,7 @@ class Planner:
 
     def _beat_args(self, queue: str, group: str) -> _BeatArgs:
         """``(numkeys, *KEYS)`` and the ARGV after the beat of a ``heartbeat.lua`` call for one
-        group, encoded; and the group's index member. Standalone: KEYS[3] is the index and
+        group, encoded. Standalone: KEYS[3] is the index and
         ARGV[4] the member; cluster: KEYS[3] is the group's mark, ARGV[4:5] ``''`` and the
         mark's lifetime."""
         if len(self._beat_calls) >= MAX_CACHED_GROUPS:
@@ -207,7 +207,6 @@ class Planner:
         cached = self._beat_calls[(queue, group)] = (
             tuple(map(encode, head)),
             tuple(map(encode, tail)),
-            gk.member,
         )
         return cached
 

@@ -87,17 +87,24 @@ def stored_columns(keys: GroupKeys, reply: Any) -> Columns:
             decoded = [name.decode() for name in names]
     except (ValueError, TypeError, AttributeError, UnicodeDecodeError):
         raise PresenceDataError(
-            f"{keys.data} holds a value this package did not write: {_first_bad(values)!r:.80}"
+            f"{keys.data} holds a value this package did not write: "
+            f"{_first_bad(names, values)!r:.80}"
         ) from None
     return decoded, registered, heartbeat, lease
 
 
-def _first_bad(values: list[Any]) -> Any:
-    """The first stored value that is not three decimal integers (for the error message)."""
+def _first_bad(names: list[Any], values: list[Any]) -> Any:
+    """The first stored value that is not three decimal integers, else the first name that
+    is not UTF-8 (for the error message)."""
     for value in values:
         try:
             registered, heartbeat, lease = value.split()
             int(registered), int(heartbeat), int(lease)
         except (ValueError, TypeError, AttributeError):
             return value
-    return values[0] if values else None
+    for name in names:
+        try:
+            name.decode()
+        except (AttributeError, UnicodeDecodeError):
+            return name
+    return values[0]

@@ -60,21 +60,28 @@ def test_names_with_newlines_and_non_ascii_characters_decode_exactly() -> None:
 
 
 @pytest.mark.parametrize(
-    "values",
+    ("values", "culprit"),
     [
-        pytest.param({b"a": b"1 2"}, id="two-fields"),
-        pytest.param({b"a": b"1 2 3 4"}, id="four-fields"),
+        pytest.param({b"a": b"1 2"}, b"1 2", id="two-fields"),
+        pytest.param({b"a": b"1 2 3 4"}, b"1 2 3 4", id="four-fields"),
         # Together they hold six fields, as two good values would: each is checked alone.
-        pytest.param({b"a": b"1 2", b"b": b"3 4 5 6"}, id="compensating-pair"),
-        pytest.param({b"a": b"1 2 x"}, id="not-a-number"),
-        pytest.param({b"a": b"1  2 3"}, id="double-space"),
-        pytest.param({b"a": b""}, id="empty"),
-        pytest.param({b"\xff": b"1 2 3"}, id="name-not-utf8"),
+        pytest.param({b"a": b"1 2", b"b": b"3 4 5 6"}, b"1 2", id="compensating-pair"),
+        pytest.param({b"a": b"1 2 x"}, b"1 2 x", id="not-a-number"),
+        pytest.param({b"a": b"1  2 3"}, b"1  2 3", id="double-space"),
+        pytest.param({b"a": b""}, b"", id="empty"),
+        pytest.param({b"\xff": b"1 2 3"}, b"\xff", id="name-not-utf8"),
     ],
 )
-def test_a_value_this_package_did_not_write_is_a_data_error(values: dict[bytes, bytes]) -> None:
-    with pytest.raises(PresenceDataError, match=r"presence:\{orders\}:billing:c holds a value"):
-        stored_columns(GROUP, values)
+def test_a_value_this_package_did_not_write_is_a_data_error(
+    values: dict[bytes, bytes], culprit: bytes
+) -> None:
+    """The message names the hash and the first offending value (or name) among good ones."""
+    good = {b"z%d" % i: b"1 2 3" for i in range(3)}
+    with pytest.raises(PresenceDataError) as info:
+        stored_columns(GROUP, good | values)
+    message = str(info.value)
+    assert message.startswith("presence:{orders}:billing:c holds a value this package did not")
+    assert message.endswith(repr(culprit))
 
 
 def test_an_empty_group_has_empty_columns() -> None:
