@@ -4,12 +4,18 @@
 ``redis+cluster://host:port`` and ``rediss+cluster://host:port`` open a Redis Cluster client
 (``redis.cluster.RedisCluster``, or its asyncio twin) from that startup node: the URL is
 handed to ``RedisCluster.from_url`` with ``+cluster`` removed from the scheme.
+
+redis-py passes query parameters it does not know as strings, so the TLS options
+``ssl_ca_certs``, ``ssl_certfile`` and ``ssl_keyfile`` work in the URL as well as keyword
+arguments (a URL value wins over a keyword argument of the same name).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote, urlparse
 
 import redis
 import redis.asyncio
@@ -21,6 +27,7 @@ from .errors import PresenceConfigError, translate
 
 CLUSTER_SUFFIX = "+cluster"
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+TLS_FILE_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 
 
 def _userinfo(url: str) -> tuple[int, int] | None:
@@ -72,6 +79,19 @@ def _check_db(url: str, scheme: str) -> None:
         )
 
 
+def _check_tls_files(url: str, kwargs: Mapping[str, Any]) -> None:
+    """Refuse a TLS file option naming no file: redis-py would read it at each connect and
+    report ``Error 2 connecting to host:port. No such file or directory.``, naming no file."""
+    try:
+        query = parse_qs(urlparse(url).query)  # as redis-py parses it; the URL wins
+    except ValueError:
+        return  # a malformed URL: redis-py's own parse reports it
+    for name in TLS_FILE_OPTIONS:
+        path = query[name][0] if name in query else kwargs.get(name)
+        if isinstance(path, str | os.PathLike) and not os.path.isfile(path):
+            raise PresenceConfigError(scrub(f"{name} {os.fspath(path)!r}: no such file", url))
+
+
 def scheme_of(url: Any) -> str:
     """The URL's scheme, or a `PresenceConfigError` naming what is wrong."""
     if not isinstance(url, str):
@@ -98,6 +118,7 @@ def is_cluster_url(url: str) -> bool:
 def _open(url: str, kwargs: dict[str, Any], standalone: Any, cluster: Any) -> Any:
     scheme = scheme_of(url)
     _check_db(url, scheme)
+    _check_tls_files(url, kwargs)
     try:
         if scheme.endswith(CLUSTER_SUFFIX):
             plain = scheme.removesuffix(CLUSTER_SUFFIX) + url[len(scheme) :]

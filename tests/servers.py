@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import pytest
 import redis
@@ -155,12 +155,15 @@ def _poll(
 
 @dataclass(frozen=True)
 class TlsFiles:
-    """A throwaway CA and a server certificate signed by it (valid for 127.0.0.1, localhost)."""
+    """A throwaway CA, a server certificate signed by it (valid for 127.0.0.1, localhost) and
+    a client certificate signed by it (for servers with ``tls-auth-clients yes``)."""
 
     ca_cert: Path
     ca_key: Path
     cert: Path
     key: Path
+    client_cert: Path
+    client_key: Path
 
 
 def _openssl(*args: str) -> None:
@@ -202,24 +205,34 @@ def make_ca(dir: Path, *, cn: str = "redis-presence test CA") -> tuple[Path, Pat
     return cert, key
 
 
-def make_tls_files(dir: Path, *, cn: str = "localhost") -> TlsFiles:
-    """Create in ``dir`` a CA and a server certificate for ``cn``, 127.0.0.1 and localhost."""
-    ca_cert, ca_key = make_ca(dir)
-    cert, key, csr, config = (dir / f"server.{ext}" for ext in ("crt", "key", "csr", "cnf"))
-    names = dict.fromkeys(["IP:127.0.0.1", "DNS:localhost", f"DNS:{cn}"])
+def issue_cert(
+    dir: Path,
+    name: str,
+    *,
+    ca: tuple[Path, Path],
+    cn: str,
+    usage: str,
+    alt_names: Sequence[str] = (),
+) -> tuple[Path, Path]:
+    """Create ``<name>.crt`` and ``<name>.key`` in ``dir``, signed by ``ca = (cert, key)``.
+
+    ``usage`` is the extendedKeyUsage (``serverAuth``, ``clientAuth``); returns ``(cert, key)``.
+    """
+    dir.mkdir(parents=True, exist_ok=True)
+    cert, key, csr, config = (dir / f"{name}.{ext}" for ext in ("crt", "key", "csr", "cnf"))
+    alt = f"subjectAltName = {', '.join(alt_names)}\n" if alt_names else ""
     config.write_text(
         f"[req]\nprompt = no\ndistinguished_name = dn\n[dn]\nCN = {cn}\n"
         "[v3_leaf]\nbasicConstraints = critical, CA:FALSE\n"
         "keyUsage = critical, digitalSignature\n"
-        "extendedKeyUsage = serverAuth, clientAuth\n"
-        f"subjectAltName = {', '.join(names)}\n"
+        f"extendedKeyUsage = {usage}\n{alt}"
         "subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid, issuer\n"
     )
     _openssl("req", "-new", *_EC_KEY, *_argv({"-config": config, "-keyout": key, "-out": csr}))
     signing = {
         "-in": csr,
-        "-CA": ca_cert,
-        "-CAkey": ca_key,
+        "-CA": ca[0],
+        "-CAkey": ca[1],
         "-set_serial": secrets.randbits(63) + 1,
         "-days": 7,
         "-extfile": config,
@@ -227,7 +240,33 @@ def make_tls_files(dir: Path, *, cn: str = "localhost") -> TlsFiles:
         "-out": cert,
     }
     _openssl("x509", "-req", *_argv(signing))
-    return TlsFiles(ca_cert=ca_cert, ca_key=ca_key, cert=cert, key=key)
+    return cert, key
+
+
+def make_client_cert(
+    dir: Path, *, ca: tuple[Path, Path], cn: str = "redis-presence test client"
+) -> tuple[Path, Path]:
+    """A client certificate signed by ``ca = (cert, key)``, in ``dir``; returns ``(cert, key)``."""
+    return issue_cert(dir, "client", ca=ca, cn=cn, usage="clientAuth")
+
+
+def make_tls_files(dir: Path, *, cn: str = "localhost") -> TlsFiles:
+    """Create in ``dir`` a CA, a server certificate for ``cn``, 127.0.0.1 and localhost, and a
+    client certificate, both signed by that CA."""
+    ca = make_ca(dir)
+    names = dict.fromkeys(["IP:127.0.0.1", "DNS:localhost", f"DNS:{cn}"])
+    cert, key = issue_cert(
+        dir, "server", ca=ca, cn=cn, usage="serverAuth, clientAuth", alt_names=list(names)
+    )
+    client_cert, client_key = make_client_cert(dir, ca=ca)
+    return TlsFiles(
+        ca_cert=ca[0],
+        ca_key=ca[1],
+        cert=cert,
+        key=key,
+        client_cert=client_cert,
+        client_key=client_key,
+    )
 
 
 # --- one server -------------------------------------------------------------------------
@@ -237,7 +276,9 @@ class RedisServer:
     """One ``redis-server`` child process on a loopback port, with its files in ``dir``.
 
     Defaults: ``--bind 127.0.0.1 --save "" --protected-mode no`` and no diskless-sync delay;
-    ``extra_args`` come last on the command line, so they override any of these.
+    ``extra_args`` come last on the command line, so they override any of these. With ``tls``,
+    ``tls_auth_clients=True`` runs ``--tls-auth-clients yes``: every client must then present
+    a certificate signed by the CA (``client()`` and ``url`` present ``tls.client_cert``).
     """
 
     def __init__(
@@ -247,6 +288,7 @@ class RedisServer:
         port: int | None = None,
         appendonly: bool = False,
         tls: TlsFiles | None = None,
+        tls_auth_clients: bool = False,
         replicaof: RedisServer | None = None,
         requirepass: str | None = None,
         extra_args: Sequence[str] = (),
@@ -254,9 +296,12 @@ class RedisServer:
     ) -> None:
         if replicaof is not None and replicaof.tls is not None and tls is None:
             raise ValueError("a replica of a TLS primary needs tls= files too")
+        if tls_auth_clients and tls is None:
+            raise ValueError("tls_auth_clients=True needs tls= files")
         self.dir: Path = dir
         self.appendonly: bool = appendonly
         self.tls: TlsFiles | None = tls
+        self.tls_auth_clients: bool = tls_auth_clients
         self.replicaof: RedisServer | None = replicaof
         self.requirepass: str | None = requirepass
         self.extra_args: tuple[str, ...] = tuple(extra_args)
@@ -294,13 +339,25 @@ class RedisServer:
     def url(self) -> str:
         """A URL that ``redis.Redis.from_url`` connects with as is.
 
-        ``redis://`` or ``rediss://``; it carries the password when ``requirepass`` is set and
-        ``?ssl_ca_certs=<ca file>`` for TLS.
+        ``redis://`` or ``rediss://``; it carries the password when ``requirepass`` is set,
+        ``?ssl_ca_certs=<ca file>`` for TLS, and ``&ssl_certfile=...&ssl_keyfile=...`` when
+        the server authenticates clients.
         """
         scheme = "rediss" if self.tls is not None else "redis"
         auth = f":{quote(self.requirepass, safe='')}@" if self.requirepass is not None else ""
-        query = f"?ssl_ca_certs={quote(str(self.tls.ca_cert))}" if self.tls is not None else ""
-        return f"{scheme}://{auth}{HOST}:{self._port}{query}"
+        query = urlencode(self._tls_params(), safe="/", quote_via=quote)
+        return f"{scheme}://{auth}{HOST}:{self._port}{'?' if query else ''}{query}"
+
+    def _tls_params(self) -> dict[str, str]:
+        """The redis-py TLS options a client of this server needs (empty without TLS)."""
+        if self.tls is None:
+            return {}
+        params = {"ssl_ca_certs": str(self.tls.ca_cert)}
+        if self.tls_auth_clients:
+            params.update(
+                ssl_certfile=str(self.tls.client_cert), ssl_keyfile=str(self.tls.client_key)
+            )
+        return params
 
     def command_line(self) -> list[str]:
         """The ``redis-server`` argv this server runs with."""
@@ -326,7 +383,7 @@ class RedisServer:
                     "--tls-cert-file": self.tls.cert,
                     "--tls-key-file": self.tls.key,
                     "--tls-ca-cert-file": self.tls.ca_cert,
-                    "--tls-auth-clients": "no",
+                    "--tls-auth-clients": "yes" if self.tls_auth_clients else "no",
                 }
             )
         if self.requirepass is not None:
@@ -437,7 +494,7 @@ class RedisServer:
         if self.requirepass is not None:
             params["password"] = self.requirepass
         if self.tls is not None:
-            params.update(ssl=True, ssl_ca_certs=str(self.tls.ca_cert))
+            params.update(ssl=True, **self._tls_params())
         params.update(kwargs)
         return redis.Redis(**params)
 
@@ -524,6 +581,7 @@ class MakeRedisServer(Protocol):
         port: int | None = ...,
         appendonly: bool = ...,
         tls: TlsFiles | None = ...,
+        tls_auth_clients: bool = ...,
         replicaof: RedisServer | None = ...,
         requirepass: str | None = ...,
         extra_args: Sequence[str] = ...,

@@ -120,6 +120,22 @@ def test_tls_server_needs_the_right_ca(
         plaintext.ping()
 
 
+def test_tls_server_can_require_client_certificates(
+    make_redis_server: MakeRedisServer, tls_files: TlsFiles
+) -> None:
+    server = make_redis_server(tls=tls_files, tls_auth_clients=True)
+    assert "ssl_certfile=" in server.url
+    assert "ssl_keyfile=" in server.url
+    strict = [ssl.VERIFY_X509_STRICT]
+    with server.client(ssl_include_verify_flags=strict) as client:
+        assert client.ping()
+    with redis.Redis.from_url(server.url) as client:
+        assert client.ping()
+    anonymous = server.client(ssl_certfile=None, ssl_keyfile=None, retry=no_retry())
+    with anonymous, pytest.raises(redis.ConnectionError):
+        anonymous.ping()
+
+
 @pytest.mark.slow
 def test_replica_syncs_from_its_primary(make_redis_server: MakeRedisServer) -> None:
     primary = make_redis_server()
