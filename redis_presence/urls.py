@@ -13,6 +13,7 @@ arguments (a URL value wins over a keyword argument of the same name).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
@@ -123,11 +124,31 @@ def _open(url: str, kwargs: dict[str, Any], standalone: Any, cluster: Any) -> An
         if scheme.endswith(CLUSTER_SUFFIX):
             plain = scheme.removesuffix(CLUSTER_SUFFIX) + url[len(scheme) :]
             return cluster.from_url(plain, **kwargs)
-        return standalone.from_url(url, **kwargs)
+        client = standalone.from_url(url, **kwargs)
     except (ValueError, TypeError) as exc:
         raise PresenceConfigError(scrub(f"invalid Redis URL {redact(url)!r}: {exc}", url)) from None
     except DRIVER_ERRORS as exc:  # a sync cluster client connects at once to map the slots
         raise translate(exc) from exc
+    _check_options(url, client)
+    return client
+
+
+def _check_options(url: str, client: Any) -> None:
+    """Refuse an option the connection does not take (``?ssl_certfle=``, or ``ssl_*`` on a
+    plain ``redis://`` URL) now: redis-py passes unknown query parameters on, and the first
+    command would fail with a bare `TypeError`. Building a connection object connects
+    nothing."""
+    pool = client.connection_pool
+    try:
+        pool.connection_class(**pool.connection_kwargs)
+    except TypeError as exc:
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        what = f"option {unknown.group(1)!r}" if unknown else "options"
+        raise PresenceConfigError(
+            scrub(
+                f"invalid Redis URL {redact(url)!r}: a {scheme_of(url)}:// URL takes no {what}", url
+            )
+        ) from None
 
 
 def open_client(url: str, **kwargs: Any) -> Any:

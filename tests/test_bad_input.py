@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from servers import RedisServer
 
 from redis_presence import (
+    AsyncRedisPresenceRegistry,
     PresenceConfigError,
     PresenceState,
     RedisPresenceRegistry,
@@ -344,6 +345,33 @@ def test_malformed_urls_are_config_errors(url: Any) -> None:
     with pytest.raises(PresenceConfigError, match=r"(?i)url") as info:
         RedisPresenceRegistry.from_url(url)
     assert isinstance(info.value, ValueError)  # usable where a ValueError is expected
+
+
+@pytest.mark.parametrize(
+    ("url", "option"),
+    [
+        pytest.param(
+            "redis://:s3cret@localhost:6379/0?ssl_certfle=a.crt", "ssl_certfle", id="typo"
+        ),
+        pytest.param(
+            "rediss://:s3cret@localhost:6379/0?ssl_certfle=a.crt", "ssl_certfle", id="tls"
+        ),
+        pytest.param(
+            "redis://:s3cret@localhost:6379/0?ssl_certfile={file}", "ssl_certfile", id="no-tls"
+        ),
+        pytest.param("redis://:s3cret@localhost:6379/0?colour=blue", "colour", id="unknown"),
+    ],
+)
+@pytest.mark.parametrize("opener", ["sync", "async"])
+def test_an_option_the_connection_does_not_take_is_a_config_error(
+    url: str, option: str, opener: str
+) -> None:
+    """redis-py passes unknown query parameters on, and the first command would raise a bare
+    TypeError; from_url names the option at once, without the password."""
+    cls = RedisPresenceRegistry if opener == "sync" else AsyncRedisPresenceRegistry
+    with pytest.raises(PresenceConfigError, match=f"takes no option '{option}'") as info:
+        cls.from_url(url.format(file=__file__))  # a file that exists
+    assert "s3cret" not in str(info.value)
 
 
 # --- storage never shared, never outside the prefix ------------------------------------------
