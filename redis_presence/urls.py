@@ -32,13 +32,21 @@ TLS_FILE_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 
 
 def _userinfo(url: str) -> tuple[int, int] | None:
-    """Where the userinfo of `url` starts and ends: from ``://`` to the LAST ``@``, so a
-    password written with a raw ``@``, ``/`` or ``:`` is still all userinfo."""
+    """Where the userinfo of `url` starts and ends: from ``://`` to the last ``@`` before
+    the query, so a password written with a raw ``@``, ``/`` or ``:`` is still all userinfo.
+    An ``@`` after a ``?`` counts too (a raw ``?`` in the password), unless it sits in a
+    query value (``?client_name=a@b``: an ``=`` comes first)."""
     start = url.find("://")
-    at = url.rfind("@")
-    if start < 0 or at < start + 3:
+    if start < 0:
         return None
-    return start + 3, at
+    start += 3
+    query = url.find("?", start)
+    at = url.rfind("@", start, query if query >= 0 else len(url))
+    if at < 0 and query >= 0:
+        at = url.find("@", query)
+        if at >= 0 and "=" in url[query:at]:
+            at = -1
+    return (start, at) if at >= 0 else None
 
 
 def secrets_of(url: str) -> list[str]:
@@ -65,6 +73,18 @@ def scrub(message: str, url: str | None) -> str:
     for secret in secrets_of(url) if url else ():
         message = message.replace(secret, "***")
     return message
+
+
+def _check_userinfo(url: str) -> None:
+    """Refuse a user name or password holding a raw ``/``, ``?`` or ``#``: the URL parser
+    would end the host part there and read the rest of the password as host, port, database
+    or query, and redis-py would then show pieces of it in its messages."""
+    span = _userinfo(url)
+    if span is not None and any(c in url[span[0] : span[1]] for c in "/?#"):
+        raise PresenceConfigError(
+            f"invalid Redis URL {redact(url)!r}: percent-encode '/', '?' and '#' in the user "
+            "name and password (as %2F, %3F and %23)"
+        )
 
 
 def _check_db(url: str, scheme: str) -> None:
@@ -118,6 +138,7 @@ def is_cluster_url(url: str) -> bool:
 
 def _open(url: str, kwargs: dict[str, Any], standalone: Any, cluster: Any) -> Any:
     scheme = scheme_of(url)
+    _check_userinfo(url)
     _check_db(url, scheme)
     _check_tls_files(url, kwargs)
     try:

@@ -40,6 +40,7 @@ from redis_presence import (
 )
 from redis_presence.cli import cli
 from redis_presence.keys import Keyspace
+from redis_presence.urls import redact, secrets_of
 
 MS = 1_000_000
 T0 = 1_796_000_000_123_456_000
@@ -430,6 +431,48 @@ def test_unencoded_special_characters_in_a_password_never_leak(
     result = CliRunner().invoke(cli, ["--url", url, "ls"])
     leaked += secrets_in(result.output + result.stderr, PASSWORD)
     assert not leaked
+
+
+@pytest.mark.parametrize(
+    "userinfo",
+    [
+        pytest.param("u:a/b", id="slash"),
+        pytest.param(":x@y/z", id="at-and-slash"),
+        pytest.param(":ab?cd", id="question-mark"),
+        pytest.param(":ab#cd", id="hash"),
+        pytest.param("u/v:secret", id="slash-in-user"),
+    ],
+)
+@pytest.mark.parametrize("opener", [RedisPresenceRegistry, AsyncRedisPresenceRegistry])
+def test_a_raw_slash_question_mark_or_hash_in_the_userinfo_is_refused_unparsed(
+    userinfo: str, opener: Any
+) -> None:
+    """The URL parser would end the host there and read the rest of the password as host,
+    port or query (and redis-py would show those pieces); from_url refuses it instead."""
+    url = f"redis://{userinfo}@127.0.0.1:6399/0"
+    user = userinfo.partition(":")[0]
+    with pytest.raises(PresenceConfigError) as info:
+        opener.from_url(url)
+    assert str(info.value) == (
+        f"invalid Redis URL 'redis://{user + ':' if ':' in userinfo else ''}***@127.0.0.1:6399/0': "
+        "percent-encode '/', '?' and '#' in the user name and password (as %2F, %3F and %23)"
+    )
+    result = CliRunner().invoke(cli, ["--url", url, "ls"])
+    assert result.exit_code == 2
+    assert not secrets_in(result.output + result.stderr, userinfo.partition(":")[2] or userinfo)
+
+
+def test_an_at_sign_in_a_query_value_is_not_userinfo(password_server: RedisServer) -> None:
+    """``?client_name=a@b`` is a query value: no password to hide, and the URL works."""
+    plain = f"redis://127.0.0.1:{password_server.port}/0?client_name=broker@host-1"
+    assert secrets_of(plain) == []
+    assert redact(plain) == plain
+    url = f"redis://:{quote(PASSWORD, safe='')}@127.0.0.1:{password_server.port}/0"
+    named = url + "?client_name=broker@host-1"
+    assert secrets_of(named) == sorted({quote(PASSWORD, safe=""), PASSWORD}, key=len)[::-1]
+    with RedisPresenceRegistry.from_url(named) as registry:
+        registry.heartbeat("orders", "billing", "w1", now_ns=T0)
+        assert registry.client.client_getname() in (b"broker@host-1", "broker@host-1")
 
 
 # --- mutual TLS: client certificates --------------------------------------------------------
