@@ -145,6 +145,11 @@ def is_cluster_client(client: Any) -> bool:
     return isinstance(client, RedisCluster | AsyncRedisCluster)
 
 
+def all_scripts(batch: Sequence[Request]) -> TypeGuard[Sequence[Eval | EvalSha]]:
+    """Whether every request of a batch is a script call."""
+    return all(isinstance(request, Eval | EvalSha) for request in batch)
+
+
 def pipelinable(batch: Sequence[Request]) -> TypeGuard[Sequence[Command]]:
     """Whether a batch is best sent as one pipeline: several plain commands, no script, no
     transaction, none routed by `node_key`."""
@@ -443,6 +448,18 @@ class PlannedRegistry:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._client!r}, prefix={self.prefix!r})"
+
+    def _sha_call(self, request: Eval | EvalSha) -> EvalSha:
+        """A script call as one prebuilt ``EVALSHA`` (``EVALSHA_RO`` for a read-only
+        registry), as `_eval_sha` sends it."""
+        if isinstance(request, EvalSha):
+            return request
+        if self._read_only:
+            return self._read_only_call(request)
+        sha = self._scripts[request.script].sha
+        return EvalSha(
+            request.script, ("EVALSHA", sha, len(request.keys), *request.keys, *request.args)
+        )
 
     def _read_only_call(self, request: Eval) -> EvalSha:
         """A read-only registry's script call, as ``EVALSHA_RO`` (runs on a replica)."""

@@ -6,7 +6,14 @@ from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    NoScriptError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .core import (
     DRIVER_ERRORS,
@@ -17,6 +24,7 @@ from .core import (
     PlannedRegistry,
     Request,
     Transaction,
+    all_scripts,
     is_cluster_client,
     pipelinable,
 )
@@ -26,6 +34,12 @@ from .urls import open_client
 from .validation import Beat
 
 T = TypeVar("T")
+
+_RESEND = object()
+"""A node pipeline's stand-in reply for a call to send again through the cluster client."""
+_RESENT_ERRORS = (NoScriptError, AskError, TryAgainError, ClusterDownError)
+"""Replies after which a script did not run and the cluster client knows what to do
+(``MovedError`` is an ``AskError``)."""
 
 __all__ = ["RedisPresenceRegistry", "is_cluster_client"]
 
@@ -132,11 +146,46 @@ class RedisPresenceRegistry(PlannedRegistry):
             raise translate(exc) from exc
 
     def _execute(self, batch: list[Request]) -> list[Any]:
-        """One batch: plain commands in one pipeline; scripts and transactions one by one (on
-        a cluster the pipeline refuses EVALSHA, and each carries a whole queue)."""
+        """One batch: plain commands in one pipeline; on a cluster, the per-queue script
+        calls in one pipeline per node; anything else (transactions) one by one."""
         if pipelinable(batch):
             return self._pipeline(batch, transaction=False)
+        if self.clustered and len(batch) > 1 and all_scripts(batch):
+            return self._scripts_by_node([self._sha_call(request) for request in batch])
         return [self._one(request) for request in batch]
+
+    def _scripts_by_node(self, calls: list[EvalSha]) -> list[Any]:
+        """Cluster: script calls (one per queue) sent in one plain pipeline per node, since
+        redis-py's cluster pipeline refuses EVALSHA: one round trip per node instead of one
+        per queue. A call answered ``MOVED``/``ASK``/``TRYAGAIN``/``CLUSTERDOWN`` (its slot
+        is moving; the script did not run) or ``NOSCRIPT``, and every call of a node whose
+        connection failed, is sent again on its own through the cluster client, which
+        follows redirections, refreshes the slot map and loads scripts. Another error is
+        raised once every node has answered."""
+        nodes: dict[str, tuple[Any, list[int]]] = {}
+        for i, call in enumerate(calls):
+            node = self._client.get_node_from_key(call.args[3])  # the call's first key
+            nodes.setdefault(node.name, (node, []))[1].append(i)
+        replies: list[Any] = [None] * len(calls)
+        failure: Exception | None = None
+        for node, indexes in nodes.values():
+            pipe = self._client.get_redis_connection(node).pipeline(transaction=False)
+            for i in indexes:
+                pipe.execute_command(*calls[i].args)
+            try:
+                answers = pipe.execute(raise_on_error=False)
+            except (RedisConnectionError, RedisTimeoutError):
+                answers = [_RESEND] * len(indexes)
+            for i, reply in zip(indexes, answers, strict=True):
+                if reply is _RESEND or isinstance(reply, _RESENT_ERRORS):
+                    replies[i] = self._eval_sha(calls[i].script, calls[i].args)
+                    continue
+                if isinstance(reply, Exception):
+                    failure = failure or reply
+                replies[i] = reply
+        if failure is not None:
+            raise failure
+        return replies
 
     def _pipeline(self, commands: Sequence[Command], *, transaction: bool) -> list[Any]:
         pipe = self._client.pipeline(transaction=transaction)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,12 +17,14 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio.cluster
+import redis.client
 import redis.cluster
 from servers import RedisClusterProcesses, free_port
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,
     PresenceConfigError,
+    PresenceDataError,
     PresenceError,
     RedisPresenceRegistry,
 )
@@ -158,6 +161,124 @@ def test_heartbeat_many_sends_one_script_call_per_queue(
     assert registry.heartbeat_many(beats) == len(beats)  # every group is marked: no SADD
     assert command_calls(nodes, "evalsha") == len(queues)
     assert command_calls(nodes, "sadd") == 0
+
+
+class PipelineSpy:
+    """Counts the plain (per-node) pipelines executed and the script calls the cluster
+    client sends on its own, one round trip each."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, client: redis.cluster.RedisCluster):
+        self.pipelines = 0
+        self.single_calls: list[str] = []
+        execute = redis.client.Pipeline.execute
+        send = client.execute_command
+
+        def counted_execute(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+            self.pipelines += 1
+            return execute(pipe, *args, **kwargs)
+
+        def counted_send(*args: Any, **kwargs: Any) -> Any:
+            if str(args[0]).upper().startswith("EVAL"):
+                self.single_calls.append(str(args[0]))
+            return send(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+        monkeypatch.setattr(redis.client.Pipeline, "execute", counted_execute)
+        monkeypatch.setattr(client, "execute_command", counted_send)
+
+
+def test_per_queue_scripts_go_in_one_pipeline_per_node(
+    cluster_client: redis.cluster.RedisCluster,
+    nodes: list[redis.Redis],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """redis-py's cluster pipeline refuses EVALSHA, so the registry pipelines each node's
+    script calls itself: one round trip per node, not one per queue."""
+    queues = queues_on_every_node(cluster_client, per_node=4)  # 12 queues on 3 masters
+    beats = [(q, "g", f"c{i}", i) for q in queues for i in range(3)]
+    registry = RedisPresenceRegistry(cluster_client)
+    for client in nodes:
+        client.script_flush()
+    spy = PipelineSpy(monkeypatch, cluster_client)
+    assert registry.heartbeat_many(beats, now_ns=T0) == len(beats)
+    assert spy.pipelines == 3
+    # NOSCRIPT: the first node's calls went again on their own, and the first of them
+    # loaded the script on every master, so the later nodes' pipelines ran it.
+    assert 0 < len(spy.single_calls) < len(queues)
+    assert registry.count_active_by_group(now_ns=T0)  # count.lua: loaded the same way
+    assert registry.prune_expired(now_ns=T0) == 0  # and prune.lua
+
+    reader = RedisPresenceRegistry(cluster_client, read_only=True)
+    counts = {(q, "g"): 3 for q in queues}
+    cases: list[tuple[str, Callable[[], object], object]] = [
+        ("count", lambda: registry.count_active_by_group(now_ns=T0), counts),
+        ("count, read-only", lambda: reader.count_active_by_group(now_ns=T0), counts),
+        ("heartbeat_many", lambda: registry.heartbeat_many(beats, now_ns=T0), len(beats)),
+    ]
+    for name, call, expected in cases:
+        spy.pipelines, spy.single_calls = 0, []
+        assert call() == expected, name
+        assert (spy.pipelines, spy.single_calls) == (3, []), name
+    spy.pipelines = 0
+    assert registry.prune_expired(now_ns=T0 + 3_600_000 * MS) == len(beats)
+    assert spy.pipelines == 3  # the index's SREM and EXISTS go through the cluster pipeline
+    assert spy.single_calls == []
+    assert cluster_client.keys("*") == []
+
+
+def test_a_script_call_sent_to_the_wrong_node_goes_again_through_the_cluster_client(
+    cluster_client: redis.cluster.RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As if every slot had moved since the slot map was read: each node answers MOVED,
+    the script does not run there, and the cluster client follows the redirection."""
+    queues = queues_on_every_node(cluster_client, per_node=2)
+    registry = RedisPresenceRegistry(cluster_client)
+    registry.heartbeat_many([(q, "g", "c", 1) for q in queues], now_ns=T0)
+    owner = cluster_client.get_node_from_key
+    masters = cluster_client.get_primaries()  # type: ignore[no-untyped-call]
+
+    def wrong_node(key: Any, replica: bool = False) -> Any:
+        right = owner(key, replica)  # type: ignore[no-untyped-call]
+        return next(node for node in masters if node.name != right.name)
+
+    monkeypatch.setattr(cluster_client, "get_node_from_key", wrong_node)
+    spy = PipelineSpy(monkeypatch, cluster_client)
+    assert registry.count_active_by_group(now_ns=T0) == {(q, "g"): 1 for q in queues}
+    assert len(spy.single_calls) >= len(queues)  # every call answered MOVED, sent again
+
+
+def test_a_node_whose_connection_fails_has_its_calls_sent_again(
+    cluster_client: redis.cluster.RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node pipeline that loses its connection leaves its calls to the cluster client,
+    which refreshes the slot map and retries."""
+    queues = queues_on_every_node(cluster_client, per_node=2)
+    registry = RedisPresenceRegistry(cluster_client)
+    registry.heartbeat_many([(q, "g", "c", 1) for q in queues], now_ns=T0)
+    spy = PipelineSpy(monkeypatch, cluster_client)
+
+    def broken(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+        spy.pipelines += 1
+        raise redis.exceptions.ConnectionError("Connection reset by peer")
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", broken)
+    assert registry.count_active_by_group(now_ns=T0) == {(q, "g"): 1 for q in queues}
+    assert spy.pipelines == 3
+    assert len(spy.single_calls) >= len(queues)  # one each, and any NOSCRIPT retry
+
+
+def test_foreign_data_in_one_queue_fails_the_call_after_every_node_answered(
+    cluster_client: redis.cluster.RedisCluster,
+) -> None:
+    queues = queues_on_every_node(cluster_client, per_node=1)
+    registry = RedisPresenceRegistry(cluster_client)
+    registry.heartbeat_many([(q, "g", "c", 1) for q in queues], now_ns=T0)
+    foreign = Keyspace("presence").group(queues[1], "g").hb
+    cluster_client.delete(foreign)
+    cluster_client.rpush(foreign, "written by another program")
+    with pytest.raises(PresenceDataError, match="WRONGTYPE"):
+        registry.count_active_by_group(now_ns=T0)
+    with pytest.raises(PresenceDataError, match=f"key {re.escape(foreign)} holds a list"):
+        registry.prune_expired(now_ns=T0)
 
 
 def test_async_heartbeat_many_sends_one_script_call_per_queue(
