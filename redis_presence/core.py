@@ -186,8 +186,7 @@ class Planner:
         if cached is None:
             cached = self._beat_args(queue, group)
         head, tail = cached
-        now = "" if now_ns is None else str(now_ns)
-        return ("EVALSHA", sha, *head, now, consumer, lease, *tail)
+        return ("EVALSHA", sha, *head, _now_arg(now_ns), consumer, lease, *tail)
 
     def beat_listing(self, queue: str, group: str) -> Command:
         """What follows a `beat_call` that replied 1 (cluster step 1 for a group without a
