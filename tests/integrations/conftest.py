@@ -12,6 +12,8 @@ import pytest
 import redis
 from servers import RedisServer, need_binary
 
+from .workers import Presence
+
 BROKER_HOST = "127.0.0.1"
 RABBITMQ_PORT = 5672
 NATS_PORT = 4222
@@ -37,10 +39,38 @@ def broker_db(integration_server: RedisServer) -> int:
     return db
 
 
+@pytest.fixture(scope="module")
+def broker_url(integration_server: RedisServer, broker_db: int) -> str:
+    """The URL of this module's broker database."""
+    return f"redis://{integration_server.host}:{integration_server.port}/{broker_db}"
+
+
+@pytest.fixture(scope="session")
+def presence_url(integration_server: RedisServer) -> str:
+    """The URL the workers write presence to (database 0)."""
+    return f"redis://{integration_server.host}:{integration_server.port}/0"
+
+
 @pytest.fixture
 def presence_client(integration_server: RedisServer) -> Iterator[redis.Redis]:
     """A client of database 0 (presence), bytes replies."""
     client = integration_server.client(db=0)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def presence(request: pytest.FixtureRequest, presence_client: redis.Redis) -> Presence:
+    """The rows under the test module's ``PREFIX``."""
+    return Presence(presence_client, request.module.PREFIX)
+
+
+@pytest.fixture
+def control(integration_server: RedisServer, broker_db: int) -> Iterator[redis.Redis]:
+    """A client of this module's broker database (the tasks' release keys live there)."""
+    client = integration_server.client(db=broker_db)
     try:
         yield client
     finally:

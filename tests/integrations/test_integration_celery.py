@@ -14,9 +14,16 @@ from pathlib import Path
 import pytest
 import redis
 from celery import Celery
-from servers import RedisServer
 
-from integrations.workers import Presence, WorkerProcess, check_dies_on_time, python_tool, wait_for
+from integrations.workers import (
+    Presence,
+    WorkerProcess,
+    check_dies_on_time,
+    python_tool,
+    started_workers,
+    wait_for,
+    worker_env,
+)
 from redis_presence.integrations import celery as presence_celery
 
 pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
@@ -37,31 +44,17 @@ def queues(name: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def broker_url(integration_server: RedisServer, broker_db: int) -> str:
-    return f"redis://{integration_server.host}:{integration_server.port}/{broker_db}"
-
-
-@pytest.fixture(scope="module")
 def workers(
-    integration_server: RedisServer, broker_url: str, tmp_path_factory: pytest.TempPathFactory
+    broker_url: str, presence_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, WorkerProcess]]:
-    logs = tmp_path_factory.mktemp("celery-workers")
-    env = {
-        "RP_BROKER_URL": broker_url,
-        "RP_PRESENCE_URL": f"redis://{integration_server.host}:{integration_server.port}/0",
-        "RP_PREFIX": PREFIX,
-        "RP_INTERVAL_MS": str(INTERVAL_MS),
+    command = [python_tool("celery"), "-A", "celery_app", "worker", "--loglevel=INFO", "-c", "2"]
+    argvs = {
+        name: [*command, "-n", consumer(name), "-Q", ",".join(sorted(queues(name)))]
+        for name in NAMES
     }
-    started: dict[str, WorkerProcess] = {}
-    try:
-        for name in NAMES:
-            argv = [python_tool("celery"), "-A", "celery_app", "worker", "--loglevel=INFO"]
-            argv += ["-n", consumer(name), "-Q", ",".join(sorted(queues(name))), "-c", "2"]
-            started[name] = WorkerProcess(argv, env=env, log=logs / f"{name}.log").start()
+    env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
+    with started_workers(argvs, env=env, logs=tmp_path_factory.mktemp("celery")) as started:
         yield started
-    finally:
-        for worker in started.values():
-            worker.stop()
 
 
 @pytest.fixture(scope="module")
@@ -69,20 +62,6 @@ def app(broker_url: str) -> Celery:
     """A producer of the test app's tasks (the worker's own app module is not imported here:
     a producer needs only the task names)."""
     return Celery("rp-tests", broker=broker_url)
-
-
-@pytest.fixture
-def presence(presence_client: redis.Redis) -> Presence:
-    return Presence(presence_client, PREFIX)
-
-
-@pytest.fixture
-def control(integration_server: RedisServer, broker_db: int) -> Iterator[redis.Redis]:
-    client = integration_server.client(db=broker_db)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 def wait_rows(presence: Presence, worker: WorkerProcess, name: str) -> None:

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
@@ -151,6 +151,31 @@ class WorkerProcess:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def started_workers(
+    argvs: Mapping[str, Sequence[str]], *, env: Mapping[str, str], logs: Path
+) -> Iterator[dict[str, WorkerProcess]]:
+    """Start one worker per name at once (start-up dominates), stop them all at the end."""
+    started: dict[str, WorkerProcess] = {}
+    try:
+        for name, argv in argvs.items():
+            started[name] = WorkerProcess(argv, env=env, log=logs / f"{name}.log").start()
+        yield started
+    finally:
+        for worker in started.values():
+            worker.stop()
+
+
+def worker_env(broker_url: str, presence_url: str, prefix: str, interval_ms: int) -> dict[str, str]:
+    """The environment the test apps read their configuration from."""
+    return {
+        "RP_BROKER_URL": broker_url,
+        "RP_PRESENCE_URL": presence_url,
+        "RP_PREFIX": prefix,
+        "RP_INTERVAL_MS": str(interval_ms),
+    }
 
 
 def python_tool(name: str) -> str:
