@@ -48,12 +48,12 @@ def workers(
     broker_url: str, presence_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, WorkerProcess]]:
     command = [python_tool("celery"), "-A", "celery_app", "worker", "--loglevel=INFO", "-c", "2"]
-    argvs = {
-        name: [*command, "-n", consumer(name), "-Q", ",".join(sorted(queues(name)))]
+    env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
+    specs = {
+        name: ([*command, "-n", consumer(name), "-Q", ",".join(sorted(queues(name)))], env)
         for name in NAMES
     }
-    env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
-    with started_workers(argvs, env=env, logs=tmp_path_factory.mktemp("celery")) as started:
+    with started_workers(specs, logs=tmp_path_factory.mktemp("celery")) as started:
         yield started
 
 

@@ -48,9 +48,9 @@ def workers(
     broker_url: str, presence_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, WorkerProcess]]:
     command = [python_tool("dramatiq"), "dramatiq_app", "--processes", "1", "--threads", "2"]
-    argvs = {name: [*command, "--queues", f"{name}-a", f"{name}-b"] for name in NAMES}
     env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
-    with started_workers(argvs, env=env, logs=tmp_path_factory.mktemp("dramatiq")) as started:
+    specs = {name: ([*command, "--queues", f"{name}-a", f"{name}-b"], env) for name in NAMES}
+    with started_workers(specs, logs=tmp_path_factory.mktemp("dramatiq")) as started:
         yield started
 
 

@@ -39,8 +39,10 @@ def wait_for(
     timeout: float = 30.0,
     what: str,
     alive: Callable[[], None] | None = None,
+    seen: Callable[[], object] | None = None,
 ) -> T:
-    """Call `check` until it returns something other than None/False; fail after `timeout` s."""
+    """Call `check` until it returns something other than None/False; fail after `timeout` s
+    (saying what `seen` returns then, if given)."""
     deadline = time.monotonic() + timeout
     pause = 0.01
     while True:
@@ -50,7 +52,8 @@ def wait_for(
         if value is not None and value is not False:
             return value
         if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+            last = f"; last seen: {seen()!r}" if seen is not None else ""
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}{last}")
         time.sleep(pause)
         pause = min(pause * 2, 0.1)
 
@@ -155,12 +158,13 @@ class WorkerProcess:
 
 @contextlib.contextmanager
 def started_workers(
-    argvs: Mapping[str, Sequence[str]], *, env: Mapping[str, str], logs: Path
+    specs: Mapping[str, tuple[Sequence[str], Mapping[str, str]]], *, logs: Path
 ) -> Iterator[dict[str, WorkerProcess]]:
-    """Start one worker per name at once (start-up dominates), stop them all at the end."""
+    """Start one worker per name, ``{name: (argv, env)}``, all at once (start-up dominates
+    their cost); stop them all at the end."""
     started: dict[str, WorkerProcess] = {}
     try:
-        for name, argv in argvs.items():
+        for name, (argv, env) in specs.items():
             started[name] = WorkerProcess(argv, env=env, log=logs / f"{name}.log").start()
         yield started
     finally:
