@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from .commands import cli
+from .streams import streams_group
+
+cli.add_command(streams_group)
 
 
 def main() -> None:

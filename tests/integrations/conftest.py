@@ -12,6 +12,8 @@ import pytest
 import redis
 from servers import RedisServer, need_binary
 
+from redis_presence import RedisPresenceRegistry
+
 from .workers import Presence
 
 BROKER_HOST = "127.0.0.1"
@@ -84,3 +86,21 @@ def listening(port: int, host: str = BROKER_HOST) -> bool:
             return True
     except OSError:
         return False
+
+
+@pytest.fixture
+def stream_client(integration_server: RedisServer, broker_db: int) -> Iterator[redis.Redis]:
+    """A Redis holding streams (the integration server, a database of this module's), flushed."""
+    client = integration_server.client(db=broker_db)
+    client.flushdb()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def registry(request: pytest.FixtureRequest, redis_client: redis.Redis) -> RedisPresenceRegistry:
+    """Presence under the module's ``PREFIX`` on the session redis-server: another server
+    than `stream_client`'s."""
+    return RedisPresenceRegistry(redis_client, prefix=request.module.PREFIX)

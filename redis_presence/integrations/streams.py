@@ -1,0 +1,343 @@
+"""Redis Streams consumer groups: remove dead consumers without losing their entries.
+
+Redis never removes a consumer of a group, and ``XGROUP DELCONSUMER`` discards the entries
+it holds (redis/redis #11567, #9745, #13602), so groups whose consumers get a fresh name
+on every start fill up with dead ones. Presence tells the dead from the living:
+`reap_stream_consumers` moves a dead consumer's pending entries to a live consumer of the
+same group and only then removes it (and deregisters it from presence). Here ``queue`` is
+the stream key, ``group`` the consumer group and ``consumer`` the consumer name, the names
+every integration of this package reports for a stream.
+
+The stream's client and the presence registry are separate, so the stream may live on
+another server, or another cluster node, than the presence keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
+
+from redis_presence.errors import PresenceError, translate
+from redis_presence.model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
+from redis_presence.protocol import PresenceRegistry
+from redis_presence.validation import check_name, check_now_ns, check_ttl_ms
+
+__all__ = [
+    "MAX_ENTRIES_PER_CALL",
+    "UNSEEN",
+    "ReapedConsumer",
+    "StreamReap",
+    "reap_stream_consumers",
+]
+
+MAX_ENTRIES_PER_CALL = 1_000
+"""Most entries one script call moves (a few ms of server time); a consumer holding more
+takes one more call per thousand."""
+
+UNSEEN = "unseen"
+"""The presence of a consumer that Redis lists but presence has never seen (or pruned)."""
+
+_DRIVER_ERRORS = (RedisError, RedisClusterException)
+
+
+@cache
+def _script_source() -> str:
+    return (resources.files(__package__) / "stream_reap.lua").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class ReapedConsumer:
+    """What the reaper found and did for one consumer of the group."""
+
+    consumer: str
+    presence: str
+    """``active``, ``stale``, ``expired`` or `UNSEEN`."""
+    idle_ms: int | None
+    """Milliseconds since Redis last saw it read or claim (``XINFO CONSUMERS`` idle); None
+    when Redis does not list it."""
+    pending: int
+    """Entries it held when surveyed."""
+    moved: int = 0
+    """Entries moved to the target (in a dry run: that would be moved)."""
+    removed: bool = False
+    """Removed from the group (in a dry run: would be)."""
+    deregistered: bool = False
+    """Its presence row was deregistered."""
+    reason: str = ""
+    """Why it was left alone (empty when it was reaped)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "consumer": self.consumer,
+            "presence": self.presence,
+            "idle_ms": self.idle_ms,
+            "pending": self.pending,
+            "moved": self.moved,
+            "removed": self.removed,
+            "deregistered": self.deregistered,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class StreamReap:
+    """The outcome of one reap of one group: what moved where, what was removed, and why
+    the rest was left alone."""
+
+    stream: str
+    group: str
+    target: str | None
+    """The live consumer that takes the entries (None: there is none)."""
+    dry_run: bool
+    consumers: tuple[ReapedConsumer, ...] = field(default=())
+    note: str = ""
+    """Why nothing was claimed or removed at all, when that is the case."""
+
+    @property
+    def moved(self) -> Mapping[str, int]:
+        """Consumer -> entries moved to `target`."""
+        return {c.consumer: c.moved for c in self.consumers if c.moved}
+
+    @property
+    def removed(self) -> tuple[str, ...]:
+        """The consumers removed from the group."""
+        return tuple(c.consumer for c in self.consumers if c.removed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream,
+            "group": self.group,
+            "target": self.target,
+            "dry_run": self.dry_run,
+            "note": self.note,
+            "moved": sum(self.moved.values()),
+            "removed": list(self.removed),
+            "consumers": [c.to_dict() for c in self.consumers],
+        }
+
+
+def reap_stream_consumers(
+    client: Any,
+    registry: PresenceRegistry,
+    stream: str,
+    group: str,
+    *,
+    claim_to: str | None = None,
+    dry_run: bool = False,
+    ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+    now_ns: int | None = None,
+) -> StreamReap:
+    """Move the pending entries of each dead consumer of `group` on `stream` to a live one,
+    then remove it from the group and deregister it; returns what moved and was removed.
+
+    A consumer is dead when presence calls it expired, or has never seen it, *and* Redis
+    has not seen it read or claim for longer than the expiry horizon (2 x `ttl_ms`): an
+    active or stale consumer, or one that touched the stream within the horizon, is never
+    touched. `claim_to` names the consumer that takes the entries; by default it is the
+    group's active consumer (in presence) holding the fewest leases. With no live target
+    nothing is claimed and nothing is removed (the note says so): when a whole group looks
+    dead, the likelier story is that its consumers cannot reach the presence Redis.
+    A consumer that still holds entries is never removed. `dry_run` changes nothing and
+    says what would be done. `client` is the stream's redis-py client (standalone or
+    cluster); `now_ns` is the instant presence is judged at (None: the presence server's
+    clock; Redis's idle times are always its own). Redis failures raise `PresenceError`.
+    """
+    stream = check_name("stream", stream)
+    group = check_name("group", group)
+    if claim_to is not None:
+        claim_to = check_name("claim_to", claim_to)
+    if not isinstance(dry_run, bool):
+        raise TypeError(f"dry_run must be a bool, got {type(dry_run).__name__}")
+    ttl_ms = check_ttl_ms(ttl_ms)
+    now_ns = check_now_ns(now_ns)
+    reaper = _Reaper(client, registry, stream, group, ttl_ms, now_ns)
+    survey = reaper.survey(claim_to)
+    if dry_run or survey.target is None:
+        return survey.outcome(dry_run=dry_run)
+    return reaper.execute(survey)
+
+
+# -- the steps ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Candidate:
+    consumer: str
+    presence: str
+    idle_ms: int | None
+    pending: int
+
+
+@dataclass
+class _Survey:
+    """Step 1: who is dead, who is left alone and why, and who takes the entries."""
+
+    stream: str
+    group: str
+    target: str | None
+    candidates: list[_Candidate]
+    kept: list[ReapedConsumer]
+    note: str = ""
+
+    def outcome(self, *, dry_run: bool) -> StreamReap:
+        """What this survey would do (or, without a target, why it does nothing)."""
+        if self.target is None:
+            planned = [
+                ReapedConsumer(
+                    c.consumer, c.presence, c.idle_ms, c.pending, reason="no live consumer"
+                )
+                for c in self.candidates
+            ]
+        else:
+            planned = [
+                ReapedConsumer(
+                    c.consumer, c.presence, c.idle_ms, c.pending, c.pending, removed=True
+                )
+                for c in self.candidates
+            ]
+        rows = sorted([*planned, *self.kept], key=lambda c: c.consumer)
+        return StreamReap(self.stream, self.group, self.target, dry_run, tuple(rows), self.note)
+
+
+class _Reaper:
+    def __init__(
+        self,
+        client: Any,
+        registry: PresenceRegistry,
+        stream: str,
+        group: str,
+        ttl_ms: int,
+        now_ns: int | None,
+    ) -> None:
+        self.client = client
+        self.now_ns = now_ns
+        self.registry = registry
+        self.stream = stream
+        self.group = group
+        self.ttl_ms = ttl_ms
+        self.horizon_ms = 2 * ttl_ms  # older than this is expired, in presence's rule
+
+    def presence(self) -> dict[str, ConsumerPresence]:
+        """This group's presence rows, by consumer."""
+        rows = self.registry.snapshot(now_ns=self.now_ns, ttl_ms=self.ttl_ms)
+        return {r.consumer: r for r in rows if r.queue == self.stream and r.group == self.group}
+
+    def redis_consumers(self) -> dict[str, tuple[int, int]]:
+        """consumer -> (pending, idle_ms), from one ``XINFO CONSUMERS`` (O(consumers))."""
+        try:
+            reply = self.client.xinfo_consumers(self.stream, self.group)
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc) or "no such key" in str(exc):
+                raise PresenceError(
+                    f"stream {self.stream!r} has no consumer group {self.group!r}"
+                ) from exc
+            raise translate(exc) from exc
+        except _DRIVER_ERRORS as exc:
+            raise translate(exc) from exc
+        return {
+            _text(entry["name"]): (int(entry["pending"]), int(entry["idle"])) for entry in reply
+        }
+
+    def survey(self, claim_to: str | None) -> _Survey:
+        presence = self.presence()
+        in_redis = self.redis_consumers()
+        candidates: list[_Candidate] = []
+        kept: list[ReapedConsumer] = []
+        for name in sorted(set(presence) | set(in_redis)):
+            row = presence.get(name)
+            state = row.state.value if row is not None else UNSEEN
+            pending, idle = in_redis.get(name, (0, None))
+            why = self._alive(state, idle)
+            if why:
+                kept.append(ReapedConsumer(name, state, idle, pending, reason=why))
+            else:
+                candidates.append(_Candidate(name, state, idle, pending))
+        dead = {c.consumer for c in candidates}
+        if claim_to is not None and claim_to in dead:
+            raise ValueError(f"claim_to must name a live consumer: {claim_to!r} is being reaped")
+        target = claim_to or _least_loaded(
+            [row for row in presence.values() if row.state is PresenceState.ACTIVE]
+        )
+        note = ""
+        if target is None and candidates:
+            note = (
+                f"no active consumer in group {self.group!r} to take the entries (and no "
+                "claim_to): nothing claimed, nothing removed"
+            )
+        return _Survey(self.stream, self.group, target, candidates, kept, note)
+
+    def _alive(self, state: str, idle_ms: int | None) -> str:
+        """Why a consumer counts as alive (empty: it is dead)."""
+        if state in (PresenceState.ACTIVE.value, PresenceState.STALE.value):
+            return f"presence calls it {state}"
+        if idle_ms is not None and idle_ms <= self.horizon_ms:
+            return f"Redis saw it read or claim {idle_ms} ms ago"
+        return ""
+
+    def execute(self, survey: _Survey) -> StreamReap:
+        """Steps 2 to 4, for each dead consumer. Why each is safe against a consumer that
+        comes back in between is said next to it."""
+        assert survey.target is not None
+        target = survey.target
+        # Step 2: read presence again. A consumer that beat since the survey is alive and
+        # left alone. One that beats after this read but never touches the stream would
+        # lose its row in step 4 until its next beat; nothing it holds is lost.
+        now = self.presence()
+        done: list[ReapedConsumer] = list(survey.kept)
+        for c in survey.candidates:
+            row = now.get(c.consumer)
+            state = row.state.value if row is not None else UNSEEN
+            if state not in (PresenceState.EXPIRED.value, UNSEEN):
+                done.append(
+                    ReapedConsumer(c.consumer, state, c.idle_ms, c.pending, reason="came back")
+                )
+                continue
+            done.append(self._reap(c, target, deregister=row is not None))
+        done.sort(key=lambda c: c.consumer)
+        return StreamReap(self.stream, self.group, target, False, tuple(done))
+
+    def _reap(self, c: _Candidate, target: str, *, deregister: bool) -> ReapedConsumer:
+        # Step 3: the script checks and acts atomically on the stream's node. If one of
+        # the consumer's entries was delivered or claimed within the horizon (it came back
+        # and read, re-read or claimed), it returns 'fresh' and changes nothing. Otherwise
+        # XCLAIM's min-idle-time moves exactly the entries nobody touched since, and
+        # DELCONSUMER runs only when the consumer holds none, in the same call: no entry
+        # can reach it between the check and the removal. A consumer holding more than
+        # MAX_ENTRIES_PER_CALL entries takes several calls, each checking again.
+        script = self.client.register_script(_script_source())
+        moved, calls = 0, c.pending // MAX_ENTRIES_PER_CALL + 2
+        args = [self.group, c.consumer, target, self.horizon_ms + 1, MAX_ENTRIES_PER_CALL, "1"]
+        state = "more"
+        try:
+            while state == "more" and calls > 0:
+                calls -= 1
+                reply = script(keys=[self.stream], args=args)
+                moved += int(reply[0])
+                state = _text(reply[2])
+        except _DRIVER_ERRORS as exc:
+            raise translate(exc) from exc
+        if state != "done":
+            why = "came back: it read the stream" if state == "fresh" else "still holds entries"
+            return ReapedConsumer(c.consumer, c.presence, c.idle_ms, c.pending, moved, reason=why)
+        # Step 4: it is out of the group and holds nothing; now forget its presence row.
+        # A consumer that comes back now reads again under its name: Redis creates it
+        # anew and its next beat registers it again.
+        deregistered = deregister and self.registry.deregister(self.stream, self.group, c.consumer)
+        return ReapedConsumer(
+            c.consumer, c.presence, c.idle_ms, c.pending, moved, True, deregistered
+        )
+
+
+def _least_loaded(rows: Sequence[ConsumerPresence]) -> str | None:
+    """The consumer holding the fewest leases (then the first by name), or None."""
+    best = min(rows, key=lambda r: (r.lease_count, r.consumer), default=None)
+    return best.consumer if best is not None else None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
