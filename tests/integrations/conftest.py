@@ -89,14 +89,10 @@ def listening(port: int, host: str = BROKER_HOST) -> bool:
 
 
 @pytest.fixture
-def stream_client(integration_server: RedisServer, broker_db: int) -> Iterator[redis.Redis]:
-    """A Redis holding streams (the integration server, a database of this module's), flushed."""
-    client = integration_server.client(db=broker_db)
-    client.flushdb()
-    try:
-        yield client
-    finally:
-        client.close()
+def stream_client(control: redis.Redis) -> redis.Redis:
+    """A Redis holding streams (this module's database of the integration server), flushed."""
+    control.flushdb()
+    return control
 
 
 @pytest.fixture
