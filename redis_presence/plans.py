@@ -121,6 +121,27 @@ class Single(Generator[list[Request], list[Any], T]):
         raise typ if val is None else val
 
 
+def alongside(plan: Plan[T], requests: Sequence[Request]) -> Plan[tuple[T, list[Any]]]:
+    """`plan` with `requests` sent in its first batch, and their replies: on a standalone
+    server one round trip for both (one pipeline), on a cluster one pipeline per node
+    (the nodes concurrently in the asyncio registry). A broker reading a Redis Stream
+    beats this way: ``alongside(registry.plans.heartbeat(...), [Command("XREADGROUP",
+    ...)])``. The requests may run before, after or between the plan's own; an error reply
+    to any of them raises like the plan's own."""
+    try:
+        batch = next(plan)
+    except StopIteration as done:
+        return done.value, list((yield list(requests)))
+    replies = yield [*batch, *requests]
+    extra = list(replies[len(batch) :])
+    try:
+        batch = plan.send(list(replies[: len(batch)]))
+        while True:
+            batch = plan.send((yield batch))
+    except StopIteration as done:
+        return done.value, extra
+
+
 def _none(reply: Any) -> None:
     return None
 

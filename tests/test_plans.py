@@ -10,7 +10,15 @@ import redis
 
 from redis_presence import PresenceReadOnlyError, RedisPresenceRegistry
 from redis_presence.keys import INDEX_MARK_MS
-from redis_presence.plans import MAX_CACHED_GROUPS, Command, Plan, Planner, ScriptCall, Single
+from redis_presence.plans import (
+    MAX_CACHED_GROUPS,
+    Command,
+    Plan,
+    Planner,
+    ScriptCall,
+    Single,
+    alongside,
+)
 from redis_presence.scripts import script
 
 T0 = 1_796_000_000_123_456_000
@@ -110,3 +118,37 @@ def test_a_bad_argument_is_refused_when_the_plan_is_built() -> None:
         reader.prune_expired()
     (call,) = next(reader.count_active_by_group(now_ns=T0))
     assert isinstance(call, Command)  # the index first; the count script follows
+
+
+@pytest.mark.parametrize("backend", ["fakeredis", "redis", "cluster"])
+def test_alongside_sends_foreign_commands_with_a_plan_in_one_round_trip(
+    request: pytest.FixtureRequest, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fixture = {"fakeredis": "fake_client", "redis": "redis_client", "cluster": "cluster_client"}
+    client = request.getfixturevalue(fixture[backend])
+    registry = RedisPresenceRegistry(client)
+    registry.heartbeat("stream", "readers", "r1", now_ns=T0)  # the script is loaded
+    client.xadd("stream", {"k": "v"})
+    sent: list[int] = []
+    if backend != "cluster":  # one pipeline carries the beat and the XLEN
+        execute = redis.client.Pipeline.execute
+
+        def counted(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(len(pipe.command_stack))
+            return execute(pipe, *args, **kwargs)
+
+        monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    beat = registry.plans.heartbeat("stream", "readers", "r1", 2, T0 + 1)
+    result, (length,) = registry.execute(alongside(beat, [Command("XLEN", ("stream",))]))
+    assert (result, length) == (None, 1)
+    if backend != "cluster":
+        assert sent == [2]
+    (row,) = registry.snapshot(now_ns=T0 + 1)
+    assert (row.last_heartbeat_ns, row.lease_count) == (T0 + 1, 2)
+    # A plan of several batches keeps its own replies; the extra ones come back apart.
+    deregistered, (length,) = registry.execute(
+        alongside(
+            registry.plans.deregister("stream", "readers", "r1"), [Command("XLEN", ("stream",))]
+        )
+    )
+    assert (deregistered, length, len(registry)) == (True, 1, 0)
