@@ -8,8 +8,13 @@ same group and only then removes it (and deregisters it from presence). Here ``q
 the stream key, ``group`` the consumer group and ``consumer`` the consumer name, the names
 every integration of this package reports for a stream.
 
-The stream's client and the presence registry are separate, so the stream may live on
-another server, or another cluster node, than the presence keys.
+`StreamReader` (and `AsyncStreamReader`) is the read side: every ``XREADGROUP`` of a
+consumer loop, empty ones included, carries the consumer's heartbeat in the same pipeline
+(one round trip on a standalone server), with ``lease_count`` = the entries delivered to
+it and not acknowledged through the reader's own `ack`.
+
+For the reaper, the stream's client and the presence registry are separate, so the stream
+may live on another server, or another cluster node, than the presence keys.
 """
 
 from __future__ import annotations
@@ -22,18 +27,29 @@ from typing import Any
 
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
+from redis_presence.aio import AsyncRedisPresenceRegistry
 from redis_presence.errors import PresenceError, translate
 from redis_presence.model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
+from redis_presence.plans import Command, alongside
 from redis_presence.protocol import PresenceRegistry
+from redis_presence.redis import RedisPresenceRegistry
 from redis_presence.validation import check_name, check_now_ns, check_ttl_ms
 
 __all__ = [
+    "DEFAULT_BLOCK_MS",
     "MAX_ENTRIES_PER_CALL",
     "UNSEEN",
+    "AsyncStreamReader",
+    "Entry",
     "ReapedConsumer",
+    "StreamReader",
     "StreamReap",
     "reap_stream_consumers",
 ]
+
+DEFAULT_BLOCK_MS = 2_000
+"""How long a read waits for new entries by default: well within half the default TTL,
+and shorter than redis-py's default socket timeout (5 s)."""
 
 MAX_ENTRIES_PER_CALL = 1_000
 """Most entries one script call moves (a few ms of server time); a consumer holding more
@@ -341,3 +357,207 @@ def _least_loaded(rows: Sequence[ConsumerPresence]) -> str | None:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# -- the read side -----------------------------------------------------------------------
+
+Entry = tuple[Any, dict[Any, Any]]
+"""One stream entry as redis-py returns it: ``(id, {field: value})``."""
+
+
+class _ReadLoop:
+    """What both readers share (no I/O): the checks, the ``XREADGROUP`` command with its
+    heartbeat, the replies, and the entries held (delivered, not acknowledged)."""
+
+    def __init__(
+        self,
+        registry: Any,
+        stream: str,
+        group: str,
+        consumer: str,
+        ttl_ms: int,
+        block_ms: int,
+    ) -> None:
+        self.registry = registry
+        self.stream = check_name("stream", stream)
+        self.group = check_name("group", group)
+        self.consumer = check_name("consumer", consumer)
+        self.ttl_ms = check_ttl_ms(ttl_ms)
+        self.block_ms = self.check_block(block_ms)
+        self.held: set[str] = set()  # entry ids, as text
+
+    def check_block(self, block_ms: object) -> int:
+        """The rule for BLOCK against the TTL: a consumer beats when each read starts, so
+        its last beat is up to one BLOCK plus the handling of one batch old. At most half
+        the TTL leaves the other half for handling a batch, and the consumer stays active."""
+        if not isinstance(block_ms, int) or isinstance(block_ms, bool):
+            raise TypeError(f"block_ms must be an int, got {type(block_ms).__name__}")
+        if not 0 <= block_ms <= self.ttl_ms // 2:
+            raise ValueError(
+                f"block_ms must be in [0, ttl_ms // 2 = {self.ttl_ms // 2}] (a read that "
+                f"blocks longer leaves the consumer unbeaten past its TTL), got {block_ms}"
+            )
+        timeout = _socket_timeout_s(self.registry.client)
+        if timeout is not None and block_ms / 1000 >= timeout:
+            raise ValueError(
+                f"block_ms ({block_ms}) must be shorter than the client's socket_timeout "
+                f"({timeout:g} s), or a read that waits that long fails"
+            )
+        return block_ms
+
+    def plan(self, count: int, block_ms: int | None, pending: bool) -> Any:
+        """The heartbeat and the ``XREADGROUP`` in the heartbeat plan's first batch."""
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"count must be a positive int, got {count!r}")
+        block = self.block_ms if block_ms is None else self.check_block(block_ms)
+        args: tuple[Any, ...] = ("GROUP", self.group, self.consumer, "COUNT", count)
+        if block and not pending:  # a read of one's own pending entries never waits
+            args += ("BLOCK", block)
+        args += ("STREAMS", self.stream, "0" if pending else ">")
+        beat = self.registry.plans.heartbeat(self.stream, self.group, self.consumer, len(self.held))
+        return alongside(beat, [Command("XREADGROUP", args)])
+
+    def entries(self, reply: Any) -> list[Entry]:
+        """The entries of one ``XREADGROUP`` reply (RESP2 or RESP3), now held."""
+        if not reply:
+            return []
+        streams = reply.values() if isinstance(reply, dict) else (item[1] for item in reply)
+        found: list[Entry] = []
+        for entries in streams:
+            for entry in entries:
+                entry_id, fields = entry[0], entry[1]
+                if fields is None:  # a pending entry deleted from the stream meanwhile
+                    continue
+                found.append((entry_id, fields))
+        self.held.update(_text(entry_id) for entry_id, _ in found)
+        return found
+
+    def to_ack(self, ids: Sequence[Any]) -> Command | None:
+        if not ids:
+            return None
+        return Command("XACK", (self.stream, self.group, *ids))
+
+    def acked(self, ids: Sequence[Any]) -> None:
+        self.held.difference_update(map(_text, ids))
+
+
+def _socket_timeout_s(client: Any) -> float | None:
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None) or {}
+    timeout = kwargs.get("socket_timeout")
+    return float(timeout) if isinstance(timeout, int | float) else None
+
+
+class StreamReader:
+    """A consumer-group reader whose every read carries the consumer's heartbeat.
+
+    ``queue`` is the stream key, ``group`` the consumer group, ``consumer`` this consumer's
+    name; `read` sends the heartbeat and the ``XREADGROUP`` in one pipeline (one round
+    trip on a standalone server; on a cluster one pipeline per node, when the stream's and
+    presence's slots differ), empty reads included, so an idle poller stays active.
+    ``lease_count`` is the entries delivered to this consumer and not acknowledged through
+    `ack`: no ``XPENDING`` is ever sent for it. The stream lives in the registry's Redis.
+    `block_ms` (default `DEFAULT_BLOCK_MS`, at most half of `ttl_ms`, the TTL readers use)
+    is how long a read waits for new entries.
+    """
+
+    def __init__(
+        self,
+        registry: RedisPresenceRegistry,
+        stream: str,
+        group: str,
+        consumer: str,
+        *,
+        block_ms: int = DEFAULT_BLOCK_MS,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+    ) -> None:
+        if not isinstance(registry, RedisPresenceRegistry):
+            raise TypeError(
+                f"registry must be a RedisPresenceRegistry, got {type(registry).__name__}"
+            )
+        self._loop = _ReadLoop(registry, stream, group, consumer, ttl_ms, block_ms)
+        self._registry = registry
+
+    @property
+    def lease_count(self) -> int:
+        """Entries delivered to this consumer and not acknowledged (what the next beat says)."""
+        return len(self._loop.held)
+
+    def read(
+        self, count: int = 10, *, block_ms: int | None = None, pending: bool = False
+    ) -> list[Entry]:
+        """Beat, then read up to `count` new entries, waiting up to `block_ms` (default: the
+        reader's) for some; ``pending=True`` re-reads this consumer's own pending entries
+        instead (after a restart, or after a reaper moved entries to it). One round trip."""
+        plan = self._loop.plan(count, block_ms, pending)
+        _, (reply,) = self._registry.execute(plan)
+        return self._loop.entries(reply)
+
+    def ack(self, *ids: Any) -> int:
+        """Acknowledge entries (``XACK``); returns how many Redis acknowledged."""
+        command = self._loop.to_ack(ids)
+        if command is None:
+            return 0
+        try:
+            acked = int(self._registry.client.execute_command(command.name, *command.args))
+        except _DRIVER_ERRORS as exc:
+            raise translate(exc) from exc
+        self._loop.acked(ids)
+        return acked
+
+    def close(self) -> None:
+        """Deregister this consumer (a graceful stop); its group membership stays, with
+        whatever it still holds."""
+        self._registry.deregister(self._loop.stream, self._loop.group, self._loop.consumer)
+
+
+class AsyncStreamReader:
+    """`StreamReader` for asyncio consumers, over an `AsyncRedisPresenceRegistry`: the
+    same reads and acks as coroutines; on a cluster the heartbeat and the read go to their
+    nodes concurrently."""
+
+    def __init__(
+        self,
+        registry: AsyncRedisPresenceRegistry,
+        stream: str,
+        group: str,
+        consumer: str,
+        *,
+        block_ms: int = DEFAULT_BLOCK_MS,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+    ) -> None:
+        if not isinstance(registry, AsyncRedisPresenceRegistry):
+            raise TypeError(
+                f"registry must be an AsyncRedisPresenceRegistry, got {type(registry).__name__}"
+            )
+        self._loop = _ReadLoop(registry, stream, group, consumer, ttl_ms, block_ms)
+        self._registry = registry
+
+    @property
+    def lease_count(self) -> int:
+        """Entries delivered to this consumer and not acknowledged (what the next beat says)."""
+        return len(self._loop.held)
+
+    async def read(
+        self, count: int = 10, *, block_ms: int | None = None, pending: bool = False
+    ) -> list[Entry]:
+        """`StreamReader.read`, awaited."""
+        plan = self._loop.plan(count, block_ms, pending)
+        _, (reply,) = await self._registry.execute(plan)
+        return self._loop.entries(reply)
+
+    async def ack(self, *ids: Any) -> int:
+        """`StreamReader.ack`, awaited."""
+        command = self._loop.to_ack(ids)
+        if command is None:
+            return 0
+        try:
+            acked = int(await self._registry.client.execute_command(command.name, *command.args))
+        except _DRIVER_ERRORS as exc:
+            raise translate(exc) from exc
+        self._loop.acked(ids)
+        return acked
+
+    async def aclose(self) -> None:
+        """`StreamReader.close`, awaited."""
+        await self._registry.deregister(self._loop.stream, self._loop.group, self._loop.consumer)
