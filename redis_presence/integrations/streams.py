@@ -23,14 +23,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from redis_presence.aio import AsyncRedisPresenceRegistry
 from redis_presence.errors import PresenceError, translate
 from redis_presence.model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
-from redis_presence.plans import Command, alongside
+from redis_presence.plans import Command, Plan, alongside
 from redis_presence.protocol import PresenceRegistry
 from redis_presence.redis import RedisPresenceRegistry
 from redis_presence.validation import check_name, check_now_ns, check_ttl_ms
@@ -432,13 +432,13 @@ class _ReadLoop:
         self.held.update(_text(entry_id) for entry_id, _ in found)
         return found
 
-    def to_ack(self, ids: Sequence[Any]) -> Command | None:
+    def ack(self, ids: Sequence[Any]) -> Plan[int]:
+        """``XACK`` of `ids` (none held any more afterwards); how many Redis acknowledged."""
         if not ids:
-            return None
-        return Command("XACK", (self.stream, self.group, *ids))
-
-    def acked(self, ids: Sequence[Any]) -> None:
+            return 0
+        (acked,) = yield [Command("XACK", (self.stream, self.group, *ids))]
         self.held.difference_update(map(_text, ids))
+        return int(acked)
 
 
 def _socket_timeout_s(client: Any) -> float | None:
@@ -448,7 +448,38 @@ def _socket_timeout_s(client: Any) -> float | None:
     return float(timeout) if isinstance(timeout, int | float) else None
 
 
-class StreamReader:
+R = TypeVar("R", RedisPresenceRegistry, AsyncRedisPresenceRegistry)
+
+
+class _Reader(Generic[R]):
+    """What both readers share: their checks, their state, and `lease_count`."""
+
+    _registry_type: ClassVar[type[Any]]
+
+    def __init__(
+        self,
+        registry: R,
+        stream: str,
+        group: str,
+        consumer: str,
+        *,
+        block_ms: int = DEFAULT_BLOCK_MS,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+    ) -> None:
+        if not isinstance(registry, self._registry_type):
+            raise TypeError(
+                f"registry must be a {self._registry_type.__name__}, got {type(registry).__name__}"
+            )
+        self._loop = _ReadLoop(registry, stream, group, consumer, ttl_ms, block_ms)
+        self._registry: R = registry
+
+    @property
+    def lease_count(self) -> int:
+        """Entries delivered to this consumer and not acknowledged (what the next beat says)."""
+        return len(self._loop.held)
+
+
+class StreamReader(_Reader[RedisPresenceRegistry]):
     """A consumer-group reader whose every read carries the consumer's heartbeat.
 
     ``queue`` is the stream key, ``group`` the consumer group, ``consumer`` this consumer's
@@ -458,30 +489,10 @@ class StreamReader:
     ``lease_count`` is the entries delivered to this consumer and not acknowledged through
     `ack`: no ``XPENDING`` is ever sent for it. The stream lives in the registry's Redis.
     `block_ms` (default `DEFAULT_BLOCK_MS`, at most half of `ttl_ms`, the TTL readers use)
-    is how long a read waits for new entries.
+    is how long a read waits for new entries. Redis failures raise `PresenceError`.
     """
 
-    def __init__(
-        self,
-        registry: RedisPresenceRegistry,
-        stream: str,
-        group: str,
-        consumer: str,
-        *,
-        block_ms: int = DEFAULT_BLOCK_MS,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
-    ) -> None:
-        if not isinstance(registry, RedisPresenceRegistry):
-            raise TypeError(
-                f"registry must be a RedisPresenceRegistry, got {type(registry).__name__}"
-            )
-        self._loop = _ReadLoop(registry, stream, group, consumer, ttl_ms, block_ms)
-        self._registry = registry
-
-    @property
-    def lease_count(self) -> int:
-        """Entries delivered to this consumer and not acknowledged (what the next beat says)."""
-        return len(self._loop.held)
+    _registry_type = RedisPresenceRegistry
 
     def read(
         self, count: int = 10, *, block_ms: int | None = None, pending: bool = False
@@ -489,21 +500,12 @@ class StreamReader:
         """Beat, then read up to `count` new entries, waiting up to `block_ms` (default: the
         reader's) for some; ``pending=True`` re-reads this consumer's own pending entries
         instead (after a restart, or after a reaper moved entries to it). One round trip."""
-        plan = self._loop.plan(count, block_ms, pending)
-        _, (reply,) = self._registry.execute(plan)
+        _, (reply,) = self._registry.execute(self._loop.plan(count, block_ms, pending))
         return self._loop.entries(reply)
 
     def ack(self, *ids: Any) -> int:
         """Acknowledge entries (``XACK``); returns how many Redis acknowledged."""
-        command = self._loop.to_ack(ids)
-        if command is None:
-            return 0
-        try:
-            acked = int(self._registry.client.execute_command(command.name, *command.args))
-        except _DRIVER_ERRORS as exc:
-            raise translate(exc) from exc
-        self._loop.acked(ids)
-        return acked
+        return self._registry.execute(self._loop.ack(ids))
 
     def close(self) -> None:
         """Deregister this consumer (a graceful stop); its group membership stays, with
@@ -511,52 +513,23 @@ class StreamReader:
         self._registry.deregister(self._loop.stream, self._loop.group, self._loop.consumer)
 
 
-class AsyncStreamReader:
+class AsyncStreamReader(_Reader[AsyncRedisPresenceRegistry]):
     """`StreamReader` for asyncio consumers, over an `AsyncRedisPresenceRegistry`: the
     same reads and acks as coroutines; on a cluster the heartbeat and the read go to their
     nodes concurrently."""
 
-    def __init__(
-        self,
-        registry: AsyncRedisPresenceRegistry,
-        stream: str,
-        group: str,
-        consumer: str,
-        *,
-        block_ms: int = DEFAULT_BLOCK_MS,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
-    ) -> None:
-        if not isinstance(registry, AsyncRedisPresenceRegistry):
-            raise TypeError(
-                f"registry must be an AsyncRedisPresenceRegistry, got {type(registry).__name__}"
-            )
-        self._loop = _ReadLoop(registry, stream, group, consumer, ttl_ms, block_ms)
-        self._registry = registry
-
-    @property
-    def lease_count(self) -> int:
-        """Entries delivered to this consumer and not acknowledged (what the next beat says)."""
-        return len(self._loop.held)
+    _registry_type = AsyncRedisPresenceRegistry
 
     async def read(
         self, count: int = 10, *, block_ms: int | None = None, pending: bool = False
     ) -> list[Entry]:
         """`StreamReader.read`, awaited."""
-        plan = self._loop.plan(count, block_ms, pending)
-        _, (reply,) = await self._registry.execute(plan)
+        _, (reply,) = await self._registry.execute(self._loop.plan(count, block_ms, pending))
         return self._loop.entries(reply)
 
     async def ack(self, *ids: Any) -> int:
         """`StreamReader.ack`, awaited."""
-        command = self._loop.to_ack(ids)
-        if command is None:
-            return 0
-        try:
-            acked = int(await self._registry.client.execute_command(command.name, *command.args))
-        except _DRIVER_ERRORS as exc:
-            raise translate(exc) from exc
-        self._loop.acked(ids)
-        return acked
+        return await self._registry.execute(self._loop.ack(ids))
 
     async def aclose(self) -> None:
         """`StreamReader.close`, awaited."""
