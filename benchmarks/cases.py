@@ -34,6 +34,7 @@ from .fleet import (
     memory_fleet,
     write_fleet,
 )
+from .integrations import case_integrations
 from .server import BenchServer
 from .stats import (
     CaseResult,
@@ -752,6 +753,7 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "counts": case_counts,
     "prune": case_prune,
     "memory": case_memory,
+    "integrations": case_integrations,
 }
 """Every case, in the order of issue 6; the keys are the JSON's ``cases`` keys."""
 

@@ -19,16 +19,17 @@ may live on another server, or another cluster node, than the presence keys.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any, ClassVar, Generic, TypeVar
 
-from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from redis_presence.aio import AsyncRedisPresenceRegistry
-from redis_presence.errors import PresenceError, translate
+from redis_presence.errors import DRIVER_ERRORS, PresenceError, translate
 from redis_presence.model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
 from redis_presence.plans import Command, Plan, alongside
 from redis_presence.protocol import PresenceRegistry
@@ -57,8 +58,6 @@ takes one more call per thousand."""
 
 UNSEEN = "unseen"
 """The presence of a consumer that Redis lists but presence has never seen (or pruned)."""
-
-_DRIVER_ERRORS = (RedisError, RedisClusterException)
 
 
 @cache
@@ -253,7 +252,7 @@ class _Reaper:
                     f"stream {self.stream!r} has no consumer group {self.group!r}"
                 ) from exc
             raise translate(exc) from exc
-        except _DRIVER_ERRORS as exc:
+        except DRIVER_ERRORS as exc:
             raise translate(exc) from exc
         return {
             _text(entry["name"]): (int(entry["pending"]), int(entry["idle"])) for entry in reply
@@ -335,7 +334,7 @@ class _Reaper:
                 reply = script(keys=[self.stream], args=args)
                 moved += int(reply[0])
                 state = _text(reply[2])
-        except _DRIVER_ERRORS as exc:
+        except DRIVER_ERRORS as exc:
             raise translate(exc) from exc
         if state != "done":
             why = "came back: it read the stream" if state == "fresh" else "still holds entries"
@@ -377,25 +376,40 @@ class _ReadLoop:
         consumer: str,
         ttl_ms: int,
         block_ms: int,
+        beat_interval_ms: int,
     ) -> None:
         self.registry = registry
         self.stream = check_name("stream", stream)
         self.group = check_name("group", group)
         self.consumer = check_name("consumer", consumer)
         self.ttl_ms = check_ttl_ms(ttl_ms)
+        if not isinstance(beat_interval_ms, int) or isinstance(beat_interval_ms, bool):
+            raise TypeError(
+                f"beat_interval_ms must be an int, got {type(beat_interval_ms).__name__}"
+            )
+        if not 0 <= beat_interval_ms < self.ttl_ms // 2:
+            raise ValueError(
+                f"beat_interval_ms must be in [0, ttl_ms // 2 = {self.ttl_ms // 2}), "
+                f"got {beat_interval_ms}"
+            )
+        self.beat_interval_ns = beat_interval_ms * 1_000_000
         self.block_ms = self.check_block(block_ms)
         self.held: set[str] = set()  # entry ids, as text
+        self.last_beat_ns: int | None = None  # monotonic, of the last beat written
+        self._reads: dict[tuple[int, int, bool], Command] = {}
 
     def check_block(self, block_ms: object) -> int:
-        """The rule for BLOCK against the TTL: a consumer beats when each read starts, so
-        its last beat is up to one BLOCK plus the handling of one batch old. At most half
-        the TTL leaves the other half for handling a batch, and the consumer stays active."""
+        """The rule for BLOCK against the TTL: a consumer beats when a read starts, so its
+        last beat is up to one beat interval, one BLOCK and the handling of one batch old.
+        The interval and the BLOCK together may take at most half the TTL, which leaves
+        the other half for handling a batch: the consumer stays active."""
         if not isinstance(block_ms, int) or isinstance(block_ms, bool):
             raise TypeError(f"block_ms must be an int, got {type(block_ms).__name__}")
-        if not 0 <= block_ms <= self.ttl_ms // 2:
+        most = self.ttl_ms // 2 - self.beat_interval_ns // 1_000_000
+        if not 0 <= block_ms <= most:
             raise ValueError(
-                f"block_ms must be in [0, ttl_ms // 2 = {self.ttl_ms // 2}] (a read that "
-                f"blocks longer leaves the consumer unbeaten past its TTL), got {block_ms}"
+                f"block_ms must be in [0, ttl_ms // 2 - beat_interval_ms = {most}] (a read "
+                f"that blocks longer leaves the consumer unbeaten past its TTL), got {block_ms}"
             )
         timeout = _socket_timeout_s(self.registry.client)
         if timeout is not None and block_ms / 1000 >= timeout:
@@ -405,17 +419,38 @@ class _ReadLoop:
             )
         return block_ms
 
-    def plan(self, count: int, block_ms: int | None, pending: bool) -> Any:
-        """The heartbeat and the ``XREADGROUP`` in the heartbeat plan's first batch."""
+    def plan(
+        self, count: int, block_ms: int | None, pending: bool
+    ) -> tuple[Command, Plan[tuple[None, list[Any]]] | None, int]:
+        """One read: its ``XREADGROUP``, the plan that sends it with the heartbeat in the
+        heartbeat plan's first batch (None while the last beat is younger than the beat
+        interval: the read goes alone), and the instant of the read."""
+        block = self.block_ms if block_ms is None else self.check_block(block_ms)
+        read = self._reads.get((count, block, pending))
+        if read is None:
+            read = self._read(count, block, pending)
+        now = time.monotonic_ns()
+        last = self.last_beat_ns
+        if last is not None and now - last < self.beat_interval_ns:
+            return read, None, now
+        lease = len(self.held)
+        beat = self.registry.plans.heartbeat(self.stream, self.group, self.consumer, lease)
+        return read, alongside(beat, [read]), now
+
+    def _read(self, count: object, block: int, pending: bool) -> Command:
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise ValueError(f"count must be a positive int, got {count!r}")
-        block = self.block_ms if block_ms is None else self.check_block(block_ms)
         args: tuple[Any, ...] = ("GROUP", self.group, self.consumer, "COUNT", count)
         if block and not pending:  # a read of one's own pending entries never waits
             args += ("BLOCK", block)
         args += ("STREAMS", self.stream, "0" if pending else ">")
-        beat = self.registry.plans.heartbeat(self.stream, self.group, self.consumer, len(self.held))
-        return alongside(beat, [Command("XREADGROUP", args)])
+        if len(self._reads) < 16:
+            self._reads[(count, block, pending)] = Command("XREADGROUP", args)
+        return Command("XREADGROUP", args)
+
+    def beaten(self, at_ns: int) -> None:
+        """A read with its beat at `at_ns` succeeded."""
+        self.last_beat_ns = at_ns
 
     def entries(self, reply: Any) -> list[Entry]:
         """The entries of one ``XREADGROUP`` reply (RESP2 or RESP3), now held."""
@@ -432,13 +467,9 @@ class _ReadLoop:
         self.held.update(_text(entry_id) for entry_id, _ in found)
         return found
 
-    def ack(self, ids: Sequence[Any]) -> Plan[int]:
-        """``XACK`` of `ids` (none held any more afterwards); how many Redis acknowledged."""
-        if not ids:
-            return 0
-        (acked,) = yield [Command("XACK", (self.stream, self.group, *ids))]
+    def acked(self, ids: Sequence[Any]) -> None:
+        """`ids` were acknowledged: none of them is held any more."""
         self.held.difference_update(map(_text, ids))
-        return int(acked)
 
 
 def _socket_timeout_s(client: Any) -> float | None:
@@ -465,12 +496,15 @@ class _Reader(Generic[R]):
         *,
         block_ms: int = DEFAULT_BLOCK_MS,
         ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        beat_interval_ms: int = 0,
     ) -> None:
         if not isinstance(registry, self._registry_type):
             raise TypeError(
                 f"registry must be a {self._registry_type.__name__}, got {type(registry).__name__}"
             )
-        self._loop = _ReadLoop(registry, stream, group, consumer, ttl_ms, block_ms)
+        self._loop = _ReadLoop(
+            registry, stream, group, consumer, ttl_ms, block_ms, beat_interval_ms
+        )
         self._registry: R = registry
 
     @property
@@ -488,8 +522,10 @@ class StreamReader(_Reader[RedisPresenceRegistry]):
     presence's slots differ), empty reads included, so an idle poller stays active.
     ``lease_count`` is the entries delivered to this consumer and not acknowledged through
     `ack`: no ``XPENDING`` is ever sent for it. The stream lives in the registry's Redis.
-    `block_ms` (default `DEFAULT_BLOCK_MS`, at most half of `ttl_ms`, the TTL readers use)
-    is how long a read waits for new entries. Redis failures raise `PresenceError`.
+    `block_ms` (default `DEFAULT_BLOCK_MS`) is how long a read waits for new entries;
+    `beat_interval_ms` (default 0: every read) lets reads skip the beat while the last one
+    is younger than that, for hot loops; the two together may take at most half of
+    `ttl_ms`, the TTL readers use. Redis failures raise `PresenceError`.
     """
 
     _registry_type = RedisPresenceRegistry
@@ -500,12 +536,27 @@ class StreamReader(_Reader[RedisPresenceRegistry]):
         """Beat, then read up to `count` new entries, waiting up to `block_ms` (default: the
         reader's) for some; ``pending=True`` re-reads this consumer's own pending entries
         instead (after a restart, or after a reaper moved entries to it). One round trip."""
-        _, (reply,) = self._registry.execute(self._loop.plan(count, block_ms, pending))
+        read, plan, at_ns = self._loop.plan(count, block_ms, pending)
+        if plan is None:  # no beat due: the read alone, as a plain command
+            try:
+                reply = self._registry.client.execute_command(read.name, *read.args)
+            except DRIVER_ERRORS as exc:
+                raise translate(exc) from exc
+        else:
+            reply = self._registry.execute(plan)[1][0]
+            self._loop.beaten(at_ns)
         return self._loop.entries(reply)
 
     def ack(self, *ids: Any) -> int:
         """Acknowledge entries (``XACK``); returns how many Redis acknowledged."""
-        return self._registry.execute(self._loop.ack(ids))
+        if not ids:
+            return 0
+        try:
+            acked = self._registry.client.xack(self._loop.stream, self._loop.group, *ids)
+        except DRIVER_ERRORS as exc:
+            raise translate(exc) from exc
+        self._loop.acked(ids)
+        return int(acked)
 
     def close(self) -> None:
         """Deregister this consumer (a graceful stop); its group membership stays, with
@@ -524,12 +575,27 @@ class AsyncStreamReader(_Reader[AsyncRedisPresenceRegistry]):
         self, count: int = 10, *, block_ms: int | None = None, pending: bool = False
     ) -> list[Entry]:
         """`StreamReader.read`, awaited."""
-        _, (reply,) = await self._registry.execute(self._loop.plan(count, block_ms, pending))
+        read, plan, at_ns = self._loop.plan(count, block_ms, pending)
+        if plan is None:  # no beat due: the read alone, as a plain command
+            try:
+                reply = await self._registry.client.execute_command(read.name, *read.args)
+            except DRIVER_ERRORS as exc:
+                raise translate(exc) from exc
+        else:
+            reply = (await self._registry.execute(plan))[1][0]
+            self._loop.beaten(at_ns)
         return self._loop.entries(reply)
 
     async def ack(self, *ids: Any) -> int:
         """`StreamReader.ack`, awaited."""
-        return await self._registry.execute(self._loop.ack(ids))
+        if not ids:
+            return 0
+        try:
+            acked = await self._registry.client.xack(self._loop.stream, self._loop.group, *ids)
+        except DRIVER_ERRORS as exc:
+            raise translate(exc) from exc
+        self._loop.acked(ids)
+        return int(acked)
 
     async def aclose(self) -> None:
         """`StreamReader.close`, awaited."""

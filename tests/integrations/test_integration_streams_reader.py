@@ -119,8 +119,14 @@ def test_a_blocking_read_waits_and_the_block_rule_is_checked(counted: redis.Redi
     started = time.monotonic()
     assert reader.read() == []  # waited for entries that never came
     assert time.monotonic() - started >= BLOCK_MS / 1000
-    with pytest.raises(ValueError, match=r"block_ms must be in \[0, ttl_ms // 2 = 500\]"):
+    with pytest.raises(ValueError, match=r"block_ms must be in \[0, .* = 500\]"):
         StreamReader(registry, "orders", GROUP, "c1", block_ms=501, ttl_ms=TTL_MS)
+    with pytest.raises(ValueError, match=r"block_ms must be in \[0, .* = 200\]"):
+        StreamReader(
+            registry, "orders", GROUP, "c", block_ms=201, ttl_ms=TTL_MS, beat_interval_ms=300
+        )
+    with pytest.raises(ValueError, match=r"beat_interval_ms must be in \[0, ttl_ms // 2 = 500\)"):
+        StreamReader(registry, "orders", GROUP, "c1", ttl_ms=TTL_MS, beat_interval_ms=500)
     with pytest.raises(ValueError, match="block_ms must be in"):
         reader.read(block_ms=-1)
     with pytest.raises(TypeError, match="block_ms must be an int"):
@@ -134,6 +140,31 @@ def test_a_blocking_read_waits_and_the_block_rule_is_checked(counted: redis.Redi
         StreamReader(timed, "orders", GROUP, "c1", block_ms=1_000, ttl_ms=30_000)
     with pytest.raises(TypeError, match="registry must be a RedisPresenceRegistry"):
         StreamReader(object(), "orders", GROUP, "c1")  # type: ignore[arg-type]
+
+
+def test_a_beat_interval_lets_hot_reads_skip_the_beat(counted: redis.Redis) -> None:
+    registry = RedisPresenceRegistry(counted, prefix=PREFIX)
+    interval_ms = 400
+    reader = StreamReader(
+        registry, "orders", GROUP, "c1", block_ms=0, ttl_ms=TTL_MS, beat_interval_ms=interval_ms
+    )
+
+    def beats() -> int:
+        stats = counted.info("commandstats")
+        return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+    counted.config_resetstat()
+    started = time.monotonic()
+    reader.read()  # the first read always beats
+    assert beats() == 1
+    reader.read()
+    reader.read()
+    if time.monotonic() - started < interval_ms / 1000:  # a machine this slow proves nothing
+        assert beats() == 1
+    wait_for(lambda: reader.read() is not None and beats() == 2, timeout=10, what="a beat")
+    assert time.monotonic() - started >= interval_ms / 1000
+    (row,) = registry.snapshot(ttl_ms=TTL_MS)
+    assert row.state.value == "active"
 
 
 def test_the_async_reader_beats_in_the_same_round_trip(
