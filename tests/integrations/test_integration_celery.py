@@ -130,6 +130,21 @@ def test_lease_count_follows_long_tasks(
     wait_for(lambda: leases() == {"reader-a": 0, "reader-b": 0}, timeout=20, what="0 + 0")
 
 
+def test_a_queue_cancelled_at_run_time_loses_its_row_and_gets_it_back(
+    workers: dict[str, WorkerProcess], presence: Presence, app: Celery
+) -> None:
+    wait_rows(presence, workers["reader"], "reader")
+    me = consumer("reader")
+
+    def queues_of_rows() -> set[str]:
+        return {row.queue for row in presence.rows(consumer=me)}
+
+    app.control.cancel_consumer("reader-b", destination=[me], reply=True, timeout=10)
+    wait_for(lambda: queues_of_rows() == {"reader-a"}, timeout=20, what="reader-b's row to go")
+    app.control.add_consumer("reader-b", destination=[me], reply=True, timeout=10)
+    wait_for(lambda: queues_of_rows() == queues("reader"), timeout=20, what="reader-b again")
+
+
 def test_sigkill_goes_stale_then_expired_on_time(
     workers: dict[str, WorkerProcess], presence: Presence
 ) -> None:
