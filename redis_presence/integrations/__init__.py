@@ -1,6 +1,7 @@
 """Presence where consumers run: one module per framework, each behind its own extra.
 
 - `redis_presence.integrations.streams`: Redis Streams consumer groups (no extra needed):
+  `StreamReader` beats on every ``XREADGROUP`` in the same round trip, and
   `reap_stream_consumers` moves a dead consumer's pending entries to a live one and only
   then removes it.
 - `redis_presence.integrations.celery` (``pip install 'redis-presence[celery]'``):
