@@ -19,7 +19,7 @@ from redis_presence.reporter import (
     AsyncPresenceReporter,
     PresenceReporter,
 )
-from redis_presence.urls import open_client
+from redis_presence.urls import open_async_client
 from redis_presence.validation import check_name, check_prefix
 
 __all__ = ["Settings", "host_pid"]
@@ -44,8 +44,9 @@ def _check_interval_ms(value: object) -> int:
 def _check_url(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"url must be a str, got {type(value).__name__}")
-    # Parsing the URL builds a client object but opens no connection.
-    open_client(value).close()
+    # Building an asyncio client checks the URL and its options, and connects nothing, not
+    # even for a cluster (a sync cluster client would map the slots at once).
+    open_async_client(value)
     return value
 
 

@@ -139,7 +139,7 @@ class PresenceMiddleware(Middleware):
         thread = self._threads.get(queue)
         if self._reporter is None or thread is None:
             return
-        if thread.is_alive() and not thread.paused:
+        if thread.is_alive() and not getattr(thread, "paused", False):
             self._reporter.beat(queue, self.group, self._consumer, len(self._held[queue]))
 
     def _tick(self) -> None:

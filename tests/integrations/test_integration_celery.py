@@ -200,3 +200,11 @@ def test_install_checks_its_arguments_where_the_app_is_defined(tmp_path: Path) -
     presence_celery.install(app, url="redis://h:6379/0")
     with pytest.raises(ValueError, match="already installed"):
         presence_celery.install(app, url="redis://h:6379/0")
+
+
+def test_a_cluster_url_is_checked_without_connecting() -> None:
+    app = Celery("cluster-checked")
+    # Nothing listens on port 1: a client that connected here would fail.
+    presence_celery.install(app, url="redis+cluster://127.0.0.1:1")
+    with pytest.raises(ValueError, match="invalid Redis URL"):
+        presence_celery.install(Celery("x"), url="redis+cluster://")
