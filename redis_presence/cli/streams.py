@@ -6,7 +6,11 @@ import json
 
 import click
 
-from redis_presence.integrations.streams import StreamReap, reap_stream_consumers
+from redis_presence.integrations.streams import (
+    ReapedConsumer,
+    StreamReap,
+    reap_stream_consumers,
+)
 from redis_presence.urls import open_client
 
 from . import render
@@ -102,6 +106,14 @@ def reap_command(
     app.emit(render_reap(outcome, fmt.lower(), render.Styler(app.console)))
 
 
+def _action(consumer: ReapedConsumer, would: str) -> str:
+    if consumer.removed:
+        return f"{would}remove"
+    if consumer.deregistered:  # only presence knew it
+        return f"{would}deregister"
+    return f"keep: {consumer.reason}"
+
+
 def render_reap(outcome: StreamReap, fmt: str, styler: render.Styler) -> str:
     """The outcome of a reap as JSON or as a table with a summary line."""
     if fmt == "json":
@@ -114,7 +126,7 @@ def render_reap(outcome: StreamReap, fmt: str, styler: render.Styler) -> str:
             "-" if c.idle_ms is None else render.human_age(c.idle_ms),
             str(c.pending),
             str(c.moved),
-            f"{would}remove" if c.removed else f"keep: {c.reason}",
+            _action(c, would),
         )
         for c in outcome.consumers
     ]
@@ -122,7 +134,7 @@ def render_reap(outcome: StreamReap, fmt: str, styler: render.Styler) -> str:
     def styles(index: int, cell: str) -> str:
         if index == 1:
             return render.STATE_STYLES.get(cell.strip(), "")
-        return "bold" if index == 5 and "remove" in cell else ""
+        return "bold" if index == 5 and not cell.startswith("keep") else ""
 
     table = render.text_table(REAP_COLUMNS, rows, styler, styles) if rows else "(no consumers)\n"
     target = render.shown(outcome.target) if outcome.target is not None else None

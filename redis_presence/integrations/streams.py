@@ -82,7 +82,7 @@ class ReapedConsumer:
     removed: bool = False
     """Removed from the group (in a dry run: would be)."""
     deregistered: bool = False
-    """Its presence row was deregistered."""
+    """Its presence row was deregistered (in a dry run: would be)."""
     reason: str = ""
     """Why it was left alone (empty when it was reaped)."""
 
@@ -211,7 +211,13 @@ class _Survey:
         else:
             planned = [
                 ReapedConsumer(
-                    c.consumer, c.presence, c.idle_ms, c.pending, c.pending, removed=True
+                    c.consumer,
+                    c.presence,
+                    c.idle_ms,
+                    c.pending,
+                    c.pending,
+                    removed=c.idle_ms is not None,
+                    deregistered=c.presence != UNSEEN,
                 )
                 for c in self.candidates
             ]
@@ -317,6 +323,9 @@ class _Reaper:
         return StreamReap(self.stream, self.group, target, False, tuple(done))
 
     def _reap(self, c: _Candidate, target: str, *, deregister: bool) -> ReapedConsumer:
+        if c.idle_ms is None:  # only presence knows it: nothing to move, nothing to remove
+            deregistered = self.registry.deregister(self.stream, self.group, c.consumer)
+            return ReapedConsumer(c.consumer, c.presence, None, 0, deregistered=deregistered)
         # Step 3: the script checks and acts atomically on the stream's node. If one of
         # the consumer's entries was delivered or claimed within the horizon (it came back
         # and read, re-read or claimed), it returns 'fresh' and changes nothing. Otherwise

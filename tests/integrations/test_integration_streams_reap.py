@@ -75,6 +75,26 @@ def test_reap_moves_a_dead_consumers_entries_to_a_live_one_and_removes_it(
     assert_nothing_lost(stream_client, dead | live)
 
 
+def test_an_expired_row_that_redis_never_knew_is_only_deregistered(
+    stream_client: redis.Redis, registry: RedisPresenceRegistry
+) -> None:
+    make_group(stream_client, 1)
+    delivered = set(read(stream_client, "live", 1))
+    beat(registry, "ghost", 10 * TTL_MS)  # in presence only
+    beat(registry, "live", 0)
+    dry = reap(stream_client, registry, dry_run=True)
+    (ghost,) = [c for c in dry.consumers if c.consumer == "ghost"]
+    assert (ghost.removed, ghost.deregistered, ghost.idle_ms) == (False, True, None)
+    stream_client.config_resetstat()
+    outcome = reap(stream_client, registry)
+    assert outcome.removed == ()
+    (ghost,) = [c for c in outcome.consumers if c.consumer == "ghost"]
+    assert ghost.deregistered
+    assert [row.consumer for row in registry.snapshot(now_ns=NOW_NS)] == ["live"]
+    assert "cmdstat_evalsha" not in stream_client.info("commandstats")  # no script call
+    assert_nothing_lost(stream_client, delivered)
+
+
 def test_active_stale_and_recently_seen_consumers_are_never_touched(
     stream_client: redis.Redis, registry: RedisPresenceRegistry
 ) -> None:
