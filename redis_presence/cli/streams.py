@@ -31,7 +31,13 @@ REAP_COLUMNS = (
 
 @click.group("streams", short_help="Redis Streams consumer groups: reap dead consumers.")
 def streams_group() -> None:
-    """Redis Streams consumer groups, seen through presence."""
+    """Redis Streams consumer groups, seen through presence.
+
+    \b
+    Examples:
+      redis-presence streams reap --stream orders --group billing --dry-run
+      redis-presence streams reap --stream orders --group billing --format json
+    """
 
 
 @streams_group.command("reap", short_help="Move a dead consumer's entries, then remove it.")

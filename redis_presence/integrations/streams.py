@@ -346,7 +346,11 @@ class _Reaper:
         except DRIVER_ERRORS as exc:
             raise translate(exc) from exc
         if state != "done":
-            why = "came back: it read the stream" if state == "fresh" else "still holds entries"
+            why = (
+                "an entry of it is younger than the horizon"
+                if state == "fresh"
+                else "still holds entries"
+            )
             return ReapedConsumer(c.consumer, c.presence, c.idle_ms, c.pending, moved, reason=why)
         # Step 4: it is out of the group and holds nothing; now forget its presence row.
         # A consumer that comes back now reads again under its name: Redis creates it

@@ -15,6 +15,7 @@ TTL_MS = 100
 HORIZON_MS = 2 * TTL_MS
 NOW_NS = 1_800_000_000_000_000_000
 MS = 1_000_000
+IDLE_MARGIN_MS = 50
 
 
 def make_group(client: Any, entries: int, stream: str = STREAM) -> list[bytes]:
@@ -53,13 +54,15 @@ def assert_nothing_lost(client: Any, delivered: set[bytes], stream: str = STREAM
 
 
 def idle_past_horizon(client: Any, *consumers: str, stream: str = STREAM) -> None:
-    """Wait until Redis has not seen `consumers` read for longer than the horizon."""
+    """Wait until Redis has not seen `consumers` read for longer than the horizon, and their
+    entries are older than it too (Redis stamps a consumer and the entries one read gives it
+    from two clock readings, which can be a millisecond or so apart: hence the margin)."""
 
     def idle() -> bool:
         info = {
             (i["name"].decode() if isinstance(i["name"], bytes) else i["name"]): int(i["idle"])
             for i in client.xinfo_consumers(stream, GROUP)
         }
-        return all(info[c] > HORIZON_MS for c in consumers)
+        return all(info[c] > HORIZON_MS + IDLE_MARGIN_MS for c in consumers)
 
     wait_for(idle, timeout=10, what=f"{consumers} idle past {HORIZON_MS} ms")

@@ -305,7 +305,7 @@ def test_comes_back_in_the_stream_before_the_script_is_left_alone(
     assert interleaved.ran
     assert outcome.removed == ()
     (dead,) = [c for c in outcome.consumers if c.consumer == "dead"]
-    assert dead.reason == "came back: it read the stream"
+    assert dead.reason == "an entry of it is younger than the horizon"
     assert dead.moved == 0
     assert "dead" in pending_of(stream_client)
     assert [row.consumer for row in registry.snapshot(now_ns=NOW_NS)] == ["dead", "live"]
