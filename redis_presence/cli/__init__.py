@@ -1,8 +1,12 @@
-"""The `redis-presence` command line: inspect live consumers, and a self-contained demo."""
+"""The `redis-presence` command line: inspect live consumers, and a self-contained demo.
+
+`group` holds the click group and its global options, `app` the context every command
+receives, `commands/` one module per command.
+"""
 
 from __future__ import annotations
 
-from .commands import cli
+from .group import cli
 
 
 def main() -> None:

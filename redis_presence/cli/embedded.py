@@ -1,4 +1,5 @@
-"""A throw-away local Redis for the demo: `redis-server` from PATH, else fakeredis over TCP."""
+"""A throw-away local Redis for the demo (and the benchmarks): `redis-server` from PATH, else
+fakeredis over TCP."""
 
 from __future__ import annotations
 
@@ -164,7 +165,7 @@ def start_fake_server() -> LocalRedis:
     """Serve an in-process fakeredis (with Lua) on a free loopback port, in a thread."""
     try:
         # fakeredis is the optional `embedded` extra: imported only when it is needed.
-        from fakeredis import TcpFakeServer  # noqa: PLC0415
+        from fakeredis import TcpFakeServer
     except ImportError:
         raise PresenceConfigError(
             "no redis-server on PATH and no embedded server: "

@@ -1,7 +1,8 @@
 """One-line errors: library and usage failures become `click.ClickException`s.
 
 Each prints as a single `Error: ...` line on stderr with a non-zero exit code, and no
-password from the connection URL ever reaches the message.
+password from the connection URL ever reaches the message. The library's exceptions are
+imported only when something fails, so a command that succeeds never loads redis-py here.
 """
 
 from __future__ import annotations
@@ -10,16 +11,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import click
-
-from redis_presence.errors import (
-    PresenceAuthError,
-    PresenceConfigError,
-    PresenceConnectionError,
-    PresenceDataError,
-    PresenceError,
-    PresenceReadOnlyError,
-)
-from redis_presence.urls import scrub
 
 
 class CliError(click.ClickException):
@@ -68,6 +59,15 @@ def one_line(message: str) -> str:
 
 def translate(exc: BaseException, url: str | None) -> CliError:
     """The CLI error for a library, argument or usage error."""
+    from redis_presence.errors import (
+        PresenceAuthError,
+        PresenceConfigError,
+        PresenceConnectionError,
+        PresenceDataError,
+        PresenceReadOnlyError,
+    )
+    from redis_presence.urls import scrub
+
     if isinstance(exc, click.UsageError):
         hint = ""
         if exc.ctx is not None:
@@ -94,5 +94,11 @@ def one_line_errors(url: str | None = None) -> Iterator[None]:
         yield
     except (CliError, click.exceptions.NoArgsIsHelpError):
         raise
-    except (click.UsageError, PresenceError, ValueError, TypeError) as exc:
+    except (click.UsageError, ValueError, TypeError) as exc:
         raise translate(exc, url) from None
+    except Exception as exc:
+        from redis_presence.errors import PresenceError
+
+        if isinstance(exc, PresenceError):
+            raise translate(exc, url) from None
+        raise

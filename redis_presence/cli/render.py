@@ -25,9 +25,6 @@ from redis_presence.model import ConsumerPresence, PresenceState
 
 from .watch import Change, Frame, GroupTally, WatchRow
 
-FORMATS = ("table", "json", "csv")
-"""The output formats of `ls`, `counts` and `prune --dry-run`."""
-
 CONSUMER_FIELDS = ConsumerPresence._fields
 """JSON keys and CSV columns of one consumer: the `ConsumerPresence` field names, in order."""
 
@@ -84,6 +81,11 @@ def shown(name: str) -> str:
     if name.isprintable():
         return name
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+
+
+def who(queue: str, group: str, consumer: str) -> str:
+    """`consumer 'w1' (queue 'orders', group 'billing')`, for one-line messages."""
+    return f"consumer {shown(consumer)!r} (queue {shown(queue)!r}, group {shown(group)!r})"
 
 
 def _width(text: str) -> int:
@@ -215,7 +217,7 @@ def consumers_csv(rows: Sequence[ConsumerPresence]) -> str:
 
 
 def render_consumers(rows: Sequence[ConsumerPresence], fmt: str, styler: Styler) -> str:
-    """Consumers in one of `FORMATS`."""
+    """Consumers in one of `options.FORMATS`."""
     if fmt == "json":
         return consumers_json(rows)
     if fmt == "csv":
@@ -224,7 +226,7 @@ def render_consumers(rows: Sequence[ConsumerPresence], fmt: str, styler: Styler)
 
 
 def render_counts(counts: Mapping[tuple[str, str], int], fmt: str, styler: Styler) -> str:
-    """Active consumers per `(queue, group)`, in key order, in one of `FORMATS`."""
+    """Active consumers per `(queue, group)`, in key order, in one of `options.FORMATS`."""
     items = sorted(counts.items())
     if fmt == "json":
         data = [{"queue": q, "group": g, "active": n} for (q, g), n in items]

@@ -1,0 +1,38 @@
+"""`redis-presence demo-broker` (hidden): one simulated broker, for the demo and compose."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import click
+
+from ..app import App, pass_app
+
+
+@click.command("demo-broker", hidden=True)
+@click.option("--name", required=True, help="Broker name; consumers are NAME-c1, NAME-c2, ...")
+@click.option("--consumers", type=click.IntRange(1, 1000), default=3, show_default=True)
+@click.option("--offset", type=click.IntRange(0), help="First demo group (default from NAME).")
+@click.option("--stdin-control", is_flag=True, help="Obey commands on stdin; quit at EOF.")
+@pass_app
+def command(app: App, name: str, consumers: int, offset: int | None, stdin_control: bool) -> None:
+    """One demo broker: simulated consumers heartbeating until stopped.
+
+    \b
+    Examples:
+      redis-presence --url redis://redis:6379/0 demo-broker --name broker-a --consumers 3
+    """
+    from ..demo.broker import beat_interval_s, interrupt_on_sigterm, run_broker
+
+    registry = app.writer("demo-broker")
+    with interrupt_on_sigterm(), contextlib.suppress(KeyboardInterrupt):
+        run_broker(
+            registry,
+            name,
+            consumers,
+            beat_s=beat_interval_s(app.ttl_ms),
+            offset=offset,
+            control=sys.stdin if stdin_control else None,
+            log=lambda line: click.echo(line, err=True),
+        )
