@@ -7,6 +7,7 @@ imported only when something fails, so a command that succeeds never loads redis
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -92,13 +93,14 @@ def one_line_errors(url: str | None = None) -> Iterator[None]:
     """Turn `PresenceError`, `ValueError`, `TypeError` and usage errors into `CliError`."""
     try:
         yield
-    except (CliError, click.exceptions.NoArgsIsHelpError):
+    except (CliError, click.exceptions.Exit, click.exceptions.NoArgsIsHelpError):
         raise
     except (click.UsageError, ValueError, TypeError) as exc:
         raise translate(exc, url) from None
     except Exception as exc:
-        from redis_presence.errors import PresenceError
-
-        if isinstance(exc, PresenceError):
+        # A PresenceError exists only once its module is loaded: when it is not, this is
+        # nothing of ours, and `--help` (which raises Exit) never imports redis-py here.
+        errors = sys.modules.get("redis_presence.errors")
+        if errors is not None and isinstance(exc, errors.PresenceError):
             raise translate(exc, url) from None
         raise
