@@ -5,8 +5,12 @@ benchmark's `startup` case, not asserted here."""
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
+import sysconfig
+from importlib import metadata
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +93,44 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         redis_presence.Nope  # type: ignore[attr-defined]  # noqa: B018
     with pytest.raises(ImportError):
         exec("from redis_presence import Nope", {})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_wheel_installs_a_working_console_script(tmp_path: Path) -> None:
+    """The README's "Installing": a built wheel puts `redis-presence` on the venv's PATH."""
+    root = Path(redis_presence.__file__).resolve().parents[1]
+    wheels = tmp_path / "wheels"
+    pip = [sys.executable, "-m", "pip"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(root)],
+        check=True,
+    )
+    (wheel,) = wheels.glob("redis_presence-*-py3-none-any.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run(
+        [*pip, "--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps", str(wheel)],
+        check=True,
+    )
+    # Dependencies come from this environment (PYTHONPATH runs no .pth file, so the
+    # editable install of this checkout stays invisible); the package from the wheel.
+    env = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}
+    version = subprocess.run(
+        [str(venv / "bin" / "redis-presence"), "--version"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert version.stdout == f"redis-presence {metadata.version('redis-presence')}\n"
+    helped = subprocess.run(
+        [str(venv / "bin" / "redis-presence"), "ls", "--help"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "--sort" in helped.stdout

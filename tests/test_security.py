@@ -58,31 +58,33 @@ pytestmark = pytest.mark.timeout(60)
 #   reader: SMEMBERS (the index), snapshot's transaction (MULTI TIME HGETALL EXEC), count.lua
 #           (TIME ZCOUNT ZRANGEBYSCORE HGET), ZCARD (len), EVALSHA_RO for read_only=True
 #           registries.
+#   every role: SELECT, which redis-py sends on connecting to a database other than 0.
 BROKER_USER, BROKER_PASSWORD = "presence-broker", "change-me-broker"
 READER_USER, READER_PASSWORD = "presence-reader", "change-me-reader"
 ACL_BROKER = (
     f"ACL SETUSER {BROKER_USER} reset on >{BROKER_PASSWORD} ~presence:* resetchannels -@all "
     "+evalsha +script|load +type +time +exists +hget +hset +zadd +set +sadd +sismember +zrem "
-    "+hdel +del +srem"
+    "+hdel +del +srem +select"
 )
 ACL_READER = (
     f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} ~presence:* resetchannels -@all "
     "+evalsha +evalsha_ro +script|load +smembers +zcard +time +hgetall +zcount "
-    "+zrangebyscore +hget +multi +exec"
+    "+zrangebyscore +hget +multi +exec +select"
 )
 # A stricter reader for dashboards that use RedisPresenceRegistry(..., read_only=True): its
 # keys are read-only (%R~), which EVALSHA (keys declared read-write) may not touch.
 ACL_STRICT_READER = (
     f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} %R~presence:* resetchannels -@all "
     "+evalsha_ro +script|load +smembers +zcard +time +hgetall +zcount +zrangebyscore +hget "
-    "+multi +exec"
+    "+multi +exec +select"
 )
-# Someone must prune: the broker's commands plus the two that find expired consumers.
+# Someone must prune: the broker's commands plus those that find expired consumers and list
+# them first (`prune --dry-run` reads a snapshot: MULTI HGETALL EXEC).
 JANITOR_USER, JANITOR_PASSWORD = "presence-janitor", "change-me-janitor"
 ACL_JANITOR = (
     f"ACL SETUSER {JANITOR_USER} reset on >{JANITOR_PASSWORD} ~presence:* resetchannels -@all "
     "+evalsha +script|load +type +time +exists +hget +hset +zadd +set +sadd +sismember +zrem "
-    "+hdel +del +srem +smembers +zrangebyscore"
+    "+hdel +del +srem +smembers +zrangebyscore +hgetall +multi +exec +select"
 )
 ACL_LINES = (ACL_BROKER, ACL_READER, ACL_STRICT_READER, ACL_JANITOR)
 
@@ -220,10 +222,35 @@ def test_janitor_role_may_prune(acl_server: RedisServer, admin: redis.Redis) -> 
         ("mail", "send", "w1"),
         ("orders", "billing", "w1"),
     ]
-    reads = {"snapshot": READS["snapshot"], "count": READS["count_active_by_group"]}
-    assert_denied(janitor, reads, admin)
+    assert janitor.snapshot(now_ns=T0) == owner.snapshot(now_ns=T0)  # prune --dry-run
+    assert_denied(janitor, {"count": READS["count_active_by_group"]}, admin)
     assert janitor.prune_expired(now_ns=T0 + 10**15) == 2  # empties both groups and the index
     assert admin.keys("*") == []
+
+
+def test_every_role_works_on_a_non_zero_database(acl_server: RedisServer) -> None:
+    """redis-py sends SELECT for a database other than 0: every role's line allows it."""
+    with acl_server.client(db=5) as admin5:
+        owner = seed(admin5)
+        admin5.execute_command(*shlex.split(ACL_STRICT_READER.replace(READER_USER, "strict")))
+
+        def on_db5(user: str, password: str, **kwargs: Any) -> RedisPresenceRegistry:
+            client = acl_server.client(
+                username=user, password=password, db=5, retry=Retry(NoBackoff(), 0)
+            )
+            return RedisPresenceRegistry(client, **kwargs)
+
+        for op in WRITES.values():
+            op(on_db5(BROKER_USER, BROKER_PASSWORD))
+        for name, op in READS.items():
+            assert op(on_db5(READER_USER, READER_PASSWORD)) == op(owner), name
+            strict = on_db5("strict", READER_PASSWORD, read_only=True)
+            assert op(strict) == op(owner), name
+        janitor = on_db5(JANITOR_USER, JANITOR_PASSWORD)
+        assert janitor.snapshot(now_ns=T0) == owner.snapshot(now_ns=T0)
+        assert janitor.prune_expired(now_ns=T0 + 10**15) == 3
+    with acl_server.client() as admin0:
+        assert admin0.keys("*") == []  # nothing reached database 0
 
 
 def test_nested_prefixes_need_exact_key_patterns(

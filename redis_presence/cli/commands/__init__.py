@@ -12,8 +12,6 @@ so anything heavier (redis-py, rich, a web framework) is imported inside the fun
 
 from __future__ import annotations
 
-from ..app import RegistryFactory
-
 COMMANDS: tuple[str, ...] = (
     "ls",
     "counts",
@@ -25,5 +23,3 @@ COMMANDS: tuple[str, ...] = (
     "demo_broker",
 )
 """Module names under `redis_presence.cli.commands`, each defining `command`."""
-
-__all__ = ["COMMANDS", "RegistryFactory"]

@@ -5,21 +5,22 @@ from __future__ import annotations
 import click
 
 from ..app import App, pass_app
-from ..options import FORMAT_OPTION
+from ..options import filters, format_option
+from ..reads import Selection
 
 
 @click.command("counts", short_help="Active consumers per queue and group (0 when none).")
-@FORMAT_OPTION
+@filters(states=False)
+@format_option("Output format; json and csv carry the fields queue, group and active.")
 @pass_app
-def command(app: App, fmt: str) -> None:
+def command(app: App, queue: str | None, group: str | None, fmt: str) -> None:
     """Active consumers per (queue, group); tracked groups with none show 0.
 
     \b
     Examples:
       redis-presence counts
+      redis-presence counts --queue orders
       redis-presence counts --format csv
     """
-    registry = app.registry()
-    counts = registry.count_active_by_group(now_ns=app.now_ns, ttl_ms=app.ttl_ms)
-    groups = {(row.queue, row.group): 0 for row in app.snapshot()}
-    app.show_counts(groups | counts, fmt)
+    selection = Selection.of(queue, group)
+    app.show_counts(app.active_counts(selection), fmt, selection=selection)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import click
 
 from ..app import App, pass_app
+from ..errors import UsageProblem
 
 DEFAULT_DEMO_TTL_MS = 2000
-"""The demo's heartbeat budget: short, so states change while you watch."""
+"""The demo's heartbeat budget unless --ttl-ms or REDIS_PRESENCE_TTL_MS says otherwise:
+short, so states change while you watch."""
+
+DEMO_TTL_RANGE_MS = (100, 60_000)
 
 SERVER_CHOICES = ("auto", "redis-server", "embedded")
 """`--server`: the values of `embedded.ServerChoice` (spelled here to keep `--help` light)."""
@@ -17,9 +21,8 @@ SERVER_CHOICES = ("auto", "redis-server", "embedded")
 @click.option(
     "--duration",
     type=click.FloatRange(min=1, max=86_400),
-    default=15.0,
-    show_default=True,
-    help="Seconds the story runs once every consumer is up.",
+    help="Seconds the story runs once every consumer is up  [default: until the story "
+    "ends, 5 TTLs]",
 )
 @click.option(
     "--brokers", type=click.IntRange(1, 16), default=3, show_default=True, help="Broker processes."
@@ -30,14 +33,6 @@ SERVER_CHOICES = ("auto", "redis-server", "embedded")
     default=3,
     show_default=True,
     help="Consumers per broker.",
-)
-@click.option(
-    "--ttl-ms",
-    "demo_ttl_ms",
-    type=click.IntRange(100, 60_000),
-    default=DEFAULT_DEMO_TTL_MS,
-    show_default=True,
-    help="Heartbeat budget of the demo (short, so states change while you watch).",
 )
 @click.option("--no-tui", is_flag=True, help="Plain periodic lines instead of the live table.")
 @click.option(
@@ -50,10 +45,9 @@ SERVER_CHOICES = ("auto", "redis-server", "embedded")
 @pass_app
 def command(
     app: App,
-    duration: float,
+    duration: float | None,
     brokers: int,
     consumers: int,
-    demo_ttl_ms: int,
     no_tui: bool,
     server: str,
 ) -> None:
@@ -63,22 +57,31 @@ def command(
     broker processes that heartbeat on every simulated read, then hangs one consumer,
     crashes one broker, stops one consumer cleanly and starts a replacement broker,
     so you see consumers go active, stale and expired and the counts change.
-    Everything it started is stopped on exit, Ctrl-C included.
+    The global --ttl-ms (or REDIS_PRESENCE_TTL_MS) sets its heartbeat budget, 2000 ms
+    unless given, between 100 and 60000. Everything it started is stopped on exit,
+    Ctrl-C included.
 
     \b
     Examples:
       redis-presence demo
       redis-presence demo --brokers 4 --consumers 2 --duration 30
-      redis-presence demo --no-tui --duration 8
+      redis-presence demo --no-tui --ttl-ms 1000
     """
     from ..demo import run_demo
 
+    ttl_ms = app.ttl_ms if app.ttl_given else DEFAULT_DEMO_TTL_MS
+    low, high = DEMO_TTL_RANGE_MS
+    if not low <= ttl_ms <= high:
+        raise UsageProblem(
+            f"Invalid value for '--ttl-ms': the demo needs {low} to {high} ms, got {ttl_ms} "
+            "(see 'redis-presence demo --help')"
+        )
     run_demo(
         app.console,
         duration_s=duration,
         brokers=brokers,
         consumers=consumers,
-        ttl_ms=demo_ttl_ms,
+        ttl_ms=ttl_ms,
         tui=not no_tui,
         server_choice=server,  # type: ignore[arg-type]
     )

@@ -7,6 +7,7 @@ import click
 from redis_presence.validation import MAX_LEASE_COUNT
 
 from ..app import App, pass_app
+from ..options import MESSAGE_FORMATS, format_option
 
 
 @click.command("heartbeat", short_help="Record one heartbeat for a consumer.")
@@ -20,17 +21,34 @@ from ..app import App, pass_app
     show_default=True,
     help="In-flight leases the consumer holds.",
 )
+@format_option(
+    "text: one line; json: the consumer's names, lease_count and recorded: true.",
+    MESSAGE_FORMATS,
+)
 @pass_app
-def command(app: App, queue: str, group: str, consumer: str, lease_count: int) -> None:
+def command(app: App, queue: str, group: str, consumer: str, lease_count: int, fmt: str) -> None:
     """Record one heartbeat for a consumer (for scripts, tests and manual repair).
 
     \b
     Examples:
       redis-presence heartbeat orders billing worker-7
-      redis-presence heartbeat orders billing worker-7 --lease-count 3
+      redis-presence heartbeat orders billing worker-7 --lease-count 3 --format json
     """
     from .. import render
 
     registry = app.writer("heartbeat")
     registry.heartbeat(queue, group, consumer, lease_count=lease_count, now_ns=app.now_ns)
-    app.emit(f"heartbeat recorded: {render.who(queue, group, consumer)}, {lease_count} lease(s)\n")
+    if fmt.lower() == "json":
+        app.emit_json(
+            {
+                "queue": queue,
+                "group": group,
+                "consumer": consumer,
+                "lease_count": lease_count,
+                "recorded": True,
+            }
+        )
+    else:
+        app.emit(
+            f"heartbeat recorded: {render.who(queue, group, consumer)}, {lease_count} lease(s)\n"
+        )

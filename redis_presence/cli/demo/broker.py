@@ -75,6 +75,10 @@ def _read_commands(stream: TextIO, inbox: queue_module.Queue[str]) -> None:
     inbox.put("quit")  # EOF: the demo that controls us is gone
 
 
+def _consumers(count: int) -> str:
+    return f"{count} consumer{'' if count == 1 else 's'}"
+
+
 def run_broker(
     registry: PresenceRegistry,
     name: str,
@@ -84,21 +88,30 @@ def run_broker(
     offset: int | None = None,
     control: TextIO | None = None,
     log: Callable[[str], None] = print,
+    lifecycle: Callable[[str], None] = lambda line: None,
+    where: str = "",
 ) -> None:
     """Serve `consumers` simulated consumers, heartbeating on every queue read.
 
     With `control`, reads commands line by line: `stop-one` (a consumer hangs: it stops
     beating without deregistering), `leave-one` (a consumer deregisters), `quit`; end
-    of input also quits. Live consumers deregister when the broker stops.
+    of input also quits. Live consumers deregister when the broker stops. Outages (and
+    recoveries) go to `log`, one line each; the start and the stop to `lifecycle`.
     """
     rng = random.Random(name)
     live = broker_consumers(name, consumers, offset)
     leases = dict.fromkeys(live, 0)
     inbox: queue_module.Queue[str] = queue_module.Queue()
+    served = ", ".join(f"{c} ({q}/{g})" for q, g, c in live)
+    lifecycle(
+        f"{name}: started, serving {_consumers(len(live))}: {served}"
+        + (f"; {where}" if where else "")
+    )
     if control is not None:
         reader = threading.Thread(target=_read_commands, args=(control, inbox), daemon=True)
         reader.start()
     failing = False
+    why = "stopped"
     try:
         while True:
             try:
@@ -117,16 +130,24 @@ def run_broker(
             except queue_module.Empty:
                 continue
             if command == "quit":
+                why = "stopped (told to quit, or its control input closed)"
                 return
             if command in ("stop-one", "leave-one") and live:
                 consumer = live.pop()
                 if command == "leave-one":
                     with contextlib.suppress(PresenceError):
                         registry.deregister(*consumer)
+    except KeyboardInterrupt:
+        why = "stopped by a signal (SIGTERM or Ctrl-C)"
+        raise
     finally:
+        gone = 0
         for consumer in live:
             with contextlib.suppress(PresenceError):
                 registry.deregister(*consumer)
+                gone += 1
+        left = f"deregistered {gone} of {_consumers(len(live))}" if live else "no consumer left"
+        lifecycle(f"{name}: {why}; {left}")
 
 
 # ---------------------------------------------------------------- the parent's side
@@ -158,6 +179,7 @@ def broker_argv(
         "--offset",
         str(offset),
         "--stdin-control",
+        "--quiet",
     ]
 
 

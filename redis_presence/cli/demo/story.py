@@ -5,6 +5,7 @@ joins, shown refresh by refresh; every process it started is stopped on any exit
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from ..watch import Frame, Watcher
 from .broker import BrokerProcess, interrupt_on_sigterm, start_broker, stop_brokers
 
 DEFAULT_DEMO_PREFIX = "presence-demo"
+STORY_TTLS = 5.0
+"""How long the story lasts, in TTLs: its last step (the prune) comes at 4."""
 
 
 @dataclass(frozen=True)
@@ -109,10 +112,32 @@ def _wait_for_fleet(
         time.sleep(0.05)
 
 
+class Log:
+    """The demo's event log. One clock, started with the demo, stamps every line, the plain
+    frames and the live title; during the live view lines print above it (once)."""
+
+    def __init__(self, console: Console, clock: Callable[[], float] = time.monotonic) -> None:
+        self.console = console
+        self.clock = clock
+        self.origin = clock()
+        self.sink: render.FrameSink | None = None
+
+    def now(self) -> float:
+        """Seconds since the demo started."""
+        return self.clock() - self.origin
+
+    def say(self, text: str) -> None:
+        line = f"demo: [{self.now():5.1f}s] {text}"
+        if self.sink is not None:
+            self.sink.say(line)
+        else:
+            render.write(self.console, line + "\n")
+
+
 def run_demo(
     console: Console,
     *,
-    duration_s: float,
+    duration_s: float | None,
     brokers: int,
     consumers: int,
     ttl_ms: int,
@@ -120,17 +145,11 @@ def run_demo(
     server_choice: ServerChoice = "auto",
     prefix: str = DEFAULT_DEMO_PREFIX,
 ) -> None:
-    """Run the whole demo for `duration_s` seconds; every child is stopped on any exit."""
+    """Run the whole demo for `duration_s` seconds after the story begins (default: until
+    it ends, `STORY_TTLS` TTLs); every child is stopped on any exit."""
     live_view = tui and console.is_terminal
-    notes: list[str] = []
-    clock_start = time.monotonic()
-
-    def say(text: str) -> None:
-        line = f"[{time.monotonic() - clock_start:5.1f}s] {text}"
-        notes.append(line)
-        if not live_view:
-            render.write(console, f"demo: {line}\n")
-
+    log = Log(console)
+    say = log.say
     ttl_s = ttl_ms / 1000
     say(
         f"TTL {ttl_ms} ms: a consumer is active up to {ttl_s:g}s after its last heartbeat, "
@@ -142,80 +161,103 @@ def run_demo(
     try:
         with interrupt_on_sigterm():
             server = start_local_redis(server_choice)
-            where = f"127.0.0.1:{server.port}"
             if server.pid is not None:
-                say(f"started {server.kind} pid {server.pid} on {where}")
+                say(f"started {server.kind} pid {server.pid} on {_where(server)}")
             else:
-                say(f"started {server.kind} inside this process on {where}")
+                say(f"started {server.kind} inside this process on {_where(server)}")
             story = Story(server, prefix, ttl_ms, consumers, quiet=live_view, say=say)
             for index in range(brokers):
                 story.add_broker(index + 1, index * consumers)
             registry = RedisPresenceRegistry.from_url(server.url, prefix=prefix)
-            _wait_for_fleet(registry, brokers * consumers, ttl_ms, timeout_s=15.0)
-            say(f"all {brokers * consumers} consumers are heartbeating; the story begins")
-            _play(console, story, registry, duration_s, live_view, notes, say, clock_start)
+            fleet = brokers * consumers
+            _wait_for_fleet(registry, fleet, ttl_ms, timeout_s=15.0)
+            everyone = f"all {fleet} consumers are" if fleet > 1 else "the one consumer is"
+            say(f"{everyone} heartbeating; the story begins")
+            duration = STORY_TTLS * ttl_s if duration_s is None else duration_s
+            _play(story, registry, duration, live_view, log)
     except KeyboardInterrupt:
         say("interrupted: stopping everything")
     finally:
         if registry is not None:
             registry.close()
         if story is not None:
-            stop_brokers(story.brokers)
-            for broker in story.brokers:
-                say(f"stopped {broker.name} pid {broker.pid}")
+            _stop_story(story, say)
         if server is not None:
             server.stop()
             if server.pid is not None:
                 say(f"stopped {server.kind} pid {server.pid}")
-        say("done: every process the demo started has stopped")
-        if live_view:
-            render.write(console, "".join(f"demo: {line}\n" for line in notes))
+            else:
+                say(f"stopped {server.kind} on {_where(server)}")
+            say("done: every process the demo started has stopped")
+
+
+def _where(server: LocalRedis) -> str:
+    return f"127.0.0.1:{server.port}"
+
+
+def _stop_story(story: Story, say: Callable[[str], None]) -> None:
+    """Stop every broker, and say which ones had already gone (the crashed one)."""
+    gone = {broker.name: broker.process.poll() for broker in story.brokers}
+    stop_brokers(story.brokers)
+    for broker in story.brokers:
+        status = gone[broker.name]
+        if status is None:
+            say(f"stopped {broker.name} pid {broker.pid}")
+        elif status < 0:
+            how = signal.Signals(-status).name if -status in signal.valid_signals() else -status
+            say(f"{broker.name} pid {broker.pid} had already exited (killed by {how})")
+        else:
+            say(f"{broker.name} pid {broker.pid} had already exited (status {status})")
 
 
 def _play(
-    console: Console,
     story: Story,
     registry: PresenceRegistry,
     duration_s: float,
     live_view: bool,
-    notes: list[str],
-    say: Callable[[str], None],
-    origin: float,
+    log: Log,
 ) -> None:
-    """Refresh until `duration_s` after the story starts, firing each step on time."""
+    """Refresh until `duration_s` after the story begins, firing each step on time."""
     ttl_ms = story.ttl_ms
     pending = story.steps(registry)
     watcher = Watcher()
     interval_s = min(0.5, ttl_ms / 4000) if live_view else min(1.0, ttl_ms / 2000)
-    start = time.monotonic()
-    next_tick = start
-    with render.frame_sink(console, live=live_view) as sink:
-        while True:
-            elapsed = time.monotonic() - start
-            while pending and pending[0].at_s <= elapsed:
-                step = pending.pop(0)
-                say(step.what)
-                step.action()
-            frame = watcher.refresh(registry.snapshot(ttl_ms=ttl_ms))
-            if live_view:
-                title = (
-                    f"redis-presence demo  story {elapsed:4.1f}s / {duration_s:g}s  "
-                    f"TTL {ttl_ms} ms (stale after {ttl_ms / 1000:g}s, "
-                    f"expired after {2 * ttl_ms / 1000:g}s)  Ctrl-C stops"
-                )
-                sink.show(frame, title, notes[-6:])
-            else:
-                render.write(console, _plain_frame(frame, time.monotonic() - origin))
-            if elapsed >= duration_s:
-                return
-            next_tick += interval_s
-            time.sleep(max(0.0, min(next_tick, start + duration_s) - time.monotonic()))
+    begin = log.now()
+    end = begin + duration_s
+    next_tick = begin
+    with render.frame_sink(log.console, live=live_view) as sink:
+        log.sink = sink
+        try:
+            while True:
+                elapsed = log.now() - begin
+                while pending and pending[0].at_s <= elapsed:
+                    step = pending.pop(0)
+                    log.say(step.what)
+                    step.action()
+                frame = watcher.refresh(registry.snapshot(ttl_ms=ttl_ms))
+                now = log.now()
+                if live_view:
+                    title = (
+                        f"redis-presence demo  {now:4.1f}s (ends at {end:.1f}s)  "
+                        f"TTL {ttl_ms} ms (stale after {ttl_ms / 1000:g}s, "
+                        f"expired after {2 * ttl_ms / 1000:g}s)  Ctrl-C stops"
+                    )
+                    view = render.View(frame.rows, width=sink.width, height=sink.height)
+                    sink.show(frame, title, view)
+                else:
+                    render.write(log.console, _plain_frame(frame, now))
+                if now >= end:
+                    return
+                next_tick += interval_s
+                time.sleep(max(0.0, min(next_tick, end) - log.now()))
+        finally:
+            log.sink = None
 
 
 def _plain_frame(frame: Frame, elapsed: float) -> str:
     states = frame.states
-    head = f"demo: [{elapsed:5.1f}s] {sum(states.values())} consumers: " + ", ".join(
-        f"{n} {state.value}" for state, n in states.items()
+    head = f"demo: [{elapsed:5.1f}s] {render.plural(sum(states.values()), 'consumer')}: " + (
+        ", ".join(f"{n} {state.value}" for state, n in states.items())
     )
     lines = [head, *render.consumer_lines(frame)]
     lines.append(f"  counts: {render.tally_line(frame.tallies)}")
