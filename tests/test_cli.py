@@ -27,7 +27,7 @@ from test_security import ACL_STRICT_READER, READER_PASSWORD, READER_USER
 import redis_presence
 from redis_presence import ConsumerPresence, RedisPresenceRegistry
 from redis_presence.cli import cli
-from redis_presence.cli.commands import RegistryFactory
+from redis_presence.cli.app import RegistryFactory
 from redis_presence.cli.errors import CliError, ReadOnlyRefused
 from redis_presence.cli.render import CONSUMER_FIELDS
 from redis_presence.protocol import PresenceRegistry
@@ -197,8 +197,15 @@ def test_ls_uses_the_global_ttl(backend: Backend) -> None:
     assert states == {"mailer": "active", "fresh": "active", "quiet": "active", "gone": "expired"}
 
 
-def test_ls_of_an_empty_registry(backend: Backend) -> None:
-    assert backend.at_now("ls").stdout == "(no consumers)\n"
+def test_ls_of_an_empty_registry_names_what_it_read(backend: Backend) -> None:
+    """Issue 18 item 13: an empty answer names the prefix and the URL it read."""
+    where = f"under prefix 'presence' at {backend.url}"
+    assert backend.at_now("ls").stdout == f"(no consumers {where})\n"
+    assert backend.at_now("counts").stdout == f"(no groups {where})\n"
+    other = backend.at_now("--prefix", "other", "ls", "--queue", "orders", "--state", "stale")
+    assert other.stdout == (
+        f"(no consumers with queue 'orders', state stale under prefix 'other' at {backend.url})\n"
+    )
     assert json.loads(backend.at_now("ls", "--format", "json").stdout) == []
     assert backend.at_now("ls", "--format", "csv").stdout == ",".join(CONSUMER_FIELDS) + "\n"
 

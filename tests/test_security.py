@@ -252,6 +252,31 @@ def test_janitor_role_may_prune(acl_server: RedisServer, admin: redis.Redis) -> 
     assert admin.keys("*") == []
 
 
+def test_every_role_works_on_a_non_zero_database(acl_server: RedisServer) -> None:
+    """redis-py sends SELECT for a database other than 0: every role's line allows it."""
+    with acl_server.client(db=5) as admin5:
+        owner = seed(admin5)
+        admin5.execute_command(*shlex.split(ACL_STRICT_READER.replace(READER_USER, "strict")))
+
+        def on_db5(user: str, password: str, **kwargs: Any) -> RedisPresenceRegistry:
+            client = acl_server.client(
+                username=user, password=password, db=5, retry=Retry(NoBackoff(), 0)
+            )
+            return RedisPresenceRegistry(client, **kwargs)
+
+        for op in WRITES.values():
+            op(on_db5(BROKER_USER, BROKER_PASSWORD))
+        for name, op in READS.items():
+            assert op(on_db5(READER_USER, READER_PASSWORD)) == op(owner), name
+            strict = on_db5("strict", READER_PASSWORD, read_only=True)
+            assert op(strict) == op(owner), name
+        janitor = on_db5(JANITOR_USER, JANITOR_PASSWORD)
+        assert janitor.snapshot(now_ns=T0) == owner.snapshot(now_ns=T0)
+        assert janitor.prune_expired(now_ns=T0 + 10**15) == 3
+    with acl_server.client() as admin0:
+        assert admin0.keys("*") == []  # nothing reached database 0
+
+
 def test_nested_prefixes_need_exact_key_patterns(
     acl_server: RedisServer, admin: redis.Redis
 ) -> None:
