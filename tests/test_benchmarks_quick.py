@@ -20,6 +20,7 @@ CASES = (
     "counts",
     "prune",
     "memory",
+    "startup",
     "integrations",
 )
 

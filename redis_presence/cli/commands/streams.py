@@ -1,36 +1,22 @@
-"""`redis-presence streams reap`: remove dead consumers of a Redis Streams group safely."""
+"""`redis-presence streams reap`: remove the dead consumers of a Redis Streams group safely."""
 
 from __future__ import annotations
 
-import json
+from typing import TYPE_CHECKING
 
 import click
 
-from redis_presence.integrations.streams import (
-    ReapedConsumer,
-    StreamReap,
-    reap_stream_consumers,
-)
-from redis_presence.urls import open_client
+from ..app import App, pass_app
+from ..options import format_option
 
-from . import render
-from .commands import App, pass_app
+if TYPE_CHECKING:
+    from redis_presence.integrations.streams import ReapedConsumer, StreamReap
 
-CONNECT_TIMEOUT_S = 5.0
-REPLY_TIMEOUT_S = 30.0
-
-REAP_COLUMNS = (
-    render.Column("CONSUMER"),
-    render.Column("PRESENCE"),
-    render.Column("IDLE", right=True),
-    render.Column("PENDING", right=True),
-    render.Column("MOVED", right=True),
-    render.Column("ACTION"),
-)
+    from .. import render
 
 
 @click.group("streams", short_help="Redis Streams consumer groups: reap dead consumers.")
-def streams_group() -> None:
+def command() -> None:
     """Redis Streams consumer groups, seen through presence.
 
     \b
@@ -40,7 +26,7 @@ def streams_group() -> None:
     """
 
 
-@streams_group.command("reap", short_help="Move a dead consumer's entries, then remove it.")
+@command.command("reap", short_help="Move a dead consumer's entries, then remove it.")
 @click.option("--stream", required=True, help="The stream key (presence's queue name).")
 @click.option("--group", required=True, help="The consumer group.")
 @click.option(
@@ -59,16 +45,9 @@ def streams_group() -> None:
     help="Redis holding the stream, when it is not the presence Redis (--url). "
     "Env: REDIS_PRESENCE_STREAM_URL.",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(("table", "json"), case_sensitive=False),
-    default="table",
-    show_default=True,
-    help="Output format.",
-)
+@format_option("Output format: a table with a summary line, or one JSON object.", ("table", "json"))
 @pass_app
-def reap_command(
+def reap(
     app: App,
     stream: str,
     group: str,
@@ -92,11 +71,14 @@ def reap_command(
       redis-presence --url redis://presence:6379/0 streams reap \\
           --stream-url redis://broker:6379/0 --stream orders --group billing --format json
     """
+    from redis_presence.integrations.streams import reap_stream_consumers
+    from redis_presence.urls import open_client
+
+    from .. import render
+
     registry = app.registry() if dry_run else app.writer("streams reap")
     client = open_client(
-        stream_url or app.url,
-        socket_connect_timeout=CONNECT_TIMEOUT_S,
-        socket_timeout=REPLY_TIMEOUT_S,
+        stream_url or app.url, socket_connect_timeout=app.timeout_s, socket_timeout=app.timeout_s
     )
     app.ctx.call_on_close(client.close)
     outcome = reap_stream_consumers(
@@ -109,7 +91,10 @@ def reap_command(
         ttl_ms=app.ttl_ms,
         now_ns=app.now_ns,
     )
-    app.emit(render_reap(outcome, fmt.lower(), render.Styler(app.console)))
+    if fmt.lower() == "json":
+        app.emit_json(outcome.to_dict())
+    else:
+        app.emit(render_reap(outcome, render.Styler(app.console), app.width()))
 
 
 def _action(consumer: ReapedConsumer, would: str) -> str:
@@ -120,10 +105,18 @@ def _action(consumer: ReapedConsumer, would: str) -> str:
     return f"keep: {consumer.reason}"
 
 
-def render_reap(outcome: StreamReap, fmt: str, styler: render.Styler) -> str:
-    """The outcome of a reap as JSON or as a table with a summary line."""
-    if fmt == "json":
-        return json.dumps(outcome.to_dict(), indent=2, ensure_ascii=False) + "\n"
+def render_reap(outcome: StreamReap, styler: render.Styler, width: int | None = None) -> str:
+    """The outcome of a reap as a table (fitted to `width`) and a summary line."""
+    from .. import render
+
+    columns = (
+        render.Column("CONSUMER", name=True),
+        render.Column("PRESENCE", style=lambda cell: render.STATE_STYLES.get(cell, "")),
+        render.Column("IDLE", right=True),
+        render.Column("PENDING", right=True),
+        render.Column("MOVED", right=True),
+        render.Column("ACTION", style=lambda cell: "" if cell.startswith("keep") else "bold"),
+    )
     would = "would " if outcome.dry_run else ""
     rows = [
         (
@@ -136,20 +129,12 @@ def render_reap(outcome: StreamReap, fmt: str, styler: render.Styler) -> str:
         )
         for c in outcome.consumers
     ]
-
-    def styles(index: int, cell: str) -> str:
-        if index == 1:
-            return render.STATE_STYLES.get(cell.strip(), "")
-        return "bold" if index == 5 and not cell.startswith("keep") else ""
-
-    table = render.text_table(REAP_COLUMNS, rows, styler, styles) if rows else "(no consumers)\n"
-    target = render.shown(outcome.target) if outcome.target is not None else None
+    table = render.text_table(columns, rows, styler, width) if rows else "(no consumers)\n"
     moved = sum(outcome.moved.values())
+    target = f" to {render.shown(outcome.target)!r}" if outcome.target is not None else ""
     summary = (
         f"stream {render.shown(outcome.stream)!r}, group {render.shown(outcome.group)!r}: "
-        f"{would}move {moved} entr{'y' if moved == 1 else 'ies'}"
-        + (f" to {target!r}" if target is not None else "")
-        + f", {would}remove {len(outcome.removed)} consumer(s)\n"
+        f"{would}move {moved} entr{'y' if moved == 1 else 'ies'}{target}, "
+        f"{would}remove {len(outcome.removed)} consumer(s)\n"
     )
-    note = f"{outcome.note}\n" if outcome.note else ""
-    return table + summary + note
+    return table + summary + (f"{outcome.note}\n" if outcome.note else "")
