@@ -245,8 +245,10 @@ class _Reaper:
 
     def presence(self) -> dict[str, ConsumerPresence]:
         """This group's presence rows, by consumer."""
-        rows = self.registry.snapshot(now_ns=self.now_ns, ttl_ms=self.ttl_ms)
-        return {r.consumer: r for r in rows if r.queue == self.stream and r.group == self.group}
+        rows = self.registry.snapshot(
+            now_ns=self.now_ns, ttl_ms=self.ttl_ms, queue=self.stream, group=self.group
+        )  # reads this one group only
+        return {r.consumer: r for r in rows}
 
     def redis_consumers(self) -> dict[str, tuple[int, int]]:
         """consumer -> (pending, idle_ms), from one ``XINFO CONSUMERS`` (O(consumers))."""
