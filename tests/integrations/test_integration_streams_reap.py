@@ -418,12 +418,12 @@ def test_on_a_cluster_with_the_stream_and_presence_on_different_nodes(
 
 STREAM_REAPER_ACL = (
     "ACL SETUSER stream-reaper reset on >change-me-stream-reaper ~orders resetchannels -@all "
-    "+xinfo|consumers +evalsha +script|load +xpending +xclaim +xgroup|delconsumer"
+    "+select +xinfo|consumers +evalsha +script|load +xpending +xclaim +xgroup|delconsumer"
 )
 PRESENCE_REAPER_ACL = (
     "ACL SETUSER presence-stream-reaper reset on >change-me-stream-reaper ~presence:* "
-    "resetchannels -@all +evalsha +script|load +smembers +time +hgetall +multi +exec +type "
-    "+zrem +hdel +exists +del +srem"
+    "resetchannels -@all +evalsha +script|load +select +time +type +zrangebylex +hlen +hgetall "
+    "+hscan +zrem +hdel +exists +del"
 )
 
 
