@@ -21,5 +21,6 @@ COMMANDS: tuple[str, ...] = (
     "deregister",
     "demo",
     "demo_broker",
+    "migrate",
 )
 """Module names under `redis_presence.cli.commands`, each defining `command`."""
