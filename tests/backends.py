@@ -18,6 +18,7 @@ from redis_presence import (
     ConsumerPresenceRegistry,
     RedisPresenceRegistry,
 )
+from redis_presence.plans import Limits
 from redis_presence.protocol import PresenceRegistry
 
 BACKENDS = [
@@ -29,6 +30,17 @@ BACKENDS = [
     pytest.param("async-cluster", id="async-cluster", marks=pytest.mark.redis_server),
 ]
 REDIS_BACKENDS = [p for p in BACKENDS if p.values[0] != "memory"]
+
+SMALL = Limits(groups=2, consumers=2, rows=2, beats=2)
+"""Bounds so small that every read and prune crosses its page boundaries."""
+SMALL_BACKENDS = [
+    pytest.param("fakeredis-small", id="fakeredis-small"),
+    pytest.param("redis-small", id="redis-small", marks=pytest.mark.redis_server),
+    pytest.param("cluster-small", id="cluster-small", marks=pytest.mark.redis_server),
+]
+"""The same stores, read and pruned through registries with `SMALL` limits; the real
+server's hashes and sorted sets are hash tables and skip lists there, so HSCAN takes
+several steps (`small_redis_server`)."""
 
 
 def make_registry(request: pytest.FixtureRequest, backend: str, prefix: str = "presence") -> Any:
@@ -43,6 +55,13 @@ def make_registry(request: pytest.FixtureRequest, backend: str, prefix: str = "p
 
 
 def _make_registry(request: pytest.FixtureRequest, backend: str, prefix: str) -> Any:
+    if backend.endswith("-small"):
+        fixture = {
+            "fakeredis-small": "fake_client",
+            "redis-small": "small_redis_client",
+            "cluster-small": "cluster_client",
+        }[backend]
+        return RedisPresenceRegistry(request.getfixturevalue(fixture), prefix=prefix, limits=SMALL)
     if backend == "memory":
         return ConsumerPresenceRegistry()
     if backend == "fakeredis":
@@ -72,6 +91,7 @@ def _async(
 
 
 def second_client(request: pytest.FixtureRequest, backend: str) -> Any:
+    backend = backend.removesuffix("-small")
     """Another connection to the same store (a second broker process)."""
     if backend == "fakeredis":
         fake = request.getfixturevalue("fake_client")
@@ -91,6 +111,9 @@ def second_client(request: pytest.FixtureRequest, backend: str) -> Any:
 
 def raw_client(request: pytest.FixtureRequest, backend: str) -> Any:
     """The backend's own Redis client, to inspect stored keys (Redis backends only)."""
+    if backend == "redis-small":
+        return request.getfixturevalue("small_redis_client")
+    backend = backend.removesuffix("-small")
     if backend == "fakeredis":
         return request.getfixturevalue("fake_client")
     if backend in ("redis", "async"):

@@ -37,6 +37,8 @@ REAL_SERVER_FIXTURES = frozenset(
     (
         "redis_server",
         "redis_client",
+        "small_redis_server",
+        "small_redis_client",
         "redis_url",
         "make_redis_server",
         "redis_cluster",
@@ -66,6 +68,27 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
     """A ``redis.Redis`` (bytes replies) on the session server, flushed first, closed after."""
     client = redis_server.client()
+    try:
+        client.flushall()
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def small_redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A standalone server that keeps every hash and sorted set in its large encoding (a hash
+    table, a skip list), so that HSCAN with a small COUNT takes several steps."""
+    need_binary("redis-server")
+    listpack = ("--hash-max-listpack-entries", "0", "--zset-max-listpack-entries", "0")
+    with RedisServer(dir=tmp_path_factory.mktemp("redis-small"), extra_args=listpack) as server:
+        yield server
+
+
+@pytest.fixture
+def small_redis_client(small_redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of `small_redis_server`, flushed first."""
+    client = small_redis_server.client()
     try:
         client.flushall()
         yield client

@@ -21,6 +21,7 @@ COMMANDS: tuple[str, ...] = (
     "deregister",
     "demo",
     "demo_broker",
+    "migrate",
     "streams",
 )
 """Module names under `redis_presence.cli.commands`, each defining `command`."""

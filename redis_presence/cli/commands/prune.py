@@ -7,35 +7,38 @@ import click
 from redis_presence.model import PresenceState
 
 from ..app import App, pass_app
-from ..options import format_option
+from ..options import filters, format_option
 from ..reads import Selection
 
 
 @click.command("prune", short_help="Remove expired consumers (--dry-run lists them).")
+@filters(states=False)
 @click.option("--dry-run", is_flag=True, help="List the expired consumers; remove nothing.")
 @format_option(
     "Output format: with --dry-run, the consumers (as ls prints them); without, how many went "
     '(json: {"pruned": N}, csv: a "pruned" column).'
 )
 @pass_app
-def command(app: App, dry_run: bool, fmt: str) -> None:
-    """Remove expired consumers and print how many.
+def command(app: App, queue: str | None, group: str | None, dry_run: bool, fmt: str) -> None:
+    """Remove expired consumers (of one queue or group, with --queue / --group) and print
+    how many.
 
     \b
     Examples:
       redis-presence prune --dry-run
       redis-presence prune
-      redis-presence prune --format json
+      redis-presence prune --queue orders --format json
     """
     fmt = fmt.lower()
     if dry_run:
-        expired = Selection(states=frozenset({PresenceState.EXPIRED}))
+        expired = Selection(queue, group, frozenset({PresenceState.EXPIRED}))
         doomed = app.consumers(expired)
         app.show_consumers(doomed, fmt, selection=expired)
         if fmt == "table":
             app.emit(f"would prune {len(doomed)} expired consumer(s)\n")
         return
-    removed = app.writer("prune").prune_expired(now_ns=app.now_ns, ttl_ms=app.ttl_ms)
+    registry = app.writer("prune")
+    removed = registry.prune_expired(now_ns=app.now_ns, ttl_ms=app.ttl_ms, queue=queue, group=group)
     if fmt == "json":
         app.emit_json({"pruned": removed})
     elif fmt == "csv":
