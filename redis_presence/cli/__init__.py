@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from .check import check_command
 from .commands import cli
+from .serve import serve_command
+
+cli.add_command(serve_command)
+cli.add_command(check_command)
 
 
 def main() -> None:
