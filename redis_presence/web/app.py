@@ -158,9 +158,12 @@ def _wants_json(request: Request) -> bool:
 class _Service:
     """The state one app holds: its config, registry, reads and live feed."""
 
-    def __init__(self, config: WebConfig, factory: RegistryFactory | None) -> None:
+    def __init__(
+        self, config: WebConfig, factory: RegistryFactory | None, clock: Callable[[], int] | None
+    ) -> None:
         self.config = config
         self.factory = factory or config.open_registry
+        self.clock = clock
         self.templates = Jinja2Templates(env=_environment())
         self.data: PresenceData | None = None
         self.feed: ChangeFeed | None = None
@@ -172,7 +175,7 @@ class _Service:
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         registry = self.factory()
         fixed = self.config.now_ns
-        clock = None if fixed is None else (lambda: fixed)
+        clock = self.clock if fixed is None else (lambda: fixed)
         self.data = PresenceData(
             registry, ttl_ms=self.config.ttl_ms, clock=clock, read_cache_s=self.config.read_cache_s
         )
@@ -369,10 +372,15 @@ class AccessLog:
             )
 
 
-def create_app(config: WebConfig, registry_factory: RegistryFactory | None = None) -> Starlette:
-    """The ASGI app for `config`; `registry_factory` replaces `config.open_registry`
-    (tests pass fakeredis-backed registries)."""
-    service = _Service(config, registry_factory)
+def create_app(
+    config: WebConfig,
+    registry_factory: RegistryFactory | None = None,
+    *,
+    clock: Callable[[], int] | None = None,
+) -> Starlette:
+    """The ASGI app for `config`. `registry_factory` replaces `config.open_registry` (it is
+    called inside the app's event loop); `clock` replaces the Redis server's clock (tests)."""
+    service = _Service(config, registry_factory, clock)
     views = Views(service)
     routes = [
         Route("/", views.overview, name="overview"),

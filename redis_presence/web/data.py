@@ -340,11 +340,11 @@ class ChangeFeed:
         return [(seq, event) for seq, event in self._log if seq > position]
 
     async def refresh(self) -> None:
-        """Read (or reuse a read at most `interval_s` old) and log what changed since the
-        last read the feed saw."""
+        """Read (or reuse the read pages share) and log what changed since the last read
+        the feed saw."""
         async with self._lock:
             try:
-                reading = await self.data.rows(max_age_s=self.interval_s)
+                reading = await self.data.rows()
             except PresenceError as exc:
                 await self._set_status(FeedStatus(False, str(exc)))
                 raise
