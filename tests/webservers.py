@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+import pytest
+from servers import REQUIRE_SERVERS_ENV, require_servers
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 30.0
@@ -127,6 +130,8 @@ class ServeProcess:
                 proc.wait()
         if self._reader is not None:
             self._reader.join(5)
+        if proc.stderr is not None:
+            proc.stderr.close()
         return proc.returncode
 
     def __enter__(self) -> ServeProcess:
@@ -173,13 +178,28 @@ class Broker:
         """A crash: SIGKILL, nothing deregistered."""
         self.proc.kill()
         self.proc.wait()
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
 
     def stop(self) -> None:
+        assert self.proc.stdin is not None
         if self.proc.poll() is None:
-            assert self.proc.stdin is not None
             try:
                 self.proc.stdin.close()  # end of input: the broker deregisters and quits
                 self.proc.wait(10)
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
                 self.proc.wait()
+        if not self.proc.stdin.closed:
+            self.proc.stdin.close()
+
+
+def need_tool(name: str, package: str) -> str:
+    """Path of `name`; skip without it, or fail when CI requires every server."""
+    path = shutil.which(name)
+    if path is not None:
+        return path
+    message = f"{name!r} is not on PATH (install Debian's {package} package)"
+    if require_servers():
+        pytest.fail(f"{message}, and {REQUIRE_SERVERS_ENV}=1 forbids skipping", pytrace=False)
+    pytest.skip(message)
