@@ -227,9 +227,12 @@ class PresenceData:
     ) -> tuple[int, GroupStats | None, Page]:
         """One group's counts (None when it is not tracked) and a page of its consumers,
         from the same read."""
-        reading = await self.rows()
         where = ConsumerFilter(queue, group)
+        reading = await self.rows()
         low, high = where.bounds(reading.rows)
+        if low == high:  # "not tracked" is only said from a fresh read
+            reading = await self.rows(max_age_s=0)
+            low, high = where.bounds(reading.rows)
         stats = stats_from_rows(reading.rows[low:high])
         page = page_of(
             reading.rows,
