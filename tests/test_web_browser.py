@@ -14,15 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, Dialog, Error, Locator, Page, expect, sync_playwright
 from servers import RedisServer
 from webservers import ROOT, Broker, ServeProcess, need_tool, poll
 
 from redis_presence import RedisPresenceRegistry
-
-playwright_api = pytest.importorskip("playwright.sync_api")
-Browser = playwright_api.Browser
-Page = playwright_api.Page
-expect = playwright_api.expect
 
 TTL_MS = 1_000
 MS = 1_000_000
@@ -75,7 +71,7 @@ def service(redis_url_module: str) -> Iterator[ServeProcess]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     executable = need_tool("chromium", "chromium")
-    with playwright_api.sync_playwright() as playwright:
+    with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
         try:
             yield chromium
@@ -94,7 +90,12 @@ def page(browser: Browser, service: ServeProcess) -> Iterator[Page]:
     page = context.new_page()
     dialogs: list[str] = []
     errors: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+    def refuse(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", refuse)
     page.on("pageerror", lambda error: errors.append(str(error)))
     try:
         yield page
@@ -120,7 +121,7 @@ def same_document(page: Page) -> bool:
     return bool(page.evaluate("window.__same_document === true"))
 
 
-def row(page: Page, consumer: str) -> object:
+def row(page: Page, consumer: str) -> Locator:
     return page.locator("#consumers tbody tr").filter(
         has=page.locator("td.consumer", has_text=consumer)
     )
@@ -153,7 +154,7 @@ def test_the_page_asks_for_the_token(browser: Browser, service: ServeProcess) ->
         assert response.status == 401
         assert "Basic" in (response.headers.get("www-authenticate") or "")
         # Headless, the browser's credentials prompt has nobody to ask: it gives up.
-        with pytest.raises(playwright_api.Error, match="ERR_INVALID_AUTH_CREDENTIALS"):
+        with pytest.raises(Error, match="ERR_INVALID_AUTH_CREDENTIALS"):
             context.new_page().goto("/")
     finally:
         context.close()
@@ -186,11 +187,11 @@ def test_groups_and_consumers_from_real_brokers(
 
         billing.get_by_role("link", name="billing").click()
         expect(page.locator(".crumbs")).to_contain_text("orders")
-        expect(row(page, "broker-a-c1")).to_have_count(1)  # type: ignore[attr-defined]
-        expect(row(page, "broker-a-c1").locator(".pill")).to_have_text("active")  # type: ignore[attr-defined]
+        expect(row(page, "broker-a-c1")).to_have_count(1)
+        expect(row(page, "broker-a-c1").locator(".pill")).to_have_text("active")
         # broker_consumers deals a broker's consumers onto the demo groups from its offset.
-        expect(row(page, "broker-b-c1")).to_have_count(0)  # type: ignore[attr-defined]
-        expect(row(page, HOSTILE)).to_have_count(1)  # type: ignore[attr-defined]
+        expect(row(page, "broker-b-c1")).to_have_count(0)
+        expect(row(page, HOSTILE)).to_have_count(1)
         expect(page.locator("#live")).to_have_attribute("data-state", "live")
         keep_screenshot(page, tmp_path, "dashboard-group.png")
     finally:
@@ -206,13 +207,13 @@ def test_a_killed_consumer_turns_stale_then_expired_live(
         beating(writer, "doomed-c1")
         live(page, "/group?queue=payments&group=ledger")
         doomed = row(page, "doomed-c1")
-        expect(doomed.locator(".pill")).to_have_text("active")  # type: ignore[attr-defined]
-        ages = doomed.locator("td.age")  # type: ignore[attr-defined]
+        expect(doomed.locator(".pill")).to_have_text("active")
+        ages = doomed.locator("td.age")
         nobody = page.locator('[data-total="nobody_reading"]')
         expect(nobody).to_be_hidden()
         broker.kill()
         expect(doomed).to_have_class("state-stale changed", timeout=TTL_MS + 2_000)
-        expect(doomed.locator(".pill")).to_have_text("stale")  # type: ignore[attr-defined]
+        expect(doomed.locator(".pill")).to_have_text("stale")
         expect(doomed).to_have_class("state-expired changed", timeout=TTL_MS + 2_000)
         expect(nobody).to_be_visible()
         expect(ages).to_have_text("2s ago", timeout=3_000)  # the age keeps ticking
@@ -225,10 +226,10 @@ def test_a_deregistered_consumer_disappears_live(page: Page, writer: RedisPresen
     writer.heartbeat("orders", "shipping", "leaver", 2)
     writer.heartbeat("orders", "shipping", "stayer", 1)
     live(page, "/group?queue=orders&group=shipping")
-    expect(row(page, "leaver")).to_have_count(1)  # type: ignore[attr-defined]
+    expect(row(page, "leaver")).to_have_count(1)
     writer.deregister("orders", "shipping", "leaver")
-    expect(row(page, "leaver")).to_have_count(0, timeout=3_000)  # type: ignore[attr-defined]
-    expect(row(page, "stayer")).to_have_count(1)  # type: ignore[attr-defined]
+    expect(row(page, "leaver")).to_have_count(0, timeout=3_000)
+    expect(row(page, "stayer")).to_have_count(1)
     assert same_document(page)
 
 
@@ -238,7 +239,7 @@ def test_a_hostile_name_is_shown_as_text(page: Page, writer: RedisPresenceRegist
     live(page, "/")
     expect(page.locator("#groups td.name", has_text="<b>q</b>")).to_have_count(1)
     page.get_by_role("link", name=evil_group).click()
-    expect(row(page, HOSTILE)).to_have_count(1)  # type: ignore[attr-defined]
+    expect(row(page, HOSTILE)).to_have_count(1)
     assert page.locator("#consumers td.consumer").all_inner_texts() == [HOSTILE]
     assert page.locator("main img").count() == 0
     assert page.locator("main b").count() == 0
@@ -246,7 +247,7 @@ def test_a_hostile_name_is_shown_as_text(page: Page, writer: RedisPresenceRegist
     # The script's own rendering (a refresh from JSON) keeps it text too.
     page.evaluate("window.__same_document = true")
     writer.heartbeat(evil_queue, evil_group, HOSTILE + "2", 0, now_ns=4_000_000_000_000 * MS)
-    expect(row(page, HOSTILE + "2")).to_have_count(1, timeout=8_000)  # type: ignore[attr-defined]
+    expect(row(page, HOSTILE + "2")).to_have_count(1, timeout=8_000)
     assert page.locator("main img").count() == 0
     assert same_document(page)
 
