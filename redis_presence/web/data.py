@@ -407,9 +407,12 @@ class ChangeFeed:
         except ResyncRequired as exc:
             position, resync = self._seq, str(exc)
         self._listeners += 1
-        if self._task is None or self._task.done():
-            self._task = asyncio.ensure_future(self._run())
         try:
+            if self._baseline is None:  # every change after `open` must show in a diff
+                with contextlib.suppress(PresenceError):
+                    await self.refresh()
+            if self._task is None or self._task.done():
+                self._task = asyncio.ensure_future(self._run())
             yield ("open", self.cursor(position))
             if resync is not None:
                 yield ("resync", resync)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import signal
 import socket
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -67,4 +69,16 @@ def run(config: WebConfig, sock: socket.socket, *, log_level: str = "info") -> N
             lifespan="on",
         )
     )
-    server.run(sockets=[sock])
+    # uvicorn stops on SIGINT/SIGTERM, then raises the signal again to whatever handler
+    # was there before it: a no-op here, so a stop is a clean exit (status 0).
+    stopping = (signal.SIGINT, signal.SIGTERM)
+    previous = {number: signal.signal(number, _already_stopped) for number in stopping}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _already_stopped(signum: int, frame: FrameType | None) -> None:
+    """The handler uvicorn hands a stop signal back to once it has shut down."""
