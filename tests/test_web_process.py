@@ -224,7 +224,7 @@ def test_loopback_is_the_default_and_named_hosts_are_judged() -> None:
     ).stdout
     help_text = " ".join(help_text.split())
     assert "[default: 127.0.0.1]" in help_text
-    assert "[default: 8321]" in help_text
+    assert "[default: 8321;" in help_text
 
 
 def test_serve_without_the_web_extra_says_what_to_install(tmp_path: Path) -> None:
