@@ -759,6 +759,7 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "counts": case_counts,
     "prune": case_prune,
     "memory": case_memory,
+    "web": lambda server, sizes: importlib.import_module("benchmarks.web").case_web(server, sizes),
 }
 """Every case, in the order of issue 6; the keys are the JSON's ``cases`` keys."""
 

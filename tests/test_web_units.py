@@ -290,3 +290,53 @@ def test_collector_reports_every_state_and_up() -> None:
     assert down["redis_presence_up"] == [({}, 0.0)]
     assert down["redis_presence_scrape_duration_seconds"] == [({}, 0.5)]
     assert "redis_presence_consumers" not in down
+
+
+hostile_names = st.text(
+    st.sampled_from(["a", "\\", '"', "\n", "é", "{", "}", "=", ","]), min_size=1, max_size=6
+)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            hostile_names,
+            hostile_names,
+            st.integers(0, 3),
+            st.integers(0, 3),
+            st.integers(0, 3),
+            st.one_of(st.none(), st.integers(0, 10**12)),
+        ),
+        max_size=8,
+    ),
+    st.lists(
+        st.tuples(hostile_names, hostile_names, hostile_names, st.integers(0, 10**12)), max_size=8
+    ),
+    st.booleans(),
+    st.sampled_from([None, "cannot reach Redis"]),
+    st.floats(0, 5),
+)
+def test_the_fast_exposition_is_byte_for_byte_prometheus_clients(
+    groups: list[tuple[str, str, int, int, int, int | None]],
+    consumers: list[tuple[str, str, str, int]],
+    per_consumer: bool,
+    error: str | None,
+    seconds: float,
+) -> None:
+    from redis_presence.web.data import GroupStats
+    from redis_presence.web.metrics import render_text
+
+    now = 10**12 + 5
+    reading = ScrapeReading(
+        now,
+        [GroupStats(*g) for g in groups],
+        [
+            ConsumerPresence.at(q, g, c, 0, hb, 0, now_ns=now, ttl_ms=TTL_MS)
+            for q, g, c, hb in consumers
+        ],
+        seconds,
+        TTL_MS,
+        error,
+    )
+    expected = generate_latest(registry_for(reading, per_consumer=per_consumer))
+    assert render_text(reading, per_consumer=per_consumer) == expected

@@ -692,8 +692,13 @@ class Views:
         reading = await metrics.scrape(self.service.reads, per_consumer=per_consumer)
         if reading.error:
             log.warning("scrape: Redis read failed: %s", self.service.scrub(reading.error))
-        encoder, content_type = exposition.choose_encoder(request.headers.get("accept", ""))
-        body = encoder(metrics.registry_for(reading, per_consumer=per_consumer))
+        accept = request.headers.get("accept", "")
+        if metrics.wants_openmetrics_only(accept):
+            encoder, content_type = exposition.choose_encoder(accept)
+            body = encoder(metrics.registry_for(reading, per_consumer=per_consumer))
+        else:
+            body = metrics.render_text(reading, per_consumer=per_consumer)
+            content_type = metrics.TEXT_CONTENT_TYPE
         return Response(body, media_type=None, headers={"Content-Type": content_type})
 
     async def healthz(self, request: Request) -> Response:

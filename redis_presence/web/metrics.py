@@ -8,12 +8,14 @@ gauges updated in the background would keep reporting it as it last was.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
 from redis_presence import ConsumerPresence, PresenceState
 from redis_presence.errors import PresenceError
@@ -120,6 +122,83 @@ async def scrape(data: PresenceData, *, per_consumer: bool) -> ScrapeReading:
     except PresenceError as exc:
         return ScrapeReading(0, (), (), time.perf_counter() - started, data.ttl_ms, str(exc))
     return ScrapeReading(now, groups, consumers, time.perf_counter() - started, data.ttl_ms)
+
+
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _float(value: float) -> str:
+    """A sample value exactly as prometheus_client writes it."""
+    return str(floatToGoString(value))  # type: ignore[no-untyped-call]
+
+
+@functools.lru_cache(maxsize=4096)
+def _number(value: float) -> str:
+    """`_float` of a count (few distinct values, so cached)."""
+    return _float(value)
+
+
+def _label(value: str) -> str:
+    """A label value escaped as the text format wants it (backslash, newline, quote)."""
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _head(name: str) -> str:
+    help_text = METRICS[name].replace("\\", r"\\").replace("\n", r"\n")
+    return f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"
+
+
+def render_text(reading: ScrapeReading, *, per_consumer: bool) -> bytes:
+    """The text exposition (format 0.0.4) of `PresenceCollector(reading)`, byte for byte
+    what ``prometheus_client.generate_latest`` writes for it (tested), without building a
+    `Sample` per series: at 1,000 groups that is most of a scrape's time."""
+    out = [
+        _head("redis_presence_up"),
+        f"redis_presence_up {_number(0.0 if reading.error else 1.0)}\n",
+        _head("redis_presence_scrape_duration_seconds"),
+        f"redis_presence_scrape_duration_seconds {_float(reading.seconds)}\n",
+        _head("redis_presence_ttl_seconds"),
+        f"redis_presence_ttl_seconds {_float(reading.ttl_ms / 1000)}\n",
+    ]
+    if reading.error:
+        return "".join(out).encode()
+    consumers = [_head("redis_presence_consumers")]
+    active = [_head("redis_presence_group_active")]
+    oldest = [_head("redis_presence_oldest_heartbeat_age_seconds")]
+    for stats in reading.groups:
+        names = f'group="{_label(stats.group)}",queue="{_label(stats.queue)}"'
+        series = f"redis_presence_consumers{{{names},state="
+        consumers.append(
+            f'{series}"active"}} {_number(stats.active)}\n'
+            f'{series}"stale"}} {_number(stats.stale)}\n'
+            f'{series}"expired"}} {_number(stats.expired)}\n'
+        )
+        active.append(f"redis_presence_group_active{{{names}}} {_number(stats.active)}\n")
+        if stats.oldest_heartbeat_ns is not None:
+            age = _age_s(reading.now_ns, stats.oldest_heartbeat_ns)
+            oldest.append(f"redis_presence_oldest_heartbeat_age_seconds{{{names}}} {_float(age)}\n")
+    out += consumers + active + (oldest if len(oldest) > 1 else [])
+    if per_consumer:
+        out.append(_head("redis_presence_consumer_last_seen_age_seconds"))
+        now = reading.now_ns
+        out += [
+            f'redis_presence_consumer_last_seen_age_seconds{{consumer="{_label(row.consumer)}",'
+            f'group="{_label(row.group)}",queue="{_label(row.queue)}"}} '
+            f"{_float(_age_s(now, row.last_heartbeat_ns))}\n"
+            for row in reading.consumers
+        ]
+    return "".join(out).encode()
+
+
+def wants_openmetrics_only(accept: str) -> bool:
+    """Whether a scraper accepts OpenMetrics but not the text format (Prometheus accepts
+    both, and gets the text format)."""
+    accept = accept.lower()
+    return (
+        "application/openmetrics-text" in accept
+        and "text/plain" not in accept
+        and "*/*" not in accept
+    )
 
 
 def registry_for(reading: ScrapeReading, *, per_consumer: bool) -> CollectorRegistry:
