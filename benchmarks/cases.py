@@ -18,7 +18,6 @@ from functools import partial
 from typing import Any
 
 import redis
-from redis.commands.core import Script
 from redis.utils import HIREDIS_AVAILABLE
 
 from redis_presence import RedisPresenceRegistry
@@ -135,12 +134,6 @@ class _StubClient:
 
     def get_encoder(self) -> Any:
         return self._encoder
-
-    def register_script(self, script: str) -> Script:
-        return Script(self, script)  # type: ignore[arg-type]
-
-    def evalsha(self, *args: Any) -> list[Any]:
-        return []
 
     def execute_command(self, *args: Any, **options: Any) -> list[Any]:
         return []

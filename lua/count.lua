@@ -1,6 +1,5 @@
--- count.lua: active consumers of each given group at one instant.
--- KEYS, for each group g: KEYS[2g-1] zset consumer -> heartbeat microseconds,
---                         KEYS[2g]   hash consumer -> 'registered_ns last_heartbeat_ns lease'
+-- count.lua: active consumers of each given group at one instant (a read: EVALSHA_RO runs it).
+-- KEYS: group_keys(g) of lib.lua for each group g = 1..GROUPS (the marks are not read)
 -- ARGV[1] now_ns as a decimal string, or '' for the server clock; ARGV[2] ttl_ms
 -- Returns one count per group, in KEYS order.
 -- Active <=> (now - hb) // 1 ms <= ttl <=> hb > now - (ttl + 1) ms. With microsecond scores:
@@ -10,8 +9,8 @@ local now_us, now_rest = now_parts(ARGV[1])
 local horizon = now_us - (tonumber(ARGV[2]) + 1) * 1000
 local edge = int_str(horizon)
 local counts = {}
-for g = 1, #KEYS / 2 do
-  local zset, data = KEYS[2 * g - 1], KEYS[2 * g]
+for g = 1, GROUPS do
+  local zset, data = group_keys(g)
   local n = redis.call('ZCOUNT', zset, '(' .. edge, '+inf')
   for _, consumer in ipairs(redis.call('ZRANGEBYSCORE', zset, edge, edge)) do
     local value = redis.call('HGET', data, consumer)

@@ -1,20 +1,16 @@
 -- prune.lua: remove the expired consumers of the given groups.
--- KEYS, for each group g = 1..G:
---   KEYS[3g-2] zset consumer -> heartbeat microseconds, KEYS[3g-1] hash of stored values,
---   KEYS[3g]   index mark of the group
---   KEYS[3G+1] set, the index; only when it shares the node
--- ARGV[1] now_ns as a decimal string, or '' for the server clock; ARGV[2] ttl_ms; ARGV[3] G
--- ARGV[4 .. 3+G] the index member of each group
+-- KEYS: group_keys(g) of lib.lua for each group g = 1..GROUPS, then INDEX on a standalone
+--       server
+-- ARGV[1] now_ns as a decimal string, or '' for the server clock; ARGV[2] ttl_ms
+-- ARGV[2 + g] the index member of group g
 -- Returns {removed, g...}: how many consumers went, then the numbers of the groups that are
 -- empty (emptied now or before) and that the caller must remove from the index itself (only
--- on a cluster).
+-- on a cluster, where there is no INDEX).
 -- Expired <=> (now - hb) // 1 ms > 2 ttl <=> hb <= now - (2 ttl + 1) ms: every score below
 -- the horizon, and on the horizon's microsecond those whose nanosecond rest is <= now's.
 -- Cost: O(log n) per group plus O(1) per removed consumer; kept consumers are not visited.
-local groups = tonumber(ARGV[3])
-local index = KEYS[3 * groups + 1]
-local err = expect_types(1, 3 * groups, {'zset', 'hash', 'string'})
-  or (index and expect_types(3 * groups + 1, 3 * groups + 1, {'set'}))
+local err = expect_types(1, GROUPS * KEYS_PER_GROUP, {'zset', 'hash', 'string'})
+  or (INDEX and expect_types(#KEYS, #KEYS, {'set'}))
 if err then return err end
 
 local now_us, now_rest = now_parts(ARGV[1])
@@ -22,8 +18,8 @@ local horizon = now_us - (2 * tonumber(ARGV[2]) + 1) * 1000
 local edge = int_str(horizon)
 local removed = 0
 local emptied = {}
-for g = 1, groups do
-  local zset, data, mark = KEYS[3 * g - 2], KEYS[3 * g - 1], KEYS[3 * g]
+for g = 1, GROUPS do
+  local zset, data, mark = group_keys(g)
   local doomed = redis.call('ZRANGEBYSCORE', zset, '-inf', '(' .. edge)
   for _, consumer in ipairs(redis.call('ZRANGEBYSCORE', zset, edge, edge)) do
     local value = redis.call('HGET', data, consumer)
@@ -37,11 +33,11 @@ for g = 1, groups do
   end
   removed = removed + #doomed
   -- An empty group is unlisted even when nothing expired: on a cluster, a heartbeat that
-  -- races with a deregister can leave an empty group in the index (see core.py).
+  -- races with a deregister can leave an empty group in the index (docs/index-protocol.md).
   if redis.call('EXISTS', zset) == 0 then
     redis.call('DEL', data, mark)
-    if index then
-      redis.call('SREM', index, ARGV[3 + g])
+    if INDEX then
+      redis.call('SREM', INDEX, ARGV[2 + g])
     else
       emptied[#emptied + 1] = g
     end

@@ -35,6 +35,11 @@ class PresenceReadOnlyError(PresenceError):
     """A write was sent through a read-only registry, or to a read-only replica."""
 
 
+DRIVER_ERRORS = (rx.RedisError, rx.RedisClusterException)
+"""What redis-py raises for a Redis-side failure (its cluster errors are not all `RedisError`);
+`translate` turns each into a `PresenceError`."""
+
+
 # How Redis words an ACL denial raised inside a script. Redis 7.0 replies
 # "ERR The user executing the script can't run this command or subcommand" (or "... can't
 # access at least one of the keys ..."); Redis 7.2 and later reply "NOPERM ...", which

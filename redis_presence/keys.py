@@ -4,8 +4,9 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
 `encode_name`)::
 
     P:{Q}:G:hb   zset   consumer -> last heartbeat, whole microseconds (exact as a double)
-    P:{Q}:G:c    hash   consumer -> "registered_ns last_heartbeat_ns lease_count"
-    P:{Q}:G:ix   string index mark, expires after INDEX_MARK_MS (see core.py)
+    P:{Q}:G:c    hash   consumer -> its stored value (STORED_VALUE, below)
+    P:{Q}:G:ix   string index mark, on a cluster only; expires after INDEX_MARK_MS
+                        (docs/index-protocol.md)
     P:index      set    "Q:G" for every group with at least one tracked consumer
 
 Every key of a queue carries the queue's hash tag ``{Q}``, so each per-queue script
@@ -25,6 +26,15 @@ from .validation import check_prefix
 
 INDEX_MARK_MS = 60_000
 """Lifetime of a group's index mark: how often a live group re-asserts its index entry."""
+
+STORED_VALUE = "registered_ns last_heartbeat_ns lease_count"
+"""The stored value of one consumer (a field of ``P:{Q}:G:c``): three decimal integers
+separated by single spaces, the first beat's and the last beat's instants in nanoseconds
+and the lease count. ``write_beat`` in ``lua/lib.lua`` is the only writer;
+`redis_presence.replies.stored_columns` the only reader."""
+
+STORED_FIELDS = len(STORED_VALUE.split())
+STORED_SEPARATOR = " "
 
 
 def encode_name(name: str) -> str:

@@ -9,14 +9,13 @@ from collections.abc import Iterable
 from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState, age_ms
 from .validation import (
     Beat,
+    ConsumerKey,
     check_beats,
+    check_consumer_key,
     check_lease_count,
     check_now_ns,
-    check_triple,
     check_ttl_ms,
 )
-
-_Key = tuple[str, str, str]
 
 
 def _state(now_ns: int, last_heartbeat_ns: int, ttl_ms: int) -> PresenceState:
@@ -33,7 +32,7 @@ class ConsumerPresenceRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         # (queue, group, consumer) -> [registered_at_ns, last_heartbeat_ns, lease_count]
-        self._rows: dict[_Key, tuple[int, int, int]] = {}
+        self._rows: dict[ConsumerKey, tuple[int, int, int]] = {}
 
     def heartbeat(
         self,
@@ -44,7 +43,7 @@ class ConsumerPresenceRegistry:
         now_ns: int | None = None,
     ) -> None:
         """Record or refresh one consumer; the first beat fixes `registered_at_ns`."""
-        key = check_triple(queue, group, consumer)
+        key = check_consumer_key(queue, group, consumer)
         lease = check_lease_count(lease_count)
         now = check_now_ns(now_ns)
         stamp = time.time_ns() if now is None else now
@@ -113,7 +112,7 @@ class ConsumerPresenceRegistry:
 
     def deregister(self, queue: str, group: str, consumer: str) -> bool:
         """Forget one consumer (graceful shutdown); returns whether it was tracked."""
-        key = check_triple(queue, group, consumer)
+        key = check_consumer_key(queue, group, consumer)
         with self._lock:
             return self._rows.pop(key, None) is not None
 

@@ -23,8 +23,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from .core import DRIVER_ERRORS
-from .errors import PresenceConfigError, translate
+from .errors import DRIVER_ERRORS, PresenceConfigError, translate
 
 CLUSTER_SUFFIX = "+cluster"
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")

@@ -16,6 +16,7 @@ from redis_presence import (
     PresenceState,
     RedisPresenceRegistry,
 )
+from redis_presence.scripts import script
 
 MS = 1_000_000
 T0 = 1_796_000_000_123_456_000
@@ -57,7 +58,7 @@ def test_replica_serves_reads_through_a_read_only_registry(
     reader = RedisPresenceRegistry(clients[1], read_only=True)
     assert reader.read_only is True
     # The replica's script cache starts empty: the first EVALSHA_RO meets NOSCRIPT and loads.
-    assert clients[1].script_exists(writer._scripts["count"].sha) == [False]
+    assert clients[1].script_exists(script("count").sha) == [False]
     for now in (T0, T0 + 20_000 * MS, T0 + 70_000 * MS):
         assert reader.snapshot(now_ns=now, ttl_ms=TTL) == writer.snapshot(now_ns=now, ttl_ms=TTL)
         assert reader.count_active_by_group(now_ns=now) == writer.count_active_by_group(now_ns=now)

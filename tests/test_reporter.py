@@ -32,7 +32,7 @@ from redis_presence import (
     PresenceReporter,
     RedisPresenceRegistry,
 )
-from redis_presence.core import MAX_BEATS_PER_CALL
+from redis_presence.plans import MAX_BEATS_PER_CALL
 from redis_presence.reporter import RETRY_MIN_MS, _Coalescer
 
 MS = 1_000_000
