@@ -108,8 +108,8 @@ def check_command(
     \b
     Examples:
       redis-presence check --queue orders --group billing
-      redis-presence check --queue orders --group billing --min-active 2 \\
-                           --queue emails --group sender --min-active 1
+      redis-presence check --queue orders --group billing --min-active 2
+      redis-presence check --queue orders --group billing --queue emails --group sender
       redis-presence check --queue orders --group billing --format json
     """
     wanted = pairs_of(queues, groups, minimums)
