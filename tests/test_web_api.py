@@ -14,7 +14,7 @@ from urllib.parse import quote
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
-from servers import free_port
+from servers import RedisClusterProcesses, free_port
 
 with warnings.catch_warnings():
     # Starlette 1.x prefers the httpx2 fork for its test client; httpx, the well-known
@@ -419,3 +419,23 @@ def test_the_page_embeds_no_outside_resource(
     assert "innerHTML" not in js
     assert "http://" not in js
     assert "https://" not in js
+
+
+def test_a_redis_cluster_serves_every_read(redis_cluster: RedisClusterProcesses) -> None:
+    redis_cluster.flushall()
+    node = redis_cluster.nodes[0]
+    url = f"redis+cluster://{node.host}:{node.port}"
+    writer = RedisPresenceRegistry.from_url(url)
+    try:
+        for queue in ("orders", "emails", "payments"):
+            writer.heartbeat(queue, "g", "c1", now_ns=T0)
+            writer.heartbeat(queue, "g", "c2", now_ns=T0 - 15_000 * MS)
+    finally:
+        writer.close()
+    with make_client(url) as client:  # the server's clock: TIME from a cluster node
+        assert client.get("/readyz").json()["status"] == "ready"
+        groups = client.get("/api/v1/groups").json()["groups"]
+        totals = [(g["queue"], g["active"] + g["stale"] + g["expired"]) for g in groups]
+        assert totals == [("emails", 2), ("orders", 2), ("payments", 2)]
+        assert len(client.get("/api/v1/consumers").json()["consumers"]) == 6
+        assert "redis_presence_up 1.0" in client.get("/metrics").text
