@@ -1,16 +1,25 @@
 """Every read the web service makes of the registry, in one place.
 
 Routes, the metrics collector and the live feed call only this module, so a better read
-in the library becomes a change here and nowhere else. What each read costs today:
+in the library becomes a change here and nowhere else. What each read costs today, and
+what replaces it:
 
-* `PresenceData.groups` counts every group three times in one instant (active, active or
-  stale, tracked), concurrently: `count_active_by_group()` visits groups, not consumers.
-  Becomes one `registry.groups()` call when it lands (issue 14).
-* `PresenceData.rows` reads one whole snapshot, shared by every request for
-  `read_cache_s` and read by one caller at a time (the others await it). Pages filter it
-  here. Becomes `iter_snapshot(queue=, group=)` (issue 11), reading only what a page shows.
-* `ChangeFeed` diffs successive `rows` readings while someone listens. Becomes
-  `registry.follow()` (issue 12).
+* `PresenceData.groups` (the groups page, `/api/v1/groups`, `/metrics`) counts every group
+  three times at one instant (active, active or stale, every tracked consumer), sent
+  concurrently: `count_active_by_group()` visits groups, never consumers. Becomes one
+  `registry.groups(now_ns, ttl_ms)` call (issue 14); a per-group oldest heartbeat in its
+  rows would let `/metrics` report `redis_presence_oldest_heartbeat_age_seconds` without
+  per-consumer metrics.
+* `PresenceData.rows`, read by `consumers` and `group` (the consumer pages and API) and
+  by `metrics` with per-consumer metrics on, is one whole snapshot, shared by every
+  request for `read_cache_s` and read by one caller at a time (the others await it);
+  pages filter it here. `consumers` and `group` become `iter_snapshot(queue=, group=)`
+  (issue 11), reading only the groups a page shows, and `group`'s counts
+  `count_active(queue, group)` or `groups()`.
+* `ChangeFeed` (SSE and cursor polls) diffs successive `rows` readings (`events.diff`)
+  while someone listens; `refresh`, `listen` and `poll` become `registry.follow()` and
+  `registry.changes(cursor)` (issue 12), whose cursors survive a restart, and
+  `events.WebEvent` becomes `PresenceEvent`.
 """
 
 from __future__ import annotations
