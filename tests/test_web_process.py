@@ -10,7 +10,9 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
+import httpx
 import pytest
 from servers import HOST, RedisServer, free_port
 from webservers import ROOT, ServeProcess, cli_argv, poll
@@ -245,3 +247,41 @@ def test_serve_without_the_web_extra_says_what_to_install(tmp_path: Path) -> Non
     assert done.returncode == 1
     assert "pip install 'redis-presence[web]'" in done.stderr
     assert done.stderr.count("\n") == 1
+
+
+def test_routes_names_and_the_token_over_uvicorn(redis_url: str) -> None:
+    odd = [("a/b", "c d"), ("50%", "line\ntwo"), ("é", "<img src=x onerror=alert(1)>")]
+    writer = RedisPresenceRegistry.from_url(redis_url)
+    for queue, group in odd:
+        writer.heartbeat(queue, group, "c", now_ns=NOW_NS)
+    writer.close()
+    token = "uvic0rn"
+    with ServeProcess(
+        redis_url,
+        global_options=["--now-ns", str(NOW_NS)],
+        env={"REDIS_PRESENCE_AUTH_TOKEN": token},
+        token=token,
+    ) as serve:
+        with serve.client() as client:
+            for queue, group in odd:
+                path = f"/api/v1/groups/{quote(queue, safe='')}/{quote(group, safe='')}"
+                body = client.get(path).json()
+                assert (body["group"]["queue"], body["group"]["group"]) == (queue, group)
+                page = client.get("/group", params={"queue": queue, "group": group})
+                assert page.status_code == 200
+            for path in [
+                "/",
+                "/consumers",
+                "/api/v1/consumers",
+                "/api/v1/events",
+                "/metrics",
+                "/readyz",
+            ]:
+                assert client.get(path).status_code == 200, path
+        anonymous = httpx.get(serve.base_url + "/api/v1/groups", timeout=10)
+        assert anonymous.status_code == 401
+        assert anonymous.headers.get_list("www-authenticate")
+        assert httpx.get(serve.base_url + "/healthz", timeout=10).status_code == 200
+    assert token not in serve.stderr
+    assert "%0Atwo" in serve.stderr  # the access log keeps the raw, percent-encoded path
+    assert "\ntwo" not in serve.stderr
