@@ -1,4 +1,4 @@
-"""The seven comparisons of issue 6, each measured side by side on the same server.
+"""The comparisons of issue 6 (and the CLI's startup, in `startup.py`), each measured side by side.
 
 Every case takes the running `BenchServer` and the `Sizes` of the run, and returns a
 `CaseResult`: raw samples per variant (median and p99 are derived), the targets as
@@ -35,6 +35,7 @@ from .fleet import (
     write_fleet,
 )
 from .server import BenchServer
+from .startup import case_startup
 from .stats import (
     CaseResult,
     Check,
@@ -752,9 +753,11 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "counts": case_counts,
     "prune": case_prune,
     "memory": case_memory,
+    "startup": case_startup,
     "web": lambda server, sizes: importlib.import_module("benchmarks.web").case_web(server, sizes),
 }
-"""Every case, in the order of issue 6; the keys are the JSON's ``cases`` keys."""
+"""Every case, in the order of issue 6, then the CLI's startup; the keys are the JSON's ``cases``
+keys."""
 
 
 def run_case(key: str, server: BenchServer, sizes: Sizes) -> CaseResult:

@@ -91,7 +91,7 @@ class RawPresence:
         """KEYS and ARGV of ``lua/heartbeat.lua`` (one beat, standalone server)."""
         gk = self.keys.group(queue, group)
         now = "" if now_ns is None else str(now_ns)
-        return [gk.hb, gk.data, gk.mark, self.keys.index], [now, consumer, lease, gk.member]
+        return [gk.hb, gk.data, gk.mark, self.keys.groups], [now, consumer, lease]
 
     def heartbeat_args(
         self, beats: Sequence[Beat], now_ns: int | None, delay_us: int = 0
@@ -108,19 +108,17 @@ class RawPresence:
                 gk = space.group(queue, group)
                 keys += (gk.hb, gk.data, gk.mark)
             tail += (number, consumer, lease, delay_us)
-        keys.append(space.index)
-        members = [space.group(q, g).member for q, g in numbers]
+        keys.append(space.groups)
         now = "" if now_ns is None else str(now_ns)
-        return keys, [now, 60_000, *members, *tail]
+        return keys, [now, 60_000, *tail]
 
     def transfer(self, *, transaction: bool = False) -> list[Any]:
-        """Every group's hash, fetched with SMEMBERS and pipelined HGETALLs (in one MULTI/EXEC
-        with `transaction`): no decoding."""
-        space = self.keys
-        members: set[bytes] = self.client.smembers(space.index)  # type: ignore[assignment]
+        """Every group's hash, fetched with one ZRANGE of the index and pipelined HGETALLs
+        (in one MULTI/EXEC with `transaction`): no decoding, no bound on any command."""
+        members: list[bytes] = self.client.zrange(self.keys.groups, 0, -1)  # type: ignore[assignment]
         pipe = self.client.pipeline(transaction=transaction)
         for member in members:
-            pipe.hgetall(space.from_member(member).data)
+            pipe.hgetall(member)
         return pipe.execute()
 
 

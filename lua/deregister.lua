@@ -1,11 +1,11 @@
 -- deregister.lua: forget one consumer (graceful shutdown).
 -- KEYS: group_keys(1) of lib.lua (sorted set, hash, index mark), then INDEX on a
 --       standalone server
--- ARGV[1] consumer, ARGV[2] the group's index member
+-- ARGV[1] consumer
 -- Returns {existed (0/1), emptied (0/1)}; emptied = 1 asks the caller to remove the group
 -- from the index itself (only on a cluster, where there is no INDEX).
 local err = expect_types(1, KEYS_PER_GROUP, {'zset', 'hash', 'string'})
-  or (INDEX and expect_types(#KEYS, #KEYS, {'set'}))
+  or (INDEX and expect_types(#KEYS, #KEYS, {'zset'}))
 if err then return err end
 
 local zset, data, mark = group_keys(1)
@@ -15,7 +15,7 @@ local emptied = 0
 if existed == 1 and redis.call('EXISTS', zset) == 0 then
   redis.call('DEL', data, mark)
   if INDEX then
-    redis.call('SREM', INDEX, ARGV[2])
+    redis.call('ZREM', INDEX, data)
   else
     emptied = 1
   end

@@ -4,18 +4,18 @@
 --       standalone server
 -- ARGV[1] now_ns as a decimal string, or '' for the server clock (TIME)
 -- ARGV[2] consumer, ARGV[3] lease_count
--- ARGV[4] standalone: the group's index member; cluster: the lifetime of an index mark (ms)
+-- ARGV[4] cluster only: the lifetime of an index mark in milliseconds
 -- Returns 1 when the caller must add the group to the index itself (cluster, no mark), else 0.
 --
--- A key of another type is refused before anything is written: SISMEMBER (or TYPE, for a
+-- A key of another type is refused before anything is written: ZSCORE (or TYPE, for a
 -- mark) checks the index, then write_beat the hash and the sorted set. On a standalone
 -- server the group is listed in the same call whenever it is not, so a deleted index heals
 -- with the next beat of each group.
-local _, _, mark = group_keys(1)
+local _, data, mark = group_keys(1)
 local listed
 if INDEX then
-  listed = redis.pcall('SISMEMBER', INDEX, ARGV[4])
-  if type(listed) == 'table' then return failed(listed, #KEYS, 'set') end
+  listed = redis.pcall('ZSCORE', INDEX, data)
+  if type(listed) == 'table' then return failed(listed, #KEYS, 'zset') end
 else
   listed = redis.call('TYPE', mark)['ok']
   if listed ~= 'none' and listed ~= 'string' then return refuse(3, 'string') end
@@ -26,7 +26,7 @@ local err = write_beat(1, ARGV[2], us, stamp, ARGV[3])
 if err then return err end
 
 if INDEX then
-  if listed == 0 then redis.call('SADD', INDEX, ARGV[4]) end
+  if not listed then redis.call('ZADD', INDEX, 0, data) end
 elseif listed == 'none' then
   redis.call('SET', mark, '1', 'PX', ARGV[4])
   return 1

@@ -5,7 +5,6 @@
 --       server
 -- ARGV[1] now_ns as a decimal string, or '' for the server clock (TIME)
 -- ARGV[2] lifetime of an index mark in milliseconds (used on a cluster only)
--- ARGV[3 .. 2+GROUPS] the index member of each group
 -- then one 4-tuple per beat: group number, consumer, lease_count, delay_us
 --   (delay_us: how long before now the beat happened; the beat is stamped now - delay)
 -- Returns the numbers of the groups the caller must add to the index itself (only on a
@@ -17,9 +16,9 @@
 -- (Redis refuses a command on a key of another type before it writes). Every other group's
 -- sorted set and hash get one TYPE each first.
 local mark_ms = ARGV[2]
-local first = 3 + GROUPS  -- ARGV position of the first beat
+local first = 3  -- ARGV position of the first beat
 if INDEX then
-  local err = expect_types(#KEYS, #KEYS, {'set'})
+  local err = expect_types(#KEYS, #KEYS, {'zset'})
   if err then return err end
 end
 local marked = {}
@@ -49,9 +48,15 @@ for i = first, #ARGV, 4 do
   if err then return err end
 end
 
--- Standalone: list every group of the batch (SADD is idempotent, and heals a deleted index).
+-- Standalone: list every group of the batch (idempotent, and heals a deleted index).
 if INDEX then
-  redis.call('SADD', INDEX, unpack(ARGV, 3, 2 + GROUPS))
+  local members = {}
+  for g = 1, GROUPS do
+    local _, data = group_keys(g)
+    members[#members + 1] = 0
+    members[#members + 1] = data
+  end
+  redis.call('ZADD', INDEX, unpack(members))
   return {}
 end
 local missing = {}

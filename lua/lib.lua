@@ -1,10 +1,10 @@
 -- lib.lua: helpers prepended to every operation script by redis_presence/scripts.py.
 --
 -- KEYS, in every script: three keys per group, group_keys(g) for g = 1..GROUPS (its sorted
--- set of heartbeats, its hash of stored values, its index mark), and, in a write script on a
--- standalone server only, the index set last (INDEX). A script runs on a Redis Cluster
--- exactly when it receives no INDEX: the index lives in another slot there, and the caller
--- maintains it (docs/index-protocol.md).
+-- set of heartbeats, its hash of stored values, its index mark), and, on a standalone server
+-- only, the index last (INDEX: a sorted set whose members, all of score 0, are the groups'
+-- hash keys). A script runs on a Redis Cluster exactly when it receives no INDEX: the index
+-- lives in another slot there, and the caller maintains it (docs/index-protocol.md).
 --
 -- Timestamps never pass through a double above 2^53: a nanosecond timestamp is split into
 -- whole microseconds (exact as a double and as a sorted-set score) and the 0..999 ns rest.

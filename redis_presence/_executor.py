@@ -31,7 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .errors import translate
-from .plans import Command, Plan, Planner, Request, ScriptCall, Transaction
+from .plans import Command, Limits, Plan, Planner, Request, ScriptCall
 
 T = TypeVar("T")
 
@@ -75,8 +75,6 @@ def routing_key(request: Request) -> Any:
     cluster client routes itself (``SCRIPT LOAD`` to every primary)."""
     if isinstance(request, ScriptCall):
         return request.first_key
-    if isinstance(request, Transaction):
-        return routing_key(request.commands[0])
     if request.node_key is not None:
         return request.node_key
     return None if request.name in KEYLESS or not request.args else request.args[0]
@@ -84,7 +82,7 @@ def routing_key(request: Request) -> Any:
 
 Routes = tuple[list[tuple[Any, list[int]]], list[int]]
 """A cluster batch's positions per node (each node's requests go in one pipeline), and the
-positions sent on their own through the cluster client (transactions, keyless commands)."""
+positions sent on their own through the cluster client (keyless commands)."""
 
 
 def by_node(client: Any, batch: Sequence[Request]) -> Routes:
@@ -92,7 +90,7 @@ def by_node(client: Any, batch: Sequence[Request]) -> Routes:
     nodes: dict[str, tuple[Any, list[int]]] = {}
     alone: list[int] = []
     for i, request in enumerate(batch):
-        key = None if isinstance(request, Transaction) else routing_key(request)
+        key = routing_key(request)
         if key is None:
             alone.append(i)
             continue
@@ -146,14 +144,11 @@ def after_noscript(batch: Sequence[Request], replies: Sequence[Any]) -> Retry | 
 
 
 def raise_first_error(replies: Sequence[Any]) -> list[Any]:
-    """The replies, once none of them (nor any inside a transaction's) is an error reply;
-    else the first one is raised as a `PresenceError`."""
+    """The replies, once none of them is an error reply; else the first one is raised as a
+    `PresenceError`."""
     for reply in replies:
-        error = reply if isinstance(reply, Exception) else None
-        if error is None and isinstance(reply, list):
-            error = next((item for item in reply if isinstance(item, Exception)), None)
-        if error is not None:
-            raise translate(error) from error
+        if isinstance(reply, Exception):
+            raise translate(reply) from reply
     return list(replies)
 
 
@@ -212,13 +207,26 @@ class Executor:
     subclass's ``execute`` runs them.
     """
 
-    def __init__(self, client: Any, *, prefix: str = "presence", read_only: bool = False) -> None:
+    packs = False
+    """Whether this registry sends a single beat's prebuilt RESP itself (`Single.packed`)."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = "presence",
+        read_only: bool = False,
+        limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
+    ) -> None:
         get_encoder = getattr(client, "get_encoder", None)
+        clustered = is_cluster_client(client)
         self.plans = Planner(
             prefix,
-            clustered=is_cluster_client(client),
+            clustered=clustered,
             read_only=read_only,
             encode=get_encoder().encode if get_encoder is not None else None,
+            packed=self.packs and not clustered and hasattr(client, "connection_pool"),
+            limits=limits,
         )
         self._client = client
         self._owns_client = False

@@ -7,7 +7,7 @@ It shares its planner, scripts, routing, NOSCRIPT reload and error translation w
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -24,7 +24,7 @@ from ._executor import (
 )
 from .errors import DRIVER_ERRORS, translate
 from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
-from .plans import Command, Plan, Request, ScriptCall, Single, Transaction
+from .plans import Limits, Plan, Request, RowStream, Single
 from .urls import open_async_client
 from .validation import Beat
 
@@ -46,11 +46,18 @@ class AsyncRedisPresenceRegistry(Executor):
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "presence", read_only: bool = False, **redis_kwargs: Any
+        cls,
+        url: str,
+        *,
+        prefix: str = "presence",
+        read_only: bool = False,
+        limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
+        **redis_kwargs: Any,
     ) -> AsyncRedisPresenceRegistry:
         """A registry on a new asyncio client for `url` (the schemes of
         `RedisPresenceRegistry.from_url`); `aclose` closes that client."""
-        registry = cls(open_async_client(url, **redis_kwargs), prefix=prefix, read_only=read_only)
+        client = open_async_client(url, **redis_kwargs)
+        registry = cls(client, prefix=prefix, read_only=read_only, limits=limits)
         registry._owns_client = True
         return registry
 
@@ -73,26 +80,72 @@ class AsyncRedisPresenceRegistry(Executor):
         return await self.execute(self.plans.heartbeat_many(beats, now_ns))
 
     async def snapshot(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
     ) -> list[ConsumerPresence]:
-        """Every tracked consumer, ordered by `(queue, group, consumer)`, expired ones too."""
-        return await self.execute(self.plans.snapshot(now_ns, ttl_ms))
+        """Every tracked consumer (of one queue, or one group), ordered by `(queue, group,
+        consumer)`, expired ones too."""
+        return await self.execute(self.plans.snapshot(now_ns, ttl_ms, queue=queue, group=group))
+
+    def iter_snapshot(
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> AsyncIterator[ConsumerPresence]:
+        """The rows of `snapshot` as an async iterator (``async for``), group by group as
+        they are read, holding one chunk at a time."""
+        return self.stream(self.plans.iter_snapshot(now_ns, ttl_ms, queue=queue, group=group))
 
     async def count_active_by_group(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
     ) -> dict[tuple[str, str], int]:
         """Active consumers per `(queue, group)`; groups without one have no key."""
-        return await self.execute(self.plans.count_active_by_group(now_ns, ttl_ms))
+        return await self.execute(
+            self.plans.count_active_by_group(now_ns, ttl_ms, queue=queue, group=group)
+        )
+
+    async def count_active(
+        self,
+        queue: str,
+        group: str,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+    ) -> int:
+        """Active consumers of one group (0 when it has none)."""
+        return await self.execute(self.plans.count_active(queue, group, now_ns, ttl_ms))
 
     async def prune_expired(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
     ) -> int:
         """Remove exactly the consumers `snapshot` would call expired; returns how many."""
-        return await self.execute(self.plans.prune_expired(now_ns, ttl_ms))
+        return await self.execute(
+            self.plans.prune_expired(now_ns, ttl_ms, queue=queue, group=group)
+        )
 
     async def deregister(self, queue: str, group: str, consumer: str) -> bool:
         """Forget one consumer (graceful shutdown); returns whether it was tracked."""
         return await self.execute(self.plans.deregister(queue, group, consumer))
+
+    async def migrate(self) -> int:
+        """Move the index of release 0.1 into this release's (see `Planner.migrate`)."""
+        return await self.execute(self.plans.migrate())
 
     async def size(self) -> int:
         """How many consumers are tracked, in every state (the sync registry's ``len()``)."""
@@ -132,6 +185,16 @@ class AsyncRedisPresenceRegistry(Executor):
             run.feed(await self._transport(run.batch))
         return run.result  # type: ignore[return-value]
 
+    async def stream(self, stream: RowStream) -> AsyncIterator[ConsumerPresence]:
+        """Run a streaming read, handing out each group's rows as soon as they are read."""
+        run = Run(stream.plan)
+        while run.batch is not None:
+            run.feed(await self._transport(run.batch))
+            for _, rows in stream.groups:
+                for row in rows:
+                    yield row
+            stream.groups.clear()
+
     async def _transport(self, batch: list[Request]) -> list[Any]:
         """`_send`, with a failed connection raised as a `PresenceError`."""
         try:
@@ -141,28 +204,26 @@ class AsyncRedisPresenceRegistry(Executor):
 
     async def _send(self, batch: list[Request]) -> list[Any]:
         """Send a batch: one request on its own, several in one pipeline; on a cluster one
-        pipeline per node, the nodes (and transactions) concurrently."""
+        pipeline per node, the nodes concurrently."""
         if self.clustered:
             await self._client.initialize()  # the slot map, before it is first used
         if len(batch) == 1:
             return [await self._one(batch[0])]
         if not self.clustered:
-            if any(isinstance(request, Transaction) for request in batch):
-                return list(await asyncio.gather(*(self._one(request) for request in batch)))
-            return await self._pipeline(batch)  # type: ignore[arg-type]
-        nodes, lone = by_node(self._client, batch)
+            return await self._pipeline(batch)
+        nodes, alone = by_node(self._client, batch)
         answers = await asyncio.gather(
             *(
                 self._node_pipeline(node, [batch[i] for i in positions])
                 for node, positions in nodes
             ),
-            *(self._one(batch[i]) for i in lone),
+            *(self._one(batch[i]) for i in alone),
         )
         replies: list[Any] = [None] * len(batch)
         for (_, positions), part in zip(nodes, answers, strict=False):
             for i, reply in zip(positions, part, strict=True):
                 replies[i] = reply
-        for i, reply in zip(lone, answers[len(nodes) :], strict=True):
+        for i, reply in zip(alone, answers[len(nodes) :], strict=True):
             replies[i] = reply
         # Not run (the slot moved, the node failed): the cluster client sends them again.
         again = [i for i, reply in enumerate(replies) if isinstance(reply, RESEND)]
@@ -171,10 +232,8 @@ class AsyncRedisPresenceRegistry(Executor):
             replies[i] = reply
         return replies
 
-    async def _pipeline(
-        self, batch: Sequence[ScriptCall | Command], *, transaction: bool = False
-    ) -> list[Any]:
-        pipe = self._client.pipeline(transaction=transaction)
+    async def _pipeline(self, batch: Sequence[Request]) -> list[Any]:
+        pipe = self._client.pipeline(transaction=False)
         for request in batch:
             pipe.execute_command(*command_args(request))
         return list(await pipe.execute(raise_on_error=False))
@@ -183,10 +242,7 @@ class AsyncRedisPresenceRegistry(Executor):
     async def _node_pipeline(node: Any, batch: list[Request]) -> list[Any]:
         """One plain pipeline on one cluster node (the cluster's own pipeline refuses
         ``EVALSHA``); a failed connection fails every request of it."""
-        commands = [
-            PipelineCommand(i, *command_args(request))  # type: ignore[arg-type]
-            for i, request in enumerate(batch)
-        ]
+        commands = [PipelineCommand(i, *command_args(request)) for i, request in enumerate(batch)]
         try:
             await node.execute_pipeline(commands)
         except RESEND as exc:
@@ -195,8 +251,6 @@ class AsyncRedisPresenceRegistry(Executor):
 
     async def _one(self, request: Request) -> Any:
         try:
-            if isinstance(request, Transaction):
-                return await self._pipeline(request.commands, transaction=True)
             args, options = single(self._client, request, self.clustered)
             return await self._client.execute_command(*args, **options)
         except REPLY_ERRORS as exc:

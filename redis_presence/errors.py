@@ -61,12 +61,29 @@ def _is_acl_denial(exc: Exception) -> bool:
     )
 
 
+# How Redis (and redis-py) word a refused login: no password given (NOAUTH, or HELLO before
+# AUTH with RESP3), or a wrong user name or password (WRONGPASS).
+_NO_PASSWORD = ("NOAUTH", "Authentication required", "HELLO must be called with the client")
+_WRONG_PASSWORD = ("WRONGPASS", "invalid username-password pair")
+
+
+def _refusal(exc: Exception) -> str:
+    message = str(exc)
+    if any(words in message for words in _NO_PASSWORD):
+        return "Redis refused access: it requires a password (NOAUTH)"
+    if any(words in message for words in _WRONG_PASSWORD):
+        return (
+            "Redis refused access: wrong user name or password, or the user is disabled (WRONGPASS)"
+        )
+    return f"Redis refused access: {exc}"
+
+
 def translate(exc: Exception) -> PresenceError:
     """The package's exception for a redis-py error (the caller chains the original)."""
     if isinstance(exc, PresenceError):
         return exc
     if _is_acl_denial(exc):
-        return PresenceAuthError(f"Redis refused access: {exc}")
+        return PresenceAuthError(_refusal(exc))
     if isinstance(exc, rx.RedisClusterException) and "cannot be connected" in str(exc):
         return PresenceConnectionError(f"cannot reach the Redis Cluster: {exc}")
     if isinstance(exc, rx.ConnectionError | rx.TimeoutError | rx.MasterDownError):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -17,7 +18,7 @@ from ._executor import (
 )
 from .errors import DRIVER_ERRORS, translate
 from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
-from .plans import Command, Plan, Request, ScriptCall, Single, Transaction
+from .plans import Limits, Plan, Request, RowStream, Single
 from .urls import open_client
 from .validation import Beat
 
@@ -39,16 +40,25 @@ class RedisPresenceRegistry(Executor):
     ``EVALSHA_RO`` (Redis 7+) and every write raises `PresenceReadOnlyError`.
 
     Every method builds a plan with `plans` and runs it with `execute`; so can your code,
-    to compose operations (the reporters do).
+    to compose operations (the reporters do). `limits` bounds what one command may do.
     """
+
+    packs = True
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "presence", read_only: bool = False, **redis_kwargs: Any
+        cls,
+        url: str,
+        *,
+        prefix: str = "presence",
+        read_only: bool = False,
+        limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
+        **redis_kwargs: Any,
     ) -> RedisPresenceRegistry:
         """A registry on a new client for `url`: ``redis://``, ``rediss://``, ``unix://``,
         or ``redis+cluster://`` / ``rediss+cluster://`` for a Redis Cluster."""
-        registry = cls(open_client(url, **redis_kwargs), prefix=prefix, read_only=read_only)
+        client = open_client(url, **redis_kwargs)
+        registry = cls(client, prefix=prefix, read_only=read_only, limits=limits)
         registry._owns_client = True
         return registry
 
@@ -71,26 +81,70 @@ class RedisPresenceRegistry(Executor):
         return self.execute(self.plans.heartbeat_many(beats, now_ns))
 
     def snapshot(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
     ) -> list[ConsumerPresence]:
-        """Every tracked consumer, ordered by `(queue, group, consumer)`, expired ones too."""
-        return self.execute(self.plans.snapshot(now_ns, ttl_ms))
+        """Every tracked consumer (of one queue, or one group), ordered by `(queue, group,
+        consumer)`, expired ones too."""
+        return self.execute(self.plans.snapshot(now_ns, ttl_ms, queue=queue, group=group))
+
+    def iter_snapshot(
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> Iterator[ConsumerPresence]:
+        """The rows of `snapshot`, group by group as they are read, holding one chunk at a
+        time (see `Planner.iter_snapshot`); groups come in the index's order."""
+        return self.stream(self.plans.iter_snapshot(now_ns, ttl_ms, queue=queue, group=group))
 
     def count_active_by_group(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
     ) -> dict[tuple[str, str], int]:
         """Active consumers per `(queue, group)`; groups without one have no key."""
-        return self.execute(self.plans.count_active_by_group(now_ns, ttl_ms))
+        return self.execute(
+            self.plans.count_active_by_group(now_ns, ttl_ms, queue=queue, group=group)
+        )
+
+    def count_active(
+        self,
+        queue: str,
+        group: str,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+    ) -> int:
+        """Active consumers of one group (0 when it has none)."""
+        return self.execute(self.plans.count_active(queue, group, now_ns, ttl_ms))
 
     def prune_expired(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
     ) -> int:
         """Remove exactly the consumers `snapshot` would call expired; returns how many."""
-        return self.execute(self.plans.prune_expired(now_ns, ttl_ms))
+        return self.execute(self.plans.prune_expired(now_ns, ttl_ms, queue=queue, group=group))
 
     def deregister(self, queue: str, group: str, consumer: str) -> bool:
         """Forget one consumer (graceful shutdown); returns whether it was tracked."""
         return self.execute(self.plans.deregister(queue, group, consumer))
+
+    def migrate(self) -> int:
+        """Move the index of release 0.1 into this release's (see `Planner.migrate`)."""
+        return self.execute(self.plans.migrate())
 
     def __len__(self) -> int:
         return self.execute(self.plans.size())
@@ -123,7 +177,7 @@ class RedisPresenceRegistry(Executor):
         """
         if type(plan) is Single:  # one script call, sent directly: no generator to step
             try:
-                return plan.then(self._client.execute_command(*plan.args))  # type: ignore[no-any-return]
+                return plan.then(self._send_single(plan))  # type: ignore[no-any-return]
             except DRIVER_ERRORS as exc:
                 run = Run(plan, answered=[exc])
         else:
@@ -131,6 +185,15 @@ class RedisPresenceRegistry(Executor):
         while run.batch is not None:
             run.feed(self._transport(run.batch))
         return run.result  # type: ignore[return-value]
+
+    def stream(self, stream: RowStream) -> Iterator[ConsumerPresence]:
+        """Run a streaming read, handing out each group's rows as soon as they are read."""
+        run = Run(stream.plan)
+        while run.batch is not None:
+            run.feed(self._transport(run.batch))
+            for _, rows in stream.groups:
+                yield from rows
+            stream.groups.clear()
 
     def _transport(self, batch: list[Request]) -> list[Any]:
         """`_send`, with a failed connection raised as a `PresenceError`."""
@@ -145,9 +208,7 @@ class RedisPresenceRegistry(Executor):
         if len(batch) == 1:
             return [self._one(batch[0])]
         if not self.clustered:
-            if any(isinstance(request, Transaction) for request in batch):
-                return [self._one(request) for request in batch]
-            return self._pipeline(self._client, batch)  # type: ignore[arg-type]
+            return self._pipeline(self._client, batch)
         replies: list[Any] = [None] * len(batch)
         nodes, alone = by_node(self._client, batch)
         for i in alone:
@@ -156,7 +217,7 @@ class RedisPresenceRegistry(Executor):
             connection = self._client.get_redis_connection(node)
             part = [batch[i] for i in positions]
             try:
-                answers = self._pipeline(connection, part)  # type: ignore[arg-type]
+                answers = self._pipeline(connection, part)
             except RESEND as exc:
                 answers = [exc] * len(part)
             for i, reply in zip(positions, answers, strict=True):
@@ -165,19 +226,51 @@ class RedisPresenceRegistry(Executor):
         return replies
 
     @staticmethod
-    def _pipeline(
-        client: Any, batch: Sequence[ScriptCall | Command], *, transaction: bool = False
-    ) -> list[Any]:
-        pipe = client.pipeline(transaction=transaction)
+    def _pipeline(client: Any, batch: Sequence[Request]) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
         for request in batch:
             pipe.execute_command(*command_args(request))
         return list(pipe.execute(raise_on_error=False))
 
     def _one(self, request: Request) -> Any:
         try:
-            if isinstance(request, Transaction):
-                return self._pipeline(self._client, request.commands, transaction=True)
             args, options = single(self._client, request, self.clustered)
             return self._client.execute_command(*args, **options)
         except REPLY_ERRORS as exc:
             return exc
+
+    def _send_single(self, plan: Single[Any]) -> Any:
+        """A single beat: its prebuilt RESP written to a pooled connection and the reply
+        read back, under the client's own retry policy; else through ``execute_command``."""
+        if plan.packed is None:
+            return self._client.execute_command(*plan.args)
+        client = self._client
+        connection = client.connection  # a single_connection_client's one connection
+        if connection is not None:
+            with getattr(client, "single_connection_lock", None) or nullcontext():
+                return _round_trip(connection, plan.packed)
+        pool = client.connection_pool
+        connection = _checkout(pool)
+        try:
+            return _round_trip(connection, plan.packed)
+        finally:
+            pool.release(connection)
+
+
+def _checkout(pool: Any) -> Any:
+    """A connection from `pool` (redis-py before 5.3 names the command to get one)."""
+    try:
+        return pool.get_connection()
+    except TypeError:
+        return pool.get_connection("EVALSHA")
+
+
+def _round_trip(connection: Any, packed: bytes) -> Any:
+    """Write one packed command and read its reply, retried as the connection's `retry`
+    says (a broken connection is closed before the next attempt, as redis-py does)."""
+
+    def attempt() -> Any:
+        connection.send_packed_command([packed])
+        return connection.read_response()
+
+    return connection.retry.call_with_retry(attempt, lambda error: connection.disconnect())

@@ -21,6 +21,19 @@ def server_now_ns(seconds: bytes | str | int, micros: bytes | str | int) -> int:
     return (int(seconds) * 1_000_000 + int(micros)) * 1_000
 
 
+def stored_heartbeat_ns(keys: GroupKeys, value: Any) -> int:
+    """The last heartbeat (nanoseconds) of one stored value; a foreign value is a data error."""
+    fields = value.split()
+    try:
+        if len(fields) != STORED_FIELDS:
+            raise ValueError
+        return int(fields[1])
+    except ValueError:
+        raise PresenceDataError(
+            f"{keys.data} holds a value this package did not write: {value!r:.80}"
+        ) from None
+
+
 def stored_columns(keys: GroupKeys, reply: Any) -> Columns:
     """The consumers of one group, sorted by name, as columns, from its HGETALL reply (a
     mapping, or the flat ``[consumer, stored, ...]``; bytes, or str from a

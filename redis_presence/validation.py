@@ -99,6 +99,11 @@ def check_prefix(value: Any) -> str:
     return value
 
 
+def check_filter(argument: str, value: Any) -> str | None:
+    """A read's optional `queue` / `group` filter: None (every one) or a valid name."""
+    return None if value is None else check_name(argument, value)
+
+
 def check_consumer_key(queue: Any, group: Any, consumer: Any) -> ConsumerKey:
     """Validate the identity of one consumer."""
     return (
@@ -161,6 +166,7 @@ __all__ = [
     "check_beats",
     "check_consumer_key",
     "check_delayed_beats",
+    "check_filter",
     "check_lease_count",
     "check_name",
     "check_now_ns",

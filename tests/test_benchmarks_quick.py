@@ -12,7 +12,17 @@ import pytest
 from servers import need_binary
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ("heartbeat", "batched", "coalescing", "snapshot", "counts", "prune", "memory", "web")
+CASES = (
+    "heartbeat",
+    "batched",
+    "coalescing",
+    "snapshot",
+    "counts",
+    "prune",
+    "memory",
+    "startup",
+    "web",
+)
 
 
 def _has(module: str) -> bool:

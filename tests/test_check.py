@@ -140,7 +140,7 @@ def test_exit_4_when_redis_refuses_the_password(make_redis_server: MakeRedisServ
 def test_exit_5_when_the_prefix_holds_foreign_data(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
-    redis_client.rpush("presence:index", "not-a-set")
+    redis_client.rpush("presence:{q}:g:hb", "not-a-sorted-set")  # the group's own key
     done = check(redis_url, "--queue", "q", "--group", "g")
     assert done.returncode == 5
     assert "WRONGTYPE" in done.stderr
@@ -150,5 +150,5 @@ def test_check_reads_no_consumer(redis_client: redis.Redis, fleet: str) -> None:
     redis_client.config_resetstat()
     assert check(fleet, "--queue", "orders", "--group", "billing").returncode == 0
     commands = {name.removeprefix("cmdstat_") for name in redis_client.info("commandstats")}
-    assert "hgetall" not in commands  # no snapshot: counts only
-    assert commands & {"evalsha", "evalsha_ro", "eval"}
+    assert "zcount" in commands  # the named group's count ...
+    assert not commands & {"hgetall", "hscan", "zrangebylex", "smembers", "scan"}  # ... alone

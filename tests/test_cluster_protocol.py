@@ -136,9 +136,11 @@ class Runner:
         gk = keys.group(Q, G)
         where = f"{scenario.name}, order {''.join(order)}"
         if self.client.zcard(gk.hb):
-            assert self.client.sismember(keys.index, gk.member), f"live group unlisted: {where}"
+            score = self.client.zscore(keys.groups, gk.member)
+            assert score is not None, f"live group unlisted: {where}"
         registry.prune_expired(now_ns=T0, ttl_ms=TTL_MS)
-        listed = {keys.from_member(m) for m in self.client.smembers(keys.index)}
+        members: list[bytes] = self.client.zrange(keys.groups, 0, -1)  # type: ignore[assignment]
+        listed = {keys.from_member(m) for m in members}
         alive = {gk} if self.client.zcard(gk.hb) else set()
         assert listed == alive, f"index {listed} != non-empty groups {alive}: {where}"
         assert self.client.exists(gk.hb, gk.data, gk.mark) == (3 if alive else 0), where
@@ -166,7 +168,7 @@ class NoRecheckPlanner(Planner):
     """The protocol without step 2's re-check: SREM and hope."""
 
     def _unlist(self, groups: list[GroupKeys]) -> Plan[None]:
-        yield [Command("SREM", (self.keys.index, *(gk.member for gk in groups)))]
+        yield [Command("ZREM", (self.keys.groups, *(gk.member for gk in groups)))]
 
 
 def test_the_exploration_finds_the_race_the_recheck_prevents(

@@ -62,15 +62,15 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
         keys = (
             (gk.hb, gk.data, gk.mark)
             if clustered
-            else (gk.hb, gk.data, gk.mark, planner.keys.index)
+            else (gk.hb, gk.data, gk.mark, planner.keys.groups)
         )
-        tail = (INDEX_MARK_MS,) if clustered else (gk.member,)
+        tail = (INDEX_MARK_MS,) if clustered else ()
         expected = ("EVALSHA", sha, len(keys), *keys, now_arg, consumer, lease, *tail)
         # The same bytes on the wire: what the client would encode, some of it done already.
         assert [encode(arg) for arg in call.args] == [encode(arg) for arg in expected]
         if clustered:
             # A reply of 1 (a group without a mark) makes the plan list the group.
-            assert plan.send([1]) == [Command("SADD", (planner.keys.index, gk.member))]
+            assert plan.send([1]) == [Command("ZADD", (planner.keys.groups, 0, gk.member))]
             with pytest.raises(StopIteration):
                 plan.send([1])
         else:

@@ -18,7 +18,7 @@ from servers import HOST, RedisServer, free_port
 from webservers import ROOT, ServeProcess, cli_argv, poll
 
 from redis_presence import RedisPresenceRegistry
-from redis_presence.cli.serve import is_loopback
+from redis_presence.cli.commands.serve import is_loopback
 
 MS = 1_000_000
 NOW_NS = 1_800_000_000_000 * MS

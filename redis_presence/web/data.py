@@ -10,12 +10,12 @@ what replaces it:
   `registry.groups(now_ns, ttl_ms)` call (issue 14); a per-group oldest heartbeat in its
   rows would let `/metrics` report `redis_presence_oldest_heartbeat_age_seconds` without
   per-consumer metrics.
-* `PresenceData.rows`, read by `consumers` and `group` (the consumer pages and API) and
-  by `metrics` with per-consumer metrics on, is one whole snapshot, shared by every
-  request for `read_cache_s` and read by one caller at a time (the others await it);
-  pages filter it here. `consumers` and `group` become `iter_snapshot(queue=, group=)`
-  (issue 11), reading only the groups a page shows, and `group`'s counts
-  `count_active(queue, group)` or `groups()`.
+* `PresenceData.group` and `consumers` with a queue (the group page, filtered consumer
+  lists and API) read `snapshot(queue=, group=)`: the library reads that queue's or that
+  group's keys alone, so they cost what they return. Without a queue (the fleet-wide
+  consumer list, a name search) and for `metrics` with per-consumer metrics on,
+  `PresenceData.rows` is one whole snapshot, shared by every request for `read_cache_s`
+  and read by one caller at a time (the others await it); pages filter it here.
 * `ChangeFeed` (SSE and cursor polls) diffs successive `rows` readings (`events.diff`)
   while someone listens; `refresh`, `listen` and `poll` become `registry.follow()` and
   `registry.changes(cursor)` (issue 12), whose cursors survive a restart, and
@@ -217,11 +217,22 @@ class PresenceData:
         rows = await self.registry.snapshot(now_ns=now, ttl_ms=self.ttl_ms)
         return Reading(next(self._serials), now, rows)
 
+    async def _selected(self, queue: str | None, group: str | None) -> Reading:
+        """The consumers of one queue (or one group): read by the library from that part of
+        the index alone, fresh each time; the whole fleet comes from the shared snapshot."""
+        if queue is None:
+            return await self.rows()
+        now = await self.now_ns()
+        rows = await self.registry.snapshot(
+            now_ns=now, ttl_ms=self.ttl_ms, queue=queue, group=group
+        )
+        return Reading(0, now, rows)
+
     async def consumers(
         self, where: ConsumerFilter, *, cursor: Cursor | None, limit: int
     ) -> tuple[int, Page]:
         """One page of consumers matching `where`, and the instant of the read."""
-        reading = await self.rows()
+        reading = await self._selected(where.queue, where.group)
         return reading.now_ns, page_of(reading.rows, where, cursor=cursor, limit=limit)
 
     async def group(
@@ -235,14 +246,9 @@ class PresenceData:
         limit: int,
     ) -> tuple[int, GroupStats | None, Page]:
         """One group's counts (None when it is not tracked) and a page of its consumers,
-        from the same read."""
-        where = ConsumerFilter(queue, group)
-        reading = await self.rows()
-        low, high = where.bounds(reading.rows)
-        if low == high:  # "not tracked" is only said from a fresh read
-            reading = await self.rows(max_age_s=0)
-            low, high = where.bounds(reading.rows)
-        stats = stats_from_rows(reading.rows[low:high])
+        from one read of that group alone."""
+        reading = await self._selected(queue, group)
+        stats = stats_from_rows(reading.rows)
         page = page_of(
             reading.rows,
             ConsumerFilter(queue, group, states, search),

@@ -14,6 +14,8 @@
   let refreshTimer = null;
   let refreshing = false;
   let again = false;
+  let eventCount = 0; // events applied so far: a refresh that raced one may predate it
+  let discarded = 0;
 
   // -- formatting (as the CLI prints them) -------------------------------------------------
   const thousands = (n) => Number(n).toLocaleString("en-US");
@@ -195,6 +197,7 @@
       return;
     }
     refreshing = true;
+    const eventsBefore = eventCount;
     try {
       const response = await fetch(location.pathname + location.search, {
         headers: { Accept: "application/json" },
@@ -207,6 +210,12 @@
         return;
       }
       showBanner("");
+      if (eventCount !== eventsBefore && discarded < 3) {
+        discarded += 1; // an event came in meanwhile: this read may predate it
+        again = true;
+        return;
+      }
+      discarded = 0;
       offsetMs = Number(model.now_ns) / 1e6 - Date.now();
       const readAt = document.getElementById("read-at");
       if (readAt) readAt.textContent = isoUtc(model.now_ns);
@@ -267,6 +276,7 @@
     scheduleRefresh(0); // catch up with anything between the page's read and now
   });
   source.addEventListener("presence", (message) => {
+    eventCount += 1;
     applyEvent(JSON.parse(message.data));
     scheduleRefresh();
   });

@@ -7,17 +7,16 @@ CLI's other codes for the other failures).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import click
 
-from redis_presence.protocol import PresenceRegistry
+from ..app import App, pass_app
+from ..errors import UsageProblem
 
-from . import render
-from .commands import App, pass_app
-from .errors import UsageProblem
+if TYPE_CHECKING:
+    from redis_presence.protocol import PresenceRegistry
 
 
 class Verdict(NamedTuple):
@@ -34,9 +33,11 @@ class Verdict(NamedTuple):
         return self._asdict() | {"ok": self.ok}
 
     def line(self) -> str:
+        from ..render import shown
+
         status = "OK  " if self.ok else "FAIL"
         return (
-            f"{status} queue {render.shown(self.queue)!r} group {render.shown(self.group)!r}: "
+            f"{status} queue {shown(self.queue)!r} group {shown(self.group)!r}: "
             f"{self.active} active (at least {self.min_active} wanted)"
         )
 
@@ -66,10 +67,9 @@ def pairs_of(
 def active_counts(
     registry: PresenceRegistry, pairs: Sequence[tuple[str, str]], *, now_ns: int | None, ttl_ms: int
 ) -> list[int]:
-    """Active consumers of each pair. One count of every group (no consumer is read);
-    `count_active(queue, group)` per pair once the registry offers it."""
-    counts = registry.count_active_by_group(now_ns=now_ns, ttl_ms=ttl_ms)
-    return [counts.get(pair, 0) for pair in pairs]
+    """Active consumers of each pair: one `count_active` per group named, and nothing else
+    (no other group, no consumer row)."""
+    return [registry.count_active(q, g, now_ns=now_ns, ttl_ms=ttl_ms) for q, g in pairs]
 
 
 @click.command("check", short_help="Exit 0 if named groups have enough active consumers.")
@@ -93,7 +93,7 @@ def active_counts(
     show_default=True,
 )
 @pass_app
-def check_command(
+def command(
     app: App,
     queues: tuple[str, ...],
     groups: tuple[str, ...],
@@ -118,6 +118,8 @@ def check_command(
     )
     verdicts = [Verdict(q, g, n, m) for (q, g, m), n in zip(wanted, active, strict=True)]
     if fmt.lower() == "json":
+        import json
+
         click.echo(json.dumps([v.to_dict() for v in verdicts], indent=2, ensure_ascii=False))
     else:
         for verdict in verdicts:

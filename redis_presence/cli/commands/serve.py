@@ -6,10 +6,8 @@ import ipaddress
 
 import click
 
-from redis_presence.urls import redact
-
-from .commands import App, pass_app
-from .errors import CliError
+from ..app import App, pass_app
+from ..errors import CliError
 
 DEFAULT_PORT = 8321
 
@@ -65,7 +63,7 @@ def is_loopback(host: str) -> bool:
 @click.option("--read-cache-ms", type=click.IntRange(0, 60_000), default=500, hidden=True)
 @click.option("--live-interval-ms", type=click.IntRange(50, 60_000), default=500, hidden=True)
 @pass_app
-def serve_command(
+def command(
     app: App,
     host: str,
     port: int,
@@ -87,9 +85,11 @@ def serve_command(
       REDIS_PRESENCE_AUTH_TOKEN=s3cret redis-presence serve --host 0.0.0.0
       redis-presence --url redis://replica.internal:6379/0 --read-only serve --port 9000
     """
+    from redis_presence.urls import redact
+
     try:  # the web extra is optional: import it only when serving
-        from redis_presence.web.app import WebConfig  # noqa: PLC0415
-        from redis_presence.web.server import bind, run, url_of  # noqa: PLC0415
+        from redis_presence.web.app import WebConfig
+        from redis_presence.web.server import bind, run, url_of
     except ImportError as exc:
         raise CliError(
             "redis-presence serve needs the web extra: pip install 'redis-presence[web]' "
