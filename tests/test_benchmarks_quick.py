@@ -22,6 +22,7 @@ CASES = (
     "memory",
     "startup",
     "integrations",
+    "web",
 )
 
 

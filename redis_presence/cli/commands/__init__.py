@@ -23,5 +23,7 @@ COMMANDS: tuple[str, ...] = (
     "demo_broker",
     "migrate",
     "streams",
+    "serve",
+    "check",
 )
 """Module names under `redis_presence.cli.commands`, each defining `command`."""
