@@ -92,6 +92,7 @@ _TEMPLATES = {
 _GENERIC_TEMPLATE = "scheme://[user:password@]host[:port][/db]"
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 _HOST = re.compile(r"\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~%-]+")
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._~%/-]*")
 _SECRET_OPTION = re.compile(r"(?i)(?:^|_)password$")
 _TRUE = frozenset(("1", "true", "yes", "on", "y"))
 _FALSE = frozenset(("0", "false", "no", "off", "n", "f"))
@@ -101,9 +102,10 @@ _FALSE = frozenset(("0", "false", "no", "off", "n", "f"))
 
 
 def _after_scheme(url: str) -> int:
-    """Where the part after ``scheme://`` starts (0 when the URL has no ``://``)."""
-    start = url.find("://")
-    return start + 3 if start >= 0 else 0
+    """Where the part after a leading ``scheme://`` starts (0 when the URL does not start
+    with one: a ``://`` later on may be part of a password)."""
+    match = _SCHEME.match(url)
+    return match.end() + 3 if match and url.startswith("://", match.end()) else 0
 
 
 def _plain_authority(text: str) -> bool:
@@ -118,44 +120,54 @@ def _plain_authority(text: str) -> bool:
 
 
 def _userinfo(url: str) -> tuple[int, int] | None:
-    """Where the userinfo of `url` starts and ends: to the last ``@`` before the first
-    ``?``, so a password written with a raw ``@``, ``/`` or ``:`` is still all userinfo.
+    """Where the userinfo of `url` starts and ends: after ``scheme://``, up to the last
+    ``@`` that is not inside a query value, so a password written with a raw ``@``, ``/``,
+    ``:`` or ``?`` is still all userinfo.
 
-    An ``@`` after the ``?`` ends a userinfo too (a raw ``?`` in the password), unless the
-    URL reads as ``scheme://host[:port][/path]?name=value`` with the ``@`` in a value
-    (``?client_name=a@b``). When in doubt, the longer userinfo is taken: hiding too much
-    is harmless, showing a piece of a password is not."""
+    An ``@`` is a query value's (``?client_name=a@b``) only when what precedes its ``?``
+    reads as ``[userinfo@]host[:port][,...][/path]`` and an ``=`` stands between the ``?``
+    and the ``@``. When in doubt the longer userinfo is taken: hiding too much is harmless,
+    showing a piece of a password is not."""
     start = _after_scheme(url)
-    query = url.find("?", start)
-    at = url.rfind("@", start, query if query >= 0 else len(url))
-    if at >= 0:
-        return start, at
-    if query < 0 or "@" not in url[query:]:
-        return None
-    authority = re.split(r"[/?#]", url[start:], maxsplit=1)[0]
-    at = url.find("@", query)
-    if _plain_authority(authority) and "=" in url[query:at]:
-        return None
-    return start, url.rfind("@")
+    if not start:  # malformed anyway: everything up to the last "@" may be secret
+        at = url.rfind("@")
+        return (0, at) if at >= 0 else None
+    ats = [i for i in range(start, len(url)) if url[i] == "@"]
+    for at in reversed(ats):
+        if not _in_query_value(url, start, at):
+            return start, at
+    return None
 
 
-def _query_start(url: str) -> int:
-    """Where the query (after ``?``) starts, or -1: the first ``?`` after the userinfo."""
-    span = _userinfo(url)
-    query = url.find("?", span[1] if span else _after_scheme(url))
-    return query + 1 if query >= 0 else -1
+def _in_query_value(url: str, start: int, at: int) -> bool:
+    for query in (i for i in range(start, at) if url[i] == "?"):
+        if "=" not in url[query:at]:
+            continue
+        before = url[start:query]
+        plain = before[before.rfind("@") + 1 :]  # without a userinfo
+        authority, _, path = plain.partition("/")
+        if _plain_authority(authority) and _PLAIN_PATH.fullmatch(path):
+            return True
+    return False
+
+
+_QUERY_PAIR = re.compile(r"(?=[?&]([^&=?#]*)=([^&#]*))")
+"""Every ``?name=value`` or ``&name=value``, overlapping ones too (a zero-width match)."""
 
 
 def _query_secrets(url: str) -> list[tuple[int, int]]:
     """Spans of the values of ``password``-like query parameters (``?password=``,
-    ``?sentinel_password=``), as written."""
-    start = _query_start(url)
-    if start < 0:
-        return []
-    spans = []
-    for match in re.finditer(r"([^&=]*)=([^&]*)", url[start:]):
-        if _SECRET_OPTION.search(unquote_plus(match.group(1))) and match.group(2):
-            spans.append((start + match.start(2), start + match.end(2)))
+    ``&sentinel_password=``), as written, wherever they stand (a raw ``?``, ``&`` or ``@``
+    in a password can move where the query seems to start); overlapping spans merged."""
+    start = _after_scheme(url)
+    spans: list[tuple[int, int]] = []
+    for match in _QUERY_PAIR.finditer(url, start):
+        if match.group(2) and _SECRET_OPTION.search(unquote_plus(match.group(1))):
+            begin, end = match.span(2)
+            if spans and begin <= spans[-1][1]:
+                spans[-1] = (spans[-1][0], max(end, spans[-1][1]))
+            else:
+                spans.append((begin, end))
     return spans
 
 
@@ -289,6 +301,10 @@ def parse_url(url: Any) -> RedisUrl:
         raise _malformed(
             url,
             "percent-encode '/', '?' and '#' in the user name and password (as %2F, %3F and %23)",
+        )
+    if any(c in userinfo for c in "[]"):  # the URL parser would read an IPv6 host there
+        raise _malformed(
+            url, "percent-encode '[' and ']' in the user name and password (as %5B and %5D)"
         )
     rest = url[span[1] + 1 :] if span else url[start:]
     if "#" in rest:

@@ -41,6 +41,8 @@ REAL_SERVER_FIXTURES = frozenset(
         "make_redis_server",
         "redis_cluster",
         "cluster_client",
+        "sentinels",
+        "frozen",
     )
 )
 

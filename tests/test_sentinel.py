@@ -334,6 +334,7 @@ def server_time_ns(node: Any) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.redis_server
 def test_writes_follow_a_sentinel_failover_and_a_killed_primary(
     tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
