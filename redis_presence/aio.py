@@ -138,6 +138,11 @@ class AsyncRedisPresenceRegistry(PlannedRegistry):
         queue on a cluster) concurrently."""
         if pipelinable(batch):
             return await self._pipeline(batch, transaction=False)
+        if self.clustered and len(batch) > 1:
+            # Map the slots once before the calls run concurrently: each would otherwise
+            # start the mapping itself, redis-py's cluster client then closes connections
+            # other calls are using, and it resends calls the server already ran.
+            await self._client.initialize()
         return list(await asyncio.gather(*(self._one(request) for request in batch)))
 
     async def _pipeline(self, commands: Sequence[Command], *, transaction: bool) -> list[Any]:
