@@ -136,7 +136,7 @@ FORMAT_OPTION = click.option(
     default=DEFAULT_URL,
     show_default=True,
     metavar="URL",
-    help="Redis URL (redis://, rediss:// or unix://, with user and password as in redis-py). "
+    help="Redis URL: redis://, rediss://, unix://, redis+cluster:// or redis+sentinel://. "
     "Env: REDIS_PRESENCE_URL, then REDIS_URL.",
 )
 @click.option(
