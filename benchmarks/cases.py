@@ -1,4 +1,4 @@
-"""The seven comparisons of issue 6, each measured side by side on the same server.
+"""The comparisons of issue 6 (and the CLI's startup, in `startup.py`), each measured side by side.
 
 Every case takes the running `BenchServer` and the `Sizes` of the run, and returns a
 `CaseResult`: raw samples per variant (median and p99 are derived), the targets as
@@ -18,7 +18,6 @@ from functools import partial
 from typing import Any
 
 import redis
-from redis.commands.core import Script
 from redis.utils import HIREDIS_AVAILABLE
 
 from redis_presence import RedisPresenceRegistry
@@ -36,6 +35,7 @@ from .fleet import (
     write_fleet,
 )
 from .server import BenchServer
+from .startup import case_startup
 from .stats import (
     CaseResult,
     Check,
@@ -135,12 +135,6 @@ class _StubClient:
 
     def get_encoder(self) -> Any:
         return self._encoder
-
-    def register_script(self, script: str) -> Script:
-        return Script(self, script)  # type: ignore[arg-type]
-
-    def evalsha(self, *args: Any) -> list[Any]:
-        return []
 
     def execute_command(self, *args: Any, **options: Any) -> list[Any]:
         return []
@@ -759,8 +753,10 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "counts": case_counts,
     "prune": case_prune,
     "memory": case_memory,
+    "startup": case_startup,
 }
-"""Every case, in the order of issue 6; the keys are the JSON's ``cases`` keys."""
+"""Every case, in the order of issue 6, then the CLI's startup; the keys are the JSON's ``cases``
+keys."""
 
 
 def run_case(key: str, server: BenchServer, sizes: Sizes) -> CaseResult:

@@ -4,9 +4,10 @@ A fleet of ``n`` consumers is spread evenly over ``GROUPS`` (queue, group) pairs
 of 10 groups each. Fleets are written with ``heartbeat_many`` and explicit ``now_ns``, in
 chunks, so a 100,000-consumer fleet takes a fraction of a second to set up.
 
-The baselines spell keys themselves (they must not lean on ``redis_presence.keys``):
+The baselines send their commands themselves, without the package's planner:
 
-* `RawPresence` reads and writes the package's own layout with plain redis-py calls;
+* `RawPresence` reads and writes the package's own layout (named by `Keyspace`) with plain
+  redis-py calls;
 * `ScanDesign` is what most home-grown trackers do: one string key per consumer with a
   TTL, listed with ``SCAN`` + ``MGET``. It is written to be fast: a large ``COUNT``,
   ``MGET`` in chunks, every chunk in one pipeline.
@@ -22,6 +23,7 @@ from urllib.parse import quote, unquote
 import redis
 
 from redis_presence import ConsumerPresenceRegistry, RedisPresenceRegistry
+from redis_presence.keys import Keyspace
 
 QUEUES = 10
 GROUPS_PER_QUEUE = 10
@@ -73,30 +75,29 @@ def _enc(name: str) -> str:
 
 @dataclass(frozen=True)
 class RawPresence:
-    """The package's key layout and scripts, driven by hand-written redis-py calls."""
+    """The package's key layout (`Keyspace`) and scripts, driven by hand-written redis-py
+    calls: the arguments are built here, not by the package's planner."""
 
     client: redis.Redis
     prefix: str = "presence"
 
-    def group_keys(self, queue: str, group: str) -> tuple[str, str, str]:
-        base = f"{self.prefix}:{{{_enc(queue)}}}:{_enc(group)}"
-        return f"{base}:hb", f"{base}:c", f"{base}:ix"
-
-    def member(self, queue: str, group: str) -> str:
-        return f"{_enc(queue)}:{_enc(group)}"
+    @property
+    def keys(self) -> Keyspace:
+        return Keyspace(self.prefix)
 
     def beat_args(
         self, queue: str, group: str, consumer: str, lease: int, now_ns: int | None
     ) -> tuple[list[str], list[str | int]]:
         """KEYS and ARGV of ``lua/heartbeat.lua`` (one beat, standalone server)."""
-        hb, data, _ = self.group_keys(queue, group)
+        gk = self.keys.group(queue, group)
         now = "" if now_ns is None else str(now_ns)
-        return [hb, data, f"{self.prefix}:index"], [now, consumer, lease, self.member(queue, group)]
+        return [gk.hb, gk.data, gk.mark, self.keys.groups], [now, consumer, lease]
 
     def heartbeat_args(
         self, beats: Sequence[Beat], now_ns: int | None, delay_us: int = 0
     ) -> tuple[list[str], list[str | int]]:
         """KEYS and ARGV of ``lua/heartbeat_many.lua`` for one call carrying every beat."""
+        space = self.keys
         numbers: dict[tuple[str, str], int] = {}
         keys: list[str] = []
         tail: list[str | int] = []
@@ -104,21 +105,20 @@ class RawPresence:
             number = numbers.get((queue, group))
             if number is None:
                 number = numbers[(queue, group)] = len(numbers) + 1
-                keys += self.group_keys(queue, group)
+                gk = space.group(queue, group)
+                keys += (gk.hb, gk.data, gk.mark)
             tail += (number, consumer, lease, delay_us)
-        keys.append(f"{self.prefix}:index")
-        members = [self.member(q, g) for q, g in numbers]
+        keys.append(space.groups)
         now = "" if now_ns is None else str(now_ns)
-        return keys, [now, len(numbers), 60_000, *members, *tail]
+        return keys, [now, 60_000, *tail]
 
     def transfer(self, *, transaction: bool = False) -> list[Any]:
-        """Every group's hash, fetched with SMEMBERS and pipelined HGETALLs (in one MULTI/EXEC
-        with `transaction`): no decoding."""
-        members: set[bytes] = self.client.smembers(f"{self.prefix}:index")  # type: ignore[assignment]
+        """Every group's hash, fetched with one ZRANGE of the index and pipelined HGETALLs
+        (in one MULTI/EXEC with `transaction`): no decoding, no bound on any command."""
+        members: list[bytes] = self.client.zrange(self.keys.groups, 0, -1)  # type: ignore[assignment]
         pipe = self.client.pipeline(transaction=transaction)
         for member in members:
-            q, _, g = member.decode().partition(":")
-            pipe.hgetall(f"{self.prefix}:{{{q}}}:{g}:c")
+            pipe.hgetall(member)
         return pipe.execute()
 
 

@@ -1,50 +1,42 @@
 -- heartbeat_many.lua: record or refresh a batch of consumers of one queue (or of every
 -- queue on a standalone server), each beat applied atomically. heartbeat_many() and the
 -- reporters' flushes send it; a single heartbeat() sends heartbeat.lua.
--- KEYS, for each group g = 1..G:
---   KEYS[3g-2] zset  consumer -> last heartbeat in microseconds (score)
---   KEYS[3g-1] hash  consumer -> 'registered_ns last_heartbeat_ns lease_count'
---   KEYS[3g]   string, index mark: set while the group is known to be in the index
---              (used on a cluster only)
---   KEYS[3G+1] set   the index of (queue, group) members; only when it shares the node
+-- KEYS: group_keys(g) of lib.lua for each group g = 1..GROUPS, then INDEX on a standalone
+--       server
 -- ARGV[1] now_ns as a decimal string, or '' for the server clock (TIME)
--- ARGV[2] G, ARGV[3] lifetime of an index mark in milliseconds
--- ARGV[4 .. 3+G] the index member of each group
+-- ARGV[2] lifetime of an index mark in milliseconds (used on a cluster only)
 -- then one 4-tuple per beat: group number, consumer, lease_count, delay_us
 --   (delay_us: how long before now the beat happened; the beat is stamped now - delay)
--- Returns the numbers of the groups the caller must add to the index itself (only when
--- KEYS[3G+1] is absent, i.e. on a cluster).
+-- Returns the numbers of the groups the caller must add to the index itself (only on a
+-- cluster, where there is no INDEX).
 --
 -- A key of another type is refused before anything is written, so a batch is all or
 -- nothing. The index gets one TYPE, and on a cluster each mark one TYPE, which also tells
--- whether it exists; the first beat's HGET checks its hash, and its ZADD, the first write of
--- all, its sorted set (Redis refuses a command on a key of another type before it writes).
--- Every other group's sorted set and hash get one TYPE each first.
-local groups = tonumber(ARGV[2])
-local mark_ms = ARGV[3]
-local index = KEYS[3 * groups + 1]
-local first = 4 + groups  -- ARGV position of the first beat
-if index then
-  local err = expect_types(3 * groups + 1, 3 * groups + 1, {'set'})
+-- whether it exists; the first beat's write_beat checks its own group's hash and sorted set
+-- (Redis refuses a command on a key of another type before it writes). Every other group's
+-- sorted set and hash get one TYPE each first.
+local mark_ms = ARGV[2]
+local first = 3  -- ARGV position of the first beat
+if INDEX then
+  local err = expect_types(#KEYS, #KEYS, {'zset'})
   if err then return err end
 end
 local marked = {}
-for g = 1, groups do
-  if not index then
-    local kind = redis.call('TYPE', KEYS[3 * g])['ok']
-    if kind ~= 'none' and kind ~= 'string' then return refuse(3 * g, 'string') end
+for g = 1, GROUPS do
+  local _, _, mark, at = group_keys(g)
+  if not INDEX then
+    local kind = redis.call('TYPE', mark)['ok']
+    if kind ~= 'none' and kind ~= 'string' then return refuse(at + 2, 'string') end
     marked[g] = kind == 'string'
   end
   if g ~= tonumber(ARGV[first]) then
-    local err = expect_types(3 * g - 2, 3 * g - 1, {'zset', 'hash'})
+    local err = expect_types(at, at + 1, {'zset', 'hash'})
     if err then return err end
   end
 end
 
 local now_us, now_rest, now_str = now_parts(ARGV[1])
 for i = first, #ARGV, 4 do
-  local g = tonumber(ARGV[i])
-  local consumer = ARGV[i + 1]
   local delay = tonumber(ARGV[i + 3])
   local us, stamp = now_us, now_str
   if delay > 0 then
@@ -52,25 +44,26 @@ for i = first, #ARGV, 4 do
     if us < 0 then us = 0 end
     stamp = int_str(us) .. string.format('%03d', now_rest)
   end
-  local data = KEYS[3 * g - 1]
-  local old = redis.pcall('HGET', data, consumer)
-  if type(old) == 'table' and old.err then return failed(old, 3 * g - 1, 'hash') end
-  local added = redis.pcall('ZADD', KEYS[3 * g - 2], us, consumer)
-  if type(added) == 'table' and added.err then return failed(added, 3 * g - 2, 'zset') end
-  local registered = stamp
-  if old then registered = string.match(old, '^%d+') end
-  redis.call('HSET', data, consumer, registered .. ' ' .. stamp .. ' ' .. ARGV[i + 2])
+  local err = write_beat(tonumber(ARGV[i]), ARGV[i + 1], us, stamp, ARGV[i + 2])
+  if err then return err end
 end
 
--- Standalone: list every group of the batch (SADD is idempotent, and heals a deleted index).
-if index then
-  redis.call('SADD', index, unpack(ARGV, 4, 3 + groups))
+-- Standalone: list every group of the batch (idempotent, and heals a deleted index).
+if INDEX then
+  local members = {}
+  for g = 1, GROUPS do
+    local _, data = group_keys(g)
+    members[#members + 1] = 0
+    members[#members + 1] = data
+  end
+  redis.call('ZADD', INDEX, unpack(members))
   return {}
 end
 local missing = {}
-for g = 1, groups do
+for g = 1, GROUPS do
   if not marked[g] then
-    redis.call('SET', KEYS[3 * g], '1', 'PX', mark_ms)
+    local _, _, mark = group_keys(g)
+    redis.call('SET', mark, '1', 'PX', mark_ms)
     missing[#missing + 1] = g
   end
 end

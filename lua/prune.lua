@@ -1,52 +1,61 @@
--- prune.lua: remove the expired consumers of the given groups.
--- KEYS, for each group g = 1..G:
---   KEYS[3g-2] zset consumer -> heartbeat microseconds, KEYS[3g-1] hash of stored values,
---   KEYS[3g]   index mark of the group
---   KEYS[3G+1] set, the index; only when it shares the node
--- ARGV[1] now_ns as a decimal string, or '' for the server clock; ARGV[2] ttl_ms; ARGV[3] G
--- ARGV[4 .. 3+G] the index member of each group
--- Returns {removed, g...}: how many consumers went, then the numbers of the groups that are
--- empty (emptied now or before) and that the caller must remove from the index itself (only
--- on a cluster).
+-- prune.lua: remove the expired consumers of the given groups, visiting at most a budget.
+-- KEYS: group_keys(g) of lib.lua for each group g = 1..GROUPS, then INDEX on a standalone
+--       server
+-- ARGV[1] now_ns as a decimal string (the caller reads the server clock once for a whole
+--         prune); ARGV[2] ttl_ms; ARGV[3] budget: the most consumers this call visits;
+-- ARGV[4] where group 1 resumes among the consumers on the horizon's microsecond (0: start)
+-- Returns {removed, stop, offset, g...}: how many consumers went; 0, or the number of the
+-- group where the budget ran out and the offset to resume it at (the caller sends that group
+-- and the ones after it again); then the groups found empty (emptied now or before), which
+-- the caller must remove from the index itself (only on a cluster, where there is no INDEX).
 -- Expired <=> (now - hb) // 1 ms > 2 ttl <=> hb <= now - (2 ttl + 1) ms: every score below
 -- the horizon, and on the horizon's microsecond those whose nanosecond rest is <= now's.
--- Cost: O(log n) per group plus O(1) per removed consumer; kept consumers are not visited.
-local groups = tonumber(ARGV[3])
-local index = KEYS[3 * groups + 1]
-local err = expect_types(1, 3 * groups, {'zset', 'hash', 'string'})
-  or (index and expect_types(3 * groups + 1, 3 * groups + 1, {'set'}))
+-- Cost: O(log n) per group plus O(1) per visited consumer, at most `budget` in all: kept
+-- consumers are not visited, but for those on the horizon's microsecond.
+local err = expect_types(1, GROUPS * KEYS_PER_GROUP, {'zset', 'hash', 'string'})
+  or (INDEX and expect_types(#KEYS, #KEYS, {'zset'}))
 if err then return err end
 
 local now_us, now_rest = now_parts(ARGV[1])
-local horizon = now_us - (2 * tonumber(ARGV[2]) + 1) * 1000
-local edge = int_str(horizon)
-local removed = 0
+local edge = int_str(now_us - (2 * tonumber(ARGV[2]) + 1) * 1000)
+local left = tonumber(ARGV[3])
+local removed, stop, resume = 0, 0, 0
 local emptied = {}
-for g = 1, groups do
-  local zset, data, mark = KEYS[3 * g - 2], KEYS[3 * g - 1], KEYS[3 * g]
-  local doomed = redis.call('ZRANGEBYSCORE', zset, '-inf', '(' .. edge)
-  for _, consumer in ipairs(redis.call('ZRANGEBYSCORE', zset, edge, edge)) do
-    local value = redis.call('HGET', data, consumer)
-    local _, rest = split_ns(stored_heartbeat(value or '0 0 0'))
-    if rest <= now_rest then doomed[#doomed + 1] = consumer end
+for g = 1, GROUPS do
+  local zset, data, mark = group_keys(g)
+  local offset = g == 1 and tonumber(ARGV[4]) or 0
+  local doomed = redis.call('ZRANGEBYSCORE', zset, '-inf', '(' .. edge, 'LIMIT', 0, left)
+  left = left - #doomed
+  if left == 0 then
+    stop, resume = g, offset
+  else
+    local ties = redis.call('ZRANGEBYSCORE', zset, edge, edge, 'LIMIT', offset, left)
+    local kept = 0
+    for _, consumer in ipairs(ties) do
+      local value = redis.call('HGET', data, consumer)
+      local _, rest = split_ns(stored_heartbeat(value or '0 0 0'))
+      if rest <= now_rest then doomed[#doomed + 1] = consumer else kept = kept + 1 end
+    end
+    left = left - #ties
+    if left == 0 then stop, resume = g, offset + kept end
   end
-  for i = 1, #doomed, 1000 do
-    local chunk = {unpack(doomed, i, math.min(i + 999, #doomed))}
-    redis.call('ZREM', zset, unpack(chunk))
-    redis.call('HDEL', data, unpack(chunk))
+  if #doomed > 0 then
+    redis.call('ZREM', zset, unpack(doomed))
+    redis.call('HDEL', data, unpack(doomed))
+    removed = removed + #doomed
   end
-  removed = removed + #doomed
+  if stop ~= 0 then break end
   -- An empty group is unlisted even when nothing expired: on a cluster, a heartbeat that
-  -- races with a deregister can leave an empty group in the index (see core.py).
+  -- races with a deregister can leave an empty group in the index (docs/index-protocol.md).
   if redis.call('EXISTS', zset) == 0 then
     redis.call('DEL', data, mark)
-    if index then
-      redis.call('SREM', index, ARGV[3 + g])
+    if INDEX then
+      redis.call('ZREM', INDEX, data)
     else
       emptied[#emptied + 1] = g
     end
   end
 end
-local out = {removed}
+local out = {removed, stop, resume}
 for _, g in ipairs(emptied) do out[#out + 1] = g end
 return out

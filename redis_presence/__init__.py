@@ -1,37 +1,66 @@
-"""redis-presence: which consumers are reading which queues right now, shared through Redis."""
+"""redis-presence: which consumers are reading which queues right now, shared through Redis.
+
+The public names load on first use (PEP 562), so importing a submodule that needs no driver
+(the model, validation, the CLI's `--help`) does not import redis-py. A new public name is
+one line in `_EXPORTS`, plus its import under `TYPE_CHECKING` for type checkers.
+"""
 
 from __future__ import annotations
 
-from .aio import AsyncRedisPresenceRegistry
-from .errors import (
-    PresenceAuthError,
-    PresenceConfigError,
-    PresenceConnectionError,
-    PresenceDataError,
-    PresenceError,
-    PresenceReadOnlyError,
-)
-from .memory import ConsumerPresenceRegistry
-from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
-from .protocol import PresenceRegistry
-from .redis import RedisPresenceRegistry
-from .reporter import DEFAULT_REPORT_INTERVAL_MS, AsyncPresenceReporter, PresenceReporter
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "DEFAULT_PRESENCE_TTL_MS",
-    "DEFAULT_REPORT_INTERVAL_MS",
-    "AsyncPresenceReporter",
-    "AsyncRedisPresenceRegistry",
-    "ConsumerPresence",
-    "ConsumerPresenceRegistry",
-    "PresenceAuthError",
-    "PresenceConfigError",
-    "PresenceConnectionError",
-    "PresenceDataError",
-    "PresenceError",
-    "PresenceReadOnlyError",
-    "PresenceRegistry",
-    "PresenceReporter",
-    "PresenceState",
-    "RedisPresenceRegistry",
-]
+if TYPE_CHECKING:
+    from .aio import AsyncRedisPresenceRegistry as AsyncRedisPresenceRegistry
+    from .errors import PresenceAuthError as PresenceAuthError
+    from .errors import PresenceConfigError as PresenceConfigError
+    from .errors import PresenceConnectionError as PresenceConnectionError
+    from .errors import PresenceDataError as PresenceDataError
+    from .errors import PresenceError as PresenceError
+    from .errors import PresenceReadOnlyError as PresenceReadOnlyError
+    from .memory import ConsumerPresenceRegistry as ConsumerPresenceRegistry
+    from .model import DEFAULT_PRESENCE_TTL_MS as DEFAULT_PRESENCE_TTL_MS
+    from .model import ConsumerPresence as ConsumerPresence
+    from .model import PresenceState as PresenceState
+    from .protocol import PresenceRegistry as PresenceRegistry
+    from .redis import RedisPresenceRegistry as RedisPresenceRegistry
+    from .reporter import DEFAULT_REPORT_INTERVAL_MS as DEFAULT_REPORT_INTERVAL_MS
+    from .reporter import AsyncPresenceReporter as AsyncPresenceReporter
+    from .reporter import PresenceReporter as PresenceReporter
+
+_EXPORTS: dict[str, str] = {
+    "DEFAULT_PRESENCE_TTL_MS": "model",
+    "DEFAULT_REPORT_INTERVAL_MS": "reporter",
+    "AsyncPresenceReporter": "reporter",
+    "AsyncRedisPresenceRegistry": "aio",
+    "ConsumerPresence": "model",
+    "ConsumerPresenceRegistry": "memory",
+    "PresenceAuthError": "errors",
+    "PresenceConfigError": "errors",
+    "PresenceConnectionError": "errors",
+    "PresenceDataError": "errors",
+    "PresenceError": "errors",
+    "PresenceReadOnlyError": "errors",
+    "PresenceRegistry": "protocol",
+    "PresenceReporter": "reporter",
+    "PresenceState": "model",
+    "RedisPresenceRegistry": "redis",
+}
+"""Each public name and the submodule (of this package) that defines it."""
+
+__all__ = list(_EXPORTS)
+
+
+if not TYPE_CHECKING:  # type checkers see the imports above, and so catch a misspelt name
+
+    def __getattr__(name: str) -> Any:
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,31 +1,30 @@
 """AsyncRedisPresenceRegistry: the Redis registry for asyncio brokers (``redis.asyncio``).
 
-It shares set-up, validation, plans, scripts and row decoding with `RedisPresenceRegistry`
-(`core.PlannedRegistry`); only the execution of a plan's batches is asynchronous.
+It shares its planner, scripts, routing, NOSCRIPT reload and error translation with
+`RedisPresenceRegistry` (`redis_presence._executor`); only its transport is asynchronous.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from redis.exceptions import NoScriptError
+from redis.asyncio.cluster import PipelineCommand
 
-from .core import (
-    DRIVER_ERRORS,
-    Command,
-    Eval,
-    EvalSha,
-    Plan,
-    PlannedRegistry,
-    Request,
-    Transaction,
-    pipelinable,
+from ._executor import (
+    REPLY_ERRORS,
+    RESEND,
+    Executor,
+    Run,
+    by_node,
+    command_args,
+    single,
 )
-from .errors import translate
+from .errors import DRIVER_ERRORS, translate
 from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
+from .plans import Limits, Plan, Request, RowStream, Single
 from .urls import open_async_client
 from .validation import Beat
 
@@ -34,23 +33,31 @@ T = TypeVar("T")
 __all__ = ["AsyncRedisPresenceRegistry"]
 
 
-class AsyncRedisPresenceRegistry(PlannedRegistry):
+class AsyncRedisPresenceRegistry(Executor):
     """`RedisPresenceRegistry` with coroutine methods, over ``redis.asyncio`` clients.
 
     `client` is a ``redis.asyncio.Redis`` or a ``redis.asyncio.cluster.RedisCluster``. The
     methods and their answers are those of the sync registry; ``len()`` cannot be awaited,
-    so the number of tracked consumers is ``await registry.size()``. On a cluster the
-    per-queue script calls of one operation run concurrently. ``read_only=True`` works as
-    in the sync registry (reads with ``EVALSHA_RO``, writes refused).
+    so the number of tracked consumers is ``await registry.size()``. On a cluster each
+    node's requests go in one pipeline, and the nodes are served concurrently.
+    ``read_only=True`` works as in the sync registry (reads with ``EVALSHA_RO``, writes
+    refused).
     """
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "presence", read_only: bool = False, **redis_kwargs: Any
+        cls,
+        url: str,
+        *,
+        prefix: str = "presence",
+        read_only: bool = False,
+        limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
+        **redis_kwargs: Any,
     ) -> AsyncRedisPresenceRegistry:
         """A registry on a new asyncio client for `url` (the schemes of
         `RedisPresenceRegistry.from_url`); `aclose` closes that client."""
-        registry = cls(open_async_client(url, **redis_kwargs), prefix=prefix, read_only=read_only)
+        client = open_async_client(url, **redis_kwargs)
+        registry = cls(client, prefix=prefix, read_only=read_only, limits=limits)
         registry._owns_client = True
         return registry
 
@@ -65,43 +72,84 @@ class AsyncRedisPresenceRegistry(PlannedRegistry):
         now_ns: int | None = None,
     ) -> None:
         """Record or refresh one consumer in one atomic script call (one round trip)."""
-        call = self._beat_call(queue, group, consumer, lease_count, now_ns)
-        try:
-            if await self._eval_sha("heartbeat", call):
-                await self._one(self._plans.beat_listing(queue, group))
-        except DRIVER_ERRORS as exc:
-            raise translate(exc) from exc
+        return await self.execute(self.plans.heartbeat(queue, group, consumer, lease_count, now_ns))
 
     async def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
         """Write many ``(queue, group, consumer, lease_count)`` beats, each atomically, in one
         script call (one per queue on a cluster, sent concurrently); returns how many."""
-        return await self._run(self._plan_heartbeat_many(beats, now_ns))
+        return await self.execute(self.plans.heartbeat_many(beats, now_ns))
 
     async def snapshot(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
     ) -> list[ConsumerPresence]:
-        """Every tracked consumer, ordered by `(queue, group, consumer)`, expired ones too."""
-        return await self._run(self._plan_snapshot(now_ns, ttl_ms))
+        """Every tracked consumer (of one queue, or one group), ordered by `(queue, group,
+        consumer)`, expired ones too."""
+        return await self.execute(self.plans.snapshot(now_ns, ttl_ms, queue=queue, group=group))
+
+    def iter_snapshot(
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> AsyncIterator[ConsumerPresence]:
+        """The rows of `snapshot` as an async iterator (``async for``), group by group as
+        they are read, holding one chunk at a time."""
+        return self.stream(self.plans.iter_snapshot(now_ns, ttl_ms, queue=queue, group=group))
 
     async def count_active_by_group(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
     ) -> dict[tuple[str, str], int]:
         """Active consumers per `(queue, group)`; groups without one have no key."""
-        return await self._run(self._plan_count(now_ns, ttl_ms))
+        return await self.execute(
+            self.plans.count_active_by_group(now_ns, ttl_ms, queue=queue, group=group)
+        )
+
+    async def count_active(
+        self,
+        queue: str,
+        group: str,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+    ) -> int:
+        """Active consumers of one group (0 when it has none)."""
+        return await self.execute(self.plans.count_active(queue, group, now_ns, ttl_ms))
 
     async def prune_expired(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
     ) -> int:
         """Remove exactly the consumers `snapshot` would call expired; returns how many."""
-        return await self._run(self._plan_prune(now_ns, ttl_ms))
+        return await self.execute(
+            self.plans.prune_expired(now_ns, ttl_ms, queue=queue, group=group)
+        )
 
     async def deregister(self, queue: str, group: str, consumer: str) -> bool:
         """Forget one consumer (graceful shutdown); returns whether it was tracked."""
-        return await self._run(self._plan_deregister(queue, group, consumer))
+        return await self.execute(self.plans.deregister(queue, group, consumer))
+
+    async def migrate(self) -> int:
+        """Move the index of release 0.1 into this release's (see `Planner.migrate`)."""
+        return await self.execute(self.plans.migrate())
 
     async def size(self) -> int:
         """How many consumers are tracked, in every state (the sync registry's ``len()``)."""
-        return await self._run(self._plan_size())
+        return await self.execute(self.plans.size())
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -121,58 +169,89 @@ class AsyncRedisPresenceRegistry(PlannedRegistry):
     ) -> None:
         await self.aclose()
 
-    # -- I/O ------------------------------------------------------------------------
+    # -- running plans --------------------------------------------------------------
 
-    async def _run(self, plan: Plan[T]) -> T:
+    async def execute(self, plan: Plan[T]) -> T:
+        """Run `plan` (from `plans`, or your own composition of them) to its result; the
+        asyncio twin of `RedisPresenceRegistry.execute`."""
+        if type(plan) is Single:  # one script call, sent directly: no generator to step
+            try:
+                return plan.then(await self._client.execute_command(*plan.args))  # type: ignore[no-any-return]
+            except DRIVER_ERRORS as exc:
+                run = Run(plan, answered=[exc])
+        else:
+            run = Run(plan)
+        while run.batch is not None:
+            run.feed(await self._transport(run.batch))
+        return run.result  # type: ignore[return-value]
+
+    async def stream(self, stream: RowStream) -> AsyncIterator[ConsumerPresence]:
+        """Run a streaming read, handing out each group's rows as soon as they are read."""
+        run = Run(stream.plan)
+        while run.batch is not None:
+            run.feed(await self._transport(run.batch))
+            for _, rows in stream.groups:
+                for row in rows:
+                    yield row
+            stream.groups.clear()
+
+    async def _transport(self, batch: list[Request]) -> list[Any]:
+        """`_send`, with a failed connection raised as a `PresenceError`."""
         try:
-            batch = next(plan)
-            while True:
-                batch = plan.send(await self._execute(batch))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return await self._send(batch)
         except DRIVER_ERRORS as exc:
             raise translate(exc) from exc
 
-    async def _execute(self, batch: list[Request]) -> list[Any]:
-        """One batch: plain commands in one pipeline; script calls and transactions (one per
-        queue on a cluster) concurrently."""
-        if pipelinable(batch):
-            return await self._pipeline(batch, transaction=False)
-        if self.clustered and len(batch) > 1:
-            # Map the slots once before the calls run concurrently: each would otherwise
-            # start the mapping itself, redis-py's cluster client then closes connections
-            # other calls are using, and it resends calls the server already ran.
-            await self._client.initialize()
-        return list(await asyncio.gather(*(self._one(request) for request in batch)))
+    async def _send(self, batch: list[Request]) -> list[Any]:
+        """Send a batch: one request on its own, several in one pipeline; on a cluster one
+        pipeline per node, the nodes concurrently."""
+        if self.clustered:
+            await self._client.initialize()  # the slot map, before it is first used
+        if len(batch) == 1:
+            return [await self._one(batch[0])]
+        if not self.clustered:
+            return await self._pipeline(batch)
+        nodes, alone = by_node(self._client, batch)
+        answers = await asyncio.gather(
+            *(
+                self._node_pipeline(node, [batch[i] for i in positions])
+                for node, positions in nodes
+            ),
+            *(self._one(batch[i]) for i in alone),
+        )
+        replies: list[Any] = [None] * len(batch)
+        for (_, positions), part in zip(nodes, answers, strict=False):
+            for i, reply in zip(positions, part, strict=True):
+                replies[i] = reply
+        for i, reply in zip(alone, answers[len(nodes) :], strict=True):
+            replies[i] = reply
+        # Not run (the slot moved, the node failed): the cluster client sends them again.
+        again = [i for i, reply in enumerate(replies) if isinstance(reply, RESEND)]
+        resent = await asyncio.gather(*(self._one(batch[i]) for i in again))
+        for i, reply in zip(again, resent, strict=True):
+            replies[i] = reply
+        return replies
 
-    async def _pipeline(self, commands: Sequence[Command], *, transaction: bool) -> list[Any]:
-        pipe = self._client.pipeline(transaction=transaction)
-        for command in commands:
-            pipe.execute_command(command.name, *command.args)
-        return list(await pipe.execute())
+    async def _pipeline(self, batch: Sequence[Request]) -> list[Any]:
+        pipe = self._client.pipeline(transaction=False)
+        for request in batch:
+            pipe.execute_command(*command_args(request))
+        return list(await pipe.execute(raise_on_error=False))
+
+    @staticmethod
+    async def _node_pipeline(node: Any, batch: list[Request]) -> list[Any]:
+        """One plain pipeline on one cluster node (the cluster's own pipeline refuses
+        ``EVALSHA``); a failed connection fails every request of it."""
+        commands = [PipelineCommand(i, *command_args(request)) for i, request in enumerate(batch)]
+        try:
+            await node.execute_pipeline(commands)
+        except RESEND as exc:
+            return [exc] * len(batch)
+        return [command.result for command in commands]
 
     async def _one(self, request: Request) -> Any:
-        if isinstance(request, Eval):
-            if not self._read_only:
-                return await self._scripts[request.script](keys=request.keys, args=request.args)
-            request = self._read_only_call(request)
-        if isinstance(request, EvalSha):
-            return await self._eval_sha(request.script, request.args)
-        if isinstance(request, Transaction):
-            return await self._pipeline(request.commands, transaction=True)
-        if request.node_key is not None:
-            await self._client.initialize()  # the slot map, before it is first used
-            node = self._client.get_node_from_key(request.node_key)
-            return await self._client.execute_command(
-                request.name, *request.args, target_nodes=node
-            )
-        return await self._client.execute_command(request.name, *request.args)
-
-    async def _eval_sha(self, script: str, args: tuple[Any, ...]) -> Any:
-        """A prebuilt ``EVALSHA``/``EVALSHA_RO`` of `script`; after ``NOSCRIPT``, load the
-        script and send it again."""
         try:
-            return await self._client.execute_command(*args)
-        except NoScriptError:
-            sha = await self._client.script_load(self._script_source(script))
-            return await self._client.execute_command(args[0], sha, *args[2:])
+            args, options = single(self._client, request, self.clustered)
+            return await self._client.execute_command(*args, **options)
+        except REPLY_ERRORS as exc:
+            return exc

@@ -35,6 +35,11 @@ class PresenceReadOnlyError(PresenceError):
     """A write was sent through a read-only registry, or to a read-only replica."""
 
 
+DRIVER_ERRORS = (rx.RedisError, rx.RedisClusterException)
+"""What redis-py raises for a Redis-side failure (its cluster errors are not all `RedisError`);
+`translate` turns each into a `PresenceError`."""
+
+
 # How Redis words an ACL denial raised inside a script. Redis 7.0 replies
 # "ERR The user executing the script can't run this command or subcommand" (or "... can't
 # access at least one of the keys ..."); Redis 7.2 and later reply "NOPERM ...", which
@@ -56,12 +61,29 @@ def _is_acl_denial(exc: Exception) -> bool:
     )
 
 
+# How Redis (and redis-py) word a refused login: no password given (NOAUTH, or HELLO before
+# AUTH with RESP3), or a wrong user name or password (WRONGPASS).
+_NO_PASSWORD = ("NOAUTH", "Authentication required", "HELLO must be called with the client")
+_WRONG_PASSWORD = ("WRONGPASS", "invalid username-password pair")
+
+
+def _refusal(exc: Exception) -> str:
+    message = str(exc)
+    if any(words in message for words in _NO_PASSWORD):
+        return "Redis refused access: it requires a password (NOAUTH)"
+    if any(words in message for words in _WRONG_PASSWORD):
+        return (
+            "Redis refused access: wrong user name or password, or the user is disabled (WRONGPASS)"
+        )
+    return f"Redis refused access: {exc}"
+
+
 def translate(exc: Exception) -> PresenceError:
     """The package's exception for a redis-py error (the caller chains the original)."""
     if isinstance(exc, PresenceError):
         return exc
     if _is_acl_denial(exc):
-        return PresenceAuthError(f"Redis refused access: {exc}")
+        return PresenceAuthError(_refusal(exc))
     if isinstance(exc, rx.RedisClusterException) and "cannot be connected" in str(exc):
         return PresenceConnectionError(f"cannot reach the Redis Cluster: {exc}")
     if isinstance(exc, rx.ConnectionError | rx.TimeoutError | rx.MasterDownError):

@@ -4,9 +4,14 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
 `encode_name`)::
 
     P:{Q}:G:hb   zset   consumer -> last heartbeat, whole microseconds (exact as a double)
-    P:{Q}:G:c    hash   consumer -> "registered_ns last_heartbeat_ns lease_count"
-    P:{Q}:G:ix   string index mark, expires after INDEX_MARK_MS (see core.py)
-    P:index      set    "Q:G" for every group with at least one tracked consumer
+    P:{Q}:G:c    hash   consumer -> its stored value (STORED_VALUE, below)
+    P:{Q}:G:ix   string index mark, on a cluster only; expires after INDEX_MARK_MS
+                        (docs/index-protocol.md)
+    P:groups     zset   the index: the hash key ``P:{Q}:G:c`` of every group with a
+                        tracked consumer, all with score 0, so they sort by name and the
+                        groups of one queue are one range (`queue_range`)
+    P:index      set    the index of release 0.1 ("Q:G" members); only
+                        ``redis-presence migrate`` reads it, and empties it
 
 Every key of a queue carries the queue's hash tag ``{Q}``, so each per-queue script
 touches one cluster slot. Encoded names hold only ``[A-Za-z0-9_.~%-]``: no ``:``,
@@ -26,6 +31,15 @@ from .validation import check_prefix
 INDEX_MARK_MS = 60_000
 """Lifetime of a group's index mark: how often a live group re-asserts its index entry."""
 
+STORED_VALUE = "registered_ns last_heartbeat_ns lease_count"
+"""The stored value of one consumer (a field of ``P:{Q}:G:c``): three decimal integers
+separated by single spaces, the first beat's and the last beat's instants in nanoseconds
+and the lease count. ``write_beat`` in ``lua/lib.lua`` is the only writer;
+`redis_presence.replies.stored_columns` the only reader."""
+
+STORED_FIELDS = len(STORED_VALUE.split())
+STORED_SEPARATOR = " "
+
 
 def encode_name(name: str) -> str:
     """Injective, key-safe spelling of a queue or group name (UTF-8, percent-encoded)."""
@@ -39,48 +53,71 @@ def decode_name(encoded: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class GroupKeys:
-    """The keys of one (queue, group) and its member in the index."""
+    """The keys of one (queue, group); `data` is also its member in the index."""
 
     queue: str
     group: str
     hb: str
     data: str
     mark: str
-    member: str
+
+    @property
+    def member(self) -> str:
+        """The group's member in the index (``P:groups``): its hash key."""
+        return self.data
 
 
 @lru_cache(maxsize=16_384)
 def _group_keys(prefix: str, queue: str, group: str) -> GroupKeys:
-    q, g = encode_name(queue), encode_name(group)
-    base = f"{prefix}:{{{q}}}:{g}"
-    return GroupKeys(queue, group, f"{base}:hb", f"{base}:c", f"{base}:ix", f"{q}:{g}")
+    base = f"{prefix}:{{{encode_name(queue)}}}:{encode_name(group)}"
+    return GroupKeys(queue, group, f"{base}:hb", f"{base}:c", f"{base}:ix")
 
 
 class Keyspace:
     """Key names under one prefix."""
 
-    __slots__ = ("index", "prefix")
+    __slots__ = ("groups", "legacy_index", "prefix")
 
     def __init__(self, prefix: str) -> None:
         self.prefix = check_prefix(prefix)
-        self.index = f"{prefix}:index"
+        self.groups = f"{prefix}:groups"
+        self.legacy_index = f"{prefix}:index"
 
     def group(self, queue: str, group: str) -> GroupKeys:
         """Keys of a (queue, group); names must already be validated."""
         return _group_keys(self.prefix, queue, group)
 
+    def queue_range(self, queue: str) -> tuple[str, str]:
+        """The ``ZRANGEBYLEX`` bounds of the index members of one queue's groups."""
+        tag = f"{self.prefix}:{{{encode_name(queue)}}}:"
+        return f"[{tag}", f"({tag[:-1]};"  # ';' follows ':': every member with this start
+
     def from_member(self, member: bytes | str) -> GroupKeys:
         """Keys of the group an index member names; a foreign member is a data error."""
         text = member.decode("utf-8", "replace") if isinstance(member, bytes) else member
-        q, _, g = text.partition(":")
+        head = f"{self.prefix}:{{"
+        q, sep, rest = text[len(head) :].partition("}:")
+        try:
+            keys = _group_keys(self.prefix, decode_name(q), decode_name(rest[:-2]))
+        except UnicodeDecodeError:
+            keys = None
+        if keys is None or not (sep and q and rest) or keys.data != text:
+            raise PresenceDataError(
+                f"the index {self.groups} holds a member this package did not write: {text!r:.80}"
+            )
+        return keys
+
+    def from_legacy_member(self, member: bytes | str) -> GroupKeys | None:
+        """Keys of the group a member of the 0.1 index (``"Q:G"``) names, or None when the
+        member is not one this package wrote."""
+        text = member.decode("utf-8", "replace") if isinstance(member, bytes) else member
+        q, sep, g = text.partition(":")
         try:
             keys = _group_keys(self.prefix, decode_name(q), decode_name(g))
         except UnicodeDecodeError:
-            keys = None
-        if keys is None or not (q and g) or keys.member != text:
-            raise PresenceDataError(
-                f"the index {self.index} holds a member this package did not write: {text!r:.80}"
-            )
+            return None
+        if not (sep and q and g) or f"{encode_name(keys.queue)}:{encode_name(keys.group)}" != text:
+            return None
         return keys
 
     @property

@@ -59,8 +59,8 @@ class ConsumerPresence(NamedTuple):
 
     A `typing.NamedTuple` rather than a frozen dataclass: attribute access, equality and
     hashing are the same, and whole snapshots are built in C (`columns`), without running
-    Python code for each row; at 100,000 consumers that is most of a snapshot's Python
-    time. Rows also sort by `(queue, group, consumer, ...)` and unpack like tuples.
+    Python code for each row (most of a large snapshot's Python time otherwise). Rows also
+    sort by `(queue, group, consumer, ...)` and unpack like tuples.
     """
 
     queue: str
@@ -191,10 +191,11 @@ _queue_group = itemgetter(0, 1)
 def gc_paused() -> Iterator[None]:
     """Hold the cyclic garbage collector while a large result is built.
 
-    Every row is a tracked object, so building 100,000 of them triggers collections that
-    walk the whole heap again and again (about 40 ms of a 100,000-row snapshot), and none of
-    them can free anything the build made. The collector is enabled again on the way out,
-    and left alone if it was already disabled; reference counting frees memory as usual.
+    Every row is a tracked object, so building many of them triggers collections that walk
+    the whole heap again and again, and none of them can free anything the build made (the
+    benchmark's snapshot case measures what that costs). The collector is enabled again on
+    the way out, and left alone if it was already disabled; reference counting frees memory
+    as usual.
     """
     if not gc.isenabled():
         yield

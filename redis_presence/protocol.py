@@ -7,7 +7,7 @@ Type against it to accept `RedisPresenceRegistry` and `ConsumerPresenceRegistry`
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Protocol, runtime_checkable
 
 from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
@@ -18,7 +18,8 @@ __all__ = ["PresenceRegistry"]
 
 @runtime_checkable
 class PresenceRegistry(Protocol):
-    """Heartbeat, snapshot, count, prune and deregister, with the contract's signatures."""
+    """Heartbeat, snapshot (whole or streamed), counts, prune and deregister, with the
+    contract's signatures; `queue` / `group` filter a read to one queue or one group."""
 
     def heartbeat(
         self,
@@ -32,15 +33,47 @@ class PresenceRegistry(Protocol):
     def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int: ...
 
     def snapshot(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
     ) -> list[ConsumerPresence]: ...
 
+    def iter_snapshot(
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> Iterator[ConsumerPresence]: ...
+
     def count_active_by_group(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
     ) -> dict[tuple[str, str], int]: ...
 
+    def count_active(
+        self,
+        queue: str,
+        group: str,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+    ) -> int: ...
+
     def prune_expired(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
     ) -> int: ...
 
     def deregister(self, queue: str, group: str, consumer: str) -> bool: ...

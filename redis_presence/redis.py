@@ -2,49 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from types import TracebackType
 from typing import Any, TypeVar
 
-from redis.exceptions import (
-    AskError,
-    ClusterDownError,
-    NoScriptError,
-    TryAgainError,
+from ._executor import (
+    REPLY_ERRORS,
+    RESEND,
+    Executor,
+    Run,
+    by_node,
+    command_args,
+    single,
 )
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from .core import (
-    DRIVER_ERRORS,
-    Command,
-    Eval,
-    EvalSha,
-    Plan,
-    PlannedRegistry,
-    Request,
-    Transaction,
-    all_scripts,
-    is_cluster_client,
-    pipelinable,
-)
-from .errors import translate
+from .errors import DRIVER_ERRORS, translate
 from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
+from .plans import Limits, Plan, Request, RowStream, Single
 from .urls import open_client
 from .validation import Beat
 
 T = TypeVar("T")
 
-_RESEND = object()
-"""A node pipeline's stand-in reply for a call to send again through the cluster client."""
-_RESENT_ERRORS = (NoScriptError, AskError, TryAgainError, ClusterDownError)
-"""Replies after which a script did not run and the cluster client knows what to do
-(``MovedError`` is an ``AskError``)."""
-
-__all__ = ["RedisPresenceRegistry", "is_cluster_client"]
+__all__ = ["RedisPresenceRegistry"]
 
 
-class RedisPresenceRegistry(PlannedRegistry):
+class RedisPresenceRegistry(Executor):
     """Consumer presence in Redis: the same answer for every broker that shares the server.
 
     `client` is any redis-py client (``redis.Redis``, a fakeredis client, a
@@ -55,15 +38,27 @@ class RedisPresenceRegistry(PlannedRegistry):
 
     With ``read_only=True`` (e.g. a client of a replica) reads run their scripts with
     ``EVALSHA_RO`` (Redis 7+) and every write raises `PresenceReadOnlyError`.
+
+    Every method builds a plan with `plans` and runs it with `execute`; so can your code,
+    to compose operations (the reporters do). `limits` bounds what one command may do.
     """
+
+    packs = True
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "presence", read_only: bool = False, **redis_kwargs: Any
+        cls,
+        url: str,
+        *,
+        prefix: str = "presence",
+        read_only: bool = False,
+        limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
+        **redis_kwargs: Any,
     ) -> RedisPresenceRegistry:
         """A registry on a new client for `url`: ``redis://``, ``rediss://``, ``unix://``,
         or ``redis+cluster://`` / ``rediss+cluster://`` for a Redis Cluster."""
-        registry = cls(open_client(url, **redis_kwargs), prefix=prefix, read_only=read_only)
+        client = open_client(url, **redis_kwargs)
+        registry = cls(client, prefix=prefix, read_only=read_only, limits=limits)
         registry._owns_client = True
         return registry
 
@@ -78,42 +73,81 @@ class RedisPresenceRegistry(PlannedRegistry):
         now_ns: int | None = None,
     ) -> None:
         """Record or refresh one consumer in one atomic script call (one round trip)."""
-        call = self._beat_call(queue, group, consumer, lease_count, now_ns)
-        try:
-            if self._eval_sha("heartbeat", call):
-                self._one(self._plans.beat_listing(queue, group))
-        except DRIVER_ERRORS as exc:
-            raise translate(exc) from exc
+        return self.execute(self.plans.heartbeat(queue, group, consumer, lease_count, now_ns))
 
     def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
         """Write many ``(queue, group, consumer, lease_count)`` beats, each atomically, in one
         script call (one per queue on a cluster); returns how many."""
-        return self._run(self._plan_heartbeat_many(beats, now_ns))
+        return self.execute(self.plans.heartbeat_many(beats, now_ns))
 
     def snapshot(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
     ) -> list[ConsumerPresence]:
-        """Every tracked consumer, ordered by `(queue, group, consumer)`, expired ones too."""
-        return self._run(self._plan_snapshot(now_ns, ttl_ms))
+        """Every tracked consumer (of one queue, or one group), ordered by `(queue, group,
+        consumer)`, expired ones too."""
+        return self.execute(self.plans.snapshot(now_ns, ttl_ms, queue=queue, group=group))
+
+    def iter_snapshot(
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> Iterator[ConsumerPresence]:
+        """The rows of `snapshot`, group by group as they are read, holding one chunk at a
+        time (see `Planner.iter_snapshot`); groups come in the index's order."""
+        return self.stream(self.plans.iter_snapshot(now_ns, ttl_ms, queue=queue, group=group))
 
     def count_active_by_group(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
     ) -> dict[tuple[str, str], int]:
         """Active consumers per `(queue, group)`; groups without one have no key."""
-        return self._run(self._plan_count(now_ns, ttl_ms))
+        return self.execute(
+            self.plans.count_active_by_group(now_ns, ttl_ms, queue=queue, group=group)
+        )
+
+    def count_active(
+        self,
+        queue: str,
+        group: str,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+    ) -> int:
+        """Active consumers of one group (0 when it has none)."""
+        return self.execute(self.plans.count_active(queue, group, now_ns, ttl_ms))
 
     def prune_expired(
-        self, now_ns: int | None = None, ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
     ) -> int:
         """Remove exactly the consumers `snapshot` would call expired; returns how many."""
-        return self._run(self._plan_prune(now_ns, ttl_ms))
+        return self.execute(self.plans.prune_expired(now_ns, ttl_ms, queue=queue, group=group))
 
     def deregister(self, queue: str, group: str, consumer: str) -> bool:
         """Forget one consumer (graceful shutdown); returns whether it was tracked."""
-        return self._run(self._plan_deregister(queue, group, consumer))
+        return self.execute(self.plans.deregister(queue, group, consumer))
+
+    def migrate(self) -> int:
+        """Move the index of release 0.1 into this release's (see `Planner.migrate`)."""
+        return self.execute(self.plans.migrate())
 
     def __len__(self) -> int:
-        return self._run(self._plan_size())
+        return self.execute(self.plans.size())
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -133,85 +167,110 @@ class RedisPresenceRegistry(PlannedRegistry):
     ) -> None:
         self.close()
 
-    # -- I/O ------------------------------------------------------------------------
+    # -- running plans --------------------------------------------------------------
 
-    def _run(self, plan: Plan[T]) -> T:
+    def execute(self, plan: Plan[T]) -> T:
+        """Run `plan` (from `plans`, or your own composition of them) to its result.
+
+        Redis failures raise `PresenceError` subclasses; a script the server has forgotten
+        is loaded again and its calls re-sent, transparently.
+        """
+        if type(plan) is Single:  # one script call, sent directly: no generator to step
+            try:
+                return plan.then(self._send_single(plan))  # type: ignore[no-any-return]
+            except DRIVER_ERRORS as exc:
+                run = Run(plan, answered=[exc])
+        else:
+            run = Run(plan)
+        while run.batch is not None:
+            run.feed(self._transport(run.batch))
+        return run.result  # type: ignore[return-value]
+
+    def stream(self, stream: RowStream) -> Iterator[ConsumerPresence]:
+        """Run a streaming read, handing out each group's rows as soon as they are read."""
+        run = Run(stream.plan)
+        while run.batch is not None:
+            run.feed(self._transport(run.batch))
+            for _, rows in stream.groups:
+                yield from rows
+            stream.groups.clear()
+
+    def _transport(self, batch: list[Request]) -> list[Any]:
+        """`_send`, with a failed connection raised as a `PresenceError`."""
         try:
-            batch = next(plan)
-            while True:
-                batch = plan.send(self._execute(batch))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return self._send(batch)
         except DRIVER_ERRORS as exc:
             raise translate(exc) from exc
 
-    def _execute(self, batch: list[Request]) -> list[Any]:
-        """One batch: plain commands in one pipeline; on a cluster, the per-queue script
-        calls in one pipeline per node; anything else (transactions) one by one."""
-        if pipelinable(batch):
-            return self._pipeline(batch, transaction=False)
-        if self.clustered and len(batch) > 1 and all_scripts(batch):
-            return self._scripts_by_node([self._sha_call(request) for request in batch])
-        return [self._one(request) for request in batch]
-
-    def _scripts_by_node(self, calls: list[EvalSha]) -> list[Any]:
-        """Cluster: script calls (one per queue) sent in one plain pipeline per node, since
-        redis-py's cluster pipeline refuses EVALSHA: one round trip per node instead of one
-        per queue. A call answered ``MOVED``/``ASK``/``TRYAGAIN``/``CLUSTERDOWN`` (its slot
-        is moving; the script did not run) or ``NOSCRIPT``, and every call of a node whose
-        connection failed, is sent again on its own through the cluster client, which
-        follows redirections, refreshes the slot map and loads scripts. Another error is
-        raised once every node has answered."""
-        nodes: dict[str, tuple[Any, list[int]]] = {}
-        for i, call in enumerate(calls):
-            node = self._client.get_node_from_key(call.args[3])  # the call's first key
-            nodes.setdefault(node.name, (node, []))[1].append(i)
-        replies: list[Any] = [None] * len(calls)
-        failure: Exception | None = None
-        for node, indexes in nodes.values():
-            pipe = self._client.get_redis_connection(node).pipeline(transaction=False)
-            for i in indexes:
-                pipe.execute_command(*calls[i].args)
+    def _send(self, batch: list[Request]) -> list[Any]:
+        """Send a batch: one request on its own, several in one pipeline, on a cluster one
+        pipeline per node; error replies come back in place."""
+        if len(batch) == 1:
+            return [self._one(batch[0])]
+        if not self.clustered:
+            return self._pipeline(self._client, batch)
+        replies: list[Any] = [None] * len(batch)
+        nodes, alone = by_node(self._client, batch)
+        for i in alone:
+            replies[i] = self._one(batch[i])
+        for node, positions in nodes:
+            connection = self._client.get_redis_connection(node)
+            part = [batch[i] for i in positions]
             try:
-                answers = pipe.execute(raise_on_error=False)
-            except (RedisConnectionError, RedisTimeoutError):
-                answers = [_RESEND] * len(indexes)
-            for i, reply in zip(indexes, answers, strict=True):
-                if reply is _RESEND or isinstance(reply, _RESENT_ERRORS):
-                    replies[i] = self._eval_sha(calls[i].script, calls[i].args)
-                    continue
-                if isinstance(reply, Exception):
-                    failure = failure or reply
-                replies[i] = reply
-        if failure is not None:
-            raise failure
+                answers = self._pipeline(connection, part)
+            except RESEND as exc:
+                answers = [exc] * len(part)
+            for i, reply in zip(positions, answers, strict=True):
+                # Not run (the slot moved, the node failed): the cluster client sends it again.
+                replies[i] = self._one(batch[i]) if isinstance(reply, RESEND) else reply
         return replies
 
-    def _pipeline(self, commands: Sequence[Command], *, transaction: bool) -> list[Any]:
-        pipe = self._client.pipeline(transaction=transaction)
-        for command in commands:
-            pipe.execute_command(command.name, *command.args)
-        return list(pipe.execute())
+    @staticmethod
+    def _pipeline(client: Any, batch: Sequence[Request]) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for request in batch:
+            pipe.execute_command(*command_args(request))
+        return list(pipe.execute(raise_on_error=False))
 
     def _one(self, request: Request) -> Any:
-        if isinstance(request, Eval):
-            if not self._read_only:
-                return self._scripts[request.script](keys=request.keys, args=request.args)
-            request = self._read_only_call(request)
-        if isinstance(request, EvalSha):
-            return self._eval_sha(request.script, request.args)
-        if isinstance(request, Transaction):
-            return self._pipeline(request.commands, transaction=True)
-        if request.node_key is not None:
-            node = self._client.get_node_from_key(request.node_key)
-            return self._client.execute_command(request.name, *request.args, target_nodes=node)
-        return self._client.execute_command(request.name, *request.args)
-
-    def _eval_sha(self, script: str, args: tuple[Any, ...]) -> Any:
-        """A prebuilt ``EVALSHA``/``EVALSHA_RO`` of `script`; after ``NOSCRIPT``, load the
-        script and send it again."""
         try:
-            return self._client.execute_command(*args)
-        except NoScriptError:
-            sha = self._client.script_load(self._script_source(script))
-            return self._client.execute_command(args[0], sha, *args[2:])
+            args, options = single(self._client, request, self.clustered)
+            return self._client.execute_command(*args, **options)
+        except REPLY_ERRORS as exc:
+            return exc
+
+    def _send_single(self, plan: Single[Any]) -> Any:
+        """A single beat: its prebuilt RESP written to a pooled connection and the reply
+        read back, under the client's own retry policy; else through ``execute_command``."""
+        if plan.packed is None:
+            return self._client.execute_command(*plan.args)
+        client = self._client
+        connection = client.connection  # a single_connection_client's one connection
+        if connection is not None:
+            with getattr(client, "single_connection_lock", None) or nullcontext():
+                return _round_trip(connection, plan.packed)
+        pool = client.connection_pool
+        connection = _checkout(pool)
+        try:
+            return _round_trip(connection, plan.packed)
+        finally:
+            pool.release(connection)
+
+
+def _checkout(pool: Any) -> Any:
+    """A connection from `pool` (redis-py before 5.3 names the command to get one)."""
+    try:
+        return pool.get_connection()
+    except TypeError:
+        return pool.get_connection("EVALSHA")
+
+
+def _round_trip(connection: Any, packed: bytes) -> Any:
+    """Write one packed command and read its reply, retried as the connection's `retry`
+    says (a broken connection is closed before the next attempt, as redis-py does)."""
+
+    def attempt() -> Any:
+        connection.send_packed_command([packed])
+        return connection.read_response()
+
+    return connection.retry.call_with_retry(attempt, lambda error: connection.disconnect())

@@ -20,18 +20,18 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Generic, TypeVar
 
+from ._executor import Executor
 from .aio import AsyncRedisPresenceRegistry
-from .core import DelayedBeat, Plan, PlannedRegistry
 from .errors import PresenceError
-from .model import DEFAULT_PRESENCE_TTL_MS
+from .model import DEFAULT_PRESENCE_TTL_MS, NS_PER_MS, NS_PER_US
+from .plans import Plan
 from .redis import RedisPresenceRegistry
 from .validation import (
     MAX_DELAY_MS,
-    MAX_LEASE_COUNT,
-    MAX_NAME_BYTES,
+    ConsumerKey,
+    DelayedBeat,
+    check_consumer_key,
     check_lease_count,
-    check_name,
-    check_triple,
 )
 
 DEFAULT_REPORT_INTERVAL_MS = DEFAULT_PRESENCE_TTL_MS // 6
@@ -46,9 +46,7 @@ RETRY_MIN_MS = 100
 
 logger = logging.getLogger("redis_presence.reporter")
 
-R = TypeVar("R", bound=PlannedRegistry)
-_Key = tuple[str, str, str]
-_NS_PER_US = 1_000
+R = TypeVar("R", bound=Executor)
 _MAX_DELAY_US = MAX_DELAY_MS * 1_000
 
 __all__ = [
@@ -56,19 +54,6 @@ __all__ = [
     "AsyncPresenceReporter",
     "PresenceReporter",
 ]
-
-
-def _name(argument: str, value: object) -> str:
-    # Fast path for the common case (short ASCII names); anything else gets the full check.
-    if type(value) is str and 0 < len(value) <= MAX_NAME_BYTES and value.isascii():
-        return value
-    return check_name(argument, value)
-
-
-def _lease(value: object) -> int:
-    if type(value) is int and 0 <= value <= MAX_LEASE_COUNT:
-        return value
-    return check_lease_count(value)
 
 
 def _check_interval_ms(value: object) -> int:
@@ -83,8 +68,8 @@ def _check_interval_ms(value: object) -> int:
 class _Taken:
     """What one flush sends: deregistrations first, then the latest beats."""
 
-    beats: dict[_Key, tuple[int, int]]  # consumer -> (lease_count, monotonic ns of the beat)
-    deregs: dict[_Key, None]
+    beats: dict[ConsumerKey, tuple[int, int]]  # consumer -> (lease_count, monotonic ns of the beat)
+    deregs: dict[ConsumerKey, None]
 
 
 @dataclass
@@ -114,28 +99,28 @@ class _Coalescer:
     """
 
     def __init__(self, interval_ms: int, *, track: bool, clock: Callable[[], int]) -> None:
-        self.interval_ns = _check_interval_ms(interval_ms) * 1_000_000
+        self.interval_ns = _check_interval_ms(interval_ms) * NS_PER_MS
         self.clock = clock
         self.closed = False
         self._lock = threading.Lock()
-        self._beats: dict[_Key, tuple[int, int]] = {}
-        self._deregs: dict[_Key, None] = {}
-        self._reported: set[_Key] | None = set() if track else None
+        self._beats: dict[ConsumerKey, tuple[int, int]] = {}
+        self._deregs: dict[ConsumerKey, None] = {}
+        self._reported: set[ConsumerKey] | None = set() if track else None
         self._failures = 0
         self._outage_since_ns: int | None = None
 
     # -- the caller's side ------------------------------------------------------------
 
     def beat(self, queue: str, group: str, consumer: str, lease_count: int) -> None:
-        key = (_name("queue", queue), _name("group", group), _name("consumer", consumer))
-        lease = _lease(lease_count)
+        key = check_consumer_key(queue, group, consumer)
+        lease = check_lease_count(lease_count)
         now = self.clock()
         with self._lock:
             if not self.closed:
                 self._beats[key] = (lease, now)
 
     def deregister(self, queue: str, group: str, consumer: str) -> None:
-        key = check_triple(queue, group, consumer)
+        key = check_consumer_key(queue, group, consumer)
         with self._lock:
             self._beats.pop(key, None)
             self._deregs[key] = None
@@ -167,12 +152,12 @@ class _Coalescer:
             self._beats, self._deregs = {}, {}
             return started, taken
 
-    def plan(self, registry: PlannedRegistry, taken: _Taken) -> Plan[int]:
+    def plan(self, registry: Executor, taken: _Taken) -> Plan[int]:
         """Send the taken deregistrations, then the beats with their age measured just
         before they are sent; returns how many beats were written."""
         for key in taken.deregs:
-            yield from registry._plan_deregister(*key)
-        return (yield from registry._plan_heartbeat_delayed(self.delayed(taken)))
+            yield from registry.plans.deregister(*key)
+        return (yield from registry.plans.heartbeat_delayed(self.delayed(taken)))
 
     def delayed(self, taken: _Taken) -> list[DelayedBeat]:
         """The taken beats with their age, in µs, on the monotonic clock; beats older than
@@ -180,7 +165,7 @@ class _Coalescer:
         now = self.clock()
         beats = []
         for (queue, group, consumer), (lease, at_ns) in taken.beats.items():
-            delay_us = max(0, now - at_ns) // _NS_PER_US
+            delay_us = max(0, now - at_ns) // NS_PER_US
             if delay_us <= _MAX_DELAY_US:
                 beats.append((queue, group, consumer, lease, delay_us))
         return beats
@@ -233,7 +218,7 @@ class _Coalescer:
             )
         else:
             logger.debug("presence reporter retry %d failed: %s", self._failures, error)
-        backoff_ns = min(self.interval_ns, RETRY_MIN_MS * 1_000_000 << min(self._failures - 1, 32))
+        backoff_ns = min(self.interval_ns, RETRY_MIN_MS * NS_PER_MS << min(self._failures - 1, 32))
         return _Outcome(wait_s=backoff_ns / 1e9, error=error)
 
     @property
@@ -270,7 +255,7 @@ class _Reporter(Generic[R]):
     @property
     def interval_ms(self) -> int:
         """How often pending beats are written, in milliseconds."""
-        return self._core.interval_ns // 1_000_000
+        return self._core.interval_ns // NS_PER_MS
 
     @property
     def pending(self) -> int:
@@ -349,7 +334,7 @@ class PresenceReporter(_Reporter[RedisPresenceRegistry]):
             if taken is None:
                 return self._core.idle(started)
             try:
-                sent = self._registry._run(self._core.plan(self._registry, taken))
+                sent = self._registry.execute(self._core.plan(self._registry, taken))
             except Exception as error:
                 return self._core.failed(taken, error)
             return self._core.succeeded(taken, sent, started)
@@ -410,7 +395,7 @@ class AsyncPresenceReporter(_Reporter[AsyncRedisPresenceRegistry]):
             if taken is None:
                 return self._core.idle(started)
             try:
-                sent = await self._registry._run(self._core.plan(self._registry, taken))
+                sent = await self._registry.execute(self._core.plan(self._registry, taken))
             except Exception as error:
                 return self._core.failed(taken, error)
             return self._core.succeeded(taken, sent, started)

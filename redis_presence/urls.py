@@ -53,8 +53,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
 from redis.retry import Retry
 
-from .core import DRIVER_ERRORS
-from .errors import PresenceConfigError, PresenceError, translate
+from .errors import DRIVER_ERRORS, PresenceConfigError, PresenceError, translate
 
 CLUSTER_SUFFIX = "+cluster"
 SENTINEL_SUFFIX = "+sentinel"

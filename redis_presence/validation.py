@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
-
-from .model import DEFAULT_PRESENCE_TTL_MS
 
 MAX_NAME_BYTES = 512
 """Longest queue, group or consumer name, in UTF-8 bytes."""
@@ -25,8 +23,15 @@ MAX_DELAY_MS = 24 * 3600 * 1000
 _PREFIX_FORBIDDEN = frozenset("{}*?[]\\ \t\r\n\x00")
 MAX_PREFIX_LEN = 128
 
+ConsumerKey = tuple[str, str, str]
+"""The identity of one consumer: `(queue, group, consumer)`."""
+
 Beat = tuple[str, str, str, int]
 """One heartbeat for `heartbeat_many`: `(queue, group, consumer, lease_count)`."""
+
+DelayedBeat = tuple[str, str, str, int, int]
+"""One heartbeat made `delay_us` microseconds before it is written, as a reporter sends it:
+`(queue, group, consumer, lease_count, delay_us)`."""
 
 
 def _is_int(value: Any) -> bool:
@@ -52,6 +57,8 @@ def check_name(argument: str, value: Any) -> str:
 
 def check_lease_count(value: Any, argument: str = "lease_count") -> int:
     """An unsigned 32-bit count of in-flight leases."""
+    if type(value) is int and 0 <= value <= MAX_LEASE_COUNT:
+        return value  # the common case
     if not _is_int(value):
         raise TypeError(f"{argument} must be an int, got {type(value).__name__}")
     if not 0 <= value <= MAX_LEASE_COUNT:
@@ -79,15 +86,6 @@ def check_now_ns(value: Any, argument: str = "now_ns") -> int | None:
     return int(value)
 
 
-def check_delay_us(value: Any, argument: str = "delay_us") -> int:
-    """How long ago a delayed beat happened, in whole microseconds."""
-    if not _is_int(value):
-        raise TypeError(f"{argument} must be an int, got {type(value).__name__}")
-    if not 0 <= value <= MAX_DELAY_MS * 1000:
-        raise ValueError(f"{argument} must be in [0, {MAX_DELAY_MS * 1000}], got {value}")
-    return int(value)
-
-
 def check_prefix(value: Any) -> str:
     """A key prefix: printable, without braces, glob characters or whitespace."""
     if not isinstance(value, str):
@@ -101,7 +99,12 @@ def check_prefix(value: Any) -> str:
     return value
 
 
-def check_triple(queue: Any, group: Any, consumer: Any) -> tuple[str, str, str]:
+def check_filter(argument: str, value: Any) -> str | None:
+    """A read's optional `queue` / `group` filter: None (every one) or a valid name."""
+    return None if value is None else check_name(argument, value)
+
+
+def check_consumer_key(queue: Any, group: Any, consumer: Any) -> ConsumerKey:
     """Validate the identity of one consumer."""
     return (
         check_name("queue", queue),
@@ -127,27 +130,46 @@ def check_beats(beats: Iterable[Any]) -> list[Beat]:
         queue, group, consumer = beat[0], beat[1], beat[2]
         lease = beat[3] if len(beat) == 4 else 0
         try:
-            triple = check_triple(queue, group, consumer)
+            key = check_consumer_key(queue, group, consumer)
             lease_count = check_lease_count(lease)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"beats[{index}]: {exc}") from None
-        checked.append((*triple, lease_count))
+        checked.append((*key, lease_count))
     return checked
 
 
+def check_delayed_beats(beats: Sequence[Any]) -> Sequence[DelayedBeat]:
+    """Validate a reporter's delayed beats (`DelayedBeat`); an error names the beat's index.
+    Cheap for what a reporter sends: every field is checked by its common-case fast path."""
+    most_us = MAX_DELAY_MS * 1_000
+    for index, beat in enumerate(beats):
+        try:
+            queue, group, consumer, lease, delay_us = beat
+            check_consumer_key(queue, group, consumer)
+            check_lease_count(lease)
+            if type(delay_us) is not int or not 0 <= delay_us <= most_us:
+                raise ValueError(f"delay_us must be an int in [0, {most_us}], got {delay_us!r}")
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"beats[{index}]: {exc}") from None
+    return beats
+
+
 __all__ = [
-    "DEFAULT_PRESENCE_TTL_MS",
+    "MAX_DELAY_MS",
     "MAX_LEASE_COUNT",
     "MAX_NAME_BYTES",
     "MAX_TIMESTAMP_NS",
     "MAX_TTL_MS",
     "Beat",
+    "ConsumerKey",
+    "DelayedBeat",
     "check_beats",
-    "check_delay_us",
+    "check_consumer_key",
+    "check_delayed_beats",
+    "check_filter",
     "check_lease_count",
     "check_name",
     "check_now_ns",
     "check_prefix",
-    "check_triple",
     "check_ttl_ms",
 ]

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 from redis_presence import AsyncRedisPresenceRegistry
 
 T = TypeVar("T")
+
+
+async def _collect(rows: AsyncIterator[T]) -> list[T]:
+    return [row async for row in rows]
 
 
 class SyncAdapter:
@@ -35,6 +39,8 @@ class SyncAdapter:
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self.registry, name)
+        if name == "iter_snapshot":  # an async iterator: collected on the adapter's loop
+            return lambda *args, **kwargs: iter(self.run(_collect(attribute(*args, **kwargs))))
         if not inspect.iscoroutinefunction(attribute):
             return attribute
 

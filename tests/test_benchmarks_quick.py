@@ -12,7 +12,7 @@ import pytest
 from servers import need_binary
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ("heartbeat", "batched", "coalescing", "snapshot", "counts", "prune", "memory")
+CASES = ("heartbeat", "batched", "coalescing", "snapshot", "counts", "prune", "memory", "startup")
 
 
 def _has(module: str) -> bool:

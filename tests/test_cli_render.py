@@ -156,14 +156,51 @@ def test_json_is_one_array_with_the_field_names() -> None:
 
 def test_csv_has_a_header_and_exact_values() -> None:
     text = render.render_consumers(
-        [*ROWS, row("new\nline, comma")], "csv", render.Styler(plain_console())
+        [*ROWS, row("plain, comma")], "csv", render.Styler(plain_console())
     )
     records = list(csv.DictReader(io.StringIO(text)))
     assert list(records[0]) == list(render.CONSUMER_FIELDS)
     assert records[0]["consumer"] == "c1"
     assert records[0]["last_heartbeat_ns"] == str(NOW - S)
     assert records[1]["state"] == "stale"
-    assert records[3]["consumer"] == "new\nline, comma"
+    assert records[3]["consumer"] == "plain, comma"  # quoted by the csv module, exact
+
+
+HOSTILE = [
+    ("=cmd|' /C calc'!A0", "'=cmd|' /C calc'!A0"),
+    ("+1+2", "'+1+2"),
+    ("-2+3", "'-2+3"),
+    ("@SUM(A1)", "'@SUM(A1)"),
+    ("\tx", "\\tx"),  # tab and CR, formula starts too, are escaped first: no quote needed
+    ("\rx", "\\rx"),
+    ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
+    ("new\nline", "new\\nline"),
+    ("a=b", "a=b"),
+    ("worker-1", "worker-1"),
+]
+
+
+@pytest.mark.parametrize(("name", "cell"), HOSTILE, ids=[repr(n) for n, _ in HOSTILE])
+def test_csv_escapes_control_characters_and_neutralises_formulas(name: str, cell: str) -> None:
+    """Issue 16 item 7: OWASP's advice for CSV injection, with the table's own escaping."""
+    styler = render.Styler(plain_console())
+    text = render.render_consumers([row(name, queue=name, group=name)], "csv", styler)
+    assert "\x1b" not in text
+    assert "\t" not in text
+    assert text.count("\n") == 2  # the header and one record: no raw newline from a name
+    [record] = list(csv.DictReader(io.StringIO(text)))
+    assert record["consumer"] == record["queue"] == record["group"] == cell
+    assert render.csv_cell(name) == cell
+    counts = render.render_counts({(name, name): 1}, "csv", styler)
+    assert next(csv.DictReader(io.StringIO(counts)))["queue"] == cell
+    # One escaping for both: the table shows what CSV shows, without the formula quote.
+    assert cell.removeprefix("'") == render.shown(name)
+
+
+def test_json_keeps_names_exact() -> None:
+    name = "=cmd\x1b[31m\n"
+    [item] = json.loads(render.consumers_json([row(name)]))
+    assert item["consumer"] == name
 
 
 def test_counts_in_every_format() -> None:
@@ -346,14 +383,60 @@ def test_live_renderable_crops_unchanged_rows_first() -> None:
     ]
     frame = frames_over_time(steps)[1]
     console = Console(file=io.StringIO(), width=120, _environ={})
-    console.print(render.frame_renderable(frame, "demo title", ["a note"], max_rows=5))
+    view = render.View(frame.rows, width=120, height=10)
+    console.print(render.frame_renderable(frame, "demo title", view))
     out = console.file.getvalue()  # type: ignore[attr-defined]
-    assert "demo title" in out
+    lines = out.splitlines()
+    assert len(lines) <= 10
+    assert lines[0] == "demo title"
     assert "zz-new" in out
     assert "+ joined" in out
-    assert "16 unchanged consumers not shown" in out
-    assert "counts: orders/billing 21 active" in out
-    assert "a note" in out
+    assert "... and 15 unchanged consumers not shown" in out
+    assert lines[-1] == "counts: orders/billing 21 active"
+
+
+def test_one_cropped_consumer_is_singular() -> None:
+    frame = frames_over_time([(0, [("a", 0), ("b", 0), ("c", 0)])])[0]
+    text = render.frame_text(
+        frame, "t", render.Styler(plain_console()), render.View(frame.rows, height=6)
+    )
+    assert "... and 1 unchanged consumer not shown" in text
+
+
+@pytest.mark.parametrize(
+    ("text", "width", "cut"),
+    [
+        ("settlement-reconciler-7d9f8c6b5-x2x9k", 17, "settleme…b5-x2x9k"),
+        ("short", 17, "short"),
+        ("abcdefgh", 7, "abc…fgh"),
+        ("abcdefgh", 6, "ab…fgh"),
+        ("日本語のキュー名", 9, "日本…ー名"),  # cells, not characters: wide glyphs count twice
+    ],
+)
+def test_middle_cut_keeps_both_ends(text: str, width: int, cut: str) -> None:
+    assert render.middle_cut(text, width) == cut
+    assert render._width(render.middle_cut(text, width)) <= width
+
+
+def test_a_fitted_table_never_cuts_state_age_or_leases_and_keeps_names_distinct() -> None:
+    """Issue 18 items 1 and 2, on the layout alone (the terminal tests run the real CLI)."""
+    names = [f"settlement-reconciler-7d9f8c6b5-{s}" for s in ("x2x9k", "x2x9m", "b7q2m")]
+    rows = [
+        row(n, state, queue="payments-settlement-eu", group="reconciliation-workers")
+        for n, state in zip(names, PresenceState, strict=True)
+    ]
+    for width in (60, 80, 100, 120, 135):
+        text = render.consumers_table(rows, render.Styler(plain_console()), width)
+        lines = text.splitlines()
+        assert all(render._width(line) <= width for line in lines), (width, text)
+        cells = [line.split() for line in lines[1:]]
+        assert [c[3] for c in cells] == ["active", "stale", "expired"]
+        assert [c[4:6] for c in cells] == [["1s", "ago"], ["1s", "ago"], ["1s", "ago"]]
+        assert len({c[2] for c in cells}) == 3, text  # three consumers, three names
+        assert ("REGISTERED" in lines[0]) is (width >= 135)  # its natural width
+    full = render.consumers_table(rows, render.Styler(plain_console()), None)
+    assert all(n in full for n in names)
+    assert "REGISTERED" in full
 
 
 def test_frame_sink_prints_frames_one_after_another_without_a_terminal() -> None:

@@ -67,7 +67,7 @@ def queues_on_every_node(client: redis.cluster.RedisCluster, per_node: int = 2) 
     """Queue names whose keys live on each master, `per_node` of them per master."""
     found: dict[str, list[str]] = {}
     space = Keyspace("presence")
-    index_node = node_of(client, space.index)
+    index_node = node_of(client, space.groups)
     for i in range(1000):
         queue = f"queue-{i}"
         node = node_of(client, space.group(queue, "g").hb)
@@ -150,9 +150,8 @@ def test_heartbeat_many_sends_one_script_call_per_queue(
     assert registry.heartbeat_many(beats) == len(beats)
     assert command_calls(nodes, "evalsha") == len(queues)
     assert command_calls(nodes, "hset") == len(beats)
-    assert command_calls(nodes, "zadd") == len(beats)
-    # Every group but the one already listed is new: one SADD lists them all.
-    assert command_calls(nodes, "sadd") == 1
+    # A ZADD per beat, and one more that lists every group but the one already listed.
+    assert command_calls(nodes, "zadd") == len(beats) + 1
     counts = registry.count_active_by_group()
     assert counts == {(q, g): 5 for q in queues for g in ("a", "b")}
 
@@ -200,10 +199,9 @@ def test_per_queue_scripts_go_in_one_pipeline_per_node(
         client.script_flush()
     spy = PipelineSpy(monkeypatch, cluster_client)
     assert registry.heartbeat_many(beats, now_ns=T0) == len(beats)
-    assert spy.pipelines == 3
-    # NOSCRIPT: the first node's calls went again on their own, and the first of them
-    # loaded the script on every master, so the later nodes' pipelines ran it.
-    assert 0 < len(spy.single_calls) < len(queues)
+    # NOSCRIPT on every node: one SCRIPT LOAD (the cluster client sends it to every
+    # master), then each node's calls again in one more pipeline, never one by one.
+    assert (spy.pipelines, spy.single_calls) == (6, [])
     assert registry.count_active_by_group(now_ns=T0)  # count.lua: loaded the same way
     assert registry.prune_expired(now_ns=T0) == 0  # and prune.lua
 
@@ -220,7 +218,9 @@ def test_per_queue_scripts_go_in_one_pipeline_per_node(
         assert (spy.pipelines, spy.single_calls) == (3, []), name
     spy.pipelines = 0
     assert registry.prune_expired(now_ns=T0 + 3_600_000 * MS) == len(beats)
-    assert spy.pipelines == 3  # the index's SREM and EXISTS go through the cluster pipeline
+    # prune.lua in one pipeline per node, then the re-checks of the emptied groups (EXISTS)
+    # likewise; the index's SREM goes on its own to the index's node.
+    assert spy.pipelines == 6
     assert spy.single_calls == []
     assert cluster_client.keys("*") == []
 
@@ -243,7 +243,8 @@ def test_a_script_call_sent_to_the_wrong_node_goes_again_through_the_cluster_cli
     monkeypatch.setattr(cluster_client, "get_node_from_key", wrong_node)
     spy = PipelineSpy(monkeypatch, cluster_client)
     assert registry.count_active_by_group(now_ns=T0) == {(q, "g"): 1 for q in queues}
-    assert len(spy.single_calls) >= len(queues)  # every call answered MOVED, sent again
+    assert registry.prune_expired(now_ns=T0) == 0
+    assert len(spy.single_calls) >= len(queues)  # every prune call answered MOVED, sent again
 
 
 def test_a_node_whose_connection_fails_has_its_calls_sent_again(
@@ -262,6 +263,8 @@ def test_a_node_whose_connection_fails_has_its_calls_sent_again(
 
     monkeypatch.setattr(redis.client.Pipeline, "execute", broken)
     assert registry.count_active_by_group(now_ns=T0) == {(q, "g"): 1 for q in queues}
+    spy.pipelines = 0
+    assert registry.prune_expired(now_ns=T0) == 0
     assert spy.pipelines == 3
     assert len(spy.single_calls) >= len(queues)  # one each, and any NOSCRIPT retry
 
@@ -305,25 +308,28 @@ def test_async_heartbeat_many_sends_one_script_call_per_queue(
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
-def test_snapshot_reads_each_queue_in_one_transaction_on_its_node_with_its_clock(
+def test_snapshot_reads_every_group_on_its_node_at_one_instant(
     redis_cluster: RedisClusterProcesses,
     cluster_client: redis.cluster.RedisCluster,
     nodes: list[redis.Redis],
     flavour: str,
 ) -> None:
-    """One MULTI/EXEC per queue; without now_ns, TIME from the node that holds the queue."""
+    """No transaction: each group is one HGETALL on its node (one pipeline per node), after
+    one HLEN each; without now_ns, one TIME in all, on the index's node."""
     queues = queues_on_every_node(cluster_client)
     beats = [(q, g, "c", 0) for q in queues for g in ("g", "h")]
     RedisPresenceRegistry(cluster_client).heartbeat_many(beats, now_ns=T0)
     space = Keyspace("presence")
-    on_node = {
-        f"{node.host}:{node.port}": sum(
+    index_node = node_of(cluster_client, space.groups)
+    groups_on = {
+        f"{node.host}:{node.port}": 2
+        * sum(
             node_of(cluster_client, space.group(q, "g").data) == f"{node.host}:{node.port}"
             for q in queues
         )
         for node in redis_cluster.nodes
     }
-    assert sorted(on_node.values()) == [2, 2, 2]
+    assert sorted(groups_on.values()) == [4, 4, 4]
 
     async def read_async() -> int:
         registry = AsyncRedisPresenceRegistry(redis_cluster.async_client())
@@ -342,8 +348,10 @@ def test_snapshot_reads_each_queue_in_one_transaction_on_its_node_with_its_clock
             client.config_resetstat()
         assert len(RedisPresenceRegistry(cluster_client).snapshot()) == len(beats)
     for node, client in zip(redis_cluster.nodes, nodes, strict=True):
-        queues_here = on_node[f"{node.host}:{node.port}"]
-        for command, calls in (("exec", queues_here), ("time", queues_here), ("hgetall", 4)):
+        name = f"{node.host}:{node.port}"
+        here = groups_on[name]
+        times = 1 if name == index_node else 0
+        for command, calls in (("exec", 0), ("time", times), ("hlen", here), ("hgetall", here)):
             assert command_calls([client], command) == calls, (node.port, command)
 
 
@@ -436,7 +444,8 @@ def test_prune_racing_first_heartbeats_never_loses_a_consumer(
             assert seen == expected, f"round {round_}: lost {sorted(expected - seen)}"
         reader.prune_expired()
         space = Keyspace("presence")
-        listed = {space.from_member(m) for m in cluster_client.smembers(space.index)}
+        members: list[bytes] = cluster_client.zrange(space.groups, 0, -1)  # type: ignore[assignment]
+        listed = {space.from_member(m) for m in members}
         assert {(gk.queue, gk.group) for gk in listed} == {
             (f"r{r}-q{i:02}", "g") for r in range(ROUNDS) for i in range(QUEUES_PER_ROUND)
         }

@@ -1,4 +1,4 @@
-"""The cluster index protocol (core.py) under every interleaving of its steps.
+"""The cluster index protocol (docs/index-protocol.md) under every interleaving of its steps.
 
 Each scenario runs two or three plans of `Planner(clustered=True)` by hand against a real
 three-master cluster, one batch at a time, in every possible order (each ordering on a
@@ -23,8 +23,8 @@ import pytest
 import redis.cluster
 
 from redis_presence import RedisPresenceRegistry
-from redis_presence.core import Command, Plan, Planner, Request
 from redis_presence.keys import GroupKeys
+from redis_presence.plans import Command, Plan, Planner, Request
 
 MS = 1_000_000
 T0 = 1_796_000_000_123_456_000
@@ -48,7 +48,7 @@ class Scenario:
 
 
 def beat(consumer: str, now_ns: int = T0) -> Callable[[Planner], Plan[Any]]:
-    return lambda p: p.heartbeat([(Q, G, consumer, 0, 0)], now_ns)
+    return lambda p: p.heartbeat_many([(Q, G, consumer, 0)], now_ns)
 
 
 def deregister(consumer: str) -> Callable[[Planner], Plan[Any]]:
@@ -82,6 +82,11 @@ SCENARIOS = [
 ]
 
 
+def one_batch(batch: list[Request]) -> Plan[list[Any]]:
+    """A plan that sends `batch` and returns its replies: one step of another plan."""
+    return (yield batch)
+
+
 class Runner:
     """Steps plans one batch at a time through a registry's own batch execution."""
 
@@ -91,7 +96,7 @@ class Runner:
 
     def fresh(self) -> tuple[RedisPresenceRegistry, Planner]:
         registry = RedisPresenceRegistry(self.client, prefix=f"p{next(_prefixes)}")
-        plans = self.planner(registry._plans.keys, clustered=True)
+        plans = self.planner(registry.prefix, clustered=True)
         return registry, plans
 
     def run(self, scenario: Scenario, schedule: list[str], extend: list[list[str]]) -> list[str]:
@@ -99,7 +104,7 @@ class Runner:
         runnable plan; every other choice beyond the prefix is queued on `extend`."""
         registry, plans = self.fresh()
         for consumer, now in scenario.before:
-            registry._run(plans.heartbeat([(Q, G, consumer, 0, 0)], now))
+            registry.execute(plans.heartbeat_many([(Q, G, consumer, 0)], now))
         running: dict[str, tuple[Plan[Any], list[Request]]] = {}
         for name, make in scenario.racers.items():
             plan = make(plans)
@@ -119,7 +124,7 @@ class Runner:
                 order.append(choice)
             plan, batch = running.pop(choice)
             try:
-                running[choice] = (plan, plan.send(registry._execute(batch)))
+                running[choice] = (plan, plan.send(registry.execute(one_batch(batch))))
             except StopIteration as done:
                 scenario.results[choice] = done.value
             step += 1
@@ -127,13 +132,15 @@ class Runner:
         return order
 
     def check(self, registry: RedisPresenceRegistry, scenario: Scenario, order: list[str]) -> None:
-        keys = registry._plans.keys
+        keys = registry.plans.keys
         gk = keys.group(Q, G)
         where = f"{scenario.name}, order {''.join(order)}"
         if self.client.zcard(gk.hb):
-            assert self.client.sismember(keys.index, gk.member), f"live group unlisted: {where}"
+            score = self.client.zscore(keys.groups, gk.member)
+            assert score is not None, f"live group unlisted: {where}"
         registry.prune_expired(now_ns=T0, ttl_ms=TTL_MS)
-        listed = {keys.from_member(m) for m in self.client.smembers(keys.index)}
+        members: list[bytes] = self.client.zrange(keys.groups, 0, -1)  # type: ignore[assignment]
+        listed = {keys.from_member(m) for m in members}
         alive = {gk} if self.client.zcard(gk.hb) else set()
         assert listed == alive, f"index {listed} != non-empty groups {alive}: {where}"
         assert self.client.exists(gk.hb, gk.data, gk.mark) == (3 if alive else 0), where
@@ -161,7 +168,7 @@ class NoRecheckPlanner(Planner):
     """The protocol without step 2's re-check: SREM and hope."""
 
     def _unlist(self, groups: list[GroupKeys]) -> Plan[None]:
-        yield [Command("SREM", (self.keys.index, *(gk.member for gk in groups)))]
+        yield [Command("ZREM", (self.keys.groups, *(gk.member for gk in groups)))]
 
 
 def test_the_exploration_finds_the_race_the_recheck_prevents(

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from redis_presence import ConsumerPresence, PresenceDataError, PresenceState
 from redis_presence.keys import Keyspace
 from redis_presence.model import gc_paused
-from redis_presence.scripts import stored_columns
+from redis_presence.replies import stored_columns
 
 T0 = 1_796_000_000_123_456_000
 MS = 1_000_000

@@ -18,11 +18,14 @@ from pathlib import Path
 import pytest
 import redis
 from click.testing import CliRunner
+from servers import MakeRedisServer
 
 import redis_presence
 from redis_presence import ConsumerPresenceRegistry
 from redis_presence.cli import cli
+from redis_presence.cli.commands.demo import SERVER_CHOICES
 from redis_presence.cli.demo import DEMO_GROUPS, broker_consumers, run_broker
+from redis_presence.cli.embedded import SERVER_CHOICES as EMBEDDED_CHOICES
 from redis_presence.cli.embedded import die_with_parent, start_local_redis
 
 REPO = Path(redis_presence.__file__).resolve().parents[1]
@@ -250,8 +253,225 @@ def test_local_redis_starts_answers_and_stops(choice: str) -> None:
         assert probe.connect_ex(("127.0.0.1", server.port)) != 0
 
 
+def test_the_demo_offers_every_server_the_launcher_knows() -> None:
+    assert SERVER_CHOICES == EMBEDDED_CHOICES
+
+
 @pytest.mark.parametrize("platform", ["darwin", "win32", "freebsd14"])
 def test_parent_death_signal_is_linux_only(monkeypatch: pytest.MonkeyPatch, platform: str) -> None:
     """Elsewhere the server starts without a `preexec_fn` (and the demo's own cleanup)."""
     monkeypatch.setattr(sys, "platform", platform)
     assert die_with_parent() is None
+
+
+# ---------------------------------------------------------------- issue 18, item 9
+
+
+STAMP = re.compile(r"^demo: \[\s*(\d+\.\d)s\] (.*)$", re.M)
+
+
+def events(output: str) -> list[tuple[float, str]]:
+    """`(seconds, text)` of every `demo: [ 1.5s] text` line."""
+    return [(float(t), text) for t, text in STAMP.findall(output)]
+
+
+def at(output: str, text: str) -> float:
+    return next(t for t, what in events(output) if what.startswith(text))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [(["--ttl-ms", "500"], {}), ([], {"REDIS_PRESENCE_TTL_MS": "500"})],
+    ids=["option", "environment"],
+)
+def test_demo_takes_the_global_ttl(args: list[str], env: dict[str, str]) -> None:
+    proc = subprocess.run(
+        [*CLI, *args, "demo", "--no-tui", "--brokers", "2", "--consumers", "2"],
+        env={**cli_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "TTL 500 ms" in proc.stdout
+    assert_all_gone(check_story(proc.stdout))
+
+
+def test_demo_refuses_a_ttl_it_cannot_play() -> None:
+    for args, env in (
+        (["--ttl-ms", "50", "demo"], {}),
+        (["demo"], {"REDIS_PRESENCE_TTL_MS": "120000"}),
+    ):
+        result = CliRunner(env={"REDIS_PRESENCE_TTL_MS": None, **env}).invoke(cli, args)
+        assert result.exit_code == 2
+        assert result.stderr.startswith("Error: Invalid value for '--ttl-ms': the demo needs")
+
+
+@pytest.mark.slow
+def test_demo_reports_the_crashed_broker_and_ends_after_its_story() -> None:
+    """The SIGKILLed broker is not `stopped` later; by default the demo ends one TTL after
+    the prune (its last step) instead of idling; every line has one clock."""
+    proc = run_demo_process("--ttl-ms", "500")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    crashed = re.search(r"(broker-\d+) pid (\d+) crashes \(SIGKILL\)", out)
+    assert crashed is not None, out
+    name, pid = crashed.groups()
+    assert f"{name} pid {pid} had already exited (killed by SIGKILL)" in out
+    assert f"stopped {name} pid" not in out
+    prune = at(out, "operator runs prune")
+    assert at(out, "stopped broker-1") - prune <= 1.5  # 1 TTL and one refresh, not 10 s
+    stamps = [t for t, _ in events(out)]
+    assert stamps == sorted(stamps)  # frames and events share the clock
+
+
+@pytest.mark.slow
+def test_demo_of_one_consumer_speaks_in_the_singular() -> None:
+    proc = run_demo_process("--ttl-ms", "300", "--brokers", "1", "--consumers", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "the one consumer is heartbeating; the story begins" in proc.stdout
+    assert "all 1 consumers" not in proc.stdout
+    assert re.search(r"^demo: \[\s*\d+\.\ds\] 1 consumer: 1 active", proc.stdout, re.M)
+    assert not re.search(r"\b1 consumers\b", proc.stdout)
+
+
+@pytest.mark.slow
+def test_the_embedded_server_is_stopped_out_loud() -> None:
+    pytest.importorskip("fakeredis")
+    proc = run_demo_process("--server", "embedded", *SHORT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    port = re.search(
+        r"started embedded fakeredis inside this process on (127\.0\.0\.1:\d+)", proc.stdout
+    )
+    assert port is not None, proc.stdout
+    assert f"stopped embedded fakeredis on {port.group(1)}" in proc.stdout
+
+
+def test_no_embedded_server_gives_one_error_and_no_done_line(tmp_path: Path) -> None:
+    stub = tmp_path / "fakeredis"
+    stub.mkdir()
+    (stub / "__init__.py").write_text("raise ImportError('not installed')\n")
+    env = cli_env()
+    env["PYTHONPATH"] = os.pathsep.join((str(tmp_path), env["PYTHONPATH"]))
+    proc = subprocess.run(
+        [*CLI, "demo", "--no-tui", "--server", "embedded"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "done:" not in proc.stdout
+    assert proc.stderr == (
+        "Error: the embedded server needs fakeredis: install it with `pip install "
+        "'redis-presence[embedded]'`, or install redis-server (e.g. `apt-get install "
+        "redis-server`) and use --server redis-server\n"
+    )
+
+
+def test_asking_for_a_missing_redis_server_says_how_to_get_one(tmp_path: Path) -> None:
+    result = CliRunner(env={"PATH": str(tmp_path)}).invoke(
+        cli, ["demo", "--server", "redis-server"]
+    )
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "Error: redis-server is not on PATH: install it (e.g. `apt-get install redis-server`), "
+        "or use --server embedded (`pip install 'redis-presence[embedded]'`)\n"
+    )
+    assert "done:" not in result.stdout
+
+
+def on_terminal(args: list[str], columns: int = 110, rows: int = 40) -> str:
+    """`redis-presence ARGS` on a pseudo-terminal until it exits; the output, escapes gone."""
+    from test_cli_terminal import on_terminal as run
+
+    return run(args, columns, rows=rows, timeout_s=90)
+
+
+@pytest.mark.slow
+def test_the_live_demo_logs_each_event_once_on_the_same_clock_as_its_title() -> None:
+    """Events print once, above the live table (not again at exit); the title's clock is the
+    events' clock, so the last refresh is not older than the last step (the prune)."""
+    args = ["--ttl-ms", "500", "demo", "--brokers", "2", "--consumers", "2", "--duration", "2"]
+    out = on_terminal(args)
+    for text in ("operator runs prune", "crashes (SIGKILL)", "the story begins"):
+        assert sum(text in line for line in out.splitlines()) == 1, (text, out)
+    titles = [float(t) for t in re.findall(r"redis-presence demo\s+(\d+\.\d)s \(ends at", out)]
+    assert titles, out
+    assert titles == sorted(titles)
+    assert titles[-1] >= at(out, "operator runs prune")
+    assert "done: every process the demo started has stopped" in out
+
+
+# ---------------------------------------------------------------- issue 18, item 15
+
+
+def test_the_broker_logs_its_start_and_stop() -> None:
+    registry = ConsumerPresenceRegistry()
+    lines: list[str] = []
+    run_broker(
+        registry,
+        "b",
+        2,
+        beat_s=0.01,
+        offset=0,
+        control=io.StringIO(""),
+        log=lines.append,
+        lifecycle=lines.append,
+        where="somewhere",
+    )
+    assert lines == [
+        "b: started, serving 2 consumers: b-c1 (orders/billing), b-c2 (orders/shipping); somewhere",
+        "b: stopped (told to quit, or its control input closed); deregistered 2 of 2 consumers",
+    ]
+
+
+def test_demo_broker_logs_start_outage_and_stop(make_redis_server: MakeRedisServer) -> None:
+    """What `docker compose logs broker-a` shows: one line each."""
+    server = make_redis_server()
+    lines: list[str] = []
+    with subprocess.Popen(
+        [
+            *CLI,
+            "--url",
+            server.url,
+            "--ttl-ms",
+            "500",
+            "demo-broker",
+            "--name",
+            "b",
+            "--consumers",
+            "2",
+            "--offset",
+            "0",
+        ],
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        reader = threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True)
+        reader.start()
+        try:
+            wait_until(lambda: len(lines) >= 1, 30, "the start line")
+            server.kill()
+            wait_until(lambda: len(lines) >= 2, 30, "the outage line")
+            server.restart()
+            wait_until(lambda: len(lines) >= 3, 30, "the recovery line")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        reader.join(timeout=10)
+    assert lines[0] == (
+        "b: started, serving 2 consumers: b-c1 (orders/billing), b-c2 (orders/shipping); "
+        f"prefix 'presence' at {server.url}, TTL 500 ms, a read every 0.1s\n"
+    )
+    assert lines[1].startswith("b: heartbeat failed, retrying: cannot reach Redis")
+    assert lines[2] == "b: Redis is back\n"
+    assert lines[3] == "b: stopped by a signal (SIGTERM or Ctrl-C); deregistered 2 of 2 consumers\n"
+    assert len(lines) == 4, lines

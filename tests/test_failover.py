@@ -56,11 +56,13 @@ def test_replica_serves_reads_through_a_read_only_registry(
     primary.wait_for_replicas(1)
     reader = RedisPresenceRegistry(clients[1], read_only=True)
     assert reader.read_only is True
-    # The replica's script cache starts empty: the first EVALSHA_RO meets NOSCRIPT and loads.
-    assert clients[1].script_exists(writer._scripts["count"].sha) == [False]
+    clients[1].config_resetstat()
     for now in (T0, T0 + 20_000 * MS, T0 + 70_000 * MS):
         assert reader.snapshot(now_ns=now, ttl_ms=TTL) == writer.snapshot(now_ns=now, ttl_ms=TTL)
         assert reader.count_active_by_group(now_ns=now) == writer.count_active_by_group(now_ns=now)
+    # Reads are plain read commands: the replica runs no script and loads none.
+    stats = clients[1].info("commandstats")
+    assert not {"cmdstat_evalsha", "cmdstat_evalsha_ro", "cmdstat_script|load"} & set(stats)
     assert len(reader) == len(writer) == 4
     states = {row.consumer: row.state for row in reader.snapshot(now_ns=T0)}
     assert states == {

@@ -21,7 +21,7 @@ from redis_presence import (
     PresenceState,
     RedisPresenceRegistry,
 )
-from redis_presence.scripts import SCRIPT_NAMES
+from redis_presence.scripts import SCRIPT_NAMES, script
 
 MS = 1_000_000
 T0 = 1_796_000_000_123_456_000
@@ -143,7 +143,7 @@ def test_every_operation_works_on_its_next_call_after_a_restart(
     read_only = RedisPresenceRegistry(client, read_only=True)
     registry.heartbeat("orders", "billing", "old", now_ns=T0 - 90_000 * MS)
     registry.heartbeat("orders", "billing", "w1", 1, now_ns=T0)
-    shas = [registry._scripts[name].sha for name in SCRIPT_NAMES]
+    shas = [script(name).sha for name in SCRIPT_NAMES]
     operations: list[tuple[str, Callable[[], object], object]] = [
         ("heartbeat", lambda: registry.heartbeat("orders", "billing", "w2", now_ns=T0), None),
         ("heartbeat_many", lambda: registry.heartbeat_many([("q", "g", "c", 0)], T0), 1),

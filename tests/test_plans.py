@@ -8,8 +8,18 @@ from typing import Any
 import pytest
 import redis
 
-from redis_presence.core import MAX_CACHED_GROUPS, Command, Planner
-from redis_presence.keys import INDEX_MARK_MS, Keyspace
+from redis_presence import PresenceReadOnlyError, RedisPresenceRegistry
+from redis_presence.keys import INDEX_MARK_MS
+from redis_presence.plans import (
+    MAX_CACHED_GROUPS,
+    Command,
+    Plan,
+    Planner,
+    ScriptCall,
+    Single,
+    alongside,
+)
+from redis_presence.scripts import script
 
 T0 = 1_796_000_000_123_456_000
 BEATS = [
@@ -38,26 +48,107 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
     clustered: bool, now: int | None, encoding: str
 ) -> None:
     encode = ENCODERS[encoding] or same
-    planner = Planner(Keyspace("präsenz"), clustered=clustered, encode=ENCODERS[encoding])
+    planner = Planner("präsenz", clustered=clustered, encode=ENCODERS[encoding])
+    sha = script("heartbeat").sha
     for queue, group, consumer, lease in BEATS:
         gk = planner.keys.group(queue, group)
-        args = planner.beat_call("f00d", queue, group, consumer, lease, now)
-        # KEYS: the group's sorted set and hash, then the index (standalone) or the group's
-        # mark (cluster); ARGV: now, the beat, then the member or the mark's lifetime.
+        plan = planner.heartbeat(queue, group, consumer, lease, now)
+        (call,) = next(plan)
+        assert isinstance(call, ScriptCall)
+        assert call.script == script("heartbeat")
+        # KEYS: the group's sorted set, hash and mark, then the index on a standalone
+        # server; ARGV: now, the beat, then the member or the mark's lifetime.
         now_arg = "" if now is None else str(now)
-        tail = ("", INDEX_MARK_MS) if clustered else (gk.member,)
-        third = gk.mark if clustered else planner.keys.index
-        expected = ("EVALSHA", "f00d", 3, gk.hb, gk.data, third, now_arg, consumer, lease, *tail)
-        # The same bytes on the wire: what the client would encode, some of it done already.
-        assert [encode(arg) for arg in args] == [encode(arg) for arg in expected]
-        # A reply of 1 (a cluster group without a mark) makes the caller list the group.
-        assert planner.beat_listing(queue, group) == Command(
-            "SADD", (planner.keys.index, gk.member)
+        keys = (
+            (gk.hb, gk.data, gk.mark)
+            if clustered
+            else (gk.hb, gk.data, gk.mark, planner.keys.groups)
         )
+        tail = (INDEX_MARK_MS,) if clustered else ()
+        expected = ("EVALSHA", sha, len(keys), *keys, now_arg, consumer, lease, *tail)
+        # The same bytes on the wire: what the client would encode, some of it done already.
+        assert [encode(arg) for arg in call.args] == [encode(arg) for arg in expected]
+        if clustered:
+            # A reply of 1 (a group without a mark) makes the plan list the group.
+            assert plan.send([1]) == [Command("ZADD", (planner.keys.groups, 0, gk.member))]
+            with pytest.raises(StopIteration):
+                plan.send([1])
+        else:
+            # Standalone: one call and nothing else, which an executor may send directly.
+            assert isinstance(plan, Single)
+            with pytest.raises(StopIteration):
+                plan.send([0])
 
 
 def test_the_single_beat_cache_is_bounded() -> None:
-    planner = Planner(Keyspace("p"), clustered=False)
+    planner = Planner("p", clustered=False)
     for i in range(MAX_CACHED_GROUPS + 10):
-        planner.beat_call("f00d", "q", f"g{i}", "c", 0, None)
+        planner.heartbeat("q", f"g{i}", "c", 0, None)
         assert len(planner._beat_calls) <= MAX_CACHED_GROUPS
+
+
+def replace(registry: Any, old: str, new: str) -> Plan[bool]:
+    """The README's composition: deregister `old` and register `new` in one plan."""
+    existed = yield from registry.plans.deregister("orders", "billing", old)
+    yield from registry.plans.heartbeat_many([("orders", "billing", new, 0)], T0)
+    return bool(existed)
+
+
+@pytest.mark.parametrize("backend", ["fakeredis", "redis"])
+def test_plans_compose_and_any_registry_executes_them(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    client = request.getfixturevalue("fake_client" if backend == "fakeredis" else "redis_client")
+    registry = RedisPresenceRegistry(client)
+    registry.heartbeat("orders", "billing", "worker-1", now_ns=T0)
+    assert registry.execute(replace(registry, "worker-1", "worker-2")) is True
+    assert [row.consumer for row in registry.snapshot(now_ns=T0)] == ["worker-2"]
+    assert registry.execute(replace(registry, "worker-1", "worker-3")) is False
+    assert len(registry) == 2
+
+
+def test_a_bad_argument_is_refused_when_the_plan_is_built() -> None:
+    planner = Planner("p")
+    with pytest.raises(ValueError, match="queue must be a non-empty string"):
+        planner.deregister("", "g", "c")
+    with pytest.raises(TypeError, match="lease_count must be an int"):
+        planner.heartbeat("q", "g", "c", 1.5)  # type: ignore[arg-type]
+    reader = Planner("p", read_only=True)
+    with pytest.raises(PresenceReadOnlyError):
+        reader.prune_expired()
+    (call,) = next(reader.count_active_by_group(now_ns=T0))
+    assert isinstance(call, Command)  # the index first; the count script follows
+
+
+@pytest.mark.parametrize("backend", ["fakeredis", "redis", "cluster"])
+def test_alongside_sends_foreign_commands_with_a_plan_in_one_round_trip(
+    request: pytest.FixtureRequest, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fixture = {"fakeredis": "fake_client", "redis": "redis_client", "cluster": "cluster_client"}
+    client = request.getfixturevalue(fixture[backend])
+    registry = RedisPresenceRegistry(client)
+    registry.heartbeat("stream", "readers", "r1", now_ns=T0)  # the script is loaded
+    client.xadd("stream", {"k": "v"})
+    sent: list[int] = []
+    if backend != "cluster":  # one pipeline carries the beat and the XLEN
+        execute = redis.client.Pipeline.execute
+
+        def counted(pipe: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(len(pipe.command_stack))
+            return execute(pipe, *args, **kwargs)
+
+        monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
+    beat = registry.plans.heartbeat("stream", "readers", "r1", 2, T0 + 1)
+    result, (length,) = registry.execute(alongside(beat, [Command("XLEN", ("stream",))]))
+    assert (result, length) == (None, 1)
+    if backend != "cluster":
+        assert sent == [2]
+    (row,) = registry.snapshot(now_ns=T0 + 1)
+    assert (row.last_heartbeat_ns, row.lease_count) == (T0 + 1, 2)
+    # A plan of several batches keeps its own replies; the extra ones come back apart.
+    deregistered, (length,) = registry.execute(
+        alongside(
+            registry.plans.deregister("stream", "readers", "r1"), [Command("XLEN", ("stream",))]
+        )
+    )
+    assert (deregistered, length, len(registry)) == (True, 1, 0)

@@ -130,8 +130,14 @@ def test_a_single_beat_writes_what_a_batch_of_one_writes(
     ]
 
     def without(prefix: str) -> dict[bytes, Any]:
+        """The prefix's keys without the prefix; index members (key names) likewise."""
         start = prefix.encode() + b":"
-        return {k[len(start) :]: v for k, v in dump(client).items() if k.startswith(start)}
+        stored = {k[len(start) :]: v for k, v in dump(client).items() if k.startswith(start)}
+        if b"groups" in stored:
+            kind, members, expires = stored[b"groups"]
+            members = [(m.removeprefix(start), score) for m, score in members]
+            stored[b"groups"] = (kind, members, expires)
+        return stored
 
     for queue, group, consumer, lease, now in steps:
         single.heartbeat(queue, group, consumer, lease, now_ns=now)
@@ -161,7 +167,7 @@ def test_a_deleted_index_heals_with_the_next_beat_of_each_group(
     registry = make_registry(request, backend)
     registry.heartbeat("orders", "billing", "w1", now_ns=T0)
     registry.heartbeat_many([("mail", "send", "w1", 0)], now_ns=T0)
-    client.delete("presence:index")
+    client.delete("presence:groups")
     assert registry.snapshot(now_ns=T0) == []
     registry.heartbeat("orders", "billing", "w1", now_ns=T0 + MS)
     assert registry.count_active_by_group(now_ns=T0 + MS) == {("orders", "billing"): 1}
@@ -175,7 +181,7 @@ def test_a_deleted_index_heals_with_the_next_beat_of_each_group(
 @pytest.mark.parametrize(
     "key",
     [
-        "presence:index",
+        "presence:groups",
         "presence:{q}:g:hb",
         "presence:{q}:g:c",
         "presence:{q}:g:ix",
@@ -201,12 +207,12 @@ def test_foreign_data_at_a_key_is_a_data_error_and_nothing_changes(
         # Index marks are a cluster's: on a standalone server heartbeats never read or write
         # them, and only prune and deregister, which delete a group's keys, meet one.
         calls = calls[2:]
-    if key.endswith(":index") and "cluster" in backend:
+    if key.endswith(":groups") and "cluster" in backend:
         # On a cluster the index lives in another slot: a heartbeat of an indexed group
         # and a deregister that does not empty its group never touch it (README, "Bad
         # input"). Readers and prune, which start from the index, must still refuse it.
         calls = [lambda: registry.prune_expired(now_ns=T0 + 10**15)]
-    if key.endswith((":index", ":c")):
+    if key.endswith((":groups", ":c")):
         calls.append(lambda: registry.snapshot(now_ns=T0))
     for call in calls:
         with pytest.raises(PresenceDataError, match="WRONGTYPE"):
@@ -267,7 +273,7 @@ def test_a_stored_value_another_program_wrote_is_a_data_error_for_readers(
 def test_foreign_index_member_is_a_data_error(request: pytest.FixtureRequest, backend: str) -> None:
     client = raw_client(request, backend)
     registry = make_registry(request, backend)
-    client.sadd("presence:index", "no-separator")
+    client.zadd("presence:groups", {"presence:{no-separator": 0})
     with pytest.raises(PresenceDataError, match="did not write"):
         registry.snapshot(now_ns=T0)
 
@@ -298,17 +304,32 @@ def test_decoded_responses_client_works(redis_server: Any, redis_client: Any) ->
 
 
 class CountingConnection(redis.Connection):
-    """A connection that counts the commands it sends (pipelines included)."""
+    """A connection that counts the commands it writes to its socket (pipelines and
+    prebuilt commands included), by reading the RESP it sends."""
 
-    sent: list[tuple[Any, ...]]
+    sent: list[tuple[bytes, ...]]
 
-    def send_command(self, *args: Any, **kwargs: Any) -> None:
-        type(self).sent.append(args)
-        super().send_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        data = command if isinstance(command, bytes | str) else b"".join(command)
+        type(self).sent.extend(resp_commands(data if isinstance(data, bytes) else data.encode()))
+        super().send_packed_command(command, check_health)  # type: ignore[no-untyped-call]
 
-    def pack_commands(self, commands: Any) -> Any:
-        type(self).sent.extend(commands)
-        return super().pack_commands(commands)  # type: ignore[no-untyped-call]
+
+def resp_commands(data: bytes) -> list[tuple[bytes, ...]]:
+    """The commands (arrays of bulk strings) in a RESP stream."""
+    commands = []
+    at = 0
+    while at < len(data):
+        end = data.index(b"\r\n", at)
+        count, at = int(data[at + 1 : end]), end + 2
+        args = []
+        for _ in range(count):
+            end = data.index(b"\r\n", at)
+            size = int(data[at + 1 : end])
+            args.append(data[end + 2 : end + 2 + size])
+            at = end + 2 + size + 2
+        commands.append(tuple(args))
+    return commands
 
 
 def test_one_heartbeat_is_one_round_trip_of_one_command(redis_server: Any) -> None:
@@ -322,7 +343,8 @@ def test_one_heartbeat_is_one_round_trip_of_one_command(redis_server: Any) -> No
     registry.heartbeat("q", "g", "c", now_ns=T0)  # first call also loads the script
     CountingConnection.sent.clear()
     registry.heartbeat("q", "g", "c", now_ns=T0 + MS)
-    assert [args[0] for args in CountingConnection.sent] == ["EVALSHA"]
+    assert [args[0] for args in CountingConnection.sent] == [b"EVALSHA"]
+    assert registry.snapshot(now_ns=T0 + MS)[0].last_heartbeat_ns == T0 + MS
     client.close()
 
 

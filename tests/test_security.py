@@ -40,6 +40,7 @@ from redis_presence import (
 )
 from redis_presence.cli import cli
 from redis_presence.keys import Keyspace
+from redis_presence.scripts import script
 from redis_presence.urls import redact, secrets_of
 
 MS = 1_000_000
@@ -51,38 +52,37 @@ pytestmark = pytest.mark.timeout(60)
 # --- ACL ------------------------------------------------------------------------------------
 # The one source of truth for the roles: README.md must contain these lines verbatim,
 # and the tests below run exactly them. Commands are those the scripts and plans send:
-#   broker: heartbeat.lua (HGET SISMEMBER TIME ZADD HSET SADD; TYPE SET on a cluster),
-#           heartbeat_many.lua (TYPE TIME HGET HSET ZADD SET SADD), deregister.lua (TYPE
-#           ZREM HDEL EXISTS DEL SREM), SCRIPT LOAD after NOSCRIPT; on a cluster the index
-#           protocol's plain SADD, SREM, EXISTS are already in the list.
-#   reader: SMEMBERS (the index), snapshot's transaction (MULTI TIME HGETALL EXEC), count.lua
-#           (TIME ZCOUNT ZRANGEBYSCORE HGET), ZCARD (len), EVALSHA_RO for read_only=True
-#           registries.
+#   broker: heartbeat.lua (ZSCORE HGET TIME ZADD HSET; TYPE SET on a cluster),
+#           heartbeat_many.lua (TYPE TIME HGET HSET ZADD SET), deregister.lua (TYPE ZREM HDEL
+#           EXISTS DEL), SCRIPT LOAD after NOSCRIPT; on a cluster the index protocol's plain
+#           ZADD, ZREM, EXISTS are already in the list; SELECT for a database but 0.
+#   reader: no script at all. TIME (the one instant of a read), ZRANGEBYLEX (index pages),
+#           HLEN HGETALL HSCAN (snapshot), ZCOUNT ZRANGEBYSCORE HMGET (counts), ZCARD (len).
+#   janitor: the broker's, prune.lua's (ZRANGEBYSCORE) and what prune and prune --dry-run
+#           read (the reader's snapshot commands).
 BROKER_USER, BROKER_PASSWORD = "presence-broker", "change-me-broker"
 READER_USER, READER_PASSWORD = "presence-reader", "change-me-reader"
 ACL_BROKER = (
     f"ACL SETUSER {BROKER_USER} reset on >{BROKER_PASSWORD} ~presence:* resetchannels -@all "
-    "+evalsha +script|load +type +time +exists +hget +hset +zadd +set +sadd +sismember +zrem "
-    "+hdel +del +srem"
+    "+evalsha +script|load +select +type +time +exists +hget +hset +zadd +zscore +set +zrem "
+    "+hdel +del"
 )
 ACL_READER = (
     f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} ~presence:* resetchannels -@all "
-    "+evalsha +evalsha_ro +script|load +smembers +zcard +time +hgetall +zcount "
-    "+zrangebyscore +hget +multi +exec"
+    "+select +time +zrangebylex +hlen +hgetall +hscan +zcount +zrangebyscore +hmget +zcard"
 )
-# A stricter reader for dashboards that use RedisPresenceRegistry(..., read_only=True): its
-# keys are read-only (%R~), which EVALSHA (keys declared read-write) may not touch.
+# The same reader with read-only keys (%R~): every read is a plain read command, so a reader
+# needs no right to write, to run a script or to load one.
 ACL_STRICT_READER = (
     f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} %R~presence:* resetchannels -@all "
-    "+evalsha_ro +script|load +smembers +zcard +time +hgetall +zcount +zrangebyscore +hget "
-    "+multi +exec"
+    "+select +time +zrangebylex +hlen +hgetall +hscan +zcount +zrangebyscore +hmget +zcard"
 )
-# Someone must prune: the broker's commands plus the two that find expired consumers.
+# Someone must prune: the broker's commands plus those that find expired consumers.
 JANITOR_USER, JANITOR_PASSWORD = "presence-janitor", "change-me-janitor"
 ACL_JANITOR = (
     f"ACL SETUSER {JANITOR_USER} reset on >{JANITOR_PASSWORD} ~presence:* resetchannels -@all "
-    "+evalsha +script|load +type +time +exists +hget +hset +zadd +set +sadd +sismember +zrem "
-    "+hdel +del +srem +smembers +zrangebyscore"
+    "+evalsha +script|load +select +type +time +exists +hget +hset +zadd +zscore +set +zrem "
+    "+hdel +del +zrangebylex +zrangebyscore +hlen +hgetall +hscan"
 )
 ACL_LINES = (ACL_BROKER, ACL_READER, ACL_STRICT_READER, ACL_JANITOR)
 
@@ -195,20 +195,45 @@ def test_reader_role_may_snapshot_and_count_only(
             op(read_only)
 
 
-def test_strict_reader_with_read_only_keys_needs_a_read_only_registry(
+def test_strict_reader_with_read_only_keys_reads_through_any_registry(
     acl_server: RedisServer, admin: redis.Redis
 ) -> None:
     owner = seed(admin)
     admin.execute_command(*shlex.split(ACL_STRICT_READER))  # type: ignore[no-untyped-call]
-    strict = role_registry(acl_server, READER_USER, READER_PASSWORD, read_only=True)
-    for name, op in READS.items():
-        admin.script_flush()
-        assert op(strict) == op(owner), name
-    # A normal registry counts with EVALSHA, whose keys Redis counts as written: refused.
-    # Its snapshot is a transaction of plain reads, which the read-only keys allow.
+    for read_only in (True, False):  # every read is plain read commands, scripts or not
+        strict = role_registry(acl_server, READER_USER, READER_PASSWORD, read_only=read_only)
+        for name, op in READS.items():
+            admin.script_flush()
+            assert op(strict) == op(owner), name
     normal = role_registry(acl_server, READER_USER, READER_PASSWORD)
-    assert normal.snapshot(now_ns=T0) == owner.snapshot(now_ns=T0)
-    assert_denied(normal, {"count": READS["count_active_by_group"], **WRITES}, admin)
+    assert_denied(normal, {**WRITES, **PRUNE}, admin)
+
+
+@pytest.mark.parametrize("line", [ACL_READER, ACL_STRICT_READER], ids=["reader", "strict"])
+def test_a_reader_can_neither_load_nor_run_a_script_nor_write(
+    acl_server: RedisServer, admin: redis.Redis, line: str
+) -> None:
+    """A reader that loads scripts in a loop could grow the script cache past maxmemory and
+    have every broker's heartbeat refused: no reader line grants any scripting right."""
+    admin.execute_command(*shlex.split(line))  # type: ignore[no-untyped-call]
+    seed(admin)
+    before = dump(admin)
+    with acl_server.client(
+        username=READER_USER, password=READER_PASSWORD, retry=Retry(NoBackoff(), 0)
+    ) as reader:
+        for command in (
+            ("SCRIPT", "LOAD", "return 1"),
+            ("EVAL", "return 1", "0"),
+            ("EVALSHA", script("heartbeat").sha, "0"),
+            ("EVALSHA_RO", script("heartbeat").sha, "0"),
+            ("FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('f', function() end)"),
+            ("ZADD", "presence:groups", "0", "x"),
+            ("DEL", "presence:groups"),
+        ):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                reader.execute_command(*command)
+    assert dump(admin) == before
+    assert admin.script_exists(script("heartbeat").sha) == [True]  # the broker's, untouched
 
 
 def test_janitor_role_may_prune(acl_server: RedisServer, admin: redis.Redis) -> None:
@@ -220,10 +245,36 @@ def test_janitor_role_may_prune(acl_server: RedisServer, admin: redis.Redis) -> 
         ("mail", "send", "w1"),
         ("orders", "billing", "w1"),
     ]
-    reads = {"snapshot": READS["snapshot"], "count": READS["count_active_by_group"]}
-    assert_denied(janitor, reads, admin)
+    # It lists what it would prune (prune --dry-run reads a snapshot), and counts nothing.
+    assert janitor.snapshot(now_ns=T0) == owner.snapshot(now_ns=T0)
+    assert_denied(janitor, {"count": READS["count_active_by_group"]}, admin)
     assert janitor.prune_expired(now_ns=T0 + 10**15) == 2  # empties both groups and the index
     assert admin.keys("*") == []
+
+
+def test_every_role_works_on_a_non_zero_database(acl_server: RedisServer) -> None:
+    """redis-py sends SELECT for a database other than 0: every role's line allows it."""
+    with acl_server.client(db=5) as admin5:
+        owner = seed(admin5)
+        admin5.execute_command(*shlex.split(ACL_STRICT_READER.replace(READER_USER, "strict")))
+
+        def on_db5(user: str, password: str, **kwargs: Any) -> RedisPresenceRegistry:
+            client = acl_server.client(
+                username=user, password=password, db=5, retry=Retry(NoBackoff(), 0)
+            )
+            return RedisPresenceRegistry(client, **kwargs)
+
+        for op in WRITES.values():
+            op(on_db5(BROKER_USER, BROKER_PASSWORD))
+        for name, op in READS.items():
+            assert op(on_db5(READER_USER, READER_PASSWORD)) == op(owner), name
+            strict = on_db5("strict", READER_PASSWORD, read_only=True)
+            assert op(strict) == op(owner), name
+        janitor = on_db5(JANITOR_USER, JANITOR_PASSWORD)
+        assert janitor.snapshot(now_ns=T0) == owner.snapshot(now_ns=T0)
+        assert janitor.prune_expired(now_ns=T0 + 10**15) == 3
+    with acl_server.client() as admin0:
+        assert admin0.keys("*") == []  # nothing reached database 0
 
 
 def test_nested_prefixes_need_exact_key_patterns(
@@ -232,7 +283,7 @@ def test_nested_prefixes_need_exact_key_patterns(
     """``~presence:*`` also covers a prefix ``presence:staging``; two exact patterns do not."""
     nested = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD, prefix="presence:staging")
     nested.heartbeat("orders", "billing", "w1", now_ns=T0)  # allowed by ~presence:*
-    exact = ACL_BROKER.replace("~presence:*", "~presence:index ~presence:{*")
+    exact = ACL_BROKER.replace("~presence:*", "~presence:groups ~presence:{*")
     admin.execute_command(*shlex.split(exact))  # type: ignore[no-untyped-call]
     own = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD)
     own.heartbeat("orders", "billing", "w1", now_ns=T0)

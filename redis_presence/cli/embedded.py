@@ -1,4 +1,5 @@
-"""A throw-away local Redis for the demo: `redis-server` from PATH, else fakeredis over TCP.
+"""A throw-away local Redis for the demo (and the benchmarks): `redis-server` from PATH, else
+fakeredis over TCP.
 
 The process itself is started by the package's one launcher, `redis_presence.localserver`;
 `die_with_parent`, `free_port` and `stop_process` are re-exported from there.
@@ -105,11 +106,12 @@ def start_fake_server() -> LocalRedis:
     """Serve an in-process fakeredis (with Lua) on a free loopback port, in a thread."""
     try:
         # fakeredis is the optional `embedded` extra: imported only when it is needed.
-        from fakeredis import TcpFakeServer  # noqa: PLC0415
+        from fakeredis import TcpFakeServer
     except ImportError:
         raise PresenceConfigError(
-            "no redis-server on PATH and no embedded server: "
-            "install one with `pip install 'redis-presence[embedded]'`"
+            "the embedded server needs fakeredis: install it with "
+            "`pip install 'redis-presence[embedded]'`, or install redis-server "
+            "(e.g. `apt-get install redis-server`) and use --server redis-server"
         ) from None
     fake = TcpFakeServer((HOST, 0), server_type="redis")
     fake.daemon_threads = True  # a stuck client connection must not block exit
@@ -124,6 +126,19 @@ def start_local_redis(choice: ServerChoice = "auto") -> LocalRedis:
     binary = shutil.which("redis-server")
     if choice == "redis-server" or (choice == "auto" and binary is not None):
         if binary is None:
-            raise PresenceConfigError("redis-server is not on PATH")
+            raise PresenceConfigError(
+                "redis-server is not on PATH: install it (e.g. `apt-get install "
+                "redis-server`), or use --server embedded (`pip install "
+                "'redis-presence[embedded]'`)"
+            )
         return start_redis_server(binary)
-    return start_fake_server()
+    try:
+        return start_fake_server()
+    except PresenceConfigError:
+        if choice == "auto":
+            raise PresenceConfigError(
+                "no redis-server on PATH and no fakeredis for the embedded server: install "
+                "either (`apt-get install redis-server`, or `pip install "
+                "'redis-presence[embedded]'`)"
+            ) from None
+        raise

@@ -1,7 +1,11 @@
-"""Everything the CLI prints: fast text tables, JSON, CSV, live views, ages and markers.
+"""Everything the CLI prints: aligned text tables that fit the terminal, JSON, CSV, live
+views, ages and markers.
 
-Colour decisions are rich's: a `Console` decides from the terminal, `NO_COLOR` and
-`FORCE_COLOR`; this module only asks it how a styled word looks.
+Names are data: every name goes through `shown` (control characters become escapes such as
+`\\n`) before it reaches a table, a message or a CSV cell, and CSV also neutralises cells a
+spreadsheet would run as a formula (`csv_cell`). Colour decisions are rich's: a `Console`
+decides from the terminal, `NO_COLOR` and `FORCE_COLOR`; this module only asks it how a
+styled word looks.
 """
 
 from __future__ import annotations
@@ -16,22 +20,20 @@ from datetime import datetime, timezone
 from typing import IO
 
 from rich.cells import cell_len
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, RenderableType
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
 from redis_presence.model import ConsumerPresence, PresenceState
 
+from .errors import output_errors
 from .watch import Change, Frame, GroupTally, WatchRow
-
-FORMATS = ("table", "json", "csv")
-"""The output formats of `ls`, `counts` and `prune --dry-run`."""
 
 CONSUMER_FIELDS = ConsumerPresence._fields
 """JSON keys and CSV columns of one consumer: the `ConsumerPresence` field names, in order."""
 
 COUNT_FIELDS = ("queue", "group", "active")
+"""JSON keys and CSV columns of `counts`."""
 
 STATE_STYLES: Mapping[str, str] = {
     PresenceState.ACTIVE.value: "green",
@@ -49,13 +51,17 @@ MARKERS: Mapping[Change, str] = {
 }
 """The change column of `watch` and `demo`: a sign to scan for, then a word."""
 
-MARKER_STYLES: Mapping[Change, str] = {
-    Change.JOINED: "bold green",
-    Change.WENT_STALE: "bold yellow",
-    Change.EXPIRED: "bold red",
-    Change.LEFT: "bold magenta",
-    Change.BACK: "bold cyan",
+MARKER_STYLES: Mapping[str, str] = {
+    MARKERS[Change.JOINED]: "bold green",
+    MARKERS[Change.WENT_STALE]: "bold yellow",
+    MARKERS[Change.EXPIRED]: "bold red",
+    MARKERS[Change.LEFT]: "bold magenta",
+    MARKERS[Change.BACK]: "bold cyan",
 }
+
+ELLIPSIS = "…"
+MIN_NAME_WIDTH = 6
+"""A name column is never cut below this (or its header), however narrow the terminal."""
 
 
 # ---------------------------------------------------------------- small values
@@ -79,15 +85,67 @@ def iso_utc(timestamp_ns: int) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def plural(count: int, noun: str) -> str:
+    """`1 consumer`, `2 consumers`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+# ---------------------------------------------------------------- names are data
+
+
 def shown(name: str) -> str:
-    """A name safe for one table cell: control characters become escapes like `\\n`."""
+    """A name safe for one line of a terminal: control characters become escapes like `\\n`
+    and `\\x1b` (the table, the messages and CSV all use this)."""
     if name.isprintable():
         return name
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
 
 
+FORMULA_STARTS = ("=", "+", "-", "@")
+"""What a spreadsheet may run as a formula at the start of a cell (OWASP, CSV injection);
+the other two OWASP names, tab and carriage return, never reach a cell unescaped."""
+
+
+def csv_cell(name: str) -> str:
+    """A name for a CSV cell: `shown`, and a leading `'` before a formula start (OWASP)."""
+    text = shown(name)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def who(queue: str, group: str, consumer: str) -> str:
+    """`consumer 'w1' (queue 'orders', group 'billing')`, for one-line messages."""
+    return f"consumer '{shown(consumer)}' (queue '{shown(queue)}', group '{shown(group)}')"
+
+
 def _width(text: str) -> int:
     return len(text) if text.isascii() else cell_len(text)
+
+
+def middle_cut(text: str, width: int) -> str:
+    """`text` in at most `width` cells: its middle becomes `…` when it is longer, so the
+    start and the end (where generated names differ) stay visible."""
+    if _width(text) <= width:
+        return text
+    keep = max(0, width - 1)
+    head_cells = keep // 2
+    tail_cells = keep - head_cells
+    if text.isascii():
+        return text[:head_cells] + ELLIPSIS + (text[-tail_cells:] if tail_cells else "")
+    head: list[str] = []
+    used = 0
+    for char in text:
+        used += cell_len(char)
+        if used > head_cells:
+            break
+        head.append(char)
+    tail: list[str] = []
+    used = 0
+    for char in reversed(text):
+        used += cell_len(char)
+        if used > tail_cells:
+            break
+        tail.append(char)
+    return "".join(head) + ELLIPSIS + "".join(reversed(tail))
 
 
 # ---------------------------------------------------------------- styling
@@ -121,57 +179,166 @@ class Styler:
 
 @dataclass(frozen=True)
 class Column:
+    """One column of a text table."""
+
     header: str
     right: bool = False
+    name: bool = False
+    """Holds names: cut in the middle when the table must fit a width."""
+    optional: bool = False
+    """Left out first when the table must fit a width."""
+    style: Callable[[str], str] | None = None
+    """The rich style of a cell, from its text (applied after padding)."""
+
+
+GAP = 2
+
+
+def _fit(
+    columns: Sequence[Column], body: Sequence[Sequence[str]], width: int
+) -> tuple[list[int], list[int]]:
+    """Which columns to show, and how wide, for a table of at most `width` cells.
+
+    Optional columns go first; then name columns shrink, the widest first, down to
+    `MIN_NAME_WIDTH`; a shrunk column widens again until its distinct names stay distinct.
+    State, ages, counts and markers are never cut (the line may then exceed `width`).
+    """
+    natural = [_width(c.header) for c in columns]
+    for row in body:
+        for i, cell in enumerate(row):
+            natural[i] = max(natural[i], _width(cell))
+    shown_cols = list(range(len(columns)))
+
+    def total(widths: Mapping[int, int]) -> int:
+        return sum(widths[i] for i in shown_cols) + GAP * (len(shown_cols) - 1)
+
+    widths = dict(enumerate(natural))
+    if total(widths) > width:
+        shown_cols = [i for i in shown_cols if not columns[i].optional]
+    names = [i for i in shown_cols if columns[i].name]
+    excess = total(widths) - width
+    floor = {i: max(MIN_NAME_WIDTH, _width(columns[i].header)) for i in names}
+    while excess > 0:
+        wide = [i for i in names if widths[i] > floor[i]]
+        if not wide:
+            break
+        widest = max(widths[i] for i in wide)
+        tops = [i for i in wide if widths[i] == widest]
+        others = [widths[i] for i in wide if widths[i] < widest]
+        step = widest - max([*others, *(floor[i] for i in tops)])
+        step = max(1, min(step, -(-excess // len(tops))))
+        for i in tops:
+            cut = min(step, widths[i] - floor[i], excess)
+            widths[i] -= cut
+            excess -= cut
+    for i in names:
+        distinct = {row[i] for row in body}
+        while widths[i] < natural[i] and len({middle_cut(v, widths[i]) for v in distinct}) < len(
+            distinct
+        ):
+            widths[i] += 1
+    return shown_cols, [widths[i] for i in shown_cols]
+
+
+Segment = tuple[str, str]
+"""A piece of a line and its rich style (`""` for none)."""
+Line = list[Segment]
+
+
+def table_lines(
+    columns: Sequence[Column], rows: Iterable[Sequence[str]], width: int | None = None
+) -> list[Line]:
+    """An aligned, borderless table as lines of styled segments, linear in cells.
+
+    Cells are names or words as given (`shown` is applied here). With `width`, the table
+    fits in that many cells (see `_fit`); without, every cell is shown in full. Styles
+    apply to padded cells, so escape codes never disturb the alignment.
+    """
+    body = [[shown(cell) for cell in row] for row in rows]
+    if width is None:
+        keep = list(range(len(columns)))
+        widths = [_width(c.header) for c in columns]
+        for row in body:
+            for i, cell in enumerate(row):
+                widths[i] = max(widths[i], _width(cell))
+    else:
+        keep, widths = _fit(columns, body, width)
+    cols = [columns[i] for i in keep]
+    last = len(cols) - 1
+    gap = (" " * GAP, "")
+
+    def line(cells: Sequence[str], header: bool) -> Line:
+        out: Line = []
+        for j, text in enumerate(cells):
+            column = cols[j]
+            cell = middle_cut(text, widths[j]) if column.name and not header else text
+            pad = " " * max(0, widths[j] - _width(cell))
+            if column.right:
+                padded = pad + cell
+            elif j == last:  # no trailing blanks at the end of a line
+                padded = cell
+            else:
+                padded = cell + pad
+            style = "bold" if header else (column.style(cell) if column.style else "")
+            if out:
+                out.append(gap)
+            out.append((padded, style))
+        while out and not out[-1][0].strip():  # an empty last cell leaves no blanks
+            out.pop()
+        if out:
+            out[-1] = (out[-1][0].rstrip(), out[-1][1])
+        return out
+
+    lines = [line([c.header for c in cols], header=True)]
+    lines.extend(line([row[i] for i in keep], header=False) for row in body)
+    return lines
+
+
+def styled(lines: Iterable[Line], styler: Styler) -> str:
+    """Lines of segments as text, with the console's escape codes (none when plain)."""
+    return "".join(
+        "".join(styler(text, style) if style else text for text, style in line) + "\n"
+        for line in lines
+    )
+
+
+def rich_text(lines: Iterable[Line]) -> Text:
+    """Lines of segments as one rich `Text` (for a live view: no escape codes to parse)."""
+    text = Text()
+    for i, line in enumerate(lines):
+        if i:
+            text.append("\n")
+        for piece, style in line:
+            text.append(piece, style=style or None)
+    return text
 
 
 def text_table(
     columns: Sequence[Column],
     rows: Iterable[Sequence[str]],
     styler: Styler,
-    styles: Callable[[int, str], str] | None = None,
+    width: int | None = None,
 ) -> str:
-    """An aligned, borderless table, linear in cells (10,000 rows in a fraction of a second).
+    """`table_lines` as text (10,000 rows in a fraction of a second)."""
+    return styled(table_lines(columns, rows, width), styler)
 
-    `styles(column_index, cell)` names a rich style for a cell (styled after padding,
-    so escape codes never disturb the alignment).
-    """
-    body = [[(text, _width(text)) for text in map(shown, row)] for row in rows]
-    widths = [_width(c.header) for c in columns]
-    for row in body:
-        for i, (_, size) in enumerate(row):
-            widths[i] = max(widths[i], size)
-    last = len(columns) - 1
-    right = [c.right for c in columns]
-    cell_style = None if styler.plain else styles
 
-    def line(cells: Sequence[tuple[str, int]], header: bool) -> str:
-        out: list[str] = []
-        for i, (cell, size) in enumerate(cells):
-            pad = " " * (widths[i] - size)
-            if right[i]:
-                padded = pad + cell
-            elif i == last:  # no trailing blanks at the end of a line
-                padded = cell
-            else:
-                padded = cell + pad
-            style = "bold" if header else (cell_style(i, cell) if cell_style else "")
-            out.append(styler(padded, style) if style else padded)
-        return "  ".join(out).rstrip()
+def _state_style(cell: str) -> str:
+    return STATE_STYLES.get(cell, "")
 
-    lines = [line([(c.header, _width(c.header)) for c in columns], header=True)]
-    lines.extend(line(row, header=False) for row in body)
-    return "\n".join(lines) + "\n"
+
+def _marker_style(cell: str) -> str:
+    return MARKER_STYLES.get(cell, "")
 
 
 CONSUMER_COLUMNS = (
-    Column("QUEUE"),
-    Column("GROUP"),
-    Column("CONSUMER"),
-    Column("STATE"),
+    Column("QUEUE", name=True),
+    Column("GROUP", name=True),
+    Column("CONSUMER", name=True),
+    Column("STATE", style=_state_style),
     Column("LAST SEEN", right=True),
     Column("LEASES", right=True),
-    Column("REGISTERED (UTC)"),
+    Column("REGISTERED (UTC)", optional=True),
 )
 
 
@@ -187,44 +354,74 @@ def _consumer_cells(row: ConsumerPresence) -> tuple[str, ...]:
     )
 
 
-def _state_style(index: int, cell: str) -> str:
-    return STATE_STYLES.get(cell.strip(), "") if index == 3 else ""
-
-
-def consumers_table(rows: Sequence[ConsumerPresence], styler: Styler) -> str:
+def consumers_table(
+    rows: Sequence[ConsumerPresence],
+    styler: Styler,
+    width: int | None = None,
+    empty: str = "(no consumers)",
+) -> str:
     """The `ls` table: one line per consumer, the state coloured when colour is on."""
     if not rows:
-        return "(no consumers)\n"
-    return text_table(CONSUMER_COLUMNS, map(_consumer_cells, rows), styler, _state_style)
+        return empty + "\n"
+    return text_table(CONSUMER_COLUMNS, map(_consumer_cells, rows), styler, width)
 
 
 def consumers_json(rows: Sequence[ConsumerPresence]) -> str:
-    """One JSON array of objects with the `ConsumerPresence` field names."""
+    """One JSON array of objects with the `ConsumerPresence` field names (names exact)."""
     return json.dumps([row.to_dict() for row in rows], indent=2, ensure_ascii=False) + "\n"
 
 
 def consumers_csv(rows: Sequence[ConsumerPresence]) -> str:
-    """CSV with a header line of the `ConsumerPresence` field names."""
+    """CSV with a header line of the `ConsumerPresence` field names; names as `csv_cell`."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CONSUMER_FIELDS)
     for row in rows:
-        data = row.to_dict()
-        writer.writerow([data[field] for field in CONSUMER_FIELDS])
+        writer.writerow(
+            [
+                csv_cell(row.queue),
+                csv_cell(row.group),
+                csv_cell(row.consumer),
+                row.registered_at_ns,
+                row.last_heartbeat_ns,
+                row.last_seen_age_ms,
+                row.lease_count,
+                row.state.value,
+            ]
+        )
     return buffer.getvalue()
 
 
-def render_consumers(rows: Sequence[ConsumerPresence], fmt: str, styler: Styler) -> str:
-    """Consumers in one of `FORMATS`."""
+def render_consumers(
+    rows: Sequence[ConsumerPresence],
+    fmt: str,
+    styler: Styler,
+    width: int | None = None,
+    empty: str = "(no consumers)",
+) -> str:
+    """Consumers in one of `options.FORMATS`."""
     if fmt == "json":
         return consumers_json(rows)
     if fmt == "csv":
         return consumers_csv(rows)
-    return consumers_table(rows, styler)
+    return consumers_table(rows, styler, width, empty)
 
 
-def render_counts(counts: Mapping[tuple[str, str], int], fmt: str, styler: Styler) -> str:
-    """Active consumers per `(queue, group)`, in key order, in one of `FORMATS`."""
+COUNT_COLUMNS = (
+    Column("QUEUE", name=True),
+    Column("GROUP", name=True),
+    Column("ACTIVE", right=True, style=lambda cell: "red" if cell == "0" else ""),
+)
+
+
+def render_counts(
+    counts: Mapping[tuple[str, str], int],
+    fmt: str,
+    styler: Styler,
+    width: int | None = None,
+    empty: str = "(no groups)",
+) -> str:
+    """Active consumers per `(queue, group)`, in key order, in one of `options.FORMATS`."""
     items = sorted(counts.items())
     if fmt == "json":
         data = [{"queue": q, "group": g, "active": n} for (q, g), n in items]
@@ -233,16 +430,11 @@ def render_counts(counts: Mapping[tuple[str, str], int], fmt: str, styler: Style
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(COUNT_FIELDS)
-        writer.writerows([q, g, n] for (q, g), n in items)
+        writer.writerows([csv_cell(q), csv_cell(g), n] for (q, g), n in items)
         return buffer.getvalue()
     if not items:
-        return "(no groups)\n"
-    columns = (Column("QUEUE"), Column("GROUP"), Column("ACTIVE", right=True))
-
-    def zero_dim(index: int, cell: str) -> str:
-        return "red" if index == 2 and cell.strip() == "0" else ""
-
-    return text_table(columns, [(q, g, str(n)) for (q, g), n in items], styler, zero_dim)
+        return empty + "\n"
+    return text_table(COUNT_COLUMNS, [(q, g, str(n)) for (q, g), n in items], styler, width)
 
 
 # ---------------------------------------------------------------- watch and demo views
@@ -261,7 +453,7 @@ def tally_line(tallies: Mapping[tuple[str, str], GroupTally]) -> str:
     return "; ".join(parts) if parts else "no groups tracked"
 
 
-FRAME_COLUMNS = (*CONSUMER_COLUMNS[:-1], Column("CHANGE"))
+FRAME_COLUMNS = (*CONSUMER_COLUMNS[:-1], Column("CHANGE", style=_marker_style))
 """The columns of `watch` and `demo`: those of `ls`, with the change in place of the
 registration time."""
 
@@ -280,47 +472,72 @@ def _frame_cells(item: WatchRow) -> tuple[str, ...]:
     )
 
 
-def frame_table(frame: Frame, max_rows: int | None = None) -> Table:
-    """The rich table of one refresh; changed rows first when it must be cropped."""
-    table = Table(expand=False, pad_edge=False)
-    for column in FRAME_COLUMNS:
-        table.add_column(column.header, justify="right" if column.right else "left", no_wrap=True)
-    rows = list(frame.rows)
-    hidden = 0
-    if max_rows is not None and len(rows) > max_rows:
-        keep = sorted(rows, key=lambda r: r.change is None)[:max_rows]
-        hidden = len(rows) - len(keep)
-        rows = sorted(keep, key=lambda r: r.row.key)
-    for item in rows:
-        *names, state, age, leases, marker = _frame_cells(item)
-        table.add_row(
-            *(Text(shown(name)) for name in names),
-            Text(state, style=STATE_STYLES.get(state, "")),
-            Text(age),
-            Text(leases),
-            Text(marker, style=MARKER_STYLES[item.change] if item.change is not None else ""),
-        )
-    if hidden:
-        table.caption = f"... and {hidden} unchanged consumers not shown"
-    return table
+def crop(items: Sequence[WatchRow], max_rows: int) -> tuple[list[WatchRow], int]:
+    """At most `max_rows` of `items`, changed rows first, in their order; and how many
+    unchanged rows were left out."""
+    if len(items) <= max_rows:
+        return list(items), 0
+    changed = [i for i, item in enumerate(items) if item.change is not None]
+    unchanged = [i for i, item in enumerate(items) if item.change is None]
+    keep = sorted((changed + unchanged)[:max_rows])
+    return [items[i] for i in keep], len(items) - len(keep)
 
 
-def frame_renderable(
-    frame: Frame, title: str, notes: Sequence[str] = (), max_rows: int | None = None
-) -> RenderableType:
-    """Title, table, per-group counts and notes: what one live refresh shows."""
-    parts: list[RenderableType] = [Text(title, style="bold")]
-    parts.append(frame_table(frame, max_rows))
-    parts.append(Text("counts: " + tally_line(frame.tallies)))
-    parts.extend(Text(note, style="dim") for note in notes)
-    return Group(*parts)
+@dataclass(frozen=True)
+class View:
+    """How a refresh is laid out: the rows to show, in order, and the room they have."""
+
+    items: Sequence[WatchRow]
+    width: int | None = None
+    """Fit the table in this many cells (None: every name in full)."""
+    height: int | None = None
+    """Show at most this many lines, cropping unchanged rows first (None: every row)."""
+    hidden: int = 0
+    """Rows already left out by `--limit`."""
+    empty: str = "(no consumers)"
+    status: str | None = None
+    """A line about the connection (an outage being retried), shown under the counts."""
 
 
-def frame_text(frame: Frame, title: str, styler: Styler) -> str:
-    """One refresh as plain lines, for pipes and logs: header, table, counts."""
-    cells = [_frame_cells(item) for item in frame.rows]
-    table = text_table(FRAME_COLUMNS, cells, styler, _state_style) if cells else "(no consumers)\n"
-    return f"{title}\n{table}counts: {tally_line(frame.tallies)}\n"
+def _lines_of(text: str, width: int | None) -> int:
+    """How many terminal lines `text` takes at `width` (it wraps)."""
+    return 1 if not width else max(1, -(-_width(text) // width))
+
+
+def frame_lines(frame: Frame, title: str, view: View | None = None) -> list[Line]:
+    """One refresh: title, table, the rows left out, per-group counts, connection status."""
+    view = view or View(frame.rows)
+    counts = f"counts: {tally_line(frame.tallies)}"
+    footer: list[Line] = []
+    if view.hidden:
+        footer.append([(f"... and {view.hidden} more (--limit)", "dim")])
+    footer.append([(counts, "")])
+    if view.status:
+        footer.append([(view.status, "bold red")])
+    items: Sequence[WatchRow] = view.items
+    cropped = 0
+    if view.height is not None:
+        used = _lines_of(title, view.width) + 2  # the title, the header, a crop line
+        used += sum(_lines_of(line[0][0], view.width) for line in footer)
+        items, cropped = crop(view.items, max(1, view.height - used))
+    lines: list[Line] = [[(title, "bold")]]
+    if items:
+        lines.extend(table_lines(FRAME_COLUMNS, map(_frame_cells, items), view.width))
+    else:
+        lines.append([(view.empty, "")])
+    if cropped:
+        lines.append([(f"... and {plural(cropped, 'unchanged consumer')} not shown", "dim")])
+    return lines + footer
+
+
+def frame_text(frame: Frame, title: str, styler: Styler, view: View | None = None) -> str:
+    """One refresh as text, for pipes and logs."""
+    return styled(frame_lines(frame, title, view), styler)
+
+
+def frame_renderable(frame: Frame, title: str, view: View | None = None) -> RenderableType:
+    """What one live refresh shows (the lines of `frame_text`)."""
+    return rich_text(frame_lines(frame, title, view))
 
 
 def consumer_lines(frame: Frame, prefix: str = "  ") -> list[str]:
@@ -346,26 +563,49 @@ class FrameSink:
         self.live = live
         self.styler = Styler(console)
 
-    def show(self, frame: Frame, title: str, notes: Sequence[str] = ()) -> None:
-        if self.live is not None:
-            max_rows = max(3, self.console.height - 8 - len(notes))
-            self.live.update(frame_renderable(frame, title, notes, max_rows), refresh=True)
-        else:
-            write(self.console, frame_text(frame, title, self.styler) + "\n")
+    @property
+    def height(self) -> int | None:
+        """How many lines a live view may take (None: no limit)."""
+        return self.console.height - 1 if self.live is not None else None
+
+    @property
+    def width(self) -> int | None:
+        """The terminal's width for a live view (None: print every name in full)."""
+        return self.console.width if self.live is not None else None
+
+    def show(self, frame: Frame, title: str, view: View | None = None) -> None:
+        view = view or View(frame.rows)
+        with output_errors():
+            if self.live is not None:
+                self.live.update(frame_renderable(frame, title, view), refresh=True)
+            else:
+                write(self.console, frame_text(frame, title, self.styler, view) + "\n")
+
+    def say(self, line: str) -> None:
+        """A log line: above the live view on a terminal, else in the flow of frames."""
+        with output_errors():
+            if self.live is not None:
+                self.live.console.print(Text(line), soft_wrap=True)
+            else:
+                write(self.console, line + "\n")
 
 
 @contextmanager
 def frame_sink(console: Console, live: bool) -> Iterator[FrameSink]:
     """A `FrameSink`; `live` is honoured only when the console is a terminal."""
     if live and console.is_terminal:
-        with Live(console=console, auto_refresh=False, transient=False) as view:
+        with output_errors(), Live(console=console, auto_refresh=False, transient=False) as view:
             yield FrameSink(console, view)
     else:
         yield FrameSink(console, None)
 
 
+# ---------------------------------------------------------------- the way out
+
+
 def write(console: Console, text: str) -> None:
     """Write already-rendered text to the console's stream and flush it."""
     stream: IO[str] = console.file
-    stream.write(text)
-    stream.flush()
+    with output_errors():
+        stream.write(text)
+        stream.flush()

@@ -127,6 +127,24 @@ class Watcher:
         return Frame(tuple(items), tally(rows), changes)
 
 
+@dataclass(frozen=True, slots=True)
+class Outage:
+    """Reads failing since `since_s` (on the watch's clock): `failures` in a row, the last
+    with `error`; the next attempt comes `retry_in_s` after it."""
+
+    error: Exception
+    since_s: float
+    failures: int
+    retry_in_s: float
+
+
+def backoff_s(failures: int, interval_s: float) -> float:
+    """The wait before the next read after `failures` failed reads in a row: the interval,
+    doubling, at most `max(interval_s, 10)` seconds."""
+    cap = max(interval_s, 10.0)
+    return min(cap, interval_s * 2.0 ** min(failures - 1, 32))
+
+
 def run_watch(
     read: Callable[[], Sequence[ConsumerPresence]],
     show: Callable[[Frame], None],
@@ -135,18 +153,41 @@ def run_watch(
     iterations: int | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    transient: Callable[[Exception], bool] = lambda exc: False,
+    on_outage: Callable[[Outage], None] = lambda outage: None,
+    on_recovered: Callable[[Outage], None] = lambda outage: None,
 ) -> int:
     """Read, diff and show every `interval_s` seconds (on a fixed beat, without drift).
 
-    Stops after `iterations` refreshes when given; returns how many it showed.
+    A read that fails with an error `transient` accepts (Redis unreachable) is reported to
+    `on_outage` and tried again with `backoff_s`; the first good read after it goes to
+    `on_recovered`, then is diffed against the last good one. Stops after `iterations`
+    attempts when given (the last one's error, if any, is raised); returns how many ran.
     """
     watcher = Watcher()
-    shown = 0
+    attempts = 0
+    outage: Outage | None = None
     next_tick = clock()
-    while iterations is None or shown < iterations:
-        show(watcher.refresh(read()))
-        shown += 1
-        if iterations is not None and shown >= iterations:
+    while iterations is None or attempts < iterations:
+        attempts += 1
+        final = iterations is not None and attempts >= iterations
+        try:
+            rows = read()
+        except Exception as exc:
+            if final or not transient(exc):
+                raise
+            failures = outage.failures + 1 if outage is not None else 1
+            since = outage.since_s if outage is not None else clock()
+            outage = Outage(exc, since, failures, backoff_s(failures, interval_s))
+            on_outage(outage)
+            sleep(outage.retry_in_s)
+            next_tick = clock()
+            continue
+        if outage is not None:
+            on_recovered(outage)
+            outage = None
+        show(watcher.refresh(rows))
+        if final:
             break
         next_tick += interval_s
         delay = next_tick - clock()
@@ -154,4 +195,4 @@ def run_watch(
             next_tick = clock()
         else:
             sleep(delay)
-    return shown
+    return attempts

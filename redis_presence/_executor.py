@@ -1,0 +1,255 @@
+"""What the sync and async registries share: set-up, routing, NOSCRIPT reload, errors.
+
+Both registries run plans (`redis_presence.plans`) the same way. Each batch goes to Redis
+through the registry's own *transport*, which is the only I/O code and the only code the two
+do not share: one request on its own, several in one pipeline, and on a cluster one
+pipeline per node (concurrently in the async registry); a Redis error reply comes back in
+the place of its request instead of being raised. Everything else is decided here, once:
+
+- which node each request of a cluster batch goes to (`by_node`), and which replies mean
+  "send it again through the cluster client" (a slot on the move, a failed node pipeline);
+- stepping a plan (`Run`): after ``NOSCRIPT`` (a restart, ``SCRIPT FLUSH``, a new node),
+  load the script and send those calls again (`after_noscript`), the one reload path for
+  every script call; the first error reply of a batch is raised as a `PresenceError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    NoScriptError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .errors import translate
+from .plans import Command, Limits, Plan, Planner, Request, ScriptCall
+
+T = TypeVar("T")
+
+KEYLESS = frozenset(("TIME", "SCRIPT LOAD"))
+"""Commands the plans send that name no key."""
+
+REPLY_ERRORS = (ResponseError,)
+"""Error replies (WRONGTYPE, NOSCRIPT, READONLY, MOVED, ACL denials, ...): a transport
+returns them in place of their request; anything else it raises (connection, timeout)."""
+
+RESEND = (AskError, TryAgainError, ClusterDownError, RedisConnectionError, RedisTimeoutError)
+"""Replies after which a request sent in a node pipeline did not run, and the cluster
+client knows what to do: it follows ``MOVED``/``ASK`` (``MovedError`` is an `AskError`),
+waits out ``TRYAGAIN``/``CLUSTERDOWN``, and refreshes the slot map after a failed node."""
+
+
+def is_cluster_client(client: Any) -> bool:
+    """Whether `client` is a redis-py cluster client (sync or asyncio)."""
+    return isinstance(client, RedisCluster | AsyncRedisCluster)
+
+
+def command_args(request: ScriptCall | Command) -> tuple[Any, ...]:
+    """The request as ``execute_command`` arguments."""
+    if isinstance(request, ScriptCall):
+        return request.args
+    return (request.name, *request.args)
+
+
+def single(
+    client: Any, request: ScriptCall | Command, clustered: bool
+) -> tuple[Any, dict[str, Any]]:
+    """``execute_command`` arguments and options for one request sent on its own: on a
+    cluster, a command with `node_key` goes to that key's node."""
+    if clustered and isinstance(request, Command) and request.node_key is not None:
+        return command_args(request), {"target_nodes": client.get_node_from_key(request.node_key)}
+    return command_args(request), {}
+
+
+def routing_key(request: Request) -> Any:
+    """The key whose node a cluster request goes to; None for a keyless command, which the
+    cluster client routes itself (``SCRIPT LOAD`` to every primary)."""
+    if isinstance(request, ScriptCall):
+        return request.first_key
+    if request.node_key is not None:
+        return request.node_key
+    return None if request.name in KEYLESS or not request.args else request.args[0]
+
+
+Routes = tuple[list[tuple[Any, list[int]]], list[int]]
+"""A cluster batch's positions per node (each node's requests go in one pipeline), and the
+positions sent on their own through the cluster client (keyless commands)."""
+
+
+def by_node(client: Any, batch: Sequence[Request]) -> Routes:
+    """Where each request of a cluster batch goes (`Routes`)."""
+    nodes: dict[str, tuple[Any, list[int]]] = {}
+    alone: list[int] = []
+    for i, request in enumerate(batch):
+        key = routing_key(request)
+        if key is None:
+            alone.append(i)
+            continue
+        node = client.get_node_from_key(key)
+        nodes.setdefault(node.name, (node, []))[1].append(i)
+    return list(nodes.values()), alone
+
+
+class Retry(NamedTuple):
+    """What to send after a batch met ``NOSCRIPT``: each missing script's ``SCRIPT LOAD``
+    (a cluster client sends it to every primary), then, once they are done, those calls
+    again (the requests of one batch may run in any order)."""
+
+    loads: list[Request]
+    calls: list[Request]
+    positions: list[int]
+    """Where each call sent again stood in the first batch."""
+    load_of: list[int]
+    """Which of `loads` each call needs."""
+
+    def merge(
+        self, replies: Sequence[Any], loaded: Sequence[Any], again: Sequence[Any]
+    ) -> list[Any]:
+        """The first batch's replies with each call sent again in its place (or the error of
+        its ``SCRIPT LOAD``, an ACL denial say, when that failed)."""
+        merged = list(replies)
+        for position, load, reply in zip(self.positions, self.load_of, again, strict=True):
+            merged[position] = loaded[load] if isinstance(loaded[load], Exception) else reply
+        return merged
+
+
+def after_noscript(batch: Sequence[Request], replies: Sequence[Any]) -> Retry | None:
+    """The `Retry` for the script calls of `batch` answered ``NOSCRIPT``, or None."""
+    positions = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if not positions:
+        return None
+    loads: dict[str, int] = {}
+    requests: list[Request] = []
+    calls: list[Request] = []
+    load_of: list[int] = []
+    for i in positions:
+        call = batch[i]
+        if not isinstance(call, ScriptCall):  # only script calls meet NOSCRIPT
+            raise TypeError(f"NOSCRIPT for a request that is no script call: {call!r}")
+        if call.script.name not in loads:
+            loads[call.script.name] = len(requests)
+            requests.append(Command("SCRIPT LOAD", (call.script.source,)))
+        load_of.append(loads[call.script.name])
+        calls.append(call)
+    return Retry(requests, calls, positions, load_of)
+
+
+def raise_first_error(replies: Sequence[Any]) -> list[Any]:
+    """The replies, once none of them is an error reply; else the first one is raised as a
+    `PresenceError`."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise translate(reply) from reply
+    return list(replies)
+
+
+class Run(Generic[T]):
+    """One plan being executed: `batch` is what to send next (None once the plan is done,
+    with `result`), and `feed` takes that batch's replies, error replies in place.
+
+    The plan's own batches go out as it yields them; when one meets ``NOSCRIPT``, the run
+    first sends the missing scripts' loads, then those calls again (`after_noscript`),
+    before the plan sees any reply; the first error reply left is raised as a
+    `PresenceError`. `answered` starts a run whose first batch was already sent (the
+    single-call fast path, whose call met an error).
+    """
+
+    __slots__ = ("_loaded", "_plan", "_replies", "_retry", "_sent", "batch", "result")
+
+    def __init__(self, plan: Plan[T], answered: list[Any] | None = None) -> None:
+        self._plan = plan
+        self._retry: Retry | None = None
+        self._replies: list[Any] = []
+        self._loaded: list[Any] | None = None
+        self.batch: list[Request] | None = None
+        self.result: T | None = None
+        self._advance(None)
+        if answered is not None:
+            self.feed(answered)
+
+    def _advance(self, replies: list[Any] | None) -> None:
+        try:
+            self.batch = self._plan.send(replies)  # type: ignore[arg-type]
+        except StopIteration as done:
+            self.batch, self.result = None, done.value
+        self._sent = self.batch
+
+    def feed(self, replies: list[Any]) -> None:
+        """Take the replies to `batch`; `batch` becomes what to send next."""
+        retry = self._retry
+        if retry is None:
+            retry = after_noscript(self._sent or [], replies)
+            if retry is None:
+                self._advance(raise_first_error(replies))
+                return
+            self._retry, self._replies, self.batch = retry, replies, retry.loads
+        elif self._loaded is None:
+            self._loaded, self.batch = replies, retry.calls
+        else:
+            merged = retry.merge(self._replies, self._loaded, replies)
+            self._retry = self._loaded = None
+            self._advance(raise_first_error(merged))
+
+
+class Executor:
+    """The part of a registry that is neither sync nor async: its client and its planner.
+
+    `plans` builds the plans of every operation (`redis_presence.plans.Planner`); the
+    subclass's ``execute`` runs them.
+    """
+
+    packs = False
+    """Whether this registry sends a single beat's prebuilt RESP itself (`Single.packed`)."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = "presence",
+        read_only: bool = False,
+        limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
+    ) -> None:
+        get_encoder = getattr(client, "get_encoder", None)
+        clustered = is_cluster_client(client)
+        self.plans = Planner(
+            prefix,
+            clustered=clustered,
+            read_only=read_only,
+            encode=get_encoder().encode if get_encoder is not None else None,
+            packed=self.packs and not clustered and hasattr(client, "connection_pool"),
+            limits=limits,
+        )
+        self._client = client
+        self._owns_client = False
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix; registries with different prefixes never see each other."""
+        return self.plans.prefix
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client this registry talks through."""
+        return self._client
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this registry only reads (snapshot, counts, size) and refuses writes."""
+        return self.plans.read_only
+
+    @property
+    def clustered(self) -> bool:
+        """Whether the client is a Redis Cluster client (per-queue scripts, index protocol)."""
+        return self.plans.clustered
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._client!r}, prefix={self.prefix!r})"

@@ -1,0 +1,203 @@
+"""What every command receives: the global options' values, the registry opened from them,
+the reads it makes (through `reads`), and the way out to the terminal.
+
+This module imports neither redis-py nor rich at the top: `redis-presence --help` loads it
+(and every command module), and opening a registry or a console waits until a command needs
+one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from . import reads
+from .errors import ReadOnlyRefused
+from .options import DEFAULT_TIMEOUT_S, READ_ONLY_COMMANDS
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from redis_presence.model import ConsumerPresence
+    from redis_presence.protocol import PresenceRegistry
+
+RegistryFactory = Callable[[str, str, bool], "PresenceRegistry"]
+"""`(url, prefix, read_only) -> registry`; tests pass their own as `obj=` to click's runner."""
+
+
+def open_redis_registry(
+    url: str, prefix: str, read_only: bool, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> PresenceRegistry:
+    """The default factory: a `RedisPresenceRegistry` for `url` (connects on first use) that
+    waits `timeout_s` to connect and for each reply; `read_only` runs reads with EVALSHA_RO
+    and refuses writes."""
+    from redis_presence.redis import RedisPresenceRegistry
+
+    return RedisPresenceRegistry.from_url(
+        url,
+        prefix=prefix,
+        read_only=read_only,
+        socket_connect_timeout=timeout_s,
+        socket_timeout=timeout_s,
+    )
+
+
+@dataclass
+class App:
+    """The global options, and the registry and console opened from them on first use."""
+
+    url: str
+    prefix: str
+    ttl_ms: int
+    read_only: bool
+    now_ns: int | None
+    factory: RegistryFactory | None
+    """None: `open_redis_registry` with `timeout_s`."""
+    ctx: click.Context
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    ttl_given: bool = False
+    """Whether `--ttl-ms` (or its variable) was given, rather than its default."""
+    _registry: PresenceRegistry | None = field(default=None, repr=False)
+    _console: Console | None = field(default=None, repr=False)
+
+    def set_option(self, name: str, value: Any) -> None:
+        """A global option given after the command."""
+        setattr(self, name, value)
+        if name == "ttl_ms":
+            self.ttl_given = True
+
+    @property
+    def console(self) -> Console:
+        """The terminal (rich decides colour from it, `NO_COLOR` and `FORCE_COLOR`)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(highlight=False)
+        return self._console
+
+    @property
+    def where(self) -> str:
+        """`prefix 'presence' at redis://:***@host:6379/0`: what was read (no password)."""
+        from redis_presence.urls import redact
+
+        return f"prefix {self.prefix!r} at {redact(self.url)}"
+
+    def registry(self) -> PresenceRegistry:
+        """The registry to read from (opened read-only under `--read-only`)."""
+        if self._registry is None:
+            if self.factory is None:
+                self._registry = open_redis_registry(
+                    self.url, self.prefix, self.read_only, self.timeout_s
+                )
+            else:
+                self._registry = self.factory(self.url, self.prefix, self.read_only)
+            close = getattr(self._registry, "close", None)
+            if callable(close):
+                self.ctx.call_on_close(close)
+        return self._registry
+
+    def writer(self, command: str) -> PresenceRegistry:
+        """The registry for a command that writes; under `--read-only`, one refusal line
+        before anything is opened or sent."""
+        if self.read_only:
+            raise ReadOnlyRefused(
+                f"{command} writes to Redis, but --read-only (or REDIS_PRESENCE_READ_ONLY) "
+                f"is set: only {READ_ONLY_COMMANDS} run read-only"
+            )
+        return self.registry()
+
+    # ------------------------------------------------------------ reads
+
+    def consumers(
+        self, selection: reads.Selection = reads.EVERYTHING, *, states: bool = True
+    ) -> list[ConsumerPresence]:
+        """The selected consumers at the global clock and TTL."""
+        return reads.consumers(
+            self.registry(), selection, now_ns=self.now_ns, ttl_ms=self.ttl_ms, states=states
+        )
+
+    def active_counts(
+        self, selection: reads.Selection = reads.EVERYTHING
+    ) -> dict[tuple[str, str], int]:
+        """Active consumers per selected group at the global clock and TTL."""
+        return reads.active_counts(
+            self.registry(), selection, now_ns=self.now_ns, ttl_ms=self.ttl_ms
+        )
+
+    # ------------------------------------------------------------ output
+
+    def width(self, wide: bool = False) -> int | None:
+        """The width a table must fit: the terminal's (or `COLUMNS`), unless `wide` or the
+        output is not a terminal (a pipe or a file gets every name in full)."""
+        if wide or not self.console.is_terminal:
+            return None
+        return self.console.width
+
+    def nothing(self, what: str, selection: reads.Selection = reads.EVERYTHING) -> str:
+        """`(no consumers with queue 'orders' under prefix 'presence' at redis://...)`."""
+        matching = selection.describe()
+        return f"({what}{' with ' + matching if matching else ''} under {self.where})"
+
+    def emit(self, text: str) -> None:
+        """Write already-rendered text to the terminal."""
+        from . import render
+
+        render.write(self.console, text)
+
+    def emit_json(self, data: object) -> None:
+        """One JSON document (names exact, as in `ls --format json`)."""
+        import json
+
+        self.emit(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+    def show_consumers(
+        self,
+        rows: Sequence[ConsumerPresence],
+        fmt: str,
+        *,
+        selection: reads.Selection = reads.EVERYTHING,
+        wide: bool = False,
+        total: int | None = None,
+    ) -> None:
+        """Consumers as a table (fitted to the terminal), JSON or CSV; `total` is how many
+        there were before `--limit`."""
+        from . import render
+
+        fmt = fmt.lower()
+        text = render.render_consumers(
+            rows,
+            fmt,
+            render.Styler(self.console),
+            self.width(wide),
+            self.nothing("no consumers", selection),
+        )
+        if fmt == "table" and total is not None and total > len(rows):
+            text += f"(showing {len(rows)} of {render.plural(total, 'consumer')}: --limit)\n"
+        self.emit(text)
+
+    def show_counts(
+        self,
+        counts: Mapping[tuple[str, str], int],
+        fmt: str,
+        *,
+        selection: reads.Selection = reads.EVERYTHING,
+    ) -> None:
+        """Active consumers per `(queue, group)` as a table, JSON or CSV."""
+        from . import render
+
+        self.emit(
+            render.render_counts(
+                counts,
+                fmt.lower(),
+                render.Styler(self.console),
+                self.width(),
+                self.nothing("no groups", selection),
+            )
+        )
+
+
+pass_app = click.make_pass_decorator(App)
+"""Hands a command the `App` that the group built from the global options."""

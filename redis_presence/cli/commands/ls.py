@@ -1,0 +1,43 @@
+"""`redis-presence ls` (alias `snapshot`): every tracked consumer, filtered and sorted."""
+
+from __future__ import annotations
+
+import click
+
+from ..app import App, pass_app
+from ..options import arrangement, consumer_formats, filters
+from ..reads import Selection, arrange
+
+
+@click.command("ls", short_help="List consumers: state, last seen, leases (alias: snapshot).")
+@filters()
+@arrangement
+@consumer_formats
+@pass_app
+def command(
+    app: App,
+    queue: str | None,
+    group: str | None,
+    states: tuple[str, ...],
+    sort: str,
+    limit: int | None,
+    wide: bool,
+    fmt: str,
+) -> None:
+    """List tracked consumers with their state, age and leases.
+
+    `redis-presence snapshot` is the same command. On a terminal the table fits its
+    width: REGISTERED is left out first, then names are shortened in the middle
+    (state, age and leases never are); --wide shows everything.
+
+    \b
+    Examples:
+      redis-presence ls
+      redis-presence ls --queue orders --state stale --state expired
+      redis-presence ls --sort age --limit 10
+      redis-presence ls --format json | jq -r '.[] | select(.state != "active") | .consumer'
+    """
+    selection = Selection.of(queue, group, states)
+    rows = app.consumers(selection)
+    chosen = arrange(rows, sort.lower(), limit, row=lambda row: row)
+    app.show_consumers(chosen, fmt, selection=selection, wide=wide, total=len(rows))

@@ -1,0 +1,115 @@
+"""Every read the CLI makes, in one place, and how its rows are chosen and ordered.
+
+`consumers` and `active_counts` are the only functions that ask the library for presence.
+The library filters by queue and group itself (it reads only that queue's part of the
+index, or that one group's keys); states are chosen here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from redis_presence.model import ConsumerPresence, PresenceState
+
+if TYPE_CHECKING:
+    from redis_presence.protocol import PresenceRegistry
+
+T = TypeVar("T")
+
+SORTS = ("name", "age", "state")
+"""`--sort`: by (queue, group, consumer); longest silent first; expired, stale, then active."""
+
+_STATE_RANK = {PresenceState.EXPIRED: 0, PresenceState.STALE: 1, PresenceState.ACTIVE: 2}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which consumers a command shows: an exact queue and group, and a set of states."""
+
+    queue: str | None = None
+    group: str | None = None
+    states: frozenset[PresenceState] = frozenset()
+
+    @classmethod
+    def of(
+        cls, queue: str | None = None, group: str | None = None, states: Iterable[str] = ()
+    ) -> Selection:
+        """From the values of `--queue`, `--group` and `--state` (case-insensitive)."""
+        return cls(queue, group, frozenset(PresenceState(s.lower()) for s in states))
+
+    def holds_group(self, queue: str, group: str) -> bool:
+        return (self.queue is None or queue == self.queue) and (
+            self.group is None or group == self.group
+        )
+
+    def holds_state(self, state: PresenceState) -> bool:
+        return not self.states or state in self.states
+
+    def describe(self) -> str:
+        """`queue 'orders', state stale or expired`; empty when nothing is filtered."""
+        parts = []
+        if self.queue is not None:
+            parts.append(f"queue {self.queue!r}")
+        if self.group is not None:
+            parts.append(f"group {self.group!r}")
+        if self.states:
+            ordered = [s.value for s in PresenceState if s in self.states]
+            parts.append("state " + " or ".join(ordered))
+        return ", ".join(parts)
+
+
+EVERYTHING = Selection()
+
+
+def consumers(
+    registry: PresenceRegistry,
+    selection: Selection,
+    *,
+    now_ns: int | None,
+    ttl_ms: int,
+    states: bool = True,
+) -> list[ConsumerPresence]:
+    """The consumers of the selected queue and group (and states, unless `states=False`,
+    which `watch` uses to tell a change of state from a consumer joining)."""
+    rows = registry.snapshot(
+        now_ns=now_ns, ttl_ms=ttl_ms, queue=selection.queue, group=selection.group
+    )
+    if not states or not selection.states:
+        return rows
+    return [row for row in rows if selection.holds_state(row.state)]
+
+
+def active_counts(
+    registry: PresenceRegistry, selection: Selection, *, now_ns: int | None, ttl_ms: int
+) -> dict[tuple[str, str], int]:
+    """Active consumers per selected `(queue, group)`; tracked groups without one count 0."""
+    counts = registry.count_active_by_group(
+        now_ns=now_ns, ttl_ms=ttl_ms, queue=selection.queue, group=selection.group
+    )
+    tracked = consumers(registry, selection, now_ns=now_ns, ttl_ms=ttl_ms, states=False)
+    groups = {(row.queue, row.group): 0 for row in tracked}
+    groups.update(counts)
+    return groups
+
+
+def sort_key(sort: str) -> Callable[[ConsumerPresence], tuple[object, ...]]:
+    """The key that orders rows for `--sort` (ties by name)."""
+    if sort == "age":
+        return lambda row: (-row.last_seen_age_ms, row.key)
+    if sort == "state":
+        return lambda row: (_STATE_RANK[row.state], row.key)
+    return lambda row: row.key
+
+
+def arrange(
+    items: Sequence[T],
+    sort: str,
+    limit: int | None,
+    row: Callable[[T], ConsumerPresence],
+) -> list[T]:
+    """`items` ordered by `sort` (each item's row via `row`) and cut to `limit`."""
+    key = sort_key(sort)
+    ordered = sorted(items, key=lambda item: key(row(item)))
+    return ordered if limit is None else ordered[:limit]
