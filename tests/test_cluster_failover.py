@@ -179,7 +179,8 @@ def test_a_fresh_async_cluster_registry_lists_every_group_of_its_first_batch(
 
         asyncio.run(first_batch())
         with redis_cluster.client() as client:
-            listed = {m.decode() for m in client.smembers("presence:index")}
+            space = Keyspace("presence")
+            listed = {m.decode() for m in client.zrange(space.groups, 0, -1)}
             rows = {row.queue for row in RedisPresenceRegistry(client).snapshot()}
-        assert listed == {f"{q}:group" for q in queues}, f"attempt {attempt}"
+        assert listed == {space.group(q, "group").member for q in queues}, f"attempt {attempt}"
         assert rows == set(queues), f"attempt {attempt}"

@@ -34,6 +34,7 @@ from redis_presence import (
     urls,
 )
 from redis_presence.cli import cli
+from redis_presence.keys import Keyspace
 from redis_presence.urls import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_SOCKET_TIMEOUT_S,
@@ -328,7 +329,7 @@ def test_a_database_the_server_lacks_is_a_config_error_and_exit_2(
     assert result.exit_code == 2, result.output
     assert "no database 99" in result.output
     with redis_server.client() as client:  # nothing landed on database 0 instead
-        assert not client.exists("presence:index")
+        assert not client.exists(Keyspace("presence").groups)
 
 
 def test_the_database_guard_keeps_a_good_database_working(redis_server: RedisServer) -> None:
@@ -336,7 +337,7 @@ def test_the_database_guard_keeps_a_good_database_working(redis_server: RedisSer
         registry.heartbeat("orders", "billing", "w1", now_ns=T0)
         assert len(registry) == 1
     with redis_server.client(db=5) as client:
-        assert client.exists("presence:index")
+        assert client.exists(Keyspace("presence").groups)
         client.flushdb()
 
 
