@@ -28,7 +28,13 @@ BACKENDS = [
     pytest.param("cluster", id="cluster", marks=pytest.mark.redis_server),
     pytest.param("async", id="async", marks=pytest.mark.redis_server),
     pytest.param("async-cluster", id="async-cluster", marks=pytest.mark.redis_server),
+    # The version matrix: Debian's redis-server above is Redis 7.0; these binaries come
+    # from pinned packages of the `test` extra (see pyproject.toml).
+    pytest.param("redis-8", id="redis-8", marks=pytest.mark.redis_server),
+    pytest.param("valkey-9", id="valkey-9", marks=pytest.mark.redis_server),
 ]
+MATRIX_FIXTURES = {"redis-8": "redis8", "valkey-9": "valkey9"}
+"""Backend -> the prefix of its ``<prefix>_server`` / ``<prefix>_client`` fixtures."""
 REDIS_BACKENDS = [p for p in BACKENDS if p.values[0] != "memory"]
 
 SMALL = Limits(groups=2, consumers=2, rows=2, beats=2)
@@ -70,6 +76,8 @@ def _make_registry(request: pytest.FixtureRequest, backend: str, prefix: str) ->
         return RedisPresenceRegistry(request.getfixturevalue("redis_client"), prefix=prefix)
     if backend == "cluster":
         return RedisPresenceRegistry(request.getfixturevalue("cluster_client"), prefix=prefix)
+    if backend in MATRIX_FIXTURES:
+        return RedisPresenceRegistry(raw_client(request, backend), prefix=prefix)
     if backend == "async":
         server = request.getfixturevalue("redis_server")
         host, port = server.host, server.port
@@ -106,6 +114,10 @@ def second_client(request: pytest.FixtureRequest, backend: str) -> Any:
         client = request.getfixturevalue("redis_cluster").client()
         request.addfinalizer(client.close)
         return client
+    if backend in MATRIX_FIXTURES:
+        client = request.getfixturevalue(f"{MATRIX_FIXTURES[backend]}_server").client()
+        request.addfinalizer(client.close)
+        return client
     raise ValueError(f"backend {backend!r} has no second connection")
 
 
@@ -120,6 +132,8 @@ def raw_client(request: pytest.FixtureRequest, backend: str) -> Any:
         return request.getfixturevalue("redis_client")
     if backend in ("cluster", "async-cluster"):
         return request.getfixturevalue("cluster_client")
+    if backend in MATRIX_FIXTURES:
+        return request.getfixturevalue(f"{MATRIX_FIXTURES[backend]}_client")
     raise ValueError(f"backend {backend!r} has no Redis client")
 
 
