@@ -137,8 +137,25 @@ class _StubClient:
     def get_encoder(self) -> Any:
         return self._encoder
 
-    def execute_command(self, *args: Any, **options: Any) -> list[Any]:
-        return []
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        return None if args[0] == "GET" else []  # no shared TTL stored; scripts answer []
+
+    def pipeline(self, transaction: bool = False) -> Any:
+        return _StubPipeline(self)
+
+
+class _StubPipeline:
+    """The stub's pipeline: every command answered as `_StubClient` answers it."""
+
+    def __init__(self, client: _StubClient) -> None:
+        self._client = client
+        self._commands: list[tuple[Any, ...]] = []
+
+    def execute_command(self, *args: Any, **options: Any) -> None:
+        self._commands.append(args)
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        return [self._client.execute_command(*args) for args in self._commands]
 
 
 # -- 1 ------------------------------------------------------------------------------------

@@ -91,7 +91,8 @@ class RawPresence:
         """KEYS and ARGV of ``lua/heartbeat.lua`` (one beat, standalone server)."""
         gk = self.keys.group(queue, group)
         now = "" if now_ns is None else str(now_ns)
-        return [gk.hb, gk.data, gk.mark, self.keys.groups], [now, consumer, lease]
+        keys = [gk.hb, gk.data, gk.mark, gk.events, self.keys.groups, self.keys.events]
+        return keys, [TTL_MS, 10_000, 86_400_000, now, consumer, lease]
 
     def heartbeat_args(
         self, beats: Sequence[Beat], now_ns: int | None, delay_us: int = 0
@@ -106,11 +107,11 @@ class RawPresence:
             if number is None:
                 number = numbers[(queue, group)] = len(numbers) + 1
                 gk = space.group(queue, group)
-                keys += (gk.hb, gk.data, gk.mark)
+                keys += (gk.hb, gk.data, gk.mark, gk.events)
             tail += (number, consumer, lease, delay_us)
-        keys.append(space.groups)
+        keys += (space.groups, space.events)
         now = "" if now_ns is None else str(now_ns)
-        return keys, [now, 60_000, *tail]
+        return keys, [now, 60_000, 10_000, 86_400_000, *([TTL_MS] * len(numbers)), *tail]
 
     def transfer(self, *, transaction: bool = False) -> list[Any]:
         """Every group's hash, fetched with one ZRANGE of the index and pipelined HGETALLs

@@ -1,16 +1,25 @@
--- deregister.lua: forget one consumer (graceful shutdown).
--- KEYS: group_keys(1) of lib.lua (sorted set, hash, index mark), then INDEX on a
---       standalone server
--- ARGV[1] consumer
--- Returns {existed (0/1), emptied (0/1)}; emptied = 1 asks the caller to remove the group
--- from the index itself (only on a cluster, where there is no INDEX).
-local err = expect_types(1, KEYS_PER_GROUP, {'zset', 'hash', 'string'})
-  or (INDEX and expect_types(#KEYS, #KEYS, {'zset'}))
+-- deregister.lua: forget one consumer (graceful shutdown), and log that it left.
+-- KEYS: group_keys(1) of lib.lua (sorted set, hash, index mark, event log), then INDEX and
+--       EVENTS on a standalone server
+-- ARGV[1] consumer, ARGV[2] now_ns as a decimal string, or '' for the server clock (the
+-- instant of the `left` event), ARGV[3] how many entries the event log keeps, ARGV[4] how
+-- long it lasts after its last entry, in ms
+-- Returns {existed (0/1), emptied (0/1), logged}: emptied = 1 asks the caller to remove
+-- the group from the index itself, and logged (the millisecond of the event, 0 when the
+-- consumer was not tracked) to list the log in the event index (only on a cluster).
+local err = expect_types(1, KEYS_PER_GROUP, {'zset', 'hash', 'string', 'stream'})
+  or (INDEX and expect_types(#KEYS - 1, #KEYS, {'zset', 'zset'}))
 if err then return err end
 
 local zset, data, mark = group_keys(1)
+local old = redis.call('HGET', data, ARGV[1])
 local existed = redis.call('ZREM', zset, ARGV[1])
 redis.call('HDEL', data, ARGV[1])
+local logged = 0
+if old then
+  local _, _, now = now_parts(ARGV[2])
+  logged = append_event(1, ARGV[3], ARGV[4], 'left', {'c' .. ARGV[1], now .. ' ' .. old})
+end
 local emptied = 0
 if existed == 1 and redis.call('EXISTS', zset) == 0 then
   redis.call('DEL', data, mark)
@@ -20,4 +29,5 @@ if existed == 1 and redis.call('EXISTS', zset) == 0 then
     emptied = 1
   end
 end
-return {existed, emptied}
+if INDEX then logged = 0 end
+return {existed, emptied, logged}

@@ -1,34 +1,61 @@
 -- heartbeat.lua: record or refresh one consumer (what heartbeat() sends: the hot path of
--- every broker, so it does the least that keeps the contract and the index).
--- KEYS: group_keys(1) of lib.lua (sorted set, hash, index mark), then INDEX on a
---       standalone server
--- ARGV[1] now_ns as a decimal string, or '' for the server clock (TIME)
--- ARGV[2] consumer, ARGV[3] lease_count
--- ARGV[4] cluster only: the lifetime of an index mark in milliseconds
--- Returns 1 when the caller must add the group to the index itself (cluster, no mark), else 0.
+-- every broker, so it does the least that keeps the contract, the index and the events).
+-- KEYS: group_keys(1) of lib.lua (sorted set, hash, index mark, event log), then INDEX and
+--       EVENTS on a standalone server
+-- ARGV[1] the group's shared TTL in ms, ARGV[2] how many entries the event log keeps,
+--         ARGV[3] how long it lasts after its last entry, in ms (the same for every beat of
+--         a group, so the caller prebuilds them)
+-- ARGV[4] now_ns as a decimal string, or '' for the server clock (TIME)
+-- ARGV[5] consumer, ARGV[6] lease_count
+-- ARGV[7] cluster only: the lifetime of an index mark in milliseconds
+-- Returns 0 on a standalone server; on a cluster {list, logged}: list = 1 when the caller
+-- must add the group to the index itself (no mark), logged = the millisecond of an event
+-- this call logged (0: none), which the caller lists in the event index.
 --
--- A key of another type is refused before anything is written: ZSCORE (or TYPE, for a
--- mark) checks the index, then write_beat the hash and the sorted set. On a standalone
--- server the group is listed in the same call whenever it is not, so a deleted index heals
--- with the next beat of each group.
+-- Events: joined (a consumer this group did not hold) and recovered (one that was not
+-- active at this instant, under the TTL); an active consumer's beat writes nothing more.
+-- A key of another type is refused before anything is written: ZSCORE (or TYPE, for a mark)
+-- checks the index, read_beat the hash, check_log the log (only when an event is due), and
+-- ZADD, the first write, the sorted set.
 local _, data, mark = group_keys(1)
 local listed
 if INDEX then
   listed = redis.pcall('ZSCORE', INDEX, data)
-  if type(listed) == 'table' then return failed(listed, #KEYS, 'zset') end
+  if type(listed) == 'table' then return failed(listed, KEYS_PER_GROUP + 1, 'zset') end
 else
   listed = redis.call('TYPE', mark)['ok']
   if listed ~= 'none' and listed ~= 'string' then return refuse(3, 'string') end
 end
 
-local us, _, stamp = now_parts(ARGV[1])
-local err = write_beat(1, ARGV[2], us, stamp, ARGV[3])
+local consumer, lease = ARGV[5], ARGV[6]
+local old, err = read_beat(1, consumer)
 if err then return err end
+local us, rest, stamp = now_parts(ARGV[4])
+local kind = nil
+if not old then
+  kind = 'joined'
+elseif inactive_at(stored_heartbeat(old), us, rest, tonumber(ARGV[1])) then
+  kind = 'recovered'
+end
+if kind then
+  err = check_log(1)
+  if err then return err end
+end
+local value
+err, value = write_beat(1, consumer, old, us, stamp, lease)
+if err then return err end
+local logged = 0
+if kind then
+  logged = append_event(1, ARGV[2], ARGV[3], kind, {'c' .. consumer, stamp .. ' ' .. value})
+end
 
 if INDEX then
   if not listed then redis.call('ZADD', INDEX, 0, data) end
-elseif listed == 'none' then
-  redis.call('SET', mark, '1', 'PX', ARGV[4])
-  return 1
+  return 0
 end
-return 0
+local list = 0
+if listed == 'none' then
+  redis.call('SET', mark, '1', 'PX', ARGV[7])
+  list = 1
+end
+return {list, logged}

@@ -1,42 +1,45 @@
 -- heartbeat_many.lua: record or refresh a batch of consumers of one queue (or of every
 -- queue on a standalone server), each beat applied atomically. heartbeat_many() and the
 -- reporters' flushes send it; a single heartbeat() sends heartbeat.lua.
--- KEYS: group_keys(g) of lib.lua for each group g = 1..GROUPS, then INDEX on a standalone
---       server
+-- KEYS: group_keys(g) of lib.lua for each group g = 1..GROUPS, then INDEX and EVENTS on a
+--       standalone server
 -- ARGV[1] now_ns as a decimal string, or '' for the server clock (TIME)
 -- ARGV[2] lifetime of an index mark in milliseconds (used on a cluster only)
+-- ARGV[3] how many entries an event log keeps, ARGV[4] how long it lasts after its last
+-- entry, in ms
+-- ARGV[4 + g] the shared TTL of group g in ms
 -- then one 4-tuple per beat: group number, consumer, lease_count, delay_us
 --   (delay_us: how long before now the beat happened; the beat is stamped now - delay)
--- Returns the numbers of the groups the caller must add to the index itself (only on a
--- cluster, where there is no INDEX).
+-- Returns {} on a standalone server; on a cluster {groups, logged}: the numbers of the
+-- groups the caller must add to the index itself, and the millisecond of the last event
+-- this call logged (0: none), which the caller lists in the event index.
 --
+-- Events, one log entry per (kind, group): joined for a consumer the group did not hold
+-- (at its stamp), recovered for one that was not active now and is after its beat (at now).
 -- A key of another type is refused before anything is written, so a batch is all or
--- nothing. The index gets one TYPE, and on a cluster each mark one TYPE, which also tells
--- whether it exists; the first beat's write_beat checks its own group's hash and sorted set
--- (Redis refuses a command on a key of another type before it writes). Every other group's
--- sorted set and hash get one TYPE each first.
-local mark_ms = ARGV[2]
-local first = 3  -- ARGV position of the first beat
+-- nothing: every key gets one TYPE first (the index, each mark, sorted set, hash and log).
+local mark_ms, kept, log_ms = ARGV[2], ARGV[3], ARGV[4]
+local first = 5 + GROUPS  -- ARGV position of the first beat
 if INDEX then
-  local err = expect_types(#KEYS, #KEYS, {'zset'})
+  local err = expect_types(#KEYS - 1, #KEYS, {'zset', 'zset'})
   if err then return err end
 end
 local marked = {}
 for g = 1, GROUPS do
-  local _, _, mark, at = group_keys(g)
+  local _, _, mark, _, at = group_keys(g)
   if not INDEX then
     local kind = redis.call('TYPE', mark)['ok']
     if kind ~= 'none' and kind ~= 'string' then return refuse(at + 2, 'string') end
     marked[g] = kind == 'string'
   end
-  if g ~= tonumber(ARGV[first]) then
-    local err = expect_types(at, at + 1, {'zset', 'hash'})
-    if err then return err end
-  end
+  local err = expect_types(at, at + 1, {'zset', 'hash'}) or check_log(g)
+  if err then return err end
 end
 
 local now_us, now_rest, now_str = now_parts(ARGV[1])
+local events = {}  -- events[g] = {joined = {...}, recovered = {...}}
 for i = first, #ARGV, 4 do
+  local g, consumer, lease = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
   local delay = tonumber(ARGV[i + 3])
   local us, stamp = now_us, now_str
   if delay > 0 then
@@ -44,8 +47,31 @@ for i = first, #ARGV, 4 do
     if us < 0 then us = 0 end
     stamp = int_str(us) .. string.format('%03d', now_rest)
   end
-  local err = write_beat(tonumber(ARGV[i]), ARGV[i + 1], us, stamp, ARGV[i + 2])
+  local old = read_beat(g, consumer)
+  local err, value = write_beat(g, consumer, old, us, stamp, lease)
   if err then return err end
+  local kind, at = nil, nil
+  if not old then
+    kind, at = 'joined', stamp
+  elseif inactive_at(stored_heartbeat(old), now_us, now_rest, tonumber(ARGV[4 + g]))
+      and not inactive_at(stamp, now_us, now_rest, tonumber(ARGV[4 + g])) then
+    kind, at = 'recovered', now_str
+  end
+  if kind then
+    events[g] = events[g] or {}
+    local fields = events[g][kind] or {}
+    fields[#fields + 1] = 'c' .. consumer
+    fields[#fields + 1] = at .. ' ' .. value
+    events[g][kind] = fields
+  end
+end
+local logged = 0
+for g = 1, GROUPS do
+  if events[g] then
+    for _, kind in ipairs({'joined', 'recovered'}) do
+      if events[g][kind] then logged = append_event(g, kept, log_ms, kind, events[g][kind]) end
+    end
+  end
 end
 
 -- Standalone: list every group of the batch (idempotent, and heals a deleted index).
@@ -67,4 +93,4 @@ for g = 1, GROUPS do
     missing[#missing + 1] = g
   end
 end
-return missing
+return {missing, logged}

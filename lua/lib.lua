@@ -1,22 +1,25 @@
 -- lib.lua: helpers prepended to every operation script by redis_presence/scripts.py.
 --
--- KEYS, in every script: three keys per group, group_keys(g) for g = 1..GROUPS (its sorted
--- set of heartbeats, its hash of stored values, its index mark), and, on a standalone server
--- only, the index last (INDEX: a sorted set whose members, all of score 0, are the groups'
--- hash keys). A script runs on a Redis Cluster exactly when it receives no INDEX: the index
--- lives in another slot there, and the caller maintains it (docs/index-protocol.md).
+-- KEYS, in every script: four keys per group, group_keys(g) for g = 1..GROUPS (its sorted
+-- set of heartbeats, its hash of stored values, its index mark, its queue's event log), and,
+-- on a standalone server only, the index of groups (INDEX: a sorted set whose members, all
+-- of score 0, are the groups' hash keys) and the index of event logs (EVENTS) last. A
+-- script runs on a Redis Cluster exactly when it receives no INDEX: both indexes live in
+-- other slots there, and the caller maintains them (docs/index-protocol.md).
 --
 -- Timestamps never pass through a double above 2^53: a nanosecond timestamp is split into
 -- whole microseconds (exact as a double and as a sorted-set score) and the 0..999 ns rest.
 
-local KEYS_PER_GROUP = 3
+local KEYS_PER_GROUP = 4
 local GROUPS = math.floor(#KEYS / KEYS_PER_GROUP)
 local INDEX = KEYS[GROUPS * KEYS_PER_GROUP + 1]
+local EVENTS = KEYS[GROUPS * KEYS_PER_GROUP + 2]
 
--- The keys of group g: (sorted set, hash, index mark) and the position of the first in KEYS.
+-- The keys of group g: (sorted set, hash, index mark, event log) and the position of the
+-- first in KEYS.
 local function group_keys(g)
   local i = KEYS_PER_GROUP * (g - 1)
-  return KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], i + 1
+  return KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], KEYS[i + 4], i + 1
 end
 
 -- Split a decimal nanosecond string into (microseconds, remaining nanoseconds).
@@ -81,18 +84,55 @@ local function stored_heartbeat(value)
   return string.match(value, '^%d+ (%d+)')
 end
 
--- Record one beat of `consumer` in group g at `us` (score) / `stamp` (decimal ns), keeping
--- the registration of an earlier beat. HGET checks the hash and ZADD, the first write, the
--- sorted set: a key of another type is refused before anything is written. Returns an
--- error reply, or nil.
-local function write_beat(g, consumer, us, stamp, lease)
-  local hb, data, _, first = group_keys(g)
+-- Whether a heartbeat at `hb` (decimal ns) is no longer active at (now_us, now_rest) under
+-- `ttl` ms: hb <= now - (ttl + 1) ms, compared exactly on (microseconds, rest).
+local function inactive_at(hb, now_us, now_rest, ttl)
+  local us, rest = split_ns(hb)
+  local horizon = now_us - (ttl + 1) * 1000
+  return us < horizon or (us == horizon and rest <= now_rest)
+end
+
+-- The stored value of `consumer` in group g, or false; a hash of another type is refused
+-- (returns nil and the error reply).
+local function read_beat(g, consumer)
+  local _, data, _, _, first = group_keys(g)
   local old = redis.pcall('HGET', data, consumer)
-  if type(old) == 'table' then return failed(old, first + 1, 'hash') end
+  if type(old) == 'table' then return nil, failed(old, first + 1, 'hash') end
+  return old
+end
+
+-- Record one beat of `consumer` in group g at `us` (score) / `stamp` (decimal ns), keeping
+-- the registration of `old` (its stored value, from read_beat). ZADD, the first write,
+-- checks the sorted set: a key of another type is refused before anything is written.
+-- Returns an error reply or nil, and the value written.
+local function write_beat(g, consumer, old, us, stamp, lease)
+  local hb, data, _, _, first = group_keys(g)
   local added = redis.pcall('ZADD', hb, us, consumer)
   if type(added) == 'table' then return failed(added, first, 'zset') end
   local registered = stamp
   if old then registered = string.match(old, '^%d+') end
-  redis.call('HSET', data, consumer, registered .. ' ' .. stamp .. ' ' .. lease)
-  return nil
+  local value = registered .. ' ' .. stamp .. ' ' .. lease
+  redis.call('HSET', data, consumer, value)
+  return nil, value
+end
+
+-- Refuse an event log of another type (call before the first write of a script that may
+-- log an event); nil when it is a stream or absent.
+local function check_log(g)
+  local _, _, _, log, first = group_keys(g)
+  return expect_types(first + 3, first + 3, {'stream'})
+end
+
+-- Append one entry to group g's event log (redis_presence/keys.py, EVENT_FIELDS): the kind,
+-- the group's hash key, then `fields`, a flat list of 'c' .. consumer (so no name meets
+-- 'k' or 'g'), 'at_ns registered_ns last_heartbeat_ns lease_count'. The log keeps about
+-- `kept` entries and expires `log_ms` after its last one; on a standalone server EVENTS
+-- lists it with the entry's millisecond. Returns that millisecond.
+local function append_event(g, kept, log_ms, kind, fields)
+  local _, data, _, log = group_keys(g)
+  local id = redis.call('XADD', log, 'MAXLEN', '~', kept, '*', 'k', kind, 'g', data, unpack(fields))
+  redis.call('PEXPIRE', log, log_ms)
+  local ms = string.match(id, '^%d+')
+  if EVENTS then redis.call('ZADD', EVENTS, ms, log) end
+  return tonumber(ms)
 end

@@ -18,10 +18,22 @@ if TYPE_CHECKING:
     from .errors import PresenceDataError as PresenceDataError
     from .errors import PresenceError as PresenceError
     from .errors import PresenceReadOnlyError as PresenceReadOnlyError
+    from .errors import PresenceResyncRequired as PresenceResyncRequired
+    from .events import DEFAULT_EVENTS_KEPT as DEFAULT_EVENTS_KEPT
+    from .events import EventKind as EventKind
+    from .events import FollowCursor as FollowCursor
+    from .events import FollowSnapshot as FollowSnapshot
+    from .events import PresenceEvent as PresenceEvent
     from .memory import ConsumerPresenceRegistry as ConsumerPresenceRegistry
     from .model import DEFAULT_PRESENCE_TTL_MS as DEFAULT_PRESENCE_TTL_MS
     from .model import ConsumerPresence as ConsumerPresence
     from .model import PresenceState as PresenceState
+    from .plans import MAX_BEATS_PER_CALL as MAX_BEATS_PER_CALL
+    from .plans import MAX_CONSUMERS_PER_CALL as MAX_CONSUMERS_PER_CALL
+    from .plans import MAX_GROUPS_PER_CALL as MAX_GROUPS_PER_CALL
+    from .plans import MAX_ROWS_PER_ROUND_TRIP as MAX_ROWS_PER_ROUND_TRIP
+    from .plans import TTL_CACHE_MS as TTL_CACHE_MS
+    from .plans import Limits as Limits
     from .protocol import PresenceRegistry as PresenceRegistry
     from .redis import RedisPresenceRegistry as RedisPresenceRegistry
     from .reporter import DEFAULT_REPORT_INTERVAL_MS as DEFAULT_REPORT_INTERVAL_MS
@@ -41,6 +53,18 @@ _EXPORTS: dict[str, str] = {
     "PresenceDataError": "errors",
     "PresenceError": "errors",
     "PresenceReadOnlyError": "errors",
+    "PresenceResyncRequired": "errors",
+    "DEFAULT_EVENTS_KEPT": "events",
+    "EventKind": "events",
+    "FollowCursor": "events",
+    "FollowSnapshot": "events",
+    "PresenceEvent": "events",
+    "Limits": "plans",
+    "MAX_BEATS_PER_CALL": "plans",
+    "MAX_CONSUMERS_PER_CALL": "plans",
+    "MAX_GROUPS_PER_CALL": "plans",
+    "MAX_ROWS_PER_ROUND_TRIP": "plans",
+    "TTL_CACHE_MS": "plans",
     "PresenceRegistry": "protocol",
     "PresenceReporter": "reporter",
     "PresenceState": "model",

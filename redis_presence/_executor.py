@@ -31,6 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .errors import translate
+from .events import DEFAULT_EVENTS_KEPT
 from .plans import Command, Limits, Plan, Planner, Request, ScriptCall
 
 T = TypeVar("T")
@@ -217,6 +218,7 @@ class Executor:
         prefix: str = "presence",
         read_only: bool = False,
         limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
+        events_kept: int = DEFAULT_EVENTS_KEPT,
     ) -> None:
         get_encoder = getattr(client, "get_encoder", None)
         clustered = is_cluster_client(client)
@@ -227,6 +229,7 @@ class Executor:
             encode=get_encoder().encode if get_encoder is not None else None,
             packed=self.packs and not clustered and hasattr(client, "connection_pool"),
             limits=limits,
+            events_kept=events_kept,
         )
         self._client = client
         self._owns_client = False

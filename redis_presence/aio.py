@@ -22,8 +22,16 @@ from ._executor import (
     command_args,
     single,
 )
-from .errors import DRIVER_ERRORS, translate
-from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
+from .errors import DRIVER_ERRORS, PresenceResyncRequired, translate
+from .events import (
+    DEFAULT_FOLLOW_INTERVAL_S,
+    Cursor,
+    FollowCursor,
+    FollowMessage,
+    PresenceEvent,
+    check_interval_s,
+)
+from .model import ConsumerPresence
 from .plans import Limits, Plan, Request, RowStream, Single
 from .urls import open_async_client
 from .validation import Beat
@@ -82,7 +90,7 @@ class AsyncRedisPresenceRegistry(Executor):
     async def snapshot(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
@@ -94,7 +102,7 @@ class AsyncRedisPresenceRegistry(Executor):
     def iter_snapshot(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
@@ -106,7 +114,7 @@ class AsyncRedisPresenceRegistry(Executor):
     async def count_active_by_group(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
@@ -121,7 +129,7 @@ class AsyncRedisPresenceRegistry(Executor):
         queue: str,
         group: str,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
     ) -> int:
         """Active consumers of one group (0 when it has none)."""
         return await self.execute(self.plans.count_active(queue, group, now_ns, ttl_ms))
@@ -129,7 +137,7 @@ class AsyncRedisPresenceRegistry(Executor):
     async def prune_expired(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
@@ -139,13 +147,69 @@ class AsyncRedisPresenceRegistry(Executor):
             self.plans.prune_expired(now_ns, ttl_ms, queue=queue, group=group)
         )
 
-    async def deregister(self, queue: str, group: str, consumer: str) -> bool:
+    async def deregister(
+        self, queue: str, group: str, consumer: str, now_ns: int | None = None
+    ) -> bool:
         """Forget one consumer (graceful shutdown); returns whether it was tracked."""
-        return await self.execute(self.plans.deregister(queue, group, consumer))
+        return await self.execute(self.plans.deregister(queue, group, consumer, now_ns))
+
+    async def set_ttl(
+        self, ttl_ms: int | None, *, queue: str | None = None, group: str | None = None
+    ) -> None:
+        """Store the TTL every broker and reader shares, for the prefix or one group (None:
+        forget it); reads whose `ttl_ms` is None use it."""
+        return await self.execute(self.plans.set_ttl(ttl_ms, queue=queue, group=group))
+
+    async def ttl(self, queue: str | None = None, group: str | None = None) -> int:
+        """The shared TTL of one group (or of the prefix), as reads with `ttl_ms` None use it."""
+        return (await self.execute(self.plans.ttl(queue, group)))[0]
+
+    async def ttl_source(
+        self, queue: str | None = None, group: str | None = None
+    ) -> tuple[int, str]:
+        """`ttl` and where it comes from: ``"group"``, ``"prefix"`` or ``"default"``."""
+        return await self.execute(self.plans.ttl(queue, group))
+
+    async def changes(
+        self,
+        cursor: str | None = None,
+        *,
+        now_ns: int | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> tuple[list[PresenceEvent], str]:
+        """Every event after `cursor` up to `now_ns`, and the cursor to go on from (see
+        `Planner.changes`); `cursor` None starts now."""
+        return await self.execute(
+            self.plans.changes(cursor, now_ns=now_ns, queue=queue, group=group)
+        )
 
     async def migrate(self) -> int:
         """Move the index of release 0.1 into this release's (see `Planner.migrate`)."""
         return await self.execute(self.plans.migrate())
+
+    async def follow(
+        self,
+        *,
+        interval_s: float = DEFAULT_FOLLOW_INTERVAL_S,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> AsyncIterator[FollowMessage]:
+        """`RedisPresenceRegistry.follow` for ``async for``."""
+        interval = check_interval_s(interval_s)
+        while True:
+            message = await self.execute(self.plans.snapshot_cursor(queue=queue, group=group))
+            yield message
+            cursor = message.cursor
+            try:
+                while True:
+                    await asyncio.sleep(interval)
+                    events, cursor = await self.changes(cursor, queue=queue, group=group)
+                    for event in events:
+                        yield event
+                    yield FollowCursor(cursor, Cursor.decode(cursor).now_ns)
+            except PresenceResyncRequired:
+                continue
 
     async def size(self) -> int:
         """How many consumers are tracked, in every state (the sync registry's ``len()``)."""

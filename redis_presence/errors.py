@@ -35,6 +35,11 @@ class PresenceReadOnlyError(PresenceError):
     """A write was sent through a read-only registry, or to a read-only replica."""
 
 
+class PresenceResyncRequired(PresenceError):
+    """`changes` cannot go on from this cursor (the event log was trimmed past it, or the
+    cursor is older than the log): take a fresh `snapshot` and a fresh cursor."""
+
+
 DRIVER_ERRORS = (rx.RedisError, rx.RedisClusterException)
 """What redis-py raises for a Redis-side failure (its cluster errors are not all `RedisError`);
 `translate` turns each into a `PresenceError`."""

@@ -7,9 +7,15 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
     P:{Q}:G:c    hash   consumer -> its stored value (STORED_VALUE, below)
     P:{Q}:G:ix   string index mark, on a cluster only; expires after INDEX_MARK_MS
                         (docs/index-protocol.md)
+    P:{Q}:G:ttl  string the group's shared TTL in ms (`set_ttl(queue=, group=)`), if set
+    P:{Q}:events stream the queue's write-driven events (joined, recovered, left, pruned),
+                        capped (``MAXLEN ~``); an entry's fields are EVENT_FIELDS
     P:groups     zset   the index: the hash key ``P:{Q}:G:c`` of every group with a
                         tracked consumer, all with score 0, so they sort by name and the
                         groups of one queue are one range (`queue_range`)
+    P:events     zset   the event log of every queue that logged an event, scored by the
+                        millisecond of its latest one (readers take the recent ones)
+    P:ttl        string the prefix's shared TTL in ms (`set_ttl()`), if set
     P:index      set    the index of release 0.1 ("Q:G" members); only
                         ``redis-presence migrate`` reads it, and empties it
 
@@ -40,6 +46,16 @@ and the lease count. ``write_beat`` in ``lua/lib.lua`` is the only writer;
 STORED_FIELDS = len(STORED_VALUE.split())
 STORED_SEPARATOR = " "
 
+EVENT_FIELDS = (
+    "k: kind, g: the group's hash key, "
+    "'c' + consumer: 'at_ns registered_ns last_heartbeat_ns lease_count'"
+)
+"""One entry of ``P:{Q}:events``: the kind, the group (its hash key, an index member), then
+one field per consumer the event is about, valued by four decimal integers. One script call
+writes one entry per (kind, group), so a prune of a thousand consumers is one entry.
+``append_event`` in ``lua/lib.lua`` is the only writer; `redis_presence.events` the only
+reader."""
+
 
 def encode_name(name: str) -> str:
     """Injective, key-safe spelling of a queue or group name (UTF-8, percent-encoded)."""
@@ -60,6 +76,8 @@ class GroupKeys:
     hb: str
     data: str
     mark: str
+    ttl: str
+    events: str
 
     @property
     def member(self) -> str:
@@ -69,19 +87,45 @@ class GroupKeys:
 
 @lru_cache(maxsize=16_384)
 def _group_keys(prefix: str, queue: str, group: str) -> GroupKeys:
-    base = f"{prefix}:{{{encode_name(queue)}}}:{encode_name(group)}"
-    return GroupKeys(queue, group, f"{base}:hb", f"{base}:c", f"{base}:ix")
+    tag = f"{prefix}:{{{encode_name(queue)}}}"
+    base = f"{tag}:{encode_name(group)}"
+    return GroupKeys(
+        queue, group, f"{base}:hb", f"{base}:c", f"{base}:ix", f"{base}:ttl", f"{tag}:events"
+    )
 
 
 class Keyspace:
     """Key names under one prefix."""
 
-    __slots__ = ("groups", "legacy_index", "prefix")
+    __slots__ = ("events", "groups", "legacy_index", "prefix", "ttl")
 
     def __init__(self, prefix: str) -> None:
         self.prefix = check_prefix(prefix)
         self.groups = f"{prefix}:groups"
+        self.events = f"{prefix}:events"
+        self.ttl = f"{prefix}:ttl"
         self.legacy_index = f"{prefix}:index"
+
+    def queue_events(self, queue: str) -> str:
+        """The event log of one queue (validated name)."""
+        return f"{self.prefix}:{{{encode_name(queue)}}}:events"
+
+    def queue_of_events(self, key: bytes | str) -> str:
+        """The queue whose event log `key` is; a foreign key is a data error."""
+        text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+        head, tail = f"{self.prefix}:{{", "}:events"
+        try:
+            queue = decode_name(text[len(head) : -len(tail)])
+        except UnicodeDecodeError:
+            queue = ""
+        if not (text.startswith(head) and text.endswith(tail) and queue) or (
+            self.queue_events(queue) != text
+        ):
+            raise PresenceDataError(
+                f"the event index {self.events} holds a member this package did not write: "
+                f"{text!r:.80}"
+            )
+        return queue
 
     def group(self, queue: str, group: str) -> GroupKeys:
         """Keys of a (queue, group); names must already be validated."""

@@ -18,6 +18,7 @@ its proof in ``docs/index-protocol.md``.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Sequence
 from itertools import groupby
@@ -25,9 +26,23 @@ from operator import attrgetter, itemgetter
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 
-from .errors import PresenceReadOnlyError
+from .errors import PresenceDataError, PresenceReadOnlyError, PresenceResyncRequired
+from .events import (
+    DEFAULT_EVENTS_KEPT,
+    EVENT_LOG_TTL_MS,
+    LOG_LAG_MS,
+    Cursor,
+    EventKind,
+    FollowSnapshot,
+    PresenceEvent,
+    group_event,
+    logged_events,
+    sorted_events,
+    stream_id,
+    window,
+)
 from .keys import INDEX_MARK_MS, GroupKeys, Keyspace
-from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState, gc_paused
+from .model import DEFAULT_PRESENCE_TTL_MS, NS_PER_MS, ConsumerPresence, PresenceState, gc_paused
 from .replies import server_now_ns, stored_columns, stored_heartbeat_ns
 from .scripts import Script, script
 from .validation import (
@@ -39,6 +54,7 @@ from .validation import (
     check_filter,
     check_lease_count,
     check_now_ns,
+    check_optional_ttl_ms,
     check_ttl_ms,
 )
 
@@ -58,6 +74,10 @@ MAX_GROUPS_PER_CALL = 100
 MAX_CONSUMERS_PER_CALL = 1_000
 """Most consumers one command or script call visits: a group read in one ``HGETALL``, one
 ``HSCAN`` step, the consumers one prune call visits."""
+
+TTL_CACHE_MS = 10_000
+"""How long a planner trusts a shared TTL it read (`Planner.set_ttl`): a TTL another process
+stores reaches this one's heartbeats (which need it to tell a recovery) within this."""
 
 MAX_ROWS_PER_ROUND_TRIP = 10_000
 """Most consumers a read asks for in one round trip (one pipeline): what a streaming read
@@ -200,7 +220,12 @@ def _same(value: T) -> T:
 
 
 _queue = itemgetter(0)
-_BeatArgs = tuple[tuple[Any, ...], tuple[Any, ...], bytes | None]
+_BeatArgs = tuple[tuple[Any, ...], tuple[Any, ...], bytes | None, int]
+"""A group's prebuilt single-beat call: head, tail, RESP head, and until when (monotonic
+ns) its TTL may be trusted."""
+
+TtlSource = str
+"""Where a shared TTL comes from: "group", "prefix" or "default"."""
 
 
 class _Read:
@@ -224,15 +249,20 @@ class Planner:
     need no script at all. `encode` is the client's argument encoder
     (``client.get_encoder().encode``), which the single-beat call applies once per group to
     what it keeps ready; with `packed` (and `encode`), a single beat also carries its whole
-    command in RESP (`Single.packed`). `limits` bounds the work of every request.
+    command in RESP (`Single.packed`). `limits` bounds the work of every request;
+    `events_kept` is about how many entries each queue's event log keeps; `clock`
+    (monotonic nanoseconds) times how long a shared TTL read from Redis is trusted.
     """
 
     __slots__ = (
         "_beat_calls",
         "_beat_script",
+        "_clock",
         "_encode",
         "_packed",
+        "_ttls",
         "clustered",
+        "events_kept",
         "keys",
         "limits",
         "read_only",
@@ -247,19 +277,28 @@ class Planner:
         encode: Callable[[Any], Any] | None = None,
         packed: bool = False,
         limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
+        events_kept: int = DEFAULT_EVENTS_KEPT,
+        clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         if not isinstance(read_only, bool):
             raise TypeError(f"read_only must be a bool, got {type(read_only).__name__}")
         if not isinstance(limits, Limits) or min(limits) < 1:
             raise ValueError(f"limits must be a Limits of positive ints, got {limits!r}")
+        if type(events_kept) is not int or events_kept < 1:
+            raise ValueError(f"events_kept must be a positive int, got {events_kept!r}")
         self.keys = Keyspace(prefix)
         self.clustered = clustered
         self.read_only = read_only
         self.limits = limits
+        self.events_kept = events_kept
+        self._clock = clock
         self._encode: Callable[[Any], Any] = encode or _same
         self._packed = packed and encode is not None and not clustered
         self._beat_calls: dict[tuple[str, str], _BeatArgs] = {}
         self._beat_script = script("heartbeat")
+        # Shared TTLs read from Redis: None (the prefix's) or a group's hash key -> (the
+        # stored ms, None when none is stored; when it was read, monotonic ns).
+        self._ttls: dict[str | None, tuple[int | None, int]] = {}
 
     @property
     def prefix(self) -> str:
@@ -277,16 +316,18 @@ class Planner:
         now_ns: int | None = None,
     ) -> Plan[None]:
         """Record or refresh one consumer: one call of ``heartbeat.lua`` (a `Single` plan on a
-        standalone server; on a cluster, followed by the index ``ZADD`` of a new group)."""
+        standalone server; on a cluster, followed by the index ``ZADD`` of a new group). The
+        script tells a recovery with the group's shared TTL, which the planner reads first
+        when it has not read it for TTL_CACHE_MS."""
         if self.read_only:
             self._writable("heartbeat")
         queue, group, consumer = check_consumer_key(queue, group, consumer)
         lease = check_lease_count(lease_count)
         now = "" if now_ns is None else str(check_now_ns(now_ns))
         cached = self._beat_calls.get((queue, group))
-        if cached is None:
-            cached = self._beat_args(queue, group)
-        head, tail, resp = cached
+        if cached is None or self._clock() > cached[3]:
+            return self._beat_after_ttl(queue, group, consumer, lease, now)
+        head, tail, resp, _ = cached
         args = (*head, now, consumer, lease, *tail)
         if self.clustered:
             return self._beat_on_cluster(ScriptCall(self._beat_script, args), queue, group)
@@ -297,27 +338,69 @@ class Planner:
         )
         return Single(self._beat_script, args, _none, packed)
 
-    def _beat_on_cluster(self, call: ScriptCall, queue: str, group: str) -> Plan[None]:
-        (listed,) = yield [call]
-        if int(listed):  # step 1 of the index protocol: the group had no mark
-            yield [Command("ZADD", (self.keys.groups, 0, self.keys.group(queue, group).member))]
+    def _beat_after_ttl(
+        self, queue: str, group: str, consumer: str, lease: int, now: str
+    ) -> Plan[None]:
+        """A heartbeat whose group's shared TTL must be read first (a new group, or one whose
+        TTL was read more than TTL_CACHE_MS ago)."""
+        gk = self.keys.group(queue, group)
+        (ttl,) = yield from self._shared_ttls([gk])
+        head, tail, _, _ = self._beat_args(queue, group, ttl)
+        call = ScriptCall(self._beat_script, (*head, now, consumer, lease, *tail))
+        if self.clustered:
+            yield from self._beat_on_cluster(call, queue, group)
+        else:
+            yield [call]
 
-    def _beat_args(self, queue: str, group: str) -> _BeatArgs:
+    def _beat_on_cluster(self, call: ScriptCall, queue: str, group: str) -> Plan[None]:
+        (reply,) = yield [call]
+        gk = self.keys.group(queue, group)
+        listing = [gk] if int(reply[0]) else []  # step 1 of the index protocol: no mark
+        yield from self._list_on_cluster(listing, [(gk.events, int(reply[1]))])
+
+    def _list_on_cluster(
+        self, groups: Sequence[GroupKeys], logged: Sequence[tuple[str, int]]
+    ) -> Plan[None]:
+        """A cluster's index writes after a script: ``ZADD`` the groups it found without a
+        mark, and the event logs it wrote to (scored by the event's millisecond)."""
+        batch: list[Request] = []
+        if groups:
+            members = [m for gk in groups for m in (0, gk.member)]
+            batch.append(Command("ZADD", (self.keys.groups, *members)))
+        logs = [item for log, ms in logged if ms for item in (ms, log)]
+        if logs:
+            batch.append(Command("ZADD", (self.keys.events, "GT", *logs)))
+        if batch:
+            yield batch
+
+    def _beat_args(self, queue: str, group: str, ttl: int) -> _BeatArgs:
         """What every ``heartbeat.lua`` call of one group shares, encoded: the command up to
-        its ARGV, what follows the beat (the mark's lifetime on a cluster), and with `packed`
-        the command up to the beat in RESP."""
+        the beat (KEYS, the TTL, how much the log keeps), what follows it (the mark's lifetime
+        on a cluster), with `packed` the command up to the beat in RESP, and until when the
+        TTL in it may be trusted."""
         if len(self._beat_calls) >= MAX_CACHED_GROUPS:
             self._beat_calls.clear()
-        keys = self._write_keys([self.keys.group(queue, group)])
+        gk = self.keys.group(queue, group)
+        keys = self._write_keys([gk])
         encode = self._encode
         tail = (INDEX_MARK_MS,) if self.clustered else ()
         # The command name stays a str: a cluster client looks it up by name.
-        head = ("EVALSHA", self._beat_script.sha, *map(encode, (len(keys), *keys)))
+        head = (
+            "EVALSHA",
+            self._beat_script.sha,
+            *map(encode, (len(keys), *keys, ttl, self.events_kept, EVENT_LOG_TTL_MS)),
+        )
         resp = None
         if self._packed:
             count = len(head) + 3  # now, consumer, lease
             resp = b"*%d\r\n" % count + b"".join(bulk(encode(arg)) for arg in head)
-        cached = self._beat_calls[(queue, group)] = (head, tuple(map(encode, tail)), resp)
+        trusted = self._trusted_until(gk)
+        cached = self._beat_calls[(queue, group)] = (
+            head,
+            tuple(map(encode, tail)),
+            resp,
+            trusted,
+        )
         return cached
 
     def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> Plan[int]:
@@ -339,6 +422,8 @@ class Planner:
         if not beats:
             return 0
         now = _now_arg(now_ns)
+        every = list(dict.fromkeys(self.keys.group(q, g) for q, g, *_ in beats))
+        ttl_of = dict(zip(every, (yield from self._shared_ttls(every)), strict=True))
         calls: list[Request] = []
         called_groups: list[list[GroupKeys]] = []
         per_queue = (
@@ -361,29 +446,40 @@ class Planner:
                     number = numbers[gk] = len(numbers) + 1
                 tail += (number, consumer, lease, delay_us)
             groups = list(numbers)
-            args = [now, INDEX_MARK_MS, *tail]
+            ttls = [ttl_of[gk] for gk in groups]
+            args = [now, INDEX_MARK_MS, self.events_kept, EVENT_LOG_TTL_MS, *ttls, *tail]
             calls.append(self._call("heartbeat_many", self._write_keys(groups), args))
             called_groups.append(groups)
         replies = yield calls
-        unlisted = [
-            member
-            for groups, reply in zip(called_groups, replies, strict=True)
-            for number in reply
-            for member in (0, groups[int(number) - 1].member)
-        ]
-        if unlisted:
-            yield [Command("ZADD", (self.keys.groups, *unlisted))]
+        if self.clustered:
+            unlisted = [
+                groups[int(number) - 1]
+                for groups, reply in zip(called_groups, replies, strict=True)
+                for number in reply[0]
+            ]
+            logged = [
+                (groups[0].events, int(reply[1]))
+                for groups, reply in zip(called_groups, replies, strict=True)
+            ]
+            yield from self._list_on_cluster(unlisted, logged)
         return len(beats)
 
-    def deregister(self, queue: str, group: str, consumer: str) -> Plan[bool]:
-        """Forget one consumer (graceful shutdown); returns whether it was tracked."""
+    def deregister(
+        self, queue: str, group: str, consumer: str, now_ns: int | None = None
+    ) -> Plan[bool]:
+        """Forget one consumer (graceful shutdown) and log that it left, at `now_ns` (None:
+        the server clock); returns whether it was tracked."""
         self._writable("deregister")
         queue, group, consumer = check_consumer_key(queue, group, consumer)
-        return self._deregister(self.keys.group(queue, group), consumer)
+        now = _now_arg(check_now_ns(now_ns))
+        return self._deregister(self.keys.group(queue, group), consumer, now)
 
-    def _deregister(self, gk: GroupKeys, consumer: str) -> Plan[bool]:
-        (reply,) = yield [self._call("deregister", self._write_keys([gk]), [consumer])]
+    def _deregister(self, gk: GroupKeys, consumer: str, now: str) -> Plan[bool]:
+        args: list[str | int] = [consumer, now, self.events_kept, EVENT_LOG_TTL_MS]
+        (reply,) = yield [self._call("deregister", self._write_keys([gk]), args)]
         existed, emptied = int(reply[0]), int(reply[1])
+        if self.clustered:
+            yield from self._list_on_cluster([], [(gk.events, int(reply[2]))])
         if emptied:
             yield from self._unlist([gk])
         return existed == 1
@@ -391,21 +487,22 @@ class Planner:
     def prune_expired(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
     ) -> Plan[int]:
         """Remove exactly the consumers a snapshot at the same `now_ns`/`ttl_ms` calls
-        expired (of one queue, or one group, when given); returns how many. Each call of
-        ``prune.lua`` visits at most `Limits.consumers` consumers of `Limits.groups` groups."""
+        expired (of one queue, or one group, when given), and log them as pruned; returns
+        how many. `ttl_ms` None is each group's shared TTL. Each call of ``prune.lua``
+        visits at most `Limits.consumers` consumers of `Limits.groups` groups."""
         self._writable("prune_expired")
-        ttl = check_ttl_ms(ttl_ms)
+        ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
         return self._prune(now, ttl, check_filter("queue", queue), check_filter("group", group))
 
     def _prune(
-        self, now_ns: int | None, ttl_ms: int, queue: str | None, group: str | None
+        self, now_ns: int | None, ttl_ms: int | None, queue: str | None, group: str | None
     ) -> Plan[int]:
         now = str((yield from self._now(now_ns)))
         budget = self.limits.consumers
@@ -413,27 +510,59 @@ class Planner:
         after: str | None = None
         while True:
             groups, after = yield from self._listed(queue, group, after)
+            ttl_of = dict(zip(groups, (yield from self._ttls_for(groups, ttl_ms)), strict=True))
             # Per queue on a cluster (one slot a call): each part goes on from where the
             # budget of its last call ran out (a group, and an offset among its ties).
             parts = [(part, 0) for part in self._per_queue(groups)]
             emptied: list[GroupKeys] = []
+            logged: list[tuple[str, int]] = []
             while parts:
                 replies = yield [
-                    self._call("prune", self._write_keys(part), [now, ttl_ms, budget, offset])
+                    self._call(
+                        "prune",
+                        self._write_keys(part),
+                        [
+                            now,
+                            budget,
+                            offset,
+                            self.events_kept,
+                            EVENT_LOG_TTL_MS,
+                            *(ttl_of[gk] for gk in part),
+                        ],
+                    )
                     for part, offset in parts
                 ]
                 going_on = []
                 for (part, _), reply in zip(parts, replies, strict=True):
                     removed += int(reply[0])
                     stop, resume = int(reply[1]), int(reply[2])
-                    emptied += (part[int(number) - 1] for number in reply[3:])
+                    logged.append((part[0].events, int(reply[3])))
+                    emptied += (part[int(number) - 1] for number in reply[4:])
                     if stop:
                         going_on.append((part[stop - 1 :], resume))
                 parts = going_on
+            if self.clustered:
+                yield from self._list_on_cluster([], logged)
             if emptied:
                 yield from self._unlist(emptied)
             if after is None:
+                if queue is None:
+                    yield from self._forget_logs(int(now) // NS_PER_MS - EVENT_LOG_TTL_MS)
                 return removed
+
+    def _forget_logs(self, before_ms: int) -> Plan[None]:
+        """Take out of the event index, a page at a time, the logs without an event since
+        `before_ms` (they have expired, or are about to)."""
+        while True:
+            (old,) = yield [
+                Command(
+                    "ZRANGEBYSCORE",
+                    (self.keys.events, "-inf", f"({before_ms}", "LIMIT", 0, self.limits.groups),
+                )
+            ]
+            if not old:
+                return
+            yield [Command("ZREM", (self.keys.events, *old))]
 
     def _unlist(self, groups: list[GroupKeys]) -> Plan[None]:
         """Step 2 of the cluster index protocol (docs/index-protocol.md): ``ZREM`` the groups
@@ -455,7 +584,7 @@ class Planner:
     def snapshot(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
@@ -477,20 +606,21 @@ class Planner:
     def iter_snapshot(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
     ) -> RowStream:
         """The rows of `snapshot`, group by group as they are read (`RowStream`).
 
-        Every row is aged against one instant, `now_ns` or the server clock read once first.
+        Every row is aged against one instant, `now_ns` or the server clock read once first,
+        and classified with `ttl_ms`, or with each group's shared TTL when it is None.
         The index is read a page of `Limits.groups` groups at a time; a group of at most
         `Limits.consumers` consumers is read by one ``HGETALL`` (one instant), a larger one by
         ``HSCAN`` steps of that many (each row consistent, the group not one instant); one
         round trip asks for at most `Limits.rows` consumers.
         """
-        ttl = check_ttl_ms(ttl_ms)
+        ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
         queue, group = check_filter("queue", queue), check_filter("group", group)
         groups: list[tuple[GroupKeys, list[ConsumerPresence]]] = []
@@ -499,7 +629,7 @@ class Planner:
     def _stream(
         self,
         now_ns: int | None,
-        ttl_ms: int,
+        ttl_ms: int | None,
         queue: str | None,
         group: str | None,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
@@ -509,8 +639,9 @@ class Planner:
         while True:
             groups, after = yield from self._listed(queue, group, after)
             if groups:
+                ttls = yield from self._ttls_for(groups, ttl_ms)
                 sizes = yield [Command("HLEN", (gk.data,)) for gk in groups]
-                yield from self._read(groups, [int(n) for n in sizes], now, ttl_ms, out)
+                yield from self._read(groups, [int(n) for n in sizes], ttls, now, out)
             if after is None:
                 return
 
@@ -518,14 +649,15 @@ class Planner:
         self,
         groups: list[GroupKeys],
         sizes: list[int],
+        ttls: list[int],
         now_ns: int,
-        ttl_ms: int,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
     ) -> Plan[None]:
         """Read groups of known sizes in order, a window of them per round trip: each small
         group in one ``HGETALL``, each large one in ``HSCAN`` steps; a group goes to `out`
         once it is complete and every group before it is out."""
         most = self.limits.consumers
+        ttl_of = dict(zip(groups, ttls, strict=True))
         pending = deque(_Read(gk, size) for gk, size in zip(groups, sizes, strict=True))
         window: deque[_Read] = deque()
         while pending or window:
@@ -565,26 +697,27 @@ class Planner:
                     gk, columns = done.gk, stored_columns(done.gk, done.table)
                     done.table = {}
                     rows = ConsumerPresence.columns(
-                        gk.queue, gk.group, *columns, now_ns=now_ns, ttl_ms=ttl_ms
+                        gk.queue, gk.group, *columns, now_ns=now_ns, ttl_ms=ttl_of[gk]
                     )
                     out.append((gk, list(rows)))
 
     def count_active_by_group(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
     ) -> Plan[dict[tuple[str, str], int]]:
         """Active consumers per (queue, group) (of one queue, or one group, when given),
-        counted server-side in O(log n) a group; groups without one have no key."""
-        ttl = check_ttl_ms(ttl_ms)
+        counted server-side in O(log n) a group; groups without one have no key. `ttl_ms`
+        None is each group's shared TTL."""
+        ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
         return self._count(now, ttl, check_filter("queue", queue), check_filter("group", group))
 
     def _count(
-        self, now_ns: int | None, ttl_ms: int, queue: str | None, group: str | None
+        self, now_ns: int | None, ttl_ms: int | None, queue: str | None, group: str | None
     ) -> Plan[dict[tuple[str, str], int]]:
         now = yield from self._now(now_ns)
         counts: dict[tuple[str, str], int] = {}
@@ -592,7 +725,8 @@ class Planner:
         while True:
             groups, after = yield from self._listed(queue, group, after)
             if groups:
-                found = yield from self._active(groups, now, ttl_ms)
+                ttls = yield from self._ttls_for(groups, ttl_ms)
+                found = yield from self._active(groups, now, ttls)
                 counts.update(
                     ((gk.queue, gk.group), n) for gk, n in zip(groups, found, strict=True) if n
                 )
@@ -604,29 +738,30 @@ class Planner:
         queue: str,
         group: str,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
     ) -> Plan[int]:
         """Active consumers of one group (0 when it has none, or is not tracked)."""
         queue, group = check_filter("queue", queue) or "", check_filter("group", group) or ""
-        ttl = check_ttl_ms(ttl_ms)
+        ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
         return self._count_one(self.keys.group(queue, group), now, ttl)
 
-    def _count_one(self, gk: GroupKeys, now_ns: int | None, ttl_ms: int) -> Plan[int]:
+    def _count_one(self, gk: GroupKeys, now_ns: int | None, ttl_ms: int | None) -> Plan[int]:
         now = yield from self._now(now_ns)
-        (found,) = yield from self._active([gk], now, ttl_ms)
+        ttls = yield from self._ttls_for([gk], ttl_ms)
+        (found,) = yield from self._active([gk], now, ttls)
         return found
 
-    def _active(self, groups: list[GroupKeys], now_ns: int, ttl_ms: int) -> Plan[list[int]]:
-        """Active consumers of each group: ``ZCOUNT`` of the scores above the horizon's
-        microsecond, plus those on it whose nanosecond rest is above the horizon's (read
-        from their stored values, `Limits.consumers` at a time)."""
-        horizon = PresenceState.horizons_ns(now_ns, ttl_ms)[0]
-        edge = horizon // 1_000
+    def _active(self, groups: list[GroupKeys], now_ns: int, ttls: list[int]) -> Plan[list[int]]:
+        """Active consumers of each group under its TTL: ``ZCOUNT`` of the scores above the
+        horizon's microsecond, plus those on it whose nanosecond rest is above the horizon's
+        (read from their stored values, `Limits.consumers` at a time)."""
+        horizons = [PresenceState.horizons_ns(now_ns, ttl)[0] for ttl in ttls]
+        edges = [horizon // 1_000 for horizon in horizons]
         most = self.limits.consumers
         replies = yield [
             request
-            for gk in groups
+            for gk, edge in zip(groups, edges, strict=True)
             for request in (
                 Command("ZCOUNT", (gk.hb, f"({edge}", "+inf")),
                 Command("ZRANGEBYSCORE", (gk.hb, edge, edge, "LIMIT", 0, most)),
@@ -641,18 +776,14 @@ class Planner:
                 offset, names = ties[i]
                 batch.append(Command("HMGET", (groups[i].data, *names)))
                 if len(names) == most:
-                    batch.append(
-                        Command(
-                            "ZRANGEBYSCORE",
-                            (groups[i].hb, edge, edge, "LIMIT", offset + most, most),
-                        )
-                    )
+                    page = (groups[i].hb, edges[i], edges[i], "LIMIT", offset + most, most)
+                    batch.append(Command("ZRANGEBYSCORE", page))
             answers = iter((yield batch))
             going_on: dict[int, tuple[int, list[Any]]] = {}
             for i in order:
                 offset, names = ties[i]
                 for value in next(answers):
-                    if value is not None and stored_heartbeat_ns(groups[i], value) > horizon:
+                    if value is not None and stored_heartbeat_ns(groups[i], value) > horizons[i]:
                         counts[i] += 1
                 if len(names) == most:
                     more = list(next(answers))
@@ -672,6 +803,222 @@ class Planner:
                 total += sum(int(n) for n in cards)
             if after is None:
                 return total
+
+    # -- the shared TTL -------------------------------------------------------------
+
+    def set_ttl(
+        self, ttl_ms: int | None, *, queue: str | None = None, group: str | None = None
+    ) -> Plan[None]:
+        """Store the TTL every reader and writer of this prefix shares (None: forget it): for
+        the prefix (the default of every group), or for one group (`queue` and `group`)."""
+        self._writable("set_ttl")
+        ttl = check_optional_ttl_ms(ttl_ms)
+        key = self._ttl_key(queue, group)
+        return self._set_ttl(key, ttl)
+
+    def _set_ttl(self, key: str, ttl_ms: int | None) -> Plan[None]:
+        if ttl_ms is None:
+            yield [Command("DEL", (key,))]
+        else:
+            yield [Command("SET", (key, ttl_ms))]
+        self._ttls.clear()  # this planner's next reads and beats see it at once
+        self._beat_calls.clear()
+
+    def ttl(
+        self, queue: str | None = None, group: str | None = None
+    ) -> Plan[tuple[int, TtlSource]]:
+        """The shared TTL of one group (or of the prefix), read now, and where it comes from:
+        ``"group"`` (stored for it), ``"prefix"`` (stored for the prefix) or ``"default"``
+        (DEFAULT_PRESENCE_TTL_MS, nothing stored)."""
+        key = self._ttl_key(queue, group)
+        return self._read_ttl(key)
+
+    def _read_ttl(self, key: str) -> Plan[tuple[int, TtlSource]]:
+        keys = [self.keys.ttl] if key == self.keys.ttl else [self.keys.ttl, key]
+        replies = yield [Command("GET", (k,)) for k in keys]
+        stored = [_stored_ttl(k, r) for k, r in zip(keys, replies, strict=True)]
+        if len(stored) == 2 and stored[1] is not None:
+            return stored[1], "group"
+        if stored[0] is not None:
+            return stored[0], "prefix"
+        return DEFAULT_PRESENCE_TTL_MS, "default"
+
+    def _ttl_key(self, queue: str | None, group: str | None) -> str:
+        if (queue is None) != (group is None):
+            raise ValueError("a TTL is the prefix's (no queue, no group) or one group's (both)")
+        if queue is None or group is None:
+            return self.keys.ttl
+        queue, group = check_filter("queue", queue) or "", check_filter("group", group) or ""
+        return self.keys.group(queue, group).ttl
+
+    # -- events -----------------------------------------------------------------------
+
+    def changes(
+        self,
+        cursor: str | None = None,
+        *,
+        now_ns: int | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> Plan[tuple[list[PresenceEvent], str]]:
+        """Every event after `cursor` up to `now_ns` (the server clock when None), in
+        `events.event_order`, and the cursor to go on from; `cursor` None starts now (no
+        events). Time-driven events (stale, expired) use each group's shared TTL. Raises
+        `PresenceResyncRequired` when the log was trimmed past the cursor."""
+        now = check_now_ns(now_ns)
+        queue, group = check_filter("queue", queue), check_filter("group", group)
+        since = None if cursor is None else Cursor.decode(cursor)
+        return self._changes(since, now, queue, group)
+
+    def snapshot_cursor(
+        self, *, queue: str | None = None, group: str | None = None
+    ) -> Plan[FollowSnapshot]:
+        """A snapshot (under the shared TTL) and the cursor its events go on from, at one
+        instant: what `follow` yields first."""
+        queue, group = check_filter("queue", queue), check_filter("group", group)
+        return self._snapshot_cursor(queue, group)
+
+    def _snapshot_cursor(self, queue: str | None, group: str | None) -> Plan[FollowSnapshot]:
+        _, cursor = yield from self._changes(None, None, queue, group)
+        now = Cursor.decode(cursor).now_ns
+        rows = yield from self._collect(self.iter_snapshot(now, None, queue=queue, group=group))
+        return FollowSnapshot(rows, cursor, now)
+
+    def _changes(
+        self, since: Cursor | None, now_ns: int | None, queue: str | None, group: str | None
+    ) -> Plan[tuple[list[PresenceEvent], str]]:
+        (clock,) = yield [Command("TIME", node_key=self.keys.events)]
+        server_ns = server_now_ns(*clock)
+        server_ms = server_ns // NS_PER_MS
+        now = server_ns if now_ns is None else now_ns
+        if since is None:
+            return [], Cursor(now, server_ms, {}).encode()
+        if server_ms - since.server_ms > EVENT_LOG_TTL_MS - LOG_LAG_MS:
+            raise PresenceResyncRequired(
+                "this cursor is older than the event logs last: take a fresh snapshot() and a "
+                "fresh cursor (changes(None))"
+            )
+        events, positions = yield from self._logged(since, server_ms, queue, group)
+        if now > since.now_ns:
+            events += yield from self._crossed(since.now_ns, now, queue, group)
+        return sorted_events(events), Cursor(max(now, since.now_ns), server_ms, positions).encode()
+
+    def _logged(
+        self, since: Cursor, server_ms: int, queue: str | None, group: str | None
+    ) -> Plan[tuple[list[PresenceEvent], dict[str, str]]]:
+        """The logged events after the cursor's place in each log, and the places to keep."""
+        oldest = since.server_ms - LOG_LAG_MS
+        if queue is not None:
+            logs = [self.keys.queue_events(queue)]
+        else:
+            logs = []
+            offset, page = 0, self.limits.groups
+            while True:
+                (found,) = yield [
+                    Command(
+                        "ZRANGEBYSCORE", (self.keys.events, oldest, "+inf", "LIMIT", offset, page)
+                    )
+                ]
+                logs += [_text(log) for log in found]
+                if len(found) < page:
+                    break
+                offset += page
+        events: list[PresenceEvent] = []
+        positions: dict[str, str] = {}
+        pending = {log: self._log_start(log, since, oldest) for log in logs}
+        checked: set[str] = set()
+        while pending:
+            order = list(pending)
+            replies = yield [
+                Command("XRANGE", (log, pending[log], "+", "COUNT", self.limits.consumers))
+                for log in order
+            ]
+            fresh = [
+                log
+                for log, entries in zip(order, replies, strict=True)
+                if entries and log not in checked
+            ]
+            if fresh:  # was the log trimmed past where this reader goes on?
+                infos = yield [Command("XINFO STREAM", (log,)) for log in fresh]
+                for log, info in zip(fresh, infos, strict=True):
+                    checked.add(log)
+                    if _trimmed_past(info, pending[log]):
+                        raise PresenceResyncRequired(
+                            f"the event log {log} was trimmed past this cursor: take a fresh "
+                            "snapshot() and a fresh cursor (changes(None))"
+                        )
+            going_on: dict[str, str] = {}
+            for log, entries in zip(order, replies, strict=True):
+                log_queue = self.keys.queue_of_events(log)
+                for _, fields in entries:
+                    for event in logged_events(self.keys, log_queue, fields):
+                        if group is None or event.group == group:
+                            events.append(event)
+                if entries:
+                    last = _text(entries[-1][0])
+                    if stream_id(last)[0] >= server_ms - LOG_LAG_MS:
+                        positions[log_queue] = last
+                    if len(entries) == self.limits.consumers:
+                        going_on[log] = f"({last}"
+            pending = going_on
+        # Places still within the lag that this read did not move keep their value.
+        for log in logs:
+            log_queue = self.keys.queue_of_events(log)
+            kept = since.positions.get(log_queue)
+            if log_queue not in positions and kept and stream_id(kept)[0] >= server_ms - LOG_LAG_MS:
+                positions[log_queue] = kept
+        return events, positions
+
+    def _log_start(self, log: str, since: Cursor, oldest: int) -> str:
+        """Where a reader goes on in one log: after the last entry it read, else from the
+        oldest millisecond it may not have read."""
+        entry = since.positions.get(self.keys.queue_of_events(log))
+        return f"({entry}" if entry else f"{max(oldest, 0)}-0"
+
+    def _crossed(
+        self, since_ns: int, now_ns: int, queue: str | None, group: str | None
+    ) -> Plan[list[PresenceEvent]]:
+        """The stale and expired events of ``(since_ns, now_ns]``, derived from each group's
+        sorted set: a consumer whose last beat, shifted by the horizon, lies in the window."""
+        events: list[PresenceEvent] = []
+        most = self.limits.consumers
+        after: str | None = None
+        while True:
+            groups, after = yield from self._listed(queue, group, after)
+            ttls = yield from self._ttls_for(groups, None)
+            # (group, kind, ttl, low, high, offset) for each window still being read
+            reads = [
+                (gk, kind, ttl, *window(kind, since_ns, now_ns, ttl), 0)
+                for gk, ttl in zip(groups, ttls, strict=True)
+                for kind in (EventKind.STALE, EventKind.EXPIRED)
+            ]
+            while reads:
+                names = yield [
+                    Command(
+                        "ZRANGEBYSCORE",
+                        (gk.hb, low // 1_000, high // 1_000, "LIMIT", offset, most),
+                    )
+                    for gk, _, _, low, high, offset in reads
+                ]
+                asked = [
+                    (read, list(found)) for read, found in zip(reads, names, strict=True) if found
+                ]
+                values = yield [Command("HMGET", (read[0].data, *found)) for read, found in asked]
+                for (read, found), stored in zip(asked, values, strict=True):
+                    gk, kind, ttl, low, high, _ = read
+                    for consumer, value in zip(found, stored, strict=True):
+                        if value is None:
+                            continue
+                        event = group_event(kind, gk, _text(consumer), value, ttl)
+                        if event is not None and low < event.last_heartbeat_ns <= high:  # type: ignore[operator]
+                            events.append(event)
+                reads = [
+                    (gk, kind, ttl, low, high, offset + most)
+                    for (gk, kind, ttl, low, high, offset), found in zip(reads, names, strict=True)
+                    if len(found) == most
+                ]
+            if after is None:
+                return events
 
     # -- storage ----------------------------------------------------------------------
 
@@ -715,13 +1062,49 @@ class Planner:
         return ScriptCall(found, ("EVALSHA", found.sha, len(keys), *keys, *args))
 
     def _write_keys(self, groups: Sequence[GroupKeys]) -> list[str]:
-        """The KEYS of a script: each group's sorted set, hash and index mark
-        (``group_keys(g)`` in lua/lib.lua), then, on a standalone server only, the index;
-        a script runs on a cluster iff it gets no index (``INDEX`` in lua/lib.lua)."""
-        keys = [key for gk in groups for key in (gk.hb, gk.data, gk.mark)]
+        """The KEYS of a script: each group's sorted set, hash, index mark and event log
+        (``group_keys(g)`` in lua/lib.lua), then, on a standalone server only, the index of
+        groups and the index of event logs; a script runs on a cluster iff it gets no index
+        (``INDEX`` in lua/lib.lua)."""
+        keys = [key for gk in groups for key in (gk.hb, gk.data, gk.mark, gk.events)]
         if not self.clustered:
-            keys.append(self.keys.groups)
+            keys += (self.keys.groups, self.keys.events)
         return keys
+
+    def _ttls_for(self, groups: list[GroupKeys], ttl_ms: int | None) -> Plan[list[int]]:
+        """`ttl_ms` for every group, or, when it is None, each group's shared TTL."""
+        if ttl_ms is not None:
+            return [ttl_ms] * len(groups)
+        return (yield from self._shared_ttls(groups))
+
+    def _shared_ttls(self, groups: Sequence[GroupKeys]) -> Plan[list[int]]:
+        """Each group's shared TTL (its own, else the prefix's, else the default), from what
+        this planner read in the last TTL_CACHE_MS, reading the rest in one batch."""
+        limit = self._clock() - TTL_CACHE_MS * NS_PER_MS
+        known = self._ttls
+        if len(known) + len(groups) > MAX_CACHED_GROUPS:
+            known.clear()  # start over, as the single-beat cache does
+        missing: list[str | None] = []
+        prefix = known.get(None)
+        if prefix is None or prefix[1] < limit:
+            missing.append(None)
+        for gk in groups:
+            entry = known.get(gk.data)
+            if (entry is None or entry[1] < limit) and gk.data not in missing:
+                missing.append(gk.data)
+        if missing:
+            keys = [self.keys.ttl if k is None else self.keys.from_member(k).ttl for k in missing]
+            replies = yield [Command("GET", (key,)) for key in keys]
+            read_at = self._clock()
+            for member, key, reply in zip(missing, keys, replies, strict=True):
+                known[member] = (_stored_ttl(key, reply), read_at)
+        default = known[None][0] or DEFAULT_PRESENCE_TTL_MS
+        return [known[gk.data][0] or default for gk in groups]
+
+    def _trusted_until(self, gk: GroupKeys) -> int:
+        """Until when (monotonic ns) the TTL this planner read for `gk` may be trusted."""
+        read_at = min(self._ttls[None][1], self._ttls[gk.data][1])
+        return read_at + TTL_CACHE_MS * NS_PER_MS
 
     def _now(self, now_ns: int | None) -> Plan[int]:
         """`now_ns`, or the server clock (on a cluster, the clock of the index's node)."""
@@ -760,3 +1143,32 @@ class Planner:
 
 def _by_names(item: tuple[GroupKeys, list[ConsumerPresence]]) -> tuple[str, str]:
     return item[0].queue, item[0].group
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _stored_ttl(key: str, reply: Any) -> int | None:
+    """A stored shared TTL (None when none is stored); anything else is a data error."""
+    if reply is None:
+        return None
+    try:
+        return check_ttl_ms(int(reply))
+    except (TypeError, ValueError):
+        raise PresenceDataError(
+            f"{key} holds a TTL this package did not write: {reply!r:.40}"
+        ) from None
+
+
+def _trimmed_past(info: Any, start: str) -> bool:
+    """Whether a log (its ``XINFO STREAM``) lost entries this reader has not read: it was
+    trimmed, and its first entry is past where the reader goes on."""
+    if not isinstance(info, dict):
+        return False
+    fields = {_text(k): v for k, v in info.items()}
+    added, length = int(fields.get("entries-added", 0)), int(fields.get("length", 0))
+    first = fields.get("first-entry")
+    if added <= length or not first:
+        return False
+    return stream_id(first[0]) > stream_id(start.lstrip("("))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from types import TracebackType
@@ -16,8 +17,16 @@ from ._executor import (
     command_args,
     single,
 )
-from .errors import DRIVER_ERRORS, translate
-from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
+from .errors import DRIVER_ERRORS, PresenceResyncRequired, translate
+from .events import (
+    DEFAULT_FOLLOW_INTERVAL_S,
+    Cursor,
+    FollowCursor,
+    FollowMessage,
+    PresenceEvent,
+    check_interval_s,
+)
+from .model import ConsumerPresence
 from .plans import Limits, Plan, Request, RowStream, Single
 from .urls import open_client
 from .validation import Beat
@@ -83,7 +92,7 @@ class RedisPresenceRegistry(Executor):
     def snapshot(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
@@ -95,7 +104,7 @@ class RedisPresenceRegistry(Executor):
     def iter_snapshot(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
@@ -107,7 +116,7 @@ class RedisPresenceRegistry(Executor):
     def count_active_by_group(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
@@ -122,7 +131,7 @@ class RedisPresenceRegistry(Executor):
         queue: str,
         group: str,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
     ) -> int:
         """Active consumers of one group (0 when it has none)."""
         return self.execute(self.plans.count_active(queue, group, now_ns, ttl_ms))
@@ -130,7 +139,7 @@ class RedisPresenceRegistry(Executor):
     def prune_expired(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
@@ -138,13 +147,64 @@ class RedisPresenceRegistry(Executor):
         """Remove exactly the consumers `snapshot` would call expired; returns how many."""
         return self.execute(self.plans.prune_expired(now_ns, ttl_ms, queue=queue, group=group))
 
-    def deregister(self, queue: str, group: str, consumer: str) -> bool:
+    def deregister(self, queue: str, group: str, consumer: str, now_ns: int | None = None) -> bool:
         """Forget one consumer (graceful shutdown); returns whether it was tracked."""
-        return self.execute(self.plans.deregister(queue, group, consumer))
+        return self.execute(self.plans.deregister(queue, group, consumer, now_ns))
+
+    def set_ttl(
+        self, ttl_ms: int | None, *, queue: str | None = None, group: str | None = None
+    ) -> None:
+        """Store the TTL every broker and reader shares, for the prefix or one group (None:
+        forget it); reads whose `ttl_ms` is None use it."""
+        return self.execute(self.plans.set_ttl(ttl_ms, queue=queue, group=group))
+
+    def ttl(self, queue: str | None = None, group: str | None = None) -> int:
+        """The shared TTL of one group (or of the prefix), as reads with `ttl_ms` None use it."""
+        return (self.execute(self.plans.ttl(queue, group)))[0]
+
+    def ttl_source(self, queue: str | None = None, group: str | None = None) -> tuple[int, str]:
+        """`ttl` and where it comes from: ``"group"``, ``"prefix"`` or ``"default"``."""
+        return self.execute(self.plans.ttl(queue, group))
+
+    def changes(
+        self,
+        cursor: str | None = None,
+        *,
+        now_ns: int | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> tuple[list[PresenceEvent], str]:
+        """Every event after `cursor` up to `now_ns`, and the cursor to go on from (see
+        `Planner.changes`); `cursor` None starts now."""
+        return self.execute(self.plans.changes(cursor, now_ns=now_ns, queue=queue, group=group))
 
     def migrate(self) -> int:
         """Move the index of release 0.1 into this release's (see `Planner.migrate`)."""
         return self.execute(self.plans.migrate())
+
+    def follow(
+        self,
+        *,
+        interval_s: float = DEFAULT_FOLLOW_INTERVAL_S,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> Iterator[FollowMessage]:
+        """State, then diffs: a `FollowSnapshot` first, then each `PresenceEvent` as it
+        happens (asking for changes every `interval_s`) and a `FollowCursor` after each ask,
+        and a new `FollowSnapshot` whenever the log was trimmed past its cursor."""
+        interval = check_interval_s(interval_s)
+        while True:
+            message = self.execute(self.plans.snapshot_cursor(queue=queue, group=group))
+            yield message
+            cursor = message.cursor
+            try:
+                while True:
+                    time.sleep(interval)
+                    events, cursor = self.changes(cursor, queue=queue, group=group)
+                    yield from events
+                    yield FollowCursor(cursor, Cursor.decode(cursor).now_ns)
+            except PresenceResyncRequired:
+                continue
 
     def __len__(self) -> int:
         return self.execute(self.plans.size())

@@ -75,6 +75,11 @@ def check_ttl_ms(value: Any, argument: str = "ttl_ms") -> int:
     return int(value)
 
 
+def check_optional_ttl_ms(value: Any, argument: str = "ttl_ms") -> int | None:
+    """`None` (the shared TTL stored in Redis, else the default) or a `check_ttl_ms` budget."""
+    return None if value is None else check_ttl_ms(value, argument)
+
+
 def check_now_ns(value: Any, argument: str = "now_ns") -> int | None:
     """`None` (use the clock) or a non-negative integer timestamp in nanoseconds."""
     if value is None:
@@ -170,6 +175,7 @@ __all__ = [
     "check_lease_count",
     "check_name",
     "check_now_ns",
+    "check_optional_ttl_ms",
     "check_prefix",
     "check_ttl_ms",
 ]

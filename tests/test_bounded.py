@@ -79,8 +79,8 @@ def work(args: list[str]) -> tuple[str, int]:
     if name == "EVALSHA":  # prune.lua: KEYS of at most 100 groups, a budget of consumers
         keys = int(args[2])
         argv = args[3 + keys :]
-        groups = keys // 3
-        return "script", max(groups * 10, int(argv[2]) if len(argv) > 2 else 0)
+        groups = keys // 4
+        return "script", max(groups * 10, int(argv[1]) if len(argv) > 1 else 0)
     return "o1", 1  # TIME, HLEN, ZCOUNT, ZCARD, HGETALL (checked against HLEN below)
 
 

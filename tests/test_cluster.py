@@ -19,6 +19,7 @@ import redis
 import redis.asyncio.cluster
 import redis.client
 import redis.cluster
+from backends import without_logs
 from servers import RedisClusterProcesses, free_port
 
 from redis_presence import (
@@ -150,8 +151,10 @@ def test_heartbeat_many_sends_one_script_call_per_queue(
     assert registry.heartbeat_many(beats) == len(beats)
     assert command_calls(nodes, "evalsha") == len(queues)
     assert command_calls(nodes, "hset") == len(beats)
-    # A ZADD per beat, and one more that lists every group but the one already listed.
-    assert command_calls(nodes, "zadd") == len(beats) + 1
+    # A ZADD per beat, one more that lists every group but the one already listed, and one
+    # that lists the queues' event logs (their `joined` entries, one per group).
+    assert command_calls(nodes, "zadd") == len(beats) + 2
+    assert command_calls(nodes, "xadd") == 2 * len(queues)
     counts = registry.count_active_by_group()
     assert counts == {(q, g): 5 for q in queues for g in ("a", "b")}
 
@@ -199,13 +202,18 @@ def test_per_queue_scripts_go_in_one_pipeline_per_node(
         client.script_flush()
     spy = PipelineSpy(monkeypatch, cluster_client)
     assert registry.heartbeat_many(beats, now_ns=T0) == len(beats)
-    # NOSCRIPT on every node: one SCRIPT LOAD (the cluster client sends it to every
-    # master), then each node's calls again in one more pipeline, never one by one.
-    assert (spy.pipelines, spy.single_calls) == (6, [])
+    space = Keyspace("presence")
+    index_nodes = {node_of(cluster_client, space.groups), node_of(cluster_client, space.events)}
+    # The groups' shared TTLs read (one pipeline per node); NOSCRIPT on every node: one
+    # SCRIPT LOAD (the cluster client sends it to every master), then each node's calls
+    # again in one more pipeline, never one by one; then the new groups and the logs of
+    # their `joined` events listed in the two indexes (one pipeline per index's node).
+    assert (spy.pipelines, spy.single_calls) == (3 + 3 + 3 + len(index_nodes), [])
     assert registry.count_active_by_group(now_ns=T0)  # count.lua: loaded the same way
     assert registry.prune_expired(now_ns=T0) == 0  # and prune.lua
 
     reader = RedisPresenceRegistry(cluster_client, read_only=True)
+    reader.count_active_by_group(now_ns=T0)  # reads the shared TTLs once, as any new registry
     counts = {(q, "g"): 3 for q in queues}
     cases: list[tuple[str, Callable[[], object], object]] = [
         ("count", lambda: registry.count_active_by_group(now_ns=T0), counts),
@@ -222,7 +230,7 @@ def test_per_queue_scripts_go_in_one_pipeline_per_node(
     # likewise; the index's SREM goes on its own to the index's node.
     assert spy.pipelines == 6
     assert spy.single_calls == []
-    assert cluster_client.keys("*") == []
+    assert without_logs(cluster_client.keys("*")) == []
 
 
 def test_a_script_call_sent_to_the_wrong_node_goes_again_through_the_cluster_client(
@@ -407,7 +415,7 @@ def test_every_operation_recovers_after_script_flush_on_every_node(
     assert len(results[2]) == len(queues) + 1
     assert results[3] == {(q, "g"): 2 if q == queues[0] else 1 for q in queues}
     assert results[4:] == [0, True, len(queues)]
-    assert cluster_client.keys("*") == []
+    assert without_logs(cluster_client.keys("*")) == []
 
 
 # --- prune racing with first heartbeats ---------------------------------------------------

@@ -50,40 +50,64 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
     encode = ENCODERS[encoding] or same
     planner = Planner("präsenz", clustered=clustered, encode=ENCODERS[encoding])
     sha = script("heartbeat").sha
+    seen: set[tuple[str, str]] = set()
     for queue, group, consumer, lease in BEATS:
         gk = planner.keys.group(queue, group)
         plan = planner.heartbeat(queue, group, consumer, lease, now)
-        (call,) = next(plan)
+        batch = next(plan)
+        if (queue, group) not in seen:  # a new group: its shared TTL is read first, once
+            seen.add((queue, group))
+            assert all(isinstance(request, Command) and request.name == "GET" for request in batch)
+            assert {request.args[0] for request in batch} <= {planner.keys.ttl, gk.ttl}
+            batch = plan.send([None] * len(batch))  # nothing stored: the default TTL
+        (call,) = batch
         assert isinstance(call, ScriptCall)
         assert call.script == script("heartbeat")
-        # KEYS: the group's sorted set, hash and mark, then the index on a standalone
-        # server; ARGV: now, the beat, then the member or the mark's lifetime.
+        # KEYS: the group's sorted set, hash, mark and event log, then the indexes on a
+        # standalone server; ARGV: the TTL and the log's length, now, the beat, then the
+        # mark's lifetime on a cluster.
         now_arg = "" if now is None else str(now)
-        keys = (
-            (gk.hb, gk.data, gk.mark)
-            if clustered
-            else (gk.hb, gk.data, gk.mark, planner.keys.groups)
-        )
+        keys: tuple[str, ...] = (gk.hb, gk.data, gk.mark, gk.events)
+        if not clustered:
+            keys += (planner.keys.groups, planner.keys.events)
         tail = (INDEX_MARK_MS,) if clustered else ()
-        expected = ("EVALSHA", sha, len(keys), *keys, now_arg, consumer, lease, *tail)
+        expected = (
+            "EVALSHA",
+            sha,
+            len(keys),
+            *keys,
+            30_000,
+            10_000,
+            86_400_000,
+            now_arg,
+            consumer,
+            lease,
+            *tail,
+        )
         # The same bytes on the wire: what the client would encode, some of it done already.
         assert [encode(arg) for arg in call.args] == [encode(arg) for arg in expected]
         if clustered:
-            # A reply of 1 (a group without a mark) makes the plan list the group.
-            assert plan.send([1]) == [Command("ZADD", (planner.keys.groups, 0, gk.member))]
+            # A reply of [1, 0] (a group without a mark, no event) lists the group.
+            assert plan.send([[1, 0]]) == [Command("ZADD", (planner.keys.groups, 0, gk.member))]
             with pytest.raises(StopIteration):
                 plan.send([1])
         else:
-            # Standalone: one call and nothing else, which an executor may send directly.
-            assert isinstance(plan, Single)
             with pytest.raises(StopIteration):
                 plan.send([0])
+            again = planner.heartbeat(queue, group, consumer, lease, now)
+            # Standalone, TTL known: one call and nothing else, sent as it is.
+            assert isinstance(again, Single)
+            assert [encode(arg) for arg in again.args] == [encode(arg) for arg in expected]
 
 
 def test_the_single_beat_cache_is_bounded() -> None:
     planner = Planner("p", clustered=False)
     for i in range(MAX_CACHED_GROUPS + 10):
-        planner.heartbeat("q", f"g{i}", "c", 0, None)
+        plan = planner.heartbeat("q", f"g{i}", "c", 0, None)
+        batch = next(plan)
+        if batch[0].script if isinstance(batch[0], ScriptCall) else False:
+            continue
+        plan.send([None] * len(batch))
         assert len(planner._beat_calls) <= MAX_CACHED_GROUPS
 
 

@@ -158,7 +158,10 @@ def test_ten_thousand_beats_for_ten_consumers_are_ten_writes_in_one_call(
     assert reporter.flush() == 10
     assert calls(redis_client, "evalsha") == 1
     assert calls(redis_client, "hset") == 10
-    assert calls(redis_client, "zadd") == 11  # ten beats, and the groups listed once
+    # Ten beats, the groups listed once, and the two groups' `joined` entries listed in the
+    # index of event logs (ten new consumers: one log entry per group).
+    assert calls(redis_client, "zadd") == 13
+    assert calls(redis_client, "xadd") == 2
     rows = {row.consumer: row.lease_count for row in registry.snapshot() if row.queue != "warm"}
     assert rows == {f"w{n}": 9_990 + n for n in range(10)}  # the latest beat of each
     redis_client.config_resetstat()

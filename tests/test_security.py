@@ -15,7 +15,7 @@ from urllib.parse import quote, urlencode
 
 import pytest
 import redis
-from backends import dump
+from backends import dump, without_logs
 from click.testing import CliRunner, Result
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -52,37 +52,42 @@ pytestmark = pytest.mark.timeout(60)
 # --- ACL ------------------------------------------------------------------------------------
 # The one source of truth for the roles: README.md must contain these lines verbatim,
 # and the tests below run exactly them. Commands are those the scripts and plans send:
-#   broker: heartbeat.lua (ZSCORE HGET TIME ZADD HSET; TYPE SET on a cluster),
-#           heartbeat_many.lua (TYPE TIME HGET HSET ZADD SET), deregister.lua (TYPE ZREM HDEL
-#           EXISTS DEL), SCRIPT LOAD after NOSCRIPT; on a cluster the index protocol's plain
-#           ZADD, ZREM, EXISTS are already in the list; SELECT for a database but 0.
-#   reader: no script at all. TIME (the one instant of a read), ZRANGEBYLEX (index pages),
-#           HLEN HGETALL HSCAN (snapshot), ZCOUNT ZRANGEBYSCORE HMGET (counts), ZCARD (len).
-#   janitor: the broker's, prune.lua's (ZRANGEBYSCORE) and what prune and prune --dry-run
-#           read (the reader's snapshot commands).
+#   broker: heartbeat.lua (ZSCORE HGET TIME ZADD HSET, and XADD PEXPIRE for an event;
+#           TYPE SET on a cluster), heartbeat_many.lua (TYPE TIME HGET HSET ZADD SET XADD
+#           PEXPIRE), deregister.lua (TYPE HGET ZREM HDEL EXISTS DEL XADD PEXPIRE), GET of the
+#           shared TTL, SCRIPT LOAD after NOSCRIPT; on a cluster the indexes' plain ZADD, ZREM,
+#           EXISTS are already in the list; SELECT for a database but 0.
+#   reader: no script at all. TIME (the one instant of a read), GET (the shared TTL),
+#           ZRANGEBYLEX (index pages), HLEN HGETALL HSCAN (snapshot), ZCOUNT ZRANGEBYSCORE
+#           HMGET (counts, and stale/expired events), ZCARD (len), XRANGE XINFO|STREAM (the
+#           event logs).
+#   janitor: the broker's, prune.lua's (ZRANGEBYSCORE HMGET) and what prune and prune
+#           --dry-run read (the reader's snapshot commands).
 BROKER_USER, BROKER_PASSWORD = "presence-broker", "change-me-broker"
 READER_USER, READER_PASSWORD = "presence-reader", "change-me-reader"
 ACL_BROKER = (
     f"ACL SETUSER {BROKER_USER} reset on >{BROKER_PASSWORD} ~presence:* resetchannels -@all "
-    "+evalsha +script|load +select +type +time +exists +hget +hset +zadd +zscore +set +zrem "
-    "+hdel +del"
+    "+evalsha +script|load +select +type +time +exists +get +hget +hset +zadd +zscore +set "
+    "+zrem +hdel +del +xadd +pexpire"
 )
 ACL_READER = (
     f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} ~presence:* resetchannels -@all "
-    "+select +time +zrangebylex +hlen +hgetall +hscan +zcount +zrangebyscore +hmget +zcard"
+    "+select +time +get +zrangebylex +hlen +hgetall +hscan +zcount +zrangebyscore +hmget "
+    "+zcard +xrange +xinfo|stream"
 )
 # The same reader with read-only keys (%R~): every read is a plain read command, so a reader
 # needs no right to write, to run a script or to load one.
 ACL_STRICT_READER = (
     f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} %R~presence:* resetchannels -@all "
-    "+select +time +zrangebylex +hlen +hgetall +hscan +zcount +zrangebyscore +hmget +zcard"
+    "+select +time +get +zrangebylex +hlen +hgetall +hscan +zcount +zrangebyscore +hmget "
+    "+zcard +xrange +xinfo|stream"
 )
 # Someone must prune: the broker's commands plus those that find expired consumers.
 JANITOR_USER, JANITOR_PASSWORD = "presence-janitor", "change-me-janitor"
 ACL_JANITOR = (
     f"ACL SETUSER {JANITOR_USER} reset on >{JANITOR_PASSWORD} ~presence:* resetchannels -@all "
-    "+evalsha +script|load +select +type +time +exists +hget +hset +zadd +zscore +set +zrem "
-    "+hdel +del +zrangebylex +zrangebyscore +hlen +hgetall +hscan"
+    "+evalsha +script|load +select +type +time +exists +get +hget +hset +zadd +zscore +set "
+    "+zrem +hdel +del +xadd +pexpire +zrangebylex +zrangebyscore +hlen +hgetall +hscan +hmget"
 )
 ACL_LINES = (ACL_BROKER, ACL_READER, ACL_STRICT_READER, ACL_JANITOR)
 
@@ -249,7 +254,7 @@ def test_janitor_role_may_prune(acl_server: RedisServer, admin: redis.Redis) -> 
     assert janitor.snapshot(now_ns=T0) == owner.snapshot(now_ns=T0)
     assert_denied(janitor, {"count": READS["count_active_by_group"]}, admin)
     assert janitor.prune_expired(now_ns=T0 + 10**15) == 2  # empties both groups and the index
-    assert admin.keys("*") == []
+    assert without_logs(admin.keys("*")) == []
 
 
 def test_every_role_works_on_a_non_zero_database(acl_server: RedisServer) -> None:
@@ -283,7 +288,9 @@ def test_nested_prefixes_need_exact_key_patterns(
     """``~presence:*`` also covers a prefix ``presence:staging``; two exact patterns do not."""
     nested = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD, prefix="presence:staging")
     nested.heartbeat("orders", "billing", "w1", now_ns=T0)  # allowed by ~presence:*
-    exact = ACL_BROKER.replace("~presence:*", "~presence:groups ~presence:{*")
+    exact = ACL_BROKER.replace(
+        "~presence:*", "~presence:groups ~presence:events ~presence:ttl ~presence:{*"
+    )
     admin.execute_command(*shlex.split(exact))  # type: ignore[no-untyped-call]
     own = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD)
     own.heartbeat("orders", "billing", "w1", now_ns=T0)

@@ -97,7 +97,13 @@ def test_the_database_in_a_sentinel_url_is_used(
     assert store.dbsize() == 0
     store.select(3)
     stored: list[bytes] = store.keys("*")  # type: ignore[assignment]
-    assert {key.decode() for key in stored} == {SPACE.groups, BILLING.hb, BILLING.data}
+    assert {key.decode() for key in stored} == {
+        SPACE.groups,
+        SPACE.events,
+        BILLING.hb,
+        BILLING.data,
+        BILLING.events,
+    }
 
 
 def test_the_async_registry_takes_a_sentinel_url(
