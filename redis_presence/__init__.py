@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .errors import PresenceConnectionError as PresenceConnectionError
     from .errors import PresenceDataError as PresenceDataError
     from .errors import PresenceError as PresenceError
+    from .errors import PresenceOutOfMemoryError as PresenceOutOfMemoryError
     from .errors import PresenceReadOnlyError as PresenceReadOnlyError
     from .memory import ConsumerPresenceRegistry as ConsumerPresenceRegistry
     from .model import DEFAULT_PRESENCE_TTL_MS as DEFAULT_PRESENCE_TTL_MS
@@ -40,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "PresenceConnectionError": "errors",
     "PresenceDataError": "errors",
     "PresenceError": "errors",
+    "PresenceOutOfMemoryError": "errors",
     "PresenceReadOnlyError": "errors",
     "PresenceRegistry": "protocol",
     "PresenceReporter": "reporter",

@@ -22,5 +22,6 @@ COMMANDS: tuple[str, ...] = (
     "demo",
     "demo_broker",
     "migrate",
+    "doctor",
 )
 """Module names under `redis_presence.cli.commands`, each defining `command`."""
