@@ -9,8 +9,8 @@ registry's ``execute``, one request per round trip; a lost connection or a refus
 ends it with the registry's `PresenceError`. The decisions (what is wrong, what to do) are
 plain functions of what the inquiries found.
 
-Nothing a check sends writes: configuration and state are read with ``CONFIG GET``,
-``INFO`` and ``HELLO``; the ACL rights of the current user are read with ``ACL DRYRUN``
+Nothing a check sends writes: configuration and state are read with ``CONFIG GET`` and
+``INFO``; the ACL rights of the current user are read with ``ACL DRYRUN``
 where the user may run it, and otherwise by sending each command of the README's roles in a
 form that Redis refuses after its ACL check and before it changes anything (``ZADD k NX XX
 0 m``, ``SET k v NX XX``, ``HSET k f v f2``, ``SCRIPT LOAD "return ("``, ``EVALSHA <sha>
@@ -34,6 +34,7 @@ from .errors import (
     PresenceConnectionError,
     PresenceError,
     is_login_refusal,
+    server_answered,
 )
 from .keys import Keyspace
 from .plans import Command, Plan
@@ -143,7 +144,7 @@ class Step(Generic[T]):
     def fail(self, error: PresenceError) -> None:
         """The request raised `error`: a refusal or an error reply goes to the inquiry; a
         lost connection or a refused login is raised again (no check goes on without)."""
-        if isinstance(error, PresenceConnectionError) or is_login_refusal(error):
+        if not server_answered(error) or is_login_refusal(error):
             raise error
         elapsed = self._elapsed_ms()
         if isinstance(error, PresenceAuthError):
@@ -425,7 +426,8 @@ def memory_findings(policy: str | None, maxmemory: int | None, used: int | None)
             Finding(
                 "memory-use",
                 Status.WARN,
-                f"{summary}: close to the limit",
+                f"{summary}: close to the limit (a write is refused once used memory and what it "
+                "needs pass maxmemory)",
                 "raise maxmemory or free memory before writes are refused",
             )
         )
@@ -493,7 +495,9 @@ def version_finding(version: str | None, server: str | None = None) -> Finding:
     """The server's version against the tested ones."""
     tested = ", ".join(TESTED_REDIS_VERSIONS)
     if version is None:
-        return Finding("version", Status.SKIP, "server version not read (INFO and HELLO refused)")
+        return Finding(
+            "version", Status.SKIP, "server version not read (INFO refused)", CONFIG_ADVICE
+        )
     name = server if server and server.lower() != "redis" else "Redis"
     release = _release(version)
     known = [r for r in map(_release, TESTED_REDIS_VERSIONS) if r is not None]
@@ -538,11 +542,14 @@ def role_findings(
         lacking = [c for c in needed if not rights.get(c, False)]
         if not lacking:
             playable += 1
+            db0 = (
+                "" if rights.get("select", False) else "; without SELECT it can use database 0 only"
+            )
             found.append(
                 Finding(
                     f"acl-{role}",
                     Status.OK,
-                    f"user {user!r} has every command of the {role} role ({how})",
+                    f"user {user!r} has every command of the {role} role ({how}){db0}",
                 )
             )
         else:
@@ -732,18 +739,8 @@ def rights(keys: Keyspace, db: int, login: str) -> Inquiry[tuple[dict[str, bool]
     return allowed, user or login, "probes that change nothing"
 
 
-def _version(hello: Answer) -> tuple[str | None, str | None]:
-    fields = _pairs(hello.reply) if hello.ok else {}
-    version = fields.get("version")
-    server = fields.get("server")
-    return (
-        None if version is None else text(version),
-        None if server is None else text(server),
-    )
-
-
 def server_checks(
-    keys: Keyspace, *, db: int, protocol: int, login: str, clustered: bool
+    keys: Keyspace, *, db: int, login: str, clustered: bool
 ) -> Inquiry[list[Finding]]:
     """Every check of one server: memory, persistence, version, ACL rights, latency and
     replication (on a cluster, of one primary)."""
@@ -766,10 +763,7 @@ def server_checks(
             config["appendonly"], config["save"], config["appendfsync"], info.get("aof_enabled")
         )
     )
-    version, server = info.get("redis_version"), info.get("server_name")
-    if version is None:
-        version, server = _version((yield Command("HELLO", (protocol,))))
-    found.append(version_finding(version, server))
+    found.append(version_finding(info.get("redis_version"), info.get("server_name")))
 
     allowed, name, how = yield from rights(keys, db, login)
     found += role_findings(name, allowed, needs_select=db != 0 and not clustered, how=how)
@@ -781,7 +775,7 @@ def server_checks(
         if answer.refused is not None and command == "PING":  # the roles have TIME, not PING
             command, samples = "TIME", []
             answer = yield Command(command)
-        if answer.ok:
+        if answer.permitted:  # an error reply is a round trip too (MASTERDOWN, say)
             samples.append(answer.elapsed_ms)
     found.append(latency_finding(samples, command))
     found.append(replication_finding(info, config.get("replica-serve-stale-data")))
@@ -819,6 +813,11 @@ def diagnose(registry: Any) -> list[Finding]:
     nothing that writes; raises `PresenceConnectionError` when Redis cannot be reached and
     `PresenceAuthError` when it refuses the login."""
     registry.policy_check.due = False  # reported here, with what to do
+    try:
+        registry.execute(_one(Command("TIME")))  # every role has TIME: a refusal ends it here
+    except PresenceError as error:
+        if isinstance(error, PresenceAuthError) or not server_answered(error):
+            raise
     keys = registry.plans.keys
     client = registry.client
     kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
@@ -830,30 +829,12 @@ def diagnose(registry: Any) -> list[Finding]:
             node_registry = type(registry)(node_client, prefix=registry.prefix)
             node_registry.policy_check.due = False
             node_kwargs = node_client.connection_pool.connection_kwargs
-            checks = server_checks(
-                keys,
-                db=0,
-                protocol=_protocol(node_kwargs),
-                login=str(node_kwargs.get("username") or "default"),
-                clustered=True,
-            )
+            login = str(node_kwargs.get("username") or "default")
+            checks = server_checks(keys, db=0, login=login, clustered=True)
             found += [f._replace(node=node.name) for f in drive(checks, node_registry.execute)]
     else:
-        checks = server_checks(
-            keys,
-            db=int(kwargs.get("db") or 0),
-            protocol=_protocol(kwargs),
-            login=str(kwargs.get("username") or "default"),
-            clustered=False,
-        )
+        login = str(kwargs.get("username") or "default")
+        checks = server_checks(keys, db=int(kwargs.get("db") or 0), login=login, clustered=False)
         found += drive(checks, registry.execute)
     found.append(drive(legacy_index(keys), registry.execute))
     return found
-
-
-def _protocol(kwargs: Mapping[str, Any]) -> int:
-    """The RESP version a client speaks (``HELLO`` must not change it)."""
-    try:
-        return int(kwargs.get("protocol") or 2)
-    except (TypeError, ValueError):
-        return 2

@@ -93,6 +93,14 @@ def is_login_refusal(error: BaseException) -> bool:
     return isinstance(error, PresenceAuthError) and str(error) in (NO_PASSWORD, WRONG_PASSWORD)
 
 
+def server_answered(error: BaseException) -> bool:
+    """Whether `error` is a reply of the server (an error reply, ``MASTERDOWN`` included)
+    rather than a failure to reach it (refused, broken or timed-out connection)."""
+    if not isinstance(error, PresenceConnectionError):
+        return True
+    return isinstance(error.__cause__, rx.MasterDownError)
+
+
 OUT_OF_MEMORY = (
     "Redis is out of memory and refused the write (used memory is above maxmemory, and its "
     "maxmemory-policy left nothing to evict); nothing was written, reads still work: raise "
