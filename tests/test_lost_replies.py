@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -230,3 +231,20 @@ def test_on_a_cluster_a_lost_deregister_leaves_at_most_an_index_entry_prune_remo
     assert registry.prune_expired(now_ns=LATER) == 0
     assert {r.consumer for r in registry.snapshot(now_ns=LATER)} == {"w1", "w2", "w-new"}
     lost(2)
+
+
+def test_the_readme_says_what_a_caller_sees_after_a_lost_reply() -> None:
+    """What the tests above show, as the README's production section tells it."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    start = readme.index("### Lost replies: deregister and prune are safe to retry")
+    section = " ".join(readme[start : readme.index("\n### ", start + 1)].split())
+    for words in (
+        "`deregister` and `prune_expired` raise `PresenceConnectionError`, although",
+        "`deregister` returns `False`",
+        "`prune_expired` returns `0`",
+        "changes nothing more",
+        "prints `... was not tracked` and exits 0",
+        "re-sends the command itself",
+        "the next `prune_expired` unlists it",
+    ):
+        assert words in section, words
