@@ -34,6 +34,7 @@ from .fleet import (
     memory_fleet,
     write_fleet,
 )
+from .integrations import case_integrations
 from .server import BenchServer
 from .startup import case_startup
 from .stats import (
@@ -754,6 +755,8 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "prune": case_prune,
     "memory": case_memory,
     "startup": case_startup,
+    "integrations": case_integrations,
+    "web": lambda server, sizes: importlib.import_module("benchmarks.web").case_web(server, sizes),
 }
 """Every case, in the order of issue 6, then the CLI's startup; the keys are the JSON's ``cases``
 keys."""

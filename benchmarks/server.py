@@ -3,20 +3,21 @@
 It never touches another server: the port is picked by the kernel, persistence is off
 (``--save '' --appendonly no``), and the process is stopped on exit, on an exception and
 on Ctrl-C; on Linux it also gets SIGTERM if this process dies without cleaning up. The
-launcher is the demo's (`redis_presence.cli.embedded.start_redis_server`), so there is one
-copy of that logic.
+process is started by the package's one launcher (`redis_presence.localserver`), as the
+demo's and the tests' servers are.
 """
 
 from __future__ import annotations
 
 import shutil
+import tempfile
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import redis
 
-from redis_presence.cli.embedded import LocalRedis, start_redis_server
-from redis_presence.errors import PresenceError
+from redis_presence.localserver import NO_PERSISTENCE, LocalServer, LocalServerError
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 20.0
@@ -35,7 +36,8 @@ class BenchServer:
             raise ServerError("redis-server is not on PATH (Debian: apt-get install redis-server)")
         self.binary = found
         self.port = 0
-        self._local: LocalRedis | None = None
+        self._local: LocalServer | None = None
+        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
 
     @property
     def version(self) -> str:
@@ -45,10 +47,19 @@ class BenchServer:
 
     def start(self) -> BenchServer:
         """Start the server and wait until it answers PING."""
+        self._tmpdir = tempfile.TemporaryDirectory(prefix="redis-presence-bench-")
+        self._local = LocalServer(
+            self.binary,
+            dir=Path(self._tmpdir.name),
+            options={**NO_PERSISTENCE, "--loglevel": "warning"},
+            detach=True,  # Ctrl-C reaches the benchmark, which stops the server in order
+            stop_with_parent=True,
+        )
         try:
-            self._local = start_redis_server(self.binary, ready_timeout_s=START_TIMEOUT_S)
-        except PresenceError as exc:
-            raise ServerError(str(exc)) from exc
+            self._local.start(START_TIMEOUT_S)
+        except LocalServerError as exc:
+            self.stop()
+            raise ServerError(f"could not start {self.binary}: {exc}") from exc
         self.port = self._local.port
         return self
 
@@ -63,6 +74,9 @@ class BenchServer:
         local, self._local = self._local, None
         if local is not None:
             local.stop(timeout_s=10.0)
+        tmpdir, self._tmpdir = self._tmpdir, None
+        if tmpdir is not None:
+            tmpdir.cleanup()
 
     def __enter__(self) -> BenchServer:
         return self.start()

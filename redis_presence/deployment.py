@@ -43,8 +43,11 @@ T = TypeVar("T")
 
 logger = logging.getLogger("redis_presence")
 
-TESTED_REDIS_VERSIONS = ("7.0",)
-"""The Redis releases (major.minor) the test suite runs against (CI: Debian's redis-server)."""
+TESTED_RELEASES: dict[str, tuple[str, ...]] = {"redis": ("7.0", "8.2"), "valkey": ("9.1",)}
+"""The servers and releases (major.minor) the test suite runs against: the README's
+"Tested versions" (Debian's redis-server 7.0, and the test extra's Redis 8.2 and Valkey 9.1)."""
+
+SERVER_NAMES = {"redis": "Redis", "valkey": "Valkey"}
 
 EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 """Policies that may evict any key, so one of a group's keys and not another: consumers
@@ -492,42 +495,51 @@ def _release(version: str) -> tuple[int, int] | None:
 
 
 def version_finding(version: str | None, server: str | None = None) -> Finding:
-    """The server's version against the tested ones."""
-    tested = ", ".join(TESTED_REDIS_VERSIONS)
+    """The server's version (`server` is ``INFO``'s ``server_name``, absent on Redis) against
+    the tested releases."""
     if version is None:
         return Finding(
             "version", Status.SKIP, "server version not read (INFO refused)", CONFIG_ADVICE
         )
-    name = server if server and server.lower() != "redis" else "Redis"
-    release = _release(version)
-    known = [r for r in map(_release, TESTED_REDIS_VERSIONS) if r is not None]
+    kind = (server or "redis").lower()
+    name = SERVER_NAMES.get(kind, server or "Redis")
     about = f"{name} {version}"
-    other = "" if name == "Redis" else f" ({name} is not Redis itself: not tested)"
+    releases = TESTED_RELEASES.get(kind)
+    if releases is None:
+        everything = "; ".join(
+            f"{SERVER_NAMES[k]} {', '.join(v)}" for k, v in TESTED_RELEASES.items()
+        )
+        return Finding(
+            "version",
+            Status.NOTE,
+            f"{about}: not a server the tests run on (tested: {everything})",
+        )
+    tested = f"tested: {name} {', '.join(releases)}"
+    newest = f"upgrade to {name} {releases[-1]}"
+    release = _release(version)
+    known = [r for r in map(_release, releases) if r is not None]
     if release is None:
-        return Finding("version", Status.WARN, f"{about}: version not understood{other}")
-    if release < (6, 0):
+        return Finding("version", Status.WARN, f"{about}: version not understood ({tested})")
+    if kind == "redis" and release < (6, 0):
         return Finding(
             "version",
             Status.FAIL,
             f"{about} has no ACL users and is older than every tested release ({tested})",
-            f"upgrade to Redis {TESTED_REDIS_VERSIONS[-1]} or later",
+            newest,
         )
     if release < min(known):
         return Finding(
             "version",
             Status.WARN,
-            f"{about} is older than every tested release ({tested}); the strict reader role "
-            "(%R~) and ACL DRYRUN need Redis 7.0",
-            f"upgrade to Redis {TESTED_REDIS_VERSIONS[-1]} or later",
+            f"{about} is older than every tested release ({tested})",
+            newest,
         )
     if release in known:
-        status = Status.NOTE if other else Status.OK
-        return Finding("version", status, f"{about} (tested: {tested}){other}")
+        return Finding("version", Status.OK, f"{about} ({tested})")
     return Finding(
         "version",
         Status.NOTE,
-        f"{about} is newer than the tested releases ({tested}): expected to work, not tested"
-        f"{other}",
+        f"{about} is not a tested release ({tested}): expected to work, not tested",
     )
 
 
@@ -763,7 +775,9 @@ def server_checks(
             config["appendonly"], config["save"], config["appendfsync"], info.get("aof_enabled")
         )
     )
-    found.append(version_finding(info.get("redis_version"), info.get("server_name")))
+    server = info.get("server_name")  # Valkey's; Redis has none
+    version = info.get(f"{server}_version") if server else None
+    found.append(version_finding(version or info.get("redis_version"), server))
 
     allowed, name, how = yield from rights(keys, db, login)
     found += role_findings(name, allowed, needs_select=db != 0 and not clustered, how=how)

@@ -1,64 +1,193 @@
-"""Connection URLs: opening redis-py clients and redacting credentials from messages.
+"""Connection URLs: checking them, opening redis-py clients, and hiding credentials.
 
-``redis://``, ``rediss://`` and ``unix://`` open a ``redis.Redis`` (``redis.asyncio.Redis``).
-``redis+cluster://host:port`` and ``rediss+cluster://host:port`` open a Redis Cluster client
-(``redis.cluster.RedisCluster``, or its asyncio twin) from that startup node: the URL is
-handed to ``RedisCluster.from_url`` with ``+cluster`` removed from the scheme.
+=================================================================  ==========================
+``redis://[user:password@]host[:port][/db]``, ``rediss://...``     ``redis.Redis``
+``unix://[user:password@]/path/to/redis.sock[?db=N]``               ``redis.Redis``
+``redis+cluster://[user:password@]host[:port][,host:port,...]``     ``RedisCluster``
+``redis+sentinel://[user:password@]host[:port][,host:port,...]``    the primary of
+``/service_name[/db]``                                              ``service_name``
+=================================================================  ==========================
 
-redis-py passes query parameters it does not know as strings, so the TLS options
-``ssl_ca_certs``, ``ssl_certfile`` and ``ssl_keyfile`` work in the URL as well as keyword
-arguments (a URL value wins over a keyword argument of the same name).
+``rediss+cluster://`` and ``rediss+sentinel://`` use TLS for every connection (to the
+sentinels too). The asyncio openers return the ``redis.asyncio`` twins. Ports default to
+6379, and to 26379 for sentinels. A cluster client tries each startup node until one
+answers; a Sentinel client asks the sentinels, one after the other, where the primary of
+``service_name`` is, before each new connection, so it follows a failover.
+
+Credentials in the URL's userinfo are the data nodes' (``AUTH`` to the primary or to each
+cluster node); ``?sentinel_username=`` and ``?sentinel_password=`` (or the keyword
+arguments of the same names) authenticate to the sentinels. redis-py passes query
+parameters it does not know as strings, so the TLS options ``ssl_ca_certs``,
+``ssl_certfile`` and ``ssl_keyfile`` work in the URL as well as keyword arguments (a URL
+value wins over a keyword argument of the same name).
+
+Every client gets explicit timeouts, whatever redis-py's own defaults (none before
+redis-py 6): `DEFAULT_CONNECT_TIMEOUT_S` to connect, `DEFAULT_SOCKET_TIMEOUT_S` for any
+reply; ``socket_connect_timeout`` / ``socket_timeout`` as keyword arguments or URL query
+parameters override them (``None`` waits forever). Every malformed URL and every option
+value redis-py would only refuse later is a `PresenceConfigError`, and no message carries
+a password: the userinfo's and ``?password=`` / ``?sentinel_password=`` values show as
+``***``.
 """
 
 from __future__ import annotations
 
+import codecs
+import math
 import os
 import re
-from collections.abc import Mapping
-from typing import Any
-from urllib.parse import parse_qs, unquote, urlparse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+from urllib.parse import parse_qsl, unquote, unquote_plus
 
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.asyncio.connection
+import redis.asyncio.sentinel
 import redis.cluster
+import redis.connection
+import redis.sentinel
+from redis.backoff import NoBackoff
+from redis.exceptions import ResponseError
+from redis.retry import Retry
 
-from .errors import DRIVER_ERRORS, PresenceConfigError, translate
+from .errors import DRIVER_ERRORS, PresenceConfigError, PresenceError, translate
 
 CLUSTER_SUFFIX = "+cluster"
-SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+SENTINEL_SUFFIX = "+sentinel"
+SCHEMES = (
+    "redis",
+    "rediss",
+    "unix",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "rediss+sentinel",
+)
 TLS_FILE_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+SENTINEL_OPTIONS = ("sentinel_username", "sentinel_password")
+"""Query parameters (and keyword arguments) of a Sentinel URL for the sentinels' own AUTH."""
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+"""How long a client waits for a TCP (or TLS) connection before the call fails."""
+DEFAULT_SOCKET_TIMEOUT_S = 5.0
+"""How long a client waits for any reply before the call fails (a frozen server)."""
+MAX_DB = 2**31 - 1
+REDIS_PORT = 6379
+SENTINEL_PORT = 26379
+
+_TEMPLATES = {
+    "redis": "redis://[user:password@]host[:port][/db]",
+    "rediss": "rediss://[user:password@]host[:port][/db]",
+    "unix": "unix://[user:password@]/path/to/redis.sock[?db=N]",
+    "redis+cluster": "redis+cluster://[user:password@]host[:port][,host2[:port2],...]",
+    "rediss+cluster": "rediss+cluster://[user:password@]host[:port][,host2[:port2],...]",
+    "redis+sentinel": "redis+sentinel://[user:password@]host[:port][,host2[:port2],...]"
+    "/service_name[/db]",
+    "rediss+sentinel": "rediss+sentinel://[user:password@]host[:port][,host2[:port2],...]"
+    "/service_name[/db]",
+}
+_GENERIC_TEMPLATE = "scheme://[user:password@]host[:port][/db]"
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+_HOST = re.compile(r"\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~%-]+")
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._~%/-]*")
+_SECRET_OPTION = re.compile(r"(?i)(?:^|_)password$")
+_TRUE = frozenset(("1", "true", "yes", "on", "y"))
+_FALSE = frozenset(("0", "false", "no", "off", "n", "f"))
+
+
+# --- where the secrets are ----------------------------------------------------------------
+
+
+def _after_scheme(url: str) -> int:
+    """Where the part after a leading ``scheme://`` starts (0 when the URL does not start
+    with one: a ``://`` later on may be part of a password)."""
+    match = _SCHEME.match(url)
+    return match.end() + 3 if match and url.startswith("://", match.end()) else 0
+
+
+def _plain_authority(text: str) -> bool:
+    """Whether `text` reads as ``host[:port][,host[:port]...]`` (or nothing at all)."""
+    if not text:
+        return True
+    for node in text.split(","):
+        host, _, port = node.rpartition(":") if not node.endswith("]") else (node, "", "")
+        if not host or not _HOST.fullmatch(host) or (port and not port.isdigit()):
+            return False
+    return True
 
 
 def _userinfo(url: str) -> tuple[int, int] | None:
-    """Where the userinfo of `url` starts and ends: from ``://`` to the last ``@`` before
-    the query, so a password written with a raw ``@``, ``/`` or ``:`` is still all userinfo.
-    An ``@`` after a ``?`` counts too (a raw ``?`` in the password), unless it sits in a
-    query value (``?client_name=a@b``: an ``=`` comes first)."""
-    start = url.find("://")
-    if start < 0:
-        return None
-    start += 3
-    query = url.find("?", start)
-    at = url.rfind("@", start, query if query >= 0 else len(url))
-    if at < 0 and query >= 0:
-        at = url.find("@", query)
-        if at >= 0 and "=" in url[query:at]:
-            at = -1
-    return (start, at) if at >= 0 else None
+    """Where the userinfo of `url` starts and ends: after ``scheme://``, up to the last
+    ``@`` that is not inside a query value, so a password written with a raw ``@``, ``/``,
+    ``:`` or ``?`` is still all userinfo.
+
+    An ``@`` is a query value's (``?client_name=a@b``) only when what precedes its ``?``
+    reads as ``[userinfo@]host[:port][,...][/path]`` and an ``=`` stands between the ``?``
+    and the ``@``. When in doubt the longer userinfo is taken: hiding too much is harmless,
+    showing a piece of a password is not."""
+    start = _after_scheme(url)
+    if not start:  # malformed anyway: everything up to the last "@" may be secret
+        at = url.rfind("@")
+        return (0, at) if at >= 0 else None
+    ats = [i for i in range(start, len(url)) if url[i] == "@"]
+    for at in reversed(ats):
+        if not _in_query_value(url, start, at):
+            return start, at
+    return None
+
+
+def _in_query_value(url: str, start: int, at: int) -> bool:
+    for query in (i for i in range(start, at) if url[i] == "?"):
+        if "=" not in url[query:at]:
+            continue
+        before = url[start:query]
+        plain = before[before.rfind("@") + 1 :]  # without a userinfo
+        authority, _, path = plain.partition("/")
+        if _plain_authority(authority) and _PLAIN_PATH.fullmatch(path):
+            return True
+    return False
+
+
+_QUERY_PAIR = re.compile(r"(?=[?&]([^&=?#]*)=([^&#]*))")
+"""Every ``?name=value`` or ``&name=value``, overlapping ones too (a zero-width match)."""
+
+
+def _query_secrets(url: str) -> list[tuple[int, int]]:
+    """Spans of the values of ``password``-like query parameters (``?password=``,
+    ``&sentinel_password=``), as written, wherever they stand (a raw ``?``, ``&`` or ``@``
+    in a password can move where the query seems to start); overlapping spans merged."""
+    start = _after_scheme(url)
+    spans: list[tuple[int, int]] = []
+    for match in _QUERY_PAIR.finditer(url, start):
+        if match.group(2) and _SECRET_OPTION.search(unquote_plus(match.group(1))):
+            begin, end = match.span(2)
+            if spans and begin <= spans[-1][1]:
+                spans[-1] = (spans[-1][0], max(end, spans[-1][1]))
+            else:
+                spans.append((begin, end))
+    return spans
 
 
 def secrets_of(url: str) -> list[str]:
-    """The URL's password as written and percent-decoded, longest first (empty without)."""
+    """The URL's passwords (userinfo, ``?password=``, ``?sentinel_password=``) as written
+    and percent-decoded, longest first (empty without)."""
+    found: set[str] = set()
     span = _userinfo(url)
-    if span is None:
-        return []
-    password = url[span[0] : span[1]].partition(":")[2]
-    return sorted({password, unquote(password)} - {""}, key=len, reverse=True)
+    if span is not None:
+        password = url[span[0] : span[1]].partition(":")[2]
+        found |= {password, unquote(password)}
+    for begin, end in _query_secrets(url):
+        value = url[begin:end]
+        found |= {value, unquote(value), unquote_plus(value)}
+    return sorted(found - {""}, key=len, reverse=True)
 
 
 def redact(url: str) -> str:
-    """The URL with any password replaced by ``***`` (safe for messages and logs)."""
+    """The URL with every password replaced by ``***`` (safe for messages and logs)."""
+    for begin, end in reversed(_query_secrets(url)):
+        url = url[:begin] + "***" + url[end:]
     span = _userinfo(url)
     if span is None:
         return url
@@ -68,66 +197,86 @@ def redact(url: str) -> str:
 
 
 def scrub(message: str, url: str | None) -> str:
-    """The message with the URL's password, if any, replaced by ``***``."""
+    """The message with the URL's passwords, if any, replaced by ``***``."""
     for secret in secrets_of(url) if url else ():
         message = message.replace(secret, "***")
     return message
 
 
-def _check_userinfo(url: str) -> None:
-    """Refuse a user name or password holding a raw ``/``, ``?`` or ``#``: the URL parser
-    would end the host part there and read the rest of the password as host, port, database
-    or query, and redis-py would then show pieces of it in its messages."""
-    span = _userinfo(url)
-    if span is not None and any(c in url[span[0] : span[1]] for c in "/?#"):
-        raise PresenceConfigError(
-            f"invalid Redis URL {redact(url)!r}: percent-encode '/', '?' and '#' in the user "
-            "name and password (as %2F, %3F and %23)"
+# --- parsing --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RedisUrl:
+    """A checked connection URL, split into what the openers need."""
+
+    url: str
+    """As given (never put in a message without `redact`)."""
+    scheme: str
+    """Lower case, one of `SCHEMES`."""
+    userinfo: str
+    """As written, without the ``@`` (empty without)."""
+    nodes: tuple[tuple[str, int], ...]
+    """``(host, port)`` of every host named (none for ``unix://``)."""
+    path: str
+    """As written, from the first ``/`` after the hosts to the query."""
+    query: str
+    """As written, without the ``?``."""
+    options: tuple[tuple[str, str], ...]
+    """The decoded query parameters, in order."""
+    db: int
+    service_name: str | None
+    """Sentinel URLs: the name the sentinels monitor the primary by."""
+
+    @property
+    def base(self) -> str:
+        """The scheme redis-py knows: ``redis``, ``rediss`` or ``unix``."""
+        return self.scheme.removesuffix(CLUSTER_SUFFIX).removesuffix(SENTINEL_SUFFIX)
+
+    @property
+    def topology(self) -> str:
+        """``standalone``, ``cluster`` or ``sentinel``."""
+        if self.scheme.endswith(CLUSTER_SUFFIX):
+            return "cluster"
+        return "sentinel" if self.scheme.endswith(SENTINEL_SUFFIX) else "standalone"
+
+    def node_url(self, node: tuple[str, int], path: str = "", *, skip: tuple[str, ...] = ()) -> str:
+        """A redis-py URL for one node, with this URL's credentials and query parameters
+        (but those named in `skip`)."""
+        host, port = node
+        host = f"[{host}]" if ":" in host else host
+        auth = f"{self.userinfo}@" if self.userinfo else ""
+        query = "&".join(
+            part
+            for part in self.query.split("&")
+            if unquote_plus(part.partition("=")[0]) not in skip
+        )
+        return f"{self.base}://{auth}{host}:{port}{path}{'?' if query else ''}{query}"
+
+    def fail(self, reason: str) -> PresenceConfigError:
+        """A `PresenceConfigError` naming this URL (password hidden) and `reason`."""
+        return PresenceConfigError(
+            scrub(f"invalid Redis URL {redact(self.url)!r}: {reason}", self.url)
         )
 
 
-def _check_db(url: str, scheme: str) -> None:
-    """redis-py reads a non-numeric database path as db 0; refuse it instead."""
-    if scheme not in ("redis", "rediss"):
-        return
-    span = _userinfo(url)
-    rest = url[span[1] + 1 :] if span else url.partition("://")[2]
-    path = rest.partition("?")[0].partition("/")[2].strip("/")
-    if path and not path.isdigit():
-        raise PresenceConfigError(
-            f"invalid Redis URL {redact(url)!r}: the database must be a number, got {path!r}"
-        )
-
-
-def _check_tls_files(url: str, kwargs: Mapping[str, Any]) -> None:
-    """Refuse a TLS file option naming no file: redis-py would read it at each connect and
-    report ``Error 2 connecting to host:port. No such file or directory.``, naming no file."""
-    try:
-        query = parse_qs(urlparse(url).query)  # as redis-py parses it; the URL wins
-    except ValueError:
-        return  # a malformed URL: redis-py's own parse reports it
-    for name in TLS_FILE_OPTIONS:
-        path = query[name][0] if name in query else kwargs.get(name)
-        if isinstance(path, str | os.PathLike) and not os.path.isfile(path):
-            raise PresenceConfigError(scrub(f"{name} {os.fspath(path)!r}: no such file", url))
+def _malformed(url: str, reason: str) -> PresenceConfigError:
+    return PresenceConfigError(scrub(f"invalid Redis URL {redact(url)!r}: {reason}", url))
 
 
 def scheme_of(url: Any) -> str:
-    """The URL's scheme, or a `PresenceConfigError` naming what is wrong."""
+    """The URL's scheme (lower case), or a `PresenceConfigError` naming what is wrong."""
     if not isinstance(url, str):
         raise PresenceConfigError(f"url must be a str, got {type(url).__name__}")
-    scheme, sep, rest = url.partition("://")
-    if not sep or not rest:
-        raise PresenceConfigError(
-            f"invalid Redis URL {redact(url)!r}: expected scheme://[user:password@]host[:port][/db]"
-        )
-    scheme = scheme.lower()
-    if scheme not in SCHEMES:
-        raise PresenceConfigError(
-            f"invalid Redis URL {redact(url)!r}: scheme must be one of "
-            + ", ".join(f"{s}://" for s in SCHEMES)
-        )
-    return scheme
+    match = _SCHEME.match(url)
+    named = match.group(0).lower() if match else ""
+    if match is None or not url.startswith("://", match.end()):
+        raise _malformed(url, f"expected {_TEMPLATES.get(named, _GENERIC_TEMPLATE)}")
+    if named not in SCHEMES:
+        raise _malformed(url, "scheme must be one of " + ", ".join(f"{s}://" for s in SCHEMES))
+    if not url[len(named) + 3 :]:
+        raise _malformed(url, f"expected {_TEMPLATES[named]}")
+    return named
 
 
 def is_cluster_url(url: str) -> bool:
@@ -135,48 +284,472 @@ def is_cluster_url(url: str) -> bool:
     return scheme_of(url).endswith(CLUSTER_SUFFIX)
 
 
-def _open(url: str, kwargs: dict[str, Any], standalone: Any, cluster: Any) -> Any:
+def is_sentinel_url(url: str) -> bool:
+    """Whether `url` names a primary through Sentinel (``redis+sentinel://``, ...)."""
+    return scheme_of(url).endswith(SENTINEL_SUFFIX)
+
+
+def parse_url(url: Any) -> RedisUrl:
+    """Check `url` and split it; every malformed URL is a `PresenceConfigError` naming
+    what is wrong, with the password hidden."""
     scheme = scheme_of(url)
-    _check_userinfo(url)
-    _check_db(url, scheme)
-    _check_tls_files(url, kwargs)
-    try:
-        if scheme.endswith(CLUSTER_SUFFIX):
-            plain = scheme.removesuffix(CLUSTER_SUFFIX) + url[len(scheme) :]
-            return cluster.from_url(plain, **kwargs)
-        client = standalone.from_url(url, **kwargs)
-    except (ValueError, TypeError) as exc:
-        raise PresenceConfigError(scrub(f"invalid Redis URL {redact(url)!r}: {exc}", url)) from None
-    except DRIVER_ERRORS as exc:  # a sync cluster client connects at once to map the slots
-        raise translate(exc) from exc
-    _check_options(url, client)
-    return client
+    start = len(scheme) + 3
+    span = _userinfo(url)
+    userinfo = url[span[0] : span[1]] if span else ""
+    if any(c in userinfo for c in "/?#"):
+        raise _malformed(
+            url,
+            "percent-encode '/', '?' and '#' in the user name and password (as %2F, %3F and %23)",
+        )
+    if any(c in userinfo for c in "[]"):  # the URL parser would read an IPv6 host there
+        raise _malformed(
+            url, "percent-encode '[' and ']' in the user name and password (as %5B and %5D)"
+        )
+    rest = url[span[1] + 1 :] if span else url[start:]
+    if "#" in rest:
+        raise _malformed(url, "percent-encode '#' (as %23): a Redis URL has no #fragment")
+    before_query, _, query = rest.partition("?")
+    authority, slash, path = before_query.partition("/")
+    path = slash + path
+    options = tuple(parse_qsl(query, keep_blank_values=True))
+    topology = (
+        "cluster"
+        if scheme.endswith(CLUSTER_SUFFIX)
+        else "sentinel"
+        if scheme.endswith(SENTINEL_SUFFIX)
+        else "standalone"
+    )
+    nodes = _nodes(url, scheme, authority)
+    if topology == "standalone" and len(nodes) > 1:
+        raise _malformed(
+            url, "several hosts need redis+cluster:// (startup nodes) or redis+sentinel://"
+        )
+    db, service_name = _path(url, scheme, path, dict(options))
+    parsed = RedisUrl(url, scheme, userinfo, nodes, path, query, options, db, service_name)
+    _check_options(parsed)
+    return parsed
 
 
-def _check_options(url: str, client: Any) -> None:
-    """Refuse an option the connection does not take (``?ssl_certfle=``, or ``ssl_*`` on a
-    plain ``redis://`` URL) now: redis-py passes unknown query parameters on, and the first
-    command would fail with a bare `TypeError`. Building a connection object connects
-    nothing."""
-    pool = client.connection_pool
-    try:
-        pool.connection_class(**pool.connection_kwargs)
-    except TypeError as exc:
-        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
-        what = f"option {unknown.group(1)!r}" if unknown else "options"
-        raise PresenceConfigError(
-            scrub(
-                f"invalid Redis URL {redact(url)!r}: a {scheme_of(url)}:// URL takes no {what}", url
+def _nodes(url: str, scheme: str, authority: str) -> tuple[tuple[str, int], ...]:
+    if scheme == "unix":
+        if authority:
+            raise _malformed(
+                url, "the socket path must be absolute: unix:///path/to/redis.sock (three slashes)"
             )
-        ) from None
+        return ()
+    if not authority:
+        raise _malformed(url, f"no host: expected {_TEMPLATES[scheme]}")
+    default = SENTINEL_PORT if scheme.endswith(SENTINEL_SUFFIX) else REDIS_PORT
+    nodes = []
+    for node in authority.split(","):
+        if node.startswith("[") and "]" in node:
+            host, _, port = node.partition("]")
+            host += "]"
+            if port and not port.startswith(":"):
+                raise _malformed(url, f"invalid host {node!r}")
+            port = port[1:]
+        else:
+            host, _, port = node.partition(":")
+        if not host or not _HOST.fullmatch(host):
+            raise _malformed(url, f"invalid host {host!r}: expected {_TEMPLATES[scheme]}")
+        if port == "" and node.endswith(":"):
+            raise _malformed(url, f"no port after {host + ':'!r}")
+        if port and not (port.isdigit() and 0 < int(port) <= 65535):
+            raise _malformed(url, f"the port must be a number from 1 to 65535, got {port!r}")
+        nodes.append((unquote(host).strip("[]"), int(port) if port else default))
+    return tuple(nodes)
+
+
+def _path(url: str, scheme: str, path: str, options: Mapping[str, str]) -> tuple[int, str | None]:
+    """The database and, for Sentinel, the service name, from the path (and ``?db=``)."""
+    service_name: str | None = None
+    parts = [unquote(p) for p in path.split("/")[1:]]
+    if parts and parts[-1] == "":
+        parts.pop()  # a trailing slash
+    if scheme == "unix":
+        if not path or path == "/":
+            raise _malformed(url, f"no socket path: expected {_TEMPLATES[scheme]}")
+        parts = []
+    elif scheme.endswith(SENTINEL_SUFFIX):
+        if not parts or not parts[0]:
+            raise _malformed(
+                url, f"no service name: expected {_TEMPLATES[scheme]} (e.g. /mymaster)"
+            )
+        service_name, parts = parts[0], parts[1:]
+    if len(parts) > 1:
+        raise _malformed(url, f"expected {_TEMPLATES[scheme]}")
+    text = options.get("db", parts[0] if parts else "0")
+    if not text.isdigit():
+        raise _malformed(url, f"the database must be a number, got {text!r}")
+    db = int(text)
+    if db > MAX_DB:
+        raise _malformed(url, f"the database must be a number from 0 to {MAX_DB}, got {db}")
+    if scheme.endswith(CLUSTER_SUFFIX) and db != 0:
+        raise _malformed(url, f"a Redis Cluster has only database 0, got {db}")
+    return db, service_name
+
+
+# --- option values ---------------------------------------------------------------------------
+
+
+def _positive_seconds(value: str) -> str | None:
+    try:
+        seconds = float(value)
+    except ValueError:
+        return "a number of seconds"
+    return None if math.isfinite(seconds) and seconds > 0 else "a positive number of seconds"
+
+
+def _whole(minimum: int) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        ok = value.strip().isdigit() and int(value) >= minimum
+        return None if ok else f"a whole number of at least {minimum}"
+
+    return check
+
+
+def _boolean(value: str) -> str | None:
+    return None if value.lower() in _TRUE | _FALSE else "one of true, false, yes, no, 1, 0"
+
+
+def _one_of(*choices: str) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        return None if value in choices else "one of " + ", ".join(choices)
+
+    return check
+
+
+def _codec(value: str) -> str | None:
+    try:
+        codecs.lookup(value)
+    except LookupError:
+        return "a text encoding Python knows (e.g. utf-8)"
+    return None
+
+
+def _error_handler(value: str) -> str | None:
+    try:
+        codecs.lookup_error(value)
+    except LookupError:
+        return "an encoding error handler (strict, replace, ignore, ...)"
+    return None
+
+
+_OPTION_CHECKS: dict[str, Callable[[str], str | None]] = {
+    "socket_timeout": _positive_seconds,
+    "socket_connect_timeout": _positive_seconds,
+    "timeout": _positive_seconds,
+    "protocol": _one_of("2", "3"),
+    "encoding": _codec,
+    "encoding_errors": _error_handler,
+    "max_connections": _whole(1),
+    "health_check_interval": _whole(0),
+    "socket_read_size": _whole(1),
+    "socket_keepalive": _boolean,
+    "retry_on_timeout": _boolean,
+    "ssl_check_hostname": _boolean,
+    "decode_responses": _boolean,
+    "ssl_cert_reqs": _one_of("none", "optional", "required"),
+}
+"""What a query parameter's value must be; redis-py would take most of these as they are and
+fail at the first command (``?protocol=4``, ``?encoding=nope``) or quietly misread them
+(``?retry_on_timeout=maybe`` is true to it)."""
+
+
+def _check_options(parsed: RedisUrl) -> None:
+    for name, value in parsed.options:
+        if name in SENTINEL_OPTIONS and parsed.topology != "sentinel":
+            raise parsed.fail(f"a {parsed.scheme}:// URL takes no option {name!r}")
+        check = _OPTION_CHECKS.get(name)
+        wanted = check(value) if check else None
+        if wanted is not None:
+            shown = "***" if _SECRET_OPTION.search(name) else repr(value)
+            raise parsed.fail(f"option {name!r} must be {wanted}, got {shown}")
+
+
+def _check_kwargs(kwargs: Mapping[str, Any]) -> None:
+    """The keyword arguments whose bad values redis-py would only meet at the first
+    command: timeouts, protocol and encoding."""
+    for name in ("socket_timeout", "socket_connect_timeout"):
+        value = kwargs.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise PresenceConfigError(f"{name} must be a number of seconds or None, got {value!r}")
+        if not (math.isfinite(value) and value > 0):
+            raise PresenceConfigError(f"{name} must be positive, got {value!r}")
+    protocol = kwargs.get("protocol")
+    if protocol is not None and protocol not in (2, 3, "2", "3"):
+        raise PresenceConfigError(f"protocol must be 2 or 3, got {protocol!r}")
+    encoding = kwargs.get("encoding")
+    if encoding is not None and (not isinstance(encoding, str) or _codec(encoding)):
+        raise PresenceConfigError(
+            f"encoding must be a text encoding Python knows, got {encoding!r}"
+        )
+
+
+def _check_tls_files(parsed: RedisUrl, kwargs: Mapping[str, Any]) -> None:
+    """Refuse a TLS file option naming no file: redis-py would read it at each connect and
+    report ``Error 2 connecting to host:port. No such file or directory.``, naming no file."""
+    query = dict(parsed.options)  # the URL wins, as in redis-py
+    for name in TLS_FILE_OPTIONS:
+        path = query[name] if name in query else kwargs.get(name)
+        if isinstance(path, str | os.PathLike) and not os.path.isfile(path):
+            raise PresenceConfigError(
+                scrub(f"{name} {os.fspath(path)!r}: no such file", parsed.url)
+            )
+
+
+# --- opening clients ---------------------------------------------------------------------------
+
+
+class _Driver(NamedTuple):
+    """The redis-py classes of one flavour (sync or asyncio)."""
+
+    redis: Any
+    cluster: Any
+    cluster_node: Any
+    sentinel: Any
+    sentinel_primary: Any
+    parse_url: Callable[[str], Mapping[str, Any]]
+    connection: Any
+    ssl_connection: Any
+    asynchronous: bool
+
+
+def _no_primary(service_name: str, found: list[tuple[str, BaseException | None]]) -> Exception:
+    """The error for a service no sentinel named a primary of: refused credentials when a
+    sentinel refused them, else what each sentinel answered (redis-py's own message
+    repeats every sentinel client's full repr)."""
+    if any(isinstance(error, redis.exceptions.AuthenticationError) for _, error in found):
+        return redis.exceptions.AuthenticationError(
+            f"a sentinel refused the credentials (sentinel_username, sentinel_password) while "
+            f"looking up the primary of {service_name!r}"
+        )
+    answers = "; ".join(
+        f"{where}: {'answers, but names no primary of it that is up' if error is None else error}"
+        for where, error in found
+    )
+    return redis.sentinel.MasterNotFoundError(
+        f"no sentinel names a primary for {service_name!r} ({answers})"
+    )
+
+
+def _where(sentinel: Any) -> str:
+    kwargs = sentinel.connection_pool.connection_kwargs
+    return f"{kwargs.get('host')}:{kwargs.get('port')}"
+
+
+class _Sentinel(redis.sentinel.Sentinel):
+    """redis-py's Sentinel with a clear error when no sentinel names a primary."""
+
+    def discover_master(self, service_name: str) -> Any:
+        try:
+            return super().discover_master(service_name)  # type: ignore[no-untyped-call]
+        except redis.sentinel.MasterNotFoundError:
+            found: list[tuple[str, BaseException | None]] = []
+            for sentinel in self.sentinels:
+                try:
+                    sentinel.ping()
+                except redis.exceptions.RedisError as error:
+                    found.append((_where(sentinel), error))
+                else:
+                    found.append((_where(sentinel), None))
+            raise _no_primary(service_name, found) from None
+
+
+class _AsyncSentinel(redis.asyncio.sentinel.Sentinel):
+    """redis-py's asyncio Sentinel with a clear error when no sentinel names a primary."""
+
+    async def discover_master(self, service_name: str) -> Any:
+        try:
+            return await super().discover_master(service_name)
+        except redis.sentinel.MasterNotFoundError:
+            found: list[tuple[str, BaseException | None]] = []
+            for sentinel in self.sentinels:
+                try:
+                    await sentinel.ping()
+                except redis.exceptions.RedisError as error:
+                    found.append((_where(sentinel), error))
+                else:
+                    found.append((_where(sentinel), None))
+            raise _no_primary(service_name, found) from None
+
+
+class _SentinelPrimary(redis.Redis):
+    """The primary of a Sentinel service; closing it also closes the sentinel clients."""
+
+    def close(self) -> None:
+        try:
+            super().close()
+            self.connection_pool.disconnect()
+        finally:
+            manager: Any = getattr(self.connection_pool, "sentinel_manager", None)
+            for sentinel in manager.sentinels if manager is not None else ():
+                sentinel.close()
+
+
+class _AsyncSentinelPrimary(redis.asyncio.Redis):
+    """The asyncio primary of a Sentinel service; `aclose` closes the sentinel clients too."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        try:
+            await super().aclose(close_connection_pool)
+            await self.connection_pool.disconnect()
+        finally:
+            manager: Any = getattr(self.connection_pool, "sentinel_manager", None)
+            for sentinel in manager.sentinels if manager is not None else ():
+                await sentinel.aclose()
+
+
+_SYNC = _Driver(
+    redis.Redis,
+    redis.cluster.RedisCluster,
+    redis.cluster.ClusterNode,
+    _Sentinel,
+    _SentinelPrimary,
+    redis.connection.parse_url,
+    redis.connection.Connection,
+    redis.connection.SSLConnection,
+    False,
+)
+_ASYNC = _Driver(
+    redis.asyncio.Redis,
+    redis.asyncio.cluster.RedisCluster,
+    redis.asyncio.cluster.ClusterNode,
+    _AsyncSentinel,
+    _AsyncSentinelPrimary,
+    redis.asyncio.connection.parse_url,
+    redis.asyncio.connection.Connection,
+    redis.asyncio.connection.SSLConnection,
+    True,
+)
 
 
 def open_client(url: str, **kwargs: Any) -> Any:
     """A synchronous redis-py client for `url`; only a cluster client connects at once (to
-    learn the slot map), so only it can raise a `PresenceError` here."""
-    return _open(url, kwargs, redis.Redis, redis.cluster.RedisCluster)
+    learn the slot map), so only it can raise a `PresenceError` other than
+    `PresenceConfigError` here."""
+    return _open(url, kwargs, _SYNC)
 
 
 def open_async_client(url: str, **kwargs: Any) -> Any:
     """An asyncio redis-py client for `url` (no connection is made until first use)."""
-    return _open(url, kwargs, redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)
+    return _open(url, kwargs, _ASYNC)
+
+
+def _open(url: str, kwargs: dict[str, Any], driver: _Driver) -> Any:
+    parsed = parse_url(url)
+    _check_kwargs(kwargs)
+    _check_tls_files(parsed, kwargs)
+    kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT_S)
+    kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT_S)
+    try:
+        if parsed.topology == "cluster":
+            return _open_cluster(parsed, kwargs, driver)
+        if parsed.topology == "sentinel":
+            return _open_sentinel(parsed, kwargs, driver)
+        return _open_standalone(parsed, kwargs, driver)
+    except PresenceConfigError:
+        raise
+    except DRIVER_ERRORS as exc:  # a sync cluster client connects at once to map the slots
+        error = translate(exc)
+        if type(error) is PresenceError:  # not unreachable, refused, ...: the URL is wrong
+            raise parsed.fail(str(exc) or type(exc).__name__) from None
+        raise error from exc
+    except Exception as exc:  # redis-py refused an option or a value: never let it escape
+        raise parsed.fail(str(exc) or type(exc).__name__) from None
+
+
+def _open_standalone(parsed: RedisUrl, kwargs: dict[str, Any], driver: _Driver) -> Any:
+    if parsed.db != 0:
+        kwargs.setdefault("redis_connect_func", _db_guard(parsed, driver.asynchronous))
+    plain = parsed.scheme + parsed.url[len(parsed.scheme) :]  # redis-py wants it lower case
+    client = driver.redis.from_url(plain, **kwargs)
+    pool = client.connection_pool
+    _try_connection(parsed, pool.connection_class, pool.connection_kwargs)
+    return client
+
+
+def _try_connection(
+    parsed: RedisUrl, connection_class: Any, connection_kwargs: Mapping[str, Any]
+) -> None:
+    """Refuse an option the connection does not take (``?ssl_certfle=``, or ``ssl_*`` on a
+    plain ``redis://`` URL) now: redis-py passes unknown query parameters on, and the first
+    command would fail with a bare `TypeError`. Building a connection object connects
+    nothing."""
+    try:
+        connection_class(**connection_kwargs)
+    except TypeError as exc:
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        what = f"option {unknown.group(1)!r}" if unknown else "options"
+        raise parsed.fail(f"a {parsed.scheme}:// URL takes no {what}") from None
+
+
+def _url_connection(parsed: RedisUrl, driver: _Driver, path: str = "") -> dict[str, Any]:
+    """The connection options redis-py reads from the URL (credentials, database, query),
+    checked against the connection class, without host and port."""
+    options = dict(driver.parse_url(parsed.node_url(parsed.nodes[0], path, skip=SENTINEL_OPTIONS)))
+    connection_class = options.pop("connection_class", None) or driver.connection
+    options.pop("host", None)
+    options.pop("port", None)
+    _try_connection(parsed, connection_class, options)
+    if connection_class is driver.ssl_connection:
+        options["ssl"] = True
+    return options
+
+
+def _open_cluster(parsed: RedisUrl, kwargs: dict[str, Any], driver: _Driver) -> Any:
+    _url_connection(parsed, driver)  # checks the query's options
+    first, *others = parsed.nodes
+    startup = [driver.cluster_node(host, port) for host, port in others]
+    return driver.cluster.from_url(parsed.node_url(first), startup_nodes=startup, **kwargs)
+
+
+def _open_sentinel(parsed: RedisUrl, kwargs: dict[str, Any], driver: _Driver) -> Any:
+    data = {name: value for name, value in kwargs.items() if name not in SENTINEL_OPTIONS}
+    data.update(_url_connection(parsed, driver, f"/{parsed.db}"))  # the URL wins
+    if parsed.db != 0:
+        data.setdefault("redis_connect_func", _db_guard(parsed, driver.asynchronous))
+    query = dict(parsed.options)
+    shared = ("socket_connect_timeout", "socket_timeout", "ssl", *TLS_FILE_OPTIONS)
+    to_sentinels = {name: data[name] for name in shared if name in data}
+    # Each sentinel is asked once per lookup: the next sentinel is the retry, and redis-py's
+    # retries of the data connection repeat the lookup.
+    to_sentinels["retry"] = Retry(NoBackoff(), 0)
+    for option in SENTINEL_OPTIONS:
+        value = query.get(option, kwargs.get(option))
+        if value is not None:
+            to_sentinels[option.removeprefix("sentinel_")] = value
+    sentinel = driver.sentinel(list(parsed.nodes), sentinel_kwargs=to_sentinels)
+    assert parsed.service_name is not None  # parse_url refuses a Sentinel URL without one
+    return sentinel.master_for(parsed.service_name, redis_class=driver.sentinel_primary, **data)
+
+
+def _db_guard(parsed: RedisUrl, asynchronous: bool) -> Callable[[Any], Any]:
+    """A ``redis_connect_func`` that turns the server's refusal of the URL's database
+    (``SELECT``: ``DB index is out of range``) into a `PresenceConfigError` naming the URL,
+    after closing the half-set-up connection so that it is never used on database 0."""
+
+    def refused(exc: ResponseError) -> PresenceConfigError:
+        return parsed.fail(f"the server has no database {parsed.db} ({exc})")
+
+    def on_connect(connection: Any) -> None:
+        try:
+            connection.on_connect()
+        except ResponseError as exc:
+            if "DB index" not in str(exc):
+                raise
+            connection.disconnect()
+            raise refused(exc) from None
+
+    async def on_connect_async(connection: Any) -> None:
+        try:
+            await connection.on_connect()
+        except ResponseError as exc:
+            if "DB index" not in str(exc):
+                raise
+            await connection.disconnect()
+            raise refused(exc) from None
+
+    return on_connect_async if asynchronous else on_connect

@@ -18,6 +18,7 @@ from redis_presence import (
     ConsumerPresenceRegistry,
     RedisPresenceRegistry,
 )
+from redis_presence.plans import Limits
 from redis_presence.protocol import PresenceRegistry
 
 BACKENDS = [
@@ -27,8 +28,25 @@ BACKENDS = [
     pytest.param("cluster", id="cluster", marks=pytest.mark.redis_server),
     pytest.param("async", id="async", marks=pytest.mark.redis_server),
     pytest.param("async-cluster", id="async-cluster", marks=pytest.mark.redis_server),
+    # The version matrix: Debian's redis-server above is Redis 7.0; these binaries come
+    # from pinned packages of the `test` extra (see pyproject.toml).
+    pytest.param("redis-8", id="redis-8", marks=pytest.mark.redis_server),
+    pytest.param("valkey-9", id="valkey-9", marks=pytest.mark.redis_server),
 ]
+MATRIX_FIXTURES = {"redis-8": "redis8", "valkey-9": "valkey9"}
+"""Backend -> the prefix of its ``<prefix>_server`` / ``<prefix>_client`` fixtures."""
 REDIS_BACKENDS = [p for p in BACKENDS if p.values[0] != "memory"]
+
+SMALL = Limits(groups=2, consumers=2, rows=2, beats=2)
+"""Bounds so small that every read and prune crosses its page boundaries."""
+SMALL_BACKENDS = [
+    pytest.param("fakeredis-small", id="fakeredis-small"),
+    pytest.param("redis-small", id="redis-small", marks=pytest.mark.redis_server),
+    pytest.param("cluster-small", id="cluster-small", marks=pytest.mark.redis_server),
+]
+"""The same stores, read and pruned through registries with `SMALL` limits; the real
+server's hashes and sorted sets are hash tables and skip lists there, so HSCAN takes
+several steps (`small_redis_server`)."""
 
 
 def make_registry(request: pytest.FixtureRequest, backend: str, prefix: str = "presence") -> Any:
@@ -43,6 +61,13 @@ def make_registry(request: pytest.FixtureRequest, backend: str, prefix: str = "p
 
 
 def _make_registry(request: pytest.FixtureRequest, backend: str, prefix: str) -> Any:
+    if backend.endswith("-small"):
+        fixture = {
+            "fakeredis-small": "fake_client",
+            "redis-small": "small_redis_client",
+            "cluster-small": "cluster_client",
+        }[backend]
+        return RedisPresenceRegistry(request.getfixturevalue(fixture), prefix=prefix, limits=SMALL)
     if backend == "memory":
         return ConsumerPresenceRegistry()
     if backend == "fakeredis":
@@ -51,6 +76,8 @@ def _make_registry(request: pytest.FixtureRequest, backend: str, prefix: str) ->
         return RedisPresenceRegistry(request.getfixturevalue("redis_client"), prefix=prefix)
     if backend == "cluster":
         return RedisPresenceRegistry(request.getfixturevalue("cluster_client"), prefix=prefix)
+    if backend in MATRIX_FIXTURES:
+        return RedisPresenceRegistry(raw_client(request, backend), prefix=prefix)
     if backend == "async":
         server = request.getfixturevalue("redis_server")
         host, port = server.host, server.port
@@ -72,6 +99,7 @@ def _async(
 
 
 def second_client(request: pytest.FixtureRequest, backend: str) -> Any:
+    backend = backend.removesuffix("-small")
     """Another connection to the same store (a second broker process)."""
     if backend == "fakeredis":
         fake = request.getfixturevalue("fake_client")
@@ -86,17 +114,26 @@ def second_client(request: pytest.FixtureRequest, backend: str) -> Any:
         client = request.getfixturevalue("redis_cluster").client()
         request.addfinalizer(client.close)
         return client
+    if backend in MATRIX_FIXTURES:
+        client = request.getfixturevalue(f"{MATRIX_FIXTURES[backend]}_server").client()
+        request.addfinalizer(client.close)
+        return client
     raise ValueError(f"backend {backend!r} has no second connection")
 
 
 def raw_client(request: pytest.FixtureRequest, backend: str) -> Any:
     """The backend's own Redis client, to inspect stored keys (Redis backends only)."""
+    if backend == "redis-small":
+        return request.getfixturevalue("small_redis_client")
+    backend = backend.removesuffix("-small")
     if backend == "fakeredis":
         return request.getfixturevalue("fake_client")
     if backend in ("redis", "async"):
         return request.getfixturevalue("redis_client")
     if backend in ("cluster", "async-cluster"):
         return request.getfixturevalue("cluster_client")
+    if backend in MATRIX_FIXTURES:
+        return request.getfixturevalue(f"{MATRIX_FIXTURES[backend]}_client")
     raise ValueError(f"backend {backend!r} has no Redis client")
 
 

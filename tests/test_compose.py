@@ -50,7 +50,7 @@ def parse(argv: list[str]) -> click.Command:
 
 
 def test_services_and_redis_persistence(services: dict[str, dict[str, Any]]) -> None:
-    assert set(services) == {"redis", "broker-a", "broker-b", "cli"}
+    assert set(services) == {"redis", "broker-a", "broker-b", "dashboard", "cli"}
     redis_service = services["redis"]
     command = redis_service["command"]
     assert command[0] == "redis-server"
@@ -72,7 +72,12 @@ def test_every_cli_command_exists_and_parses(
         parsed[name] = parse(argv).name
         assert service["depends_on"]["redis"]["condition"] == "service_healthy"
         assert service["environment"]["REDIS_PRESENCE_URL"].startswith("redis://redis:")
-    assert parsed == {"broker-a": "demo-broker", "broker-b": "demo-broker", "cli": "ls"}
+    assert parsed == {
+        "broker-a": "demo-broker",
+        "broker-b": "demo-broker",
+        "dashboard": "serve",
+        "cli": "ls",
+    }
 
 
 def test_brokers_have_distinct_names(services: dict[str, dict[str, Any]]) -> None:
@@ -95,6 +100,15 @@ def test_the_image_copies_what_the_build_needs(services: dict[str, dict[str, Any
     assert {"pyproject.toml", "README.md", "redis_presence", "lua"} <= set(sources)
     for src in sources:
         assert (REPO / src).exists(), src
+
+
+def test_the_dashboard_is_published_on_loopback_and_checked(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    dashboard = services["dashboard"]
+    assert dashboard["ports"] == ["127.0.0.1:8321:8321"]
+    assert "/healthz" in " ".join(dashboard["healthcheck"]["test"])
+    assert '".[web]"' in dashboard["build"]["dockerfile_inline"]
 
 
 def test_the_commands_in_the_file_comments_exist() -> None:

@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 import pytest
-from backends import BACKENDS, make_registry
+from backends import BACKENDS, SMALL_BACKENDS, make_registry
 
 from redis_presence import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
 
@@ -18,7 +18,7 @@ TTL = 30_000
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=BACKENDS + SMALL_BACKENDS)
 def registry(request: pytest.FixtureRequest) -> Any:
     return make_registry(request, request.param)
 

@@ -40,7 +40,7 @@ from redis_presence import (
 from redis_presence.cli.commands.doctor import EXIT_FAILURES, EXIT_WARNINGS
 from redis_presence.deployment import (
     ROLES,
-    TESTED_REDIS_VERSIONS,
+    TESTED_RELEASES,
     Finding,
     Status,
     diagnose,
@@ -115,7 +115,7 @@ def test_a_healthy_deployment_has_nothing_wrong(healthy: RedisServer) -> None:
         found["persistence"].summary == "AOF is on (appendfsync everysec): a restart keeps presence"
     )
     assert "noeviction" in found["memory-policy"].summary
-    assert found["version"].summary.startswith("Redis 7.")
+    assert found["version"].summary.startswith("Redis 7.0.")
     assert "(ACL DRYRUN)" in found["acl-broker"].summary  # the default user may dry-run
     assert found["latency"].summary.startswith("5 round trips (PING): median ")
 
@@ -265,17 +265,37 @@ def test_checks_a_user_may_not_run_are_skipped_not_failed(healthy: RedisServer) 
 # -- version ------------------------------------------------------------------------------
 
 
-def test_version_against_the_tested_releases() -> None:
-    """The running server is a tested release (above); older and newer ones, which this
-    machine cannot start, through the same function."""
-    assert TESTED_REDIS_VERSIONS == ("7.0",)
+@pytest.mark.parametrize(
+    ("fixture", "words"),
+    [
+        ("redis_server", "Redis 7.0."),
+        ("redis8_server", "Redis 8.2."),
+        ("valkey9_server", "Valkey 9.1."),
+    ],
+    ids=["redis-7", "redis-8", "valkey-9"],
+)
+def test_each_tested_release_is_ok(
+    request: pytest.FixtureRequest, fixture: str, words: str
+) -> None:
+    """doctor on each server of the version matrix (README: Tested versions)."""
+    server: RedisServer = request.getfixturevalue(fixture)
+    finding = findings_of(server)["version"]
+    assert finding.status is Status.OK, finding
+    assert finding.summary.startswith(words)
+
+
+def test_releases_the_machine_cannot_start() -> None:
+    """Older, newer and other servers, through the same function."""
+    assert TESTED_RELEASES == {"redis": ("7.0", "8.2"), "valkey": ("9.1",)}
     assert version_finding("7.0.15").status is Status.OK
     assert version_finding("7.2.4").status is Status.NOTE
-    assert "newer than the tested" in version_finding("8.0.1").summary
+    assert "is not a tested release (tested: Redis 7.0, 8.2)" in version_finding("8.0.1").summary
+    assert version_finding("8.4.0").status is Status.NOTE
     assert version_finding("6.2.14").status is Status.WARN
     assert version_finding("5.0.7").status is Status.FAIL
-    assert version_finding("7.2.4", "valkey").summary.startswith("valkey 7.2.4")
-    assert version_finding("7.0.15", "valkey").status is Status.NOTE
+    assert version_finding("9.1.2", "valkey").summary == "Valkey 9.1.2 (tested: Valkey 9.1)"
+    assert version_finding("8.1.1", "valkey").status is Status.WARN
+    assert version_finding("7.4.0", "dragonfly").status is Status.NOTE
     assert version_finding(None).status is Status.SKIP
 
 

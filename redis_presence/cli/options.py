@@ -42,7 +42,7 @@ def global_options() -> list[click.Option]:
             show_default=True,
             metavar="URL",
             help="Redis URL: redis://, rediss:// (TLS), unix://, or redis+cluster:// and "
-            "rediss+cluster:// for a Redis Cluster; user and password as in redis-py. "
+            "rediss+cluster:// (Cluster), redis+sentinel://h1,h2/service (Sentinel). "
             "Env: REDIS_PRESENCE_URL, then REDIS_URL.",
         ),
         click.Option(

@@ -22,6 +22,9 @@ COMMANDS: tuple[str, ...] = (
     "demo",
     "demo_broker",
     "migrate",
+    "streams",
+    "serve",
+    "check",
     "doctor",
 )
 """Module names under `redis_presence.cli.commands`, each defining `command`."""

@@ -1,0 +1,323 @@
+"""Case 8: what each integration costs on its read or task path, against the same path
+without presence, in the same run.
+
+- **Streams:** a consumer loop's read with `StreamReader` (the heartbeat and the
+  ``XREADGROUP`` in one pipeline) against a bare ``XREADGROUP``: an idle poll of an empty
+  stream, and a read of 10 entries with their ``XACK``. Target: at most 1.05x.
+- **Celery** and **Dramatiq:** task throughput of a real worker process with presence
+  installed against one without, both on this run's redis-server as broker, rounds
+  interleaved. Target: at most 1.02x (time with / time without).
+
+The worker processes run the test suite's apps (``tests/integrations/apps``, configured
+from the environment), so this case needs a source checkout and the frameworks (the
+``test`` extra); without them it is skipped with the reason. Every process it starts is
+stopped at the end, also on errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from redis_presence import RedisPresenceRegistry
+from redis_presence.integrations.streams import StreamReader
+
+from .server import BenchServer
+from .stats import CaseResult, Check, Measure, interleaved, server_usec
+
+ROOT = Path(__file__).resolve().parent.parent
+APPS = ROOT / "tests" / "integrations" / "apps"
+STREAM_TARGET = 1.05
+BEAT_INTERVAL_MS = 1_000
+"""The coalescing reader's beat interval (a thirtieth of the default TTL)."""
+TASK_TARGET = 1.02
+PRESENCE_DB, BROKER_DB = 0, 1
+START_TIMEOUT_S = 60.0
+
+
+def case_integrations(server: BenchServer, sizes: Any) -> CaseResult:
+    """Streams reads with and without presence; Celery and Dramatiq task throughput with
+    and without presence."""
+    result = CaseResult("integrations", "8. integrations: read and task paths with presence")
+    missing = [m for m in ("celery", "dramatiq") if importlib.util.find_spec(m) is None]
+    if missing or not APPS.is_dir():
+        result.skipped = f"needs {', '.join(missing) or APPS} (pip install -e '.[test]')"
+        return result
+    client = server.client()
+    try:
+        client.flushall()
+        _streams(result, client, calls=sizes.latency_calls)
+        # The run's sizes have no field of this case's own: scale with the latency case's.
+        quick = sizes.latency_calls < 5_000
+        tasks, rounds = (200, 3) if quick else (500, 10)
+        _tasks(result, server, tasks=tasks, rounds=rounds)
+    finally:
+        client.flushall()
+        client.close()
+    return result
+
+
+# -- Streams -----------------------------------------------------------------------------
+
+
+def _streams(result: CaseResult, client: redis.Redis, *, calls: int) -> None:
+    group, batch, warm = "bench", 10, max(10, calls // 10)
+    registry = RedisPresenceRegistry(client, prefix="bench")
+    readers = {
+        "every read beats": 0,
+        f"beat_interval_ms={BEAT_INTERVAL_MS:,}": BEAT_INTERVAL_MS,
+    }
+    streams = ["idle", "busy", *(f"idle {r}" for r in readers), *(f"busy {r}" for r in readers)]
+    for stream in streams:
+        client.xgroup_create(stream, group, id="0", mkstream=True)
+        if stream.startswith("busy"):  # entries for every timed read
+            pipe = client.pipeline(transaction=False)
+            for i in range(batch * (calls + warm)):
+                pipe.xadd(stream, {"n": i})
+            pipe.execute()
+
+    def plain(stream: str) -> Callable[[], object]:
+        def read() -> object:
+            reply: Any = client.xreadgroup(group, "c", {stream: ">"}, count=batch)
+            if reply:
+                client.xack(stream, group, *[entry for entry, _ in reply[0][1]])
+            return reply
+
+        return read
+
+    def with_presence(stream: str, interval_ms: int) -> Callable[[], object]:
+        reader = StreamReader(
+            registry, stream, group, "c", block_ms=0, beat_interval_ms=interval_ms
+        )
+
+        def read() -> object:
+            entries = reader.read(count=batch)
+            if entries:
+                reader.ack(*[entry for entry, _ in entries])
+            return entries
+
+        return read
+
+    variants: dict[str, Callable[[], object]] = {}
+    for kind, what in (("idle", "idle poll"), ("busy", "10 entries + XACK")):
+        variants[f"streams, {what}: XREADGROUP"] = plain(kind)
+        for name, interval_ms in readers.items():
+            variants[f"streams, {what}: StreamReader, {name}"] = with_presence(
+                f"{kind} {name}", interval_ms
+            )
+    interleaved(variants, warm)  # warm-up (loads the script)
+    usec: dict[str, float] = {}
+    with server_usec(client, usec):
+        samples = interleaved(variants, calls)
+    for name, values in samples.items():
+        result.measures.append(Measure(name, "us", values, "read"))
+    for what in ("idle poll", "10 entries + XACK"):
+        base = f"streams, {what}: XREADGROUP"
+        for name in readers:
+            variant = f"streams, {what}: StreamReader, {name}"
+            result.checks.append(
+                Check(
+                    f"streams {what}, {name}: with / without presence",
+                    result.measure(variant).median / result.measure(base).median,
+                    "<=",
+                    STREAM_TARGET,
+                    f"{variant} median / {base} median",
+                )
+            )
+    result.facts["streams server usec per call"] = {
+        name: round(value, 2) for name, value in sorted(usec.items())
+    }
+
+
+# -- Celery and Dramatiq -----------------------------------------------------------------
+
+
+def _tasks(result: CaseResult, server: BenchServer, *, tasks: int, rounds: int) -> None:
+    broker_url = f"redis://127.0.0.1:{server.port}/{BROKER_DB}"
+    presence_url = f"redis://127.0.0.1:{server.port}/{PRESENCE_DB}"
+    control = server.client(db=BROKER_DB)
+    tool = Path(sys.executable).with_name
+    workers = {
+        "celery, plain": (
+            [
+                str(tool("celery")),
+                "-A",
+                "celery_app",
+                "worker",
+                "-Q",
+                "bench-plain",
+                "-n",
+                "plain@bench",
+            ],
+            None,
+        ),
+        "celery, presence": (
+            [
+                str(tool("celery")),
+                "-A",
+                "celery_app",
+                "worker",
+                "-Q",
+                "bench-presence",
+                "-n",
+                "presence@bench",
+            ],
+            presence_url,
+        ),
+        "dramatiq, plain": (
+            [str(tool("dramatiq")), "dramatiq_app", "--queues", "bench-plain"],
+            None,
+        ),
+        "dramatiq, presence": (
+            [str(tool("dramatiq")), "dramatiq_app", "--queues", "bench-presence"],
+            presence_url,
+        ),
+    }
+    options = {
+        "celery": [
+            "--pool",
+            "prefork",
+            "-c",
+            "2",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel=WARNING",
+        ],
+        "dramatiq": ["--processes", "1", "--threads", "2"],
+    }
+    producers = _Producers(broker_url)
+    try:
+        with _processes(workers, options, broker_url) as started:
+            _wait_ready(control, producers, started)
+            samples = _throughput(control, producers, tasks=tasks, rounds=rounds)
+    finally:
+        producers.close()
+        control.close()
+    for name, values in samples.items():
+        result.measures.append(Measure(f"{name}: {tasks} tasks", "ms", values, "round", tasks))
+    for framework in ("celery", "dramatiq"):
+        plain = result.measure(f"{framework}, plain: {tasks} tasks").median
+        with_presence = result.measure(f"{framework}, presence: {tasks} tasks").median
+        result.checks.append(
+            Check(
+                f"{framework} task throughput: time with / without presence",
+                with_presence / plain,
+                "<=",
+                TASK_TARGET,
+                f"median time for {tasks} tasks, with / without presence",
+            )
+        )
+    result.facts["task rounds"] = {"rounds": rounds, "tasks per round": tasks}
+
+
+@contextlib.contextmanager
+def _processes(
+    workers: dict[str, tuple[list[str], str | None]],
+    options: dict[str, list[str]],
+    broker_url: str,
+) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    started: dict[str, subprocess.Popen[bytes]] = {}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(APPS), str(ROOT)])}
+    env.update(RP_BROKER_URL=broker_url, RP_PREFIX="bench")
+    env.pop("RP_PRESENCE_URL", None)
+    try:
+        for name, (argv, presence_url) in workers.items():
+            framework = name.split(",")[0]
+            extra = {"RP_PRESENCE_URL": presence_url} if presence_url else {}
+            started[name] = subprocess.Popen(
+                [*argv, *options[framework]],
+                cwd=APPS,
+                env={**env, **extra, "RP_INTERVAL_MS": "5000"},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        yield started
+    finally:
+        for proc in started.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def _wait_ready(
+    control: redis.Redis, producers: _Producers, started: dict[str, subprocess.Popen[bytes]]
+) -> None:
+    """Until each worker ran one task (it is up and consuming)."""
+    for name, proc in started.items():
+        key = f"bench:ready:{uuid.uuid4().hex}"
+        producers.send(name, key, 1)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while int(control.get(key) or 0) < 1:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"benchmark worker {name!r} did not start")
+            time.sleep(0.01)
+
+
+def _throughput(
+    control: redis.Redis, producers: _Producers, *, tasks: int, rounds: int
+) -> dict[str, list[float]]:
+    """Per round and worker: ms from the first task sent until `tasks` ran, in turn."""
+    names = ["celery, plain", "celery, presence", "dramatiq, plain", "dramatiq, presence"]
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = names if r % 2 == 0 else [*reversed(names)]
+        for name in order:
+            key = f"bench:done:{uuid.uuid4().hex}"
+            started = time.perf_counter()
+            producers.send(name, key, tasks)
+            while int(control.get(key) or 0) < tasks:
+                time.sleep(0.002)
+            samples[name].append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+class _Producers:
+    """Enqueue the counting task for one benchmark worker (producers opened on first use)."""
+
+    def __init__(self, broker_url: str) -> None:
+        self.broker_url = broker_url
+        self._celery: Any = None
+        self._dramatiq: Any = None
+
+    def send(self, name: str, key: str, tasks: int) -> None:
+        """`tasks` runs of the task that counts in `key`, for the worker `name`."""
+        framework, variant = name.split(", ")
+        queue = f"bench-{variant}"
+        if framework == "celery":
+            if self._celery is None:
+                from celery import Celery
+
+                self._celery = Celery("bench", broker=self.broker_url)
+            for _ in range(tasks):
+                self._celery.send_task("celery_app.tick", args=[key], queue=queue)
+            return
+        import dramatiq
+        from dramatiq.brokers.redis import RedisBroker
+
+        if self._dramatiq is None:
+            self._dramatiq = RedisBroker(url=self.broker_url)  # type: ignore[no-untyped-call]
+        actor = f"tick_{queue.replace('-', '_')}"
+        for _ in range(tasks):
+            message: dramatiq.Message[None] = dramatiq.Message(
+                queue_name=queue, actor_name=actor, args=(key,), kwargs={}, options={}
+            )
+            self._dramatiq.enqueue(message)
+
+    def close(self) -> None:
+        if self._celery is not None:
+            self._celery.close()
+        if self._dramatiq is not None:
+            self._dramatiq.close()

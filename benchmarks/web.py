@@ -1,0 +1,157 @@
+"""The web service: a `/metrics` scrape and dashboard pages at fleet scale (issue 13).
+
+The app runs in process behind httpx's ASGI transport (no sockets: what is measured is the
+service and its reads of Redis), on an asyncio registry against the run's redis-server.
+The baseline is one `count_active_by_group()` over the same groups, in the same loop; the
+target is a scrape costing at most 1.2 of it without reading a single consumer. For each
+variant the longest single server command is read from `INFO latencystats` (p100), which
+counts a whole `EXEC` or script call as one command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
+
+try:  # the web extra (and httpx, from the test extra)
+    import httpx
+
+    from redis_presence.web import WebConfig, create_app
+except ImportError as exc:  # pragma: no cover - reported as a skipped case
+    MISSING: str | None = f"the web service's packages are not installed ({exc})"
+else:
+    MISSING = None
+
+from .fleet import NOW_NS, TTL_MS, Beat, write_fleet
+from .server import HOST, BenchServer
+from .stats import CaseResult, Check, Measure
+
+PREFIX = "bench-web"
+WEB_GROUPS = 1_000
+
+
+def web_fleet(n: int) -> list[Beat]:
+    """`n` consumers over 1,000 groups (100 queues of 10 groups)."""
+    return [
+        (f"queue-{g // 10:03d}", f"group-{g % 10}", f"broker-{i % 7:02d}.worker-{i:07d}", i % 5)
+        for i in range(n)
+        for g in [i % WEB_GROUPS]
+    ]
+
+
+def _longest_usec(client: Any) -> tuple[str, float]:
+    """The command with the longest single call since the last `CONFIG RESETSTAT`."""
+    stats: dict[str, Any] = client.info("latencystats")
+    longest = ("none", 0.0)
+    for name, values in stats.items():
+        command = name.removeprefix("latency_percentiles_usec_")
+        if command.split("|")[0] in ("info", "config"):  # the probe's own commands
+            continue
+        p100 = float(values.get("p100", 0.0))
+        if p100 > longest[1]:
+            longest = (command, p100)
+    return longest
+
+
+async def _measure(
+    variants: dict[str, Callable[[], Awaitable[object]]], rounds: int
+) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, call in variants.items():
+            started = time.perf_counter()
+            await call()
+            samples[name].append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+async def _run(server: BenchServer, n: int, rounds: int, result: CaseResult) -> None:
+    url = f"redis://{HOST}:{server.port}/0"
+    plain = create_app(WebConfig(url=url, prefix=PREFIX, ttl_ms=TTL_MS, read_cache_s=0))
+    detailed = create_app(
+        WebConfig(url=url, prefix=PREFIX, ttl_ms=TTL_MS, read_cache_s=0, per_consumer_metrics=True)
+    )
+    registry = AsyncRedisPresenceRegistry.from_url(url, prefix=PREFIX)
+    probe = server.client()
+    async with (
+        plain.router.lifespan_context(plain),
+        detailed.router.lifespan_context(detailed),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=plain), base_url="http://web") as web,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=detailed), base_url="http://web"
+        ) as web_detailed,
+    ):
+
+        async def get(client: httpx.AsyncClient, path: str) -> None:
+            response = await client.get(path)
+            if response.status_code != 200:
+                raise AssertionError(f"{path}: {response.status_code} {response.text[:200]}")
+
+        variants: dict[str, Callable[[], Awaitable[object]]] = {
+            "GET /metrics": lambda: get(web, "/metrics"),
+            "baseline: count_active_by_group()": lambda: registry.count_active_by_group(
+                ttl_ms=TTL_MS
+            ),
+            "GET /metrics --per-consumer-metrics": lambda: get(web_detailed, "/metrics"),
+            "GET / (groups page)": lambda: get(web, "/"),
+            "GET /group (a group page, 50 consumers)": lambda: get(
+                web, "/group?queue=queue-042&group=group-7"
+            ),
+            "GET /api/v1/consumers?limit=100": lambda: get(web, "/api/v1/consumers?limit=100"),
+            "diag: snapshot() (what consumer pages read today)": lambda: registry.snapshot(
+                ttl_ms=TTL_MS
+            ),
+        }
+        await _measure(variants, 2)  # warm-up: scripts loaded, connections open
+        longest: dict[str, str] = {}
+        for name, call in variants.items():
+            probe.config_resetstat()
+            await call()
+            command, usec = _longest_usec(probe)
+            longest[name] = f"{command} {usec / 1000:.2f} ms"
+        samples = await _measure(variants, rounds)
+        await registry.aclose()
+    probe.close()
+    for name, values in samples.items():
+        result.measures.append(Measure(f"{name} @ {n:,}", "ms", values, "request", n))
+    scrape = result.measure(f"GET /metrics @ {n:,}").median
+    counts = result.measure(f"baseline: count_active_by_group() @ {n:,}").median
+    result.checks.append(
+        Check(
+            f"/metrics scrape / count_active_by_group() @ {n:,}, {WEB_GROUPS:,} groups",
+            scrape / counts,
+            "<=",
+            1.2,
+            "scrape median / one count_active_by_group() median (same groups, same loop)",
+        )
+    )
+    result.facts["longest server command during one call"] = longest
+    result.facts["what a scrape reads"] = (
+        "three count_active_by_group() calls at one TIME (active at TTL, active at 2 TTL, "
+        "every tracked consumer at now_ns=0), sent concurrently; no consumer is read "
+        "(registry.groups() of issue 14 makes it one call)"
+    )
+
+
+def case_web(server: BenchServer, sizes: Any) -> CaseResult:
+    """One `/metrics` scrape and dashboard pages at the largest snapshot size, 1,000 groups."""
+    n = max(sizes.snapshot_sizes)
+    rounds = max(5, sizes.count_rounds // 10)
+    result = CaseResult("web", f"8. web service: /metrics and pages @ {n:,} consumers")
+    if MISSING is not None:
+        result.skipped = MISSING
+        return result
+    client = server.client()
+    try:
+        client.flushall()
+        client.config_set("latency-tracking-info-percentiles", "50 99 100")
+        write_fleet(RedisPresenceRegistry(client, prefix=PREFIX), web_fleet(n), NOW_NS)
+        asyncio.run(_run(server, n, rounds, result))
+    finally:
+        client.flushall()
+        client.close()
+    return result

@@ -1,0 +1,129 @@
+"""`redis-presence serve`: the dashboard, JSON API and Prometheus metrics over HTTP."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import click
+
+from ..app import App, pass_app
+from ..errors import CliError
+
+DEFAULT_PORT = 8321
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names only this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@click.command("serve", short_help="Dashboard, JSON API and Prometheus metrics over HTTP.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="REDIS_PRESENCE_HOST",
+    help="Address to listen on (loopback by default). Env: REDIS_PRESENCE_HOST.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+    envvar="REDIS_PRESENCE_PORT",
+    help="TCP port (0 picks a free one and prints it). Env: REDIS_PRESENCE_PORT.",
+)
+@click.option(
+    "--auth-token",
+    envvar="REDIS_PRESENCE_AUTH_TOKEN",
+    metavar="TOKEN",
+    help="Require this token on every route but /healthz: 'Authorization: Bearer TOKEN', or "
+    "as the HTTP Basic password in a browser. Prefer the environment: "
+    "REDIS_PRESENCE_AUTH_TOKEN.",
+)
+@click.option(
+    "--per-consumer-metrics",
+    is_flag=True,
+    envvar="REDIS_PRESENCE_PER_CONSUMER_METRICS",
+    help="Also export one series per consumer (reads every consumer at each scrape; names "
+    "are unbounded). Env: REDIS_PRESENCE_PER_CONSUMER_METRICS=1.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+    default="info",
+    show_default=True,
+    help="Log level of the service and its access log.",
+)
+@click.option("--read-cache-ms", type=click.IntRange(0, 60_000), default=500, hidden=True)
+@click.option("--live-interval-ms", type=click.IntRange(50, 60_000), default=500, hidden=True)
+@pass_app
+def command(
+    app: App,
+    host: str,
+    port: int,
+    auth_token: str | None,
+    per_consumer_metrics: bool,
+    log_level: str,
+    read_cache_ms: int,
+    live_interval_ms: int,
+) -> None:
+    """Serve the dashboard (/), the JSON API (/api/v1/), Prometheus metrics (/metrics) and
+    health probes (/healthz, /readyz). Read-only: nothing it serves writes to Redis.
+
+    The service starts and answers while Redis is down (/readyz says 503) and recovers by
+    itself when Redis returns.
+
+    \b
+    Examples:
+      redis-presence serve
+      REDIS_PRESENCE_AUTH_TOKEN=s3cret redis-presence serve --host 0.0.0.0
+      redis-presence --url redis://replica.internal:6379/0 --read-only serve --port 9000
+    """
+    from redis_presence.urls import redact
+
+    try:  # the web extra is optional: import it only when serving
+        from redis_presence.web.app import WebConfig
+        from redis_presence.web.server import bind, run, url_of
+    except ImportError as exc:
+        raise CliError(
+            "redis-presence serve needs the web extra: pip install 'redis-presence[web]' "
+            f"(missing: {exc.name})"
+        ) from None
+    config = WebConfig(
+        url=app.url,
+        prefix=app.prefix,
+        ttl_ms=app.ttl_ms,
+        read_only=app.read_only,
+        auth_token=auth_token or None,
+        per_consumer_metrics=per_consumer_metrics,
+        now_ns=app.now_ns,
+        read_cache_s=read_cache_ms / 1000,
+        live_interval_s=live_interval_ms / 1000,
+    )
+    config.open_registry()  # a malformed URL or option fails here, before anything listens
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    if not auth_token and not is_loopback(host):
+        click.echo(
+            f"warning: listening on {host} without --auth-token: anyone who can reach this "
+            "address sees every queue, group and consumer name",
+            err=True,
+        )
+    click.echo(
+        f"redis-presence serve: serving {url_of(sock)} (Redis {redact(app.url)}, prefix "
+        f"{app.prefix!r}, TTL {app.ttl_ms} ms, "
+        f"{'auth token required' if auth_token else 'no auth token'})",
+        err=True,
+    )
+    try:
+        run(config, sock, log_level=log_level)
+    finally:
+        sock.close()

@@ -1,0 +1,20 @@
+"""Presence where consumers run: one module per framework, each behind its own extra.
+
+- `redis_presence.integrations.streams`: Redis Streams consumer groups (no extra needed):
+  `StreamReader` beats on every ``XREADGROUP`` in the same round trip, and
+  `reap_stream_consumers` moves a dead consumer's pending entries to a live one and only
+  then removes it.
+- `redis_presence.integrations.celery` (``pip install 'redis-presence[celery]'``):
+  ``install(app, url=...)`` makes every Celery worker report itself.
+- `redis_presence.integrations.dramatiq` (``redis-presence[dramatiq]``): the
+  ``PresenceMiddleware`` of a Dramatiq broker.
+- `redis_presence.integrations.faststream` (``redis-presence[faststream]``): the
+  ``PresenceMiddleware`` of a FastStream broker, with ``presence.install(app)``.
+
+Importing this package imports no framework; each module imports its framework only
+when it is itself imported.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,81 @@
+"""What every framework integration shares: settings, consumer names and their checks.
+
+No framework is imported here. Settings are checked when an integration is configured
+(where the application is defined), so a bad URL or interval fails at import time in
+every process, not later in a worker; no connection is opened until a worker starts.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+from redis_presence.aio import AsyncRedisPresenceRegistry
+from redis_presence.redis import RedisPresenceRegistry
+from redis_presence.reporter import (
+    DEFAULT_REPORT_INTERVAL_MS,
+    MAX_REPORT_INTERVAL_MS,
+    AsyncPresenceReporter,
+    PresenceReporter,
+)
+from redis_presence.urls import open_async_client
+from redis_presence.validation import check_name, check_prefix
+
+__all__ = ["Settings", "host_pid"]
+
+
+def host_pid() -> str:
+    """``host:pid`` of this process: unique among live processes, and it tells an operator
+    where to look (the naming scheme the README recommends)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _check_interval_ms(value: object) -> int:
+    if value is None:
+        return DEFAULT_REPORT_INTERVAL_MS
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"interval_ms must be an int or None, got {type(value).__name__}")
+    if not 0 < value <= MAX_REPORT_INTERVAL_MS:
+        raise ValueError(f"interval_ms must be in [1, {MAX_REPORT_INTERVAL_MS}], got {value}")
+    return value
+
+
+def _check_url(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"url must be a str, got {type(value).__name__}")
+    # Building an asyncio client checks the URL and its options, and connects nothing, not
+    # even for a cluster (a sync cluster client would map the slots at once).
+    open_async_client(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Checked integration settings: where to write, under which prefix, how often."""
+
+    url: str
+    prefix: str
+    group: str | None
+    interval_ms: int
+
+    @classmethod
+    def checked(cls, url: object, prefix: object, group: object, interval_ms: object) -> Settings:
+        """Validate the arguments every integration takes; errors name the argument."""
+        return cls(
+            url=_check_url(url),
+            prefix=check_prefix(prefix),
+            group=None if group is None else check_name("group", group),
+            interval_ms=_check_interval_ms(interval_ms),
+        )
+
+    def reporter(self) -> PresenceReporter:
+        """A thread-driven reporter on a new client; closing it deregisters every consumer
+        it reported."""
+        registry = RedisPresenceRegistry.from_url(self.url, prefix=self.prefix)
+        return PresenceReporter(registry, self.interval_ms, deregister_on_close=True)
+
+    def async_reporter(self) -> AsyncPresenceReporter:
+        """`reporter` for asyncio applications (create it inside the running loop)."""
+        registry = AsyncRedisPresenceRegistry.from_url(self.url, prefix=self.prefix)
+        return AsyncPresenceReporter(registry, self.interval_ms, deregister_on_close=True)

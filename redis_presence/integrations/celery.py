@@ -1,0 +1,189 @@
+"""Celery: ``install(app, url=...)`` makes every worker of the app report its presence.
+
+Call it once where the app is defined (the module every worker imports)::
+
+    app = Celery("billing", broker="redis://broker:6379/0")
+    redis_presence.integrations.celery.install(app, url="redis://presence:6379/0")
+
+Every worker then keeps one row per queue it consumes: ``queue`` is the Celery queue,
+``group`` the app's main name (``"billing"``; ``"celery"`` for an app without one),
+``consumer`` the worker's node name (``celery@host``, or what ``-n`` says) and
+``lease_count`` the tasks it holds and has not finished (prefetched, running, or waiting
+for their ETA). A consumer bootstep drives a `PresenceReporter` from the worker's own
+timer (and from its event heartbeat, ``heartbeat_sent``, when events are on), so the
+beats stop when the worker's loop stops. Queues added or cancelled at run time
+(``celery control add_consumer``/``cancel_consumer``) gain or lose their row at the next
+beat. A warm shutdown (SIGTERM) deregisters the rows once the running tasks are done; a
+worker that dies goes stale after the TTL and expired after twice the TTL.
+
+Nothing connects to Redis where the app is only imported (producers, web servers): the
+reporter is created when a worker's consumer starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from celery import Celery, bootsteps
+from celery.signals import heartbeat_sent
+from celery.worker import state as worker_state
+
+from redis_presence.reporter import PresenceReporter
+
+from ._common import Settings
+
+__all__ = ["DEFAULT_GROUP", "PresenceStep", "install"]
+
+DEFAULT_GROUP = "celery"
+"""The group of an app without a main name (``Celery()`` with no name)."""
+
+logger = logging.getLogger("redis_presence.integrations.celery")
+
+
+def install(
+    app: Celery,
+    *,
+    url: str,
+    prefix: str = "presence",
+    group: str | None = None,
+    interval_ms: int | None = None,
+) -> None:
+    """Make every worker of `app` report itself to the presence Redis at `url`.
+
+    `group` defaults to the app's main name; `interval_ms` (how often the worker writes)
+    to `DEFAULT_REPORT_INTERVAL_MS` (5,000 ms, a sixth of the default TTL). Bad arguments
+    raise `TypeError` / `ValueError` here, where the app is defined. Installing twice on
+    one app raises `ValueError`.
+    """
+    if not isinstance(app, Celery):
+        raise TypeError(f"app must be a celery.Celery, got {type(app).__name__}")
+    settings = Settings.checked(url, prefix, group, interval_ms)
+    if any(getattr(step, "presence_settings", None) for step in app.steps["consumer"]):
+        raise ValueError("redis-presence is already installed on this Celery app")
+    app.steps["consumer"].add(_step_for(settings))
+
+
+def _step_for(settings: Settings) -> type[PresenceStep]:
+    """A `PresenceStep` subclass that carries `settings` (Celery instantiates steps)."""
+    return type("PresenceStep", (PresenceStep,), {"presence_settings": settings})
+
+
+class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """Consumer bootstep: beats every consumed queue on the worker's timer; deregisters at
+    worker shutdown. Celery creates it once per worker process (in the main process, where
+    the consumer and the reserved-task state live)."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+    presence_settings: Settings | None = None
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        settings = self.presence_settings
+        if settings is None:  # pragma: no cover - only install() adds the step
+            raise RuntimeError("PresenceStep is added by redis_presence...celery.install()")
+        self._settings = settings
+        self._group = settings.group or parent.app.main or DEFAULT_GROUP
+        self._consumer = str(parent.hostname)
+        self._lock = threading.Lock()
+        self._reporter: PresenceReporter | None = None
+        self._timer_entry: Any = None
+        self._parent: Any = None
+        self._queues: tuple[str, ...] = ()
+        # Connected before any step starts: the Heart only sends the signal when it had
+        # receivers at its own start.
+        heartbeat_sent.connect(self._on_heartbeat_sent, weak=False)
+
+    # -- the consumer's life cycle ---------------------------------------------------
+
+    def start(self, parent: Any) -> None:
+        """The consumer started (or restarted after a lost broker connection): beat now and
+        then once per interval from the worker's timer."""
+        with self._lock:
+            if self._reporter is None:
+                self._reporter = self._settings.reporter()
+            self._parent = parent
+        self.beat()
+        interval_s = self._settings.interval_ms / 1000
+        self._timer_entry = parent.timer.call_repeatedly(interval_s, self.beat)
+
+    def stop(self, parent: Any) -> None:
+        """The consumer stopped reading (shutdown, or a lost connection): no more beats."""
+        entry, self._timer_entry = self._timer_entry, None
+        if entry is not None:
+            entry.cancel()
+        with self._lock:
+            self._parent = None
+
+    def shutdown(self, parent: Any) -> None:
+        """The worker is done (after a warm shutdown, once its tasks finished): deregister
+        every row it reported and close the connection."""
+        self.stop(parent)
+        heartbeat_sent.disconnect(self._on_heartbeat_sent)
+        with self._lock:
+            reporter, self._reporter = self._reporter, None
+        if reporter is not None:
+            reporter.close()
+            reporter.registry.close()
+
+    # -- beats ------------------------------------------------------------------------
+
+    def _on_heartbeat_sent(self, sender: Any = None, **kwargs: Any) -> None:
+        self.beat()
+
+    def beat(self) -> None:
+        """One beat per consumed queue with its lease count; queues no longer consumed are
+        deregistered (O(queues + held tasks), no I/O)."""
+        with self._lock:
+            reporter, parent = self._reporter, self._parent
+            if reporter is None or parent is None or parent.task_consumer is None:
+                return
+            queues = tuple(queue.name for queue in parent.task_consumer.queues)
+            leases = _leases_by_queue(_held_requests(), parent.task_consumer.queues)
+            for queue in queues:
+                reporter.beat(queue, self._group, self._consumer, leases.get(queue, 0))
+            for gone in set(self._queues) - set(queues):
+                reporter.deregister(gone, self._group, self._consumer)
+            self._queues = queues
+
+
+def _held_requests() -> list[Any]:
+    """The requests this worker holds and has not finished: reserved (prefetched or
+    running) and scheduled (waiting for an ETA/countdown). Celery may change these sets
+    from a pool thread meanwhile: copy them, trying again if one changed size."""
+    for _ in range(10):
+        try:
+            held = set(worker_state.reserved_requests)
+            held.update(worker_state.scheduled_requests)
+            return list(held)
+        except RuntimeError:  # "Set changed size during iteration"
+            continue
+    return []
+
+
+def _leases_by_queue(requests: Iterable[Any], queues: Sequence[Any]) -> Counter[str]:
+    """Held requests per consumed queue, from each request's delivery info: the queue
+    bound to its exchange and routing key, else the queue named like its routing key,
+    else the only queue consumed. A request no rule places is not counted."""
+    by_binding = {(_exchange_name(q), q.routing_key): q.name for q in queues}
+    names = {q.name for q in queues}
+    only = queues[0].name if len(queues) == 1 else None
+    counts: Counter[str] = Counter()
+    for request in requests:
+        info = request.delivery_info or {}
+        routing_key, exchange = info.get("routing_key"), info.get("exchange")
+        queue = by_binding.get((exchange or "", routing_key))
+        if queue is None and routing_key in names:
+            queue = routing_key
+        queue = queue or only
+        if queue is not None:
+            counts[queue] += 1
+    return counts
+
+
+def _exchange_name(queue: Any) -> str:
+    exchange = getattr(queue, "exchange", None)
+    return str(getattr(exchange, "name", "") or "")

@@ -1,0 +1,719 @@
+"""The Starlette app of `redis-presence serve`: pages, the JSON API, SSE, metrics, health.
+
+Each route reads through `PresenceData` (the only module that talks to the registry) and
+hands rows to a template or to JSON. Nothing here writes to Redis. Errors are JSON under
+`/api/` (and for the probes) and a page elsewhere; never a traceback. Passwords in the
+Redis URL never reach a response or a log line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote, urlencode
+
+import jinja2
+from prometheus_client import exposition
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Match, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from redis_presence import (
+    DEFAULT_PRESENCE_TTL_MS,
+    AsyncRedisPresenceRegistry,
+    ConsumerPresence,
+    PresenceState,
+)
+from redis_presence.cli.render import human_age, iso_utc
+from redis_presence.errors import (
+    PresenceAuthError,
+    PresenceConnectionError,
+    PresenceDataError,
+    PresenceError,
+)
+from redis_presence.urls import redact, scrub
+
+from . import metrics
+from .auth import TokenAuth
+from .data import ChangeFeed, FeedStatus, GroupStats, PresenceData, ResyncRequired
+from .events import WebEvent
+from .pages import (
+    MAX_LIMIT,
+    ConsumerFilter,
+    Cursor,
+    groups_page,
+    parse_limit,
+    parse_states,
+)
+
+log = logging.getLogger("redis_presence.web")
+
+CONNECT_TIMEOUT_S = 2.0
+"""How long a read waits for a TCP connection before Redis counts as unreachable (503)."""
+REPLY_TIMEOUT_S = 10.0
+"""How long a read waits for Redis to answer."""
+PAGE_SIZE = 50
+"""Consumers per dashboard page (the API's `limit` defaults to 100, at most 1,000)."""
+GROUPS_PER_PAGE = 200
+GROUP_API = "/api/v1/groups/"
+SSE_PING_S = 15
+SSE_RETRY_MS = 2000
+
+RegistryFactory = Callable[[], AsyncRedisPresenceRegistry]
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """What `redis-presence serve` runs with (the global options and its own)."""
+
+    url: str = "redis://localhost:6379/0"
+    prefix: str = "presence"
+    ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+    read_only: bool = False
+    auth_token: str | None = None
+    per_consumer_metrics: bool = False
+    now_ns: int | None = None
+    """A fixed clock for every read (tests); None is the Redis server's clock."""
+    read_cache_s: float = 0.5
+    """How long one snapshot serves every page and API request (0: read each time)."""
+    live_interval_s: float = 0.5
+    """How often the live feed reads while a browser or SSE client listens."""
+    access_log: bool = True
+
+    def open_registry(self) -> AsyncRedisPresenceRegistry:
+        """An asyncio registry for `url` (connects on first use, fails fast when down)."""
+        return AsyncRedisPresenceRegistry.from_url(
+            self.url,
+            prefix=self.prefix,
+            read_only=self.read_only,
+            socket_connect_timeout=CONNECT_TIMEOUT_S,
+            socket_timeout=REPLY_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 1),
+        )
+
+
+# -- formatting -------------------------------------------------------------------------
+
+
+def segment(name: str) -> str:
+    """`name` as one percent-encoded URL path segment (``/`` included)."""
+    return quote(name, safe="")
+
+
+def consumer_json(row: ConsumerPresence) -> dict[str, object]:
+    return row.to_dict()
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("redis_presence.web", "templates"),
+        autoescape=True,  # every name is data: rendered as text, never as markup
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["age"] = human_age
+    env.filters["iso"] = iso_utc
+    env.filters["q"] = lambda value: quote(value, safe="")
+    env.filters["thousands"] = lambda value: f"{value:,}"
+    return env
+
+
+# -- errors -----------------------------------------------------------------------------
+
+
+def _status_of(exc: PresenceError) -> tuple[int, str]:
+    if isinstance(exc, PresenceConnectionError):
+        return 503, "redis_unavailable"
+    if isinstance(exc, PresenceAuthError):
+        return 503, "redis_refused_access"
+    if isinstance(exc, PresenceDataError):
+        return 502, "redis_foreign_data"
+    return 502, "redis_error"
+
+
+class BadRequest(ValueError):
+    """A query parameter the route cannot use (400)."""
+
+
+def _wants_json(request: Request) -> bool:
+    path = request.url.path
+    return path.startswith("/api/") or path in ("/readyz", "/metrics", "/healthz")
+
+
+class _Service:
+    """The state one app holds: its config, registry, reads and live feed."""
+
+    def __init__(
+        self, config: WebConfig, factory: RegistryFactory | None, clock: Callable[[], int] | None
+    ) -> None:
+        self.config = config
+        self.factory = factory or config.open_registry
+        self.clock = clock
+        self.templates = Jinja2Templates(env=_environment())
+        self.data: PresenceData | None = None
+        self.feed: ChangeFeed | None = None
+
+    def scrub(self, text: str) -> str:
+        return scrub(text, self.config.url)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        registry = self.factory()
+        fixed = self.config.now_ns
+        clock = self.clock if fixed is None else (lambda: fixed)
+        self.data = PresenceData(
+            registry, ttl_ms=self.config.ttl_ms, clock=clock, read_cache_s=self.config.read_cache_s
+        )
+        self.feed = ChangeFeed(self.data, interval_s=self.config.live_interval_s)
+        try:
+            yield
+        finally:
+            await self.feed.close()
+            await registry.aclose()
+
+    @property
+    def reads(self) -> PresenceData:
+        assert self.data is not None, "the app's lifespan has not started"
+        return self.data
+
+    @property
+    def live(self) -> ChangeFeed:
+        assert self.feed is not None, "the app's lifespan has not started"
+        return self.feed
+
+    # -- error responses
+
+    def error(self, request: Request, status: int, code: str, message: str) -> Response:
+        message = self.scrub(message)
+        if _wants_json(request):
+            return JSONResponse({"error": code, "message": message}, status_code=status)
+        return self.templates.TemplateResponse(
+            request,
+            "error.html",
+            self.context(request, status=status, code=code, message=message, now_ns=0, live={}),
+            status_code=status,
+        )
+
+    async def on_presence_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, PresenceError)
+        status, code = _status_of(exc)
+        log.warning("%s %s: %s", request.method, request.url.path, self.scrub(str(exc)))
+        return self.error(request, status, code, str(exc))
+
+    async def on_bad_request(self, request: Request, exc: Exception) -> Response:
+        return self.error(request, 400, "bad_request", str(exc))
+
+    async def on_http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        response = self.error(request, exc.status_code, code, str(exc.detail))
+        response.headers.update(exc.headers or {})
+        return response
+
+    async def on_crash(self, request: Request, exc: Exception) -> Response:
+        log.error("%s %s failed: %s", request.method, request.url.path, self.scrub(repr(exc)))
+        return self.error(request, 500, "internal_error", "internal error (see the service log)")
+
+    # -- shared pieces
+
+    def context(self, request: Request, **values: Any) -> dict[str, Any]:
+        root = request.scope.get("root_path", "").rstrip("/")
+        if values.get("live"):
+            values["live"] = values["live"] | {"root": root}
+        base: dict[str, Any] = {
+            "root": root,
+            "prefix": self.config.prefix,
+            "ttl_ms": self.config.ttl_ms,
+            "redis_url": redact(self.config.url),
+            "states": [s.value for s in PresenceState],
+        }
+        return base | values
+
+
+# -- query parameters -------------------------------------------------------------------
+
+
+def _text(request: Request, name: str) -> str | None:
+    value = request.query_params.get(name)
+    return value if value else None
+
+
+def _cursor(request: Request) -> Cursor | None:
+    text = _text(request, "cursor")
+    try:
+        return Cursor.decode(text) if text else None
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def _limit(request: Request, default: int) -> int:
+    try:
+        return parse_limit(request.query_params.get("limit"), default)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def _states(request: Request) -> frozenset[PresenceState]:
+    try:
+        return parse_states(request.query_params.getlist("state"))
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def _path_names(request: Request, prefix: str) -> tuple[str, str]:
+    """`(queue, group)` from the raw path after `prefix`: exactly two percent-encoded
+    segments, so names may hold ``/``, ``%``, spaces and newlines."""
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    path = raw.decode("latin-1").partition("?")[0]
+    start = request.scope.get("root_path", "").rstrip("/") + prefix
+    parts = path[len(start) :].split("/")
+    if not path.startswith(start) or len(parts) != 2 or not all(parts):
+        raise HTTPException(404, "expected /api/v1/groups/<queue>/<group> (percent-encoded)")
+    try:
+        queue, group = (unquote(part, errors="strict") for part in parts)
+    except UnicodeDecodeError:
+        raise BadRequest("queue and group must be percent-encoded UTF-8") from None
+    return queue, group
+
+
+def _json_view(request: Request) -> bool:
+    """Whether a page was asked for as JSON (the page's script refreshing itself)."""
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and "text/html" not in accept
+
+
+def _json(model: dict[str, Any]) -> Response:
+    return JSONResponse(model, headers={"Cache-Control": "no-store", "Vary": "Accept"})
+
+
+def _query(request: Request, *, cursor: str | None, name: str = "cursor") -> str:
+    """The page's query string with `name` set to `cursor` (removed when None)."""
+    pairs = [(k, v) for k, v in request.query_params.multi_items() if k != name]
+    if cursor is not None:
+        pairs.append((name, cursor))
+    return urlencode(pairs, quote_via=quote)
+
+
+def _page(response: Response) -> Response:
+    """A page's headers: its JSON twin lives at the same URL."""
+    response.headers["Vary"] = "Accept"
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+# -- the app ----------------------------------------------------------------------------
+
+
+class PrefixRoute(Route):
+    """A route for every path under `path` (which ends with ``/``), whatever the decoded
+    path holds: names may decode to newlines, which Starlette's path patterns refuse."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        path, root = scope["path"], scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        if scope["type"] != "http" or not path.startswith(self.path):
+            return Match.NONE, {}
+        child_scope = {"endpoint": self.endpoint, "path_params": {}}
+        if self.methods and scope["method"] not in self.methods:
+            return Match.PARTIAL, child_scope
+        return Match.FULL, child_scope
+
+
+class AccessLog:
+    """One log line per request with the raw (percent-encoded) path, so a name holding a
+    newline cannot forge a log line; no header (and so no token) is logged."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 0
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            raw = scope.get("raw_path") or scope["path"].encode()
+            query = scope.get("query_string", b"")
+            target = raw + (b"?" + query if query else b"")
+            client = scope.get("client") or ("-", 0)
+            log.info(
+                "%s %s %s %d %.1f ms",
+                client[0],
+                scope["method"],
+                target.decode("ascii", "backslashreplace"),
+                status,
+                (time.perf_counter() - started) * 1000,
+            )
+
+
+def create_app(
+    config: WebConfig,
+    registry_factory: RegistryFactory | None = None,
+    *,
+    clock: Callable[[], int] | None = None,
+) -> Starlette:
+    """The ASGI app for `config`. `registry_factory` replaces `config.open_registry` (it is
+    called inside the app's event loop); `clock` replaces the Redis server's clock (tests)."""
+    service = _Service(config, registry_factory, clock)
+    views = Views(service)
+    routes = [
+        Route("/", views.overview, name="overview"),
+        Route("/group", views.group_page, name="group"),
+        Route("/consumers", views.consumers_page, name="consumers"),
+        Route("/api/v1/groups", views.api_groups),
+        PrefixRoute(GROUP_API, views.api_group),
+        Route("/api/v1/consumers", views.api_consumers),
+        Route("/api/v1/events", views.api_events),
+        Route("/metrics", views.metrics),
+        Route("/healthz", views.healthz),
+        Route("/readyz", views.readyz),
+        Mount("/static", StaticFiles(packages=[("redis_presence.web", "static")]), name="static"),
+    ]
+    middleware = []
+    if config.access_log:
+        middleware.append(Middleware(AccessLog))
+    if config.auth_token:
+        middleware.append(Middleware(TokenAuth, token=config.auth_token))
+    app = Starlette(
+        routes=routes,
+        middleware=middleware,
+        lifespan=service.lifespan,
+        exception_handlers={
+            PresenceError: service.on_presence_error,
+            BadRequest: service.on_bad_request,
+            HTTPException: service.on_http_error,
+            Exception: service.on_crash,
+        },
+    )
+    app.state.service = service
+    return app
+
+
+class Views:
+    """The route handlers of one app."""
+
+    def __init__(self, service: _Service) -> None:
+        self.service = service
+
+    # -- pages
+
+    async def overview(self, request: Request) -> Response:
+        service = self.service
+        now_ns, groups = await service.reads.groups()
+        queue_text = (_text(request, "queue") or "").casefold()
+        group_text = (_text(request, "group") or "").casefold()
+        states = _states(request)
+        idle_only = request.query_params.get("idle") == "1"
+
+        def shown(stats: GroupStats) -> bool:
+            counts = {
+                PresenceState.ACTIVE: stats.active,
+                PresenceState.STALE: stats.stale,
+                PresenceState.EXPIRED: stats.expired,
+            }
+            return (
+                queue_text in stats.queue.casefold()
+                and group_text in stats.group.casefold()
+                and (not states or any(counts[s] for s in states))
+                and (not idle_only or stats.nobody_reading)
+            )
+
+        picked = sorted(
+            (g for g in groups if shown(g)), key=lambda g: (not g.nobody_reading, g.queue, g.group)
+        )
+        try:
+            page = max(1, int(request.query_params.get("page") or 1))
+        except ValueError:
+            raise BadRequest("page must be a positive integer") from None
+        pages = max(1, -(-len(picked) // GROUPS_PER_PAGE))
+        page = min(page, pages)
+        totals = {
+            "groups": len(groups),
+            "active": sum(g.active for g in groups),
+            "stale": sum(g.stale for g in groups),
+            "expired": sum(g.expired for g in groups),
+            "nobody_reading": sum(g.nobody_reading for g in groups),
+        }
+        shown_groups = picked[(page - 1) * GROUPS_PER_PAGE : page * GROUPS_PER_PAGE]
+        if _json_view(request):
+            return _json(
+                {
+                    "now_ns": now_ns,
+                    "ttl_ms": service.config.ttl_ms,
+                    "totals": totals,
+                    "groups": [
+                        g.to_dict() | {"nobody_reading": g.nobody_reading} for g in shown_groups
+                    ],
+                    "shown": len(picked),
+                    "page": page,
+                    "pages": pages,
+                }
+            )
+        context = service.context(
+            request,
+            now_ns=now_ns,
+            groups=picked[(page - 1) * GROUPS_PER_PAGE : page * GROUPS_PER_PAGE],
+            shown=len(picked),
+            totals=totals,
+            page=page,
+            pages=pages,
+            prev_query=_query(request, cursor=str(page - 1), name="page"),
+            next_query=_query(request, cursor=str(page + 1), name="page"),
+            filters={
+                "queue": _text(request, "queue") or "",
+                "group": _text(request, "group") or "",
+                "states": sorted(s.value for s in states),
+                "idle": idle_only,
+            },
+            live={"view": "groups", "now_ns": now_ns, "ttl_ms": service.config.ttl_ms},
+        )
+        return _page(service.templates.TemplateResponse(request, "overview.html", context))
+
+    async def group_page(self, request: Request) -> Response:
+        queue, group = _text(request, "queue"), _text(request, "group")
+        if queue is None or group is None:
+            raise BadRequest("a group page needs queue= and group=")
+        return await self._consumers_view(request, queue, group, group_page=True)
+
+    async def consumers_page(self, request: Request) -> Response:
+        queue, group = _text(request, "queue"), _text(request, "group")
+        return await self._consumers_view(request, queue, group, group_page=False)
+
+    async def _consumers_view(
+        self, request: Request, queue: str | None, group: str | None, *, group_page: bool
+    ) -> Response:
+        service = self.service
+        states, search = _states(request), _text(request, "search")
+        cursor, limit = _cursor(request), _limit(request, PAGE_SIZE)
+        stats: GroupStats | None = None
+        if group_page and queue is not None and group is not None:
+            now_ns, stats, page = await service.reads.group(
+                queue, group, states=states, search=search, cursor=cursor, limit=limit
+            )
+            if stats is None:
+                raise HTTPException(404, f"queue {queue!r} has no tracked group {group!r}")
+        else:
+            where = ConsumerFilter(queue, group, states, search)
+            now_ns, page = await service.reads.consumers(where, cursor=cursor, limit=limit)
+        filters = {
+            "queue": queue or "",
+            "group": group or "",
+            "states": sorted(s.value for s in states),
+            "search": search or "",
+            "limit": limit,
+        }
+        if _json_view(request):
+            return _json(
+                {
+                    "now_ns": now_ns,
+                    "ttl_ms": service.config.ttl_ms,
+                    "group": stats.to_dict() | {"nobody_reading": stats.nobody_reading}
+                    if stats
+                    else None,
+                    "consumers": [consumer_json(row) for row in page.rows],
+                    "next_cursor": page.next_cursor,
+                    "prev_cursor": page.prev_cursor,
+                }
+            )
+        context = service.context(
+            request,
+            now_ns=now_ns,
+            stats=stats,
+            group_page=group_page,
+            rows=page.rows,
+            next_cursor=page.next_cursor,
+            prev_cursor=page.prev_cursor,
+            filters=filters,
+            first_query=_query(request, cursor=None),
+            prev_query=_query(request, cursor=page.prev_cursor),
+            next_query=_query(request, cursor=page.next_cursor),
+            live={
+                "view": "consumers",
+                "now_ns": now_ns,
+                "ttl_ms": service.config.ttl_ms,
+                "queue": queue,
+                "group": group,
+                "group_page": group_page,
+                "states": filters["states"],
+                "search": search or "",
+                "limit": limit,
+                "cursor": cursor.encode() if cursor else None,
+            },
+        )
+        return _page(service.templates.TemplateResponse(request, "consumers.html", context))
+
+    # -- the JSON API
+
+    def _meta(self, now_ns: int) -> dict[str, object]:
+        return {"now_ns": now_ns, "ttl_ms": self.service.config.ttl_ms}
+
+    async def api_groups(self, request: Request) -> Response:
+        now_ns, groups = await self.service.reads.groups()
+        page = groups_page(
+            groups,
+            queue=_text(request, "queue"),
+            group=_text(request, "group"),
+            cursor=_cursor(request),
+            limit=_limit(request, MAX_LIMIT),
+        )
+        return JSONResponse(
+            self._meta(now_ns)
+            | {
+                "groups": [g.to_dict() for g in page.groups],
+                "next_cursor": page.next_cursor,
+                "prev_cursor": page.prev_cursor,
+            }
+        )
+
+    async def api_group(self, request: Request) -> Response:
+        queue, group = _path_names(request, GROUP_API)
+        now_ns, stats, page = await self.service.reads.group(
+            queue,
+            group,
+            states=_states(request),
+            search=_text(request, "search"),
+            cursor=_cursor(request),
+            limit=_limit(request, 100),
+        )
+        if stats is None:
+            raise HTTPException(404, f"queue {queue!r} has no tracked group {group!r}")
+        return JSONResponse(
+            self._meta(now_ns)
+            | {
+                "group": stats.to_dict(),
+                "consumers": [consumer_json(row) for row in page.rows],
+                "next_cursor": page.next_cursor,
+                "prev_cursor": page.prev_cursor,
+            }
+        )
+
+    async def api_consumers(self, request: Request) -> Response:
+        where = ConsumerFilter(
+            _text(request, "queue"),
+            _text(request, "group"),
+            _states(request),
+            _text(request, "search"),
+        )
+        now_ns, page = await self.service.reads.consumers(
+            where, cursor=_cursor(request), limit=_limit(request, 100)
+        )
+        return JSONResponse(
+            self._meta(now_ns)
+            | {
+                "consumers": [consumer_json(row) for row in page.rows],
+                "next_cursor": page.next_cursor,
+                "prev_cursor": page.prev_cursor,
+            }
+        )
+
+    async def api_events(self, request: Request) -> Response:
+        queue, group = _text(request, "queue"), _text(request, "group")
+        cursor = _text(request, "cursor") or request.headers.get("last-event-id") or None
+        feed = self.service.live
+        if "text/event-stream" in request.headers.get("accept", ""):
+            try:
+                feed.validate(cursor)
+            except ValueError as exc:
+                raise BadRequest(str(exc)) from None
+            return EventSourceResponse(
+                self._stream(feed, cursor, queue, group),
+                ping=SSE_PING_S,
+                headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+            )
+        try:
+            events, next_cursor = await feed.poll(cursor, queue=queue, group=group)
+        except ResyncRequired as exc:
+            return JSONResponse(
+                {"error": "resync_required", "message": str(exc), "cursor": feed.cursor()},
+                status_code=410,
+            )
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+        return JSONResponse(
+            {"events": [event.to_dict() for event in events], "cursor": next_cursor}
+        )
+
+    async def _stream(
+        self, feed: ChangeFeed, cursor: str | None, queue: str | None, group: str | None
+    ) -> AsyncIterator[ServerSentEvent]:
+        yield ServerSentEvent(comment="redis-presence events", retry=SSE_RETRY_MS)
+        async for kind, value in feed.listen(cursor, queue=queue, group=group):
+            if kind == "event":
+                event_cursor, event = value
+                assert isinstance(event, WebEvent)
+                yield ServerSentEvent(
+                    json.dumps(event.to_dict(), ensure_ascii=False),
+                    event="presence",
+                    id=event_cursor,
+                )
+            elif kind == "status":
+                assert isinstance(value, FeedStatus)
+                message = self.service.scrub(value.message)
+                yield ServerSentEvent(
+                    json.dumps({"redis_up": value.redis_up, "message": message}), event="status"
+                )
+            elif kind == "open":
+                yield ServerSentEvent(json.dumps({"cursor": value}), event="hello", id=value)
+            else:
+                yield ServerSentEvent(
+                    json.dumps({"reason": value, "cursor": feed.cursor()}), event="resync"
+                )
+
+    # -- operations
+
+    async def metrics(self, request: Request) -> Response:
+        per_consumer = self.service.config.per_consumer_metrics
+        reading = await metrics.scrape(self.service.reads, per_consumer=per_consumer)
+        if reading.error:
+            log.warning("scrape: Redis read failed: %s", self.service.scrub(reading.error))
+        accept = request.headers.get("accept", "")
+        if metrics.wants_openmetrics_only(accept):
+            encoder, content_type = exposition.choose_encoder(accept)
+            body = encoder(metrics.registry_for(reading, per_consumer=per_consumer))
+        else:
+            body = metrics.render_text(reading, per_consumer=per_consumer)
+            content_type = metrics.TEXT_CONTENT_TYPE
+        return Response(body, media_type=None, headers={"Content-Type": content_type})
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        try:
+            now_ns = await self.service.reads.ping()
+        except PresenceError as exc:
+            _, code = _status_of(exc)
+            return JSONResponse(
+                {"status": "unavailable", "error": code, "message": self.service.scrub(str(exc))},
+                status_code=503,
+            )
+        return JSONResponse({"status": "ready", "redis_time_ns": now_ns})
+
+
+__all__ = ["WebConfig", "create_app"]

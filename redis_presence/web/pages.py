@@ -1,0 +1,202 @@
+"""Filters and keyset pagination over rows ordered by `(queue, group, consumer)` (no I/O).
+
+A cursor names the last row of a page (``after``) or the first (``before``), never an
+offset: a page stays right while consumers join and leave between requests. Cursors are
+opaque to clients (URL-safe base64 of a small JSON document).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from bisect import bisect_left, bisect_right
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any, Literal
+
+from redis_presence.model import ConsumerPresence, PresenceState
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+
+Key = tuple[str, str, str]
+_key = itemgetter(0, 1, 2)
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A position between rows: just after `key`, or just before it."""
+
+    direction: Literal["after", "before"]
+    key: Key
+
+    def encode(self) -> str:
+        raw = json.dumps([self.direction[0], *self.key], ensure_ascii=False)
+        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        """The cursor `encode` made, or `ValueError` naming the argument."""
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            value = json.loads(raw.decode())
+        except (binascii.Error, ValueError, UnicodeDecodeError):
+            value = None
+        if (
+            isinstance(value, list)
+            and len(value) == 4
+            and value[0] in ("a", "b")
+            and all(isinstance(part, str) for part in value)
+        ):
+            return cls("after" if value[0] == "a" else "before", (value[1], value[2], value[3]))
+        raise ValueError("cursor must be a cursor this API returned")
+
+
+@dataclass(frozen=True)
+class ConsumerFilter:
+    """Which consumers a page shows: exact queue and group, states, a name search."""
+
+    queue: str | None = None
+    group: str | None = None
+    states: frozenset[PresenceState] = frozenset()
+    search: str | None = None
+
+    def matches(self, row: ConsumerPresence) -> bool:
+        return (
+            (self.queue is None or row.queue == self.queue)
+            and (self.group is None or row.group == self.group)
+            and (not self.states or row.state in self.states)
+            and (not self.search or self.search.casefold() in row.consumer.casefold())
+        )
+
+    def bounds(self, rows: Sequence[ConsumerPresence]) -> tuple[int, int]:
+        """The slice of `rows` (ordered by key) that can hold matches of queue and group."""
+        if self.queue is None:
+            return 0, len(rows)
+        if self.group is None:
+            low = bisect_left(rows, (self.queue,), key=_key)
+            high = bisect_left(rows, (self.queue + "\x00",), key=_key)
+            return low, max(low, high)
+        low = bisect_left(rows, (self.queue, self.group), key=_key)
+        high = bisect_left(rows, (self.queue, self.group + "\x00"), key=_key)
+        return low, max(low, high)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of rows and the cursors of its neighbours (None at either end)."""
+
+    rows: list[ConsumerPresence]
+    next_cursor: str | None
+    prev_cursor: str | None
+
+
+def parse_states(values: Collection[str]) -> frozenset[PresenceState]:
+    """`state` query values (repeatable, or comma-separated) as states; `ValueError` else."""
+    states = set()
+    for value in values:
+        for part in value.split(","):
+            if not part.strip():
+                continue
+            try:
+                states.add(PresenceState(part.strip().lower()))
+            except ValueError:
+                known = ", ".join(s.value for s in PresenceState)
+                raise ValueError(f"state must be one of {known}, got {part!r}") from None
+    return frozenset(states)
+
+
+def parse_limit(value: str | None, default: int = DEFAULT_LIMIT) -> int:
+    """The `limit` query value: an integer in [1, MAX_LIMIT]; `ValueError` else."""
+    if value is None or value == "":
+        return default
+    if not value.isdigit() or not 1 <= int(value) <= MAX_LIMIT:
+        raise ValueError(f"limit must be an integer from 1 to {MAX_LIMIT}, got {value!r}")
+    return int(value)
+
+
+def _any_match(rows: Sequence[ConsumerPresence], where: ConsumerFilter, indexes: range) -> bool:
+    return any(where.matches(rows[i]) for i in indexes)
+
+
+def page_of(
+    rows: Sequence[ConsumerPresence],
+    where: ConsumerFilter,
+    *,
+    cursor: Cursor | None,
+    limit: int,
+) -> Page:
+    """The `limit` matching rows after (or before) `cursor`, or the first ones without it.
+
+    `rows` must be ordered by `(queue, group, consumer)`, as snapshots are.
+    """
+    low, high = where.bounds(rows)
+    picked: list[ConsumerPresence] = []
+    if cursor is not None and cursor.direction == "before":
+        stop = min(high, max(low, bisect_left(rows, cursor.key, lo=low, hi=high, key=_key)))
+        i = stop - 1
+        while i >= low and len(picked) <= limit:
+            if where.matches(rows[i]):
+                picked.append(rows[i])
+            i -= 1
+        more_before = len(picked) > limit
+        picked = picked[:limit][::-1]
+        more_after = _any_match(rows, where, range(stop, high))
+    else:
+        start = low
+        if cursor is not None:
+            start = min(high, max(low, bisect_right(rows, cursor.key, lo=low, hi=high, key=_key)))
+        i = start
+        while i < high and len(picked) <= limit:
+            if where.matches(rows[i]):
+                picked.append(rows[i])
+            i += 1
+        more_after = len(picked) > limit
+        picked = picked[:limit]
+        more_before = _any_match(rows, where, range(start - 1, low - 1, -1))
+    return Page(
+        picked,
+        Cursor("after", _key(picked[-1])).encode() if picked and more_after else None,
+        Cursor("before", _key(picked[0])).encode() if picked and more_before else None,
+    )
+
+
+@dataclass(frozen=True)
+class GroupPage:
+    """One page of groups (ordered by `(queue, group)`) and its neighbours' cursors."""
+
+    groups: list[Any]
+    next_cursor: str | None
+    prev_cursor: str | None
+
+
+def groups_page(
+    groups: Sequence[Any],
+    *,
+    queue: str | None,
+    group: str | None,
+    cursor: Cursor | None,
+    limit: int,
+) -> GroupPage:
+    """Keyset pagination over items with `.queue` and `.group`, ordered by them; `queue`
+    and `group` filter exactly. A group's cursor key is `(queue, group, "")`."""
+    picked = [
+        g
+        for g in groups
+        if (queue is None or g.queue == queue) and (group is None or g.group == group)
+    ]
+    keys = [(g.queue, g.group, "") for g in picked]
+    if cursor is not None and cursor.direction == "before":
+        stop = bisect_left(keys, cursor.key)
+        start = max(0, stop - limit)
+    else:
+        start = bisect_right(keys, cursor.key) if cursor is not None else 0
+        stop = start + limit
+    shown = picked[start:stop]
+    return GroupPage(
+        shown,
+        Cursor("after", keys[stop - 1]).encode() if shown and stop < len(picked) else None,
+        Cursor("before", keys[start]).encode() if shown and start > 0 else None,
+    )

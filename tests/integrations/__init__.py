@@ -1,0 +1,1 @@
+"""Integration tests: real worker processes of each framework, on real brokers."""

@@ -1,0 +1,210 @@
+"""Celery: real ``celery worker`` processes on a real redis-server broker.
+
+Three workers start at once (start-up dominates the cost): ``reader`` serves the rows and
+lease tests, ``crash`` is SIGKILLed, ``drain`` gets a warm shutdown. Each test uses its own
+worker and its own queues, so the tests stay independent.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from celery import Celery
+
+from integrations.workers import (
+    Presence,
+    WorkerProcess,
+    check_dies_on_time,
+    python_tool,
+    started_workers,
+    wait_for,
+    worker_env,
+)
+from redis_presence.integrations import celery as presence_celery
+
+pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
+
+PREFIX = "it-celery"
+INTERVAL_MS = 200
+TTL_MS = 1_000
+GROUP = "rp-tests"  # the app's main name
+NAMES = ("reader", "crash", "drain")
+
+
+def consumer(name: str) -> str:
+    return f"{name}@it"
+
+
+def queues(name: str) -> set[str]:
+    return {f"{name}-a", f"{name}-b"}
+
+
+@pytest.fixture(scope="module")
+def workers(
+    broker_url: str, presence_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, WorkerProcess]]:
+    command = [python_tool("celery"), "-A", "celery_app", "worker", "--loglevel=INFO", "-c", "2"]
+    env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
+    specs = {
+        name: ([*command, "-n", consumer(name), "-Q", ",".join(sorted(queues(name)))], env)
+        for name in NAMES
+    }
+    with started_workers(specs, logs=tmp_path_factory.mktemp("celery")) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def app(broker_url: str) -> Celery:
+    """A producer of the test app's tasks (the worker's own app module is not imported here:
+    a producer needs only the task names)."""
+    return Celery("rp-tests", broker=broker_url)
+
+
+def wait_rows(presence: Presence, worker: WorkerProcess, name: str) -> None:
+    def ready() -> bool:
+        rows = presence.rows(consumer=consumer(name))
+        return {row.queue for row in rows} == queues(name) and all(
+            row.state.value == "active" for row in rows
+        )
+
+    wait_for(ready, timeout=60, what=f"rows of {consumer(name)}", alive=worker.check_alive)
+
+
+def hold(app: Celery, queue: str, **options: object) -> str:
+    token = uuid.uuid4().hex
+    app.send_task("celery_app.hold", args=[token], queue=queue, **options)
+    return token
+
+
+def test_a_row_per_consumed_queue_kept_active(
+    workers: dict[str, WorkerProcess], presence: Presence
+) -> None:
+    wait_rows(presence, workers["reader"], "reader")
+    rows = presence.rows(consumer=consumer("reader"))
+    assert {(row.queue, row.group, row.consumer) for row in rows} == {
+        (queue, GROUP, consumer("reader")) for queue in queues("reader")
+    }
+    assert all(row.lease_count == 0 for row in rows)
+
+    # An idle worker keeps beating: every row is refreshed again and again.
+    def beats() -> dict[str, int]:
+        return {r.queue: r.last_heartbeat_ns for r in presence.rows(consumer=consumer("reader"))}
+
+    first = beats()
+    for _ in range(3):
+
+        def refreshed(first: dict[str, int] = first) -> bool:
+            return all(beat > first[queue] for queue, beat in beats().items())
+
+        wait_for(refreshed, timeout=10, what="fresh beats")
+        first = beats()
+    assert all(r.state.value == "active" for r in presence.rows(consumer=consumer("reader")))
+
+
+def test_lease_count_follows_long_tasks(
+    workers: dict[str, WorkerProcess], presence: Presence, app: Celery, control: redis.Redis
+) -> None:
+    wait_rows(presence, workers["reader"], "reader")
+    me = consumer("reader")
+
+    def leases() -> dict[str, int]:
+        return {row.queue: row.lease_count for row in presence.rows(consumer=me)}
+
+    running = [hold(app, "reader-a"), hold(app, "reader-a")]
+    eta = hold(app, "reader-b", countdown=3)  # held by the worker, waiting for its ETA
+    wait_for(lambda: leases() == {"reader-a": 2, "reader-b": 1}, timeout=20, what="2 + 1")
+    for token in running:
+        assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+    control.rpush(f"rp:release:{running[0]}", 1)
+    wait_for(lambda: leases() == {"reader-a": 1, "reader-b": 1}, timeout=20, what="1 + 1")
+    control.rpush(f"rp:release:{running[1]}", 1)
+    wait_for(lambda: leases() == {"reader-a": 0, "reader-b": 1}, timeout=20, what="0 + 1")
+    # Past its ETA the task runs: still held, then done.
+    assert control.blpop([f"rp:started:{eta}"], timeout=20) is not None
+    assert leases() == {"reader-a": 0, "reader-b": 1}
+    control.rpush(f"rp:release:{eta}", 1)
+    wait_for(lambda: leases() == {"reader-a": 0, "reader-b": 0}, timeout=20, what="0 + 0")
+
+
+def test_a_queue_cancelled_at_run_time_loses_its_row_and_gets_it_back(
+    workers: dict[str, WorkerProcess], presence: Presence, app: Celery
+) -> None:
+    wait_rows(presence, workers["reader"], "reader")
+    me = consumer("reader")
+
+    def queues_of_rows() -> set[str]:
+        return {row.queue for row in presence.rows(consumer=me)}
+
+    app.control.cancel_consumer("reader-b", destination=[me], reply=True, timeout=10)
+    wait_for(lambda: queues_of_rows() == {"reader-a"}, timeout=20, what="reader-b's row to go")
+    app.control.add_consumer("reader-b", destination=[me], reply=True, timeout=10)
+    wait_for(lambda: queues_of_rows() == queues("reader"), timeout=20, what="reader-b again")
+
+
+def test_sigkill_goes_stale_then_expired_on_time(
+    workers: dict[str, WorkerProcess], presence: Presence
+) -> None:
+    worker = workers["crash"]
+    wait_rows(presence, worker, "crash")
+    worker.kill()
+    killed_at = presence.server_now_ns()
+    check_dies_on_time(
+        presence,
+        consumer("crash"),
+        queues("crash"),
+        killed_at_ns=killed_at,
+        interval_ms=INTERVAL_MS,
+        ttl_ms=TTL_MS,
+    )
+
+
+def test_warm_shutdown_deregisters_after_running_tasks(
+    workers: dict[str, WorkerProcess], presence: Presence, app: Celery, control: redis.Redis
+) -> None:
+    worker = workers["drain"]
+    wait_rows(presence, worker, "drain")
+    token = hold(app, "drain-a")
+    assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+    worker.send_sigterm()
+    # Still finishing its task: its rows stay until the task is done.
+    wait_for(
+        lambda: "Warm shutdown" in worker.log.read_text(errors="replace"),
+        timeout=20,
+        what="the warm shutdown to begin",
+    )
+    assert {row.queue for row in presence.rows(consumer=consumer("drain"))} == queues("drain")
+    control.rpush(f"rp:release:{token}", 1)
+    assert worker.wait(30) == 0, worker.log_tail()
+    assert presence.rows(consumer=consumer("drain")) == []
+
+
+def test_install_checks_its_arguments_where_the_app_is_defined(tmp_path: Path) -> None:
+    app = Celery("checked")
+    with pytest.raises(TypeError, match=r"app must be a celery\.Celery"):
+        presence_celery.install(object(), url="redis://h:6379/0")
+    with pytest.raises(ValueError, match="interval_ms must be in"):
+        presence_celery.install(app, url="redis://h:6379/0", interval_ms=0)
+    with pytest.raises(TypeError, match="interval_ms must be an int"):
+        presence_celery.install(app, url="redis://h:6379/0", interval_ms=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="prefix"):
+        presence_celery.install(app, url="redis://h:6379/0", prefix="a{b")
+    with pytest.raises(ValueError, match="group"):
+        presence_celery.install(app, url="redis://h:6379/0", group="")
+    with pytest.raises(ValueError, match="invalid Redis URL"):
+        presence_celery.install(app, url="localhost:6379")
+    assert list(app.steps["consumer"]) == []  # nothing was installed by a failed call
+    presence_celery.install(app, url="redis://h:6379/0")
+    with pytest.raises(ValueError, match="already installed"):
+        presence_celery.install(app, url="redis://h:6379/0")
+
+
+def test_a_cluster_url_is_checked_without_connecting() -> None:
+    app = Celery("cluster-checked")
+    # Nothing listens on port 1: a client that connected here would fail.
+    presence_celery.install(app, url="redis+cluster://127.0.0.1:1")
+    with pytest.raises(ValueError, match="invalid Redis URL"):
+        presence_celery.install(Celery("x"), url="redis+cluster://")

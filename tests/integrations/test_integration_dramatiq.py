@@ -1,0 +1,194 @@
+"""Dramatiq: real ``dramatiq`` worker processes on a real redis-server broker.
+
+As for Celery, three workers start at once, each reading queues of its own: ``reader``
+(rows and leases), ``crash`` (its worker process is SIGKILLed) and ``drain`` (SIGTERM to
+the ``dramatiq`` main process: a warm shutdown).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import uuid
+from collections.abc import Iterator
+
+import dramatiq
+import pytest
+import redis
+from dramatiq.brokers.redis import RedisBroker
+
+from integrations.workers import (
+    Presence,
+    WorkerProcess,
+    check_dies_on_time,
+    python_tool,
+    started_workers,
+    wait_for,
+    worker_env,
+)
+from redis_presence.integrations.dramatiq import DEFAULT_GROUP, PresenceMiddleware
+
+pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
+
+PREFIX = "it-dramatiq"
+INTERVAL_MS = 200
+TTL_MS = 1_000
+NAMES = ("reader", "crash", "drain")
+
+
+def queues(name: str) -> set[str]:
+    """What a worker reading ``<name>-a`` and ``<name>-b`` reads: each queue and its
+    delay queue, one consumer thread (and one row) each."""
+    return {f"{name}-{part}{dq}" for part in "ab" for dq in ("", ".DQ")}
+
+
+@pytest.fixture(scope="module")
+def workers(
+    broker_url: str, presence_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, WorkerProcess]]:
+    command = [python_tool("dramatiq"), "dramatiq_app", "--processes", "1", "--threads", "2"]
+    env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
+    specs = {name: ([*command, "--queues", f"{name}-a", f"{name}-b"], env) for name in NAMES}
+    with started_workers(specs, logs=tmp_path_factory.mktemp("dramatiq")) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def producer(broker_url: str) -> Iterator[RedisBroker]:
+    broker = RedisBroker(url=broker_url)  # type: ignore[no-untyped-call]
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+def rows_of(presence: Presence, name: str) -> dict[str, tuple[str, int, str]]:
+    """queue -> (consumer, lease_count, state) of the rows of worker `name`."""
+    return {
+        row.queue: (row.consumer, row.lease_count, row.state.value)
+        for row in presence.rows()
+        if row.queue in queues(name)
+    }
+
+
+def wait_rows(presence: Presence, worker: WorkerProcess, name: str) -> str:
+    """Wait for every row of worker `name` to be active; its consumer (``host:pid``)."""
+
+    def ready() -> str | None:
+        rows = rows_of(presence, name)
+        if set(rows) != queues(name) or any(state != "active" for _, _, state in rows.values()):
+            return None
+        (consumer,) = {consumer for consumer, _, _ in rows.values()}
+        return consumer
+
+    return wait_for(ready, timeout=60, what=f"rows of {name}", alive=worker.check_alive)
+
+
+def hold(producer: RedisBroker, queue: str, delay_ms: int | None = None) -> str:
+    token = uuid.uuid4().hex
+    actor = f"hold_{queue.replace('-', '_')}"
+    message: dramatiq.Message[None] = dramatiq.Message(
+        queue_name=queue, actor_name=actor, args=(token,), kwargs={}, options={}
+    )
+    producer.enqueue(message, delay=delay_ms)
+    return token
+
+
+def test_a_row_per_consumer_thread_kept_active(
+    workers: dict[str, WorkerProcess], presence: Presence
+) -> None:
+    consumer = wait_rows(presence, workers["reader"], "reader")
+    host, _, pid = consumer.rpartition(":")
+    assert host == socket.gethostname()
+    assert pid.isdigit()
+    rows = [row for row in presence.rows() if row.queue in queues("reader")]
+    assert {row.group for row in rows} == {DEFAULT_GROUP}
+    assert all(row.lease_count == 0 for row in rows)
+    first = {row.queue: row.last_heartbeat_ns for row in rows}
+
+    def refreshed() -> bool:
+        now = {row.queue: row.last_heartbeat_ns for row in presence.rows(consumer=consumer)}
+        return all(now[queue] > beat for queue, beat in first.items())
+
+    wait_for(refreshed, timeout=10, what="an idle worker's rows to be refreshed")
+    assert all(state == "active" for _, _, state in rows_of(presence, "reader").values())
+
+
+def test_lease_count_follows_long_messages(
+    workers: dict[str, WorkerProcess],
+    presence: Presence,
+    producer: RedisBroker,
+    control: redis.Redis,
+) -> None:
+    wait_rows(presence, workers["reader"], "reader")
+
+    def leases() -> dict[str, int]:
+        return {queue: n for queue, (_, n, _) in rows_of(presence, "reader").items() if n}
+
+    running = [hold(producer, "reader-a"), hold(producer, "reader-a")]
+    delayed = hold(producer, "reader-b", delay_ms=2_000)  # waits for its ETA in the worker
+    wait_for(
+        lambda: leases() == {"reader-a": 2, "reader-b.DQ": 1}, timeout=20, what="2 + 1 delayed"
+    )
+    for token in running:
+        assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+    control.rpush(f"rp:release:{running[0]}", 1)
+    # Past its ETA the delayed message moves to reader-b, where a free thread runs it.
+    assert control.blpop([f"rp:started:{delayed}"], timeout=20) is not None
+    wait_for(lambda: leases() == {"reader-a": 1, "reader-b": 1}, timeout=20, what="1 + 1")
+    control.rpush(f"rp:release:{running[1]}", 1)
+    control.rpush(f"rp:release:{delayed}", 1)
+    wait_for(lambda: leases() == {}, timeout=20, what="no leases")
+
+
+def test_sigkill_goes_stale_then_expired_on_time(
+    workers: dict[str, WorkerProcess], presence: Presence
+) -> None:
+    worker = workers["crash"]
+    consumer = wait_rows(presence, worker, "crash")
+    pid = int(consumer.rpartition(":")[2])
+    assert pid != worker.pid  # the worker process, not the `dramatiq` supervisor
+    os.kill(pid, signal.SIGKILL)
+    killed_at = presence.server_now_ns()
+    check_dies_on_time(
+        presence,
+        consumer,
+        queues("crash"),
+        killed_at_ns=killed_at,
+        interval_ms=INTERVAL_MS,
+        ttl_ms=TTL_MS,
+    )
+
+
+def test_warm_shutdown_deregisters_after_running_messages(
+    workers: dict[str, WorkerProcess],
+    presence: Presence,
+    producer: RedisBroker,
+    control: redis.Redis,
+) -> None:
+    worker = workers["drain"]
+    consumer = wait_rows(presence, worker, "drain")
+    token = hold(producer, "drain-a")
+    assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+    worker.send_sigterm()
+    wait_for(
+        lambda: "Stopping worker process" in worker.log.read_text(errors="replace"),
+        timeout=20,
+        what="the warm shutdown to begin",
+    )
+    # Dramatiq keeps its consumer threads until the running message is done: so do the rows.
+    assert set(rows_of(presence, "drain")) == queues("drain")
+    control.rpush(f"rp:release:{token}", 1)
+    assert worker.wait(30) == 0, worker.log_tail()
+    assert presence.rows(consumer=consumer) == []
+
+
+def test_middleware_checks_its_arguments_where_the_broker_is_defined() -> None:
+    with pytest.raises(ValueError, match="interval_ms must be in"):
+        PresenceMiddleware(url="redis://h:6379/0", interval_ms=3_600_001)
+    with pytest.raises(TypeError, match="url must be a str"):
+        PresenceMiddleware(url=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="group must be a non-empty string"):
+        PresenceMiddleware(url="redis://h:6379/0", group="")
+    assert PresenceMiddleware(url="redis://h:6379/0", group="billing").group == "billing"

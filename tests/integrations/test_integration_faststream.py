@@ -1,0 +1,254 @@
+"""FastStream: real ``faststream run`` processes on RabbitMQ, NATS and FastStream's Redis broker.
+
+RabbitMQ (127.0.0.1:5672, guest/guest) and NATS (127.0.0.1:4222) are the machine's own
+services: the tests use queue and subject names of their own (with a per-run prefix, and
+auto-deleted RabbitMQ queues), skip with the reason where a service is absent, and fail
+instead under ``REDIS_PRESENCE_REQUIRE_BROKERS=1`` (``.ci/run``). The Redis broker is the
+integration tests' own redis-server. Per broker, three workers start at once: ``reader``
+(rows, leases), ``crash`` (SIGKILL) and ``drain`` (SIGTERM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+
+from integrations.conftest import NATS_PORT, RABBITMQ_PORT, listening
+from integrations.workers import (
+    REQUIRE_BROKERS_ENV,
+    Presence,
+    WorkerProcess,
+    check_dies_on_time,
+    python_tool,
+    require_broker,
+    started_workers,
+    wait_for,
+    worker_env,
+)
+from redis_presence.integrations.faststream import DEFAULT_GROUP, PresenceMiddleware
+
+pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
+
+PREFIX = "it-faststream"
+INTERVAL_MS = 200
+TTL_MS = 1_000
+NAMES = ("reader", "crash", "drain")
+RUN = f"rp-it-{uuid.uuid4().hex[:8]}-"
+RABBITMQ_URL = f"amqp://guest:guest@127.0.0.1:{RABBITMQ_PORT}/"
+NATS_URL = f"nats://127.0.0.1:{NATS_PORT}"
+HOST_PID = object()
+"""Stands for the worker's ``host:pid`` in an expected row."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One broker: how to reach it and which rows its two subscribers get."""
+
+    name: str
+    group_a: str
+    group_b: str
+    consumer_a: object  # HOST_PID, or the Redis stream's consumer name
+    run: str  # prefix of the queue names: this run's and this broker's own
+
+    def queue(self, worker: str, part: str) -> str:
+        return f"{self.run}{worker}-{part}"
+
+    def expected(self, worker: str, host_pid: str) -> set[tuple[str, str, str]]:
+        consumer_a = host_pid if self.consumer_a is HOST_PID else f"{worker}-consumer"
+        return {
+            (self.queue(worker, "a"), self.group_a, consumer_a),
+            (self.queue(worker, "b"), self.group_b, host_pid),
+        }
+
+
+KINDS = {
+    "redis": Kind("redis", "rp-stream-group", DEFAULT_GROUP, "stream consumer", f"{RUN}redis-"),
+    "rabbit": Kind("rabbit", DEFAULT_GROUP, DEFAULT_GROUP, HOST_PID, f"{RUN}rabbit-"),
+    "nats": Kind("nats", "rp-workers", "rp-workers", HOST_PID, f"{RUN}nats-"),
+}
+
+
+@pytest.fixture(scope="module", params=list(KINDS))
+def kind(request: pytest.FixtureRequest) -> Kind:
+    kind: Kind = KINDS[request.param]
+    if kind.name == "rabbit":
+        require_broker(
+            "RabbitMQ", listening(RABBITMQ_PORT), f"nothing on 127.0.0.1:{RABBITMQ_PORT}"
+        )
+    if kind.name == "nats":
+        require_broker("NATS", listening(NATS_PORT), f"nothing listens on 127.0.0.1:{NATS_PORT}")
+    return kind
+
+
+@pytest.fixture(scope="module")
+def faststream_broker_url(kind: Kind, broker_url: str) -> str:
+    return {"redis": broker_url, "rabbit": RABBITMQ_URL, "nats": NATS_URL}[kind.name]
+
+
+@pytest.fixture(scope="module")
+def workers(
+    kind: Kind,
+    faststream_broker_url: str,
+    broker_url: str,
+    presence_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, WorkerProcess]]:
+    argv = [python_tool("faststream"), "run", "faststream_app:app"]
+    env = worker_env(faststream_broker_url, presence_url, PREFIX, INTERVAL_MS)
+    env.update(RP_BROKER=kind.name, RP_RUN=kind.run, RP_CONTROL_URL=broker_url)
+    specs = {name: (argv, {**env, "RP_NAME": name}) for name in NAMES}
+    with started_workers(specs, logs=tmp_path_factory.mktemp(f"fs-{kind.name}")) as started:
+        yield started
+
+
+def host_pid(worker: WorkerProcess) -> str:
+    return f"{socket.gethostname()}:{worker.pid}"
+
+
+def rows_of(presence: Presence, kind: Kind, name: str) -> dict[tuple[str, str, str], Any]:
+    queues = {kind.queue(name, "a"), kind.queue(name, "b")}
+    return {
+        (row.queue, row.group, row.consumer): row for row in presence.rows() if row.queue in queues
+    }
+
+
+def wait_rows(presence: Presence, kind: Kind, worker: WorkerProcess, name: str) -> None:
+    expected = kind.expected(name, host_pid(worker))
+
+    def ready() -> bool:
+        rows = rows_of(presence, kind, name)
+        return set(rows) == expected and all(r.state.value == "active" for r in rows.values())
+
+    wait_for(
+        ready,
+        timeout=60,
+        what=f"{kind.name} rows of {name}: {sorted(expected)}",
+        alive=worker.check_alive,
+        seen=lambda: sorted(rows_of(presence, kind, name).items()),
+    )
+
+
+def publish(kind: Kind, url: str, queue: str, token: str) -> None:
+    async def send() -> None:
+        if kind.name == "redis":
+            from faststream.redis import RedisBroker
+
+            async with RedisBroker(url) as broker:
+                if queue.endswith("-a"):
+                    await broker.publish(token, stream=queue)
+                else:
+                    await broker.publish(token, list=queue)
+        elif kind.name == "rabbit":
+            from faststream.rabbit import RabbitBroker
+
+            async with RabbitBroker(url) as broker:
+                await broker.publish(token, queue=queue)
+        else:
+            from faststream.nats import NatsBroker
+
+            async with NatsBroker(url) as broker:
+                await broker.publish(token, queue)
+
+    asyncio.run(send())
+
+
+def test_a_row_per_subscriber_kept_active(
+    kind: Kind, workers: dict[str, WorkerProcess], presence: Presence
+) -> None:
+    worker = workers["reader"]
+    wait_rows(presence, kind, worker, "reader")
+    first = {key: row.last_heartbeat_ns for key, row in rows_of(presence, kind, "reader").items()}
+
+    def refreshed() -> bool:
+        now = rows_of(presence, kind, "reader")
+        return set(now) == set(first) and all(
+            now[key].last_heartbeat_ns > beat for key, beat in first.items()
+        )
+
+    wait_for(refreshed, timeout=10, what="an idle worker's rows to be refreshed")
+    assert all(row.lease_count == 0 for row in rows_of(presence, kind, "reader").values())
+
+
+def test_lease_count_follows_a_long_handler(
+    kind: Kind,
+    workers: dict[str, WorkerProcess],
+    presence: Presence,
+    control: redis.Redis,
+    faststream_broker_url: str,
+) -> None:
+    worker = workers["reader"]
+    wait_rows(presence, kind, worker, "reader")
+    queue_a = kind.queue("reader", "a")
+
+    def leases() -> dict[str, int]:
+        return {q: row.lease_count for (q, _, _), row in rows_of(presence, kind, "reader").items()}
+
+    token = uuid.uuid4().hex
+    publish(kind, faststream_broker_url, queue_a, token)
+    assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+    wait_for(lambda: leases().get(queue_a) == 1, timeout=20, what="a lease on queue a")
+    assert leases()[kind.queue("reader", "b")] == 0
+    control.rpush(f"rp:release:{token}", 1)
+    wait_for(lambda: leases().get(queue_a) == 0, timeout=20, what="the lease to go")
+
+
+def test_sigkill_goes_stale_then_expired_on_time(
+    kind: Kind, workers: dict[str, WorkerProcess], presence: Presence
+) -> None:
+    worker = workers["crash"]
+    wait_rows(presence, kind, worker, "crash")
+    worker.kill()
+    killed_at = presence.server_now_ns()
+    expected = kind.expected("crash", host_pid(worker))
+    for consumer in {c for _, _, c in expected}:
+        check_dies_on_time(
+            presence,
+            consumer,
+            {q for q, _, c in expected if c == consumer},
+            killed_at_ns=killed_at,
+            interval_ms=INTERVAL_MS,
+            ttl_ms=TTL_MS,
+        )
+
+
+def test_sigterm_deregisters_every_row(
+    kind: Kind, workers: dict[str, WorkerProcess], presence: Presence
+) -> None:
+    worker = workers["drain"]
+    wait_rows(presence, kind, worker, "drain")
+    assert worker.terminate(30) == 0, worker.log_tail()
+    assert rows_of(presence, kind, "drain") == {}
+
+
+def test_middleware_checks_its_arguments() -> None:
+    with pytest.raises(ValueError, match="interval_ms must be in"):
+        PresenceMiddleware(url="redis://h:6379/0", interval_ms=-1)
+    with pytest.raises(ValueError, match="prefix"):
+        PresenceMiddleware(url="redis://h:6379/0", prefix="")
+    presence = PresenceMiddleware(url="redis://h:6379/0")
+    with pytest.raises(TypeError, match="app must be a FastStream application"):
+        presence.install(object())  # type: ignore[arg-type]
+
+
+def test_an_absent_broker_skips_locally_and_fails_under_the_ci_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # bound once, never listened on: nothing accepts there
+    assert not listening(port)
+    monkeypatch.delenv(REQUIRE_BROKERS_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="RabbitMQ is not reachable"):
+        require_broker("RabbitMQ", listening(port), f"nothing listens on 127.0.0.1:{port}")
+    monkeypatch.setenv(REQUIRE_BROKERS_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match=f"{REQUIRE_BROKERS_ENV}=1 forbids skipping"):
+        require_broker("RabbitMQ", listening(port), f"nothing listens on 127.0.0.1:{port}")
+    require_broker("RabbitMQ", True, "")  # present: neither

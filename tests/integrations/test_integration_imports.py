@@ -1,0 +1,46 @@
+"""No framework is imported unless its integration is: `import redis_presence`, the CLI and
+the Streams integration import none, and each framework module imports only its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+FRAMEWORKS = ("celery", "kombu", "dramatiq", "faststream")
+
+CHECK = """
+import importlib, json, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & set(%r))))
+"""
+
+
+def imported(*modules: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", CHECK % (FRAMEWORKS,), *modules],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(json.loads(done.stdout))
+
+
+def test_the_package_the_cli_and_streams_import_no_framework() -> None:
+    modules = ("redis_presence", "redis_presence.cli", "redis_presence.integrations")
+    assert imported(*modules, "redis_presence.integrations.streams") == set()
+
+
+@pytest.mark.parametrize(
+    ("module", "frameworks"),
+    [
+        ("redis_presence.integrations.celery", {"celery", "kombu"}),
+        ("redis_presence.integrations.dramatiq", {"dramatiq"}),
+        ("redis_presence.integrations.faststream", {"faststream"}),
+    ],
+)
+def test_each_integration_imports_its_own_framework_only(module: str, frameworks: set[str]) -> None:
+    assert imported(module) == frameworks

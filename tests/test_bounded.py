@@ -1,0 +1,241 @@
+"""Bounded work: no command does more than the documented bounds, and a streaming read that
+other writers interleave with stays sound.
+
+- On a real server with 20,000 groups (and a few groups of thousands of consumers), every
+  command counts, prune and snapshot send is checked against `Limits` from the server's own
+  log of them (SLOWLOG with a threshold of 0, which records each command with its
+  arguments and its duration); the longest is reported in the run numbers.
+- A hypothesis state machine interleaves heartbeats, deregisters and prunes between the
+  chunks of one `iter_snapshot` (every bound 2): no row twice, no consumer that was tracked
+  throughout missing, and every row a state its consumer really had.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from conftest import RUN_SUMMARY
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from servers import RedisServer
+
+from redis_presence import ConsumerPresence, RedisPresenceRegistry
+from redis_presence.plans import (
+    MAX_CONSUMERS_PER_CALL,
+    MAX_GROUPS_PER_CALL,
+    Limits,
+)
+
+MS = 1_000_000
+T0 = 1_796_000_000_123_456_000
+TTL = 30_000
+GROUPS = 20_000
+BIG = {("big", f"g{i}"): 2_500 for i in range(3)}  # read in HSCAN steps
+
+
+def fill(registry: RedisPresenceRegistry) -> None:
+    """GROUPS one-consumer groups, some expired, and the BIG groups, half of them expired."""
+    beats = [(f"q{i % 500:03d}", f"g{i:05d}", "c", 0) for i in range(GROUPS)]
+    for start in range(0, len(beats), 5_000):
+        registry.heartbeat_many(
+            beats[start : start + 5_000], now_ns=T0 - (start // 5_000 % 2) * 90_000 * MS
+        )
+    for (queue, group), n in BIG.items():
+        old = [(queue, group, f"c{i:05d}", i) for i in range(0, n, 2)]
+        new = [(queue, group, f"c{i:05d}", i) for i in range(1, n, 2)]
+        registry.heartbeat_many(old, now_ns=T0 - 90_000 * MS)
+        registry.heartbeat_many(new, now_ns=T0)
+
+
+def logged(client: redis.Redis) -> list[tuple[int, list[str]]]:
+    """(microseconds, arguments) of every command in the slow log, oldest first."""
+    entries = client.slowlog_get(1_000_000)
+    return [
+        (
+            int(e["duration"]),
+            [a.decode() if isinstance(a, bytes) else str(a) for a in e["command"].split()],
+        )
+        if isinstance(e["command"], bytes | str)
+        else (int(e["duration"]), list(e["command"]))
+        for e in reversed(entries)
+    ]
+
+
+def work(args: list[str]) -> tuple[str, int]:
+    """What a command the package sent touches: (what, how many), by its arguments."""
+    name = args[0].upper()
+    if name == "ZRANGEBYLEX":  # an index page
+        return "groups", int(args[args.index("LIMIT") + 2])
+    if name == "HSCAN":
+        return "consumers", int(args[args.index("COUNT") + 1])
+    if name == "HMGET":
+        return "consumers", len(args) - 2
+    if name == "ZRANGEBYSCORE":
+        return "consumers", int(args[args.index("LIMIT") + 2])
+    if name == "EVALSHA":  # prune.lua: KEYS of at most 100 groups, a budget of consumers
+        keys = int(args[2])
+        argv = args[3 + keys :]
+        groups = keys // 3
+        return "script", max(groups * 10, int(argv[2]) if len(argv) > 2 else 0)
+    return "o1", 1  # TIME, HLEN, ZCOUNT, ZCARD, HGETALL (checked against HLEN below)
+
+
+@pytest.fixture(scope="module")
+def fleet_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with RedisServer(dir=tmp_path_factory.mktemp("redis-bounded")) as server:
+        yield server
+
+
+@pytest.mark.slow
+def test_no_command_does_more_than_the_bounds_with_20000_groups(
+    fleet_server: RedisServer, record_property: Any
+) -> None:
+    client = fleet_server.client()
+    registry = RedisPresenceRegistry(client)
+    fill(registry)
+    sizes = {f"presence:{{{q}}}:{g}:c": n for (q, g), n in BIG.items()}
+    client.config_set("slowlog-max-len", 1_000_000)
+    client.config_set("slowlog-log-slower-than", 0)
+    longest: dict[str, tuple[int, str]] = {}
+    try:
+        for name, operation in (
+            ("counts", lambda: registry.count_active_by_group(now_ns=T0)),
+            ("snapshot", lambda: registry.snapshot(now_ns=T0)),
+            ("prune", lambda: registry.prune_expired(now_ns=T0)),
+        ):
+            client.slowlog_reset()
+            result: Any = operation()
+            commands = logged(client)
+            assert commands, name
+            for usec, args in commands:
+                if args[0].upper() in ("SLOWLOG", "CONFIG"):
+                    continue
+                what, n = work(args)
+                if what == "groups":
+                    assert n <= MAX_GROUPS_PER_CALL, args[:6]
+                elif what in ("consumers", "script"):
+                    assert n <= max(MAX_CONSUMERS_PER_CALL, MAX_GROUPS_PER_CALL * 10), args[:6]
+                if args[0].upper() == "HGETALL":
+                    assert sizes.get(args[1], 1) <= MAX_CONSUMERS_PER_CALL, args[:2]
+                longest[name] = max(longest.get(name, (0, "")), (usec, args[0].upper()))
+            if name == "counts":
+                assert len(result) == GROUPS // 2 + len(BIG)
+            elif name == "snapshot":
+                assert len(result) == GROUPS + sum(BIG.values())
+            else:
+                assert result == GROUPS // 2 + sum(n // 2 for n in BIG.values())
+    finally:
+        client.config_set("slowlog-log-slower-than", 10_000)
+        client.close()
+    record_property(
+        RUN_SUMMARY,
+        "longest command with 20,000 groups (SLOWLOG; on a shared machine, includes time the "
+        "server was not scheduled): "
+        + ", ".join(f"{name} {usec} us ({what})" for name, (usec, what) in longest.items()),
+    )
+
+
+# --- a streaming read, interleaved -------------------------------------------------------
+
+SMALL = Limits(groups=2, consumers=2, rows=2, beats=2)
+QUEUES = ("q1", "q2")
+NAMES = ("g1", "g2", "g3")
+CONSUMERS = ("a", "b", "c", "d", "e")
+
+
+class StreamMachine(RuleBasedStateMachine):
+    """One `iter_snapshot` at a time, taken a row at a time, with writes in between."""
+
+    client: Any = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.registry = RedisPresenceRegistry(StreamMachine.client, limits=SMALL)
+        StreamMachine.client.flushall()
+        self.now = T0
+        self.stored: dict[tuple[str, str, str], set[tuple[int, int, int]]] = {}
+        self.current: dict[tuple[str, str, str], tuple[int, int, int]] = {}
+        self.rows: Iterator[ConsumerPresence] | None = None
+        self.seen: list[ConsumerPresence] = []
+        self.throughout: set[tuple[str, str, str]] = set()
+
+    def _remember(self, key: tuple[str, str, str], value: tuple[int, int, int]) -> None:
+        self.current[key] = value
+        self.stored.setdefault(key, set()).add(value)
+
+    @rule(
+        q=st.sampled_from(QUEUES),
+        g=st.sampled_from(NAMES),
+        c=st.sampled_from(CONSUMERS),
+        lease=st.integers(0, 3),
+        back=st.integers(0, 90_000),
+    )
+    def beat(self, q: str, g: str, c: str, lease: int, back: int) -> None:
+        stamp = self.now - back * MS
+        self.registry.heartbeat(q, g, c, lease, now_ns=stamp)
+        key = (q, g, c)
+        registered = self.current[key][0] if key in self.current else stamp
+        self._remember(key, (registered, stamp, lease))
+
+    @rule(q=st.sampled_from(QUEUES), g=st.sampled_from(NAMES), c=st.sampled_from(CONSUMERS))
+    def deregister(self, q: str, g: str, c: str) -> None:
+        self.registry.deregister(q, g, c)
+        self.current.pop((q, g, c), None)
+        self.throughout.discard((q, g, c))
+
+    @rule()
+    def prune(self) -> None:
+        self.registry.prune_expired(now_ns=self.now, ttl_ms=TTL)
+        horizon = self.now - (2 * TTL + 1) * MS
+        for key in [k for k, v in self.current.items() if v[1] <= horizon]:
+            del self.current[key]
+            self.throughout.discard(key)
+
+    @precondition(lambda self: self.rows is None)
+    @rule()
+    def start(self) -> None:
+        self.rows = self.registry.iter_snapshot(now_ns=self.now, ttl_ms=TTL)
+        self.seen = []
+        self.throughout = set(self.current)
+
+    @precondition(lambda self: self.rows is not None)
+    @rule(n=st.integers(1, 4))
+    def take(self, n: int) -> None:
+        assert self.rows is not None
+        for _ in range(n):
+            row = next(self.rows, None)
+            if row is None:
+                self.finish()
+                return
+            self.seen.append(row)
+
+    def finish(self) -> None:
+        keys = [row.key for row in self.seen]
+        assert len(keys) == len(set(keys)), "a row appears twice"
+        missing = self.throughout - set(keys)
+        assert not missing, f"tracked throughout, not read: {sorted(missing)}"
+        for row in self.seen:
+            value = (row.registered_at_ns, row.last_heartbeat_ns, row.lease_count)
+            assert value in self.stored.get(row.key, set()), f"a torn row: {row}"
+        self.rows = None
+
+    @invariant()
+    def stream_is_open_or_closed(self) -> None:
+        assert self.rows is None or isinstance(self.seen, list)
+
+
+@pytest.mark.parametrize("backend", ["fakeredis", "redis-small"])
+def test_a_streaming_read_interleaved_with_writes_stays_sound(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    client = request.getfixturevalue(
+        "fake_client" if backend == "fakeredis" else "small_redis_client"
+    )
+    StreamMachine.client = client
+    test = StreamMachine.TestCase
+    test.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+    test().runTest()

@@ -1,0 +1,293 @@
+"""The dashboard in a real browser: Debian's chromium driven by Playwright, against a real
+`redis-presence serve` and a real redis-server with demo broker processes beating.
+
+One server, one service and one browser serve the whole module; every test opens its own
+browser context (fresh cookies and credentials) and uses groups no other test touches.
+Waits are Playwright's auto-retrying expectations with a deadline, never fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Dialog, Error, Locator, Page, expect, sync_playwright
+from servers import RedisServer
+from webservers import ROOT, Broker, ServeProcess, need_tool, poll
+
+from redis_presence import RedisPresenceRegistry
+
+TTL_MS = 2_000
+MS = 1_000_000
+TOKEN = "browser-t0ken"
+HOSTILE = "<img src=x onerror=alert(1)>"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+_SERVICES: list[ServeProcess] = []
+SCREENSHOT_ENV = "REDIS_PRESENCE_SCREENSHOTS"
+"""Set to a directory (e.g. docs) to keep the screenshots the tests take."""
+
+pytestmark = [pytest.mark.slow, pytest.mark.redis_server, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def redis_url_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with RedisServer(dir=tmp_path_factory.mktemp("redis-browser")) as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def writer(redis_url_module: str) -> Iterator[RedisPresenceRegistry]:
+    registry = RedisPresenceRegistry.from_url(redis_url_module)
+    try:
+        yield registry
+    finally:
+        registry.close()
+
+
+@pytest.fixture(scope="module")
+def service(redis_url_module: str) -> Iterator[ServeProcess]:
+    with ServeProcess(
+        redis_url_module,
+        global_options=["--ttl-ms", str(TTL_MS)],
+        env={"REDIS_PRESENCE_AUTH_TOKEN": TOKEN},
+        token=TOKEN,
+    ) as serve:
+        _SERVICES.append(serve)
+        yield serve
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    executable = need_tool("chromium", "chromium")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser, service: ServeProcess) -> Iterator[Page]:
+    context = browser.new_context(
+        base_url=service.base_url,
+        http_credentials={"username": "ops", "password": TOKEN},
+        viewport={"width": 1280, "height": 860},
+    )
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    dialogs: list[str] = []
+    errors: list[str] = []
+
+    def refuse(dialog: Dialog) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", refuse)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        yield page
+    finally:
+        context.close()
+    assert dialogs == [], "a name ran as code"
+    assert errors == [], "the page's script failed"
+
+
+def live(page: Page, path: str) -> None:
+    """Open `path` and wait until its event stream is connected; mark the document so a
+    reload would show."""
+    page.goto(path)
+    try:
+        expect(page.locator("#live")).to_have_attribute("data-state", "live", timeout=10_000)
+    except AssertionError as exc:
+        log = _SERVICES[-1].stderr[-4000:] if _SERVICES else ""
+        raise AssertionError(f"{exc}\nservice log:\n{log}") from None
+    page.evaluate("window.__same_document = true")
+
+
+def same_document(page: Page) -> bool:
+    return bool(page.evaluate("window.__same_document === true"))
+
+
+def row(page: Page, consumer: str) -> Locator:
+    return page.locator("#consumers tbody tr").filter(
+        has=page.locator("td.consumer", has_text=consumer)
+    )
+
+
+def beating(writer: RedisPresenceRegistry, *consumers: str) -> None:
+    """Wait until every named consumer has beaten (broker processes take a moment)."""
+    poll(
+        lambda: set(consumers) <= {r.consumer for r in writer.snapshot(ttl_ms=TTL_MS)},
+        timeout=20,
+        what=f"{consumers} to beat",
+    )
+
+
+def keep_screenshot(page: Page, tmp_path: Path, name: str) -> Path:
+    shot = tmp_path / name
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 10_000
+    keep = os.environ.get(SCREENSHOT_ENV)
+    if keep:
+        shutil.copyfile(shot, ROOT / keep / name)
+    return shot
+
+
+def test_the_page_asks_for_the_token(browser: Browser, service: ServeProcess) -> None:
+    context = browser.new_context(base_url=service.base_url)
+    try:
+        response = context.request.get("/")
+        assert response.status == 401
+        assert "Basic" in (response.headers.get("www-authenticate") or "")
+        # Headless, the browser's credentials prompt has nobody to ask: it gives up.
+        with pytest.raises(Error, match="ERR_INVALID_AUTH_CREDENTIALS"):
+            context.new_page().goto("/")
+    finally:
+        context.close()
+
+
+def test_groups_and_consumers_from_real_brokers(
+    page: Page,
+    service: ServeProcess,
+    redis_url_module: str,
+    writer: RedisPresenceRegistry,
+    tmp_path: Path,
+) -> None:
+    brokers = [
+        Broker(redis_url_module, name, consumers=n, ttl_ms=TTL_MS, offset=offset)
+        for name, n, offset in [("broker-a", 4, 0), ("broker-b", 3, 1), ("broker-c", 2, 2)]
+    ]
+    try:
+        beating(writer, "broker-a-c4", "broker-b-c3", "broker-c-c2")
+        writer.heartbeat("reports", "nightly", "cron-1", 0, now_ns=1_700_000_000_000 * MS)
+        writer.heartbeat("orders", "billing", HOSTILE, 1)
+        live(page, "/")
+        groups = page.locator("#groups tbody tr")
+        expect(groups).to_have_count(5)
+        # The group nobody reads comes first, marked.
+        expect(groups.first.locator("td").nth(0)).to_have_text("reports")
+        expect(groups.first.locator(".badge")).to_have_text("nobody is reading")
+        billing = groups.filter(has_text="billing")
+        expect(billing.locator("td.num.active")).not_to_have_text("0")
+        keep_screenshot(page, tmp_path, "dashboard.png")
+
+        billing.get_by_role("link", name="billing").click()
+        expect(page.locator(".crumbs")).to_contain_text("orders")
+        expect(row(page, "broker-a-c1")).to_have_count(1)
+        expect(row(page, "broker-a-c1").locator(".pill")).to_have_text("active")
+        # broker_consumers deals a broker's consumers onto the demo groups from its offset.
+        expect(row(page, "broker-b-c1")).to_have_count(0)
+        expect(row(page, HOSTILE)).to_have_count(1)
+        expect(page.locator("#live")).to_have_attribute("data-state", "live")
+        keep_screenshot(page, tmp_path, "dashboard-group.png")
+    finally:
+        for broker in brokers:
+            broker.stop()
+
+
+def test_a_killed_consumer_turns_stale_then_expired_live(
+    page: Page, redis_url_module: str, writer: RedisPresenceRegistry
+) -> None:
+    broker = Broker(redis_url_module, "doomed", consumers=1, ttl_ms=TTL_MS, offset=3)
+    try:
+        beating(writer, "doomed-c1")
+        live(page, "/group?queue=payments&group=ledger")
+        doomed = row(page, "doomed-c1")
+        expect(doomed.locator(".pill")).to_have_text("active")
+        ages = doomed.locator("td.age")
+        nobody = page.locator('[data-total="nobody_reading"]')
+        expect(nobody).to_be_hidden()
+        broker.kill()
+        expect(doomed).to_have_class("state-stale changed", timeout=TTL_MS + 2_000)
+        expect(doomed.locator(".pill")).to_have_text("stale")
+        expect(doomed).to_have_class("state-expired changed", timeout=TTL_MS + 2_000)
+        expect(nobody).to_be_visible()
+        shown = ages.inner_text()
+        assert int(shown.removesuffix("s ago")) >= 2 * TTL_MS // 1000
+        expect(ages).not_to_have_text(shown, timeout=3_000)  # the age keeps ticking
+        assert same_document(page)
+    finally:
+        broker.stop()
+
+
+def test_a_deregistered_consumer_disappears_live(page: Page, writer: RedisPresenceRegistry) -> None:
+    writer.heartbeat("orders", "shipping", "leaver", 2)
+    writer.heartbeat("orders", "shipping", "stayer", 1)
+    live(page, "/group?queue=orders&group=shipping")
+    expect(row(page, "leaver")).to_have_count(1)
+    writer.deregister("orders", "shipping", "leaver")
+    expect(row(page, "leaver")).to_have_count(0, timeout=3_000)
+    expect(row(page, "stayer")).to_have_count(1)
+    assert same_document(page)
+
+
+def test_a_hostile_name_is_shown_as_text(page: Page, writer: RedisPresenceRegistry) -> None:
+    evil_queue, evil_group = "<b>q</b>", "g\"'><script>alert(2)</script>"
+    writer.heartbeat(evil_queue, evil_group, HOSTILE, 0, now_ns=4_000_000_000_000 * MS)
+    live(page, "/")
+    expect(page.locator("#groups td.name", has_text="<b>q</b>")).to_have_count(1)
+    page.get_by_role("link", name=evil_group).click()
+    expect(row(page, HOSTILE)).to_have_count(1)
+    assert page.locator("#consumers td.consumer").all_inner_texts() == [HOSTILE]
+    assert page.locator("main img").count() == 0
+    assert page.locator("main b").count() == 0
+    page.locator("#live").wait_for()
+    # The script's own rendering (a refresh from JSON) keeps it text too.
+    page.evaluate("window.__same_document = true")
+    writer.heartbeat(evil_queue, evil_group, HOSTILE + "2", 0, now_ns=4_000_000_000_000 * MS)
+    expect(row(page, HOSTILE + "2")).to_have_count(1, timeout=8_000)
+    assert page.locator("main img").count() == 0
+    assert same_document(page)
+
+
+def test_filters_and_pagination(page: Page, writer: RedisPresenceRegistry) -> None:
+    future = 4_000_000_000_000 * MS  # a beat from the future stays active
+    writer.heartbeat_many(
+        [("big", "fleet", f"c-{i:03d}", i % 3) for i in range(120)], now_ns=future
+    )
+    writer.heartbeat("big", "fleet", "zz-expired", 0, now_ns=1_700_000_000_000 * MS)
+    live(page, "/group?queue=big&group=fleet")
+    rows = page.locator("#consumers tbody tr")
+    expect(rows).to_have_count(50)
+    expect(rows.first.locator("td.consumer")).to_have_text("c-000")
+    page.get_by_role("link", name="Next →").click()
+    expect(rows.first.locator("td.consumer")).to_have_text("c-050")
+    page.get_by_role("link", name="Next →").click()
+    expect(rows).to_have_count(21)
+    expect(rows.last.locator("td.consumer")).to_have_text("zz-expired")
+    expect(page.get_by_role("link", name="Next →")).to_have_count(0)
+    page.get_by_role("link", name="← Previous").click()
+    expect(rows.first.locator("td.consumer")).to_have_text("c-050")
+    expect(rows).to_have_count(50)
+
+    page.get_by_label("expired").check()
+    page.get_by_role("button", name="Filter").click()
+    expect(rows).to_have_count(1)
+    expect(rows.first.locator("td.consumer")).to_have_text("zz-expired")
+
+    page.goto("/group?queue=big&group=fleet")
+    page.get_by_placeholder("name contains…").fill("c-11")
+    page.get_by_role("button", name="Filter").click()
+    expect(rows).to_have_count(10)
+
+    page.goto("/")
+    page.get_by_placeholder("contains…").first.fill("bi")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("#groups tbody tr")).to_have_count(1)
+    page.get_by_placeholder("consumer name contains…").fill("zz-exp")
+    page.get_by_role("button", name="Search").click()
+    expect(page.locator("#consumers tbody tr")).to_have_count(1)

@@ -1,0 +1,342 @@
+"""The web service's I/O-free parts: the transition diff, keyset pagination, the token
+parser and the metrics collector, checked against the package's own rule."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from redis_presence import ConsumerPresence, ConsumerPresenceRegistry, PresenceState
+from redis_presence.web.auth import presented_token
+from redis_presence.web.data import stats_from_counts, stats_from_rows
+from redis_presence.web.events import diff, replay
+from redis_presence.web.metrics import ScrapeReading, registry_for
+from redis_presence.web.pages import (
+    ConsumerFilter,
+    Cursor,
+    groups_page,
+    page_of,
+    parse_limit,
+    parse_states,
+)
+
+TTL_MS = 1_000
+MS = 1_000_000
+NAMES = st.sampled_from(["a", "b", "a/b", "a\x00", "é", "\n", "%"])
+
+# -- the diff: replaying its events onto the first read gives the states of the second ------
+
+Op = tuple[str, tuple[str, str, str], int]
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["beat", "beat", "beat", "leave", "prune", "read"]),
+        st.tuples(NAMES, NAMES, st.sampled_from(["c1", "c2", "c3"])),
+        st.integers(0, 3 * TTL_MS),
+    ),
+    max_size=40,
+)
+
+
+@given(ops)
+def test_diff_replays_to_the_next_read(script: list[Op]) -> None:
+    registry = ConsumerPresenceRegistry()
+    now = 1_000_000 * MS
+    before = {row.key: row for row in registry.snapshot(now_ns=now, ttl_ms=TTL_MS)}
+    for op, key, step_ms in script:
+        now += step_ms * MS
+        if op == "beat":
+            registry.heartbeat(*key, lease_count=step_ms % 5, now_ns=now)
+        elif op == "leave":
+            registry.deregister(*key)
+        elif op == "prune":
+            registry.prune_expired(now_ns=now, ttl_ms=TTL_MS)
+        else:
+            after = registry.snapshot(now_ns=now, ttl_ms=TTL_MS)
+            events, current = diff(before, after, after_now_ns=now, ttl_ms=TTL_MS)
+            states = {k: row.state for k, row in before.items()}
+            replay(states, events)
+            assert states == {row.key: row.state for row in after}
+            assert [e.at_ns for e in events] == sorted(e.at_ns for e in events)
+            for event in events:
+                assert event.at_ns <= now
+                if event.kind == "stale":
+                    assert event.at_ns == event.last_heartbeat_ns + (TTL_MS + 1) * MS  # type: ignore[operator]
+                if event.kind == "expired":
+                    assert event.at_ns == event.last_heartbeat_ns + (2 * TTL_MS + 1) * MS  # type: ignore[operator]
+            before = current
+
+
+def _row(
+    consumer: str, hb_ms: int, now_ms: int, queue: str = "q", group: str = "g", reg_ms: int = 0
+) -> ConsumerPresence:
+    return ConsumerPresence.at(
+        queue, group, consumer, reg_ms * MS, hb_ms * MS, 0, now_ns=now_ms * MS, ttl_ms=TTL_MS
+    )
+
+
+def test_diff_names_each_transition_at_the_rules_instant() -> None:
+    first = [_row(c, hb, 500) for c, hb in [("stays", 0), ("dies", 0), ("goes", 0), ("quits", 0)]]
+    before = {r.key: r for r in first}
+    after = [
+        _row("stays", 900, 2_500),
+        _row("dies", 0, 2_500),
+        _row("new", 2_400, 2_500, reg_ms=2_400),
+    ]
+    before[("q", "g", "quits")] = _row("quits", 2_000, 2_100)
+    events, current = diff(before, after, after_now_ns=2_500 * MS, ttl_ms=TTL_MS)
+    assert [(e.kind, e.consumer, e.at_ns // MS) for e in events] == [
+        ("stale", "dies", 1_001),
+        ("stale", "goes", 1_001),
+        ("stale", "stays", 1_901),
+        ("expired", "dies", 2_001),
+        ("expired", "goes", 2_001),
+        ("joined", "new", 2_400),
+        ("left", "quits", 2_500),  # gone before it expired: deregistered, not pruned
+        ("pruned", "goes", 2_500),  # gone once expired: pruned
+    ]
+    assert set(current) == {row.key for row in after}
+
+
+def test_a_consumer_back_from_stale_recovers() -> None:
+    before = {r.key: r for r in [_row("w", 0, 1_500)]}
+    assert before[("q", "g", "w")].state is PresenceState.STALE
+    events, _ = diff(before, [_row("w", 1_600, 1_700)], after_now_ns=1_700 * MS, ttl_ms=TTL_MS)
+    assert [(e.kind, e.at_ns) for e in events] == [("recovered", 1_600 * MS)]
+
+
+# -- pagination -------------------------------------------------------------------------------
+
+rows_strategy = st.lists(
+    st.tuples(NAMES, NAMES, st.text("xyz", min_size=1, max_size=3), st.integers(0, 3_000)),
+    max_size=60,
+    unique_by=lambda t: t[:3],
+)
+
+
+@given(
+    rows_strategy,
+    st.integers(1, 7),
+    st.sampled_from([None, "a", "é"]),
+    st.sampled_from([None, "b"]),
+    st.frozensets(st.sampled_from(list(PresenceState))),
+    st.sampled_from([None, "x", "Y"]),
+)
+def test_pages_walk_every_match_once_in_order_both_ways(
+    raw: list[tuple[str, str, str, int]],
+    limit: int,
+    queue: str | None,
+    group: str | None,
+    states: frozenset[PresenceState],
+    search: str | None,
+) -> None:
+    rows = sorted(_row(c, hb, 3_000, q, g) for q, g, c, hb in raw)
+    where = ConsumerFilter(queue, group, states, search)
+    expected = [r for r in rows if where.matches(r)]
+    walked: list[ConsumerPresence] = []
+    pages = []
+    cursor = None
+    while True:
+        page = page_of(rows, where, cursor=cursor, limit=limit)
+        assert len(page.rows) <= limit
+        walked += page.rows
+        pages.append(page)
+        if page.next_cursor is None:
+            break
+        cursor = Cursor.decode(page.next_cursor)
+    assert walked == expected
+    assert pages[0].prev_cursor is None
+    assert all(p.prev_cursor for p in pages[1:] if p.rows)
+    # Back from the last page with the prev cursors: the same pages, newest first.
+    back: list[ConsumerPresence] = list(pages[-1].rows)
+    page = pages[-1]
+    while page.prev_cursor is not None:
+        page = page_of(rows, where, cursor=Cursor.decode(page.prev_cursor), limit=limit)
+        assert len(page.rows) == limit
+        back = page.rows + back
+    assert back == expected
+
+
+def test_cursors_are_opaque_and_checked() -> None:
+    cursor = Cursor("after", ("a/b", "line\ntwo", "<img>"))
+    assert Cursor.decode(cursor.encode()) == cursor
+    for junk in ["", "x", "!!!", base64.urlsafe_b64encode(b'["z","q","g","c"]').decode(), "WzFd"]:
+        with pytest.raises(ValueError, match="cursor"):
+            Cursor.decode(junk)
+
+
+def test_limits_and_states_are_checked() -> None:
+    assert parse_limit(None) == 100
+    assert parse_limit("1000") == 1000
+    for bad in ["0", "1001", "-1", "x", "1.5"]:
+        with pytest.raises(ValueError, match="limit"):
+            parse_limit(bad)
+    assert parse_states(["stale,expired", "ACTIVE"]) == frozenset(PresenceState)
+    with pytest.raises(ValueError, match="state must be one of"):
+        parse_states(["sleeping"])
+
+
+def test_group_pages() -> None:
+    groups = stats_from_counts({}, {}, {(q, g): 1 for q in "abc" for g in "xy"})
+    first = groups_page(groups, queue=None, group=None, cursor=None, limit=4)
+    assert [(g.queue, g.group) for g in first.groups] == [
+        ("a", "x"),
+        ("a", "y"),
+        ("b", "x"),
+        ("b", "y"),
+    ]
+    assert first.next_cursor is not None
+    assert first.prev_cursor is None
+    second = groups_page(
+        groups, queue=None, group=None, cursor=Cursor.decode(first.next_cursor), limit=4
+    )
+    assert [(g.queue, g.group) for g in second.groups] == [("c", "x"), ("c", "y")]
+    assert second.next_cursor is None
+    assert second.prev_cursor is not None
+    back = groups_page(
+        groups, queue=None, group=None, cursor=Cursor.decode(second.prev_cursor), limit=4
+    )
+    assert back.groups == first.groups
+    only = groups_page(groups, queue="b", group="y", cursor=None, limit=4)
+    assert [(g.queue, g.group) for g in only.groups] == [("b", "y")]
+
+
+# -- counts -----------------------------------------------------------------------------------
+
+
+def test_group_counts_from_three_counts_match_the_rows() -> None:
+    registry = ConsumerPresenceRegistry()
+    now = 10_000 * MS
+    for i, age_ms in enumerate([0, 999, 1_000, 1_001, 2_000, 2_001, 9_000]):
+        registry.heartbeat("q", f"g{i % 2}", f"c{i}", now_ns=now - age_ms * MS)
+    registry.heartbeat("q2", "g", "future", now_ns=now + 5 * MS)
+    rows = registry.snapshot(now_ns=now, ttl_ms=TTL_MS)
+    from_counts = stats_from_counts(
+        registry.count_active_by_group(now_ns=now, ttl_ms=TTL_MS),
+        registry.count_active_by_group(now_ns=now, ttl_ms=2 * TTL_MS),
+        registry.count_active_by_group(now_ns=0, ttl_ms=1),
+    )
+    from_rows = stats_from_rows(rows)
+    assert [g[:5] for g in from_counts] == [g[:5] for g in from_rows]
+    assert [(g.active, g.stale, g.expired) for g in from_rows] == [(2, 1, 1), (1, 1, 1), (1, 0, 0)]
+    assert from_rows[0].oldest_heartbeat_ns == now - 9_000 * MS
+
+
+# -- the token ------------------------------------------------------------------------------
+
+
+def _basic(text: str) -> str:
+    return "Basic " + base64.b64encode(text.encode()).decode()
+
+
+def test_tokens_from_bearer_and_basic() -> None:
+    assert presented_token("Bearer s3cret") == "s3cret"
+    assert presented_token("bearer  s3cret ") == "s3cret"
+    assert presented_token(_basic("anyone:s3cret")) == "s3cret"
+    assert presented_token(_basic(":pa:ss")) == "pa:ss"
+    assert presented_token(_basic("no-colon")) is None
+    assert presented_token("Basic !!!") is None
+    assert presented_token("Bearer") is None
+    assert presented_token("Digest x") is None
+
+
+# -- the collector -----------------------------------------------------------------------------
+
+
+def _families(
+    reading: ScrapeReading, per_consumer: bool
+) -> dict[str, list[tuple[dict[str, str], float]]]:
+    text = generate_latest(registry_for(reading, per_consumer=per_consumer)).decode()
+    return {
+        family.name: [(sample.labels, sample.value) for sample in family.samples]
+        for family in text_string_to_metric_families(text)
+    }
+
+
+def test_collector_reports_every_state_and_up() -> None:
+    rows = [_row("a", 2_900, 3_000), _row("b", 0, 3_000, group='g\n"2"')]
+    groups = stats_from_rows(sorted(rows))
+    families = _families(ScrapeReading(3_000 * MS, groups, rows, 0.01, TTL_MS), per_consumer=True)
+    assert families["redis_presence_up"] == [({}, 1.0)]
+    consumers = {
+        (labels["group"], labels["state"]): v for labels, v in families["redis_presence_consumers"]
+    }
+    assert consumers == {
+        ("g", "active"): 1.0,
+        ("g", "stale"): 0.0,
+        ("g", "expired"): 0.0,
+        ('g\n"2"', "active"): 0.0,
+        ('g\n"2"', "stale"): 0.0,
+        ('g\n"2"', "expired"): 1.0,
+    }
+    ages = {
+        labels["consumer"]: v
+        for labels, v in families["redis_presence_consumer_last_seen_age_seconds"]
+    }
+    assert ages == {"a": 0.1, "b": 3.0}
+    oldest = families["redis_presence_oldest_heartbeat_age_seconds"]
+    assert {labels["group"]: v for labels, v in oldest} == {"g": 0.1, 'g\n"2"': 3.0}
+
+    without = _families(ScrapeReading(3_000 * MS, groups, (), 0.01, TTL_MS), per_consumer=False)
+    assert "redis_presence_consumer_last_seen_age_seconds" not in without
+
+    down = _families(
+        ScrapeReading(0, (), (), 0.5, TTL_MS, error="cannot reach Redis"), per_consumer=True
+    )
+    assert down["redis_presence_up"] == [({}, 0.0)]
+    assert down["redis_presence_scrape_duration_seconds"] == [({}, 0.5)]
+    assert "redis_presence_consumers" not in down
+
+
+hostile_names = st.text(
+    st.sampled_from(["a", "\\", '"', "\n", "é", "{", "}", "=", ","]), min_size=1, max_size=6
+)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            hostile_names,
+            hostile_names,
+            st.integers(0, 3),
+            st.integers(0, 3),
+            st.integers(0, 3),
+            st.one_of(st.none(), st.integers(0, 10**12)),
+        ),
+        max_size=8,
+    ),
+    st.lists(
+        st.tuples(hostile_names, hostile_names, hostile_names, st.integers(0, 10**12)), max_size=8
+    ),
+    st.booleans(),
+    st.sampled_from([None, "cannot reach Redis"]),
+    st.floats(0, 5),
+)
+def test_the_fast_exposition_is_byte_for_byte_prometheus_clients(
+    groups: list[tuple[str, str, int, int, int, int | None]],
+    consumers: list[tuple[str, str, str, int]],
+    per_consumer: bool,
+    error: str | None,
+    seconds: float,
+) -> None:
+    from redis_presence.web.data import GroupStats
+    from redis_presence.web.metrics import render_text
+
+    now = 10**12 + 5
+    reading = ScrapeReading(
+        now,
+        [GroupStats(*g) for g in groups],
+        [
+            ConsumerPresence.at(q, g, c, 0, hb, 0, now_ns=now, ttl_ms=TTL_MS)
+            for q, g, c, hb in consumers
+        ],
+        seconds,
+        TTL_MS,
+        error,
+    )
+    expected = generate_latest(registry_for(reading, per_consumer=per_consumer))
+    assert render_text(reading, per_consumer=per_consumer) == expected
