@@ -13,6 +13,7 @@ import json
 import logging
 import shlex
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +23,14 @@ from backends import dump
 from conftest import RUN_COUNTS
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from servers import MakeRedisServer, RedisServer, need_binary
+from servers import (
+    DEBIAN_REDIS,
+    VERSION_MATRIX,
+    MakeRedisServer,
+    RedisServer,
+    ServerBuild,
+    need_binary,
+)
 from test_cli import invoke, one_error_line
 from test_security import ACL_BROKER, BROKER_PASSWORD, BROKER_USER
 
@@ -396,3 +404,30 @@ def test_the_check_waits_for_an_answered_operation(
         assert not registry.policy_check.due
     (warning,) = warnings_of(caplog)
     assert "allkeys-lfu" in warning
+
+
+@pytest.mark.parametrize("build", [DEBIAN_REDIS, *VERSION_MATRIX], ids=lambda b: b.name)
+def test_out_of_memory_on_each_server_of_the_version_matrix(
+    build: ServerBuild, tmp_path: Path
+) -> None:
+    """The same answers from Redis 7.0, Redis 8 and Valkey 9 (README: Tested versions)."""
+    args = ["--maxmemory", MAXMEMORY, "--maxmemory-policy", "noeviction"]
+    with (
+        RedisServer(dir=tmp_path, binary=build.need(), extra_args=args) as server,
+        no_retry(server) as client,
+    ):
+        registry = RedisPresenceRegistry(client)
+        seed(registry)
+        fill_memory(client)
+        before = dump(client)
+        assert len(registry.snapshot(now_ns=T0)) == EXPECTED_ROWS
+        assert registry.count_active_by_group(now_ns=T0) == EXPECTED_COUNTS
+        assert len(registry) == EXPECTED_ROWS
+        with pytest.raises(PresenceOutOfMemoryError):
+            registry.heartbeat("orders", "billing", "new", 1, now_ns=T0)
+        with pytest.raises(PresenceOutOfMemoryError):
+            registry.heartbeat_many([("mail", "send", "x", 0)], now_ns=T0)
+        assert dump(client) == before
+        assert registry.prune_expired(now_ns=T0) == 1
+    RUN_COUNTS["memory pressure: reads answered by a server out of memory"] += 3
+    RUN_COUNTS["memory pressure: writes refused as PresenceOutOfMemoryError, store unchanged"] += 2
