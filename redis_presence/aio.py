@@ -202,7 +202,7 @@ class AsyncRedisPresenceRegistry(Executor):
         except PresenceError as error:
             check.failed(error)
         else:
-            check.done(policy, self._client)
+            check.done(policy, self._client, self.plans.keys.groups)
 
     async def stream(self, stream: RowStream) -> AsyncIterator[ConsumerPresence]:
         """Run a streaming read, handing out each group's rows as soon as they are read."""

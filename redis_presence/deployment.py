@@ -30,6 +30,7 @@ from enum import Enum
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from .errors import (
+    DRIVER_ERRORS,
     PresenceAuthError,
     PresenceConnectionError,
     PresenceError,
@@ -240,15 +241,20 @@ def evicts(policy: str | None) -> bool:
     return policy is not None and policy.lower() in EVICTING_POLICIES
 
 
-def where(client: Any) -> str:
-    """Which server a client talks to, for messages (never a password)."""
+def where(client: Any, node_key: str | None = None) -> str:
+    """Which server a client talks to, for messages (never a password): on a cluster, the
+    node that holds `node_key`."""
     kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
     if isinstance(kwargs, dict):
         if kwargs.get("path"):
             return f"unix:{kwargs['path']} (db {kwargs.get('db', 0)})"
         return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
-    if hasattr(client, "get_primaries"):
-        return "a Redis Cluster"
+    locate = getattr(client, "get_node_from_key", None)
+    if locate is not None:
+        try:
+            return f"the Redis Cluster node {locate(node_key).name}"
+        except (*DRIVER_ERRORS, AttributeError, TypeError):
+            return "a Redis Cluster"
     return "Redis"
 
 
@@ -284,10 +290,11 @@ class PolicyCheck:
         finally:
             self._lock.release()
 
-    def done(self, policy: str | None, client: Any) -> None:
-        """Log the warning if `policy` may evict presence keys."""
+    def done(self, policy: str | None, client: Any, node_key: str | None = None) -> None:
+        """Log the warning if `policy` (read from the node of `node_key`, on a cluster) may
+        evict presence keys."""
         if evicts(policy):
-            logger.warning("%s", eviction_warning(str(policy), where(client)))
+            logger.warning("%s", eviction_warning(str(policy), where(client, node_key)))
 
     def failed(self, error: PresenceError) -> None:
         """The check could not finish: after a lost connection it is due again; any other

@@ -203,7 +203,7 @@ class RedisPresenceRegistry(Executor):
         except PresenceError as error:
             check.failed(error)
         else:
-            check.done(policy, self._client)
+            check.done(policy, self._client, self.plans.keys.groups)
 
     def stream(self, stream: RowStream) -> Iterator[ConsumerPresence]:
         """Run a streaming read, handing out each group's rows as soon as they are read."""

@@ -27,6 +27,7 @@ from servers import (
     DEBIAN_REDIS,
     VERSION_MATRIX,
     MakeRedisServer,
+    RedisClusterProcesses,
     RedisServer,
     ServerBuild,
     need_binary,
@@ -431,3 +432,24 @@ def test_out_of_memory_on_each_server_of_the_version_matrix(
         assert registry.prune_expired(now_ns=T0) == 1
     RUN_COUNTS["memory pressure: reads answered by a server out of memory"] += 3
     RUN_COUNTS["memory pressure: writes refused as PresenceOutOfMemoryError, store unchanged"] += 2
+
+
+def test_a_cluster_registry_checks_the_node_of_its_index(
+    redis_cluster: RedisClusterProcesses, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="redis_presence")
+    client = redis_cluster.client()
+    node = client.get_node_from_key("presence:groups")  # type: ignore[no-untyped-call]
+    node_client = client.get_redis_connection(node)
+    node_client.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        RedisPresenceRegistry(client).heartbeat("orders", "billing", "w1", now_ns=T0)
+    finally:
+        node_client.config_set("maxmemory-policy", "noeviction")  # the session's cluster
+        client.close()
+    (warning,) = warnings_of(caplog)
+    assert (
+        f"Redis at the Redis Cluster node {node.name} runs with maxmemory-policy allkeys-lru"
+        in warning
+    )
+    RUN_COUNTS["memory pressure: evicting policies found and warned of"] += 1
