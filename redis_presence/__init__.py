@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .errors import PresenceConnectionError as PresenceConnectionError
     from .errors import PresenceDataError as PresenceDataError
     from .errors import PresenceError as PresenceError
+    from .errors import PresenceOutOfMemoryError as PresenceOutOfMemoryError
     from .errors import PresenceReadOnlyError as PresenceReadOnlyError
     from .errors import PresenceResyncRequired as PresenceResyncRequired
     from .events import DEFAULT_EVENTS_KEPT as DEFAULT_EVENTS_KEPT
@@ -52,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     "PresenceConnectionError": "errors",
     "PresenceDataError": "errors",
     "PresenceError": "errors",
+    "PresenceOutOfMemoryError": "errors",
     "PresenceReadOnlyError": "errors",
     "PresenceResyncRequired": "errors",
     "DEFAULT_EVENTS_KEPT": "events",

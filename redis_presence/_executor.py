@@ -30,6 +30,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .deployment import PolicyCheck
 from .errors import translate
 from .events import DEFAULT_EVENTS_KEPT
 from .plans import Command, Limits, Plan, Planner, Request, ScriptCall
@@ -233,6 +234,12 @@ class Executor:
         )
         self._client = client
         self._owns_client = False
+        self.policy_check = PolicyCheck()
+        """The one check of ``maxmemory-policy`` this registry makes, after its first
+        operation Redis answered: it logs one warning on the ``redis_presence`` logger when
+        the policy may evict presence keys (``allkeys-*``). A user who may run neither
+        ``CONFIG GET`` nor ``INFO`` gets no check and no error. ``policy_check.due = False``
+        skips it."""
 
     @property
     def prefix(self) -> str:

@@ -22,7 +22,8 @@ from ._executor import (
     command_args,
     single,
 )
-from .errors import DRIVER_ERRORS, PresenceResyncRequired, translate
+from .deployment import adrive, memory_policy
+from .errors import DRIVER_ERRORS, PresenceError, PresenceResyncRequired, translate
 from .events import (
     DEFAULT_FOLLOW_INTERVAL_S,
     Cursor,
@@ -240,14 +241,32 @@ class AsyncRedisPresenceRegistry(Executor):
         asyncio twin of `RedisPresenceRegistry.execute`."""
         if type(plan) is Single:  # one script call, sent directly: no generator to step
             try:
-                return plan.then(await self._client.execute_command(*plan.args))  # type: ignore[no-any-return]
+                result: T = plan.then(await self._client.execute_command(*plan.args))
             except DRIVER_ERRORS as exc:
                 run = Run(plan, answered=[exc])
+            else:
+                if self.policy_check.due:
+                    await self._check_policy()
+                return result
         else:
             run = Run(plan)
         while run.batch is not None:
             run.feed(await self._transport(run.batch))
+        if self.policy_check.due:
+            await self._check_policy()
         return run.result  # type: ignore[return-value]
+
+    async def _check_policy(self) -> None:
+        """The registry's one check of ``maxmemory-policy`` (`Executor.policy_check`)."""
+        check = self.policy_check
+        if not check.claim():
+            return
+        try:
+            policy = await adrive(memory_policy(self.plans.keys.groups), self.execute)
+        except PresenceError as error:
+            check.failed(error)
+        else:
+            check.done(policy, self._client, self.plans.keys.groups)
 
     async def stream(self, stream: RowStream) -> AsyncIterator[ConsumerPresence]:
         """Run a streaming read, handing out each group's rows as soon as they are read."""
@@ -258,6 +277,8 @@ class AsyncRedisPresenceRegistry(Executor):
                 for row in rows:
                     yield row
             stream.groups.clear()
+        if self.policy_check.due:
+            await self._check_policy()
 
     async def _transport(self, batch: list[Request]) -> list[Any]:
         """`_send`, with a failed connection raised as a `PresenceError`."""

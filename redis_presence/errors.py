@@ -40,6 +40,11 @@ class PresenceResyncRequired(PresenceError):
     cursor is older than the log): take a fresh `snapshot` and a fresh cursor."""
 
 
+class PresenceOutOfMemoryError(PresenceError):
+    """Redis refused a write because its memory is full (``OOM``: used memory above
+    ``maxmemory`` and nothing it may evict); the write changed nothing, reads still work."""
+
+
 DRIVER_ERRORS = (rx.RedisError, rx.RedisClusterException)
 """What redis-py raises for a Redis-side failure (its cluster errors are not all `RedisError`);
 `translate` turns each into a `PresenceError`."""
@@ -72,15 +77,40 @@ _NO_PASSWORD = ("NOAUTH", "Authentication required", "HELLO must be called with 
 _WRONG_PASSWORD = ("WRONGPASS", "invalid username-password pair")
 
 
+NO_PASSWORD = "Redis refused access: it requires a password (NOAUTH)"
+WRONG_PASSWORD = (
+    "Redis refused access: wrong user name or password, or the user is disabled (WRONGPASS)"
+)
+
+
 def _refusal(exc: Exception) -> str:
     message = str(exc)
     if any(words in message for words in _NO_PASSWORD):
-        return "Redis refused access: it requires a password (NOAUTH)"
+        return NO_PASSWORD
     if any(words in message for words in _WRONG_PASSWORD):
-        return (
-            "Redis refused access: wrong user name or password, or the user is disabled (WRONGPASS)"
-        )
+        return WRONG_PASSWORD
     return f"Redis refused access: {exc}"
+
+
+def is_login_refusal(error: BaseException) -> bool:
+    """Whether `error` says the login itself failed (no or wrong password), rather than
+    that the ACL user may not run one command or use one key."""
+    return isinstance(error, PresenceAuthError) and str(error) in (NO_PASSWORD, WRONG_PASSWORD)
+
+
+def server_answered(error: BaseException) -> bool:
+    """Whether `error` is a reply of the server (an error reply, ``MASTERDOWN`` included)
+    rather than a failure to reach it (refused, broken or timed-out connection)."""
+    if not isinstance(error, PresenceConnectionError):
+        return True
+    return isinstance(error.__cause__, rx.MasterDownError)
+
+
+OUT_OF_MEMORY = (
+    "Redis is out of memory and refused the write (used memory is above maxmemory, and its "
+    "maxmemory-policy left nothing to evict); nothing was written, reads still work: raise "
+    "maxmemory or free memory (redis-presence doctor shows the server's memory settings)"
+)
 
 
 def translate(exc: Exception) -> PresenceError:
@@ -94,6 +124,10 @@ def translate(exc: Exception) -> PresenceError:
     if isinstance(exc, rx.ConnectionError | rx.TimeoutError | rx.MasterDownError):
         # MASTERDOWN: a replica that may not serve stale data lost its primary (transient).
         return PresenceConnectionError(f"cannot reach Redis: {exc}")
+    if isinstance(exc, rx.OutOfMemoryError) or (
+        isinstance(exc, rx.ResponseError) and str(exc).startswith("OOM ")
+    ):
+        return PresenceOutOfMemoryError(f"{OUT_OF_MEMORY} ({exc})")
     if isinstance(exc, rx.ReadOnlyError):
         return PresenceReadOnlyError(f"Redis is a read-only replica: {exc}")
     if isinstance(exc, rx.ResponseError) and "WRONGTYPE" in str(exc):

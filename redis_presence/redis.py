@@ -17,7 +17,8 @@ from ._executor import (
     command_args,
     single,
 )
-from .errors import DRIVER_ERRORS, PresenceResyncRequired, translate
+from .deployment import drive, memory_policy
+from .errors import DRIVER_ERRORS, PresenceError, PresenceResyncRequired, translate
 from .events import (
     DEFAULT_FOLLOW_INTERVAL_S,
     Cursor,
@@ -237,14 +238,32 @@ class RedisPresenceRegistry(Executor):
         """
         if type(plan) is Single:  # one script call, sent directly: no generator to step
             try:
-                return plan.then(self._send_single(plan))  # type: ignore[no-any-return]
+                result: T = plan.then(self._send_single(plan))
             except DRIVER_ERRORS as exc:
                 run = Run(plan, answered=[exc])
+            else:
+                if self.policy_check.due:
+                    self._check_policy()
+                return result
         else:
             run = Run(plan)
         while run.batch is not None:
             run.feed(self._transport(run.batch))
+        if self.policy_check.due:
+            self._check_policy()
         return run.result  # type: ignore[return-value]
+
+    def _check_policy(self) -> None:
+        """The registry's one check of ``maxmemory-policy`` (`Executor.policy_check`)."""
+        check = self.policy_check
+        if not check.claim():
+            return
+        try:
+            policy = drive(memory_policy(self.plans.keys.groups), self.execute)
+        except PresenceError as error:
+            check.failed(error)
+        else:
+            check.done(policy, self._client, self.plans.keys.groups)
 
     def stream(self, stream: RowStream) -> Iterator[ConsumerPresence]:
         """Run a streaming read, handing out each group's rows as soon as they are read."""
@@ -254,6 +273,8 @@ class RedisPresenceRegistry(Executor):
             for _, rows in stream.groups:
                 yield from rows
             stream.groups.clear()
+        if self.policy_check.due:
+            self._check_policy()
 
     def _transport(self, batch: list[Request]) -> list[Any]:
         """`_send`, with a failed connection raised as a `PresenceError`."""

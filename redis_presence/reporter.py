@@ -7,18 +7,26 @@ process's monotonic clock, and the script stamps it ``server_now - delay``: coal
 outages never make a consumer look fresher than it is, and no broker's wall clock is
 trusted. `AsyncPresenceReporter` is the same with an asyncio task instead of a thread; the
 coalescing, backoff and logging rules live once, in `_Coalescer`.
+
+Forks (``os.fork``, a prefork server, multiprocessing's ``fork`` start method): the flusher
+thread does not cross a fork, so in the child a `PresenceReporter` starts afresh, with its
+own thread and locks and nothing pending (what was pending is the parent's to write); an
+`AsyncPresenceReporter`, whose task and event loop stay in the parent, raises
+`RuntimeError` at its first use in the child.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ._executor import Executor
 from .aio import AsyncRedisPresenceRegistry
@@ -131,6 +139,11 @@ class _Coalescer:
         with self._lock:
             return len(self._beats)
 
+    def fresh(self) -> _Coalescer:
+        """A new coalescer with the same settings and nothing pending (a forked child's)."""
+        interval_ms = self.interval_ns // NS_PER_MS
+        return _Coalescer(interval_ms, track=self._reported is not None, clock=self.clock)
+
     # -- the flusher's side -----------------------------------------------------------
 
     def begin(self, *, closing: bool = False) -> tuple[int, _Taken | None]:
@@ -226,6 +239,37 @@ class _Coalescer:
         return self.interval_ns / 1e9
 
 
+class _CrossedFork(_Coalescer):
+    """The coalescer of an `AsyncPresenceReporter` in a forked child: every use raises."""
+
+    def __init__(self, core: _Coalescer, message: str) -> None:
+        super().__init__(core.interval_ns // NS_PER_MS, track=False, clock=core.clock)
+        self.closed = True
+        self.message = message
+
+    def beat(self, queue: str, group: str, consumer: str, lease_count: int) -> None:
+        raise RuntimeError(self.message)
+
+    def deregister(self, queue: str, group: str, consumer: str) -> None:
+        raise RuntimeError(self.message)
+
+    def begin(self, *, closing: bool = False) -> tuple[int, _Taken | None]:
+        raise RuntimeError(self.message)
+
+
+_live_reporters: weakref.WeakSet[_Reporter[Any]] = weakref.WeakSet()
+"""Every reporter not yet collected, for `_after_fork_in_child`."""
+
+
+def _after_fork_in_child() -> None:
+    for reporter in list(_live_reporters):
+        reporter._crossed_fork()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class _Reporter(Generic[R]):
     """What both reporters share: everything but the flusher (a thread or a task)."""
 
@@ -242,9 +286,15 @@ class _Reporter(Generic[R]):
         self._registry = registry
         self._core = _Coalescer(interval_ms, track=deregister_on_close, clock=clock)
         self._closed = False
+        self._pid = os.getpid()
+        _live_reporters.add(self)
         self._start()
 
     def _start(self) -> None:
+        raise NotImplementedError
+
+    def _crossed_fork(self) -> None:
+        """In a forked child (called by `os.register_at_fork`)."""
         raise NotImplementedError
 
     @property
@@ -296,6 +346,17 @@ class PresenceReporter(_Reporter[RedisPresenceRegistry]):
             target=self._loop, name="redis-presence-reporter", daemon=True
         )
         self._thread.start()
+
+    def _crossed_fork(self) -> None:
+        """A fresh start in the child: nothing pending or reported (the parent writes, and
+        deregisters, its own), new locks (the parent's threads may have held them) and a
+        new thread (the parent's did not cross the fork). The registry's connection pool
+        opens new connections in the child by itself (redis-py checks the pid)."""
+        self._pid = os.getpid()
+        if self._closed:
+            return
+        self._core = self._core.fresh()
+        self._start()
 
     def flush(self) -> int:
         """Write what is pending now, in this thread; returns how many beats were written.
@@ -352,6 +413,17 @@ class AsyncPresenceReporter(_Reporter[AsyncRedisPresenceRegistry]):
         self._stop = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(
             self._loop(), name="redis-presence-reporter"
+        )
+
+    def _crossed_fork(self) -> None:
+        """Its task and event loop stayed in the parent: every use in the child raises."""
+        parent, self._pid = self._pid, os.getpid()
+        self._closed = True
+        self._core = _CrossedFork(
+            self._core,
+            f"this AsyncPresenceReporter was created in process {parent} and cannot work in "
+            f"its forked child {self._pid}: its task and event loop stayed in the parent; "
+            "create a new registry and AsyncPresenceReporter in the child's event loop",
         )
 
     async def flush(self) -> int:

@@ -73,6 +73,7 @@ def test_every_public_name_loads_from_its_module() -> None:
         "PresenceConnectionError",
         "PresenceDataError",
         "PresenceError",
+        "PresenceOutOfMemoryError",
         "PresenceReadOnlyError",
         "PresenceResyncRequired",
         "DEFAULT_EVENTS_KEPT",

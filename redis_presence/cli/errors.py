@@ -56,6 +56,12 @@ class ReadOnlyRefused(CliError):
     exit_code = 6
 
 
+class OutOfMemory(CliError):
+    """Redis is out of memory and refused a write (exit code 7); reads still work."""
+
+    exit_code = 7
+
+
 class OutputFailed(CliError):
     """The output could not be written (`> /dev/full`): exit code 1."""
 
@@ -109,6 +115,7 @@ def translate(exc: BaseException, url: str | None, timeout_s: float | None = Non
         PresenceConfigError,
         PresenceConnectionError,
         PresenceDataError,
+        PresenceOutOfMemoryError,
         PresenceReadOnlyError,
     )
     from redis_presence.urls import redact, scrub
@@ -131,6 +138,8 @@ def translate(exc: BaseException, url: str | None, timeout_s: float | None = Non
         return DataProblem(text)
     if isinstance(exc, PresenceReadOnlyError):
         return ReadOnlyRefused(text)
+    if isinstance(exc, PresenceOutOfMemoryError):
+        return OutOfMemory(text)
     if isinstance(exc, PresenceConfigError | ValueError | TypeError):
         return UsageProblem(text)
     return CliError(text)

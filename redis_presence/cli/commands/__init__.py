@@ -25,5 +25,6 @@ COMMANDS: tuple[str, ...] = (
     "streams",
     "serve",
     "check",
+    "doctor",
 )
 """Module names under `redis_presence.cli.commands`, each defining `command`."""
