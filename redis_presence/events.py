@@ -94,9 +94,19 @@ class PresenceEvent(NamedTuple):
         }
 
 
-def event_order(event: PresenceEvent) -> tuple[int, int, str, str, str]:
-    """Events are given by `at_ns`, then kind (`EventKind`'s order), then consumer."""
-    return (event.at_ns, _RANK[event.kind], event.queue, event.group, event.consumer)
+Ordered = tuple[tuple[int, int, tuple[int, ...], int, str, str, str], PresenceEvent]
+"""An event with where it goes in `changes`' answer (`order`)."""
+
+
+def order(event: PresenceEvent, logged_at: tuple[int, ...] | None = None) -> Ordered:
+    """Events are given by `at_ns`; at one instant the derived ones (stale, expired) first,
+    then the logged ones in the order they happened (`logged_at`: their place in the log),
+    so that a consumer pruned and back, or back and gone, at one instant replays right; then
+    by kind and name."""
+    derived = logged_at is None
+    place = () if logged_at is None else logged_at
+    key = (event.at_ns, 0 if derived else 1, place, _RANK[event.kind], *event.key)
+    return key, event
 
 
 def crossed(kind: EventKind, last_heartbeat_ns: int, ttl_ms: int) -> int:
@@ -112,8 +122,11 @@ def window(kind: EventKind, since_ns: int, now_ns: int, ttl_ms: int) -> tuple[in
     return since_ns - shift, now_ns - shift
 
 
-def logged_events(keys: Keyspace, queue: str, fields: Mapping[Any, Any]) -> list[PresenceEvent]:
-    """The events of one log entry (`keys.EVENT_FIELDS`); a foreign entry yields none."""
+def logged_events(
+    keys: Keyspace, queue: str, entry_id: Any, fields: Mapping[Any, Any]
+) -> list[Ordered]:
+    """The events of one log entry (`keys.EVENT_FIELDS`), each with its place in
+    `changes`' answer; a foreign entry yields none."""
 
     def text(value: Any) -> str:
         return value.decode() if isinstance(value, bytes) else str(value)
@@ -134,9 +147,8 @@ def logged_events(keys: Keyspace, queue: str, fields: Mapping[Any, Any]) -> list
         if len(parts) != STORED_FIELDS + 1:
             continue
         at, registered, heartbeat, lease = map(int, parts)
-        out.append(
-            PresenceEvent(kind, gk.queue, gk.group, name[1:], at, lease, registered, heartbeat)
-        )
+        event = PresenceEvent(kind, gk.queue, gk.group, name[1:], at, lease, registered, heartbeat)
+        out.append(order(event, stream_id(entry_id)))
     return out
 
 
@@ -196,9 +208,9 @@ def stream_id(value: Any) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-def sorted_events(events: Iterable[PresenceEvent]) -> list[PresenceEvent]:
-    """`events` in the order `changes` gives them."""
-    return sorted(events, key=event_order)
+def sorted_events(events: Iterable[Ordered]) -> list[PresenceEvent]:
+    """The events in the order `changes` gives them (`order`)."""
+    return [event for _, event in sorted(events, key=lambda item: item[0])]
 
 
 class FollowSnapshot(NamedTuple):

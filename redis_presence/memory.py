@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator
+from typing import Any
 
+from .errors import PresenceResyncRequired
+from .events import (
+    DEFAULT_EVENTS_KEPT,
+    DEFAULT_FOLLOW_INTERVAL_S,
+    EventKind,
+    FollowCursor,
+    FollowMessage,
+    FollowSnapshot,
+    PresenceEvent,
+    check_interval_s,
+    crossed,
+    order,
+    sorted_events,
+    window,
+)
 from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState, age_ms
 from .validation import (
     Beat,
@@ -16,8 +36,11 @@ from .validation import (
     check_lease_count,
     check_name,
     check_now_ns,
-    check_ttl_ms,
+    check_optional_ttl_ms,
 )
+
+Stored = tuple[int, int, int]
+"""What the model keeps of one consumer: `(registered_at_ns, last_heartbeat_ns, lease)`."""
 
 
 def _state(now_ns: int, last_heartbeat_ns: int, ttl_ms: int) -> PresenceState:
@@ -32,13 +55,20 @@ class ConsumerPresenceRegistry:
     """Presence held in this process: a mutex and a dict, O(1) writes, one copy per read.
 
     It offers the same methods as `RedisPresenceRegistry`, with `now_ns=None` meaning
-    `time.time_ns()`, and is the model every other backend is tested against.
+    `time.time_ns()`, and is the model every other backend is tested against: the same
+    events (kept in one log of about `events_kept` entries), the same shared TTL.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, events_kept: int = DEFAULT_EVENTS_KEPT) -> None:
         self._lock = threading.Lock()
-        # (queue, group, consumer) -> [registered_at_ns, last_heartbeat_ns, lease_count]
-        self._rows: dict[ConsumerKey, tuple[int, int, int]] = {}
+        self._rows: dict[ConsumerKey, Stored] = {}
+        self._ttls: dict[tuple[str, str] | None, int] = {}
+        # The write-driven events, numbered; `_trimmed` is the last number dropped.
+        self._log: deque[tuple[int, PresenceEvent]] = deque(maxlen=events_kept)
+        self._logged = 0
+        self._trimmed = 0
+
+    # -- writes -----------------------------------------------------------------------
 
     def heartbeat(
         self,
@@ -54,8 +84,7 @@ class ConsumerPresenceRegistry:
         now = check_now_ns(now_ns)
         stamp = time.time_ns() if now is None else now
         with self._lock:
-            old = self._rows.get(key)
-            self._rows[key] = (stamp if old is None else old[0], stamp, lease)
+            self._beat(key, lease, stamp, stamp)
 
     def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
         """Apply many `(queue, group, consumer, lease_count)` beats; returns how many."""
@@ -64,38 +93,86 @@ class ConsumerPresenceRegistry:
         stamp = time.time_ns() if now is None else now
         with self._lock:
             for queue, group, consumer, lease in checked:
-                old = self._rows.get((queue, group, consumer))
-                self._rows[(queue, group, consumer)] = (
-                    stamp if old is None else old[0],
-                    stamp,
-                    lease,
-                )
+                self._beat((queue, group, consumer), lease, stamp, stamp)
         return len(checked)
+
+    def _beat(self, key: ConsumerKey, lease: int, stamp: int, now: int) -> None:
+        """One beat stamped `stamp` arriving at `now`, and its event, as the scripts do."""
+        old = self._rows.get(key)
+        registered = stamp if old is None else old[0]
+        self._rows[key] = (registered, stamp, lease)
+        ttl = self._ttl_of(key[0], key[1])
+        if old is None:
+            self._append(EventKind.JOINED, key, stamp, (registered, stamp, lease))
+        elif _state(now, old[1], ttl) is not PresenceState.ACTIVE and (
+            _state(now, stamp, ttl) is PresenceState.ACTIVE
+        ):
+            self._append(EventKind.RECOVERED, key, now, (registered, stamp, lease))
+
+    def deregister(self, queue: str, group: str, consumer: str, now_ns: int | None = None) -> bool:
+        """Forget one consumer (graceful shutdown), as `left` at `now_ns`; returns whether
+        it was tracked."""
+        key = check_consumer_key(queue, group, consumer)
+        now = check_now_ns(now_ns)
+        stamp = time.time_ns() if now is None else now
+        with self._lock:
+            old = self._rows.pop(key, None)
+            if old is not None:
+                self._append(EventKind.LEFT, key, stamp, old)
+        return old is not None
+
+    def prune_expired(
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> int:
+        """Drop exactly the consumers `snapshot` would call expired; returns how many."""
+        ttl = check_optional_ttl_ms(ttl_ms)
+        now = check_now_ns(now_ns)
+        queue, group = check_filter("queue", queue), check_filter("group", group)
+        stamp = time.time_ns() if now is None else now
+        with self._lock:
+            doomed = [
+                key
+                for key, (_, hb, _) in self._rows.items()
+                if _matches(key, queue, group)
+                and _state(stamp, hb, ttl or self._ttl_of(key[0], key[1])) is PresenceState.EXPIRED
+            ]
+            for key in doomed:
+                self._append(EventKind.PRUNED, key, stamp, self._rows.pop(key))
+        return len(doomed)
+
+    # -- reads ------------------------------------------------------------------------
 
     def snapshot(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
     ) -> list[ConsumerPresence]:
         """Every tracked consumer (of one queue, or one group), ordered by `(queue, group,
-        consumer)`."""
-        ttl = check_ttl_ms(ttl_ms)
+        consumer)`; `ttl_ms` None is each group's shared TTL."""
+        ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
         queue, group = check_filter("queue", queue), check_filter("group", group)
         with self._lock:
             rows = sorted(item for item in self._rows.items() if _matches(item[0], queue, group))
+            ttls = {key[:2]: ttl or self._ttl_of(key[0], key[1]) for key, _ in rows}
         stamp = time.time_ns() if now is None else now
-        return ConsumerPresence.many(
-            ((*key, *value) for key, value in rows), now_ns=stamp, ttl_ms=ttl
-        )
+        return [
+            ConsumerPresence.at(*key, *value, now_ns=stamp, ttl_ms=ttls[key[:2]])
+            for key, value in rows
+        ]
 
     def iter_snapshot(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
@@ -106,21 +183,16 @@ class ConsumerPresenceRegistry:
     def count_active_by_group(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
     ) -> dict[tuple[str, str], int]:
         """Active consumers per `(queue, group)`; groups with none are absent."""
-        ttl = check_ttl_ms(ttl_ms)
-        now = check_now_ns(now_ns)
-        queue, group = check_filter("queue", queue), check_filter("group", group)
-        stamp = time.time_ns() if now is None else now
         counts: dict[tuple[str, str], int] = {}
-        with self._lock:
-            for key, (_, hb, _) in self._rows.items():
-                if _matches(key, queue, group) and _state(stamp, hb, ttl) is PresenceState.ACTIVE:
-                    counts[key[:2]] = counts.get(key[:2], 0) + 1
+        for row in self.snapshot(now_ns, ttl_ms, queue=queue, group=group):
+            if row.state is PresenceState.ACTIVE:
+                counts[(row.queue, row.group)] = counts.get((row.queue, row.group), 0) + 1
         return counts
 
     def count_active(
@@ -128,41 +200,12 @@ class ConsumerPresenceRegistry:
         queue: str,
         group: str,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
     ) -> int:
         """Active consumers of one group (0 when it has none)."""
         queue, group = check_name("queue", queue), check_name("group", group)
         found = self.count_active_by_group(now_ns, ttl_ms, queue=queue, group=group)
         return found.get((queue, group), 0)
-
-    def prune_expired(
-        self,
-        now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
-        *,
-        queue: str | None = None,
-        group: str | None = None,
-    ) -> int:
-        """Drop exactly the consumers `snapshot` would call expired; returns how many."""
-        ttl = check_ttl_ms(ttl_ms)
-        now = check_now_ns(now_ns)
-        queue, group = check_filter("queue", queue), check_filter("group", group)
-        stamp = time.time_ns() if now is None else now
-        with self._lock:
-            doomed = [
-                key
-                for key, (_, hb, _) in self._rows.items()
-                if _matches(key, queue, group) and _state(stamp, hb, ttl) is PresenceState.EXPIRED
-            ]
-            for key in doomed:
-                del self._rows[key]
-        return len(doomed)
-
-    def deregister(self, queue: str, group: str, consumer: str) -> bool:
-        """Forget one consumer (graceful shutdown); returns whether it was tracked."""
-        key = check_consumer_key(queue, group, consumer)
-        with self._lock:
-            return self._rows.pop(key, None) is not None
 
     def __len__(self) -> int:
         with self._lock:
@@ -170,3 +213,142 @@ class ConsumerPresenceRegistry:
 
     def __repr__(self) -> str:
         return f"ConsumerPresenceRegistry(<{len(self)} consumers>)"
+
+    # -- the shared TTL -------------------------------------------------------------
+
+    def set_ttl(
+        self, ttl_ms: int | None, *, queue: str | None = None, group: str | None = None
+    ) -> None:
+        """Store the TTL every reader and writer shares, for all groups or one (None: forget
+        it); reads whose `ttl_ms` is None use it."""
+        ttl = check_optional_ttl_ms(ttl_ms)
+        where = self._ttl_key(queue, group)
+        with self._lock:
+            if ttl is None:
+                self._ttls.pop(where, None)
+            else:
+                self._ttls[where] = ttl
+
+    def ttl(self, queue: str | None = None, group: str | None = None) -> int:
+        """The shared TTL of one group (or of all), as reads with `ttl_ms` None use it."""
+        return self.ttl_source(queue, group)[0]
+
+    def ttl_source(self, queue: str | None = None, group: str | None = None) -> tuple[int, str]:
+        """`ttl` and where it comes from: ``"group"``, ``"prefix"`` or ``"default"``."""
+        where = self._ttl_key(queue, group)
+        with self._lock:
+            if where is not None and where in self._ttls:
+                return self._ttls[where], "group"
+            if None in self._ttls:
+                return self._ttls[None], "prefix"
+        return DEFAULT_PRESENCE_TTL_MS, "default"
+
+    @staticmethod
+    def _ttl_key(queue: str | None, group: str | None) -> tuple[str, str] | None:
+        if (queue is None) != (group is None):
+            raise ValueError("a TTL is the prefix's (no queue, no group) or one group's (both)")
+        if queue is None or group is None:
+            return None
+        return check_name("queue", queue), check_name("group", group)
+
+    def _ttl_of(self, queue: str, group: str) -> int:
+        """The shared TTL of a group (the lock is held)."""
+        found = self._ttls.get((queue, group))
+        if found is None:
+            found = self._ttls.get(None, DEFAULT_PRESENCE_TTL_MS)
+        return found
+
+    # -- events -----------------------------------------------------------------------
+
+    def _append(self, kind: EventKind, key: ConsumerKey, at: int, stored: Stored) -> None:
+        registered, heartbeat, lease = stored
+        if len(self._log) == self._log.maxlen:
+            self._trimmed = self._log[0][0]
+        self._logged += 1
+        self._log.append(
+            (self._logged, PresenceEvent(kind, *key, at, lease, registered, heartbeat))
+        )
+
+    def changes(
+        self,
+        cursor: str | None = None,
+        *,
+        now_ns: int | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> tuple[list[PresenceEvent], str]:
+        """Every event after `cursor` up to `now_ns`, and the cursor to go on from; `cursor`
+        None starts now. Stale and expired events are derived, under each group's shared
+        TTL, for the window since the cursor."""
+        now = check_now_ns(now_ns)
+        queue, group = check_filter("queue", queue), check_filter("group", group)
+        since = None if cursor is None else _decode(cursor)
+        stamp = time.time_ns() if now is None else now
+        with self._lock:
+            if since is None:
+                return [], _encode(stamp, self._logged)
+            since_ns, seen = since
+            if seen < self._trimmed:
+                raise PresenceResyncRequired(
+                    "the event log was trimmed past this cursor: take a fresh snapshot() and a "
+                    "fresh cursor (changes(None))"
+                )
+            events = [
+                order(event, (number,))
+                for number, event in self._log
+                if number > seen and _matches(event.key, queue, group)
+            ]
+            if stamp > since_ns:
+                for key, (registered, heartbeat, lease) in self._rows.items():
+                    if not _matches(key, queue, group):
+                        continue
+                    ttl = self._ttl_of(key[0], key[1])
+                    for kind in (EventKind.STALE, EventKind.EXPIRED):
+                        low, high = window(kind, since_ns, stamp, ttl)
+                        if low < heartbeat <= high:
+                            at = crossed(kind, heartbeat, ttl)
+                            events.append(
+                                order(PresenceEvent(kind, *key, at, lease, registered, heartbeat))
+                            )
+            return sorted_events(events), _encode(max(stamp, since_ns), self._logged)
+
+    def follow(
+        self,
+        *,
+        interval_s: float = DEFAULT_FOLLOW_INTERVAL_S,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> Iterator[FollowMessage]:
+        """A `FollowSnapshot`, then each event and a `FollowCursor` every `interval_s`, and
+        a new snapshot whenever the log was trimmed past the cursor."""
+        interval = check_interval_s(interval_s)
+        while True:
+            _, cursor = self.changes(queue=queue, group=group)
+            now = _decode(cursor)[0]
+            yield FollowSnapshot(self.snapshot(now, queue=queue, group=group), cursor, now)
+            try:
+                while True:
+                    time.sleep(interval)
+                    events, cursor = self.changes(cursor, queue=queue, group=group)
+                    yield from events
+                    yield FollowCursor(cursor, _decode(cursor)[0])
+            except PresenceResyncRequired:
+                continue
+
+
+def _encode(now_ns: int, seen: int) -> str:
+    raw = json.dumps({"m": 1, "t": now_ns, "n": seen}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode(cursor: Any) -> tuple[int, int]:
+    if not isinstance(cursor, str):
+        raise TypeError(f"cursor must be a str or None, got {type(cursor).__name__}")
+    try:
+        document = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        now, seen = document["t"], document["n"]
+        if document.get("m") != 1 or not isinstance(now, int) or not isinstance(seen, int):
+            raise ValueError
+    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeError):
+        raise ValueError(f"cursor is not one that changes() returned: {cursor!r:.60}") from None
+    return now, seen

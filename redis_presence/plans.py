@@ -34,9 +34,11 @@ from .events import (
     Cursor,
     EventKind,
     FollowSnapshot,
+    Ordered,
     PresenceEvent,
     group_event,
     logged_events,
+    order,
     sorted_events,
     stream_id,
     window,
@@ -892,7 +894,8 @@ class Planner:
         server_ms = server_ns // NS_PER_MS
         now = server_ns if now_ns is None else now_ns
         if since is None:
-            return [], Cursor(now, server_ms, {}).encode()
+            ends = yield from self._log_ends(server_ms, queue)
+            return [], Cursor(now, server_ms, ends).encode()
         if server_ms - since.server_ms > EVENT_LOG_TTL_MS - LOG_LAG_MS:
             raise PresenceResyncRequired(
                 "this cursor is older than the event logs last: take a fresh snapshot() and a "
@@ -905,25 +908,11 @@ class Planner:
 
     def _logged(
         self, since: Cursor, server_ms: int, queue: str | None, group: str | None
-    ) -> Plan[tuple[list[PresenceEvent], dict[str, str]]]:
+    ) -> Plan[tuple[list[Ordered], dict[str, str]]]:
         """The logged events after the cursor's place in each log, and the places to keep."""
         oldest = since.server_ms - LOG_LAG_MS
-        if queue is not None:
-            logs = [self.keys.queue_events(queue)]
-        else:
-            logs = []
-            offset, page = 0, self.limits.groups
-            while True:
-                (found,) = yield [
-                    Command(
-                        "ZRANGEBYSCORE", (self.keys.events, oldest, "+inf", "LIMIT", offset, page)
-                    )
-                ]
-                logs += [_text(log) for log in found]
-                if len(found) < page:
-                    break
-                offset += page
-        events: list[PresenceEvent] = []
+        logs = yield from self._recent_logs(oldest, queue)
+        events: list[Ordered] = []
         positions: dict[str, str] = {}
         pending = {log: self._log_start(log, since, oldest) for log in logs}
         checked: set[str] = set()
@@ -950,10 +939,10 @@ class Planner:
             going_on: dict[str, str] = {}
             for log, entries in zip(order, replies, strict=True):
                 log_queue = self.keys.queue_of_events(log)
-                for _, fields in entries:
-                    for event in logged_events(self.keys, log_queue, fields):
-                        if group is None or event.group == group:
-                            events.append(event)
+                for entry_id, fields in entries:
+                    for item in logged_events(self.keys, log_queue, entry_id, fields):
+                        if group is None or item[1].group == group:
+                            events.append(item)
                 if entries:
                     last = _text(entries[-1][0])
                     if stream_id(last)[0] >= server_ms - LOG_LAG_MS:
@@ -969,6 +958,36 @@ class Planner:
                 positions[log_queue] = kept
         return events, positions
 
+    def _recent_logs(self, oldest_ms: int, queue: str | None) -> Plan[list[str]]:
+        """The event logs with an event since `oldest_ms` (one queue's, when given)."""
+        if queue is not None:
+            return [self.keys.queue_events(queue)]
+        logs: list[str] = []
+        offset, page = 0, self.limits.groups
+        while True:
+            (found,) = yield [
+                Command(
+                    "ZRANGEBYSCORE", (self.keys.events, oldest_ms, "+inf", "LIMIT", offset, page)
+                )
+            ]
+            logs += [_text(log) for log in found]
+            if len(found) < page:
+                return logs
+            offset += page
+
+    def _log_ends(self, server_ms: int, queue: str | None) -> Plan[dict[str, str]]:
+        """Where a new cursor goes on in each recently written log: after its last entry, so
+        that what the log dropped before does not count against the cursor."""
+        logs = yield from self._recent_logs(server_ms - LOG_LAG_MS, queue)
+        if not logs:
+            return {}
+        lasts = yield [Command("XREVRANGE", (log, "+", "-", "COUNT", 1)) for log in logs]
+        return {
+            self.keys.queue_of_events(log): _text(last[0][0])
+            for log, last in zip(logs, lasts, strict=True)
+            if last
+        }
+
     def _log_start(self, log: str, since: Cursor, oldest: int) -> str:
         """Where a reader goes on in one log: after the last entry it read, else from the
         oldest millisecond it may not have read."""
@@ -977,10 +996,10 @@ class Planner:
 
     def _crossed(
         self, since_ns: int, now_ns: int, queue: str | None, group: str | None
-    ) -> Plan[list[PresenceEvent]]:
+    ) -> Plan[list[Ordered]]:
         """The stale and expired events of ``(since_ns, now_ns]``, derived from each group's
         sorted set: a consumer whose last beat, shifted by the horizon, lies in the window."""
-        events: list[PresenceEvent] = []
+        events: list[Ordered] = []
         most = self.limits.consumers
         after: str | None = None
         while True:
@@ -1010,8 +1029,8 @@ class Planner:
                         if value is None:
                             continue
                         event = group_event(kind, gk, _text(consumer), value, ttl)
-                        if event is not None and low < event.last_heartbeat_ns <= high:  # type: ignore[operator]
-                            events.append(event)
+                        if event is not None and low < heartbeat_of(event) <= high:
+                            events.append(order(event))
                 reads = [
                     (gk, kind, ttl, low, high, offset + most)
                     for (gk, kind, ttl, low, high, offset), found in zip(reads, names, strict=True)
@@ -1143,6 +1162,11 @@ class Planner:
 
 def _by_names(item: tuple[GroupKeys, list[ConsumerPresence]]) -> tuple[str, str]:
     return item[0].queue, item[0].group
+
+
+def heartbeat_of(event: PresenceEvent) -> int:
+    """The last heartbeat a derived event carries (it always carries one)."""
+    return event.last_heartbeat_ns or 0
 
 
 def _text(value: Any) -> str:

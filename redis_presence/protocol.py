@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Protocol, runtime_checkable
 
-from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
+from .events import FollowMessage, PresenceEvent
+from .model import ConsumerPresence
 from .validation import Beat
 
 __all__ = ["PresenceRegistry"]
@@ -18,8 +19,9 @@ __all__ = ["PresenceRegistry"]
 
 @runtime_checkable
 class PresenceRegistry(Protocol):
-    """Heartbeat, snapshot (whole or streamed), counts, prune and deregister, with the
-    contract's signatures; `queue` / `group` filter a read to one queue or one group."""
+    """Heartbeat, snapshot (whole or streamed), counts, prune and deregister, the shared TTL
+    and the events, with the contract's signatures; `queue` / `group` filter a read to one
+    queue or one group, and `ttl_ms` None is the shared TTL."""
 
     def heartbeat(
         self,
@@ -35,7 +37,7 @@ class PresenceRegistry(Protocol):
     def snapshot(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
@@ -44,7 +46,7 @@ class PresenceRegistry(Protocol):
     def iter_snapshot(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
@@ -53,7 +55,7 @@ class PresenceRegistry(Protocol):
     def count_active_by_group(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
@@ -64,18 +66,45 @@ class PresenceRegistry(Protocol):
         queue: str,
         group: str,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
     ) -> int: ...
 
     def prune_expired(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
     ) -> int: ...
 
-    def deregister(self, queue: str, group: str, consumer: str) -> bool: ...
+    def deregister(
+        self, queue: str, group: str, consumer: str, now_ns: int | None = None
+    ) -> bool: ...
+
+    def set_ttl(
+        self, ttl_ms: int | None, *, queue: str | None = None, group: str | None = None
+    ) -> None: ...
+
+    def ttl(self, queue: str | None = None, group: str | None = None) -> int: ...
+
+    def ttl_source(self, queue: str | None = None, group: str | None = None) -> tuple[int, str]: ...
+
+    def changes(
+        self,
+        cursor: str | None = None,
+        *,
+        now_ns: int | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> tuple[list[PresenceEvent], str]: ...
+
+    def follow(
+        self,
+        *,
+        interval_s: float = ...,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> Iterator[FollowMessage]: ...
 
     def __len__(self) -> int: ...

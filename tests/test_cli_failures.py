@@ -314,7 +314,7 @@ class Blinking(Scripted):
     def snapshot(
         self,
         now_ns: int | None = None,
-        ttl_ms: int = 30_000,
+        ttl_ms: int | None = None,
         *,
         queue: str | None = None,
         group: str | None = None,
