@@ -7,12 +7,15 @@
 -- Returns {existed (0/1), emptied (0/1), logged}: emptied = 1 asks the caller to remove
 -- the group from the index itself, and logged (the millisecond of the event, 0 when the
 -- consumer was not tracked) to list the log in the event index (only on a cluster).
+-- Refused before anything is written: a key of another type, a stored value this package
+-- did not write.
 local err = expect_types(1, KEYS_PER_GROUP, {'zset', 'hash', 'string', 'stream'})
   or (INDEX and expect_types(#KEYS - 1, #KEYS, {'zset', 'zset'}))
 if err then return err end
 
 local zset, data, mark = group_keys(1)
 local old = redis.call('HGET', data, ARGV[1])
+if old and not parse_beat(old) then return redis.error_reply(corrupt(2, ARGV[1], old)) end
 local existed = redis.call('ZREM', zset, ARGV[1])
 redis.call('HDEL', data, ARGV[1])
 local logged = 0

@@ -3,20 +3,25 @@
 -- KEYS: group_keys(1) of lib.lua (sorted set, hash, index mark, event log), then INDEX and
 --       EVENTS on a standalone server
 -- ARGV[1] the group's shared TTL in ms, ARGV[2] how many entries the event log keeps,
---         ARGV[3] how long it lasts after its last entry, in ms (the same for every beat of
---         a group, so the caller prebuilds them)
--- ARGV[4] now_ns as a decimal string, or '' for the server clock (TIME)
--- ARGV[5] consumer, ARGV[6] lease_count
--- ARGV[7] cluster only: the lifetime of an index mark in milliseconds
+--         ARGV[3] how long it lasts after its last entry, in ms
+-- ARGV[4] the clock guard: the most ms an explicit now_ns may be ahead of the server clock
+--         ('': no guard; these four are the same for every beat of a group, so the caller
+--         prebuilds them)
+-- ARGV[5] now_ns as a decimal string, or '' for the server clock (TIME)
+-- ARGV[6] consumer, ARGV[7] lease_count
+-- ARGV[8] cluster only: the lifetime of an index mark in milliseconds
 -- Returns 0 on a standalone server; on a cluster {list, logged}: list = 1 when the caller
 -- must add the group to the index itself (no mark), logged = the millisecond of an event
 -- this call logged (0: none), which the caller lists in the event index.
 --
 -- Events: joined (a consumer this group did not hold) and recovered (one that was not
 -- active at this instant, under the TTL); an active consumer's beat writes nothing more.
--- A key of another type is refused before anything is written: ZSCORE (or TYPE, for a mark)
--- checks the index, read_beat the hash, check_log the log (only when an event is due), and
--- ZADD, the first write, the sorted set.
+-- Refused before anything is written: a now_ns too far ahead (future_problem), a key of
+-- another type (ZSCORE, or TYPE for a mark, checks the index, read_beat the hash, check_log
+-- the log, only when an event is due, and ZADD, the first write, the sorted set) and a
+-- stored value this package did not write (read_beat).
+local future = future_problem(ARGV[5], ARGV[4])
+if future then return redis.error_reply(future) end
 local _, data, mark = group_keys(1)
 local listed
 if INDEX then
@@ -27,14 +32,14 @@ else
   if listed ~= 'none' and listed ~= 'string' then return refuse(3, 'string') end
 end
 
-local consumer, lease = ARGV[5], ARGV[6]
+local consumer, lease = ARGV[6], ARGV[7]
 local old, err = read_beat(1, consumer)
 if err then return err end
-local us, rest, stamp = now_parts(ARGV[4])
+local us, rest, stamp = now_parts(ARGV[5])
 local kind = nil
 if not old then
   kind = 'joined'
-elseif inactive_at(stored_heartbeat(old), us, rest, tonumber(ARGV[1])) then
+elseif inactive_at(select(2, parse_beat(old)), us, rest, tonumber(ARGV[1])) then
   kind = 'recovered'
 end
 if kind then
@@ -55,7 +60,7 @@ if INDEX then
 end
 local list = 0
 if listed == 'none' then
-  redis.call('SET', mark, '1', 'PX', ARGV[7])
+  redis.call('SET', mark, '1', 'PX', ARGV[8])
   list = 1
 end
 return {list, logged}

@@ -50,10 +50,16 @@ local function int_str(n)
   return string.format('%.0f', n)
 end
 
--- The error reply for KEYS[i], which another program filled with a type other than `want`.
-local function refuse(i, want)
+-- Why KEYS[i], which another program filled with a type other than `want`, is refused (the
+-- text of a WRONGTYPE error reply; redis_presence/errors.py reads it).
+local function refusal(i, want)
   local kind = redis.call('TYPE', KEYS[i])['ok']
-  return redis.error_reply('WRONGTYPE redis-presence key ' .. KEYS[i] .. ' holds a ' .. kind .. ', expected a ' .. want)
+  return 'WRONGTYPE redis-presence key ' .. KEYS[i] .. ' holds a ' .. kind .. ', expected a ' .. want
+end
+
+-- The error reply for KEYS[i] (see refusal).
+local function refuse(i, want)
+  return redis.error_reply(refusal(i, want))
 end
 
 -- The reply for a redis.pcall on KEYS[i] that failed: WRONGTYPE becomes `refuse`'s error,
@@ -63,25 +69,68 @@ local function failed(reply, i, want)
   return reply
 end
 
--- Refuse to touch keys that another program filled with a different type, before any write.
--- KEYS[first..last] must match `kinds` cyclically (or not exist); returns an error reply or nil.
-local function expect_types(first, last, kinds)
+-- Why KEYS[first..last] cannot be used, or nil: each must match `kinds` cyclically or not
+-- exist (one TYPE per key, before any write).
+local function type_problem(first, last, kinds)
   for i = first, last do
     local want = kinds[(i - first) % #kinds + 1]
     local kind = redis.call('TYPE', KEYS[i])['ok']
     if kind ~= 'none' and kind ~= want then
-      return refuse(i, want)
+      return refusal(i, want)
     end
   end
+  return nil
+end
+
+-- Refuse to touch keys that another program filled with a different type, before any write
+-- (type_problem as an error reply, or nil).
+local function expect_types(first, last, kinds)
+  local problem = type_problem(first, last, kinds)
+  if problem then return redis.error_reply(problem) end
   return nil
 end
 
 -- The stored value of one consumer is 'registered_ns last_heartbeat_ns lease_count'
 -- (redis_presence/keys.py, STORED_VALUE); write_beat is its only writer.
 
--- The last heartbeat of a stored value, as a decimal nanosecond string.
-local function stored_heartbeat(value)
-  return string.match(value, '^%d+ (%d+)')
+-- The registration and the last heartbeat (decimal ns strings) of a stored value, or nil when
+-- it is not a value write_beat wrote: three decimal integers of at most 19 digits, one space
+-- between them (so "", "garbage" and "-5 -5 0" are refused, never read as numbers).
+local function parse_beat(value)
+  local registered, hb, lease = string.match(value, '^(%d+) (%d+) (%d+)$')
+  if registered and #registered <= 19 and #hb <= 19 and #lease <= 19 then
+    return registered, hb
+  end
+  return nil
+end
+
+-- `text` in double quotes, for an error message on one line: quotes, backslashes and control
+-- characters as \xHH.
+local function quoted(text)
+  return '"' .. string.gsub(text, '[%c"\\]', function(c)
+    return string.format('\\x%02x', string.byte(c))
+  end) .. '"'
+end
+
+-- Why field `field` of KEYS[i] (a hash of stored values) is refused: its `value` is not one
+-- this package wrote (the text of a PRESENCEDATA error reply; redis_presence/errors.py).
+local function corrupt(i, field, value)
+  return 'PRESENCEDATA redis-presence key ' .. KEYS[i] .. ' field ' .. quoted(field)
+    .. ' holds a value this package did not write: ' .. quoted(string.sub(value, 1, 80))
+end
+
+-- The clock guard: why a write at the caller's `now_ns` (a decimal string; '' is the server
+-- clock, never refused) is refused when it is more than `max_future` ms ('': no guard) ahead
+-- of the server clock, or nil (the text of a PRESENCECLOCK error reply).
+local function future_problem(now_ns, max_future)
+  if now_ns == '' or max_future == '' then return nil end
+  local t = redis.call('TIME')
+  local server_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local us = split_ns(now_ns)
+  local ahead_us = us - server_us
+  if ahead_us <= tonumber(max_future) * 1000 then return nil end
+  return 'PRESENCECLOCK now_ns ' .. now_ns .. ' is ' .. int_str(math.floor(ahead_us / 1000))
+    .. ' ms ahead of the server clock (more than max_future_ms=' .. max_future .. ')'
 end
 
 -- Whether a heartbeat at `hb` (decimal ns) is no longer active at (now_us, now_rest) under
@@ -92,25 +141,28 @@ local function inactive_at(hb, now_us, now_rest, ttl)
   return us < horizon or (us == horizon and rest <= now_rest)
 end
 
--- The stored value of `consumer` in group g, or false; a hash of another type is refused
--- (returns nil and the error reply).
+-- The stored value of `consumer` in group g, or false; a hash of another type, or a value
+-- this package did not write, is refused (returns nil and the error reply).
 local function read_beat(g, consumer)
   local _, data, _, _, first = group_keys(g)
   local old = redis.pcall('HGET', data, consumer)
   if type(old) == 'table' then return nil, failed(old, first + 1, 'hash') end
+  if old and not parse_beat(old) then
+    return nil, redis.error_reply(corrupt(first + 1, consumer, old))
+  end
   return old
 end
 
 -- Record one beat of `consumer` in group g at `us` (score) / `stamp` (decimal ns), keeping
--- the registration of `old` (its stored value, from read_beat). ZADD, the first write,
--- checks the sorted set: a key of another type is refused before anything is written.
--- Returns an error reply or nil, and the value written.
+-- the registration of `old` (its stored value, from read_beat, so well formed). ZADD, the
+-- first write, checks the sorted set: a key of another type is refused before anything is
+-- written. Returns an error reply or nil, and the value written.
 local function write_beat(g, consumer, old, us, stamp, lease)
   local hb, data, _, _, first = group_keys(g)
   local added = redis.pcall('ZADD', hb, us, consumer)
   if type(added) == 'table' then return failed(added, first, 'zset') end
   local registered = stamp
-  if old then registered = string.match(old, '^%d+') end
+  if old then registered = parse_beat(old) end
   local value = registered .. ' ' .. stamp .. ' ' .. lease
   redis.call('HSET', data, consumer, value)
   return nil, value

@@ -3,72 +3,107 @@
 -- KEYS: group_keys(g) of lib.lua for each group g = 1..GROUPS, then INDEX and EVENTS on a
 --       standalone server
 -- ARGV[1] now_ns as a decimal string (the caller reads the server clock once for a whole
---         prune); ARGV[2] budget: the most consumers this call visits; ARGV[3] where group 1
---         resumes among the consumers on the horizon's microsecond (0: start); ARGV[4] how
---         many entries an event log keeps, ARGV[5] how long it lasts after its last entry
---         (ms); ARGV[5 + g] the TTL of group g in ms
--- Returns {removed, stop, offset, logged, g...}: how many consumers went; 0, or the number
--- of the group where the budget ran out and the offset to resume it at (the caller sends
--- that group and the ones after it again); the millisecond of the last event this call
--- logged (0: none; only on a cluster); then the groups found empty (emptied now or before),
--- which the caller must remove from the index itself (only on a cluster).
+--         prune); ARGV[2] budget: the most consumers this call visits; ARGV[3] and ARGV[4]
+--         where group 1 resumes: how many consumers below the horizon's microsecond it
+--         left in place (spoilt values) and where it resumes among those on that
+--         microsecond (0 and 0: start); ARGV[5] how many entries an event log keeps,
+--         ARGV[6] how long it lasts after its last entry (ms); ARGV[6 + g] the TTL of
+--         group g in ms
+-- Returns {removed, stop, below, ties, logged, emptied, refused...}: how many consumers
+-- went; 0, or the number of the group where the budget ran out and the two offsets to
+-- resume it at (the caller sends that group and the ones after it again); the millisecond
+-- of the last event this call logged (0: none; only on a cluster); the list of the groups
+-- found empty (emptied now or before), which the caller must remove from the index itself
+-- (only on a cluster); then a flat list of (group number, consumer, why) for what was left
+-- in place: consumer '' for a group refused whole.
 -- Expired <=> (now - hb) // 1 ms > 2 ttl <=> hb <= now - (2 ttl + 1) ms: every score below
 -- the horizon, and on the horizon's microsecond those whose nanosecond rest is <= now's.
 -- Cost: O(log n) per group plus O(1) per visited consumer, at most `budget` in all: kept
--- consumers are not visited, but for those on the horizon's microsecond.
-local err = expect_types(1, GROUPS * KEYS_PER_GROUP, {'zset', 'hash', 'string', 'stream'})
-  or (INDEX and expect_types(#KEYS - 1, #KEYS, {'zset', 'zset'}))
+-- consumers are not visited, but for those on the horizon's microsecond (and those left
+-- in place for a spoilt value, skipped by offset).
+-- Isolation: a group with a key of another type is refused whole, and an expired consumer
+-- whose stored value this package did not write is left in place (nothing of either
+-- changes; the reply says why); everything else is pruned. An index of another type
+-- refuses the whole call.
+local err = INDEX and expect_types(#KEYS - 1, #KEYS, {'zset', 'zset'})
 if err then return err end
 
 local now_us, now_rest, now = now_parts(ARGV[1])
 local left = tonumber(ARGV[2])
-local kept_log, log_ms = ARGV[4], ARGV[5]
-local removed, stop, resume, logged = 0, 0, 0, 0
-local emptied = {}
+local kept_log, log_ms = ARGV[5], ARGV[6]
+local removed, stop, resume_below, resume_ties, logged = 0, 0, 0, 0, 0
+local emptied, refused = {}, {}
 for g = 1, GROUPS do
-  local zset, data, mark = group_keys(g)
-  local edge = int_str(now_us - (2 * tonumber(ARGV[5 + g]) + 1) * 1000)
-  local offset = g == 1 and tonumber(ARGV[3]) or 0
-  local doomed = redis.call('ZRANGEBYSCORE', zset, '-inf', '(' .. edge, 'LIMIT', 0, left)
-  left = left - #doomed
-  if left == 0 then
-    stop, resume = g, offset
+  local zset, data, mark, _, at = group_keys(g)
+  local problem = type_problem(at, at + 3, {'zset', 'hash', 'string', 'stream'})
+  if problem then
+    refused[#refused + 1] = g
+    refused[#refused + 1] = ''
+    refused[#refused + 1] = problem
   else
-    local ties = redis.call('ZRANGEBYSCORE', zset, edge, edge, 'LIMIT', offset, left)
-    local kept = 0
-    for _, consumer in ipairs(ties) do
-      local value = redis.call('HGET', data, consumer)
-      local _, rest = split_ns(stored_heartbeat(value or '0 0 0'))
-      if rest <= now_rest then doomed[#doomed + 1] = consumer else kept = kept + 1 end
+    local below = g == 1 and tonumber(ARGV[3]) or 0
+    local offset = g == 1 and tonumber(ARGV[4]) or 0
+    local edge = int_str(now_us - (2 * tonumber(ARGV[6 + g]) + 1) * 1000)
+    local doomed = redis.call('ZRANGEBYSCORE', zset, '-inf', '(' .. edge, 'LIMIT', below, left)
+    left = left - #doomed
+    local ties = {}
+    if left > 0 then
+      ties = redis.call('ZRANGEBYSCORE', zset, edge, edge, 'LIMIT', offset, left)
+      left = left - #ties
     end
-    left = left - #ties
-    if left == 0 then stop, resume = g, offset + kept end
-  end
-  if #doomed > 0 then
-    local values = redis.call('HMGET', data, unpack(doomed))
-    local fields = {}
-    for i, consumer in ipairs(doomed) do
-      fields[#fields + 1] = 'c' .. consumer
-      fields[#fields + 1] = now .. ' ' .. (values[i] or '0 0 0')
+    -- Every visited consumer's stored value, checked before anything is written (false:
+    -- none, a sorted-set member without a value, which goes too).
+    local visited = {}
+    for _, consumer in ipairs(doomed) do visited[#visited + 1] = consumer end
+    for _, consumer in ipairs(ties) do visited[#visited + 1] = consumer end
+    local values = {}
+    if #visited > 0 then values = redis.call('HMGET', data, unpack(visited)) end
+    local gone, fields = {}, {}
+    local spoilt_below, kept = 0, 0
+    for i, consumer in ipairs(visited) do
+      local value = values[i]
+      local tie = i > #doomed
+      local hb = '0'
+      if value then hb = select(2, parse_beat(value)) end
+      if not hb then  -- a spoilt value: left in place, and skipped when the group resumes
+        refused[#refused + 1] = g
+        refused[#refused + 1] = consumer
+        refused[#refused + 1] = corrupt(at + 1, consumer, value)
+        if tie then kept = kept + 1 else spoilt_below = spoilt_below + 1 end
+      elseif tie and select(2, split_ns(hb)) > now_rest then
+        kept = kept + 1  -- on the horizon's microsecond, but not expired
+      else
+        gone[#gone + 1] = consumer
+        fields[#fields + 1] = 'c' .. consumer
+        fields[#fields + 1] = now .. ' ' .. (value or '0 0 0')
+      end
     end
-    redis.call('ZREM', zset, unpack(doomed))
-    redis.call('HDEL', data, unpack(doomed))
-    removed = removed + #doomed
-    logged = append_event(g, kept_log, log_ms, 'pruned', fields)
-  end
-  if stop ~= 0 then break end
-  -- An empty group is unlisted even when nothing expired: on a cluster, a heartbeat that
-  -- races with a deregister can leave an empty group in the index (docs/index-protocol.md).
-  if redis.call('EXISTS', zset) == 0 then
-    redis.call('DEL', data, mark)
-    if INDEX then
-      redis.call('ZREM', INDEX, data)
-    else
-      emptied[#emptied + 1] = g
+    if left == 0 then
+      -- The budget ran out in this group: resume below the horizon after those left in
+      -- place, and among its ties after those kept (or where they started when it ran out
+      -- before them).
+      stop, resume_below, resume_ties = g, below + spoilt_below, offset + kept
+    end
+    if #gone > 0 then
+      redis.call('ZREM', zset, unpack(gone))
+      redis.call('HDEL', data, unpack(gone))
+      removed = removed + #gone
+      logged = append_event(g, kept_log, log_ms, 'pruned', fields)
+    end
+    if stop ~= 0 then break end
+    -- An empty group is unlisted even when nothing expired: on a cluster, a heartbeat that
+    -- races with a deregister can leave an empty group in the index (docs/index-protocol.md).
+    if redis.call('EXISTS', zset) == 0 then
+      redis.call('DEL', data, mark)
+      if INDEX then
+        redis.call('ZREM', INDEX, data)
+      else
+        emptied[#emptied + 1] = g
+      end
     end
   end
 end
 if INDEX then logged = 0 end
-local out = {removed, stop, resume, logged}
-for _, g in ipairs(emptied) do out[#out + 1] = g end
+local out = {removed, stop, resume_below, resume_ties, logged, emptied}
+for _, item in ipairs(refused) do out[#out + 1] = item end
 return out

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .aio import AsyncRedisPresenceRegistry as AsyncRedisPresenceRegistry
     from .errors import PresenceAuthError as PresenceAuthError
+    from .errors import PresenceBatchError as PresenceBatchError
+    from .errors import PresenceClockError as PresenceClockError
     from .errors import PresenceConfigError as PresenceConfigError
     from .errors import PresenceConnectionError as PresenceConnectionError
     from .errors import PresenceDataError as PresenceDataError
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from .events import FollowSnapshot as FollowSnapshot
     from .events import PresenceEvent as PresenceEvent
     from .memory import ConsumerPresenceRegistry as ConsumerPresenceRegistry
+    from .model import DEFAULT_MAX_FUTURE_MS as DEFAULT_MAX_FUTURE_MS
     from .model import DEFAULT_PRESENCE_TTL_MS as DEFAULT_PRESENCE_TTL_MS
     from .model import ConsumerPresence as ConsumerPresence
     from .model import PresenceState as PresenceState
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     from .reporter import PresenceReporter as PresenceReporter
 
 _EXPORTS: dict[str, str] = {
+    "DEFAULT_MAX_FUTURE_MS": "model",
     "DEFAULT_PRESENCE_TTL_MS": "model",
     "DEFAULT_REPORT_INTERVAL_MS": "reporter",
     "AsyncPresenceReporter": "reporter",
@@ -49,6 +53,8 @@ _EXPORTS: dict[str, str] = {
     "ConsumerPresence": "model",
     "ConsumerPresenceRegistry": "memory",
     "PresenceAuthError": "errors",
+    "PresenceBatchError": "errors",
+    "PresenceClockError": "errors",
     "PresenceConfigError": "errors",
     "PresenceConnectionError": "errors",
     "PresenceDataError": "errors",

@@ -10,7 +10,8 @@ the place of its request instead of being raised. Everything else is decided her
   "send it again through the cluster client" (a slot on the move, a failed node pipeline);
 - stepping a plan (`Run`): after ``NOSCRIPT`` (a restart, ``SCRIPT FLUSH``, a new node),
   load the script and send those calls again (`after_noscript`), the one reload path for
-  every script call; the first error reply of a batch is raised as a `PresenceError`.
+  every script call; the first error reply of a batch is thrown into the plan as a
+  `PresenceError` (a `Partial` batch gets each error in its place instead).
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .deployment import PolicyCheck
-from .errors import translate
+from .errors import PresenceDataError, PresenceError, translate
 from .events import DEFAULT_EVENTS_KEPT
-from .plans import Command, Limits, Plan, Planner, Request, ScriptCall
+from .model import DEFAULT_MAX_FUTURE_MS
+from .plans import Command, Limits, Partial, Plan, Planner, Request, ScriptCall
 
 T = TypeVar("T")
 
@@ -145,13 +147,25 @@ def after_noscript(batch: Sequence[Request], replies: Sequence[Any]) -> Retry | 
     return Retry(requests, calls, positions, load_of)
 
 
-def raise_first_error(replies: Sequence[Any]) -> list[Any]:
-    """The replies, once none of them is an error reply; else the first one is raised as a
-    `PresenceError`."""
-    for reply in replies:
+def reply_error(reply: Exception, request: Request | None) -> PresenceError:
+    """The `PresenceError` for the error reply to `request`: a data error of a plain command
+    (Redis's WRONGTYPE names no key) says which key it met."""
+    error = translate(reply)
+    if isinstance(error, PresenceDataError) and isinstance(request, Command):
+        key = routing_key(request)
+        if key is not None:
+            name = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+            error = PresenceDataError(f"{error} (key {name}, {request.name})")
+    error.__cause__ = reply
+    return error
+
+
+def first_error(batch: Sequence[Request], replies: Sequence[Any]) -> PresenceError | None:
+    """The `PresenceError` of the first error reply of a batch, or None."""
+    for request, reply in zip(batch, replies, strict=False):
         if isinstance(reply, Exception):
-            raise translate(reply) from reply
-    return list(replies)
+            return reply_error(reply, request)
+    return None
 
 
 class Run(Generic[T]):
@@ -160,9 +174,11 @@ class Run(Generic[T]):
 
     The plan's own batches go out as it yields them; when one meets ``NOSCRIPT``, the run
     first sends the missing scripts' loads, then those calls again (`after_noscript`),
-    before the plan sees any reply; the first error reply left is raised as a
-    `PresenceError`. `answered` starts a run whose first batch was already sent (the
-    single-call fast path, whose call met an error).
+    before the plan sees any reply; the first error reply left is thrown into the plan as a
+    `PresenceError` (which is the operation's error unless the plan catches it), or, for a
+    `Partial` batch, every error reply is given to the plan in its place. `answered` starts
+    a run whose first batch was already sent (the single-call fast path, whose call met an
+    error).
     """
 
     __slots__ = ("_loaded", "_plan", "_replies", "_retry", "_sent", "batch", "result")
@@ -185,13 +201,35 @@ class Run(Generic[T]):
             self.batch, self.result = None, done.value
         self._sent = self.batch
 
+    def _answer(self, replies: list[Any]) -> None:
+        """Give the plan the replies to its batch: each error in place for a `Partial`
+        batch, else the first error thrown into it (it goes on if it catches it)."""
+        sent = self._sent or []
+        if isinstance(sent, Partial):
+            self._advance(
+                [
+                    reply_error(reply, request) if isinstance(reply, Exception) else reply
+                    for request, reply in zip(sent, replies, strict=True)
+                ]
+            )
+            return
+        error = first_error(sent, replies)
+        if error is None:
+            self._advance(list(replies))
+            return
+        try:
+            self.batch = self._plan.throw(error)
+        except StopIteration as done:
+            self.batch, self.result = None, done.value
+        self._sent = self.batch
+
     def feed(self, replies: list[Any]) -> None:
         """Take the replies to `batch`; `batch` becomes what to send next."""
         retry = self._retry
         if retry is None:
             retry = after_noscript(self._sent or [], replies)
             if retry is None:
-                self._advance(raise_first_error(replies))
+                self._answer(replies)
                 return
             self._retry, self._replies, self.batch = retry, replies, retry.loads
         elif self._loaded is None:
@@ -199,7 +237,7 @@ class Run(Generic[T]):
         else:
             merged = retry.merge(self._replies, self._loaded, replies)
             self._retry = self._loaded = None
-            self._advance(raise_first_error(merged))
+            self._answer(merged)
 
 
 class Executor:
@@ -220,6 +258,7 @@ class Executor:
         read_only: bool = False,
         limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
         events_kept: int = DEFAULT_EVENTS_KEPT,
+        max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
     ) -> None:
         get_encoder = getattr(client, "get_encoder", None)
         clustered = is_cluster_client(client)
@@ -231,6 +270,7 @@ class Executor:
             packed=self.packs and not clustered and hasattr(client, "connection_pool"),
             limits=limits,
             events_kept=events_kept,
+            max_future_ms=max_future_ms,
         )
         self._client = client
         self._owns_client = False
@@ -250,6 +290,12 @@ class Executor:
     def client(self) -> Any:
         """The redis-py client this registry talks through."""
         return self._client
+
+    @property
+    def max_future_ms(self) -> int | None:
+        """The clock guard: how far ahead of the server clock an explicit ``now_ns`` of a
+        beat may be (None: no guard)."""
+        return self.plans.max_future_ms
 
     @property
     def read_only(self) -> bool:

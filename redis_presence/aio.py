@@ -32,7 +32,7 @@ from .events import (
     PresenceEvent,
     check_interval_s,
 )
-from .model import ConsumerPresence
+from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence
 from .plans import Limits, Plan, Request, RowStream, Single
 from .urls import open_async_client
 from .validation import Beat
@@ -49,8 +49,7 @@ class AsyncRedisPresenceRegistry(Executor):
     methods and their answers are those of the sync registry; ``len()`` cannot be awaited,
     so the number of tracked consumers is ``await registry.size()``. On a cluster each
     node's requests go in one pipeline, and the nodes are served concurrently.
-    ``read_only=True`` works as in the sync registry (reads with ``EVALSHA_RO``, writes
-    refused).
+    ``read_only=True`` and `max_future_ms` work as in the sync registry.
     """
 
     @classmethod
@@ -61,12 +60,19 @@ class AsyncRedisPresenceRegistry(Executor):
         prefix: str = "presence",
         read_only: bool = False,
         limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
+        max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
         **redis_kwargs: Any,
     ) -> AsyncRedisPresenceRegistry:
         """A registry on a new asyncio client for `url` (the schemes of
         `RedisPresenceRegistry.from_url`); `aclose` closes that client."""
         client = open_async_client(url, **redis_kwargs)
-        registry = cls(client, prefix=prefix, read_only=read_only, limits=limits)
+        registry = cls(
+            client,
+            prefix=prefix,
+            read_only=read_only,
+            limits=limits,
+            max_future_ms=max_future_ms,
+        )
         registry._owns_client = True
         return registry
 

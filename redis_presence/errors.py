@@ -8,6 +8,9 @@ credentials, and URLs are redacted before they reach a message (see `urls.redact
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from redis import exceptions as rx
 
 
@@ -38,6 +41,46 @@ class PresenceReadOnlyError(PresenceError):
 class PresenceResyncRequired(PresenceError):
     """`changes` cannot go on from this cursor (the event log was trimmed past it, or the
     cursor is older than the log): take a fresh `snapshot` and a fresh cursor."""
+
+
+class PresenceClockError(PresenceError, ValueError):
+    """The clock guard refused a beat: its explicit ``now_ns`` is more than the registry's
+    ``max_future_ms`` ahead of the Redis server's clock (nothing was written)."""
+
+
+class PresenceBatchError(PresenceError):
+    """Part of a `heartbeat_many` batch (or of a `prune_expired`) was refused, the rest was
+    done: bad data costs only what it spoils.
+
+    `failed` maps each ``(queue, group)`` with something refused to the `PresenceError` that
+    says why: a `PresenceDataError` for a key of another type (the whole group is refused)
+    or for a stored value this package did not write (that consumer's beats only; the error
+    names the key and the field), or what refused a whole call of a batch split in several
+    (`PresenceOutOfMemoryError`, `PresenceAuthError`, ...). `refused` lists, as
+    ``(queue, group, consumer)``, every beat not written (for a prune: every expired
+    consumer left in place for its spoilt value; a group refused whole lists none of its
+    consumers). `completed` is how many beats were written (consumers removed). Everything
+    else of the call was done, and retrying it is safe.
+    """
+
+    def __init__(
+        self,
+        failed: dict[tuple[str, str], PresenceError],
+        completed: int,
+        refused: Sequence[tuple[str, str, str]] = (),
+    ) -> None:
+        self.failed = failed
+        self.completed = completed
+        self.refused = list(refused)
+        named = "; ".join(f"{q}/{g}: {error}" for (q, g), error in list(failed.items())[:3])
+        more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
+        super().__init__(
+            f"refused in {len(failed)} group{'s' if len(failed) != 1 else ''}, "
+            f"{completed} done: {named}{more}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.failed, self.completed, self.refused)
 
 
 class PresenceOutOfMemoryError(PresenceError):
@@ -113,6 +156,23 @@ OUT_OF_MEMORY = (
 )
 
 
+DATA_REFUSAL = "PRESENCEDATA "
+CLOCK_REFUSAL = "PRESENCECLOCK "
+"""How a script's error reply starts when it refuses a stored value this package did not
+write, or a ``now_ns`` too far ahead of the server clock (``lua/lib.lua``)."""
+
+
+def refusal(message: str) -> PresenceError:
+    """The package's exception for a script's refusal, whether it came back as an error reply
+    or, for one group of a batch, inside the reply (``WRONGTYPE ...``, ``PRESENCEDATA ...``,
+    ``PRESENCECLOCK ...``)."""
+    if message.startswith(DATA_REFUSAL):
+        return PresenceDataError(message.removeprefix(DATA_REFUSAL))
+    if message.startswith(CLOCK_REFUSAL):
+        return PresenceClockError(message.removeprefix(CLOCK_REFUSAL))
+    return PresenceDataError(f"unexpected data under the prefix: {message}")
+
+
 def translate(exc: Exception) -> PresenceError:
     """The package's exception for a redis-py error (the caller chains the original)."""
     if isinstance(exc, PresenceError):
@@ -130,6 +190,8 @@ def translate(exc: Exception) -> PresenceError:
         return PresenceOutOfMemoryError(f"{OUT_OF_MEMORY} ({exc})")
     if isinstance(exc, rx.ReadOnlyError):
         return PresenceReadOnlyError(f"Redis is a read-only replica: {exc}")
+    if isinstance(exc, rx.ResponseError) and str(exc).startswith((DATA_REFUSAL, CLOCK_REFUSAL)):
+        return refusal(str(exc))
     if isinstance(exc, rx.ResponseError) and "WRONGTYPE" in str(exc):
-        return PresenceDataError(f"unexpected data under the prefix: {exc}")
+        return refusal(str(exc))
     return PresenceError(f"Redis error: {exc}")

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .errors import PresenceResyncRequired
+from .errors import PresenceClockError, PresenceResyncRequired
 from .events import (
     DEFAULT_EVENTS_KEPT,
     DEFAULT_FOLLOW_INTERVAL_S,
@@ -26,7 +26,14 @@ from .events import (
     sorted_events,
     window,
 )
-from .model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState, age_ms
+from .model import (
+    DEFAULT_MAX_FUTURE_MS,
+    DEFAULT_PRESENCE_TTL_MS,
+    NS_PER_US,
+    ConsumerPresence,
+    PresenceState,
+    age_ms,
+)
 from .validation import (
     Beat,
     ConsumerKey,
@@ -34,6 +41,7 @@ from .validation import (
     check_consumer_key,
     check_filter,
     check_lease_count,
+    check_max_future_ms,
     check_name,
     check_now_ns,
     check_optional_ttl_ms,
@@ -59,7 +67,15 @@ class ConsumerPresenceRegistry:
     events (kept in one log of about `events_kept` entries), the same shared TTL.
     """
 
-    def __init__(self, *, events_kept: int = DEFAULT_EVENTS_KEPT) -> None:
+    def __init__(
+        self,
+        *,
+        events_kept: int = DEFAULT_EVENTS_KEPT,
+        max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
+    ) -> None:
+        self.max_future_ms = check_max_future_ms(max_future_ms)
+        """The clock guard: a beat whose explicit ``now_ns`` is more than this ahead of
+        ``time.time_ns()`` is refused with `PresenceClockError` (None: no guard)."""
         self._lock = threading.Lock()
         self._rows: dict[ConsumerKey, Stored] = {}
         self._ttls: dict[tuple[str, str] | None, int] = {}
@@ -69,6 +85,23 @@ class ConsumerPresenceRegistry:
         self._trimmed = 0
 
     # -- writes -----------------------------------------------------------------------
+
+    def _beat_now(self, now_ns: int | None) -> int:
+        """The instant of a beat: `now_ns`, refused when the clock guard says it is too far
+        ahead (as the scripts refuse it against the server clock), or the clock."""
+        now = check_now_ns(now_ns)
+        clock = time.time_ns()
+        if now is None:
+            return clock
+        guard = self.max_future_ms
+        ahead_us = now // NS_PER_US - clock // NS_PER_US
+        if guard is not None and ahead_us > guard * 1_000:
+            ahead_ms = ahead_us // 1_000
+            raise PresenceClockError(
+                f"now_ns {now} is {ahead_ms} ms ahead of the server clock "
+                f"(more than max_future_ms={guard})"
+            )
+        return now
 
     def heartbeat(
         self,
@@ -81,16 +114,14 @@ class ConsumerPresenceRegistry:
         """Record or refresh one consumer; the first beat fixes `registered_at_ns`."""
         key = check_consumer_key(queue, group, consumer)
         lease = check_lease_count(lease_count)
-        now = check_now_ns(now_ns)
-        stamp = time.time_ns() if now is None else now
+        stamp = self._beat_now(now_ns)
         with self._lock:
             self._beat(key, lease, stamp, stamp)
 
     def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
         """Apply many `(queue, group, consumer, lease_count)` beats; returns how many."""
         checked = check_beats(beats)
-        now = check_now_ns(now_ns)
-        stamp = time.time_ns() if now is None else now
+        stamp = self._beat_now(now_ns)
         with self._lock:
             for queue, group, consumer, lease in checked:
                 self._beat((queue, group, consumer), lease, stamp, stamp)
@@ -132,8 +163,8 @@ class ConsumerPresenceRegistry:
         """Drop exactly the consumers `snapshot` would call expired; returns how many."""
         ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
-        queue, group = check_filter("queue", queue), check_filter("group", group)
         stamp = time.time_ns() if now is None else now
+        queue, group = check_filter("queue", queue), check_filter("group", group)
         with self._lock:
             doomed = [
                 key

@@ -14,6 +14,11 @@ from typing import NamedTuple
 DEFAULT_PRESENCE_TTL_MS = 30_000
 """Default heartbeat budget: a consumer is active for this long after its last beat."""
 
+DEFAULT_MAX_FUTURE_MS = 10_000
+"""The clock guard's default: a beat whose explicit ``now_ns`` is more than this ahead of
+the server's clock is refused (`PresenceClockError`), so a broker whose clock runs ahead
+cannot keep a dead consumer active for longer than this past its TTL."""
+
 NS_PER_MS = 1_000_000
 NS_PER_US = 1_000
 

@@ -26,7 +26,14 @@ from operator import attrgetter, itemgetter
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 
-from .errors import PresenceDataError, PresenceReadOnlyError, PresenceResyncRequired
+from .errors import (
+    PresenceBatchError,
+    PresenceDataError,
+    PresenceError,
+    PresenceReadOnlyError,
+    PresenceResyncRequired,
+    refusal,
+)
 from .events import (
     DEFAULT_EVENTS_KEPT,
     EVENT_LOG_TTL_MS,
@@ -44,17 +51,26 @@ from .events import (
     window,
 )
 from .keys import INDEX_MARK_MS, GroupKeys, Keyspace
-from .model import DEFAULT_PRESENCE_TTL_MS, NS_PER_MS, ConsumerPresence, PresenceState, gc_paused
+from .model import (
+    DEFAULT_MAX_FUTURE_MS,
+    DEFAULT_PRESENCE_TTL_MS,
+    NS_PER_MS,
+    ConsumerPresence,
+    PresenceState,
+    gc_paused,
+)
 from .replies import server_now_ns, stored_columns, stored_heartbeat_ns
 from .scripts import Script, script
 from .validation import (
     Beat,
+    ConsumerKey,
     DelayedBeat,
     check_beats,
     check_consumer_key,
     check_delayed_beats,
     check_filter,
     check_lease_count,
+    check_max_future_ms,
     check_now_ns,
     check_optional_ttl_ms,
     check_ttl_ms,
@@ -125,7 +141,18 @@ class Command(NamedTuple):
 
 Request = ScriptCall | Command
 Plan = Generator[list[Request], list[Any], T]
-"""An operation: yields batches of requests, receives their replies, returns the result."""
+"""An operation: yields batches of requests, receives their replies, returns the result.
+
+The first error reply of a batch is thrown into the plan as a `PresenceError` (a plan may
+catch it; else it is the operation's error), unless the batch is `Partial`."""
+
+
+class Partial(list[Request]):
+    """A batch whose plan takes every request's outcome: an error reply comes back in its
+    place as a `PresenceError` value instead of being thrown (a batch split in independent
+    calls, where one call's failure must not hide what the others did)."""
+
+    __slots__ = ()
 
 
 class Single(Generator[list[Request], list[Any], T]):
@@ -252,8 +279,10 @@ class Planner:
     (``client.get_encoder().encode``), which the single-beat call applies once per group to
     what it keeps ready; with `packed` (and `encode`), a single beat also carries its whole
     command in RESP (`Single.packed`). `limits` bounds the work of every request;
-    `events_kept` is about how many entries each queue's event log keeps; `clock`
-    (monotonic nanoseconds) times how long a shared TTL read from Redis is trusted.
+    `events_kept` is about how many entries each queue's event log keeps; `max_future_ms`
+    is the clock guard (a beat whose explicit ``now_ns`` is further ahead of the server
+    clock is refused with `PresenceClockError`; None: no guard); `clock` (monotonic
+    nanoseconds) times how long a shared TTL read from Redis is trusted.
     """
 
     __slots__ = (
@@ -261,12 +290,14 @@ class Planner:
         "_beat_script",
         "_clock",
         "_encode",
+        "_guard",
         "_packed",
         "_ttls",
         "clustered",
         "events_kept",
         "keys",
         "limits",
+        "max_future_ms",
         "read_only",
     )
 
@@ -280,6 +311,7 @@ class Planner:
         packed: bool = False,
         limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
         events_kept: int = DEFAULT_EVENTS_KEPT,
+        max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         if not isinstance(read_only, bool):
@@ -293,6 +325,8 @@ class Planner:
         self.read_only = read_only
         self.limits = limits
         self.events_kept = events_kept
+        self.max_future_ms = check_max_future_ms(max_future_ms)
+        self._guard: int | str = "" if self.max_future_ms is None else self.max_future_ms
         self._clock = clock
         self._encode: Callable[[Any], Any] = encode or _same
         self._packed = packed and encode is not None and not clustered
@@ -390,7 +424,7 @@ class Planner:
         head = (
             "EVALSHA",
             self._beat_script.sha,
-            *map(encode, (len(keys), *keys, ttl, self.events_kept, EVENT_LOG_TTL_MS)),
+            *map(encode, (len(keys), *keys, ttl, self.events_kept, EVENT_LOG_TTL_MS, self._guard)),
         )
         resp = None
         if self._packed:
@@ -427,7 +461,7 @@ class Planner:
         every = list(dict.fromkeys(self.keys.group(q, g) for q, g, *_ in beats))
         ttl_of = dict(zip(every, (yield from self._shared_ttls(every)), strict=True))
         calls: list[Request] = []
-        called_groups: list[list[GroupKeys]] = []
+        called: list[tuple[list[GroupKeys], Sequence[DelayedBeat]]] = []  # each call's groups
         per_queue = (
             [list(part) for _, part in groupby(sorted(beats, key=_queue), key=_queue)]
             if self.clustered
@@ -449,21 +483,44 @@ class Planner:
                 tail += (number, consumer, lease, delay_us)
             groups = list(numbers)
             ttls = [ttl_of[gk] for gk in groups]
-            args = [now, INDEX_MARK_MS, self.events_kept, EVENT_LOG_TTL_MS, *ttls, *tail]
+            args = [
+                now,
+                INDEX_MARK_MS,
+                self.events_kept,
+                EVENT_LOG_TTL_MS,
+                self._guard,
+                *ttls,
+                *tail,
+            ]
             calls.append(self._call("heartbeat_many", self._write_keys(groups), args))
-            called_groups.append(groups)
-        replies = yield calls
+            called.append((groups, batch))
+        # Each call on its own: one refused call (or group) must not hide what the others wrote.
+        replies = yield Partial(calls) if len(calls) > 1 else calls
+        failed: dict[tuple[str, str], PresenceError] = {}
+        unwritten: list[ConsumerKey] = []
+        unlisted: list[GroupKeys] = []
+        logged: list[tuple[str, int]] = []
+        for (groups, batch), reply in zip(called, replies, strict=True):
+            if isinstance(reply, PresenceError):
+                for gk in groups:
+                    failed.setdefault((gk.queue, gk.group), reply)
+                unwritten += (beat[:3] for beat in batch)
+                continue
+            refused = _refusals(reply[2:])
+            names = [(gk.queue, gk.group) for gk in groups]
+            whole = {names[r.group - 1] for r in refused if r.consumer is None}
+            spoilt = {(*names[r.group - 1], r.consumer) for r in refused if r.consumer}
+            for r in refused:
+                failed.setdefault(names[r.group - 1], r.error)
+            unwritten += (beat[:3] for beat in batch if beat[:2] in whole or beat[:3] in spoilt)
+            unlisted += (groups[int(number) - 1] for number in reply[0])
+            logged.append((groups[0].events, int(reply[1])))
         if self.clustered:
-            unlisted = [
-                groups[int(number) - 1]
-                for groups, reply in zip(called_groups, replies, strict=True)
-                for number in reply[0]
-            ]
-            logged = [
-                (groups[0].events, int(reply[1]))
-                for groups, reply in zip(called_groups, replies, strict=True)
-            ]
             yield from self._list_on_cluster(unlisted, logged)
+        if len(unwritten) == len(beats) and all(isinstance(r, PresenceError) for r in replies):
+            raise replies[0]  # every call was refused whole (out of memory, say)
+        if failed:
+            raise PresenceBatchError(failed, len(beats) - len(unwritten), unwritten)
         return len(beats)
 
     def deregister(
@@ -509,13 +566,15 @@ class Planner:
         now = str((yield from self._now(now_ns)))
         budget = self.limits.consumers
         removed = 0
+        failed: dict[tuple[str, str], PresenceError] = {}
+        left: list[ConsumerKey] = []  # expired, but left in place for a spoilt value
         after: str | None = None
         while True:
             groups, after = yield from self._listed(queue, group, after)
             ttl_of = dict(zip(groups, (yield from self._ttls_for(groups, ttl_ms)), strict=True))
             # Per queue on a cluster (one slot a call): each part goes on from where the
             # budget of its last call ran out (a group, and an offset among its ties).
-            parts = [(part, 0) for part in self._per_queue(groups)]
+            parts = [(part, 0, 0) for part in self._per_queue(groups)]
             emptied: list[GroupKeys] = []
             logged: list[tuple[str, int]] = []
             while parts:
@@ -526,22 +585,28 @@ class Planner:
                         [
                             now,
                             budget,
-                            offset,
+                            below,
+                            ties,
                             self.events_kept,
                             EVENT_LOG_TTL_MS,
                             *(ttl_of[gk] for gk in part),
                         ],
                     )
-                    for part, offset in parts
+                    for part, below, ties in parts
                 ]
                 going_on = []
-                for (part, _), reply in zip(parts, replies, strict=True):
+                for (part, _, _), reply in zip(parts, replies, strict=True):
                     removed += int(reply[0])
-                    stop, resume = int(reply[1]), int(reply[2])
-                    logged.append((part[0].events, int(reply[3])))
-                    emptied += (part[int(number) - 1] for number in reply[4:])
+                    stop = int(reply[1])
+                    logged.append((part[0].events, int(reply[4])))
+                    emptied += (part[int(number) - 1] for number in reply[5])
+                    for r in _refusals(reply[6:]):
+                        gk = part[r.group - 1]
+                        failed.setdefault((gk.queue, gk.group), r.error)
+                        if r.consumer is not None:
+                            left.append((gk.queue, gk.group, r.consumer))
                     if stop:
-                        going_on.append((part[stop - 1 :], resume))
+                        going_on.append((part[stop - 1 :], int(reply[2]), int(reply[3])))
                 parts = going_on
             if self.clustered:
                 yield from self._list_on_cluster([], logged)
@@ -550,6 +615,8 @@ class Planner:
             if after is None:
                 if queue is None:
                     yield from self._forget_logs(int(now) // NS_PER_MS - EVENT_LOG_TTL_MS)
+                if failed:
+                    raise PresenceBatchError(failed, removed, left)
                 return removed
 
     def _forget_logs(self, before_ms: int) -> Plan[None]:
@@ -784,8 +851,10 @@ class Planner:
             going_on: dict[int, tuple[int, list[Any]]] = {}
             for i in order:
                 offset, names = ties[i]
-                for value in next(answers):
-                    if value is not None and stored_heartbeat_ns(groups[i], value) > horizons[i]:
+                for name, value in zip(names, next(answers), strict=True):
+                    if value is None:
+                        continue
+                    if stored_heartbeat_ns(groups[i], name, value) > horizons[i]:
                         counts[i] += 1
                 if len(names) == most:
                     more = list(next(answers))
@@ -1169,8 +1238,24 @@ def heartbeat_of(event: PresenceEvent) -> int:
     return event.last_heartbeat_ns or 0
 
 
+class _Refusal(NamedTuple):
+    """What a script left unwritten: a whole group (`consumer` None) or one consumer of it."""
+
+    group: int
+    consumer: str | None
+    error: PresenceError
+
+
+def _refusals(flat: Sequence[Any]) -> list[_Refusal]:
+    """A script's refusals, ``(group number, consumer or '', why)`` flat."""
+    return [
+        _Refusal(int(flat[i]), _text(flat[i + 1]) or None, refusal(_text(flat[i + 2])))
+        for i in range(0, len(flat) - 2, 3)
+    ]
+
+
 def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _stored_ttl(key: str, reply: Any) -> int | None:

@@ -27,7 +27,7 @@ from .events import (
     PresenceEvent,
     check_interval_s,
 )
-from .model import ConsumerPresence
+from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence
 from .plans import Limits, Plan, Request, RowStream, Single
 from .urls import open_client
 from .validation import Beat
@@ -46,8 +46,12 @@ class RedisPresenceRegistry(Executor):
     Redis-side failures raise `PresenceError` subclasses; bad arguments raise
     `TypeError` / `ValueError` before anything is written.
 
-    With ``read_only=True`` (e.g. a client of a replica) reads run their scripts with
-    ``EVALSHA_RO`` (Redis 7+) and every write raises `PresenceReadOnlyError`.
+    With ``read_only=True`` (e.g. a client of a replica) every write raises
+    `PresenceReadOnlyError` before anything is sent; reads use plain read commands, no
+    script, so they work on a replica and under the README's reader ACL role either way.
+
+    The clock guard: a beat whose explicit ``now_ns`` is more than `max_future_ms` ahead of
+    the server clock is refused with `PresenceClockError` (``None``: no guard).
 
     Every method builds a plan with `plans` and runs it with `execute`; so can your code,
     to compose operations (the reporters do). `limits` bounds what one command may do.
@@ -63,12 +67,22 @@ class RedisPresenceRegistry(Executor):
         prefix: str = "presence",
         read_only: bool = False,
         limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
+        max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
         **redis_kwargs: Any,
     ) -> RedisPresenceRegistry:
         """A registry on a new client for `url`: ``redis://``, ``rediss://``, ``unix://``,
-        or ``redis+cluster://`` / ``rediss+cluster://`` for a Redis Cluster."""
+        ``redis+cluster://`` / ``rediss+cluster://`` for a Redis Cluster (several startup
+        nodes, comma-separated), or ``redis+sentinel://`` / ``rediss+sentinel://`` for the
+        primary that Sentinel names (`redis_presence.urls`); `close` closes that client. A
+        malformed URL is a `PresenceConfigError`, its password hidden."""
         client = open_client(url, **redis_kwargs)
-        registry = cls(client, prefix=prefix, read_only=read_only, limits=limits)
+        registry = cls(
+            client,
+            prefix=prefix,
+            read_only=read_only,
+            limits=limits,
+            max_future_ms=max_future_ms,
+        )
         registry._owns_client = True
         return registry
 

@@ -30,7 +30,7 @@ from typing import Any, Generic, TypeVar
 
 from ._executor import Executor
 from .aio import AsyncRedisPresenceRegistry
-from .errors import PresenceError
+from .errors import PresenceBatchError, PresenceError
 from .model import DEFAULT_PRESENCE_TTL_MS, NS_PER_MS, NS_PER_US
 from .plans import Plan
 from .redis import RedisPresenceRegistry
@@ -81,6 +81,16 @@ class _Taken:
 
 
 @dataclass
+class _Flushed:
+    """What one flush wrote: how many beats, and the groups Redis refused (left pending)."""
+
+    sent: int
+    refused: dict[tuple[str, str], PresenceError]
+    unwritten: set[ConsumerKey] = field(default_factory=set)
+    """The beats and deregistrations Redis refused, to send again."""
+
+
+@dataclass
 class _Outcome:
     """The result of one flush attempt, and how long to wait before the next one."""
 
@@ -116,6 +126,8 @@ class _Coalescer:
         self._reported: set[ConsumerKey] | None = set() if track else None
         self._failures = 0
         self._outage_since_ns: int | None = None
+        self.refused: dict[tuple[str, str], str] = {}
+        """The groups the last flush could not write although Redis answered, and why."""
 
     # -- the caller's side ------------------------------------------------------------
 
@@ -165,12 +177,26 @@ class _Coalescer:
             self._beats, self._deregs = {}, {}
             return started, taken
 
-    def plan(self, registry: Executor, taken: _Taken) -> Plan[int]:
+    def plan(self, registry: Executor, taken: _Taken) -> Plan[_Flushed]:
         """Send the taken deregistrations, then the beats with their age measured just
-        before they are sent; returns how many beats were written."""
+        before they are sent. A group Redis refuses (a foreign or corrupt key, say) costs
+        only its own writes: the others are written, and the result names it."""
+        refused: dict[tuple[str, str], PresenceError] = {}
+        unwritten: set[ConsumerKey] = set()
         for key in taken.deregs:
-            yield from registry.plans.deregister(*key)
-        return (yield from registry.plans.heartbeat_delayed(self.delayed(taken)))
+            try:
+                yield from registry.plans.deregister(*key)
+            except PresenceError as error:  # Redis answered: this consumer only
+                refused.setdefault((key[0], key[1]), error)
+                unwritten.add(key)
+        try:
+            sent = yield from registry.plans.heartbeat_delayed(self.delayed(taken))
+        except PresenceBatchError as error:
+            sent = error.completed
+            for group, why in error.failed.items():
+                refused.setdefault(group, why)
+            unwritten.update(error.refused)
+        return _Flushed(sent, refused, unwritten)
 
     def delayed(self, taken: _Taken) -> list[DelayedBeat]:
         """The taken beats with their age, in µs, on the monotonic clock; beats older than
@@ -187,10 +213,20 @@ class _Coalescer:
         """Nothing was pending: wait one interval (an outage, if any, is not over yet)."""
         return self._next(started_ns, sent=0)
 
-    def succeeded(self, taken: _Taken, sent: int, started_ns: int) -> _Outcome:
-        if self._reported is not None:
-            with self._lock:
-                self._reported.update(taken.beats)
+    def succeeded(self, taken: _Taken, flushed: _Flushed, started_ns: int) -> _Outcome:
+        """Redis answered: what it refused, group by group, stays pending (newer beats and
+        deregistrations win) and is named once in a warning; the rest is done."""
+        refused, sent, unwritten = flushed.refused, flushed.sent, flushed.unwritten
+        with self._lock:
+            if unwritten:
+                for key, value in taken.beats.items():
+                    if key in unwritten and key not in self._beats and key not in self._deregs:
+                        self._beats[key] = value
+                again = {key: None for key in taken.deregs if key in unwritten}
+                self._deregs = {**again, **self._deregs}
+            if self._reported is not None:
+                self._reported.update(key for key in taken.beats if key not in unwritten)
+        self._report_refused(refused)
         if self._outage_since_ns is not None:
             down_s = (self.clock() - self._outage_since_ns) / 1e9
             logger.info(
@@ -202,7 +238,27 @@ class _Coalescer:
             )
             self._outage_since_ns = None
             self._failures = 0
-        return self._next(started_ns, sent=sent)
+        outcome = self._next(started_ns, sent=sent)
+        if refused:
+            outcome.error = PresenceBatchError(dict(refused), sent, sorted(unwritten))
+        return outcome
+
+    def _report_refused(self, refused: dict[tuple[str, str], PresenceError]) -> None:
+        """Warn once for each group Redis starts refusing (or refuses for a new reason), and
+        say when it takes a group's writes again."""
+        for group, error in refused.items():
+            if str(error) != self.refused.get(group):
+                logger.warning(
+                    "presence reporter cannot write queue %r group %r (%s: %s); writing "
+                    "every other group, keeping its latest beats and retrying each interval",
+                    group[0],
+                    group[1],
+                    type(error).__name__,
+                    error,
+                )
+        for group in self.refused.keys() - refused.keys():
+            logger.info("presence reporter writes queue %r group %r again", *group)
+        self.refused = {group: str(error) for group, error in refused.items()}
 
     def _next(self, started_ns: int, *, sent: int) -> _Outcome:
         """The next regular flush: one interval after this one started."""
@@ -312,6 +368,14 @@ class _Reporter(Generic[R]):
         """How many consumers have a beat waiting to be written."""
         return self._core.pending()
 
+    @property
+    def refused(self) -> dict[tuple[str, str], str]:
+        """The ``(queue, group)`` pairs whose writes Redis refused at the last flush,
+        although it took every other group's (a foreign or corrupt key, an ACL denial on
+        that queue), each with why; their latest beats stay pending and are retried at
+        every flush. Empty when the last flush wrote everything."""
+        return dict(self._core.refused)
+
     def beat(self, queue: str, group: str, consumer: str, lease_count: int = 0) -> None:
         """Remember that `consumer` read `queue` for `group` now (O(1), no I/O). Bad
         arguments raise `TypeError` / `ValueError` here; nothing else ever does."""
@@ -360,7 +424,9 @@ class PresenceReporter(_Reporter[RedisPresenceRegistry]):
 
     def flush(self) -> int:
         """Write what is pending now, in this thread; returns how many beats were written.
-        Raises the `PresenceError` of a failed write (the beats are kept for a retry)."""
+        Raises the `PresenceError` of a failed write (the beats are kept for a retry), and
+        `PresenceBatchError` when Redis refused some groups and wrote the others (`refused`
+        names them; their beats are kept)."""
         return self._attempt().result()
 
     def close(self) -> None:
@@ -427,8 +493,8 @@ class AsyncPresenceReporter(_Reporter[AsyncRedisPresenceRegistry]):
         )
 
     async def flush(self) -> int:
-        """Write what is pending now; returns how many beats were written. Raises the
-        `PresenceError` of a failed write (the beats are kept for a retry)."""
+        """Write what is pending now; returns how many beats were written. Raises as
+        `PresenceReporter.flush` does."""
         return (await self._attempt()).result()
 
     async def aclose(self) -> None:

@@ -80,6 +80,22 @@ def check_optional_ttl_ms(value: Any, argument: str = "ttl_ms") -> int | None:
     return None if value is None else check_ttl_ms(value, argument)
 
 
+MAX_FUTURE_LIMIT_MS = 24 * 3600 * 1000
+"""Largest accepted ``max_future_ms`` (a day)."""
+
+
+def check_max_future_ms(value: Any, argument: str = "max_future_ms") -> int | None:
+    """`None` (no clock guard) or how many ms an explicit ``now_ns`` may be ahead of the
+    server clock, in [0, MAX_FUTURE_LIMIT_MS]."""
+    if value is None:
+        return None
+    if not _is_int(value):
+        raise TypeError(f"{argument} must be an int or None, got {type(value).__name__}")
+    if not 0 <= value <= MAX_FUTURE_LIMIT_MS:
+        raise ValueError(f"{argument} must be in [0, {MAX_FUTURE_LIMIT_MS}] or None, got {value}")
+    return int(value)
+
+
 def check_now_ns(value: Any, argument: str = "now_ns") -> int | None:
     """`None` (use the clock) or a non-negative integer timestamp in nanoseconds."""
     if value is None:
@@ -161,6 +177,7 @@ def check_delayed_beats(beats: Sequence[Any]) -> Sequence[DelayedBeat]:
 
 __all__ = [
     "MAX_DELAY_MS",
+    "MAX_FUTURE_LIMIT_MS",
     "MAX_LEASE_COUNT",
     "MAX_NAME_BYTES",
     "MAX_TIMESTAMP_NS",
@@ -173,6 +190,7 @@ __all__ = [
     "check_delayed_beats",
     "check_filter",
     "check_lease_count",
+    "check_max_future_ms",
     "check_name",
     "check_now_ns",
     "check_optional_ttl_ms",

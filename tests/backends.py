@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio
+import redis.cluster
 from aio_adapter import SyncAdapter
 
 from redis_presence import (
@@ -49,51 +50,65 @@ server's hashes and sorted sets are hash tables and skip lists there, so HSCAN t
 several steps (`small_redis_server`)."""
 
 
-def make_registry(request: pytest.FixtureRequest, backend: str, prefix: str = "presence") -> Any:
+def make_registry(
+    request: pytest.FixtureRequest, backend: str, prefix: str = "presence", **options: Any
+) -> Any:
     """A registry of `backend` on an empty store; a second call shares the same store.
+    `options` go to the registry's constructor (``max_future_ms``, ``limits``, ...).
 
     Every synchronous registry must offer the `PresenceRegistry` methods (checked here);
     the async ones run through `SyncAdapter`, which forwards by `__getattr__`.
     """
-    registry = _make_registry(request, backend, prefix)
+    registry = _make_registry(request, backend, prefix, options)
     assert isinstance(registry, SyncAdapter | PresenceRegistry), f"{backend}: {registry!r}"
     return registry
 
 
-def _make_registry(request: pytest.FixtureRequest, backend: str, prefix: str) -> Any:
+def _make_registry(
+    request: pytest.FixtureRequest, backend: str, prefix: str, options: dict[str, Any]
+) -> Any:
     if backend.endswith("-small"):
         fixture = {
             "fakeredis-small": "fake_client",
             "redis-small": "small_redis_client",
             "cluster-small": "cluster_client",
         }[backend]
-        return RedisPresenceRegistry(request.getfixturevalue(fixture), prefix=prefix, limits=SMALL)
+        options = {"limits": SMALL, **options}
+        return RedisPresenceRegistry(request.getfixturevalue(fixture), prefix=prefix, **options)
     if backend == "memory":
-        return ConsumerPresenceRegistry()
-    if backend == "fakeredis":
-        return RedisPresenceRegistry(request.getfixturevalue("fake_client"), prefix=prefix)
-    if backend == "redis":
-        return RedisPresenceRegistry(request.getfixturevalue("redis_client"), prefix=prefix)
-    if backend == "cluster":
-        return RedisPresenceRegistry(request.getfixturevalue("cluster_client"), prefix=prefix)
+        options.pop("limits", None)  # the model does no bounded work
+        return ConsumerPresenceRegistry(**options)
+    if backend in ("fakeredis", "redis", "cluster"):
+        fixture = {"fakeredis": "fake_client", "redis": "redis_client"}.get(
+            backend, "cluster_client"
+        )
+        return RedisPresenceRegistry(request.getfixturevalue(fixture), prefix=prefix, **options)
     if backend in MATRIX_FIXTURES:
-        return RedisPresenceRegistry(raw_client(request, backend), prefix=prefix)
+        return RedisPresenceRegistry(raw_client(request, backend), prefix=prefix, **options)
     if backend == "async":
         server = request.getfixturevalue("redis_server")
         host, port = server.host, server.port
-        return _async(request, backend, prefix, lambda: redis.asyncio.Redis(host=host, port=port))
+        return _async(
+            request, backend, lambda: redis.asyncio.Redis(host=host, port=port), prefix, options
+        )
     if backend == "async-cluster":
         make_client = request.getfixturevalue("redis_cluster").async_client
-        return _async(request, backend, prefix, make_client)
+        return _async(request, backend, make_client, prefix, options)
     raise ValueError(f"unknown backend {backend!r}")
 
 
 def _async(
-    request: pytest.FixtureRequest, backend: str, prefix: str, make_client: Callable[[], Any]
+    request: pytest.FixtureRequest,
+    backend: str,
+    make_client: Callable[[], Any],
+    prefix: str,
+    options: dict[str, Any],
 ) -> SyncAdapter:
     """The async registry on a fresh asyncio client, driven from sync tests."""
     raw_client(request, backend)  # the fixture flushes the store
-    adapter = SyncAdapter(lambda: AsyncRedisPresenceRegistry(make_client(), prefix=prefix))
+    adapter = SyncAdapter(
+        lambda: AsyncRedisPresenceRegistry(make_client(), prefix=prefix, **options)
+    )
     request.addfinalizer(adapter.close)
     return adapter
 
@@ -148,11 +163,20 @@ def without_logs(keys: Any) -> list[bytes]:
     )
 
 
+def all_keys(client: Any) -> list[Any]:
+    """Every key of the store: a cluster client's ``KEYS`` asks one node unless told to ask
+    every primary."""
+    if isinstance(client, redis.cluster.RedisCluster):
+        return list(client.keys("*", target_nodes=redis.cluster.RedisCluster.PRIMARIES))
+    return list(client.keys("*"))
+
+
 def dump(client: Any) -> dict[bytes, Any]:
     """Every key with its type, content and whether it expires: equal dumps prove a store
-    unchanged (keys of any type, including foreign ones a test planted)."""
+    unchanged (keys of any type, including foreign ones a test planted), on every primary
+    of a cluster."""
     out: dict[bytes, Any] = {}
-    for key in sorted(client.keys("*")):
+    for key in sorted(all_keys(client)):
         kind = client.type(key)
         kind = kind.decode() if isinstance(kind, bytes) else kind
         if kind == "zset":

@@ -19,11 +19,12 @@ import redis
 import redis.asyncio.cluster
 import redis.client
 import redis.cluster
-from backends import without_logs
+from backends import all_keys, without_logs
 from servers import RedisClusterProcesses, free_port
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,
+    PresenceBatchError,
     PresenceConfigError,
     PresenceDataError,
     PresenceError,
@@ -230,7 +231,7 @@ def test_per_queue_scripts_go_in_one_pipeline_per_node(
     # likewise; the index's SREM goes on its own to the index's node.
     assert spy.pipelines == 6
     assert spy.single_calls == []
-    assert without_logs(cluster_client.keys("*")) == []
+    assert without_logs(all_keys(cluster_client)) == []
 
 
 def test_a_script_call_sent_to_the_wrong_node_goes_again_through_the_cluster_client(
@@ -277,19 +278,37 @@ def test_a_node_whose_connection_fails_has_its_calls_sent_again(
     assert len(spy.single_calls) >= len(queues)  # one each, and any NOSCRIPT retry
 
 
-def test_foreign_data_in_one_queue_fails_the_call_after_every_node_answered(
+def test_foreign_data_in_one_queue_costs_that_queue_only(
     cluster_client: redis.cluster.RedisCluster,
 ) -> None:
+    """A read meeting the foreign key fails naming it, after every node answered; a batch
+    and a prune write every other queue, on every node, and name the one they could not."""
     queues = queues_on_every_node(cluster_client, per_node=1)
     registry = RedisPresenceRegistry(cluster_client)
     registry.heartbeat_many([(q, "g", "c", 1) for q in queues], now_ns=T0)
     foreign = Keyspace("presence").group(queues[1], "g").hb
     cluster_client.delete(foreign)
     cluster_client.rpush(foreign, "written by another program")
-    with pytest.raises(PresenceDataError, match="WRONGTYPE"):
+    with pytest.raises(PresenceDataError, match=f"WRONGTYPE.*key {re.escape(foreign)}, ZCOUNT"):
         registry.count_active_by_group(now_ns=T0)
-    with pytest.raises(PresenceDataError, match=f"key {re.escape(foreign)} holds a list"):
-        registry.prune_expired(now_ns=T0)
+    with pytest.raises(PresenceBatchError) as batch:
+        registry.heartbeat_many([(q, "g", "d", 2) for q in queues], now_ns=T0 + 1)
+    assert list(batch.value.failed) == [(queues[1], "g")]
+    assert batch.value.completed == len(queues) - 1
+    with pytest.raises(PresenceBatchError) as pruned:
+        registry.prune_expired(now_ns=T0 + 10**15)
+    assert list(pruned.value.failed) == [(queues[1], "g")]
+    failure = pruned.value.failed[(queues[1], "g")]
+    assert isinstance(failure, PresenceDataError)
+    assert f"key {foreign} holds a list" in str(failure)
+    assert pruned.value.completed == 2 * (len(queues) - 1)
+    assert cluster_client.lrange(foreign, 0, -1) == [b"written by another program"]
+    assert {k.decode() for k in without_logs(all_keys(cluster_client))} == {
+        foreign,
+        Keyspace("presence").group(queues[1], "g").data,
+        Keyspace("presence").group(queues[1], "g").mark,
+        Keyspace("presence").groups,
+    }
 
 
 def test_async_heartbeat_many_sends_one_script_call_per_queue(
@@ -415,7 +434,7 @@ def test_every_operation_recovers_after_script_flush_on_every_node(
     assert len(results[2]) == len(queues) + 1
     assert results[3] == {(q, "g"): 2 if q == queues[0] else 1 for q in queues}
     assert results[4:] == [0, True, len(queues)]
-    assert without_logs(cluster_client.keys("*")) == []
+    assert without_logs(all_keys(cluster_client)) == []
 
 
 # --- prune racing with first heartbeats ---------------------------------------------------

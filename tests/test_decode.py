@@ -60,28 +60,47 @@ def test_names_with_newlines_and_non_ascii_characters_decode_exactly() -> None:
 
 
 @pytest.mark.parametrize(
-    ("values", "culprit"),
+    ("values", "field", "culprit"),
     [
-        pytest.param({b"a": b"1 2"}, b"1 2", id="two-fields"),
-        pytest.param({b"a": b"1 2 3 4"}, b"1 2 3 4", id="four-fields"),
+        pytest.param({b"a": b"1 2"}, "a", "1 2", id="two-fields"),
+        pytest.param({b"a": b"1 2 3 4"}, "a", "1 2 3 4", id="four-fields"),
         # Together they hold six fields, as two good values would: each is checked alone.
-        pytest.param({b"a": b"1 2", b"b": b"3 4 5 6"}, b"1 2", id="compensating-pair"),
-        pytest.param({b"a": b"1 2 x"}, b"1 2 x", id="not-a-number"),
-        pytest.param({b"a": b"1  2 3"}, b"1  2 3", id="double-space"),
-        pytest.param({b"a": b""}, b"", id="empty"),
-        pytest.param({b"\xff": b"1 2 3"}, b"\xff", id="name-not-utf8"),
+        pytest.param({b"a": b"1 2", b"b": b"3 4 5 6"}, "a", "1 2", id="compensating-pair"),
+        pytest.param({b"a": b"1 2 x"}, "a", "1 2 x", id="not-a-number"),
+        pytest.param({b"a": b"1  2 3"}, "a", "1  2 3", id="double-space"),
+        pytest.param({b"a": b""}, "a", "", id="empty"),
+        pytest.param({b"a": b"garbage"}, "a", "garbage", id="garbage"),
+        # What int() would take but this package never writes: signs, spaces, underscores,
+        # digits of other scripts, numbers longer than any nanosecond timestamp.
+        pytest.param({b"a": b"-5 -5 0"}, "a", "-5 -5 0", id="negative"),
+        pytest.param({b"a": b"+1 2 3"}, "a", "+1 2 3", id="plus-sign"),
+        pytest.param({b"a": b"\t1 2 3"}, "a", "\t1 2 3", id="tab"),
+        pytest.param({b"a": b"1_0 2 3"}, "a", "1_0 2 3", id="underscore"),
+        pytest.param({b"a": "\uff11 2 3".encode()}, "a", "\uff11 2 3", id="fullwidth-digit"),
+        pytest.param({b"a": b"1 2 " + b"9" * 20}, "a", "1 2 " + "9" * 20, id="20-digits"),
     ],
 )
 def test_a_value_this_package_did_not_write_is_a_data_error(
-    values: dict[bytes, bytes], culprit: bytes
+    values: dict[bytes, bytes], field: str, culprit: str
 ) -> None:
-    """The message names the hash and the first offending value (or name) among good ones."""
+    """The message names the hash, the field and the first offending value among good ones."""
     good = {b"z%d" % i: b"1 2 3" for i in range(3)}
-    with pytest.raises(PresenceDataError) as info:
-        stored_columns(GROUP, good | values)
-    message = str(info.value)
-    assert message.startswith("presence:{orders}:billing:c holds a value this package did not")
-    assert message.endswith(repr(culprit))
+    for decoded in (False, True):  # bytes, or str from a decode_responses client
+        table: dict[Any, Any] = good | values
+        if decoded:
+            table = {k.decode(): v.decode() for k, v in table.items()}
+        with pytest.raises(PresenceDataError) as info:
+            stored_columns(GROUP, table)
+        shown = culprit.replace("\t", "\\x09")  # on one line, as the scripts show it
+        assert str(info.value) == (
+            f'redis-presence key presence:{{orders}}:billing:c field "{field}" holds a value '
+            f'this package did not write: "{shown}"'
+        )
+
+
+def test_a_name_that_is_not_utf8_is_a_data_error() -> None:
+    with pytest.raises(PresenceDataError, match=r"consumer name that is not UTF-8: b'\\xff'"):
+        stored_columns(GROUP, {b"z": b"1 2 3", b"\xff": b"1 2 3"})
 
 
 def test_an_empty_group_has_empty_columns() -> None:

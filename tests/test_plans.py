@@ -64,8 +64,8 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
         assert isinstance(call, ScriptCall)
         assert call.script == script("heartbeat")
         # KEYS: the group's sorted set, hash, mark and event log, then the indexes on a
-        # standalone server; ARGV: the TTL and the log's length, now, the beat, then the
-        # mark's lifetime on a cluster.
+        # standalone server; ARGV: the TTL, the log's length and lifetime, the clock guard
+        # (DEFAULT_MAX_FUTURE_MS), now, the beat, then the mark's lifetime on a cluster.
         now_arg = "" if now is None else str(now)
         keys: tuple[str, ...] = (gk.hb, gk.data, gk.mark, gk.events)
         if not clustered:
@@ -79,6 +79,7 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
             30_000,
             10_000,
             86_400_000,
+            10_000,
             now_arg,
             consumer,
             lease,

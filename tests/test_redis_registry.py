@@ -8,12 +8,21 @@ from typing import Any
 
 import pytest
 import redis
-from backends import REDIS_BACKENDS, dump, make_registry, raw_client, second_client, without_logs
+from backends import (
+    REDIS_BACKENDS,
+    all_keys,
+    dump,
+    make_registry,
+    raw_client,
+    second_client,
+    without_logs,
+)
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from servers import free_port
 
 from redis_presence import (
+    PresenceBatchError,
     PresenceConnectionError,
     PresenceDataError,
     PresenceError,
@@ -66,7 +75,7 @@ def test_prefixes_isolate_and_nothing_is_written_outside(
     two.heartbeat("q", "g", "other", now_ns=T0)
     assert [row.consumer for row in one.snapshot(now_ns=T0)] == ["c"]
     assert [row.consumer for row in two.snapshot(now_ns=T0)] == ["other"]
-    keys = {k.decode() for k in client.keys("*")}
+    keys = {k.decode() for k in all_keys(client)}
     assert keys - {"unrelated"} == {k for k in keys if k.startswith(("one:", "two:"))}
     assert one.prune_expired(now_ns=T0 + 61_000 * MS) == 1
     assert len(two) == 1
@@ -83,7 +92,7 @@ def test_empty_groups_leave_every_index(request: pytest.FixtureRequest, backend:
     assert registry.deregister("q", "g", "a") is True
     assert registry.deregister("r", "g", "c") is True
     # Only the queues' event logs stay (they say who left), and expire a day later.
-    assert without_logs(client.keys("*")) == []
+    assert without_logs(all_keys(client)) == []
     assert registry.snapshot(now_ns=T0) == []
 
 
@@ -200,6 +209,8 @@ def test_a_deleted_index_heals_with_the_next_beat_of_each_group(
 def test_foreign_data_at_a_key_is_a_data_error_and_nothing_changes(
     request: pytest.FixtureRequest, backend: str, key: str
 ) -> None:
+    """Every operation on that key's group alone refuses it, naming it, and changes nothing
+    (batches and prunes over several groups: tests/test_bad_data.py)."""
     client = raw_client(request, backend)
     registry = make_registry(request, backend)
     registry.heartbeat("q", "h", "c", now_ns=T0)
@@ -209,61 +220,35 @@ def test_foreign_data_at_a_key_is_a_data_error_and_nothing_changes(
     before = dump(client)
     calls: list[Callable[[], object]] = [
         lambda: registry.heartbeat("q", "g", "c", now_ns=T0),
-        lambda: registry.heartbeat_many([("q", "h", "x", 0), ("q", "g", "y", 0)], now_ns=T0),
-        lambda: registry.prune_expired(now_ns=T0 + 10**15),
+        lambda: registry.heartbeat_many([("q", "g", "y", 0)], now_ns=T0),
+        lambda: registry.prune_expired(now_ns=T0 + 10**15, queue="q", group="g"),
         lambda: registry.deregister("q", "g", "c"),
     ]
     if key.endswith(":ix") and "cluster" not in backend:
         # Index marks are a cluster's: on a standalone server heartbeats never read or write
         # them, and only prune and deregister, which delete a group's keys, meet one.
         calls = calls[2:]
-    if key.endswith(":groups") and "cluster" in backend:
-        # On a cluster the index lives in another slot: a heartbeat of an indexed group
-        # and a deregister that does not empty its group never touch it (README, "Bad
-        # input"). Readers and prune, which start from the index, must still refuse it.
+    if key.endswith(":groups"):
+        # The index is every group's: on a standalone server every call that may list or
+        # unlist a group refuses it; on a cluster, where it lives in another slot, a
+        # heartbeat of an indexed group and a deregister that does not empty its group
+        # never touch it (README, "Bad input"), and readers and prune, which start from the
+        # index, refuse it.
         calls = [lambda: registry.prune_expired(now_ns=T0 + 10**15)]
+        if "cluster" not in backend:
+            calls.append(lambda: registry.heartbeat("q", "g", "c", now_ns=T0))
     if key.endswith((":groups", ":c")):
         calls.append(lambda: registry.snapshot(now_ns=T0))
     for call in calls:
-        with pytest.raises(PresenceDataError, match="WRONGTYPE"):
+        with pytest.raises(PresenceError, match=f"WRONGTYPE.*{re.escape(key)}") as info:
             call()
+        failure = info.value
+        if isinstance(failure, PresenceBatchError):  # a heartbeat_many or a prune
+            assert list(failure.failed) == [("q", "g")]
+            assert failure.completed == 0
+            failure = failure.failed["q", "g"]
+        assert isinstance(failure, PresenceDataError)
         assert dump(client) == before
-
-
-@pytest.mark.parametrize("kind", ["hb", "c", "ix"])
-def test_a_beat_or_batch_meeting_foreign_data_names_the_key_and_writes_nothing(
-    request: pytest.FixtureRequest, backend: str, kind: str
-) -> None:
-    """Whichever beat of a batch meets the foreign key, first, last or every one, the whole
-    batch is refused before anything is written."""
-    client = raw_client(request, backend)
-    registry = make_registry(request, backend)
-    registry.heartbeat("q", "h", "c", now_ns=T0 - MS)
-    key = f"presence:{{q}}:g:{kind}"
-    client.rpush(key, "written by another program")
-    before = dump(client)
-    if kind == "ix" and "cluster" not in backend:
-        # A standalone server keeps no index marks: heartbeats leave that key alone.
-        registry.heartbeat_many([("q", "g", "x", 0), ("q", "h", "c", 1)], now_ns=T0)
-        registry.heartbeat("q", "g", "y", now_ns=T0)
-        assert client.lrange(key, 0, -1) == [b"written by another program"]
-        assert registry.count_active_by_group(now_ns=T0) == {("q", "g"): 2, ("q", "h"): 1}
-        return
-    expected = {"hb": "zset", "c": "hash", "ix": "string"}[kind]
-    message = rf"WRONGTYPE redis-presence key {re.escape(key)} holds a list, expected a {expected}"
-    batches = [
-        [("q", "g", "x", 0)],
-        [("q", "g", "x", 0), ("q", "h", "c", 1)],
-        [("q", "h", "c", 1), ("q", "g", "x", 0)],
-        [("q", "g", "x", 0), ("q", "g", "y", 0), ("q", "h", "c", 1)],
-    ]
-    for beats in batches:
-        with pytest.raises(PresenceDataError, match=message):
-            registry.heartbeat_many(beats, now_ns=T0)
-        assert dump(client) == before, beats
-    with pytest.raises(PresenceDataError, match=message):
-        registry.heartbeat("q", "g", "x", now_ns=T0)
-    assert dump(client) == before
 
 
 def test_a_stored_value_another_program_wrote_is_a_data_error_for_readers(

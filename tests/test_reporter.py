@@ -33,7 +33,7 @@ from redis_presence import (
     RedisPresenceRegistry,
 )
 from redis_presence.plans import MAX_BEATS_PER_CALL
-from redis_presence.reporter import RETRY_MIN_MS, _Coalescer
+from redis_presence.reporter import RETRY_MIN_MS, _Coalescer, _Flushed
 
 MS = 1_000_000
 SECOND = 1_000 * MS
@@ -348,7 +348,7 @@ def test_backoff_doubles_from_the_minimum_up_to_the_interval() -> None:
     started, taken = core.begin()
     assert taken is not None
     clock.advance(30 * MS)
-    assert core.succeeded(taken, 1, started).wait_s == pytest.approx(0.97)
+    assert core.succeeded(taken, _Flushed(1, {}), started).wait_s == pytest.approx(0.97)
     core.beat("q", "g", "c", 0)
     _, taken = core.begin()
     assert taken is not None

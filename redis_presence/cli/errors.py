@@ -112,6 +112,7 @@ def translate(exc: BaseException, url: str | None, timeout_s: float | None = Non
     """The CLI error for a library, argument or usage error."""
     from redis_presence.errors import (
         PresenceAuthError,
+        PresenceBatchError,
         PresenceConfigError,
         PresenceConnectionError,
         PresenceDataError,
@@ -126,6 +127,10 @@ def translate(exc: BaseException, url: str | None, timeout_s: float | None = Non
             hint = f" (see '{exc.ctx.command_path} --help')"
         return UsageProblem(scrub(exc.format_message(), url) + hint)
     text = scrub(one_line(str(exc)) or type(exc).__name__, url)
+    if isinstance(exc, PresenceBatchError) and exc.failed:
+        # Some groups refused: the exit code of the first refusal, the whole story in words.
+        first = translate(next(iter(exc.failed.values())), url, timeout_s)
+        return type(first)(text)
     if isinstance(exc, PresenceConnectionError):
         hint = connection_hint(text, url, timeout_s)
         where = f" at {redact(url)}" if url else ""

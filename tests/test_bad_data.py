@@ -1,0 +1,317 @@
+"""Bad data costs only what it spoils (issue 16, item 1).
+
+A key of another type under one group's keys, or a stored value this package did not
+write: every operation that meets it refuses it with a `PresenceDataError` naming the key
+(and the field, for a value) and changes nothing; a batch, a batch split in many calls, a
+prune and a reporter that also serve other groups write all of those, and say exactly what
+they refused (`PresenceBatchError`): the whole group for a key of another type, that
+consumer's beats for a spoilt value. Each kind of corruption, on each Redis backend.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import pytest
+from backends import dump, make_registry, raw_client
+from conftest import RUN_COUNTS
+from webservers import ROOT, cli_argv
+
+from redis_presence import (
+    PresenceBatchError,
+    PresenceDataError,
+    PresenceReporter,
+    RedisPresenceRegistry,
+)
+from redis_presence.keys import Keyspace
+from redis_presence.plans import Limits
+
+MS = 1_000_000
+T0 = 1_796_000_000_123_456_000
+KEYS = Keyspace("presence")
+BAD = KEYS.group("bad", "g")
+GOOD = [("orders", "billing"), ("orders", "audit"), ("mail", "send")]
+
+BACKENDS = [
+    pytest.param("fakeredis", id="fakeredis"),
+    pytest.param("redis", id="redis-server", marks=pytest.mark.redis_server),
+    pytest.param("cluster", id="cluster", marks=pytest.mark.redis_server),
+    pytest.param("async", id="async", marks=pytest.mark.redis_server),
+    pytest.param("redis-8", id="redis-8", marks=pytest.mark.redis_server),
+    pytest.param("valkey-9", id="valkey-9", marks=pytest.mark.redis_server),
+]
+
+
+class Corruption(NamedTuple):
+    """One way another program spoils group bad/g, whose consumer "w" exists."""
+
+    key: str
+    field: str | None  # the hash field it spoils (a stored value), or None (a key's type)
+    plant: Callable[[Any], None]
+
+    def message(self) -> str:
+        """What every refusal of it says (a regular expression)."""
+        if self.field is None:  # a script says what it found, a read which command met it
+            return rf"WRONGTYPE.*key {re.escape(self.key)}( holds a list|, [A-Z]+\))"
+        return (
+            rf'redis-presence key {re.escape(self.key)} field "{self.field}" holds a value '
+            "this package did not write"
+        )
+
+
+def _retype(key: str) -> Callable[[Any], None]:
+    def plant(client: Any) -> None:
+        client.delete(key)
+        client.rpush(key, "written by another program")
+
+    return plant
+
+
+def _value(value: bytes) -> Callable[[Any], None]:
+    def plant(client: Any) -> None:
+        client.hset(BAD.data, "w", value)
+
+    return plant
+
+
+CORRUPTIONS = {
+    "sorted-set-is-a-list": Corruption(BAD.hb, None, _retype(BAD.hb)),
+    "hash-is-a-list": Corruption(BAD.data, None, _retype(BAD.data)),
+    "event-log-is-a-list": Corruption(BAD.events, None, _retype(BAD.events)),
+    "value-garbage": Corruption(BAD.data, "w", _value(b"garbage")),
+    "value-empty": Corruption(BAD.data, "w", _value(b"")),
+    "value-negative": Corruption(BAD.data, "w", _value(b"-5 -5 0")),
+    "value-two-numbers": Corruption(BAD.data, "w", _value(b"1796000000123456000 7")),
+    "value-21-digits": Corruption(BAD.data, "w", _value(b"1 1 " + b"9" * 21)),
+}
+VALUE_CORRUPTIONS = [name for name, c in CORRUPTIONS.items() if c.field is not None]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(params=list(CORRUPTIONS))
+def corruption(request: pytest.FixtureRequest) -> Corruption:
+    return CORRUPTIONS[request.param]
+
+
+def seed(registry: Any, client: Any, corruption: Corruption) -> None:
+    """One consumer in each good group, "w" in bad/g, then the corruption."""
+    registry.heartbeat_many([(q, g, "old", 1) for q, g in GOOD], now_ns=T0 - MS)
+    registry.heartbeat("bad", "g", "w", 2, now_ns=T0 - MS)
+    corruption.plant(client)
+
+
+def bad_keys(client: Any) -> dict[bytes, Any]:
+    """Every key of the bad queue, as `dump` shows them."""
+    return {k: v for k, v in dump(client).items() if k.startswith(b"presence:{bad}")}
+
+
+def good_rows(registry: Any) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """The good queues' consumers: (lease_count, last_heartbeat_ns)."""
+    return {
+        row.key: (row.lease_count, row.last_heartbeat_ns)
+        for queue in ("orders", "mail")
+        for row in registry.snapshot(now_ns=T0, queue=queue)
+    }
+
+
+def refused_for(
+    error: PresenceBatchError, corruption: Corruption, beats: list[tuple[str, str, str]]
+) -> None:
+    """`error` refused group bad/g for `corruption`, and exactly `beats`."""
+    assert sorted(error.refused) == sorted(beats)
+    assert list(error.failed) == [("bad", "g")]
+    failure = error.failed["bad", "g"]
+    assert isinstance(failure, PresenceDataError)
+    assert re.search(corruption.message(), str(failure)), str(failure)
+    assert "bad/g" in str(error)
+    RUN_COUNTS["bad data: refusals confined to their own group"] += 1
+
+
+def assert_refused_the_bad_beats(
+    client: Any,
+    before: dict[bytes, Any],
+    error: PresenceBatchError,
+    corruption: Corruption,
+    beats: list[tuple[str, str, str, int]],
+) -> None:
+    """A key of another type: every beat of bad/g refused, its queue's keys untouched. A
+    spoilt value: the beats of "w" refused, its value untouched, "x" written."""
+    if corruption.field is None:
+        refused_for(error, corruption, [b[:3] for b in beats if b[0] == "bad"])
+        assert bad_keys(client) == before  # not one write to the refused group, nor its queue
+    else:
+        refused_for(error, corruption, [b[:3] for b in beats if b[:3] == ("bad", "g", "w")])
+        assert client.hget(BAD.data, "w") == dict(before[BAD.data.encode()][1])[b"w"]
+        assert client.hget(BAD.data, "x") == b"%d %d 5" % (T0, T0)
+
+
+def test_a_batch_writes_every_other_group_and_names_the_bad_one(
+    request: pytest.FixtureRequest, backend: str, corruption: Corruption
+) -> None:
+    client = raw_client(request, backend)
+    registry = make_registry(request, backend)
+    seed(registry, client, corruption)
+    before = bad_keys(client)
+    beats = [("bad", "g", "w", 5), *((q, g, "new", 3) for q, g in GOOD), ("bad", "g", "x", 5)]
+    with pytest.raises(PresenceBatchError) as info:
+        registry.heartbeat_many(beats, now_ns=T0)
+    assert_refused_the_bad_beats(client, before, info.value, corruption, beats)
+    assert info.value.completed == len(beats) - len(info.value.refused)
+    assert good_rows(registry) == {
+        **{(q, g, "old"): (1, T0 - MS) for q, g in GOOD},
+        **{(q, g, "new"): (3, T0) for q, g in GOOD},
+    }
+
+
+def test_a_batch_split_in_many_calls_says_exactly_what_it_wrote(
+    request: pytest.FixtureRequest, backend: str, corruption: Corruption
+) -> None:
+    """Two beats a call: the bad group's beats in the first call and in the last; every
+    call without them is written, and so is every other group of the calls with them."""
+    client = raw_client(request, backend)
+    registry = make_registry(request, backend, limits=Limits(beats=2))
+    seed(registry, client, corruption)
+    before = bad_keys(client)
+    beats = [
+        ("bad", "g", "w", 5),
+        *((q, g, f"new{i}", i) for i in range(3) for q, g in GOOD),
+        ("bad", "g", "x", 5),
+    ]
+    with pytest.raises(PresenceBatchError) as info:
+        registry.heartbeat_many(beats, now_ns=T0)
+    assert_refused_the_bad_beats(client, before, info.value, corruption, beats)
+    assert info.value.completed == len(beats) - len(info.value.refused)
+    rows = good_rows(registry)
+    assert all(rows[q, g, f"new{i}"] == (i, T0) for i in range(3) for q, g in GOOD)
+
+
+def test_every_operation_on_the_bad_group_alone_changes_nothing(
+    request: pytest.FixtureRequest, backend: str, corruption: Corruption
+) -> None:
+    client = raw_client(request, backend)
+    registry = make_registry(request, backend)
+    seed(registry, client, corruption)
+    before = dump(client)
+    calls: dict[str, Callable[[], object]] = {
+        "heartbeat": lambda: registry.heartbeat("bad", "g", "w", now_ns=T0),
+        "deregister": lambda: registry.deregister("bad", "g", "w", now_ns=T0),
+        "snapshot": lambda: registry.snapshot(now_ns=T0),
+        "snapshot of the group": lambda: registry.snapshot(now_ns=T0, queue="bad", group="g"),
+        "iter_snapshot": lambda: list(registry.iter_snapshot(now_ns=T0)),
+    }
+    if corruption.field is None and corruption.key != BAD.data:
+        # A reader never reads a log, and meets the sorted set only in the counts.
+        del calls["snapshot"], calls["snapshot of the group"], calls["iter_snapshot"]
+        if corruption.key == BAD.hb:
+            calls["count_active_by_group"] = lambda: registry.count_active_by_group(now_ns=T0)
+    if corruption.key == BAD.events:
+        del calls["heartbeat"]  # "w" is active: its beat logs nothing, so never meets the log
+    for name, call in calls.items():
+        with pytest.raises(PresenceDataError, match=corruption.message()):
+            call()
+        assert dump(client) == before, name
+        RUN_COUNTS["bad data: refusals confined to their own group"] += 1
+
+
+def test_a_prune_removes_every_other_group_s_expired_and_names_the_bad_one(
+    request: pytest.FixtureRequest, backend: str, corruption: Corruption
+) -> None:
+    client = raw_client(request, backend)
+    registry = make_registry(request, backend)
+    seed(registry, client, corruption)
+    before = bad_keys(client)
+    with pytest.raises(PresenceBatchError) as info:
+        registry.prune_expired(now_ns=T0 + 10**15)
+    # A group refused whole lists none of its consumers; a spoilt one stays, listed.
+    refused_for(info.value, corruption, [] if corruption.field is None else [("bad", "g", "w")])
+    assert info.value.completed == len(GOOD)
+    assert good_rows(registry) == {}
+    assert bad_keys(client) == before
+
+
+@pytest.mark.parametrize("name", VALUE_CORRUPTIONS)
+def test_a_beat_of_a_sound_consumer_of_the_bad_group_is_written(
+    request: pytest.FixtureRequest, backend: str, name: str
+) -> None:
+    """A single beat reads its own consumer's value only: a spoilt neighbour costs it
+    nothing; a batch refuses the whole group (it reads every beat's value first)."""
+    client = raw_client(request, backend)
+    registry = make_registry(request, backend)
+    seed(registry, client, CORRUPTIONS[name])
+    registry.heartbeat("bad", "g", "y", 4, now_ns=T0)
+    assert client.zscore(BAD.hb, "y") is not None
+    assert client.hget(BAD.data, "y") == b"%d %d 4" % (T0, T0)
+
+
+@pytest.mark.parametrize("name", ["sorted-set-is-a-list", "value-garbage"])
+@pytest.mark.parametrize("sync_backend", [p for p in BACKENDS if p.values[0] != "async"])
+def test_a_reporter_serving_ten_queues_writes_nine_and_names_the_tenth(
+    request: pytest.FixtureRequest,
+    sync_backend: str,
+    name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The reporter keeps no outage for one bad group: it writes every other queue at each
+    flush, warns once naming the bad group, keeps its beats, and writes them once the key
+    is repaired. (`AsyncPresenceReporter` shares this logic, `_Coalescer`.)"""
+    backend = sync_backend
+    client = raw_client(request, backend)
+    registry = make_registry(request, backend)
+    corruption = CORRUPTIONS[name]
+    seed(registry, client, corruption)
+    queues = [f"q{i}" for i in range(9)]
+    caplog.set_level(logging.INFO, logger="redis_presence.reporter")
+    with PresenceReporter(registry, interval_ms=3_600_000) as reporter:
+        for attempt in range(2):
+            for q in queues:
+                reporter.beat(q, "g", "c", attempt)
+            reporter.beat("bad", "g", "w", 7)
+            with pytest.raises(PresenceBatchError) as info:
+                reporter.flush()
+            refused_for(info.value, corruption, [("bad", "g", "w")])
+            assert info.value.completed == len(queues)
+            assert list(reporter.refused) == [("bad", "g")]
+            assert reporter.pending == 1  # the bad group's beat, kept for the next flush
+            rows = {r.queue: r.lease_count for q in queues for r in registry.snapshot(queue=q)}
+            assert rows == dict.fromkeys(queues, attempt)
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1, [r.getMessage() for r in warnings]
+        assert "queue 'bad' group 'g'" in warnings[0].getMessage()
+        client.delete(BAD.hb, BAD.data)  # the operator repairs the group
+        assert reporter.flush() == 1
+        assert reporter.refused == {}
+        assert "writes queue 'bad' group 'g' again" in caplog.text
+        (row,) = registry.snapshot(queue="bad")
+        assert (row.consumer, row.lease_count) == ("w", 7)
+
+
+@pytest.mark.redis_server
+@pytest.mark.parametrize("name", ["hash-is-a-list", "value-garbage", "value-negative"])
+def test_the_cli_names_the_key_and_exits_5(
+    request: pytest.FixtureRequest, redis_url: str, name: str
+) -> None:
+    client = raw_client(request, "redis")
+    corruption = CORRUPTIONS[name]
+    seed(RedisPresenceRegistry(client), client, corruption)
+    before = dump(client)
+    for argv in (["heartbeat", "bad", "g", "w"], ["ls"], ["deregister", "bad", "g", "w"]):
+        done = subprocess.run(
+            cli_argv("--url", redis_url, *argv),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 5, (argv, done.stderr)
+        assert done.stderr.count("\n") == 1, done.stderr  # one line, no traceback
+        assert re.search(corruption.message(), done.stderr), done.stderr
+        assert dump(client) == before
