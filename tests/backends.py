@@ -38,7 +38,7 @@ MATRIX_FIXTURES = {"redis-8": "redis8", "valkey-9": "valkey9"}
 """Backend -> the prefix of its ``<prefix>_server`` / ``<prefix>_client`` fixtures."""
 REDIS_BACKENDS = [p for p in BACKENDS if p.values[0] != "memory"]
 
-SMALL = Limits(groups=2, consumers=2, rows=2, beats=2)
+SMALL = Limits(*[2] * len(Limits._fields))
 """Bounds so small that every read and prune crosses its page boundaries."""
 SMALL_BACKENDS = [
     pytest.param("fakeredis-small", id="fakeredis-small"),
