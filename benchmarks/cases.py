@@ -34,6 +34,7 @@ from .fleet import (
     memory_fleet,
     write_fleet,
 )
+from .fleets import FULL_FLEETS, QUICK_FLEETS, Fleet, case_fleets
 from .integrations import case_integrations
 from .server import BenchServer
 from .startup import case_startup
@@ -75,6 +76,8 @@ class Sizes:
     other_keys: int
     """Unrelated keys (a broker's own data) beside the largest snapshot fleet, for the
     ``info:`` rows that show what a keyspace scan pays for them."""
+    fleets: tuple[Fleet, ...] = FULL_FLEETS
+    """The fleets of case 9 (`benchmarks.fleets`)."""
 
 
 FULL = Sizes(
@@ -111,6 +114,7 @@ QUICK = Sizes(
     prune_rounds=5,
     memory_sizes=(10_000,),
     other_keys=20_000,
+    fleets=QUICK_FLEETS,
 )
 
 
@@ -192,9 +196,22 @@ def case_heartbeat(server: BenchServer, sizes: Sizes) -> CaseResult:
         stub = RedisPresenceRegistry(_StubClient(client), prefix=PREFIX)
         sha_empty = client.script_load("return {}")
         send = client.execute_command
+        unguarded = RedisPresenceRegistry(client, prefix=PREFIX, max_future_ms=None)
+        pooled_client = server.client()  # redis.Redis() as most applications make it
+        pooled = _registry(pooled_client)
+        pooled.heartbeat(q, g, c, lease)
+        clock = time.time_ns
         variants: dict[str, Callable[[], object]] = {
             "heartbeat": lambda: registry.heartbeat(q, g, c, lease),
             "PING": client.ping,
+            "heartbeat, default pooled client": lambda: pooled.heartbeat(q, g, c, lease),
+            "PING, default pooled client": pooled_client.ping,
+            "diag: heartbeat at an explicit now_ns, clock guard on (the default)": lambda: (
+                registry.heartbeat(q, g, c, lease, now_ns=clock())
+            ),
+            "diag: heartbeat at an explicit now_ns, no guard (max_future_ms=None)": lambda: (
+                unguarded.heartbeat(q, g, c, lease, now_ns=clock())
+            ),
             "diag: EVALSHA of an empty script, same arguments": partial(
                 send, "EVALSHA", sha_empty, len(keys), *keys, *args
             ),
@@ -217,6 +234,19 @@ def case_heartbeat(server: BenchServer, sizes: Sizes) -> CaseResult:
                 "<=",
                 1.3,
                 "heartbeat median / PING median",
+            )
+        )
+        pooled_ratio = (
+            result.measure("heartbeat, default pooled client").median
+            / result.measure("PING, default pooled client").median
+        )
+        result.checks.append(
+            Check(
+                "heartbeat / PING, default pooled client",
+                pooled_ratio,
+                "<=",
+                1.3,
+                "both medians through one redis.Redis() with its connection pool",
             )
         )
         sent = result.facts["commands_sent"]
@@ -243,6 +273,12 @@ def case_heartbeat(server: BenchServer, sizes: Sizes) -> CaseResult:
                 client, sha_empty, keys, args, sizes.latency_calls
             ),
         }
+        guarded = [*args]
+        guarded[4] = str(time.time_ns())  # now_ns given: the guard reads TIME
+        result.facts["server_usec_per_evalsha"]["heartbeat.lua at an explicit now_ns, guard on"] = (
+            _evalsha_usec(client, sha, keys, guarded, sizes.latency_calls)
+        )
+        pooled_client.close()
     finally:
         client.close()
     return result
@@ -477,20 +513,20 @@ def case_snapshot(server: BenchServer, sizes: Sizes) -> CaseResult:
             local = memory_fleet(beats, NOW_NS)
             variants: dict[str, Callable[[], Sized]] = {
                 "snapshot()": lambda: registry.snapshot(now_ns=NOW_NS, ttl_ms=TTL_MS),
-                "raw transfer (SMEMBERS + HGETALL)": raw.transfer,
+                "raw transfer (ZRANGE + HGETALL, unbounded)": raw.transfer,
                 "SCAN + MGET design": lambda: scan.snapshot(NOW_NS, TTL_MS),
                 "in-process registry": partial(local.snapshot, now_ns=NOW_NS, ttl_ms=TTL_MS),
                 "info: SCAN design with COUNT 10 (default)": partial(
                     naive.snapshot, NOW_NS, TTL_MS
                 ),
-                "diag: raw transfer in one MULTI/EXEC, as snapshot() reads": partial(
+                "diag: raw transfer in one MULTI/EXEC (one command for the server)": partial(
                     raw.transfer, transaction=True
                 ),
             }
             counts = {name: len(fn()) for name, fn in variants.items()}  # warm-up, and a check
             expected = dict.fromkeys(variants, n)
-            expected["raw transfer (SMEMBERS + HGETALL)"] = GROUPS
-            expected["diag: raw transfer in one MULTI/EXEC, as snapshot() reads"] = GROUPS
+            expected["raw transfer (ZRANGE + HGETALL, unbounded)"] = GROUPS
+            expected["diag: raw transfer in one MULTI/EXEC (one command for the server)"] = GROUPS
             if counts != expected:
                 raise AssertionError(f"variants disagree on the fleet: {counts} != {expected}")
             usec: dict[str, float] = {}
@@ -506,7 +542,7 @@ def case_snapshot(server: BenchServer, sizes: Sizes) -> CaseResult:
         big = sizes.snapshot_sizes[-1]
         _shared_keyspace(result, [client, scan_client], variants, sizes, big)
         snap = result.measure(f"snapshot() @ {big:,}").median
-        raw_med = result.measure(f"raw transfer (SMEMBERS + HGETALL) @ {big:,}").median
+        raw_med = result.measure(f"raw transfer (ZRANGE + HGETALL, unbounded) @ {big:,}").median
         scan_med = result.measure(f"SCAN + MGET design @ {big:,}").median
         result.checks.append(
             Check(
@@ -519,23 +555,48 @@ def case_snapshot(server: BenchServer, sizes: Sizes) -> CaseResult:
         )
         result.checks.append(
             Check(
-                f"SCAN design / snapshot @ {big:,}",
+                f"SCAN + MGET design (COUNT 10,000) / snapshot() @ {big:,}",
                 scan_med / snap,
                 ">=",
-                10.0,
-                "SCAN + MGET median / snapshot median",
+                2.0,
+                "the fair SCAN design's median / snapshot() median",
+            )
+        )
+        other = sizes.other_keys
+        shared = (
+            result.measure(
+                f"info: SCAN + MGET design with {other:,} other keys in the database @ {big:,}"
+            ).median
+            / result.measure(
+                f"info: snapshot() with {other:,} other keys in the database @ {big:,}"
+            ).median
+        )
+        result.checks.append(
+            Check(
+                f"SCAN design / snapshot(), {other:,} other keys in the database @ {big:,}",
+                shared,
+                ">=",
+                4.0,
+                "both medians in a keyspace shared with a broker's keys",
+            )
+        )
+        result.facts[f"SCAN design with COUNT 10 (redis-py's default) / snapshot() @ {big:,}"] = (
+            round(
+                result.measure(f"info: SCAN design with COUNT 10 (default) @ {big:,}").median
+                / snap,
+                2,
             )
         )
         for n in sizes.snapshot_sizes:
             result.facts[f"ratios @ {n:,}"] = {
                 "snapshot / raw": round(
                     result.measure(f"snapshot() @ {n:,}").median
-                    / result.measure(f"raw transfer (SMEMBERS + HGETALL) @ {n:,}").median,
+                    / result.measure(f"raw transfer (ZRANGE + HGETALL, unbounded) @ {n:,}").median,
                     2,
                 ),
                 "ceiling of any snapshot: SCAN / raw": round(
                     result.measure(f"SCAN + MGET design @ {n:,}").median
-                    / result.measure(f"raw transfer (SMEMBERS + HGETALL) @ {n:,}").median,
+                    / result.measure(f"raw transfer (ZRANGE + HGETALL, unbounded) @ {n:,}").median,
                     2,
                 ),
                 "SCAN / snapshot": round(
@@ -773,6 +834,7 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "memory": case_memory,
     "startup": case_startup,
     "integrations": case_integrations,
+    "fleets": case_fleets,
     "web": lambda server, sizes: importlib.import_module("benchmarks.web").case_web(server, sizes),
 }
 """Every case, in the order of issue 6, then the CLI's startup; the keys are the JSON's ``cases``
