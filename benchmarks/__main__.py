@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"results: {args.out / JSON_NAME}")
     snapshot = next((r for r in results if r.key == "snapshot" and not r.skipped), None)
     if snapshot is not None:
-        why_not = draw_chart(args.out / CHART_NAME, snapshot)
+        fleets = next((r for r in results if r.key == "fleets"), None)
+        why_not = draw_chart(args.out / CHART_NAME, snapshot, fleets)
         console.print(escape(why_not or f"chart: {args.out / CHART_NAME}"))
     console.print(f"wall time: {wall:.1f} s")
     return 0

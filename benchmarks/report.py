@@ -146,8 +146,26 @@ def document(
     }
 
 
-def draw_chart(path: Path, snapshot: CaseResult) -> str | None:
-    """Draw cost against fleet size; returns why not when matplotlib is missing."""
+CHART_SERIES = ("snapshot()", "raw transfer (ZRANGE + HGETALL, unbounded)", "SCAN + MGET design")
+"""The series case 9 (fleets) extends to its largest fleet of 100 groups."""
+
+
+def _fleet_points(fleets: CaseResult | None) -> list[Measure]:
+    """Case 9's reads of its largest 100-group standalone fleet, as chart points in ms."""
+    if fleets is None or fleets.skipped:
+        return []
+    points = []
+    for m in fleets.measures:
+        name, _, where = m.name.partition(" @ ")
+        if name in CHART_SERIES and where.endswith(" over 100 groups"):
+            scale = 1 / 1_000 if m.unit == "us" else 1.0
+            points.append(Measure(m.name, "ms", [v * scale for v in m.samples], m.per, m.size))
+    return points
+
+
+def draw_chart(path: Path, snapshot: CaseResult, fleets: CaseResult | None = None) -> str | None:
+    """Draw cost against fleet size (case 4, with case 9's largest fleet when it ran);
+    returns why not when matplotlib is missing."""
     try:
         import matplotlib
 
@@ -156,7 +174,7 @@ def draw_chart(path: Path, snapshot: CaseResult) -> str | None:
     except ImportError:
         return "matplotlib is not installed (pip install 'redis-presence[bench]'): no chart"
     series: dict[str, list[Measure]] = {}
-    for m in snapshot.measures:
+    for m in [*snapshot.measures, *_fleet_points(fleets)]:
         series.setdefault(m.name.split(" @ ")[0], []).append(m)
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
     for name, measures in series.items():
