@@ -174,8 +174,12 @@ def draw_chart(path: Path, snapshot: CaseResult, fleets: CaseResult | None = Non
     except ImportError:
         return "matplotlib is not installed (pip install 'redis-presence[bench]'): no chart"
     series: dict[str, list[Measure]] = {}
-    for m in [*snapshot.measures, *_fleet_points(fleets)]:
+    for m in snapshot.measures:
         series.setdefault(m.name.split(" @ ")[0], []).append(m)
+    largest = max((m.size or 0 for m in snapshot.measures), default=0)
+    for m in _fleet_points(fleets):
+        if (m.size or 0) > largest and m.name.split(" @ ")[0] in series:
+            series[m.name.split(" @ ")[0]].append(m)
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
     for name, measures in series.items():
         sizes = [m.size or 0 for m in measures]

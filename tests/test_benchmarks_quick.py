@@ -36,7 +36,7 @@ def _has(module: str) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.redis_server
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(480)
 def test_quick_benchmark_writes_every_case(tmp_path: Path) -> None:
     need_binary("redis-server")
     done = subprocess.run(
@@ -45,7 +45,7 @@ def test_quick_benchmark_writes_every_case(tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=450,
         check=False,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
