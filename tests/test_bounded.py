@@ -79,7 +79,7 @@ def work(args: list[str]) -> tuple[str, int]:
     if name == "EVALSHA":  # prune.lua: KEYS of at most 100 groups, a budget of consumers
         keys = int(args[2])
         argv = args[3 + keys :]
-        groups = keys // 4
+        groups = sum(1 for key in args[3 : 3 + keys] if key.endswith(":hb"))  # 4 or 5 keys a group
         return "script", max(groups * 10, int(argv[1]) if len(argv) > 1 else 0)
     return "o1", 1  # TIME, HLEN, ZCOUNT, ZCARD, HGETALL (checked against HLEN below)
 

@@ -161,7 +161,11 @@ def test_ls_csv(backend: Backend) -> None:
     result = backend.at_now("ls", "--format", "csv")
     assert result.exit_code == 0, result.output
     records = list(csv.DictReader(io.StringIO(result.stdout)))
-    expected = [{k: str(v) for k, v in row.items()} for row in snapshot_dicts(backend.registry)]
+    expected = [
+        {k: str(v) for k, v in row.items()}
+        | {"last_progress_ns": "", "stuck": "false", "meta": ""}  # none of these here
+        for row in snapshot_dicts(backend.registry)
+    ]
     assert records == expected
 
 
@@ -324,12 +328,21 @@ class Scripted:
         *,
         queue: str | None = None,
         group: str | None = None,
+        stuck_after_ms: int | None = None,
+        with_meta: bool = False,
     ) -> list[ConsumerPresence]:
         hook = self.hooks.get(self.reads)
         self.reads += 1
         if hook is not None:
             hook()
-        return self.inner.snapshot(now_ns=now_ns, ttl_ms=ttl_ms, queue=queue, group=group)
+        return self.inner.snapshot(
+            now_ns=now_ns,
+            ttl_ms=ttl_ms,
+            queue=queue,
+            group=group,
+            stuck_after_ms=stuck_after_ms,
+            with_meta=with_meta,
+        )
 
 
 def test_watch_marks_what_changed_between_refreshes(backend: Backend) -> None:

@@ -318,11 +318,20 @@ class Blinking(Scripted):
         *,
         queue: str | None = None,
         group: str | None = None,
+        stuck_after_ms: int | None = None,
+        with_meta: bool = False,
     ) -> Any:
         if self.reads in self.down:
             self.reads += 1
             raise PresenceConnectionError("cannot reach Redis: Error 111 connecting. Refused.")
-        return super().snapshot(now_ns, ttl_ms, queue=queue, group=group)
+        return super().snapshot(
+            now_ns,
+            ttl_ms,
+            queue=queue,
+            group=group,
+            stuck_after_ms=stuck_after_ms,
+            with_meta=with_meta,
+        )
 
 
 def test_watch_rides_out_an_outage_and_carries_on(backend: Backend) -> None:

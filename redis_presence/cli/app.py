@@ -112,11 +112,20 @@ class App:
     # ------------------------------------------------------------ reads
 
     def consumers(
-        self, selection: reads.Selection = reads.EVERYTHING, *, states: bool = True
+        self,
+        selection: reads.Selection = reads.EVERYTHING,
+        *,
+        states: bool = True,
+        with_meta: bool = False,
     ) -> list[ConsumerPresence]:
-        """The selected consumers at the global clock and TTL."""
+        """The selected consumers at the global clock and TTL (`with_meta`: and metadata)."""
         return reads.consumers(
-            self.registry(), selection, now_ns=self.now_ns, ttl_ms=self.ttl_ms, states=states
+            self.registry(),
+            selection,
+            now_ns=self.now_ns,
+            ttl_ms=self.ttl_ms,
+            states=states,
+            with_meta=with_meta,
         )
 
     def active_counts(

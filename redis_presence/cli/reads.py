@@ -70,12 +70,22 @@ def consumers(
     now_ns: int | None,
     ttl_ms: int,
     states: bool = True,
+    with_meta: bool = False,
 ) -> list[ConsumerPresence]:
     """The consumers of the selected queue and group (and states, unless `states=False`,
     which `watch` uses to tell a change of state from a consumer joining)."""
-    rows = registry.snapshot(
-        now_ns=now_ns, ttl_ms=ttl_ms, queue=selection.queue, group=selection.group
-    )
+    if with_meta:
+        rows = registry.snapshot(
+            now_ns=now_ns,
+            ttl_ms=ttl_ms,
+            queue=selection.queue,
+            group=selection.group,
+            with_meta=True,
+        )
+    else:
+        rows = registry.snapshot(
+            now_ns=now_ns, ttl_ms=ttl_ms, queue=selection.queue, group=selection.group
+        )
     if not states or not selection.states:
         return rows
     return [row for row in rows if selection.holds_state(row.state)]

@@ -37,6 +37,7 @@ COUNT_FIELDS = ("queue", "group", "active")
 
 STATE_STYLES: Mapping[str, str] = {
     PresenceState.ACTIVE.value: "green",
+    "active stuck": "bold magenta",
     PresenceState.STALE.value: "yellow",
     PresenceState.EXPIRED.value: "red",
     "left": "dim",
@@ -339,7 +340,18 @@ CONSUMER_COLUMNS = (
     Column("LAST SEEN", right=True),
     Column("LEASES", right=True),
     Column("REGISTERED (UTC)", optional=True),
+    Column("META", optional=True),
 )
+
+
+def state_cell(row: ConsumerPresence) -> str:
+    """`active`, `stale`, `expired`; `active stuck` for an active row that is stuck."""
+    return "active stuck" if row.stuck else row.state.value
+
+
+def meta_cell(row: ConsumerPresence) -> str:
+    """`host=h-1 pid=42`: a consumer's metadata on one line (names are data: `shown`)."""
+    return " ".join(f"{shown(k)}={shown(v)}" for k, v in row.meta.items())
 
 
 def _consumer_cells(row: ConsumerPresence) -> tuple[str, ...]:
@@ -347,10 +359,11 @@ def _consumer_cells(row: ConsumerPresence) -> tuple[str, ...]:
         row.queue,
         row.group,
         row.consumer,
-        row.state.value,
+        state_cell(row),
         human_age(row.last_seen_age_ms),
         str(row.lease_count),
         iso_utc(row.registered_at_ns),
+        meta_cell(row),
     )
 
 
@@ -363,6 +376,9 @@ def consumers_table(
     """The `ls` table: one line per consumer, the state coloured when colour is on."""
     if not rows:
         return empty + "\n"
+    if not any(row.meta for row in rows):  # META only when some row has metadata (--wide)
+        cells = (_consumer_cells(row)[:-1] for row in rows)
+        return text_table(CONSUMER_COLUMNS[:-1], cells, styler, width)
     return text_table(CONSUMER_COLUMNS, map(_consumer_cells, rows), styler, width)
 
 
@@ -387,6 +403,9 @@ def consumers_csv(rows: Sequence[ConsumerPresence]) -> str:
                 row.last_seen_age_ms,
                 row.lease_count,
                 row.state.value,
+                "" if row.last_progress_ns is None else row.last_progress_ns,
+                "true" if row.stuck else "false",
+                csv_cell(json.dumps(dict(row.meta), ensure_ascii=False)) if row.meta else "",
             ]
         )
     return buffer.getvalue()
@@ -453,7 +472,7 @@ def tally_line(tallies: Mapping[tuple[str, str], GroupTally]) -> str:
     return "; ".join(parts) if parts else "no groups tracked"
 
 
-FRAME_COLUMNS = (*CONSUMER_COLUMNS[:-1], Column("CHANGE", style=_marker_style))
+FRAME_COLUMNS = (*CONSUMER_COLUMNS[:-2], Column("CHANGE", style=_marker_style))
 """The columns of `watch` and `demo`: those of `ls`, with the change in place of the
 registration time."""
 
@@ -465,7 +484,7 @@ def _frame_cells(item: WatchRow) -> tuple[str, ...]:
         row.queue,
         row.group,
         row.consumer,
-        "left" if item.change is Change.LEFT else row.state.value,
+        "left" if item.change is Change.LEFT else state_cell(row),
         human_age(row.last_seen_age_ms),
         str(row.lease_count),
         MARKERS[item.change] if item.change is not None else "",
