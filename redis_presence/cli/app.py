@@ -194,7 +194,8 @@ class App:
         *,
         selection: reads.Selection = reads.EVERYTHING,
     ) -> None:
-        """Active consumers per `(queue, group)` as a table, JSON or CSV."""
+        """Active consumers per `(queue, group)` as a table, JSON or CSV; declared groups
+        (`expect`) with their minimum, marked when below it."""
         from . import render
 
         self.emit(
@@ -204,6 +205,7 @@ class App:
                 render.Styler(self.console),
                 self.width(),
                 self.nothing("no groups", selection),
+                minimums=reads.declared(self.registry(), selection),
             )
         )
 

@@ -100,8 +100,14 @@ def active_counts(
     )
     tracked = consumers(registry, selection, now_ns=now_ns, ttl_ms=ttl_ms, states=False)
     groups = {(row.queue, row.group): 0 for row in tracked}
+    groups.update((key, 0) for key in declared(registry, selection))
     groups.update(counts)
     return groups
+
+
+def declared(registry: PresenceRegistry, selection: Selection) -> dict[tuple[str, str], int]:
+    """The declared groups (`expect`) of the selected queue and group, and their minimum."""
+    return {key: least for key, least in registry.expected().items() if selection.holds_group(*key)}
 
 
 def sort_key(sort: str) -> Callable[[ConsumerPresence], tuple[object, ...]]:

@@ -433,15 +433,27 @@ COUNT_COLUMNS = (
 )
 
 
+DECLARED_COUNT_COLUMNS = (
+    *COUNT_COLUMNS,
+    Column("MIN", right=True),
+    Column("", style=lambda cell: "bold red" if cell else ""),
+)
+BELOW = "! below minimum"
+
+
 def render_counts(
     counts: Mapping[tuple[str, str], int],
     fmt: str,
     styler: Styler,
     width: int | None = None,
     empty: str = "(no groups)",
+    minimums: Mapping[tuple[str, str], int] | None = None,
 ) -> str:
-    """Active consumers per `(queue, group)`, in key order, in one of `options.FORMATS`."""
+    """Active consumers per `(queue, group)`, in key order, in one of `options.FORMATS`;
+    with declared groups (`minimums`), each group's `min_active` and whether it is below."""
     items = sorted(counts.items())
+    if minimums:
+        return _declared_counts(items, minimums, fmt, styler, width)
     if fmt == "json":
         data = [{"queue": q, "group": g, "active": n} for (q, g), n in items]
         return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
@@ -454,6 +466,37 @@ def render_counts(
     if not items:
         return empty + "\n"
     return text_table(COUNT_COLUMNS, [(q, g, str(n)) for (q, g), n in items], styler, width)
+
+
+def _declared_counts(
+    items: list[tuple[tuple[str, str], int]],
+    minimums: Mapping[tuple[str, str], int],
+    fmt: str,
+    styler: Styler,
+    width: int | None,
+) -> str:
+    rows = [(q, g, n, minimums.get((q, g))) for (q, g), n in items]
+    below = [least is not None and n < least for _, _, n, least in rows]
+    if fmt == "json":
+        data = [
+            {"queue": q, "group": g, "active": n, "min_active": least, "below": low}
+            for (q, g, n, least), low in zip(rows, below, strict=True)
+        ]
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow((*COUNT_FIELDS, "min_active", "below"))
+        writer.writerows(
+            [csv_cell(q), csv_cell(g), n, "" if least is None else least, str(low).lower()]
+            for (q, g, n, least), low in zip(rows, below, strict=True)
+        )
+        return buffer.getvalue()
+    cells = [
+        (q, g, str(n), "" if least is None else str(least), BELOW if low else "")
+        for (q, g, n, least), low in zip(rows, below, strict=True)
+    ]
+    return text_table(DECLARED_COUNT_COLUMNS, cells, styler, width)
 
 
 # ---------------------------------------------------------------- watch and demo views

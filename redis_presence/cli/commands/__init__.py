@@ -15,6 +15,8 @@ from __future__ import annotations
 COMMANDS: tuple[str, ...] = (
     "ls",
     "counts",
+    "expect",
+    "unexpect",
     "watch",
     "prune",
     "heartbeat",
