@@ -459,6 +459,7 @@
       insertRow(tbody, { ...event, state: to });
     }
     document.getElementById("consumers-empty").hidden = tbody.rows.length > 0;
+    tick(); // the ages the row shows, as of now
   }
 
   function insertRow(tbody, c) {
