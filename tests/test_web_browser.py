@@ -49,6 +49,8 @@ def redis_url_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def writer(redis_url_module: str) -> Iterator[RedisPresenceRegistry]:
+    # Some rows are stamped far in the future so that they stay active for the whole test:
+    # the clock guard, which would refuse them, is off for this writer.
     registry = RedisPresenceRegistry.from_url(redis_url_module, max_future_ms=None)
     registry.set_ttl(TTL_MS)  # what the brokers, the service and its events share
     try:
