@@ -10,8 +10,9 @@ counts a whole `EXEC` or script call as one command.
 
 A live tick is what each open event stream (a dashboard page, an SSE client) does once per
 interval: one `registry.changes(cursor)` from the cursor of the previous tick, here with 20
-transitions in between (10 joined, 5 of them left, the other 5 gone stale); before the events issue the
-service read a whole `snapshot()` per tick and diffed it, which is the comparison.
+transitions in between (10 joined, 5 of them left, the other 5 gone stale); before the
+events issue the service read a whole `snapshot()` per tick and diffed it, which is the
+comparison.
 """
 
 from __future__ import annotations
