@@ -98,7 +98,7 @@ def command(
     config = WebConfig(
         url=app.url,
         prefix=app.prefix,
-        ttl_ms=app.ttl_ms,
+        ttl_ms=app.ttl_ms if app.ttl_given else None,  # None: the shared TTL
         read_only=app.read_only,
         auth_token=auth_token or None,
         per_consumer_metrics=per_consumer_metrics,
@@ -119,7 +119,7 @@ def command(
         )
     click.echo(
         f"redis-presence serve: serving {url_of(sock)} (Redis {redact(app.url)}, prefix "
-        f"{app.prefix!r}, TTL {app.ttl_ms} ms, "
+        f"{app.prefix!r}, TTL {f'{app.ttl_ms} ms (--ttl-ms)' if app.ttl_given else 'shared'}, "
         f"{'auth token required' if auth_token else 'no auth token'})",
         err=True,
     )
