@@ -614,7 +614,11 @@ class Planner:
                 yield from self._unlist(emptied)
             if after is None:
                 if queue is None:
-                    yield from self._forget_logs(int(now) // NS_PER_MS - EVENT_LOG_TTL_MS)
+                    # The event index is scored by the server's clock (as the logs expire),
+                    # not by the instants of the events: a caller's now_ns a day ahead must
+                    # not forget the logs that hold this very prune's events.
+                    server_ns = int(now) if now_ns is None else (yield from self._now(None))
+                    yield from self._forget_logs(server_ns // NS_PER_MS - EVENT_LOG_TTL_MS)
                 if failed:
                     raise PresenceBatchError(failed, removed, left)
                 return removed
