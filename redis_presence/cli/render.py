@@ -24,6 +24,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
 
+from redis_presence.events import PresenceEvent
 from redis_presence.model import ConsumerPresence, PresenceState
 
 from .errors import output_errors
@@ -83,6 +84,13 @@ def iso_utc(timestamp_ns: int) -> str:
     """ISO-8601 UTC to the second, e.g. `2025-01-31T08:15:00Z` (no float on the way)."""
     moment = datetime.fromtimestamp(timestamp_ns // 1_000_000_000, tz=timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def iso_utc_ms(timestamp_ns: int) -> str:
+    """ISO-8601 UTC to the millisecond, e.g. `2025-01-31T08:15:00.123Z`."""
+    seconds, rest = divmod(timestamp_ns, 1_000_000_000)
+    moment = datetime.fromtimestamp(seconds, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{rest // 1_000_000:03d}Z"
 
 
 def plural(count: int, noun: str) -> str:
@@ -435,6 +443,65 @@ def render_counts(
     if not items:
         return empty + "\n"
     return text_table(COUNT_COLUMNS, [(q, g, str(n)) for (q, g), n in items], styler, width)
+
+
+# ---------------------------------------------------------------- events
+
+EVENT_STYLES: Mapping[str, str] = {
+    "joined": "green",
+    "recovered": "cyan",
+    "stale": "yellow",
+    "expired": "red",
+    "left": "magenta",
+    "pruned": "dim",
+}
+
+EVENT_COLUMNS = (
+    Column("AT (UTC)"),
+    Column("EVENT", style=lambda cell: EVENT_STYLES.get(cell, "")),
+    Column("QUEUE", name=True),
+    Column("GROUP", name=True),
+    Column("CONSUMER", name=True),
+    Column("LEASES", right=True),
+)
+
+
+def _event_cells(event: PresenceEvent) -> tuple[str, ...]:
+    return (
+        iso_utc_ms(event.at_ns),
+        event.kind.value,
+        event.queue,
+        event.group,
+        event.consumer,
+        str(event.lease_count),
+    )
+
+
+def events_table(
+    events: Sequence[PresenceEvent], styler: Styler, width: int | None = None, empty: str = ""
+) -> str:
+    """Events as an aligned table (`empty` when there are none)."""
+    if not events:
+        return empty + "\n" if empty else ""
+    return text_table(EVENT_COLUMNS, map(_event_cells, events), styler, width)
+
+
+def event_line(event: PresenceEvent, styler: Styler) -> str:
+    """One event on one line, for a stream (`events --follow`): the table's cells with fixed
+    widths for the time and the kind."""
+    at, kind, queue, group, consumer, leases = map(shown, _event_cells(event))
+    word = styler(f"{kind:<9}", EVENT_STYLES.get(kind, ""))
+    return f"{at}  {word}  {queue}/{group}  {consumer}  {plural(int(leases), 'lease')}\n"
+
+
+def json_line(data: object) -> str:
+    """One JSON document on one line (names exact)."""
+    return json.dumps(data, ensure_ascii=False) + "\n"
+
+
+def event_json(event: PresenceEvent) -> str:
+    """One event as one line of JSON (names exact): `PresenceEvent.to_dict`."""
+    return json_line(event.to_dict())
 
 
 # ---------------------------------------------------------------- watch and demo views

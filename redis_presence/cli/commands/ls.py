@@ -41,3 +41,4 @@ def command(
     rows = app.consumers(selection)
     chosen = arrange(rows, sort.lower(), limit, row=lambda row: row)
     app.show_consumers(chosen, fmt, selection=selection, wide=wide, total=len(rows))
+    app.note_ttl(queue, group)

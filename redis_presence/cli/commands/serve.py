@@ -95,10 +95,11 @@ def command(
             "redis-presence serve needs the web extra: pip install 'redis-presence[web]' "
             f"(missing: {exc.name})"
         ) from None
+    ttl, source = shared_ttl(app)
     config = WebConfig(
         url=app.url,
         prefix=app.prefix,
-        ttl_ms=app.ttl_ms,
+        ttl_ms=ttl,
         read_only=app.read_only,
         auth_token=auth_token or None,
         per_consumer_metrics=per_consumer_metrics,
@@ -119,7 +120,7 @@ def command(
         )
     click.echo(
         f"redis-presence serve: serving {url_of(sock)} (Redis {redact(app.url)}, prefix "
-        f"{app.prefix!r}, TTL {app.ttl_ms} ms, "
+        f"{app.prefix!r}, {app.ttl_words(ttl, source)}, "
         f"{'auth token required' if auth_token else 'no auth token'})",
         err=True,
     )
@@ -127,3 +128,16 @@ def command(
         run(config, sock, log_level=log_level)
     finally:
         sock.close()
+
+
+def shared_ttl(app: App) -> tuple[int, str]:
+    """The TTL the service classifies with: `--ttl-ms`, else the prefix's shared TTL as it is
+    stored when the service starts (the default when Redis cannot be read yet: the service
+    starts anyway, and its health probes say why it cannot read)."""
+    from redis_presence.errors import PresenceConnectionError
+    from redis_presence.model import DEFAULT_PRESENCE_TTL_MS
+
+    try:
+        return app.ttl_in_use()
+    except PresenceConnectionError:
+        return DEFAULT_PRESENCE_TTL_MS, "the default: Redis could not be read at start"

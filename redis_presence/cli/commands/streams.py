@@ -77,6 +77,7 @@ def reap(
     from .. import render
 
     registry = app.registry() if dry_run else app.writer("streams reap")
+    ttl, _ = app.note_ttl(stream, group)
     client = open_client(
         stream_url or app.url, socket_connect_timeout=app.timeout_s, socket_timeout=app.timeout_s
     )
@@ -88,7 +89,7 @@ def reap(
         group,
         claim_to=claim_to,
         dry_run=dry_run,
-        ttl_ms=app.ttl_ms,
+        ttl_ms=ttl,
         now_ns=app.now_ns,
     )
     if fmt.lower() == "json":
