@@ -53,12 +53,12 @@ def _document(app: App, queue: str | None, group: str | None) -> dict[str, objec
     }
 
 
-def _show(app: App, data: dict[str, object], fmt: str, before: str = "") -> None:
+def _show(app: App, queue: str | None, group: str | None, fmt: str, before: str = "") -> None:
+    """The TTL in use for the prefix (or one group), as a line or a JSON document."""
+    data = _document(app, queue, group)
     if fmt.lower() == "json":
         app.emit_json(data)
         return
-    queue, group = data["queue"], data["group"]
-    assert isinstance(queue, str | None) and isinstance(group, str | None)
     words = app.ttl_words(int(str(data["ttl_ms"])), str(data["source"]), queue, group)
     scope = f"queue {queue!r}, group {group!r}" if queue is not None else f"prefix {app.prefix!r}"
     app.emit(f"{before}{scope}: {words}\n")
@@ -71,7 +71,7 @@ def _show(app: App, data: dict[str, object], fmt: str, before: str = "") -> None
 def get(app: App, queue: str | None = None, group: str | None = None, fmt: str = "text") -> None:
     """Show the TTL reads use (for the prefix, or for one group) and where it comes from:
     stored for the group, stored for the prefix, or the default."""
-    _show(app, _document(app, queue, group), fmt)
+    _show(app, queue, group, fmt)
 
 
 @command.command("set", short_help="Store the shared TTL.")
@@ -83,7 +83,7 @@ def set_(app: App, value_ms: int, queue: str | None, group: str | None, fmt: str
     """Store MS as the TTL of the prefix (every group without its own), or of one group."""
     registry = app.writer("ttl set")
     registry.set_ttl(value_ms, queue=queue, group=group)
-    _show(app, _document(app, queue, group), fmt, "stored: ")
+    _show(app, queue, group, fmt, "stored: ")
 
 
 @command.command("unset", short_help="Forget a stored TTL.")
@@ -94,4 +94,4 @@ def unset(app: App, queue: str | None, group: str | None, fmt: str) -> None:
     """Forget the TTL stored for the prefix (or for one group); show the one now in use."""
     registry = app.writer("ttl unset")
     registry.set_ttl(None, queue=queue, group=group)
-    _show(app, _document(app, queue, group), fmt, "unset; now ")
+    _show(app, queue, group, fmt, "unset; now ")
