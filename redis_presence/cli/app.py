@@ -123,9 +123,19 @@ class App:
         return self.registry().ttl_source()
 
     def ttl_words(
-        self, ttl_ms: int, source: str, queue: str | None = None, group: str | None = None
+        self,
+        ttl_ms: int,
+        source: str,
+        queue: str | None = None,
+        group: str | None = None,
+        *,
+        short: bool = False,
     ) -> str:
-        """`TTL 5000 ms (stored for the prefix)`: the TTL in use and where it came from."""
+        """`TTL 5000 ms (stored for prefix 'presence'; ...)`: the TTL in use and where it came
+        from (`short`: `TTL 5000 ms (stored for the prefix)`, for a title)."""
+        if short:
+            brief = {"group": "stored for the group", "prefix": "stored for the prefix"}
+            return f"TTL {ttl_ms} ms ({brief.get(source, source)})"
         if source == "group":
             where = f"stored for queue {queue!r}, group {group!r}"
         elif source == "prefix":

@@ -13,22 +13,26 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from rich.cells import cell_len
 from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from redis_presence.events import PresenceEvent
 from redis_presence.model import ConsumerPresence, PresenceState
 
 from .errors import output_errors
 from .watch import Change, Frame, GroupTally, WatchRow
+
+if TYPE_CHECKING:
+    from redis_presence.events import PresenceEvent
 
 CONSUMER_FIELDS = ConsumerPresence._fields
 """JSON keys and CSV columns of one consumer: the `ConsumerPresence` field names, in order."""
@@ -41,6 +45,7 @@ STATE_STYLES: Mapping[str, str] = {
     PresenceState.STALE.value: "yellow",
     PresenceState.EXPIRED.value: "red",
     "left": "dim",
+    "pruned": "dim",
 }
 
 MARKERS: Mapping[Change, str] = {
@@ -49,6 +54,7 @@ MARKERS: Mapping[Change, str] = {
     Change.EXPIRED: "x expired",
     Change.LEFT: "- left",
     Change.BACK: "^ active again",
+    Change.PRUNED: "- pruned",
 }
 """The change column of `watch` and `demo`: a sign to scan for, then a word."""
 
@@ -58,6 +64,7 @@ MARKER_STYLES: Mapping[str, str] = {
     MARKERS[Change.EXPIRED]: "bold red",
     MARKERS[Change.LEFT]: "bold magenta",
     MARKERS[Change.BACK]: "bold cyan",
+    MARKERS[Change.PRUNED]: "bold magenta",
 }
 
 ELLIPSIS = "…"
@@ -336,7 +343,11 @@ def _state_style(cell: str) -> str:
 
 
 def _marker_style(cell: str) -> str:
-    return MARKER_STYLES.get(cell, "")
+    """The style of a marker, followed or not by the time of the change."""
+    return MARKER_STYLES.get(cell.removesuffix(cell[-9:]) if _TIMED.search(cell) else cell, "")
+
+
+_TIMED = re.compile(r" \d\d:\d\d:\d\d$")
 
 
 CONSUMER_COLUMNS = (
@@ -525,17 +536,26 @@ FRAME_COLUMNS = (*CONSUMER_COLUMNS[:-1], Column("CHANGE", style=_marker_style))
 registration time."""
 
 
+def clock_time(timestamp_ns: int) -> str:
+    """`14:03:07`: the local time of day of an instant (a change in `watch`)."""
+    return time.strftime("%H:%M:%S", time.localtime(timestamp_ns // 1_000_000_000))
+
+
 def _frame_cells(item: WatchRow) -> tuple[str, ...]:
     """One row of `FRAME_COLUMNS`, names as stored (`shown` is the caller's)."""
     row = item.row
+    marker = MARKERS[item.change] if item.change is not None else ""
+    if marker and item.changed_at_ns is not None:
+        marker += f" {clock_time(item.changed_at_ns)}"
+    gone = item.change in (Change.LEFT, Change.PRUNED)
     return (
         row.queue,
         row.group,
         row.consumer,
-        "left" if item.change is Change.LEFT else row.state.value,
-        human_age(row.last_seen_age_ms),
+        str(item.change) if gone else row.state.value,
+        ("≤" if item.age_bound else "") + human_age(row.last_seen_age_ms),
         str(row.lease_count),
-        MARKERS[item.change] if item.change is not None else "",
+        marker,
     )
 
 
