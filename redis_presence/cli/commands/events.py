@@ -58,9 +58,10 @@ def command(
       redis-presence events --follow --format json | jq -r 'select(.kind == "expired") | .consumer'
       redis-presence events --since "$(cat cursor)" --format json
     """
-    from redis_presence.events import FollowCursor, FollowSnapshot, PresenceEvent
+    from redis_presence.events import FollowSnapshot, PresenceEvent
 
     from .. import render
+    from ..errors import UsageProblem
     from ..reads import Selection
 
     json_out = fmt.lower() == "json"
@@ -86,8 +87,8 @@ def command(
         note_ttl(app, queue, group)
         return
 
-    note_ttl(app, queue, group)
     first = since is None
+    noted = False
     try:
         with bad_cursor():
             for message in registry.follow(
@@ -96,10 +97,12 @@ def command(
                 if isinstance(message, PresenceEvent):
                     line = render.event_json(message) if json_out else None
                     app.emit(line or render.event_line(message, styler))
-                elif isinstance(message, FollowCursor):
-                    cursor = message.cursor
-                elif isinstance(message, FollowSnapshot):
-                    cursor = message.cursor
+                    continue
+                cursor = message.cursor
+                if not noted:  # on stderr, once following (the cursor is known)
+                    noted = True
+                    note_ttl(app, queue, group)
+                if isinstance(message, FollowSnapshot):
                     if first:  # the state at the start: events go on from its cursor
                         first = False
                         continue
@@ -110,6 +113,9 @@ def command(
                         app.emit(f"resync: {reason}; going on from now\n")
     except KeyboardInterrupt:
         pass
+    except UsageProblem:  # a bad --since: there is no cursor to resume from
+        cursor = None
+        raise
     finally:
         cursor_line()
 
