@@ -108,7 +108,7 @@ def test_follow_resyncs_when_the_log_was_trimmed_and_ends_with_the_cursor(
 ) -> None:
     def factory(url: str, prefix: str, read_only: bool) -> PresenceRegistry:
         inner = RedisPresenceRegistry(fake_client, prefix=prefix, events_kept=50)
-        return Trimming(inner)  # type: ignore[return-value]
+        return Trimming(inner)
 
     result = invoke(["events", "--follow", "--format", fmt], obj=factory)
     assert result.exit_code == 0, result.output
@@ -153,7 +153,8 @@ def test_follow_as_a_process_prints_each_change_within_a_second(redis_url: str) 
         deadline = time.monotonic() + within_s
         while True:
             try:
-                return json.loads(lines.get(timeout=max(0.0, deadline - time.monotonic())))
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                return dict(json.loads(line))
             except queue.Empty:
                 raise AssertionError(f"no line within {within_s}s") from None
 

@@ -30,6 +30,7 @@ from servers import (
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,
+    FollowSnapshot,
     PresenceAuthError,
     PresenceConfigError,
     PresenceConnectionError,
@@ -231,6 +232,7 @@ def test_a_reader_follows_the_events_with_no_write_right(
         kinds = [(e.kind.value, e.consumer) for e in events if e.consumer.startswith("new")]
         assert kinds == [("joined", f"new-{read_only}"), ("left", f"new-{read_only}")]
         first = next(reader.follow(interval_s=0.01))
+        assert isinstance(first, FollowSnapshot)
         assert {row.consumer for row in first.rows} >= {"w1"}
         reader.close()
 
