@@ -22,7 +22,7 @@ from urllib.parse import quote, unquote
 
 import redis
 
-from redis_presence import ConsumerPresenceRegistry, RedisPresenceRegistry
+from redis_presence import DEFAULT_MAX_FUTURE_MS, ConsumerPresenceRegistry, RedisPresenceRegistry
 from redis_presence.keys import Keyspace
 
 QUEUES = 10
@@ -92,7 +92,7 @@ class RawPresence:
         gk = self.keys.group(queue, group)
         now = "" if now_ns is None else str(now_ns)
         keys = [gk.hb, gk.data, gk.mark, gk.events, self.keys.groups, self.keys.events]
-        return keys, [TTL_MS, 10_000, 86_400_000, now, consumer, lease]
+        return keys, [TTL_MS, 10_000, 86_400_000, DEFAULT_MAX_FUTURE_MS, now, consumer, lease]
 
     def heartbeat_args(
         self, beats: Sequence[Beat], now_ns: int | None, delay_us: int = 0
@@ -111,7 +111,8 @@ class RawPresence:
             tail += (number, consumer, lease, delay_us)
         keys += (space.groups, space.events)
         now = "" if now_ns is None else str(now_ns)
-        return keys, [now, 60_000, 10_000, 86_400_000, *([TTL_MS] * len(numbers)), *tail]
+        guard = DEFAULT_MAX_FUTURE_MS
+        return keys, [now, 60_000, 10_000, 86_400_000, guard, *([TTL_MS] * len(numbers)), *tail]
 
     def transfer(self, *, transaction: bool = False) -> list[Any]:
         """Every group's hash, fetched with one ZRANGE of the index and pipelined HGETALLs

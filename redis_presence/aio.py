@@ -94,6 +94,10 @@ class AsyncRedisPresenceRegistry(Executor):
         script call (one per queue on a cluster, sent concurrently); returns how many."""
         return await self.execute(self.plans.heartbeat_many(beats, now_ns))
 
+    async def clock_ns(self) -> int:
+        """The server clock that reads use when ``now_ns`` is None (``TIME``), in ns."""
+        return await self.execute(self.plans.clock_ns())
+
     async def snapshot(
         self,
         now_ns: int | None = None,

@@ -178,6 +178,10 @@ class ConsumerPresenceRegistry:
 
     # -- reads ------------------------------------------------------------------------
 
+    def clock_ns(self) -> int:
+        """The clock that reads use when ``now_ns`` is None: ``time.time_ns()``."""
+        return time.time_ns()
+
     def snapshot(
         self,
         now_ns: int | None = None,

@@ -1201,6 +1201,11 @@ class Planner:
         read_at = min(self._ttls[None][1], self._ttls[gk.data][1])
         return read_at + TTL_CACHE_MS * NS_PER_MS
 
+    def clock_ns(self) -> Plan[int]:
+        """The clock every read uses when its ``now_ns`` is None: the server's ``TIME`` (on
+        a cluster, that of the index's node), in nanoseconds."""
+        return (yield from self._now(None))
+
     def _now(self, now_ns: int | None) -> Plan[int]:
         """`now_ns`, or the server clock (on a cluster, the clock of the index's node)."""
         if now_ns is not None:

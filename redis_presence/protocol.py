@@ -34,6 +34,8 @@ class PresenceRegistry(Protocol):
 
     def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int: ...
 
+    def clock_ns(self) -> int: ...
+
     def snapshot(
         self,
         now_ns: int | None = None,

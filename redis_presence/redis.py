@@ -104,6 +104,10 @@ class RedisPresenceRegistry(Executor):
         script call (one per queue on a cluster); returns how many."""
         return self.execute(self.plans.heartbeat_many(beats, now_ns))
 
+    def clock_ns(self) -> int:
+        """The server clock that reads use when ``now_ns`` is None (``TIME``), in ns."""
+        return self.execute(self.plans.clock_ns())
+
     def snapshot(
         self,
         now_ns: int | None = None,

@@ -13,7 +13,7 @@ from webservers import ROOT, cli_argv
 from redis_presence import RedisPresenceRegistry
 
 MS = 1_000_000
-NOW = 1_800_000_000_000 * MS
+NOW = 1_796_000_000_000 * MS
 TTL = ["--ttl-ms", "10000", "--now-ns", str(NOW)]
 
 

@@ -63,12 +63,15 @@ def test_every_public_name_loads_from_its_module() -> None:
     assert redis_presence.__all__ == list(table)
     assert set(table) == {
         "DEFAULT_PRESENCE_TTL_MS",
+        "DEFAULT_MAX_FUTURE_MS",
         "DEFAULT_REPORT_INTERVAL_MS",
         "AsyncPresenceReporter",
         "AsyncRedisPresenceRegistry",
         "ConsumerPresence",
         "ConsumerPresenceRegistry",
         "PresenceAuthError",
+        "PresenceBatchError",
+        "PresenceClockError",
         "PresenceConfigError",
         "PresenceConnectionError",
         "PresenceDataError",

@@ -27,7 +27,7 @@ from redis_presence.web import WebConfig, create_app
 
 TTL_MS = 10_000
 MS = 1_000_000
-T0 = 1_800_000_000_000 * MS
+T0 = 1_796_000_000_000 * MS
 HOSTILE = "<img src=x onerror=alert(1)>"
 ODD = [("a/b", "c d"), ("50%", "line\ntwo"), ("é ü", HOSTILE), ("..", ".")]
 

@@ -156,12 +156,24 @@ class App:
 
     # ------------------------------------------------------------ reads
 
+    def clock_ns(self) -> int:
+        """The clock of this command's reads: `--now-ns`, else the server's."""
+        return self.registry().clock_ns() if self.now_ns is None else self.now_ns
+
     def consumers(
-        self, selection: reads.Selection = reads.EVERYTHING, *, states: bool = True
+        self,
+        selection: reads.Selection = reads.EVERYTHING,
+        *,
+        states: bool = True,
+        now_ns: int | None = None,
     ) -> list[ConsumerPresence]:
-        """The selected consumers at the global clock and TTL."""
+        """The selected consumers at `now_ns` (else the global clock) and the global TTL."""
         return reads.consumers(
-            self.registry(), selection, now_ns=self.now_ns, ttl_ms=self.ttl_ms, states=states
+            self.registry(),
+            selection,
+            now_ns=self.now_ns if now_ns is None else now_ns,
+            ttl_ms=self.ttl_ms,
+            states=states,
         )
 
     def active_counts(
@@ -206,9 +218,10 @@ class App:
         selection: reads.Selection = reads.EVERYTHING,
         wide: bool = False,
         total: int | None = None,
+        now_ns: int | None = None,
     ) -> None:
         """Consumers as a table (fitted to the terminal), JSON or CSV; `total` is how many
-        there were before `--limit`."""
+        there were before `--limit`; the table marks beats stamped after `now_ns`."""
         from . import render
 
         fmt = fmt.lower()
@@ -218,6 +231,7 @@ class App:
             render.Styler(self.console),
             self.width(wide),
             self.nothing("no consumers", selection),
+            now_ns,
         )
         if fmt == "table" and total is not None and total > len(rows):
             text += f"(showing {len(rows)} of {render.plural(total, 'consumer')}: --limit)\n"

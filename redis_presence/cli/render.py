@@ -87,6 +87,15 @@ def human_age(age_ms: int) -> str:
     return f"{seconds // 86_400}d ago"
 
 
+def last_seen(row: ConsumerPresence, now_ns: int | None = None) -> str:
+    """`human_age`, or `"5s AHEAD"` for a beat stamped after `now_ns` (a broker whose clock
+    runs ahead of the server's: its consumers look younger than they are)."""
+    if now_ns is not None and row.last_heartbeat_ns > now_ns:
+        ahead_s = (row.last_heartbeat_ns - now_ns) // 1_000_000_000
+        return f"{human_age(ahead_s * 1000).removesuffix(' ago')} AHEAD"
+    return human_age(row.last_seen_age_ms)
+
+
 def iso_utc(timestamp_ns: int) -> str:
     """ISO-8601 UTC to the second, e.g. `2025-01-31T08:15:00Z` (no float on the way)."""
     moment = datetime.fromtimestamp(timestamp_ns // 1_000_000_000, tz=timezone.utc)
@@ -361,13 +370,13 @@ CONSUMER_COLUMNS = (
 )
 
 
-def _consumer_cells(row: ConsumerPresence) -> tuple[str, ...]:
+def _consumer_cells(row: ConsumerPresence, now_ns: int | None = None) -> tuple[str, ...]:
     return (
         row.queue,
         row.group,
         row.consumer,
         row.state.value,
-        human_age(row.last_seen_age_ms),
+        last_seen(row, now_ns),
         str(row.lease_count),
         iso_utc(row.registered_at_ns),
     )
@@ -378,11 +387,14 @@ def consumers_table(
     styler: Styler,
     width: int | None = None,
     empty: str = "(no consumers)",
+    now_ns: int | None = None,
 ) -> str:
-    """The `ls` table: one line per consumer, the state coloured when colour is on."""
+    """The `ls` table: one line per consumer, the state coloured when colour is on; a beat
+    stamped after `now_ns` (the clock of the read) shows as `AHEAD`."""
     if not rows:
         return empty + "\n"
-    return text_table(CONSUMER_COLUMNS, map(_consumer_cells, rows), styler, width)
+    cells = (_consumer_cells(row, now_ns) for row in rows)
+    return text_table(CONSUMER_COLUMNS, cells, styler, width)
 
 
 def consumers_json(rows: Sequence[ConsumerPresence]) -> str:
@@ -417,13 +429,14 @@ def render_consumers(
     styler: Styler,
     width: int | None = None,
     empty: str = "(no consumers)",
+    now_ns: int | None = None,
 ) -> str:
-    """Consumers in one of `options.FORMATS`."""
+    """Consumers in one of `options.FORMATS` (the table marks beats after `now_ns`)."""
     if fmt == "json":
         return consumers_json(rows)
     if fmt == "csv":
         return consumers_csv(rows)
-    return consumers_table(rows, styler, width, empty)
+    return consumers_table(rows, styler, width, empty, now_ns)
 
 
 COUNT_COLUMNS = (

@@ -38,7 +38,8 @@ def command(
       redis-presence ls --format json | jq -r '.[] | select(.state != "active") | .consumer'
     """
     selection = Selection.of(queue, group, states)
-    rows = app.consumers(selection)
+    now = app.clock_ns()  # one clock for the rows and for the AHEAD marks
+    rows = app.consumers(selection, now_ns=now)
     chosen = arrange(rows, sort.lower(), limit, row=lambda row: row)
-    app.show_consumers(chosen, fmt, selection=selection, wide=wide, total=len(rows))
+    app.show_consumers(chosen, fmt, selection=selection, wide=wide, total=len(rows), now_ns=now)
     app.note_ttl(queue, group)
