@@ -151,8 +151,12 @@ class App:
     def note_ttl(self, queue: str | None = None, group: str | None = None) -> tuple[int, str]:
         """`ttl_in_use`, said on stderr (one line, which stdout's formats never carry)."""
         ttl, source = self.ttl_in_use(queue, group)
-        click.echo(f"redis-presence: {self.ttl_words(ttl, source, queue, group)}", err=True)
+        self.say_ttl(ttl, source, queue, group)
         return ttl, source
+
+    def say_ttl(self, ttl_ms: int, source: str, queue: str | None, group: str | None) -> None:
+        """The line of `note_ttl`, for a TTL already read."""
+        click.echo(f"redis-presence: {self.ttl_words(ttl_ms, source, queue, group)}", err=True)
 
     # ------------------------------------------------------------ reads
 
