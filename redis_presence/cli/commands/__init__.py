@@ -16,6 +16,8 @@ COMMANDS: tuple[str, ...] = (
     "ls",
     "counts",
     "watch",
+    "events",
+    "ttl",
     "prune",
     "heartbeat",
     "deregister",

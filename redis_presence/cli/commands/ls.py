@@ -42,3 +42,4 @@ def command(
     rows = app.consumers(selection, now_ns=now)
     chosen = arrange(rows, sort.lower(), limit, row=lambda row: row)
     app.show_consumers(chosen, fmt, selection=selection, wide=wide, total=len(rows), now_ns=now)
+    app.note_ttl(queue, group)
