@@ -273,25 +273,32 @@ class AsyncRedisPresenceRegistry(Executor):
     async def follow(
         self,
         *,
+        cursor: str | None = None,
         interval_s: float = DEFAULT_FOLLOW_INTERVAL_S,
         queue: str | None = None,
         group: str | None = None,
     ) -> AsyncIterator[FollowMessage]:
         """`RedisPresenceRegistry.follow` for ``async for``."""
         interval = check_interval_s(interval_s)
+        if cursor is not None:
+            Cursor.decode(cursor)
         while True:
-            message = await self.execute(self.plans.snapshot_cursor(queue=queue, group=group))
-            yield message
-            cursor = message.cursor
+            wait = cursor is None
+            if cursor is None:
+                message = await self.execute(self.plans.snapshot_cursor(queue=queue, group=group))
+                yield message
+                cursor = message.cursor
             try:
                 while True:
-                    await asyncio.sleep(interval)
+                    if wait:
+                        await asyncio.sleep(interval)
+                    wait = True
                     events, cursor = await self.changes(cursor, queue=queue, group=group)
                     for event in events:
                         yield event
                     yield FollowCursor(cursor, Cursor.decode(cursor).now_ns)
             except PresenceResyncRequired:
-                continue
+                cursor = None
 
     async def size(self) -> int:
         """How many consumers are tracked, in every state (the sync registry's ``len()``)."""

@@ -488,25 +488,33 @@ class ConsumerPresenceRegistry:
     def follow(
         self,
         *,
+        cursor: str | None = None,
         interval_s: float = DEFAULT_FOLLOW_INTERVAL_S,
         queue: str | None = None,
         group: str | None = None,
     ) -> Iterator[FollowMessage]:
         """A `FollowSnapshot`, then each event and a `FollowCursor` every `interval_s`, and
-        a new snapshot whenever the log was trimmed past the cursor."""
+        a new snapshot whenever the log was trimmed past the cursor; from `cursor` at once
+        (no first snapshot) when given."""
         interval = check_interval_s(interval_s)
+        if cursor is not None:
+            _decode(cursor)
         while True:
-            _, cursor = self.changes(queue=queue, group=group)
-            now = _decode(cursor)[0]
-            yield FollowSnapshot(self.snapshot(now, queue=queue, group=group), cursor, now)
+            wait = cursor is None
+            if cursor is None:
+                _, cursor = self.changes(queue=queue, group=group)
+                now = _decode(cursor)[0]
+                yield FollowSnapshot(self.snapshot(now, queue=queue, group=group), cursor, now)
             try:
                 while True:
-                    time.sleep(interval)
+                    if wait:
+                        time.sleep(interval)
+                    wait = True
                     events, cursor = self.changes(cursor, queue=queue, group=group)
                     yield from events
                     yield FollowCursor(cursor, _decode(cursor)[0])
             except PresenceResyncRequired:
-                continue
+                cursor = None
 
 
 def _encode(now_ns: int, seen: int) -> str:

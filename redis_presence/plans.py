@@ -699,7 +699,11 @@ class Planner:
                 yield from self._unlist(emptied)
             if after is None:
                 if queue is None:
-                    yield from self._forget_logs(int(now) // NS_PER_MS - EVENT_LOG_TTL_MS)
+                    # The event index is scored by the server's clock (as the logs expire),
+                    # not by the instants of the events: a caller's now_ns a day ahead must
+                    # not forget the logs that hold this very prune's events.
+                    server_ns = int(now) if now_ns is None else (yield from self._now(None))
+                    yield from self._forget_logs(server_ns // NS_PER_MS - EVENT_LOG_TTL_MS)
                 if failed:
                     raise PresenceBatchError(failed, removed, left)
                 return removed
@@ -1332,12 +1336,19 @@ class Planner:
         logs = yield from self._recent_logs(server_ms - LOG_LAG_MS, queue)
         if not logs:
             return {}
-        lasts = yield [Command("XREVRANGE", (log, "+", "-", "COUNT", 1)) for log in logs]
-        return {
-            self.keys.queue_of_events(log): _text(last[0][0])
-            for log, last in zip(logs, lasts, strict=True)
-            if last
-        }
+        # XINFO STREAM, not XREVRANGE: the reader's ACL role has it already (for the trim
+        # check), and its last-generated-id is the place after the last entry.
+        infos = yield Partial(Command("XINFO STREAM", (log,)) for log in logs)
+        ends = {}
+        for log, info in zip(logs, infos, strict=True):
+            if isinstance(info, PresenceError):
+                if "no such key" in str(info).lower():
+                    continue  # the log went (expired) since it was listed: nothing to skip
+                raise info
+            last = _last_generated(info)
+            if last is not None:
+                ends[self.keys.queue_of_events(log)] = last
+        return ends
 
     def _log_start(self, log: str, since: Cursor, oldest: int) -> str:
         """Where a reader goes on in one log: after the last entry it read, else from the
@@ -1601,6 +1612,18 @@ def _stored_ttl(key: str, reply: Any) -> int | None:
         raise PresenceDataError(
             f"{key} holds a TTL this package did not write: {reply!r:.40}"
         ) from None
+
+
+def _last_generated(info: Any) -> str | None:
+    """The id of the last entry ever added to a log (its ``XINFO STREAM``), if any."""
+    if not isinstance(info, dict):
+        return None
+    fields = {_text(k): v for k, v in info.items()}
+    last = fields.get("last-generated-id")
+    if last is None:
+        return None
+    text = _text(last)
+    return None if text == "0-0" else text
 
 
 def _trimmed_past(info: Any, start: str) -> bool:

@@ -133,6 +133,7 @@ class PresenceRegistry(Protocol):
     def follow(
         self,
         *,
+        cursor: str | None = None,
         interval_s: float = ...,
         queue: str | None = None,
         group: str | None = None,

@@ -271,26 +271,35 @@ class RedisPresenceRegistry(Executor):
     def follow(
         self,
         *,
+        cursor: str | None = None,
         interval_s: float = DEFAULT_FOLLOW_INTERVAL_S,
         queue: str | None = None,
         group: str | None = None,
     ) -> Iterator[FollowMessage]:
         """State, then diffs: a `FollowSnapshot` first, then each `PresenceEvent` as it
         happens (asking for changes every `interval_s`) and a `FollowCursor` after each ask,
-        and a new `FollowSnapshot` whenever the log was trimmed past its cursor."""
+        and a new `FollowSnapshot` whenever the log was trimmed past its cursor. With
+        `cursor` (from `changes` or a `FollowCursor`), it goes on from there at once,
+        without the first snapshot."""
         interval = check_interval_s(interval_s)
+        if cursor is not None:
+            Cursor.decode(cursor)
         while True:
-            message = self.execute(self.plans.snapshot_cursor(queue=queue, group=group))
-            yield message
-            cursor = message.cursor
+            wait = cursor is None
+            if cursor is None:
+                message = self.execute(self.plans.snapshot_cursor(queue=queue, group=group))
+                yield message
+                cursor = message.cursor
             try:
                 while True:
-                    time.sleep(interval)
+                    if wait:
+                        time.sleep(interval)
+                    wait = True
                     events, cursor = self.changes(cursor, queue=queue, group=group)
                     yield from events
                     yield FollowCursor(cursor, Cursor.decode(cursor).now_ns)
             except PresenceResyncRequired:
-                continue
+                cursor = None
 
     def __len__(self) -> int:
         return self.execute(self.plans.size())

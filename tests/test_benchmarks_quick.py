@@ -23,6 +23,7 @@ CASES = (
     "startup",
     "integrations",
     "web",
+    "events",
 )
 
 

@@ -30,6 +30,7 @@ from servers import (
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,
+    FollowSnapshot,
     PresenceAuthError,
     PresenceConfigError,
     PresenceConnectionError,
@@ -237,6 +238,28 @@ def test_strict_reader_with_read_only_keys_reads_through_any_registry(
             assert op(strict) == op(owner), name
     normal = role_registry(acl_server, READER_USER, READER_PASSWORD)
     assert_denied(normal, {**WRITES, **PRUNE}, admin)
+
+
+@pytest.mark.parametrize("line", [ACL_READER, ACL_STRICT_READER], ids=["reader", "strict"])
+def test_a_reader_follows_the_events_with_no_write_right(
+    acl_server: RedisServer, admin: redis.Redis, line: str
+) -> None:
+    """`changes` (a fresh cursor after recent writes, then the events) and `follow`'s first
+    snapshot need only the reader's commands, plain or read-only registry alike."""
+    admin.execute_command(*shlex.split(line))  # type: ignore[no-untyped-call]
+    owner = seed(admin)  # the logs were written just now: a new cursor reads where they end
+    for read_only in (False, True):
+        reader = role_registry(acl_server, READER_USER, READER_PASSWORD, read_only=read_only)
+        _, cursor = reader.changes()
+        owner.heartbeat("orders", "billing", f"new-{read_only}", 1)
+        owner.deregister("orders", "billing", f"new-{read_only}")
+        events, cursor = reader.changes(cursor)
+        kinds = [(e.kind.value, e.consumer) for e in events if e.consumer.startswith("new")]
+        assert kinds == [("joined", f"new-{read_only}"), ("left", f"new-{read_only}")]
+        first = next(reader.follow(interval_s=0.01))
+        assert isinstance(first, FollowSnapshot)
+        assert {row.consumer for row in first.rows} >= {"w1"}
+        reader.close()
 
 
 @pytest.mark.parametrize("line", [ACL_READER, ACL_STRICT_READER], ids=["reader", "strict"])

@@ -68,7 +68,7 @@ def consumers(
     selection: Selection,
     *,
     now_ns: int | None,
-    ttl_ms: int,
+    ttl_ms: int | None,
     states: bool = True,
     with_meta: bool = False,
 ) -> list[ConsumerPresence]:
@@ -92,7 +92,7 @@ def consumers(
 
 
 def active_counts(
-    registry: PresenceRegistry, selection: Selection, *, now_ns: int | None, ttl_ms: int
+    registry: PresenceRegistry, selection: Selection, *, now_ns: int | None, ttl_ms: int | None
 ) -> dict[tuple[str, str], int]:
     """Active consumers per selected `(queue, group)`; tracked groups without one count 0."""
     counts = registry.count_active_by_group(

@@ -13,11 +13,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from rich.cells import cell_len
 from rich.console import Console, RenderableType
@@ -28,6 +30,9 @@ from redis_presence.model import ConsumerPresence, PresenceState
 
 from .errors import output_errors
 from .watch import Change, Frame, GroupTally, WatchRow
+
+if TYPE_CHECKING:
+    from redis_presence.events import PresenceEvent
 
 CONSUMER_FIELDS = ConsumerPresence._fields
 """JSON keys and CSV columns of one consumer: the `ConsumerPresence` field names, in order."""
@@ -41,6 +46,7 @@ STATE_STYLES: Mapping[str, str] = {
     PresenceState.STALE.value: "yellow",
     PresenceState.EXPIRED.value: "red",
     "left": "dim",
+    "pruned": "dim",
 }
 
 MARKERS: Mapping[Change, str] = {
@@ -49,6 +55,7 @@ MARKERS: Mapping[Change, str] = {
     Change.EXPIRED: "x expired",
     Change.LEFT: "- left",
     Change.BACK: "^ active again",
+    Change.PRUNED: "- pruned",
 }
 """The change column of `watch` and `demo`: a sign to scan for, then a word."""
 
@@ -58,6 +65,7 @@ MARKER_STYLES: Mapping[str, str] = {
     MARKERS[Change.EXPIRED]: "bold red",
     MARKERS[Change.LEFT]: "bold magenta",
     MARKERS[Change.BACK]: "bold cyan",
+    MARKERS[Change.PRUNED]: "bold magenta",
 }
 
 ELLIPSIS = "…"
@@ -93,6 +101,13 @@ def iso_utc(timestamp_ns: int) -> str:
     """ISO-8601 UTC to the second, e.g. `2025-01-31T08:15:00Z` (no float on the way)."""
     moment = datetime.fromtimestamp(timestamp_ns // 1_000_000_000, tz=timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def iso_utc_ms(timestamp_ns: int) -> str:
+    """ISO-8601 UTC to the millisecond, e.g. `2025-01-31T08:15:00.123Z`."""
+    seconds, rest = divmod(timestamp_ns, 1_000_000_000)
+    moment = datetime.fromtimestamp(seconds, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{rest // 1_000_000:03d}Z"
 
 
 def plural(count: int, noun: str) -> str:
@@ -338,7 +353,11 @@ def _state_style(cell: str) -> str:
 
 
 def _marker_style(cell: str) -> str:
-    return MARKER_STYLES.get(cell, "")
+    """The style of a marker, followed or not by the time of the change."""
+    return MARKER_STYLES.get(cell.removesuffix(cell[-9:]) if _TIMED.search(cell) else cell, "")
+
+
+_TIMED = re.compile(r" \d\d:\d\d:\d\d$")
 
 
 CONSUMER_COLUMNS = (
@@ -511,6 +530,65 @@ def _declared_counts(
     return text_table(DECLARED_COUNT_COLUMNS, cells, styler, width)
 
 
+# ---------------------------------------------------------------- events
+
+EVENT_STYLES: Mapping[str, str] = {
+    "joined": "green",
+    "recovered": "cyan",
+    "stale": "yellow",
+    "expired": "red",
+    "left": "magenta",
+    "pruned": "dim",
+}
+
+EVENT_COLUMNS = (
+    Column("AT (UTC)"),
+    Column("EVENT", style=lambda cell: EVENT_STYLES.get(cell, "")),
+    Column("QUEUE", name=True),
+    Column("GROUP", name=True),
+    Column("CONSUMER", name=True),
+    Column("LEASES", right=True),
+)
+
+
+def _event_cells(event: PresenceEvent) -> tuple[str, ...]:
+    return (
+        iso_utc_ms(event.at_ns),
+        event.kind.value,
+        event.queue,
+        event.group,
+        event.consumer,
+        str(event.lease_count),
+    )
+
+
+def events_table(
+    events: Sequence[PresenceEvent], styler: Styler, width: int | None = None, empty: str = ""
+) -> str:
+    """Events as an aligned table (`empty` when there are none)."""
+    if not events:
+        return empty + "\n" if empty else ""
+    return text_table(EVENT_COLUMNS, map(_event_cells, events), styler, width)
+
+
+def event_line(event: PresenceEvent, styler: Styler) -> str:
+    """One event on one line, for a stream (`events --follow`): the table's cells with fixed
+    widths for the time and the kind."""
+    at, kind, queue, group, consumer, leases = map(shown, _event_cells(event))
+    word = styler(f"{kind:<9}", EVENT_STYLES.get(kind, ""))
+    return f"{at}  {word}  {queue}/{group}  {consumer}  {plural(int(leases), 'lease')}\n"
+
+
+def json_line(data: object) -> str:
+    """One JSON document on one line (names exact)."""
+    return json.dumps(data, ensure_ascii=False) + "\n"
+
+
+def event_json(event: PresenceEvent) -> str:
+    """One event as one line of JSON (names exact): `PresenceEvent.to_dict`."""
+    return json_line(event.to_dict())
+
+
 # ---------------------------------------------------------------- watch and demo views
 
 
@@ -532,17 +610,26 @@ FRAME_COLUMNS = (*CONSUMER_COLUMNS[:-2], Column("CHANGE", style=_marker_style))
 registration time."""
 
 
+def clock_time(timestamp_ns: int) -> str:
+    """`14:03:07`: the local time of day of an instant (a change in `watch`)."""
+    return time.strftime("%H:%M:%S", time.localtime(timestamp_ns // 1_000_000_000))
+
+
 def _frame_cells(item: WatchRow) -> tuple[str, ...]:
     """One row of `FRAME_COLUMNS`, names as stored (`shown` is the caller's)."""
     row = item.row
+    marker = MARKERS[item.change] if item.change is not None else ""
+    if marker and item.changed_at_ns is not None:
+        marker += f" {clock_time(item.changed_at_ns)}"
+    gone = item.change in (Change.LEFT, Change.PRUNED)
     return (
         row.queue,
         row.group,
         row.consumer,
-        "left" if item.change is Change.LEFT else state_cell(row),
-        human_age(row.last_seen_age_ms),
+        str(item.change) if gone else state_cell(row),
+        ("≤" if item.age_bound else "") + human_age(row.last_seen_age_ms),
         str(row.lease_count),
-        MARKERS[item.change] if item.change is not None else "",
+        marker,
     )
 
 

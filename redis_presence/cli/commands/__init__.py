@@ -18,6 +18,8 @@ COMMANDS: tuple[str, ...] = (
     "expect",
     "unexpect",
     "watch",
+    "events",
+    "ttl",
     "prune",
     "heartbeat",
     "deregister",

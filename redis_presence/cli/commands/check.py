@@ -65,7 +65,11 @@ def pairs_of(
 
 
 def active_counts(
-    registry: PresenceRegistry, pairs: Sequence[tuple[str, str]], *, now_ns: int | None, ttl_ms: int
+    registry: PresenceRegistry,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    now_ns: int | None,
+    ttl_ms: int | None,
 ) -> list[int]:
     """Active consumers of each pair: one `count_active` per group named, and nothing else
     (no other group, no consumer row)."""
@@ -132,6 +136,10 @@ def command(
         app.registry(), [(q, g) for q, g, _ in wanted], now_ns=app.now_ns, ttl_ms=app.ttl_ms
     )
     verdicts = [Verdict(q, g, n, m) for (q, g, m), n in zip(wanted, active, strict=True)]
+    if len({(q, g) for q, g, _ in wanted}) == 1:
+        app.note_ttl(*wanted[0][:2])
+    else:
+        app.note_ttl()
     if fmt.lower() == "json":
         import json
 

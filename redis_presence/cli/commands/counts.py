@@ -27,3 +27,4 @@ def command(app: App, queue: str | None, group: str | None, fmt: str) -> None:
     """
     selection = Selection.of(queue, group)
     app.show_counts(app.active_counts(selection), fmt, selection=selection)
+    app.note_ttl(queue, group)

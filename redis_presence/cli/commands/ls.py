@@ -54,3 +54,4 @@ def command(
         rows = [row for row in rows if row.stuck]
     chosen = arrange(rows, sort.lower(), limit, row=lambda row: row)
     app.show_consumers(chosen, fmt, selection=selection, wide=wide, total=len(rows), now_ns=now)
+    app.note_ttl(queue, group)
