@@ -836,6 +836,9 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "integrations": case_integrations,
     "fleets": case_fleets,
     "web": lambda server, sizes: importlib.import_module("benchmarks.web").case_web(server, sizes),
+    "events": lambda server, sizes: importlib.import_module("benchmarks.events").case_events(
+        server, sizes
+    ),
 }
 """Every case, in the order of issue 6, then the CLI's startup; the keys are the JSON's ``cases``
 keys."""

@@ -1,4 +1,5 @@
-"""The web service: a `/metrics` scrape and dashboard pages at fleet scale (issue 13).
+"""The web service: a `/metrics` scrape, dashboard pages and one live tick at fleet scale
+(issue 13).
 
 The app runs in process behind httpx's ASGI transport (no sockets: what is measured is the
 service and its reads of Redis), on an asyncio registry against the run's redis-server.
@@ -6,6 +7,12 @@ The baseline is one `count_active_by_group()` over the same groups, in the same 
 target is a scrape costing at most 1.2 of it without reading a single consumer. For each
 variant the longest single server command is read from `INFO latencystats` (p100), which
 counts a whole `EXEC` or script call as one command.
+
+A live tick is what each open event stream (a dashboard page, an SSE client) does once per
+interval: one `registry.changes(cursor)` from the cursor of the previous tick, here with 20
+transitions in between (10 joined, 5 of them left, the other 5 gone stale); before the
+events issue the service read a whole `snapshot()` per tick and diffed it, which is the
+comparison.
 """
 
 from __future__ import annotations
@@ -129,12 +136,98 @@ async def _run(server: BenchServer, n: int, rounds: int, result: CaseResult) -> 
             "scrape median / one count_active_by_group() median (same groups, same loop)",
         )
     )
+    ticks = await _live_ticks(registry_url=url, rounds=rounds, n=n, probe=server.client())
+    for name, (values, command) in ticks.items():
+        result.measures.append(Measure(f"{name} @ {n:,}", "ms", values, "tick", n))
+        longest[name] = command
+    tick = result.measure(f"live tick: changes(cursor), 20 transitions @ {n:,}").median
+    snapshot = result.measure(f"diag: snapshot() (what consumer pages read today) @ {n:,}").median
+    result.checks.append(
+        Check(
+            f"live tick / one full snapshot() @ {n:,}, {WEB_GROUPS:,} groups",
+            tick / snapshot,
+            "<=",
+            0.02,
+            "one changes() with 20 transitions, median / snapshot() median (the tick of the "
+            "snapshot-diff feed it replaces)",
+        )
+    )
     result.facts["longest server command during one call"] = longest
+    result.facts["what a live tick reads"] = (
+        "TIME; the event logs written since the cursor (the event index, then XRANGE of each "
+        "log from the cursor's place); per listed group, the heartbeats that crossed a line "
+        "in the interval (two ZRANGEBYSCORE and an HMGET of what they found): it grows with "
+        "the changes and the groups, never with the consumers"
+    )
     result.facts["what a scrape reads"] = (
         "three count_active_by_group() calls at one TIME (active at TTL, active at 2 TTL, "
         "every tracked consumer at now_ns=0), sent concurrently; no consumer is read "
         "(registry.groups() of issue 14 makes it one call)"
     )
+
+
+TICK_NS = 500_000_000
+"""The service's default interval between two reads of one stream."""
+
+
+async def _live_ticks(
+    *, registry_url: str, rounds: int, n: int, probe: Any
+) -> dict[str, tuple[list[float], str]]:
+    """Median inputs for one live tick: `changes(cursor)` over the fleet, and over one group
+    (a group page's stream), each after 20 transitions; with the longest command of one."""
+    registry = AsyncRedisPresenceRegistry.from_url(registry_url, prefix=PREFIX, max_future_ms=None)
+    # Well after the fleet's beats: its consumers crossed both lines long ago, so what a
+    # tick finds is what this round does.
+    now = NOW_NS + 10 * 60 * 1_000_000_000
+    ttl_ns = TTL_MS * 1_000_000
+    queue, group = "queue-042", "group-2"
+    found: dict[str, tuple[list[float], str]] = {}
+    try:
+        await registry.set_ttl(TTL_MS)
+        for name, where in [
+            ("live tick: changes(cursor), 20 transitions", {}),
+            (
+                "live tick of a group page: changes(cursor, queue, group)",
+                {"queue": queue, "group": group},
+            ),
+        ]:
+            samples: list[float] = []
+            command = ""
+            for round_number in range(rounds + 2):
+                _, cursor = await registry.changes(now_ns=now, **where)
+                tag = f"{name[:9]}-{round_number}"
+                joined = [(queue, group, f"tick-{tag}-{i}", 0) for i in range(5)]
+                lapsing = [(queue, group, f"lapse-{tag}-{i}", 0) for i in range(5)]
+                await registry.heartbeat_many(joined, now_ns=now + 100_000_000)
+                # Beaten so that each goes stale 200 ms into the tick.
+                await registry.heartbeat_many(
+                    lapsing, now_ns=now + 200_000_000 - ttl_ns - 1_000_000
+                )
+                for _, _, consumer, _ in joined:
+                    await registry.deregister(queue, group, consumer, now_ns=now + 300_000_000)
+                now += TICK_NS
+                if round_number == 0:
+                    probe.config_resetstat()
+                started = time.perf_counter()
+                events, cursor = await registry.changes(cursor, now_ns=now, **where)
+                spent = (time.perf_counter() - started) * 1000
+                if round_number == 0:
+                    name_found, usec = _longest_usec(probe)
+                    command = f"{name_found} {usec / 1000:.2f} ms"
+                kinds = sorted(str(event.kind) for event in events)
+                # This round's 10 lapsing ones joined too (logged), and go stale in the tick.
+                if kinds.count("left") != 5 or kinds.count("stale") != 5:
+                    raise AssertionError(f"{name}: unexpected events {kinds}")
+                if round_number >= 2:  # warm-up: scripts loaded, TTLs cached
+                    samples.append(spent)
+                for _, _, consumer, _ in lapsing:
+                    await registry.deregister(queue, group, consumer, now_ns=now)
+            found[name] = (samples, command)
+    finally:
+        await registry.set_ttl(None)
+        await registry.aclose()
+        probe.close()
+    return found
 
 
 def case_web(server: BenchServer, sizes: Any) -> CaseResult:

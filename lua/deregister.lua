@@ -1,6 +1,7 @@
--- deregister.lua: forget one consumer (graceful shutdown), and log that it left.
--- KEYS: group_keys(1) of lib.lua (sorted set, hash, index mark, event log), then INDEX and
---       EVENTS on a standalone server
+-- deregister.lua: forget one consumer (graceful shutdown) and its metadata, and log that it
+-- left.
+-- KEYS: group_keys(1) and meta_key(1) of lib.lua (sorted set, hash, index mark, event log,
+--       metadata), then INDEX and EVENTS on a standalone server
 -- ARGV[1] consumer, ARGV[2] now_ns as a decimal string, or '' for the server clock (the
 -- instant of the `left` event), ARGV[3] how many entries the event log keeps, ARGV[4] how
 -- long it lasts after its last entry, in ms
@@ -9,7 +10,8 @@
 -- consumer was not tracked) to list the log in the event index (only on a cluster).
 -- Refused before anything is written: a key of another type, a stored value this package
 -- did not write.
-local err = expect_types(1, KEYS_PER_GROUP, {'zset', 'hash', 'string', 'stream'})
+meta_layout()
+local err = expect_types(1, KEYS_PER_GROUP, {'zset', 'hash', 'string', 'stream', 'hash'})
   or (INDEX and expect_types(#KEYS - 1, #KEYS, {'zset', 'zset'}))
 if err then return err end
 
@@ -18,14 +20,15 @@ local old = redis.call('HGET', data, ARGV[1])
 if old and not parse_beat(old) then return redis.error_reply(corrupt(2, ARGV[1], old)) end
 local existed = redis.call('ZREM', zset, ARGV[1])
 redis.call('HDEL', data, ARGV[1])
+redis.call('HDEL', meta_key(1), ARGV[1])
 local logged = 0
 if old then
   local _, _, now = now_parts(ARGV[2])
-  logged = append_event(1, ARGV[3], ARGV[4], 'left', {'c' .. ARGV[1], now .. ' ' .. old})
+  logged = append_event(1, ARGV[3], ARGV[4], 'left', {'c' .. ARGV[1], now .. ' ' .. beat_part(old)})
 end
 local emptied = 0
 if existed == 1 and redis.call('EXISTS', zset) == 0 then
-  redis.call('DEL', data, mark)
+  redis.call('DEL', data, mark, meta_key(1))
   if INDEX then
     redis.call('ZREM', INDEX, data)
   else

@@ -9,8 +9,10 @@
 -- entry, in ms; ARGV[5] the clock guard: the most ms an explicit now_ns may be ahead of the
 -- server clock ('': no guard)
 -- ARGV[5 + g] the shared TTL of group g in ms
--- then one 4-tuple per beat: group number, consumer, lease_count, delay_us
---   (delay_us: how long before now the beat happened; the beat is stamped now - delay)
+-- then one 5-tuple per beat: group number, consumer, lease_count, delay_us, progress_us
+--   (delay_us: how long before now the beat happened; the beat is stamped now - delay;
+--   progress_us: '' when the beat records no progress, else how long before now the last
+--   progress happened, recorded as now - progress_us)
 -- Returns {groups, logged, refused...}: on a cluster, groups are the numbers of the groups
 -- the caller must add to the index itself and logged the millisecond of the last event this
 -- call logged (0: none), which the caller lists in the event index ({} and 0 on a
@@ -48,7 +50,7 @@ end
 -- Each beat's stored value, read once and checked before any write (false: none); spoilt[g]
 -- maps the consumers of group g whose value this package did not write to why.
 local olds, spoilt = {}, {}
-for i = first, #ARGV, 4 do
+for i = first, #ARGV, 5 do
   local g, consumer = tonumber(ARGV[i]), ARGV[i + 1]
   if not problem[g] then
     local _, data, _, _, at = group_keys(g)
@@ -64,7 +66,7 @@ end
 local now_us, now_rest, now_str = now_parts(ARGV[1])
 local events = {}  -- events[g] = {joined = {...}, recovered = {...}}
 local latest = {}  -- latest[g][consumer]: the value this call wrote (a consumer beats twice)
-for i = first, #ARGV, 4 do
+for i = first, #ARGV, 5 do
   local g, consumer, lease = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
   if not problem[g] and not (spoilt[g] and spoilt[g][consumer]) then
     local delay = tonumber(ARGV[i + 3])
@@ -74,11 +76,21 @@ for i = first, #ARGV, 4 do
       if us < 0 then us = 0 end
       stamp = int_str(us) .. string.format('%03d', now_rest)
     end
+    local progress = nil
+    if ARGV[i + 4] ~= '' then
+      progress = now_str
+      local back = tonumber(ARGV[i + 4])
+      if back > 0 then
+        local pus = now_us - back
+        if pus < 0 then pus = 0 end
+        progress = int_str(pus) .. string.format('%03d', now_rest)
+      end
+    end
     latest[g] = latest[g] or {}
     local old = latest[g][consumer] or olds[i]
-    local err, value = write_beat(g, consumer, old, us, stamp, lease)
+    local err, value, full = write_beat(g, consumer, old, us, stamp, lease, progress)
     if err then return err end  -- not a type error (checked above): an ACL denial, say
-    latest[g][consumer] = value
+    latest[g][consumer] = full
     local kind, at = nil, nil
     local ttl = tonumber(ARGV[5 + g])
     if not old then

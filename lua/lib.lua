@@ -1,7 +1,9 @@
 -- lib.lua: helpers prepended to every operation script by redis_presence/scripts.py.
 --
 -- KEYS, in every script: four keys per group, group_keys(g) for g = 1..GROUPS (its sorted
--- set of heartbeats, its hash of stored values, its index mark, its queue's event log), and,
+-- set of heartbeats, its hash of stored values, its index mark, its queue's event log), and
+-- a fifth, meta_key(g) (its hash of metadata), in the scripts that call meta_layout() first
+-- (describe, deregister, prune: the heartbeats never touch metadata), and,
 -- on a standalone server only, the index of groups (INDEX: a sorted set whose members, all
 -- of score 0, are the groups' hash keys) and the index of event logs (EVENTS) last. A
 -- script runs on a Redis Cluster exactly when it receives no INDEX: both indexes live in
@@ -20,6 +22,20 @@ local EVENTS = KEYS[GROUPS * KEYS_PER_GROUP + 2]
 local function group_keys(g)
   local i = KEYS_PER_GROUP * (g - 1)
   return KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], KEYS[i + 4], i + 1
+end
+
+-- Five keys per group: what a script that touches metadata calls before anything else.
+local function meta_layout()
+  KEYS_PER_GROUP = 5
+  GROUPS = math.floor(#KEYS / KEYS_PER_GROUP)
+  INDEX = KEYS[GROUPS * KEYS_PER_GROUP + 1]
+  EVENTS = KEYS[GROUPS * KEYS_PER_GROUP + 2]
+end
+
+-- The hash of metadata of group g (consumer -> META_VALUE of redis_presence/keys.py), in a
+-- script that called meta_layout().
+local function meta_key(g)
+  return KEYS[KEYS_PER_GROUP * (g - 1) + 5]
 end
 
 -- Split a decimal nanosecond string into (microseconds, remaining nanoseconds).
@@ -90,18 +106,30 @@ local function expect_types(first, last, kinds)
   return nil
 end
 
--- The stored value of one consumer is 'registered_ns last_heartbeat_ns lease_count'
--- (redis_presence/keys.py, STORED_VALUE); write_beat is its only writer.
+-- The stored value of one consumer is 'registered_ns last_heartbeat_ns lease_count', and
+-- ' last_progress_ns' after it once the consumer recorded progress (redis_presence/keys.py,
+-- STORED_VALUE); write_beat is its only writer.
 
--- The registration and the last heartbeat (decimal ns strings) of a stored value, or nil when
--- it is not a value write_beat wrote: three decimal integers of at most 19 digits, one space
--- between them (so "", "garbage" and "-5 -5 0" are refused, never read as numbers).
+-- The registration, the last heartbeat and the last progress (decimal ns strings; progress
+-- nil before the first) of a stored value, or nil when it is not a value write_beat wrote:
+-- three or four decimal integers of at most 19 digits, one space between them (so "",
+-- "garbage" and "-5 -5 0" are refused, never read as numbers).
 local function parse_beat(value)
   local registered, hb, lease = string.match(value, '^(%d+) (%d+) (%d+)$')
-  if registered and #registered <= 19 and #hb <= 19 and #lease <= 19 then
-    return registered, hb
+  local progress = nil
+  if not registered then
+    registered, hb, lease, progress = string.match(value, '^(%d+) (%d+) (%d+) (%d+)$')
+    if not registered or #progress > 19 then return nil end
+  end
+  if #registered <= 19 and #hb <= 19 and #lease <= 19 then
+    return registered, hb, progress
   end
   return nil
+end
+
+-- The part of a stored value events carry: 'registered_ns last_heartbeat_ns lease_count'.
+local function beat_part(value)
+  return string.match(value, '^%d+ %d+ %d+')
 end
 
 -- `text` in double quotes, for an error message on one line: quotes, backslashes and control
@@ -154,18 +182,23 @@ local function read_beat(g, consumer)
 end
 
 -- Record one beat of `consumer` in group g at `us` (score) / `stamp` (decimal ns), keeping
--- the registration of `old` (its stored value, from read_beat, so well formed). ZADD, the
+-- the registration and the last progress of `old` (its stored value, from read_beat, so
+-- well formed), or recording progress at `progress` (decimal ns) when given. ZADD, the
 -- first write, checks the sorted set: a key of another type is refused before anything is
--- written. Returns an error reply or nil, and the value written.
-local function write_beat(g, consumer, old, us, stamp, lease)
+-- written. Returns an error reply or nil, the part of the value written that events carry
+-- (beat_part) and the whole value written.
+local function write_beat(g, consumer, old, us, stamp, lease, progress)
   local hb, data, _, _, first = group_keys(g)
   local added = redis.pcall('ZADD', hb, us, consumer)
   if type(added) == 'table' then return failed(added, first, 'zset') end
-  local registered = stamp
-  if old then registered = parse_beat(old) end
+  local registered, kept = stamp, nil
+  if old then registered, _, kept = parse_beat(old) end
   local value = registered .. ' ' .. stamp .. ' ' .. lease
-  redis.call('HSET', data, consumer, value)
-  return nil, value
+  local full = value
+  progress = progress or kept
+  if progress then full = value .. ' ' .. progress end
+  redis.call('HSET', data, consumer, full)
+  return nil, value, full
 end
 
 -- Refuse an event log of another type (call before the first write of a script that may

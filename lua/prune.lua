@@ -1,7 +1,7 @@
--- prune.lua: remove the expired consumers of the given groups, visiting at most a budget,
--- and log who was pruned.
--- KEYS: group_keys(g) of lib.lua for each group g = 1..GROUPS, then INDEX and EVENTS on a
---       standalone server
+-- prune.lua: remove the expired consumers of the given groups (and their metadata), visiting
+-- at most a budget, and log who was pruned.
+-- KEYS: group_keys(g) and meta_key(g) of lib.lua for each group g = 1..GROUPS, then INDEX
+--       and EVENTS on a standalone server
 -- ARGV[1] now_ns as a decimal string (the caller reads the server clock once for a whole
 --         prune); ARGV[2] budget: the most consumers this call visits; ARGV[3] and ARGV[4]
 --         where group 1 resumes: how many consumers below the horizon's microsecond it
@@ -25,6 +25,7 @@
 -- whose stored value this package did not write is left in place (nothing of either
 -- changes; the reply says why); everything else is pruned. An index of another type
 -- refuses the whole call.
+meta_layout()
 local err = INDEX and expect_types(#KEYS - 1, #KEYS, {'zset', 'zset'})
 if err then return err end
 
@@ -35,7 +36,7 @@ local removed, stop, resume_below, resume_ties, logged = 0, 0, 0, 0, 0
 local emptied, refused = {}, {}
 for g = 1, GROUPS do
   local zset, data, mark, _, at = group_keys(g)
-  local problem = type_problem(at, at + 3, {'zset', 'hash', 'string', 'stream'})
+  local problem = type_problem(at, at + 4, {'zset', 'hash', 'string', 'stream', 'hash'})
   if problem then
     refused[#refused + 1] = g
     refused[#refused + 1] = ''
@@ -75,7 +76,7 @@ for g = 1, GROUPS do
       else
         gone[#gone + 1] = consumer
         fields[#fields + 1] = 'c' .. consumer
-        fields[#fields + 1] = now .. ' ' .. (value or '0 0 0')
+        fields[#fields + 1] = now .. ' ' .. (value and beat_part(value) or '0 0 0')
       end
     end
     if left == 0 then
@@ -87,6 +88,7 @@ for g = 1, GROUPS do
     if #gone > 0 then
       redis.call('ZREM', zset, unpack(gone))
       redis.call('HDEL', data, unpack(gone))
+      redis.call('HDEL', meta_key(g), unpack(gone))
       removed = removed + #gone
       logged = append_event(g, kept_log, log_ms, 'pruned', fields)
     end
@@ -94,7 +96,7 @@ for g = 1, GROUPS do
     -- An empty group is unlisted even when nothing expired: on a cluster, a heartbeat that
     -- races with a deregister can leave an empty group in the index (docs/index-protocol.md).
     if redis.call('EXISTS', zset) == 0 then
-      redis.call('DEL', data, mark)
+      redis.call('DEL', data, mark, meta_key(g))
       if INDEX then
         redis.call('ZREM', INDEX, data)
       else

@@ -30,7 +30,10 @@ if TYPE_CHECKING:
     from .memory import ConsumerPresenceRegistry as ConsumerPresenceRegistry
     from .model import DEFAULT_MAX_FUTURE_MS as DEFAULT_MAX_FUTURE_MS
     from .model import DEFAULT_PRESENCE_TTL_MS as DEFAULT_PRESENCE_TTL_MS
+    from .model import DEFAULT_STUCK_AFTER_MS as DEFAULT_STUCK_AFTER_MS
+    from .model import ConsumerMeta as ConsumerMeta
     from .model import ConsumerPresence as ConsumerPresence
+    from .model import GroupPresence as GroupPresence
     from .model import PresenceState as PresenceState
     from .plans import MAX_BEATS_PER_CALL as MAX_BEATS_PER_CALL
     from .plans import MAX_CONSUMERS_PER_CALL as MAX_CONSUMERS_PER_CALL
@@ -47,6 +50,9 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "DEFAULT_MAX_FUTURE_MS": "model",
     "DEFAULT_PRESENCE_TTL_MS": "model",
+    "DEFAULT_STUCK_AFTER_MS": "model",
+    "ConsumerMeta": "model",
+    "GroupPresence": "model",
     "DEFAULT_REPORT_INTERVAL_MS": "reporter",
     "AsyncPresenceReporter": "reporter",
     "AsyncRedisPresenceRegistry": "aio",

@@ -157,9 +157,9 @@ def group_event(
 ) -> PresenceEvent | None:
     """The `stale` / `expired` event of one consumer from its stored value."""
     parts = (value.decode() if isinstance(value, bytes) else str(value)).split()
-    if len(parts) != STORED_FIELDS:
+    if len(parts) not in (STORED_FIELDS, STORED_FIELDS + 1):  # with progress, one more
         return None
-    registered, heartbeat, lease = map(int, parts)
+    registered, heartbeat, lease = map(int, parts[:STORED_FIELDS])
     at = crossed(kind, heartbeat, ttl_ms)
     return PresenceEvent(kind, gk.queue, gk.group, consumer, at, lease, registered, heartbeat)
 

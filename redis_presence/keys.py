@@ -8,6 +8,12 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
     P:{Q}:G:ix   string index mark, on a cluster only; expires after INDEX_MARK_MS
                         (docs/index-protocol.md)
     P:{Q}:G:ttl  string the group's shared TTL in ms (`set_ttl(queue=, group=)`), if set
+    P:{Q}:G:m    hash   consumer -> its metadata (`describe`; META_VALUE, below); a field
+                        goes with its consumer (deregister, prune)
+    P:{Q}:G:stuck string the group's shared progress budget in ms
+                        (`set_stuck_after(queue=, group=)`), if set
+    P:{Q}:expect hash   group -> the minimum of active consumers it was declared with
+                        (`expect`), a decimal integer; outlives every consumer
     P:{Q}:events stream the queue's write-driven events (joined, recovered, left, pruned),
                         capped (``MAXLEN ~``); an entry's fields are EVENT_FIELDS
     P:groups     zset   the index: the hash key ``P:{Q}:G:c`` of every group with a
@@ -16,6 +22,9 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
     P:events     zset   the event log of every queue that logged an event, scored by the
                         millisecond of its latest one (readers take the recent ones)
     P:ttl        string the prefix's shared TTL in ms (`set_ttl()`), if set
+    P:stuck      string the prefix's shared progress budget in ms (`set_stuck_after()`)
+    P:expects    zset   the index of declared groups: the key ``P:{Q}:expect`` of every
+                        queue with a declared group, all with score 0 (sorted by name)
     P:index      set    the index of release 0.1 ("Q:G" members); only
                         ``redis-presence migrate`` reads it, and empties it
 
@@ -27,8 +36,10 @@ break the hash tag and never leave the prefix (ACL pattern ``~P:*``).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 from urllib.parse import quote, unquote
 
 from .errors import PresenceDataError
@@ -37,14 +48,20 @@ from .validation import check_prefix
 INDEX_MARK_MS = 60_000
 """Lifetime of a group's index mark: how often a live group re-asserts its index entry."""
 
-STORED_VALUE = "registered_ns last_heartbeat_ns lease_count"
+STORED_VALUE = "registered_ns last_heartbeat_ns lease_count [last_progress_ns]"
 """The stored value of one consumer (a field of ``P:{Q}:G:c``): three decimal integers
 separated by single spaces, the first beat's and the last beat's instants in nanoseconds
-and the lease count. ``write_beat`` in ``lua/lib.lua`` is the only writer;
+and the lease count, and, once the consumer recorded progress, a fourth: the instant of
+its last progress. ``write_beat`` in ``lua/lib.lua`` is the only writer;
 `redis_presence.replies.stored_columns` the only reader."""
 
-STORED_FIELDS = len(STORED_VALUE.split())
+STORED_FIELDS = 3
+"""Fields of a stored value without progress (one more with it)."""
 STORED_SEPARATOR = " "
+
+META_VALUE = "JSON object of str to str, keys sorted, separators ',' and ':', UTF-8"
+"""The stored metadata of one consumer (a field of ``P:{Q}:G:m``): one canonical spelling
+per mapping, so a script tells a change by comparing strings (`encode_meta`)."""
 
 EVENT_FIELDS = (
     "k: kind, g: the group's hash key, "
@@ -55,6 +72,28 @@ one field per consumer the event is about, valued by four decimal integers. One 
 writes one entry per (kind, group), so a prune of a thousand consumers is one entry.
 ``append_event`` in ``lua/lib.lua`` is the only writer; `redis_presence.events` the only
 reader."""
+
+
+def encode_meta(meta: dict[str, str]) -> str:
+    """The stored spelling of a (validated) metadata mapping (META_VALUE)."""
+    return json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def decode_meta(key: str, consumer: Any, value: Any) -> dict[str, str]:
+    """The mapping a stored metadata value spells; anything else is a data error."""
+    try:
+        text = value.decode() if isinstance(value, bytes) else value
+        meta = json.loads(text)
+        if not isinstance(meta, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
+        ):
+            raise ValueError
+    except (ValueError, TypeError, UnicodeDecodeError, AttributeError):
+        raise PresenceDataError(
+            f"redis-presence key {key} field {consumer!r:.80} holds metadata this package did "
+            f"not write: {value!r:.80}"
+        ) from None
+    return meta
 
 
 def encode_name(name: str) -> str:
@@ -78,6 +117,9 @@ class GroupKeys:
     mark: str
     ttl: str
     events: str
+    meta: str
+    stuck: str
+    expect: str
 
     @property
     def member(self) -> str:
@@ -90,21 +132,52 @@ def _group_keys(prefix: str, queue: str, group: str) -> GroupKeys:
     tag = f"{prefix}:{{{encode_name(queue)}}}"
     base = f"{tag}:{encode_name(group)}"
     return GroupKeys(
-        queue, group, f"{base}:hb", f"{base}:c", f"{base}:ix", f"{base}:ttl", f"{tag}:events"
+        queue,
+        group,
+        f"{base}:hb",
+        f"{base}:c",
+        f"{base}:ix",
+        f"{base}:ttl",
+        f"{tag}:events",
+        f"{base}:m",
+        f"{base}:stuck",
+        f"{tag}:expect",
     )
 
 
 class Keyspace:
     """Key names under one prefix."""
 
-    __slots__ = ("events", "groups", "legacy_index", "prefix", "ttl")
+    __slots__ = ("events", "expects", "groups", "legacy_index", "prefix", "stuck", "ttl")
 
     def __init__(self, prefix: str) -> None:
         self.prefix = check_prefix(prefix)
         self.groups = f"{prefix}:groups"
         self.events = f"{prefix}:events"
         self.ttl = f"{prefix}:ttl"
+        self.stuck = f"{prefix}:stuck"
+        self.expects = f"{prefix}:expects"
         self.legacy_index = f"{prefix}:index"
+
+    def queue_expect(self, queue: str) -> str:
+        """The declared groups of one queue (validated name)."""
+        return f"{self.prefix}:{{{encode_name(queue)}}}:expect"
+
+    def queue_of_expect(self, key: bytes | str) -> str:
+        """The queue whose declared groups `key` holds; a foreign key is a data error."""
+        text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+        head, tail = f"{self.prefix}:{{", "}:expect"
+        try:
+            queue = decode_name(text[len(head) : -len(tail)])
+        except UnicodeDecodeError:
+            queue = ""
+        if not (text.startswith(head) and text.endswith(tail) and queue) or (
+            self.queue_expect(queue) != text
+        ):
+            raise PresenceDataError(
+                f"the index {self.expects} holds a member this package did not write: {text!r:.80}"
+            )
+        return queue
 
     def queue_events(self, queue: str) -> str:
         """The event log of one queue (validated name)."""

@@ -29,8 +29,12 @@ from .events import (
 from .model import (
     DEFAULT_MAX_FUTURE_MS,
     DEFAULT_PRESENCE_TTL_MS,
+    DEFAULT_STUCK_AFTER_MS,
+    NO_META,
     NS_PER_US,
+    ConsumerMeta,
     ConsumerPresence,
+    GroupPresence,
     PresenceState,
     age_ms,
 )
@@ -42,13 +46,17 @@ from .validation import (
     check_filter,
     check_lease_count,
     check_max_future_ms,
+    check_meta,
+    check_min_active,
     check_name,
     check_now_ns,
+    check_optional_stuck_after_ms,
     check_optional_ttl_ms,
 )
 
-Stored = tuple[int, int, int]
-"""What the model keeps of one consumer: `(registered_at_ns, last_heartbeat_ns, lease)`."""
+Stored = tuple[int, int, int, int | None]
+"""What the model keeps of one consumer: `(registered_at_ns, last_heartbeat_ns, lease,
+last_progress_ns)`."""
 
 
 def _state(now_ns: int, last_heartbeat_ns: int, ttl_ms: int) -> PresenceState:
@@ -79,6 +87,9 @@ class ConsumerPresenceRegistry:
         self._lock = threading.Lock()
         self._rows: dict[ConsumerKey, Stored] = {}
         self._ttls: dict[tuple[str, str] | None, int] = {}
+        self._stucks: dict[tuple[str, str] | None, int] = {}
+        self._meta: dict[ConsumerKey, ConsumerMeta] = {}
+        self._expected: dict[tuple[str, str], int] = {}
         # The write-driven events, numbered; `_trimmed` is the last number dropped.
         self._log: deque[tuple[int, PresenceEvent]] = deque(maxlen=events_kept)
         self._logged = 0
@@ -110,13 +121,18 @@ class ConsumerPresenceRegistry:
         consumer: str,
         lease_count: int = 0,
         now_ns: int | None = None,
+        *,
+        progressed: bool = False,
     ) -> None:
-        """Record or refresh one consumer; the first beat fixes `registered_at_ns`."""
+        """Record or refresh one consumer; the first beat fixes `registered_at_ns`, and
+        `progressed` records progress at the beat's instant."""
         key = check_consumer_key(queue, group, consumer)
         lease = check_lease_count(lease_count)
+        if type(progressed) is not bool:
+            raise TypeError(f"progressed must be a bool, got {type(progressed).__name__}")
         stamp = self._beat_now(now_ns)
         with self._lock:
-            self._beat(key, lease, stamp, stamp)
+            self._beat(key, lease, stamp, stamp, stamp if progressed else None)
 
     def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
         """Apply many `(queue, group, consumer, lease_count)` beats; returns how many."""
@@ -127,18 +143,23 @@ class ConsumerPresenceRegistry:
                 self._beat((queue, group, consumer), lease, stamp, stamp)
         return len(checked)
 
-    def _beat(self, key: ConsumerKey, lease: int, stamp: int, now: int) -> None:
-        """One beat stamped `stamp` arriving at `now`, and its event, as the scripts do."""
+    def _beat(
+        self, key: ConsumerKey, lease: int, stamp: int, now: int, progress: int | None = None
+    ) -> None:
+        """One beat stamped `stamp` arriving at `now` (recording progress at `progress`,
+        when given), and its event, as the scripts do."""
         old = self._rows.get(key)
         registered = stamp if old is None else old[0]
-        self._rows[key] = (registered, stamp, lease)
+        if progress is None and old is not None:
+            progress = old[3]
+        self._rows[key] = (registered, stamp, lease, progress)
         ttl = self._ttl_of(key[0], key[1])
         if old is None:
-            self._append(EventKind.JOINED, key, stamp, (registered, stamp, lease))
+            self._append(EventKind.JOINED, key, stamp, (registered, stamp, lease, progress))
         elif _state(now, old[1], ttl) is not PresenceState.ACTIVE and (
             _state(now, stamp, ttl) is PresenceState.ACTIVE
         ):
-            self._append(EventKind.RECOVERED, key, now, (registered, stamp, lease))
+            self._append(EventKind.RECOVERED, key, now, (registered, stamp, lease, progress))
 
     def deregister(self, queue: str, group: str, consumer: str, now_ns: int | None = None) -> bool:
         """Forget one consumer (graceful shutdown), as `left` at `now_ns`; returns whether
@@ -148,9 +169,24 @@ class ConsumerPresenceRegistry:
         stamp = time.time_ns() if now is None else now
         with self._lock:
             old = self._rows.pop(key, None)
+            self._meta.pop(key, None)
             if old is not None:
                 self._append(EventKind.LEFT, key, stamp, old)
         return old is not None
+
+    def describe(self, queue: str, group: str, consumer: str, meta: dict[str, str]) -> bool:
+        """Store the consumer's metadata (an empty mapping removes it); returns whether the
+        consumer is tracked (an untracked one's metadata is not stored)."""
+        key = check_consumer_key(queue, group, consumer)
+        checked = check_meta(meta)
+        with self._lock:
+            if key not in self._rows:
+                return False
+            if checked:
+                self._meta[key] = ConsumerMeta(sorted(checked.items()))
+            else:
+                self._meta.pop(key, None)
+        return True
 
     def prune_expired(
         self,
@@ -168,11 +204,12 @@ class ConsumerPresenceRegistry:
         with self._lock:
             doomed = [
                 key
-                for key, (_, hb, _) in self._rows.items()
+                for key, (_, hb, _, _) in self._rows.items()
                 if _matches(key, queue, group)
                 and _state(stamp, hb, ttl or self._ttl_of(key[0], key[1])) is PresenceState.EXPIRED
             ]
             for key in doomed:
+                self._meta.pop(key, None)
                 self._append(EventKind.PRUNED, key, stamp, self._rows.pop(key))
         return len(doomed)
 
@@ -189,18 +226,36 @@ class ConsumerPresenceRegistry:
         *,
         queue: str | None = None,
         group: str | None = None,
+        stuck_after_ms: int | None = None,
+        with_meta: bool = False,
     ) -> list[ConsumerPresence]:
         """Every tracked consumer (of one queue, or one group), ordered by `(queue, group,
-        consumer)`; `ttl_ms` None is each group's shared TTL."""
+        consumer)`; `ttl_ms` / `stuck_after_ms` None are each group's shared ones; `meta`
+        is filled only `with_meta`."""
         ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
+        stuck = check_optional_stuck_after_ms(stuck_after_ms)
+        if type(with_meta) is not bool:
+            raise TypeError(f"with_meta must be a bool, got {type(with_meta).__name__}")
         queue, group = check_filter("queue", queue), check_filter("group", group)
         with self._lock:
             rows = sorted(item for item in self._rows.items() if _matches(item[0], queue, group))
             ttls = {key[:2]: ttl or self._ttl_of(key[0], key[1]) for key, _ in rows}
+            stucks = {key[:2]: stuck or self._stuck_of(key[0], key[1]) for key, _ in rows}
+            metas = {key: self._meta.get(key, NO_META) for key, _ in rows} if with_meta else {}
         stamp = time.time_ns() if now is None else now
         return [
-            ConsumerPresence.at(*key, *value, now_ns=stamp, ttl_ms=ttls[key[:2]])
+            ConsumerPresence.at(
+                *key,
+                value[0],
+                value[1],
+                value[2],
+                value[3],
+                now_ns=stamp,
+                ttl_ms=ttls[key[:2]],
+                stuck_after_ms=stucks[key[:2]],
+                meta=metas.get(key, NO_META),
+            )
             for key, value in rows
         ]
 
@@ -211,9 +266,20 @@ class ConsumerPresenceRegistry:
         *,
         queue: str | None = None,
         group: str | None = None,
+        stuck_after_ms: int | None = None,
+        with_meta: bool = False,
     ) -> Iterator[ConsumerPresence]:
         """The rows of `snapshot` (checked at once, yielded one by one)."""
-        return iter(self.snapshot(now_ns, ttl_ms, queue=queue, group=group))
+        return iter(
+            self.snapshot(
+                now_ns,
+                ttl_ms,
+                queue=queue,
+                group=group,
+                stuck_after_ms=stuck_after_ms,
+                with_meta=with_meta,
+            )
+        )
 
     def count_active_by_group(
         self,
@@ -241,6 +307,40 @@ class ConsumerPresenceRegistry:
         queue, group = check_name("queue", queue), check_name("group", group)
         found = self.count_active_by_group(now_ns, ttl_ms, queue=queue, group=group)
         return found.get((queue, group), 0)
+
+    # -- declared groups ------------------------------------------------------------
+
+    def expect(self, queue: str, group: str, min_active: int = 1) -> None:
+        """Declare that `group` must have at least `min_active` active readers of `queue`."""
+        key = (check_name("queue", queue), check_name("group", group))
+        least = check_min_active(min_active)
+        with self._lock:
+            self._expected[key] = least
+
+    def unexpect(self, queue: str, group: str) -> bool:
+        """Forget a declared group; returns whether it was declared."""
+        key = (check_name("queue", queue), check_name("group", group))
+        with self._lock:
+            return self._expected.pop(key, None) is not None
+
+    def expected(self) -> dict[tuple[str, str], int]:
+        """Every declared group and its `min_active`, ordered by (queue, group)."""
+        with self._lock:
+            return dict(sorted(self._expected.items()))
+
+    def groups(self, now_ns: int | None = None, ttl_ms: int | None = None) -> list[GroupPresence]:
+        """Every tracked or declared group with its consumers by state, its `min_active`
+        (None: not declared) and whether it has fewer active consumers."""
+        counts: dict[tuple[str, str], list[int]] = {}
+        index = {PresenceState.ACTIVE: 0, PresenceState.STALE: 1, PresenceState.EXPIRED: 2}
+        for row in self.snapshot(now_ns, ttl_ms):
+            counts.setdefault((row.queue, row.group), [0, 0, 0])[index[row.state]] += 1
+        declared = self.expected()
+        out = []
+        for key in sorted(counts.keys() | declared.keys()):
+            active, stale, expired = counts.get(key, [0, 0, 0])
+            out.append(GroupPresence.of(*key, active, stale, expired, declared.get(key)))
+        return out
 
     def __len__(self) -> int:
         with self._lock:
@@ -286,6 +386,44 @@ class ConsumerPresenceRegistry:
             return None
         return check_name("queue", queue), check_name("group", group)
 
+    def set_stuck_after(
+        self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None
+    ) -> None:
+        """Store the progress budget every reader shares, for all groups or one (None: forget
+        it); reads whose `stuck_after_ms` is None use it."""
+        budget = check_optional_stuck_after_ms(stuck_after_ms)
+        where = self._ttl_key(queue, group)
+        with self._lock:
+            if budget is None:
+                self._stucks.pop(where, None)
+            else:
+                self._stucks[where] = budget
+
+    def stuck_after(self, queue: str | None = None, group: str | None = None) -> int:
+        """The shared progress budget of one group (or of all), as reads with
+        `stuck_after_ms` None use it."""
+        return self.stuck_after_source(queue, group)[0]
+
+    def stuck_after_source(
+        self, queue: str | None = None, group: str | None = None
+    ) -> tuple[int, str]:
+        """`stuck_after` and where it comes from:
+        ``"group"``, ``"prefix"`` or ``"default"`` (DEFAULT_STUCK_AFTER_MS)."""
+        where = self._ttl_key(queue, group)
+        with self._lock:
+            if where is not None and where in self._stucks:
+                return self._stucks[where], "group"
+            if None in self._stucks:
+                return self._stucks[None], "prefix"
+        return DEFAULT_STUCK_AFTER_MS, "default"
+
+    def _stuck_of(self, queue: str, group: str) -> int:
+        """The shared progress budget of a group (the lock is held)."""
+        found = self._stucks.get((queue, group))
+        if found is None:
+            found = self._stucks.get(None, DEFAULT_STUCK_AFTER_MS)
+        return found
+
     def _ttl_of(self, queue: str, group: str) -> int:
         """The shared TTL of a group (the lock is held)."""
         found = self._ttls.get((queue, group))
@@ -296,7 +434,7 @@ class ConsumerPresenceRegistry:
     # -- events -----------------------------------------------------------------------
 
     def _append(self, kind: EventKind, key: ConsumerKey, at: int, stored: Stored) -> None:
-        registered, heartbeat, lease = stored
+        registered, heartbeat, lease, _ = stored
         if len(self._log) == self._log.maxlen:
             self._trimmed = self._log[0][0]
         self._logged += 1
@@ -334,7 +472,7 @@ class ConsumerPresenceRegistry:
                 if number > seen and _matches(event.key, queue, group)
             ]
             if stamp > since_ns:
-                for key, (registered, heartbeat, lease) in self._rows.items():
+                for key, (registered, heartbeat, lease, _) in self._rows.items():
                     if not _matches(key, queue, group):
                         continue
                     ttl = self._ttl_of(key[0], key[1])
@@ -350,25 +488,33 @@ class ConsumerPresenceRegistry:
     def follow(
         self,
         *,
+        cursor: str | None = None,
         interval_s: float = DEFAULT_FOLLOW_INTERVAL_S,
         queue: str | None = None,
         group: str | None = None,
     ) -> Iterator[FollowMessage]:
         """A `FollowSnapshot`, then each event and a `FollowCursor` every `interval_s`, and
-        a new snapshot whenever the log was trimmed past the cursor."""
+        a new snapshot whenever the log was trimmed past the cursor; from `cursor` at once
+        (no first snapshot) when given."""
         interval = check_interval_s(interval_s)
+        if cursor is not None:
+            _decode(cursor)
         while True:
-            _, cursor = self.changes(queue=queue, group=group)
-            now = _decode(cursor)[0]
-            yield FollowSnapshot(self.snapshot(now, queue=queue, group=group), cursor, now)
+            wait = cursor is None
+            if cursor is None:
+                _, cursor = self.changes(queue=queue, group=group)
+                now = _decode(cursor)[0]
+                yield FollowSnapshot(self.snapshot(now, queue=queue, group=group), cursor, now)
             try:
                 while True:
-                    time.sleep(interval)
+                    if wait:
+                        time.sleep(interval)
+                    wait = True
                     events, cursor = self.changes(cursor, queue=queue, group=group)
                     yield from events
                     yield FollowCursor(cursor, _decode(cursor)[0])
             except PresenceResyncRequired:
-                continue
+                cursor = None
 
 
 def _encode(now_ns: int, seen: int) -> str:

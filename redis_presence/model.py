@@ -5,11 +5,11 @@ from __future__ import annotations
 import enum
 import gc
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import groupby, repeat
-from operator import floordiv, itemgetter, sub
-from typing import NamedTuple
+from operator import and_, eq, floordiv, gt, itemgetter, le, sub
+from typing import Any, NamedTuple
 
 DEFAULT_PRESENCE_TTL_MS = 30_000
 """Default heartbeat budget: a consumer is active for this long after its last beat."""
@@ -19,8 +19,55 @@ DEFAULT_MAX_FUTURE_MS = 10_000
 the server's clock is refused (`PresenceClockError`), so a broker whose clock runs ahead
 cannot keep a dead consumer active for longer than this past its TTL."""
 
+DEFAULT_STUCK_AFTER_MS = 300_000
+"""Default progress budget (five minutes, Kafka's ``max.poll.interval.ms``): an active
+consumer holding leases is `stuck` when it has made no progress (nor, before its first,
+been registered) for longer than this."""
+
 NS_PER_MS = 1_000_000
 NS_PER_US = 1_000
+
+
+class ConsumerMeta(Mapping[str, str]):
+    """A consumer's metadata: a read-only, hashable mapping of str to str (`describe`).
+    Rows hold one, so rows stay immutable and hashable."""
+
+    __slots__ = ("_hash", "_items")
+
+    def __init__(self, items: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
+        self._items: dict[str, str] = dict(items)
+        self._hash: int | None = None
+
+    def __getitem__(self, key: str) -> str:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self._items.items()))
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ConsumerMeta):
+            return self._items == other._items
+        if isinstance(other, Mapping):
+            return self._items == dict(other)
+        return NotImplemented
+
+    def __lt__(self, other: ConsumerMeta) -> bool:  # rows sort as tuples
+        return sorted(self._items.items()) < sorted(other._items.items())
+
+    def __repr__(self) -> str:
+        return f"ConsumerMeta({self._items!r})"
+
+
+NO_META = ConsumerMeta()
+"""The metadata of every row of a plain `snapshot()` (and of a consumer never described)."""
 
 
 class PresenceState(str, enum.Enum):
@@ -76,6 +123,13 @@ class ConsumerPresence(NamedTuple):
     last_seen_age_ms: int
     lease_count: int
     state: PresenceState
+    last_progress_ns: int | None = None
+    """The last recorded progress (``heartbeat(..., progressed=True)``), None before it."""
+    stuck: bool = False
+    """Active, holding leases, and no progress (nor, before the first, registration) for
+    longer than the read's ``stuck_after_ms``: a flag on an active row, not a state."""
+    meta: ConsumerMeta = NO_META
+    """The consumer's metadata (`describe`): filled by ``snapshot(with_meta=True)`` only."""
 
     @classmethod
     def at(
@@ -86,12 +140,16 @@ class ConsumerPresence(NamedTuple):
         registered_at_ns: int,
         last_heartbeat_ns: int,
         lease_count: int,
+        last_progress_ns: int | None = None,
         *,
         now_ns: int,
         ttl_ms: int,
+        stuck_after_ms: int = DEFAULT_STUCK_AFTER_MS,
+        meta: ConsumerMeta = NO_META,
     ) -> ConsumerPresence:
-        """Build the row for a stored consumer, deriving age and state at `now_ns`."""
+        """Build the row for a stored consumer, deriving age, state and `stuck` at `now_ns`."""
         age = age_ms(now_ns, last_heartbeat_ns)
+        state = PresenceState.classify(age, ttl_ms)
         return cls(
             queue,
             group,
@@ -100,7 +158,17 @@ class ConsumerPresence(NamedTuple):
             last_heartbeat_ns,
             age,
             lease_count,
-            PresenceState.classify(age, ttl_ms),
+            state,
+            last_progress_ns,
+            is_stuck(
+                state,
+                lease_count,
+                registered_at_ns,
+                last_progress_ns,
+                now_ns=now_ns,
+                stuck_after_ms=stuck_after_ms,
+            ),
+            meta,
         )
 
     @classmethod
@@ -112,13 +180,18 @@ class ConsumerPresence(NamedTuple):
         registered_at_ns: Sequence[int],
         last_heartbeat_ns: Sequence[int],
         lease_count: Sequence[int],
+        progress_ns: Sequence[int | None] | None = None,
         *,
         now_ns: int,
         ttl_ms: int,
+        stuck_after_ms: int = DEFAULT_STUCK_AFTER_MS,
+        metas: Iterable[ConsumerMeta] | None = None,
     ) -> Iterator[ConsumerPresence]:
         """The rows `at` builds for the consumers of one group given column by column, in
-        order. Ages and states come from `PresenceState.horizons_ns` with C-level `map`s, and
-        each row is one `tuple.__new__`: no Python code runs per row."""
+        order (`progress_ns` None: nobody made progress yet, else None for each who did not;
+        `metas` None: no metadata). Ages,
+        states and `stuck` come from horizons with C-level `map`s, and each row is one
+        `tuple.__new__`: no Python code runs per row."""
         active_after, expired_at = PresenceState.horizons_ns(now_ns, ttl_ms)
         beats = last_heartbeat_ns
         # max(0, now - hb) // 1 ms; a beat from the reader's future is rare, so the clamp is
@@ -130,7 +203,27 @@ class ConsumerPresence(NamedTuple):
         ages = map(floordiv, map(sub, repeat(now_ns), beats_past), repeat(NS_PER_MS))
         # How many horizons a beat is above (bisect_left of (expired_at, active_after)):
         # 2 active, 1 stale, 0 expired.
-        ranks = map(bisect_left, repeat((expired_at, active_after)), beats)
+        ranks: Iterable[int] = map(bisect_left, repeat((expired_at, active_after)), beats)
+        progress: Iterable[int | None]
+        refs: Sequence[int]
+        if progress_ns is None:
+            progress, refs = repeat(None), registered_at_ns
+        else:
+            progress = progress_ns
+            refs = list(map(max, registered_at_ns, [p or 0 for p in progress_ns]))
+        stuck: Iterable[bool]
+        if not lease_count or not max(lease_count):
+            stuck = repeat(False)  # nobody holds a lease: nobody is stuck
+        else:
+            # Active (rank 2), holding leases, and the later of registration and progress
+            # at or before now - (stuck_after + 1) ms (`is_stuck`).
+            ranks = list(ranks)
+            horizon = now_ns - (stuck_after_ms + 1) * NS_PER_MS
+            stuck = map(
+                and_,
+                map(and_, map(eq, ranks, repeat(2)), map(gt, lease_count, repeat(0))),
+                map(le, refs, repeat(horizon)),
+            )
         states = map(_STATE_BY_RANK.__getitem__, ranks)
         fields = zip(
             repeat(queue),
@@ -141,12 +234,20 @@ class ConsumerPresence(NamedTuple):
             ages,
             lease_count,
             states,
+            progress,
+            stuck,
+            repeat(NO_META) if metas is None else metas,
         )
         return map(tuple.__new__, repeat(cls), fields)
 
     @classmethod
     def many(
-        cls, stored: Iterable[StoredConsumer], *, now_ns: int, ttl_ms: int
+        cls,
+        stored: Iterable[StoredConsumer],
+        *,
+        now_ns: int,
+        ttl_ms: int,
+        stuck_after_ms: int = DEFAULT_STUCK_AFTER_MS,
     ) -> list[ConsumerPresence]:
         """The rows `at` builds, one per stored consumer, in order (through `columns`)."""
         rows: list[ConsumerPresence] = []
@@ -162,6 +263,7 @@ class ConsumerPresence(NamedTuple):
                     lease,
                     now_ns=now_ns,
                     ttl_ms=ttl_ms,
+                    stuck_after_ms=stuck_after_ms,
                 )
         return rows
 
@@ -181,7 +283,61 @@ class ConsumerPresence(NamedTuple):
             "last_seen_age_ms": self.last_seen_age_ms,
             "lease_count": self.lease_count,
             "state": self.state.value,
+            "last_progress_ns": self.last_progress_ns,
+            "stuck": self.stuck,
+            "meta": dict(self.meta),
         }
+
+
+def is_stuck(
+    state: PresenceState,
+    lease_count: int,
+    registered_at_ns: int,
+    last_progress_ns: int | None,
+    *,
+    now_ns: int,
+    stuck_after_ms: int,
+) -> bool:
+    """The `stuck` rule: active, ``lease_count > 0``, and more than `stuck_after_ms` whole
+    milliseconds since the later of the registration and the last progress (`age_ms`)."""
+    since = max(registered_at_ns, last_progress_ns or 0)
+    return (
+        state is PresenceState.ACTIVE and lease_count > 0 and age_ms(now_ns, since) > stuck_after_ms
+    )
+
+
+class GroupPresence(NamedTuple):
+    """One tracked or declared group (`groups()`): its consumers by state, the minimum of
+    active consumers it was declared with (`expect`; None: not declared) and whether it has
+    fewer active consumers than that."""
+
+    queue: str
+    group: str
+    active: int
+    stale: int
+    expired: int
+    min_active: int | None
+    below: bool
+
+    @classmethod
+    def of(
+        cls, queue: str, group: str, active: int, stale: int, expired: int, min_active: int | None
+    ) -> GroupPresence:
+        below = min_active is not None and active < min_active
+        return cls(queue, group, active, stale, expired, min_active, below)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.queue, self.group)
+
+    @property
+    def declared(self) -> bool:
+        """Whether the group was declared with `expect`."""
+        return self.min_active is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready mapping with the field names of this class."""
+        return self._asdict()
 
 
 StoredConsumer = tuple[str, str, str, int, int, int]

@@ -50,16 +50,20 @@ from .events import (
     stream_id,
     window,
 )
-from .keys import INDEX_MARK_MS, GroupKeys, Keyspace
+from .keys import INDEX_MARK_MS, GroupKeys, Keyspace, decode_meta, encode_meta
 from .model import (
     DEFAULT_MAX_FUTURE_MS,
     DEFAULT_PRESENCE_TTL_MS,
+    DEFAULT_STUCK_AFTER_MS,
+    NO_META,
     NS_PER_MS,
+    ConsumerMeta,
     ConsumerPresence,
+    GroupPresence,
     PresenceState,
     gc_paused,
 )
-from .replies import server_now_ns, stored_columns, stored_heartbeat_ns
+from .replies import Columns, server_now_ns, stored_columns, stored_heartbeat_ns
 from .scripts import Script, script
 from .validation import (
     Beat,
@@ -71,7 +75,11 @@ from .validation import (
     check_filter,
     check_lease_count,
     check_max_future_ms,
+    check_meta,
+    check_min_active,
+    check_name,
     check_now_ns,
+    check_optional_stuck_after_ms,
     check_optional_ttl_ms,
     check_ttl_ms,
 )
@@ -309,6 +317,7 @@ class Planner:
         "_encode",
         "_guard",
         "_packed",
+        "_stucks",
         "_ttls",
         "clustered",
         "events_kept",
@@ -352,6 +361,8 @@ class Planner:
         # Shared TTLs read from Redis: None (the prefix's) or a group's hash key -> (the
         # stored ms, None when none is stored; when it was read, monotonic ns).
         self._ttls: dict[str | None, tuple[int | None, int]] = {}
+        # The shared progress budgets, read with the TTLs: (the stored ms or None, when).
+        self._stucks: dict[str | None, tuple[int | None, int]] = {}
 
     @property
     def prefix(self) -> str:
@@ -367,15 +378,22 @@ class Planner:
         consumer: str,
         lease_count: int = 0,
         now_ns: int | None = None,
+        *,
+        progressed: bool = False,
     ) -> Plan[None]:
         """Record or refresh one consumer: one call of ``heartbeat.lua`` (a `Single` plan on a
         standalone server; on a cluster, followed by the index ``ZADD`` of a new group). The
         script tells a recovery with the group's shared TTL, which the planner reads first
-        when it has not read it for TTL_CACHE_MS."""
+        when it has not read it for TTL_CACHE_MS. With `progressed`, the beat also records
+        progress at its instant (one call of ``heartbeat_many.lua`` instead)."""
         if self.read_only:
             self._writable("heartbeat")
         queue, group, consumer = check_consumer_key(queue, group, consumer)
         lease = check_lease_count(lease_count)
+        if progressed is not False:
+            if progressed is not True:
+                raise TypeError(f"progressed must be a bool, got {type(progressed).__name__}")
+            return self._progressed((queue, group, consumer, lease, 0, 0), check_now_ns(now_ns))
         now = "" if now_ns is None else str(check_now_ns(now_ns))
         cached = self._beat_calls.get((queue, group))
         if cached is None or self._clock() > cached[3]:
@@ -390,6 +408,13 @@ class Planner:
             (resp, bulk(now.encode()), bulk(self._encode(consumer)), bulk(b"%d" % lease))
         )
         return Single(self._beat_script, args, _none, packed)
+
+    def _progressed(self, beat: DelayedBeat, now_ns: int | None) -> Plan[None]:
+        """A single beat that records progress; a refusal raises as a plain beat's would."""
+        try:
+            yield from self._heartbeat([beat], now_ns)
+        except PresenceBatchError as error:
+            raise next(iter(error.failed.values())) from None
 
     def _beat_after_ttl(
         self, queue: str, group: str, consumer: str, lease: int, now: str
@@ -475,7 +500,7 @@ class Planner:
         if not beats:
             return 0
         now = _now_arg(now_ns)
-        every = list(dict.fromkeys(self.keys.group(q, g) for q, g, *_ in beats))
+        every = list(dict.fromkeys(self.keys.group(beat[0], beat[1]) for beat in beats))
         ttl_of = dict(zip(every, (yield from self._shared_ttls(every)), strict=True))
         calls: list[Request] = []
         called: list[tuple[list[GroupKeys], Sequence[DelayedBeat]]] = []  # each call's groups
@@ -492,12 +517,13 @@ class Planner:
         for batch in batches:
             numbers: dict[GroupKeys, int] = {}
             tail: list[str | int] = []
-            for queue, group, consumer, lease, delay_us in batch:
-                gk = self.keys.group(queue, group)
+            for beat in batch:
+                gk = self.keys.group(beat[0], beat[1])
                 number = numbers.get(gk)
                 if number is None:
                     number = numbers[gk] = len(numbers) + 1
-                tail += (number, consumer, lease, delay_us)
+                progress = beat[5] if len(beat) == 6 else ""
+                tail += (number, beat[2], beat[3], beat[4], progress)
             groups = list(numbers)
             ttls = [ttl_of[gk] for gk in groups]
             args = [
@@ -552,13 +578,72 @@ class Planner:
 
     def _deregister(self, gk: GroupKeys, consumer: str, now: str) -> Plan[bool]:
         args: list[str | int] = [consumer, now, self.events_kept, EVENT_LOG_TTL_MS]
-        (reply,) = yield [self._call("deregister", self._write_keys([gk]), args)]
+        (reply,) = yield [self._call("deregister", self._write_keys([gk], meta=True), args)]
         existed, emptied = int(reply[0]), int(reply[1])
         if self.clustered:
             yield from self._list_on_cluster([], [(gk.events, int(reply[2]))])
         if emptied:
             yield from self._unlist([gk])
         return existed == 1
+
+    def describe(self, queue: str, group: str, consumer: str, meta: dict[str, str]) -> Plan[bool]:
+        """Store the consumer's metadata (`check_meta`; an empty mapping removes it), written
+        only when it changed; returns whether the consumer is tracked (an untracked one's
+        metadata is not stored: it lives and dies with its consumer)."""
+        self._writable("describe")
+        queue, group, consumer = check_consumer_key(queue, group, consumer)
+        checked = check_meta(meta)
+        value = encode_meta(checked) if checked else ""
+        return self._describe_one((queue, group, consumer, value))
+
+    def _describe_one(self, item: tuple[str, str, str, str]) -> Plan[bool]:
+        (tracked,) = yield from self._describe([item])
+        return tracked
+
+    def describe_many(
+        self, descriptions: Iterable[tuple[str, str, str, dict[str, str]]]
+    ) -> Plan[list[bool]]:
+        """`describe` for many ``(queue, group, consumer, meta)``: one script call (one per
+        queue on a cluster, one more per `Limits.beats`); returns whether each is tracked."""
+        self._writable("describe")
+        items = []
+        for index, (queue, group, consumer, meta) in enumerate(descriptions):
+            try:
+                key = check_consumer_key(queue, group, consumer)
+                checked = check_meta(meta)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"descriptions[{index}]: {exc}") from None
+            items.append((*key, encode_meta(checked) if checked else ""))
+        return self._describe(items)
+
+    def _describe(self, items: Sequence[tuple[str, str, str, str]]) -> Plan[list[bool]]:
+        if not items:
+            return []
+        order = list(range(len(items)))
+        parts = [order]
+        if self.clustered:  # one slot a call: one call per queue
+            order.sort(key=lambda i: items[i][0])
+            parts = [list(part) for _, part in groupby(order, key=lambda i: items[i][0])]
+        calls: list[Request] = []
+        called: list[list[int]] = []
+        for part in parts:
+            for start in range(0, len(part), self.limits.beats):
+                chunk = part[start : start + self.limits.beats]
+                numbers: dict[GroupKeys, int] = {}
+                args: list[str | int] = []
+                for i in chunk:
+                    queue, group, consumer, value = items[i]
+                    number = numbers.setdefault(self.keys.group(queue, group), len(numbers) + 1)
+                    args += (number, consumer, value)
+                keys = self._write_keys(list(numbers), meta=True)
+                calls.append(self._call("describe", keys, args))
+                called.append(chunk)
+        replies = yield calls
+        tracked = [False] * len(items)
+        for chunk, reply in zip(called, replies, strict=True):
+            for i, code in zip(chunk, reply, strict=True):
+                tracked[i] = int(code) != 0
+        return tracked
 
     def prune_expired(
         self,
@@ -605,7 +690,7 @@ class Planner:
                 replies = yield [
                     self._call(
                         "prune",
-                        self._write_keys(part),
+                        self._write_keys(part, meta=True),
                         [
                             now,
                             budget,
@@ -638,7 +723,11 @@ class Planner:
                 yield from self._unlist(emptied)
             if after is None:
                 if queue is None:
-                    yield from self._forget_logs(int(now) // NS_PER_MS - EVENT_LOG_TTL_MS)
+                    # The event index is scored by the server's clock (as the logs expire),
+                    # not by the instants of the events: a caller's now_ns a day ahead must
+                    # not forget the logs that hold this very prune's events.
+                    server_ns = int(now) if now_ns is None else (yield from self._now(None))
+                    yield from self._forget_logs(server_ns // NS_PER_MS - EVENT_LOG_TTL_MS)
                 if failed:
                     raise PresenceBatchError(failed, removed, left)
                 return removed
@@ -681,10 +770,19 @@ class Planner:
         *,
         queue: str | None = None,
         group: str | None = None,
+        stuck_after_ms: int | None = None,
+        with_meta: bool = False,
     ) -> Plan[list[ConsumerPresence]]:
         """Every tracked consumer (of one queue, or one group, when given), ordered by
         (queue, group, consumer), expired ones too: `iter_snapshot`'s rows, in order."""
-        stream = self.iter_snapshot(now_ns, ttl_ms, queue=queue, group=group)
+        stream = self.iter_snapshot(
+            now_ns,
+            ttl_ms,
+            queue=queue,
+            group=group,
+            stuck_after_ms=stuck_after_ms,
+            with_meta=with_meta,
+        )
         return self._collect(stream)
 
     @staticmethod
@@ -703,11 +801,16 @@ class Planner:
         *,
         queue: str | None = None,
         group: str | None = None,
+        stuck_after_ms: int | None = None,
+        with_meta: bool = False,
     ) -> RowStream:
         """The rows of `snapshot`, group by group as they are read (`RowStream`).
 
         Every row is aged against one instant, `now_ns` or the server clock read once first,
-        and classified with `ttl_ms`, or with each group's shared TTL when it is None.
+        and classified with `ttl_ms`, or with each group's shared TTL when it is None; `stuck`
+        is judged with `stuck_after_ms`, or each group's shared budget when it is None
+        (`set_stuck_after`). With `with_meta`, each row's `meta` is read too (``HMGET`` of at
+        most `Limits.consumers` names a command); without it, no metadata is read.
         The index is read a page of `Limits.groups` groups at a time; a group of at most
         `Limits.consumers` consumers is read by one ``HGETALL`` (one instant), a larger one by
         ``HSCAN`` steps of that many (each row consistent, the group not one instant); one
@@ -715,9 +818,13 @@ class Planner:
         """
         ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
+        stuck = check_optional_stuck_after_ms(stuck_after_ms)
+        if type(with_meta) is not bool:
+            raise TypeError(f"with_meta must be a bool, got {type(with_meta).__name__}")
         queue, group = check_filter("queue", queue), check_filter("group", group)
         groups: list[tuple[GroupKeys, list[ConsumerPresence]]] = []
-        return RowStream(self._stream(now, ttl, queue, group, groups), groups)
+        plan = self._stream(now, ttl, queue, group, groups, stuck, with_meta)
+        return RowStream(plan, groups)
 
     def _stream(
         self,
@@ -726,15 +833,18 @@ class Planner:
         queue: str | None,
         group: str | None,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
+        stuck_after_ms: int | None = None,
+        with_meta: bool = False,
     ) -> Plan[None]:
         now = yield from self._now(now_ns)
         after: str | None = None
         while True:
             groups, after = yield from self._listed(queue, group, after)
             if groups:
-                ttls = yield from self._ttls_for(groups, ttl_ms)
+                ttls, stucks = yield from self._ttls_and_stucks(groups, ttl_ms, stuck_after_ms)
                 sizes = yield [Command("HLEN", (gk.data,)) for gk in groups]
-                yield from self._read(groups, [int(n) for n in sizes], ttls, now, out)
+                sized = [int(n) for n in sizes]
+                yield from self._read(groups, sized, ttls, now, out, stucks, with_meta)
             if after is None:
                 return
 
@@ -745,12 +855,15 @@ class Planner:
         ttls: list[int],
         now_ns: int,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
+        stucks: list[int] | None = None,
+        with_meta: bool = False,
     ) -> Plan[None]:
         """Read groups of known sizes in order, a window of them per round trip: each small
         group in one ``HGETALL``, each large one in ``HSCAN`` steps; a group goes to `out`
         once it is complete and every group before it is out."""
         most = self.limits.consumers
         ttl_of = dict(zip(groups, ttls, strict=True))
+        stuck_of = dict(zip(groups, stucks or [DEFAULT_STUCK_AFTER_MS] * len(groups), strict=True))
         pending = deque(_Read(gk, size) for gk, size in zip(groups, sizes, strict=True))
         window: deque[_Read] = deque()
         while pending or window:
@@ -785,14 +898,49 @@ class Planner:
                         read.done = read.cursor == 0
                     else:
                         read.table, read.done = reply, True
+                finished = []
                 while window and window[0].done:
                     done = window.popleft()
-                    gk, columns = done.gk, stored_columns(done.gk, done.table)
+                    finished.append((done.gk, stored_columns(done.gk, done.table)))
                     done.table = {}
+            metas = (yield from self._metas(finished)) if with_meta else None
+            with gc_paused():
+                for i, (gk, columns) in enumerate(finished):
                     rows = ConsumerPresence.columns(
-                        gk.queue, gk.group, *columns, now_ns=now_ns, ttl_ms=ttl_of[gk]
+                        gk.queue,
+                        gk.group,
+                        *columns,
+                        now_ns=now_ns,
+                        ttl_ms=ttl_of[gk],
+                        stuck_after_ms=stuck_of[gk],
+                        metas=None if metas is None else metas[i],
                     )
                     out.append((gk, list(rows)))
+
+    def _metas(self, finished: list[tuple[GroupKeys, Columns]]) -> Plan[list[list[ConsumerMeta]]]:
+        """The metadata of every consumer of the finished groups, in their order: ``HMGET``
+        of at most `Limits.consumers` names a command, `Limits.rows` names a round trip."""
+        most, per_trip = self.limits.consumers, self.limits.rows
+        asks = [
+            (i, start)
+            for i, (_, columns) in enumerate(finished)
+            for start in range(0, len(columns[0]), most)
+        ]
+        found: list[list[ConsumerMeta]] = [[] for _ in finished]
+        trip = max(1, per_trip // most)
+        for first in range(0, len(asks), trip):
+            part = asks[first : first + trip]
+            replies = yield [
+                Command("HMGET", (finished[i][0].meta, *finished[i][1][0][start : start + most]))
+                for i, start in part
+            ]
+            for (i, start), values in zip(part, replies, strict=True):
+                gk, names = finished[i][0], finished[i][1][0][start : start + most]
+                found[i] += (
+                    NO_META if value is None else ConsumerMeta(decode_meta(gk.meta, name, value))
+                    for name, value in zip(names, values, strict=True)
+                )
+        return found
 
     def count_active_by_group(
         self,
@@ -846,10 +994,14 @@ class Planner:
         return found
 
     def _active(self, groups: list[GroupKeys], now_ns: int, ttls: list[int]) -> Plan[list[int]]:
-        """Active consumers of each group under its TTL: ``ZCOUNT`` of the scores above the
-        horizon's microsecond, plus those on it whose nanosecond rest is above the horizon's
-        (read from their stored values, `Limits.consumers` at a time)."""
+        """Active consumers of each group under its TTL (`_above` its active horizon)."""
         horizons = [PresenceState.horizons_ns(now_ns, ttl)[0] for ttl in ttls]
+        return (yield from self._above(groups, horizons))
+
+    def _above(self, groups: list[GroupKeys], horizons: list[int]) -> Plan[list[int]]:
+        """Consumers of each group whose last beat is after its horizon (ns): ``ZCOUNT`` of
+        the scores above the horizon's microsecond, plus those on it whose nanosecond rest is
+        above the horizon's (read from their stored values, `Limits.consumers` at a time)."""
         edges = [horizon // 1_000 for horizon in horizons]
         most = self.limits.consumers
         replies = yield [
@@ -899,6 +1051,112 @@ class Planner:
             if after is None:
                 return total
 
+    # -- declared groups ------------------------------------------------------------
+
+    def expect(self, queue: str, group: str, min_active: int = 1) -> Plan[None]:
+        """Declare that `group` must have at least `min_active` active readers of `queue`:
+        kept in Redis (``P:{Q}:expect``, listed in ``P:expects``) until `unexpect`, whether
+        or not the group has consumers."""
+        self._writable("expect")
+        queue, group = check_name("queue", queue), check_name("group", group)
+        least = check_min_active(min_active)
+        return self._expect(queue, group, least)
+
+    def _expect(self, queue: str, group: str, least: int) -> Plan[None]:
+        key = self.keys.queue_expect(queue)
+        # The declaration first, then the index: a racing unexpect's re-check sees it.
+        yield [Command("HSET", (key, group, least))]
+        yield [Command("ZADD", (self.keys.expects, 0, key))]
+
+    def unexpect(self, queue: str, group: str) -> Plan[bool]:
+        """Forget a declared group; returns whether it was declared."""
+        self._writable("unexpect")
+        queue, group = check_name("queue", queue), check_name("group", group)
+        return self._unexpect(queue, group)
+
+    def _unexpect(self, queue: str, group: str) -> Plan[bool]:
+        key = self.keys.queue_expect(queue)
+        removed, left = yield [Command("HDEL", (key, group)), Command("HLEN", (key,))]
+        if not int(left):
+            # As the index of groups (docs/index-protocol.md): unlist, re-check, list again
+            # when a racing expect declared a group meanwhile.
+            yield [Command("ZREM", (self.keys.expects, key))]
+            (exists,) = yield [Command("EXISTS", (key,))]
+            if int(exists):
+                yield [Command("ZADD", (self.keys.expects, 0, key))]
+        return int(removed) == 1
+
+    def expected(self) -> Plan[dict[tuple[str, str], int]]:
+        """Every declared group and its `min_active`: the index a page of `Limits.groups`
+        queues at a time, each queue's declarations ``HSCAN``ned `Limits.consumers` at a time."""
+        return self._expected()
+
+    def _expected(self) -> Plan[dict[tuple[str, str], int]]:
+        found: dict[tuple[str, str], int] = {}
+        low = "-"
+        page = self.limits.groups
+        while True:
+            (members,) = yield [
+                Command("ZRANGEBYLEX", (self.keys.expects, low, "+", "LIMIT", 0, page))
+            ]
+            keys = [_text(member) for member in members]
+            queues = [self.keys.queue_of_expect(key) for key in keys]
+            cursors: dict[int, int] = dict.fromkeys(range(len(keys)), 0)
+            while cursors:
+                order = list(cursors)
+                replies = yield [
+                    Command("HSCAN", (keys[i], cursors[i], "COUNT", self.limits.consumers))
+                    for i in order
+                ]
+                going_on: dict[int, int] = {}
+                for i, (cursor, part) in zip(order, replies, strict=True):
+                    table = (
+                        part
+                        if isinstance(part, dict)
+                        else dict(zip(part[::2], part[1::2], strict=True))
+                    )
+                    for name, least in table.items():
+                        found[(queues[i], _text(name))] = _stored_min(keys[i], name, least)
+                    if int(cursor):
+                        going_on[i] = int(cursor)
+                cursors = going_on
+            if len(keys) < page:
+                return dict(sorted(found.items()))
+            low = f"({keys[-1]}"
+
+    def groups(
+        self, now_ns: int | None = None, ttl_ms: int | None = None
+    ) -> Plan[list[GroupPresence]]:
+        """Every tracked or declared group, ordered by (queue, group), with its active, stale
+        and expired consumers (at `now_ns`, under `ttl_ms` or each group's shared TTL), its
+        `min_active` (None: not declared) and whether it has fewer active consumers."""
+        ttl = check_optional_ttl_ms(ttl_ms)
+        now = check_now_ns(now_ns)
+        return self._groups(now, ttl)
+
+    def _groups(self, now_ns: int | None, ttl_ms: int | None) -> Plan[list[GroupPresence]]:
+        now = yield from self._now(now_ns)
+        declared = yield from self._expected()
+        counts: dict[tuple[str, str], tuple[int, int, int]] = {}
+        after: str | None = None
+        while True:
+            groups, after = yield from self._listed(None, None, after)
+            if groups:
+                ttls = yield from self._ttls_for(groups, ttl_ms)
+                horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
+                cards = yield [Command("ZCARD", (gk.hb,)) for gk in groups]
+                active = yield from self._above(groups, [h[0] for h in horizons])
+                alive = yield from self._above(groups, [h[1] for h in horizons])
+                for gk, card, a, b in zip(groups, cards, active, alive, strict=True):
+                    counts[(gk.queue, gk.group)] = (a, b - a, int(card) - b)
+            if after is None:
+                break
+        out = []
+        for key in sorted(counts.keys() | declared.keys()):
+            n_active, n_stale, n_expired = counts.get(key, (0, 0, 0))
+            out.append(GroupPresence.of(*key, n_active, n_stale, n_expired, declared.get(key)))
+        return out
+
     # -- the shared TTL -------------------------------------------------------------
 
     def set_ttl(
@@ -917,7 +1175,27 @@ class Planner:
         else:
             yield [Command("SET", (key, ttl_ms))]
         self._ttls.clear()  # this planner's next reads and beats see it at once
+        self._stucks.clear()
         self._beat_calls.clear()
+
+    def set_stuck_after(
+        self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None
+    ) -> Plan[None]:
+        """Store the progress budget every reader shares (None: forget it), for the prefix
+        or one group, as `set_ttl` stores the TTL: reads whose `stuck_after_ms` is None use
+        it (within TTL_CACHE_MS in other processes)."""
+        self._writable("set_stuck_after")
+        budget = check_optional_stuck_after_ms(stuck_after_ms)
+        key = self._setting_key(queue, group, "stuck")
+        return self._set_ttl(key, budget)
+
+    def stuck_after(
+        self, queue: str | None = None, group: str | None = None
+    ) -> Plan[tuple[int, TtlSource]]:
+        """The shared progress budget of one group (or of the prefix), read now, and where it
+        comes from: ``"group"``, ``"prefix"`` or ``"default"`` (DEFAULT_STUCK_AFTER_MS)."""
+        key = self._setting_key(queue, group, "stuck")
+        return self._read_setting(key, self.keys.stuck, DEFAULT_STUCK_AFTER_MS)
 
     def ttl(
         self, queue: str | None = None, group: str | None = None
@@ -929,22 +1207,30 @@ class Planner:
         return self._read_ttl(key)
 
     def _read_ttl(self, key: str) -> Plan[tuple[int, TtlSource]]:
-        keys = [self.keys.ttl] if key == self.keys.ttl else [self.keys.ttl, key]
+        return self._read_setting(key, self.keys.ttl, DEFAULT_PRESENCE_TTL_MS)
+
+    def _read_setting(self, key: str, prefix_key: str, default: int) -> Plan[tuple[int, TtlSource]]:
+        keys = [prefix_key] if key == prefix_key else [prefix_key, key]
         replies = yield [Command("GET", (k,)) for k in keys]
         stored = [_stored_ttl(k, r) for k, r in zip(keys, replies, strict=True)]
         if len(stored) == 2 and stored[1] is not None:
             return stored[1], "group"
         if stored[0] is not None:
             return stored[0], "prefix"
-        return DEFAULT_PRESENCE_TTL_MS, "default"
+        return default, "default"
 
     def _ttl_key(self, queue: str | None, group: str | None) -> str:
+        return self._setting_key(queue, group, "ttl")
+
+    def _setting_key(self, queue: str | None, group: str | None, kind: str) -> str:
         if (queue is None) != (group is None):
-            raise ValueError("a TTL is the prefix's (no queue, no group) or one group's (both)")
+            what = "a TTL" if kind == "ttl" else "a progress budget"
+            raise ValueError(f"{what} is the prefix's (no queue, no group) or one group's (both)")
         if queue is None or group is None:
-            return self.keys.ttl
+            return self.keys.ttl if kind == "ttl" else self.keys.stuck
         queue, group = check_filter("queue", queue) or "", check_filter("group", group) or ""
-        return self.keys.group(queue, group).ttl
+        gk = self.keys.group(queue, group)
+        return gk.ttl if kind == "ttl" else gk.stuck
 
     # -- events -----------------------------------------------------------------------
 
@@ -1074,12 +1360,19 @@ class Planner:
         logs = yield from self._recent_logs(server_ms - LOG_LAG_MS, queue)
         if not logs:
             return {}
-        lasts = yield [Command("XREVRANGE", (log, "+", "-", "COUNT", 1)) for log in logs]
-        return {
-            self.keys.queue_of_events(log): _text(last[0][0])
-            for log, last in zip(logs, lasts, strict=True)
-            if last
-        }
+        # XINFO STREAM, not XREVRANGE: the reader's ACL role has it already (for the trim
+        # check), and its last-generated-id is the place after the last entry.
+        infos = yield Partial(Command("XINFO STREAM", (log,)) for log in logs)
+        ends = {}
+        for log, info in zip(logs, infos, strict=True):
+            if isinstance(info, PresenceError):
+                if "no such key" in str(info).lower():
+                    continue  # the log went (expired) since it was listed: nothing to skip
+                raise info
+            last = _last_generated(info)
+            if last is not None:
+                ends[self.keys.queue_of_events(log)] = last
+        return ends
 
     def _log_start(self, log: str, since: Cursor, oldest: int) -> str:
         """Where a reader goes on in one log: after the last entry it read, else from the
@@ -1173,12 +1466,16 @@ class Planner:
         found = script(name)
         return ScriptCall(found, ("EVALSHA", found.sha, len(keys), *keys, *args))
 
-    def _write_keys(self, groups: Sequence[GroupKeys]) -> list[str]:
+    def _write_keys(self, groups: Sequence[GroupKeys], *, meta: bool = False) -> list[str]:
         """The KEYS of a script: each group's sorted set, hash, index mark and event log
-        (``group_keys(g)`` in lua/lib.lua), then, on a standalone server only, the index of
-        groups and the index of event logs; a script runs on a cluster iff it gets no index
-        (``INDEX`` in lua/lib.lua)."""
-        keys = [key for gk in groups for key in (gk.hb, gk.data, gk.mark, gk.events)]
+        (``group_keys(g)`` in lua/lib.lua) and, with `meta` (the scripts that call
+        ``meta_layout()``), its hash of metadata; then, on a standalone server only, the
+        index of groups and the index of event logs; a script runs on a cluster iff it gets
+        no index (``INDEX`` in lua/lib.lua)."""
+        if meta:
+            keys = [k for gk in groups for k in (gk.hb, gk.data, gk.mark, gk.events, gk.meta)]
+        else:
+            keys = [key for gk in groups for key in (gk.hb, gk.data, gk.mark, gk.events)]
         if not self.clustered:
             keys += (self.keys.groups, self.keys.events)
         return keys
@@ -1192,28 +1489,59 @@ class Planner:
     def _shared_ttls(self, groups: Sequence[GroupKeys]) -> Plan[list[int]]:
         """Each group's shared TTL (its own, else the prefix's, else the default), from what
         this planner read in the last TTL_CACHE_MS, reading the rest in one batch."""
-        limit = self._clock() - TTL_CACHE_MS * NS_PER_MS
+        yield from self._refresh_shared(groups, stucks=False)
         known = self._ttls
-        if len(known) + len(groups) > MAX_CACHED_GROUPS:
-            known.clear()  # start over, as the single-beat cache does
-        missing: list[str | None] = []
-        prefix = known.get(None)
-        if prefix is None or prefix[1] < limit:
-            missing.append(None)
-        for gk in groups:
-            entry = known.get(gk.data)
-            if (entry is None or entry[1] < limit) and gk.data not in missing:
-                missing.append(gk.data)
-        if missing:
-            keys = [self.keys.ttl if k is None else self.keys.from_member(k).ttl for k in missing]
-            replies = yield [Command("GET", (key,)) for key in keys]
-            read_at = self._clock()
-            for member, key, reply in zip(missing, keys, replies, strict=True):
-                known[member] = (_stored_ttl(key, reply), read_at)
         default = known[None][0] or DEFAULT_PRESENCE_TTL_MS
         return [known[gk.data][0] or default for gk in groups]
 
-    def _trusted_until(self, gk: GroupKeys) -> int:
+    def _shared_stucks(self, groups: Sequence[GroupKeys]) -> Plan[list[int]]:
+        """Each group's shared progress budget (its own, else the prefix's, else
+        DEFAULT_STUCK_AFTER_MS), cached and read as the TTLs are."""
+        yield from self._refresh_shared(groups, stucks=True)
+        known = self._stucks
+        default = known[None][0] or DEFAULT_STUCK_AFTER_MS
+        return [known[gk.data][0] or default for gk in groups]
+
+    def _ttls_and_stucks(
+        self, groups: Sequence[GroupKeys], ttl_ms: int | None, stuck_after_ms: int | None
+    ) -> Plan[tuple[list[int], list[int]]]:
+        """The TTL and the progress budget of every group: the given ones, else the shared
+        ones (read in one batch when both are needed)."""
+        if ttl_ms is None and stuck_after_ms is None:
+            yield from self._refresh_shared(groups, ttls=True, stucks=True)
+        ttls = yield from self._ttls_for(list(groups), ttl_ms)
+        if stuck_after_ms is not None:
+            return ttls, [stuck_after_ms] * len(groups)
+        return ttls, (yield from self._shared_stucks(groups))
+
+    def _refresh_shared(
+        self, groups: Sequence[GroupKeys], *, ttls: bool = True, stucks: bool = False
+    ) -> Plan[None]:
+        """Read, in one batch, the shared TTLs (and with `stucks` the progress budgets) of
+        the prefix and of each group that this planner did not read in the last
+        TTL_CACHE_MS."""
+        limit = self._clock() - TTL_CACHE_MS * NS_PER_MS
+        caches = [(self._ttls, "ttl")] if ttls else []
+        if stucks:
+            caches.append((self._stucks, "stuck"))
+        if len(self._ttls) + len(self._stucks) + len(groups) > MAX_CACHED_GROUPS:
+            self._ttls.clear()  # start over, as the single-beat cache does
+            self._stucks.clear()
+        asks: list[tuple[dict[str | None, tuple[int | None, int]], str | None, str]] = []
+        for cache, kind in caches:
+            wanted: list[str | None] = [None, *dict.fromkeys(gk.data for gk in groups)]
+            for member in wanted:
+                entry = cache.get(member)
+                if entry is None or entry[1] < limit:
+                    place = self.keys if member is None else self.keys.from_member(member)
+                    asks.append((cache, member, getattr(place, kind)))
+        if asks:
+            replies = yield [Command("GET", (key,)) for _, _, key in asks]
+            read_at = self._clock()
+            for (cache, member, key), reply in zip(asks, replies, strict=True):
+                cache[member] = (_stored_ttl(key, reply), read_at)
+
+    def _trusted_until(self, gk: GroupKeys) -> int:  # the TTL cache is refreshed as a whole
         """Until when (monotonic ns) the TTL this planner read for `gk` may be trusted."""
         read_at = min(self._ttls[None][1], self._ttls[gk.data][1])
         return read_at + TTL_CACHE_MS * NS_PER_MS
@@ -1283,6 +1611,17 @@ def _refusals(flat: Sequence[Any]) -> list[_Refusal]:
     ]
 
 
+def _stored_min(key: str, name: Any, value: Any) -> int:
+    """A stored `min_active`; anything else is a data error."""
+    try:
+        return check_min_active(int(value))
+    except (TypeError, ValueError):
+        raise PresenceDataError(
+            f"{key} field {_text(name)!r:.80} holds a minimum this package did not write: "
+            f"{value!r:.40}"
+        ) from None
+
+
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
@@ -1297,6 +1636,18 @@ def _stored_ttl(key: str, reply: Any) -> int | None:
         raise PresenceDataError(
             f"{key} holds a TTL this package did not write: {reply!r:.40}"
         ) from None
+
+
+def _last_generated(info: Any) -> str | None:
+    """The id of the last entry ever added to a log (its ``XINFO STREAM``), if any."""
+    if not isinstance(info, dict):
+        return None
+    fields = {_text(k): v for k, v in info.items()}
+    last = fields.get("last-generated-id")
+    if last is None:
+        return None
+    text = _text(last)
+    return None if text == "0-0" else text
 
 
 def _trimmed_past(info: Any, start: str) -> bool:

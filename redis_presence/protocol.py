@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from typing import Protocol, runtime_checkable
 
 from .events import FollowMessage, PresenceEvent
-from .model import ConsumerPresence
+from .model import ConsumerPresence, GroupPresence
 from .validation import Beat
 
 __all__ = ["PresenceRegistry"]
@@ -20,7 +20,8 @@ __all__ = ["PresenceRegistry"]
 @runtime_checkable
 class PresenceRegistry(Protocol):
     """Heartbeat, snapshot (whole or streamed), counts, prune and deregister, the shared TTL
-    and the events, with the contract's signatures; `queue` / `group` filter a read to one
+    and the events, metadata, the progress budget and declared groups, with the contract's
+    signatures; `queue` / `group` filter a read to one
     queue or one group, and `ttl_ms` None is the shared TTL."""
 
     def heartbeat(
@@ -30,6 +31,8 @@ class PresenceRegistry(Protocol):
         consumer: str,
         lease_count: int = 0,
         now_ns: int | None = None,
+        *,
+        progressed: bool = False,
     ) -> None: ...
 
     def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int: ...
@@ -43,6 +46,8 @@ class PresenceRegistry(Protocol):
         *,
         queue: str | None = None,
         group: str | None = None,
+        stuck_after_ms: int | None = None,
+        with_meta: bool = False,
     ) -> list[ConsumerPresence]: ...
 
     def iter_snapshot(
@@ -52,6 +57,8 @@ class PresenceRegistry(Protocol):
         *,
         queue: str | None = None,
         group: str | None = None,
+        stuck_after_ms: int | None = None,
+        with_meta: bool = False,
     ) -> Iterator[ConsumerPresence]: ...
 
     def count_active_by_group(
@@ -84,6 +91,28 @@ class PresenceRegistry(Protocol):
         self, queue: str, group: str, consumer: str, now_ns: int | None = None
     ) -> bool: ...
 
+    def describe(self, queue: str, group: str, consumer: str, meta: dict[str, str]) -> bool: ...
+
+    def expect(self, queue: str, group: str, min_active: int = 1) -> None: ...
+
+    def unexpect(self, queue: str, group: str) -> bool: ...
+
+    def expected(self) -> dict[tuple[str, str], int]: ...
+
+    def groups(
+        self, now_ns: int | None = None, ttl_ms: int | None = None
+    ) -> list[GroupPresence]: ...
+
+    def set_stuck_after(
+        self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None
+    ) -> None: ...
+
+    def stuck_after(self, queue: str | None = None, group: str | None = None) -> int: ...
+
+    def stuck_after_source(
+        self, queue: str | None = None, group: str | None = None
+    ) -> tuple[int, str]: ...
+
     def set_ttl(
         self, ttl_ms: int | None, *, queue: str | None = None, group: str | None = None
     ) -> None: ...
@@ -104,6 +133,7 @@ class PresenceRegistry(Protocol):
     def follow(
         self,
         *,
+        cursor: str | None = None,
         interval_s: float = ...,
         queue: str | None = None,
         group: str | None = None,

@@ -27,7 +27,7 @@ from .events import (
     PresenceEvent,
     check_interval_s,
 )
-from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence
+from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence, GroupPresence
 from .plans import Limits, Plan, Request, RowStream, Single
 from .urls import open_client
 from .validation import Beat
@@ -95,9 +95,15 @@ class RedisPresenceRegistry(Executor):
         consumer: str,
         lease_count: int = 0,
         now_ns: int | None = None,
+        *,
+        progressed: bool = False,
     ) -> None:
-        """Record or refresh one consumer in one atomic script call (one round trip)."""
-        return self.execute(self.plans.heartbeat(queue, group, consumer, lease_count, now_ns))
+        """Record or refresh one consumer in one atomic script call (one round trip).
+        With `progressed`, also records progress (a finished or acknowledged message) at
+        the beat's instant."""
+        return self.execute(
+            self.plans.heartbeat(queue, group, consumer, lease_count, now_ns, progressed=progressed)
+        )
 
     def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
         """Write many ``(queue, group, consumer, lease_count)`` beats, each atomically, in one
@@ -115,10 +121,21 @@ class RedisPresenceRegistry(Executor):
         *,
         queue: str | None = None,
         group: str | None = None,
+        stuck_after_ms: int | None = None,
+        with_meta: bool = False,
     ) -> list[ConsumerPresence]:
         """Every tracked consumer (of one queue, or one group), ordered by `(queue, group,
         consumer)`, expired ones too."""
-        return self.execute(self.plans.snapshot(now_ns, ttl_ms, queue=queue, group=group))
+        return self.execute(
+            self.plans.snapshot(
+                now_ns,
+                ttl_ms,
+                queue=queue,
+                group=group,
+                stuck_after_ms=stuck_after_ms,
+                with_meta=with_meta,
+            )
+        )
 
     def iter_snapshot(
         self,
@@ -127,10 +144,21 @@ class RedisPresenceRegistry(Executor):
         *,
         queue: str | None = None,
         group: str | None = None,
+        stuck_after_ms: int | None = None,
+        with_meta: bool = False,
     ) -> Iterator[ConsumerPresence]:
         """The rows of `snapshot`, group by group as they are read, holding one chunk at a
         time (see `Planner.iter_snapshot`); groups come in the index's order."""
-        return self.stream(self.plans.iter_snapshot(now_ns, ttl_ms, queue=queue, group=group))
+        return self.stream(
+            self.plans.iter_snapshot(
+                now_ns,
+                ttl_ms,
+                queue=queue,
+                group=group,
+                stuck_after_ms=stuck_after_ms,
+                with_meta=with_meta,
+            )
+        )
 
     def count_active_by_group(
         self,
@@ -170,6 +198,45 @@ class RedisPresenceRegistry(Executor):
         """Forget one consumer (graceful shutdown); returns whether it was tracked."""
         return self.execute(self.plans.deregister(queue, group, consumer, now_ns))
 
+    def describe(self, queue: str, group: str, consumer: str, meta: dict[str, str]) -> bool:
+        """Store the consumer's metadata, written only when it changed (an empty mapping
+        removes it); returns whether the consumer is tracked (see `Planner.describe`)."""
+        return self.execute(self.plans.describe(queue, group, consumer, meta))
+
+    def expect(self, queue: str, group: str, min_active: int = 1) -> None:
+        """Declare that `group` must have at least `min_active` active readers of `queue`."""
+        return self.execute(self.plans.expect(queue, group, min_active))
+
+    def unexpect(self, queue: str, group: str) -> bool:
+        """Forget a declared group; returns whether it was declared."""
+        return self.execute(self.plans.unexpect(queue, group))
+
+    def expected(self) -> dict[tuple[str, str], int]:
+        """Every declared group and its `min_active`, ordered by (queue, group)."""
+        return self.execute(self.plans.expected())
+
+    def groups(self, now_ns: int | None = None, ttl_ms: int | None = None) -> list[GroupPresence]:
+        """Every tracked or declared group with its consumers by state, its `min_active`
+        (None: not declared) and whether it has fewer active consumers."""
+        return self.execute(self.plans.groups(now_ns, ttl_ms))
+
+    def set_stuck_after(
+        self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None
+    ) -> None:
+        """Store the progress budget every reader shares, for the prefix or one group (None:
+        forget it); reads whose `stuck_after_ms` is None use it."""
+        return self.execute(self.plans.set_stuck_after(stuck_after_ms, queue=queue, group=group))
+
+    def stuck_after(self, queue: str | None = None, group: str | None = None) -> int:
+        """The shared progress budget of one group (or of the prefix)."""
+        return (self.execute(self.plans.stuck_after(queue, group)))[0]
+
+    def stuck_after_source(
+        self, queue: str | None = None, group: str | None = None
+    ) -> tuple[int, str]:
+        """`stuck_after` and where it comes from: ``"group"``, ``"prefix"`` or ``"default"``."""
+        return self.execute(self.plans.stuck_after(queue, group))
+
     def set_ttl(
         self, ttl_ms: int | None, *, queue: str | None = None, group: str | None = None
     ) -> None:
@@ -204,26 +271,35 @@ class RedisPresenceRegistry(Executor):
     def follow(
         self,
         *,
+        cursor: str | None = None,
         interval_s: float = DEFAULT_FOLLOW_INTERVAL_S,
         queue: str | None = None,
         group: str | None = None,
     ) -> Iterator[FollowMessage]:
         """State, then diffs: a `FollowSnapshot` first, then each `PresenceEvent` as it
         happens (asking for changes every `interval_s`) and a `FollowCursor` after each ask,
-        and a new `FollowSnapshot` whenever the log was trimmed past its cursor."""
+        and a new `FollowSnapshot` whenever the log was trimmed past its cursor. With
+        `cursor` (from `changes` or a `FollowCursor`), it goes on from there at once,
+        without the first snapshot."""
         interval = check_interval_s(interval_s)
+        if cursor is not None:
+            Cursor.decode(cursor)
         while True:
-            message = self.execute(self.plans.snapshot_cursor(queue=queue, group=group))
-            yield message
-            cursor = message.cursor
+            wait = cursor is None
+            if cursor is None:
+                message = self.execute(self.plans.snapshot_cursor(queue=queue, group=group))
+                yield message
+                cursor = message.cursor
             try:
                 while True:
-                    time.sleep(interval)
+                    if wait:
+                        time.sleep(interval)
+                    wait = True
                     events, cursor = self.changes(cursor, queue=queue, group=group)
                     yield from events
                     yield FollowCursor(cursor, Cursor.decode(cursor).now_ns)
             except PresenceResyncRequired:
-                continue
+                cursor = None
 
     def __len__(self) -> int:
         return self.execute(self.plans.size())

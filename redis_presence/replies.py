@@ -10,11 +10,14 @@ from typing import Any
 from .errors import PresenceDataError
 from .keys import STORED_FIELDS, STORED_SEPARATOR, GroupKeys
 
-Columns = tuple[list[str], list[int], list[int], list[int]]
-"""One group's consumers as columns: names, registered_at_ns, last_heartbeat_ns, lease_count."""
+Columns = tuple[list[str], list[int], list[int], list[int], list[int | None] | None]
+"""One group's consumers as columns: names, registered_at_ns, last_heartbeat_ns, lease_count
+and last_progress_ns (None when nobody in the group recorded progress, else None for each
+consumer who did not)."""
 
 _SEPARATORS: dict[type, Any] = {str: STORED_SEPARATOR, bytes: STORED_SEPARATOR.encode()}
 _NEWLINES: dict[type, Any] = {str: "\n", bytes: b"\n"}
+_PADS: dict[type, Any] = {str: STORED_SEPARATOR + "0", bytes: (STORED_SEPARATOR + "0").encode()}
 
 
 def server_now_ns(seconds: bytes | str | int, micros: bytes | str | int) -> int:
@@ -27,7 +30,7 @@ def stored_heartbeat_ns(keys: GroupKeys, consumer: Any, value: Any) -> int:
     write is a data error naming the key and the field."""
     space = _SEPARATORS.get(type(value))
     fields: list[Any] = value.split(space) if space is not None else []
-    if len(fields) != STORED_FIELDS or not all(map(_is_decimal, fields)):
+    if len(fields) not in _FIELD_COUNTS or not all(map(_is_decimal, fields)):
         raise _foreign(keys, consumer, value)
     return int(fields[1])
 
@@ -37,6 +40,9 @@ def _is_decimal(text: Any) -> bool:
     most 19 (no sign, space, underscore or other digits that ``int`` would take)."""
     return 0 < len(text) <= _MAX_DIGITS and text.isascii() and text.isdigit()
 
+
+_FIELD_COUNTS = (STORED_FIELDS, STORED_FIELDS + 1)
+"""A stored value without progress, and with it."""
 
 _MAX_DIGITS = 19
 """Digits of the longest number a stored value holds (nanoseconds below 2**63)."""
@@ -72,17 +78,28 @@ def stored_columns(keys: GroupKeys, reply: Any) -> Columns:
     """
     table = reply if isinstance(reply, dict) else dict(zip(reply[::2], reply[1::2], strict=True))
     if not table:
-        return [], [], [], []
+        return [], [], [], [], None
     # UTF-8 bytes sort in code point order: sorting before decoding gives the str order.
     names = sorted(table)
     values = list(map(table.__getitem__, names))
     kind = type(values[0])
     try:
         space = _SEPARATORS[kind]
-        # Each value is exactly STORED_FIELDS numbers with one separator between them, and
-        # nothing but ASCII digits besides (int() would also take signs, spaces, "_").
-        if set(map(kind.count, values, repeat(space))) != {STORED_FIELDS - 1}:
-            raise ValueError
+        # Each value is exactly STORED_FIELDS numbers (one more with progress) with one
+        # separator between them, and nothing but ASCII digits besides (int() would also
+        # take signs, spaces, "_").
+        counts = list(map(kind.count, values, repeat(space)))
+        spaces = set(counts)
+        progress: list[int | None] | None = None
+        width = STORED_FIELDS
+        if spaces != {STORED_FIELDS - 1}:
+            if not spaces <= {STORED_FIELDS - 1, STORED_FIELDS}:
+                raise ValueError
+            # Some consumers recorded progress: pad the others with a 0 to read 4 columns.
+            width = STORED_FIELDS + 1
+            has = [count == STORED_FIELDS for count in counts]
+            pad = _PADS[kind]
+            values = [v if h else v + pad for v, h in zip(values, has, strict=True)]
         joined = space.join(values)
         digits = joined.replace(space, space[:0])
         if not (digits.isascii() and digits.isdigit()):
@@ -90,9 +107,11 @@ def stored_columns(keys: GroupKeys, reply: Any) -> Columns:
         fields = joined.split(space)
         if max(map(len, fields)) > _MAX_DIGITS or not min(map(len, fields)):
             raise ValueError
-        registered = list(map(int, fields[0::STORED_FIELDS]))
-        heartbeat = list(map(int, fields[1::STORED_FIELDS]))
-        lease = list(map(int, fields[2::STORED_FIELDS]))
+        registered = list(map(int, fields[0::width]))
+        heartbeat = list(map(int, fields[1::width]))
+        lease = list(map(int, fields[2::width]))
+        if width > STORED_FIELDS:
+            progress = [int(p) if h else None for p, h in zip(fields[3::width], has, strict=True)]
         if kind is str:
             decoded = names
         else:
@@ -101,7 +120,7 @@ def stored_columns(keys: GroupKeys, reply: Any) -> Columns:
                 decoded = [name.decode() for name in names]
     except (KeyError, ValueError, TypeError, AttributeError, UnicodeDecodeError):
         raise _first_bad(keys, names, values) from None
-    return decoded, registered, heartbeat, lease
+    return decoded, registered, heartbeat, lease, progress
 
 
 def _first_bad(keys: GroupKeys, names: list[Any], values: list[Any]) -> PresenceDataError:

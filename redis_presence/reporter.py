@@ -20,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
@@ -40,6 +42,7 @@ from .validation import (
     DelayedBeat,
     check_consumer_key,
     check_lease_count,
+    check_meta,
 )
 
 DEFAULT_REPORT_INTERVAL_MS = DEFAULT_PRESENCE_TTL_MS // 6
@@ -61,7 +64,22 @@ __all__ = [
     "DEFAULT_REPORT_INTERVAL_MS",
     "AsyncPresenceReporter",
     "PresenceReporter",
+    "default_meta",
 ]
+
+
+def _module_default_meta() -> dict[str, str]:
+    return default_meta()
+
+
+def default_meta() -> dict[str, str]:
+    """What a reporter tells about each consumer unless told otherwise: ``host`` (this
+    machine's name), ``pid`` (this process) and ``version`` (of redis-presence)."""
+    try:
+        package = version("redis-presence")
+    except PackageNotFoundError:  # pragma: no cover - a source tree that was not installed
+        package = "unknown"
+    return {"host": socket.gethostname() or "unknown", "pid": str(os.getpid()), "version": package}
 
 
 def _check_interval_ms(value: object) -> int:
@@ -76,8 +94,11 @@ def _check_interval_ms(value: object) -> int:
 class _Taken:
     """What one flush sends: deregistrations first, then the latest beats."""
 
-    beats: dict[ConsumerKey, tuple[int, int]]  # consumer -> (lease_count, monotonic ns of the beat)
+    beats: dict[ConsumerKey, tuple[int, int, int | None]]
+    """consumer -> (lease_count, monotonic ns of the beat, of its last progress or None)"""
     deregs: dict[ConsumerKey, None]
+    describe: dict[ConsumerKey, int] = field(default_factory=dict)
+    """The consumers whose metadata is to be written after the beats, -> its version."""
 
 
 @dataclass
@@ -88,6 +109,8 @@ class _Flushed:
     refused: dict[tuple[str, str], PresenceError]
     unwritten: set[ConsumerKey] = field(default_factory=set)
     """The beats and deregistrations Redis refused, to send again."""
+    described: set[ConsumerKey] = field(default_factory=set)
+    """The consumers whose metadata this flush wrote (or found unchanged)."""
 
 
 @dataclass
@@ -116,12 +139,25 @@ class _Coalescer:
     (plus, with ``track=True``, the set of consumers reported so far).
     """
 
-    def __init__(self, interval_ms: int, *, track: bool, clock: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        interval_ms: int,
+        *,
+        track: bool,
+        clock: Callable[[], int],
+        meta: dict[str, str] | None = None,
+    ) -> None:
         self.interval_ns = _check_interval_ms(interval_ms) * NS_PER_MS
         self.clock = clock
         self.closed = False
         self._lock = threading.Lock()
-        self._beats: dict[ConsumerKey, tuple[int, int]] = {}
+        self._beats: dict[ConsumerKey, tuple[int, int, int | None]] = {}
+        self.meta: dict[str, str] = {} if meta is None else meta
+        """The metadata every consumer of this reporter is described with (empty: none)."""
+        self.meta_version = 0
+        """Bumped at each change of `meta`: a consumer is described again when the version
+        it was last described with is older."""
+        self._described: dict[ConsumerKey, int] = {}
         self._deregs: dict[ConsumerKey, None] = {}
         self._reported: set[ConsumerKey] | None = set() if track else None
         self._failures = 0
@@ -131,18 +167,33 @@ class _Coalescer:
 
     # -- the caller's side ------------------------------------------------------------
 
-    def beat(self, queue: str, group: str, consumer: str, lease_count: int) -> None:
+    def beat(
+        self, queue: str, group: str, consumer: str, lease_count: int, progressed: bool = False
+    ) -> None:
         key = check_consumer_key(queue, group, consumer)
         lease = check_lease_count(lease_count)
+        if type(progressed) is not bool:
+            raise TypeError(f"progressed must be a bool, got {type(progressed).__name__}")
         now = self.clock()
         with self._lock:
             if not self.closed:
-                self._beats[key] = (lease, now)
+                if progressed:
+                    self._beats[key] = (lease, now, now)
+                else:
+                    old = self._beats.get(key)  # a pending progress is kept (coalesced)
+                    self._beats[key] = (lease, now, None if old is None else old[2])
+
+    def set_meta(self, meta: dict[str, str]) -> None:
+        with self._lock:
+            if meta != self.meta:
+                self.meta = meta
+                self.meta_version += 1
 
     def deregister(self, queue: str, group: str, consumer: str) -> None:
         key = check_consumer_key(queue, group, consumer)
         with self._lock:
             self._beats.pop(key, None)
+            self._described.pop(key, None)
             self._deregs[key] = None
             if self._reported is not None:
                 self._reported.discard(key)
@@ -154,7 +205,9 @@ class _Coalescer:
     def fresh(self) -> _Coalescer:
         """A new coalescer with the same settings and nothing pending (a forked child's)."""
         interval_ms = self.interval_ns // NS_PER_MS
-        return _Coalescer(interval_ms, track=self._reported is not None, clock=self.clock)
+        return _Coalescer(
+            interval_ms, track=self._reported is not None, clock=self.clock, meta=self.meta
+        )
 
     # -- the flusher's side -----------------------------------------------------------
 
@@ -173,7 +226,13 @@ class _Coalescer:
                     self._beats.clear()
             if not self._beats and not self._deregs:
                 return started, None
-            taken = _Taken(self._beats, self._deregs)
+            version = self.meta_version
+            describe = {
+                key: version
+                for key in self._beats
+                if self._described.get(key, -1) != version and (self.meta or key in self._described)
+            }
+            taken = _Taken(self._beats, self._deregs, describe)
             self._beats, self._deregs = {}, {}
             return started, taken
 
@@ -196,17 +255,33 @@ class _Coalescer:
             for group, why in error.failed.items():
                 refused.setdefault(group, why)
             unwritten.update(error.refused)
-        return _Flushed(sent, refused, unwritten)
+        described: set[ConsumerKey] = set()
+        meta = self.meta
+        # Only the consumers whose metadata is new or changed, in one call (one per queue).
+        due = [key for key in taken.describe if key not in unwritten]
+        if due:
+            try:
+                yield from registry.plans.describe_many([(*key, meta) for key in due])
+            except PresenceError as error:
+                for key in due:
+                    refused.setdefault((key[0], key[1]), error)
+            else:
+                described.update(due)
+        return _Flushed(sent, refused, unwritten, described)
 
     def delayed(self, taken: _Taken) -> list[DelayedBeat]:
         """The taken beats with their age, in µs, on the monotonic clock; beats older than
         MAX_DELAY_MS are dropped (their consumer is long expired anyway)."""
         now = self.clock()
-        beats = []
-        for (queue, group, consumer), (lease, at_ns) in taken.beats.items():
+        beats: list[DelayedBeat] = []
+        for (queue, group, consumer), (lease, at_ns, progress_ns) in taken.beats.items():
             delay_us = max(0, now - at_ns) // NS_PER_US
             if delay_us <= _MAX_DELAY_US:
-                beats.append((queue, group, consumer, lease, delay_us))
+                if progress_ns is None:
+                    beats.append((queue, group, consumer, lease, delay_us))
+                else:
+                    back_us = min(max(0, now - progress_ns) // NS_PER_US, _MAX_DELAY_US)
+                    beats.append((queue, group, consumer, lease, delay_us, back_us))
         return beats
 
     def idle(self, started_ns: int) -> _Outcome:
@@ -226,6 +301,9 @@ class _Coalescer:
                 self._deregs = {**again, **self._deregs}
             if self._reported is not None:
                 self._reported.update(key for key in taken.beats if key not in unwritten)
+            for key in flushed.described:
+                if key not in self._deregs:
+                    self._described[key] = taken.describe[key]
         self._report_refused(refused)
         if self._outage_since_ns is not None:
             down_s = (self.clock() - self._outage_since_ns) / 1e9
@@ -274,6 +352,9 @@ class _Coalescer:
                     self._beats[key] = value
             self._deregs = {**taken.deregs, **self._deregs}
             held = len(self._beats)
+            # An outage may outlast the consumers (pruned, their metadata with them): describe
+            # every consumer again once Redis answers.
+            self._described.clear()
         self._failures += 1
         if self._outage_since_ns is None:
             self._outage_since_ns = self.clock()
@@ -303,7 +384,9 @@ class _CrossedFork(_Coalescer):
         self.closed = True
         self.message = message
 
-    def beat(self, queue: str, group: str, consumer: str, lease_count: int) -> None:
+    def beat(
+        self, queue: str, group: str, consumer: str, lease_count: int, progressed: bool = False
+    ) -> None:
         raise RuntimeError(self.message)
 
     def deregister(self, queue: str, group: str, consumer: str) -> None:
@@ -336,11 +419,15 @@ class _Reporter(Generic[R]):
         *,
         deregister_on_close: bool = False,
         clock: Callable[[], int] = time.monotonic_ns,
+        meta: dict[str, str] | None = None,
+        default_meta: bool = True,
     ) -> None:
         if registry.read_only:
             raise ValueError("a reporter writes: its registry must not be read_only")
         self._registry = registry
-        self._core = _Coalescer(interval_ms, track=deregister_on_close, clock=clock)
+        self._default_meta = default_meta
+        described = self._meta_of(meta)
+        self._core = _Coalescer(interval_ms, track=deregister_on_close, clock=clock, meta=described)
         self._closed = False
         self._pid = os.getpid()
         _live_reporters.add(self)
@@ -348,6 +435,12 @@ class _Reporter(Generic[R]):
 
     def _start(self) -> None:
         raise NotImplementedError
+
+    def _meta_of(self, meta: dict[str, str] | None) -> dict[str, str]:
+        """The default metadata (unless `default_meta` is False) and the caller's, checked."""
+        extra = {} if meta is None else check_meta(meta)
+        base = _module_default_meta() if self._default_meta else {}
+        return check_meta({**base, **extra})
 
     def _crossed_fork(self) -> None:
         """In a forked child (called by `os.register_at_fork`)."""
@@ -376,10 +469,31 @@ class _Reporter(Generic[R]):
         every flush. Empty when the last flush wrote everything."""
         return dict(self._core.refused)
 
-    def beat(self, queue: str, group: str, consumer: str, lease_count: int = 0) -> None:
-        """Remember that `consumer` read `queue` for `group` now (O(1), no I/O). Bad
-        arguments raise `TypeError` / `ValueError` here; nothing else ever does."""
-        self._core.beat(queue, group, consumer, lease_count)
+    def beat(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        lease_count: int = 0,
+        *,
+        progressed: bool = False,
+    ) -> None:
+        """Remember that `consumer` read `queue` for `group` now (O(1), no I/O), and with
+        `progressed` that it made progress now (kept until the next flush, whatever beats
+        follow). Bad arguments raise `TypeError` / `ValueError` here; nothing else ever does."""
+        self._core.beat(queue, group, consumer, lease_count, progressed)
+
+    @property
+    def meta(self) -> dict[str, str]:
+        """The metadata each consumer of this reporter is described with: the default
+        (``host``, ``pid``, ``version``; see `default_meta`) and the caller's."""
+        return dict(self._core.meta)
+
+    def describe(self, meta: dict[str, str]) -> None:
+        """Replace the caller's part of `meta` (the default part stays, unless the reporter
+        was made with ``default_meta=False``): written with the next flush for every
+        consumer, and only when it changed."""
+        self._core.set_meta(self._meta_of(meta))
 
     def deregister(self, queue: str, group: str, consumer: str) -> None:
         """Drop the consumer's pending beat and deregister it with the next flush (a later
@@ -420,6 +534,8 @@ class PresenceReporter(_Reporter[RedisPresenceRegistry]):
         if self._closed:
             return
         self._core = self._core.fresh()
+        if self._default_meta:  # this process is not the parent: its own pid
+            self._core.meta = {**self._core.meta, "pid": str(self._pid)}
         self._start()
 
     def flush(self) -> int:

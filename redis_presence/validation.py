@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 MAX_NAME_BYTES = 512
@@ -29,9 +29,10 @@ ConsumerKey = tuple[str, str, str]
 Beat = tuple[str, str, str, int]
 """One heartbeat for `heartbeat_many`: `(queue, group, consumer, lease_count)`."""
 
-DelayedBeat = tuple[str, str, str, int, int]
+DelayedBeat = tuple[str, str, str, int, int] | tuple[str, str, str, int, int, int]
 """One heartbeat made `delay_us` microseconds before it is written, as a reporter sends it:
-`(queue, group, consumer, lease_count, delay_us)`."""
+`(queue, group, consumer, lease_count, delay_us)`, and, when the consumer recorded
+progress, how long before the write its last progress was: `progress_delay_us`."""
 
 
 def _is_int(value: Any) -> bool:
@@ -107,6 +108,54 @@ def check_now_ns(value: Any, argument: str = "now_ns") -> int | None:
     return int(value)
 
 
+MAX_META_KEYS = 16
+"""Most keys of one consumer's metadata."""
+
+MAX_META_BYTES = 1_024
+"""Most UTF-8 bytes of one consumer's metadata, its keys and values together."""
+
+MAX_MIN_ACTIVE = 1_000_000
+"""Largest minimum of active consumers a declared group may ask for."""
+
+
+def check_meta(value: Any, argument: str = "meta") -> dict[str, str]:
+    """Consumer metadata: a mapping of at most MAX_META_KEYS names (non-empty str, as
+    `check_name`) to str values (validated like names, or empty), MAX_META_BYTES in all."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{argument} must be a mapping of str to str, got {type(value).__name__}")
+    if len(value) > MAX_META_KEYS:
+        raise ValueError(f"{argument} must have at most {MAX_META_KEYS} keys, got {len(value)}")
+    checked: dict[str, str] = {}
+    size = 0
+    for key, item in value.items():
+        check_name(f"{argument} key", key)
+        if not isinstance(item, str):
+            raise TypeError(f"{argument}[{key!r:.40}] must be a str, got {type(item).__name__}")
+        if item:
+            check_name(f"{argument}[{key!r:.40}]", item)
+        size += len(key.encode()) + len(item.encode())
+        checked[key] = item
+    if size > MAX_META_BYTES:
+        raise ValueError(
+            f"{argument} must be at most {MAX_META_BYTES} UTF-8 bytes in all, got {size}"
+        )
+    return checked
+
+
+def check_optional_stuck_after_ms(value: Any, argument: str = "stuck_after_ms") -> int | None:
+    """`None` (the shared budget, else DEFAULT_STUCK_AFTER_MS) or a positive budget in ms."""
+    return None if value is None else check_ttl_ms(value, argument)
+
+
+def check_min_active(value: Any, argument: str = "min_active") -> int:
+    """How many active consumers a declared group must have: an int in [0, MAX_MIN_ACTIVE]."""
+    if not _is_int(value):
+        raise TypeError(f"{argument} must be an int, got {type(value).__name__}")
+    if not 0 <= value <= MAX_MIN_ACTIVE:
+        raise ValueError(f"{argument} must be in [0, {MAX_MIN_ACTIVE}], got {value}")
+    return int(value)
+
+
 def check_prefix(value: Any) -> str:
     """A key prefix: printable, without braces, glob characters or whitespace."""
     if not isinstance(value, str):
@@ -165,7 +214,14 @@ def check_delayed_beats(beats: Sequence[Any]) -> Sequence[DelayedBeat]:
     most_us = MAX_DELAY_MS * 1_000
     for index, beat in enumerate(beats):
         try:
-            queue, group, consumer, lease, delay_us = beat
+            if len(beat) == 6:
+                queue, group, consumer, lease, delay_us, progress_us = beat
+                if type(progress_us) is not int or not 0 <= progress_us <= most_us:
+                    raise ValueError(
+                        f"progress_delay_us must be an int in [0, {most_us}], got {progress_us!r}"
+                    )
+            else:
+                queue, group, consumer, lease, delay_us = beat
             check_consumer_key(queue, group, consumer)
             check_lease_count(lease)
             if type(delay_us) is not int or not 0 <= delay_us <= most_us:
@@ -179,6 +235,9 @@ __all__ = [
     "MAX_DELAY_MS",
     "MAX_FUTURE_LIMIT_MS",
     "MAX_LEASE_COUNT",
+    "MAX_META_BYTES",
+    "MAX_META_KEYS",
+    "MAX_MIN_ACTIVE",
     "MAX_NAME_BYTES",
     "MAX_TIMESTAMP_NS",
     "MAX_TTL_MS",
@@ -191,8 +250,11 @@ __all__ = [
     "check_filter",
     "check_lease_count",
     "check_max_future_ms",
+    "check_meta",
+    "check_min_active",
     "check_name",
     "check_now_ns",
+    "check_optional_stuck_after_ms",
     "check_optional_ttl_ms",
     "check_prefix",
     "check_ttl_ms",

@@ -24,6 +24,7 @@ CASES = (
     "integrations",
     "web",
     "fleets",
+    "events",
 )
 
 

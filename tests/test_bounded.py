@@ -107,8 +107,11 @@ def work(
         )
     if name in ("ZREM", "ZADD"):  # the index, after a prune
         return "groups", command.argc - 2, bounds.groups
-    if name == "EVALSHA":  # prune.lua: KEYS are 4 a group and the two indexes
-        groups = (int(args[2]) - 2) // 4
+    if name == "EVALSHA":  # prune.lua: KEYS are 4 or 5 a group, then the two indexes
+        numkeys = int(args[2])
+        starts = [i for i, key in enumerate(args[3 : 3 + numkeys]) if key.endswith(":hb")]
+        per_group = starts[1] - starts[0] if len(starts) > 1 else numkeys - 2  # 4 or 5 keys
+        groups = (numkeys - 2) // per_group
         assert groups <= bounds.prune_groups, args[:3]
         ranges = [limit(c.args) for c in inner if c.args[0].upper() == "ZRANGEBYSCORE"]
         assert not ranges or ranges[0] <= bounds.prune_consumers, ranges[:1]  # its budget

@@ -43,7 +43,7 @@ def test_exit_0_when_every_group_has_enough(fleet: str) -> None:
     done = check(fleet, "--queue", "orders", "--group", "billing", "--min-active", "2")
     assert done.returncode == 0, done.stderr
     assert done.stdout == "OK   queue 'orders' group 'billing': 2 active (at least 2 wanted)\n"
-    assert done.stderr == ""
+    assert done.stderr == "redis-presence: TTL 10000 ms (--ttl-ms)\n"  # where the TTL came from
 
 
 def test_exit_1_when_one_group_has_too_few(fleet: str) -> None:
@@ -68,7 +68,7 @@ def test_exit_1_when_one_group_has_too_few(fleet: str) -> None:
         "FAIL queue 'emails' group 'sender': 0 active (at least 1 wanted)",
         "FAIL queue 'never' group 'seen': 0 active (at least 1 wanted)",
     ]
-    assert done.stderr == ""
+    assert done.stderr == "redis-presence: TTL 10000 ms (--ttl-ms)\n"
 
 
 def test_min_active_once_per_pair_and_json(fleet: str) -> None:

@@ -34,6 +34,7 @@ from redis_presence.protocol import PresenceRegistry
 
 S = 1_000_000_000
 NOW = 1_750_000_000 * S
+DEFAULT_TTL_NOTE = "TTL 30000 ms (the default: none stored; see 'redis-presence ttl set')"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 COLOUR = re.compile(r"\x1b\[[0-9;]*(3[0-7]|38;|9[0-7])[0-9;]*m")
 CLEAN_ENV: dict[str, str | None] = dict.fromkeys(
@@ -134,7 +135,7 @@ def test_ls_table(backend: Backend) -> None:
     seed(backend.registry)
     result = backend.at_now("ls")
     assert result.exit_code == 0, result.output
-    assert result.stderr == ""
+    assert result.stderr == f"redis-presence: {DEFAULT_TTL_NOTE}\n"  # where the TTL came from
     assert "\x1b" not in result.stdout  # not a terminal: no colour
     lines = [line.split() for line in result.stdout.splitlines()]
     assert lines[0][:4] == ["QUEUE", "GROUP", "CONSUMER", "STATE"]
@@ -161,7 +162,11 @@ def test_ls_csv(backend: Backend) -> None:
     result = backend.at_now("ls", "--format", "csv")
     assert result.exit_code == 0, result.output
     records = list(csv.DictReader(io.StringIO(result.stdout)))
-    expected = [{k: str(v) for k, v in row.items()} for row in snapshot_dicts(backend.registry)]
+    expected = [
+        {k: str(v) for k, v in row.items()}
+        | {"last_progress_ns": "", "stuck": "false", "meta": ""}  # none of these here
+        for row in snapshot_dicts(backend.registry)
+    ]
     assert records == expected
 
 
@@ -324,12 +329,21 @@ class Scripted:
         *,
         queue: str | None = None,
         group: str | None = None,
+        stuck_after_ms: int | None = None,
+        with_meta: bool = False,
     ) -> list[ConsumerPresence]:
         hook = self.hooks.get(self.reads)
         self.reads += 1
         if hook is not None:
             hook()
-        return self.inner.snapshot(now_ns=now_ns, ttl_ms=ttl_ms, queue=queue, group=group)
+        return self.inner.snapshot(
+            now_ns=now_ns,
+            ttl_ms=ttl_ms,
+            queue=queue,
+            group=group,
+            stuck_after_ms=stuck_after_ms,
+            with_meta=with_meta,
+        )
 
 
 def test_watch_marks_what_changed_between_refreshes(backend: Backend) -> None:
@@ -624,7 +638,7 @@ def test_read_only_refuses_writes_before_opening_redis(args: list[str], how: str
     assert result.exit_code == 6
     assert line == (
         f"Error: {args[0]} writes to Redis, but --read-only (or REDIS_PRESENCE_READ_ONLY) is "
-        "set: only ls, counts, watch and prune --dry-run run read-only"
+        "set: only ls, counts, watch, events, ttl get and prune --dry-run run read-only"
     )
 
 

@@ -29,7 +29,7 @@ def test_prune_speaks_json_and_csv(backend: Backend) -> None:
     seed(backend.registry)
     result = backend.at_now("prune", "--format", "json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"pruned": 1}
+    assert json.loads(result.stdout) == {"pruned": 1, "ttl_ms": 30_000, "ttl_source": "default"}
     assert backend.at_now("prune", "--format", "csv").stdout == "pruned\n0\n"
     assert backend.at_now("prune").stdout == "pruned 0 expired consumer(s)\n"
 

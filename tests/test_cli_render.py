@@ -148,6 +148,9 @@ def test_json_is_one_array_with_the_field_names() -> None:
         "last_seen_age_ms",
         "lease_count",
         "state",
+        "last_progress_ns",
+        "stuck",
+        "meta",
     )
     assert [list(item) for item in data] == [list(render.CONSUMER_FIELDS)] * 3
     assert data[1] == ROWS[1].to_dict()

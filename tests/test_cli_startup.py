@@ -64,6 +64,9 @@ def test_every_public_name_loads_from_its_module() -> None:
     assert set(table) == {
         "DEFAULT_PRESENCE_TTL_MS",
         "DEFAULT_MAX_FUTURE_MS",
+        "DEFAULT_STUCK_AFTER_MS",
+        "ConsumerMeta",
+        "GroupPresence",
         "DEFAULT_REPORT_INTERVAL_MS",
         "AsyncPresenceReporter",
         "AsyncRedisPresenceRegistry",

@@ -41,9 +41,10 @@ def as_reply(stored: dict[str, tuple[int, int, int]], *, text: bool, flat: bool)
 def test_columns_are_the_stored_values_sorted_by_name(
     stored: dict[str, tuple[int, int, int]], text: bool, flat: bool
 ) -> None:
-    names, registered, heartbeat, lease = stored_columns(
+    names, registered, heartbeat, lease, progress = stored_columns(
         GROUP, as_reply(stored, text=text, flat=flat)
     )
+    assert progress is None  # nobody recorded progress
     expected = sorted(stored.items())  # str order is code point order, as Redis' bytes sort
     assert names == [name for name, _ in expected]
     assert list(zip(registered, heartbeat, lease, strict=True)) == [v for _, v in expected]
@@ -56,6 +57,20 @@ def test_names_with_newlines_and_non_ascii_characters_decode_exactly() -> None:
         [7, 1, 1, 4],
         [8, 2, 1, 5],
         [9, 3, 1, 6],
+        None,
+    )
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_a_fourth_field_is_the_last_progress_and_absent_is_none(text: bool) -> None:
+    stored = {"a": "1 2 3 7", "b": "4 5 6", "c": "1 1 0 9"}
+    reply = stored if text else {k.encode(): v.encode() for k, v in stored.items()}
+    assert stored_columns(GROUP, reply) == (
+        ["a", "b", "c"],
+        [1, 4, 1],
+        [2, 5, 1],
+        [3, 6, 0],
+        [7, None, 9],
     )
 
 
@@ -63,7 +78,9 @@ def test_names_with_newlines_and_non_ascii_characters_decode_exactly() -> None:
     ("values", "field", "culprit"),
     [
         pytest.param({b"a": b"1 2"}, "a", "1 2", id="two-fields"),
-        pytest.param({b"a": b"1 2 3 4"}, "a", "1 2 3 4", id="four-fields"),
+        pytest.param({b"a": b"1 2 3 4 5"}, "a", "1 2 3 4 5", id="five-fields"),
+        pytest.param({b"a": b"1 2 3 4", b"b": b"1 2"}, "b", "1 2", id="progress-and-two"),
+        pytest.param({b"a": b"1 2 3 "}, "a", "1 2 3 ", id="empty-progress"),
         # Together they hold six fields, as two good values would: each is checked alone.
         pytest.param({b"a": b"1 2", b"b": b"3 4 5 6"}, "a", "1 2", id="compensating-pair"),
         pytest.param({b"a": b"1 2 x"}, "a", "1 2 x", id="not-a-number"),
@@ -104,8 +121,8 @@ def test_a_name_that_is_not_utf8_is_a_data_error() -> None:
 
 
 def test_an_empty_group_has_empty_columns() -> None:
-    assert stored_columns(GROUP, {}) == ([], [], [], [])
-    assert stored_columns(GROUP, []) == ([], [], [], [])
+    assert stored_columns(GROUP, {}) == ([], [], [], [], None)
+    assert stored_columns(GROUP, []) == ([], [], [], [], None)
 
 
 @given(

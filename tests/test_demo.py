@@ -469,7 +469,7 @@ def test_demo_broker_logs_start_outage_and_stop(make_redis_server: MakeRedisServ
         reader.join(timeout=10)
     assert lines[0] == (
         "b: started, serving 2 consumers: b-c1 (orders/billing), b-c2 (orders/shipping); "
-        f"prefix 'presence' at {server.url}, TTL 500 ms, a read every 0.1s\n"
+        f"prefix 'presence' at {server.url}, TTL 500 ms (--ttl-ms), a read every 0.1s\n"
     )
     assert lines[1].startswith("b: heartbeat failed, retrying: cannot reach Redis")
     assert lines[2] == "b: Redis is back\n"

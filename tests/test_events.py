@@ -189,6 +189,24 @@ def test_each_kind_of_event_once_with_its_fields(
 
 
 @pytest.mark.parametrize("backend", ["memory", "fakeredis", "redis", "cluster"])
+def test_a_prune_by_a_clock_days_ahead_keeps_its_events(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    """The event index is kept by the server's clock: a prune at a now_ns two days ahead
+    (asking what will have expired by then) does not forget the logs it just wrote to."""
+    registry = make_registry(request, backend)
+    now = registry.clock_ns()
+    _, cursor = registry.changes(now_ns=now)
+    registry.heartbeat("orders", "billing", "w1", now_ns=now)
+    registry.heartbeat("mail", "send", "m1", now_ns=now)
+    later = now + 2 * 86_400_000 * MS
+    assert registry.prune_expired(now_ns=later, ttl_ms=30_000) == 2
+    events, _ = registry.changes(cursor, now_ns=later)
+    pruned = {(e.queue, e.consumer) for e in events if e.kind is EventKind.PRUNED}
+    assert pruned == {("orders", "w1"), ("mail", "m1")}
+
+
+@pytest.mark.parametrize("backend", ["memory", "fakeredis", "redis", "cluster"])
 def test_the_shared_ttl_decides_reads_and_events(
     request: pytest.FixtureRequest, backend: str
 ) -> None:

@@ -23,9 +23,15 @@ STEP_NS = st.one_of(
     st.integers(0, 70_000 * MS),
 )
 
+METAS = st.dictionaries(
+    st.sampled_from(["host", "pid", "a:b", "ü"]), st.sampled_from(["", "x", "7"])
+)
+STUCK = st.sampled_from([1, 2, 5, 1_000])
+
 
 class RegistryMatchesModel(RuleBasedStateMachine):
-    """Random heartbeats, deregisters, prunes and reads on both; every answer must agree."""
+    """Random heartbeats (with and without progress), metadata, declared groups,
+    deregisters, prunes and reads on both; every answer must agree."""
 
     client: Any
 
@@ -53,6 +59,37 @@ class RegistryMatchesModel(RuleBasedStateMachine):
         at = max(0, self.now + skew)  # brokers' clocks disagree a little
         self.model.heartbeat(queue, group, consumer, lease, now_ns=at)
         self.redis.heartbeat(queue, group, consumer, lease, now_ns=at)
+
+    @rule(queue=NAMES, group=NAMES, consumer=NAMES, lease=st.integers(0, 3))
+    def progress(self, queue: str, group: str, consumer: str, lease: int) -> None:
+        self.model.heartbeat(queue, group, consumer, lease, now_ns=self.now, progressed=True)
+        self.redis.heartbeat(queue, group, consumer, lease, now_ns=self.now, progressed=True)
+
+    @rule(queue=NAMES, group=NAMES, consumer=NAMES, meta=METAS)
+    def describe(self, queue: str, group: str, consumer: str, meta: dict[str, str]) -> None:
+        assert self.model.describe(queue, group, consumer, meta) == self.redis.describe(
+            queue, group, consumer, meta
+        )
+
+    @rule(queue=NAMES, group=NAMES, least=st.integers(0, 3))
+    def expect(self, queue: str, group: str, least: int) -> None:
+        self.model.expect(queue, group, least)
+        self.redis.expect(queue, group, least)
+
+    @rule(queue=NAMES, group=NAMES)
+    def unexpect(self, queue: str, group: str) -> None:
+        assert self.model.unexpect(queue, group) == self.redis.unexpect(queue, group)
+
+    @rule(ttl=TTL, stuck=STUCK)
+    def rich_reads_agree(self, ttl: int, stuck: int) -> None:
+        """Metadata, progress and `stuck` in snapshots; declared groups and their counts."""
+        assert self.redis.snapshot(
+            now_ns=self.now, ttl_ms=ttl, stuck_after_ms=stuck, with_meta=True
+        ) == self.model.snapshot(now_ns=self.now, ttl_ms=ttl, stuck_after_ms=stuck, with_meta=True)
+        assert self.redis.expected() == self.model.expected()
+        assert self.redis.groups(now_ns=self.now, ttl_ms=ttl) == self.model.groups(
+            now_ns=self.now, ttl_ms=ttl
+        )
 
     @rule(beats=st.lists(st.tuples(NAMES, NAMES, NAMES, st.integers(0, 9)), max_size=6))
     def heartbeat_many(self, beats: list[tuple[str, str, str, int]]) -> None:

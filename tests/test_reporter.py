@@ -156,8 +156,10 @@ def test_ten_thousand_beats_for_ten_consumers_are_ten_writes_in_one_call(
     for i in range(10_000):
         reporter.beat("orders" if i % 2 else "mail", "g", f"w{i % 10}", i)
     assert reporter.flush() == 10
-    assert calls(redis_client, "evalsha") == 1
-    assert calls(redis_client, "hset") == 10
+    # The beats in one call, and the new consumers' metadata (the reporter's default: host,
+    # pid, version) in one more: only with a consumer's first flush.
+    assert calls(redis_client, "evalsha") == 2
+    assert calls(redis_client, "hset") == 20
     # Ten beats, the groups listed once, and the two groups' `joined` entries listed in the
     # index of event logs (ten new consumers: one log entry per group).
     assert calls(redis_client, "zadd") == 13
@@ -179,8 +181,9 @@ def test_a_large_flush_is_split_into_calls_of_at_most_max_beats_per_call(
     for i in range(beats):
         reporter.beat(f"q{i % 7}", f"g{i % 3}", f"w{i}")
     assert reporter.flush() == beats
-    assert calls(redis_client, "evalsha") == 3
-    assert calls(redis_client, "hset") == beats
+    # Three calls of beats, and as many of the new consumers' metadata (split alike).
+    assert calls(redis_client, "evalsha") == 3 + 3
+    assert calls(redis_client, "hset") == beats + beats
     assert len(registry) == beats + 1
 
 
@@ -189,7 +192,8 @@ def test_coalescing_on_a_cluster_is_one_call_per_queue(
 ) -> None:
     nodes = [node.client() for node in redis_cluster.nodes]
     try:
-        with PresenceReporter(RedisPresenceRegistry(cluster_client), LONG_MS) as reporter:
+        registry = RedisPresenceRegistry(cluster_client)
+        with PresenceReporter(registry, LONG_MS, default_meta=False) as reporter:
             reporter.beat("orders", "g", "warm")
             reporter.beat("mail", "g", "warm")
             reporter.flush()
@@ -370,8 +374,8 @@ def test_restored_beats_never_override_newer_ones_or_deregistrations() -> None:
     _, again = core.begin()
     assert again is not None
     assert again.beats == {
-        ("q", "g", "newer"): (2, clock.now),
-        ("q", "g", "kept"): (1, clock.now - 5 * MS),
+        ("q", "g", "newer"): (2, clock.now, None),
+        ("q", "g", "kept"): (1, clock.now - 5 * MS, None),
     }
     assert list(again.deregs) == [("q", "g", "gone")]
 
@@ -500,7 +504,10 @@ def test_async_reporter_coalesces_flushes_in_background_and_closes(
         client = redis.asyncio.Redis(host=redis_server.host, port=redis_server.port)
         registry = AsyncRedisPresenceRegistry(client)
         try:
-            async with AsyncPresenceReporter(registry, LONG_MS, clock=clock) as reporter:
+            # No metadata: this counts the beats' calls (metadata has its own tests).
+            async with AsyncPresenceReporter(
+                registry, LONG_MS, clock=clock, default_meta=False
+            ) as reporter:
                 reporter.beat("warm", "up", "c")
                 await reporter.flush()
                 redis_client.config_resetstat()

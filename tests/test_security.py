@@ -30,6 +30,7 @@ from servers import (
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,
+    FollowSnapshot,
     PresenceAuthError,
     PresenceConfigError,
     PresenceConnectionError,
@@ -54,15 +55,19 @@ pytestmark = pytest.mark.timeout(60)
 # and the tests below run exactly them. Commands are those the scripts and plans send:
 #   broker: heartbeat.lua (ZSCORE HGET TIME ZADD HSET, and XADD PEXPIRE for an event;
 #           TYPE SET on a cluster), heartbeat_many.lua (TYPE TIME HGET HSET ZADD SET XADD
-#           PEXPIRE), deregister.lua (TYPE HGET ZREM HDEL EXISTS DEL XADD PEXPIRE), GET of the
-#           shared TTL, SCRIPT LOAD after NOSCRIPT; on a cluster the indexes' plain ZADD, ZREM,
-#           EXISTS are already in the list; SELECT for a database but 0.
+#           PEXPIRE; also a beat with progress), deregister.lua (TYPE HGET ZREM HDEL EXISTS DEL
+#           XADD PEXPIRE), describe.lua (TYPE HGET HSET HDEL), GET of the shared TTL, SCRIPT
+#           LOAD after NOSCRIPT; on a cluster the indexes' plain ZADD, ZREM, EXISTS are already
+#           in the list; SELECT for a database but 0.
 #   reader: no script at all. TIME (the one instant of a read), GET (the shared TTL),
 #           ZRANGEBYLEX (index pages), HLEN HGETALL HSCAN (snapshot), ZCOUNT ZRANGEBYSCORE
 #           HMGET (counts, and stale/expired events), ZCARD (len), XRANGE XINFO|STREAM (the
 #           event logs).
 #   janitor: the broker's, prune.lua's (ZRANGEBYSCORE HMGET) and what prune and prune
 #           --dry-run read (the reader's snapshot commands).
+#   operator: declares groups (expect: HSET ZADD; unexpect: HDEL HLEN ZREM EXISTS ZADD) and
+#           stores the shared TTL and progress budget (SET DEL), and reads what it declared
+#           (expected: ZRANGEBYLEX HSCAN; ttl / stuck_after: GET); no script, no consumer.
 BROKER_USER, BROKER_PASSWORD = "presence-broker", "change-me-broker"
 READER_USER, READER_PASSWORD = "presence-reader", "change-me-reader"
 ACL_BROKER = (
@@ -89,7 +94,12 @@ ACL_JANITOR = (
     "+evalsha +script|load +select +type +time +exists +get +hget +hset +zadd +zscore +set "
     "+zrem +hdel +del +xadd +pexpire +zrangebylex +zrangebyscore +hlen +hgetall +hscan +hmget"
 )
-ACL_LINES = (ACL_BROKER, ACL_READER, ACL_STRICT_READER, ACL_JANITOR)
+OPERATOR_USER, OPERATOR_PASSWORD = "presence-operator", "change-me-operator"
+ACL_OPERATOR = (
+    f"ACL SETUSER {OPERATOR_USER} reset on >{OPERATOR_PASSWORD} ~presence:* resetchannels -@all "
+    "+select +hset +hdel +hlen +zadd +zrem +exists +zrangebylex +hscan +get +set +del"
+)
+ACL_LINES = (ACL_BROKER, ACL_READER, ACL_STRICT_READER, ACL_JANITOR, ACL_OPERATOR)
 
 
 def test_production_doc_carries_the_tested_acl_lines() -> None:
@@ -104,7 +114,7 @@ def acl_server(make_redis_server: MakeRedisServer) -> RedisServer:
     """A fresh server with the broker and reader users created from `ACL_LINES`."""
     server = make_redis_server()
     with server.client() as admin:
-        for line in (ACL_BROKER, ACL_READER, ACL_JANITOR):
+        for line in (ACL_BROKER, ACL_READER, ACL_JANITOR, ACL_OPERATOR):
             assert admin.execute_command(*shlex.split(line)) in (b"OK", "OK", True)
     return server
 
@@ -127,7 +137,14 @@ WRITES: dict[str, Operation] = {
     "heartbeat": lambda r: r.heartbeat("orders", "billing", "w9", 1, now_ns=T0),
     "heartbeat (server clock)": lambda r: r.heartbeat("orders", "billing", "w9"),
     "heartbeat_many": lambda r: r.heartbeat_many([("orders", "billing", "w9", 0)], now_ns=T0),
+    "heartbeat progressed": lambda r: r.heartbeat("orders", "billing", "w9", 1, progressed=True),
+    "describe": lambda r: r.describe("orders", "billing", "w9", {"host": "h", "pid": "1"}),
     "deregister": lambda r: r.deregister("orders", "billing", "w1"),
+}
+DECLARE: dict[str, Operation] = {
+    "expect": lambda r: r.expect("orders", "audit", 2),
+    "unexpect": lambda r: r.unexpect("mail", "send"),
+    "set_stuck_after": lambda r: r.set_stuck_after(60_000),
 }
 READS: dict[str, Operation] = {
     "snapshot": lambda r: r.snapshot(now_ns=T0),
@@ -135,6 +152,9 @@ READS: dict[str, Operation] = {
     "count_active_by_group": lambda r: r.count_active_by_group(now_ns=T0),
     "count (server clock)": lambda r: r.count_active_by_group(),
     "len": len,
+    "snapshot with_meta": lambda r: r.snapshot(now_ns=T0, stuck_after_ms=1, with_meta=True),
+    "groups": lambda r: r.groups(now_ns=T0),
+    "expected": lambda r: r.expected(),
 }
 PRUNE: dict[str, Operation] = {
     "prune_expired": lambda r: r.prune_expired(now_ns=T0 + 10**15),
@@ -146,6 +166,8 @@ def seed(admin: redis.Redis) -> RedisPresenceRegistry:
     owner.heartbeat("orders", "billing", "w1", 2, now_ns=T0)
     owner.heartbeat("orders", "billing", "w2", 0, now_ns=T0 - 90_000 * MS)
     owner.heartbeat("mail", "send", "w1", 0, now_ns=T0)
+    owner.describe("orders", "billing", "w1", {"host": "h-1"})
+    owner.expect("mail", "send")
     return owner
 
 
@@ -166,12 +188,16 @@ def test_broker_role_may_heartbeat_and_deregister_only(
     for op in WRITES.values():
         admin.script_flush()  # the broker may reload the scripts the server forgot
         op(broker)
-    rows = {(r.queue, r.group, r.consumer): r for r in owner.snapshot(now_ns=T0)}
+    rows = {(r.queue, r.group, r.consumer): r for r in owner.snapshot(now_ns=T0, with_meta=True)}
     assert ("orders", "billing", "w9") in rows
+    assert dict(rows["orders", "billing", "w9"].meta) == {"host": "h", "pid": "1"}
+    assert rows["orders", "billing", "w9"].last_progress_ns is not None
     assert ("orders", "billing", "w1") not in rows  # deregistered by the broker
     assert broker.deregister("mail", "send", "w1") is True  # empties the group and the index
     assert owner.count_active_by_group(now_ns=T0) == {("orders", "billing"): 1}
 
+    # A broker holds the commands declarations take (HSET, ZADD, SET for a cluster's marks):
+    # the README says so; the operator role below may declare and do nothing else.
     assert_denied(broker, {**READS, **PRUNE}, admin)
     outside = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD, prefix="other")
     assert_denied(outside, {**WRITES, **READS, **PRUNE}, admin)
@@ -192,7 +218,7 @@ def test_reader_role_may_snapshot_and_count_only(
         "w2": PresenceState.EXPIRED,
     }
 
-    assert_denied(reader, {**WRITES, **PRUNE}, admin)
+    assert_denied(reader, {**WRITES, **PRUNE, **DECLARE}, admin)
     outside = role_registry(acl_server, READER_USER, READER_PASSWORD, prefix="other")
     assert_denied(outside, {**READS, **WRITES, **PRUNE}, admin)
     for name, op in {**WRITES, **PRUNE}.items():
@@ -212,6 +238,28 @@ def test_strict_reader_with_read_only_keys_reads_through_any_registry(
             assert op(strict) == op(owner), name
     normal = role_registry(acl_server, READER_USER, READER_PASSWORD)
     assert_denied(normal, {**WRITES, **PRUNE}, admin)
+
+
+@pytest.mark.parametrize("line", [ACL_READER, ACL_STRICT_READER], ids=["reader", "strict"])
+def test_a_reader_follows_the_events_with_no_write_right(
+    acl_server: RedisServer, admin: redis.Redis, line: str
+) -> None:
+    """`changes` (a fresh cursor after recent writes, then the events) and `follow`'s first
+    snapshot need only the reader's commands, plain or read-only registry alike."""
+    admin.execute_command(*shlex.split(line))  # type: ignore[no-untyped-call]
+    owner = seed(admin)  # the logs were written just now: a new cursor reads where they end
+    for read_only in (False, True):
+        reader = role_registry(acl_server, READER_USER, READER_PASSWORD, read_only=read_only)
+        _, cursor = reader.changes()
+        owner.heartbeat("orders", "billing", f"new-{read_only}", 1)
+        owner.deregister("orders", "billing", f"new-{read_only}")
+        events, cursor = reader.changes(cursor)
+        kinds = [(e.kind.value, e.consumer) for e in events if e.consumer.startswith("new")]
+        assert kinds == [("joined", f"new-{read_only}"), ("left", f"new-{read_only}")]
+        first = next(reader.follow(interval_s=0.01))
+        assert isinstance(first, FollowSnapshot)
+        assert {row.consumer for row in first.rows} >= {"w1"}
+        reader.close()
 
 
 @pytest.mark.parametrize("line", [ACL_READER, ACL_STRICT_READER], ids=["reader", "strict"])
@@ -254,7 +302,26 @@ def test_janitor_role_may_prune(acl_server: RedisServer, admin: redis.Redis) -> 
     assert janitor.snapshot(now_ns=T0) == owner.snapshot(now_ns=T0)
     assert_denied(janitor, {"count": READS["count_active_by_group"]}, admin)
     assert janitor.prune_expired(now_ns=T0 + 10**15) == 2  # empties both groups and the index
-    assert without_logs(admin.keys("*")) == []
+    # Only the declared group is left: it outlives its last consumer.
+    assert without_logs(admin.keys("*")) == [b"presence:expects", b"presence:{mail}:expect"]
+
+
+def test_operator_role_may_declare_groups_and_store_budgets_only(
+    acl_server: RedisServer, admin: redis.Redis
+) -> None:
+    owner = seed(admin)
+    operator = role_registry(acl_server, OPERATOR_USER, OPERATOR_PASSWORD)
+    for op in DECLARE.values():
+        op(operator)
+    operator.set_ttl(20_000, queue="orders", group="billing")
+    assert operator.expected() == owner.expected() == {("orders", "audit"): 2}
+    assert operator.stuck_after_source() == (60_000, "prefix")
+    assert operator.ttl_source("orders", "billing") == (20_000, "group")
+    assert [g.key for g in owner.groups(now_ns=T0) if g.below] == [("orders", "audit")]
+    operator.set_stuck_after(None)
+    assert operator.unexpect("orders", "audit") is True
+    assert admin.exists("presence:expects") == 0  # the last declaration unlists its queue
+    assert_denied(operator, {**WRITES, **PRUNE, "snapshot": READS["snapshot"]}, admin)
 
 
 def test_every_role_works_on_a_non_zero_database(acl_server: RedisServer) -> None:

@@ -5,8 +5,10 @@ Time is controlled by the app's `clock` (every read is aged at it), never by sle
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
+import time
 import warnings
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -22,8 +24,12 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
     from starlette.testclient import TestClient
 
-from redis_presence import RedisPresenceRegistry
+from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
+from redis_presence.events import Cursor
 from redis_presence.web import WebConfig, create_app
+from redis_presence.web import events as live_events
+from redis_presence.web.data import PresenceData
+from redis_presence.web.events import StreamMessage
 
 TTL_MS = 10_000
 MS = 1_000_000
@@ -33,8 +39,8 @@ ODD = [("a/b", "c d"), ("50%", "line\ntwo"), ("é ü", HOSTILE), ("..", ".")]
 
 
 class Clock:
-    def __init__(self) -> None:
-        self.now_ns = T0
+    def __init__(self, start_ns: int = T0) -> None:
+        self.now_ns = start_ns
 
     def __call__(self) -> int:
         return self.now_ns
@@ -50,15 +56,18 @@ def clock() -> Clock:
 
 @pytest.fixture
 def writer(redis_url: str) -> Iterator[RedisPresenceRegistry]:
-    registry = RedisPresenceRegistry.from_url(redis_url)
+    registry = RedisPresenceRegistry.from_url(redis_url, max_future_ms=None)
     try:
         yield registry
     finally:
         registry.close()
 
 
-def make_client(url: str, clock: Clock | None = None, **options: object) -> TestClient:
-    config = WebConfig(url=url, ttl_ms=TTL_MS, read_cache_s=0, **options)  # type: ignore[arg-type]
+def make_client(
+    url: str, clock: Clock | None = None, *, ttl_ms: int | None = TTL_MS, **options: object
+) -> TestClient:
+    """A test client of the app (`ttl_ms` None: the shared TTL, as without ``--ttl-ms``)."""
+    config = WebConfig(url=url, ttl_ms=ttl_ms, read_cache_s=0, **options)  # type: ignore[arg-type]
     return TestClient(create_app(config, clock=clock), raise_server_exceptions=False)
 
 
@@ -94,6 +103,7 @@ def test_every_route_answers_from_the_snapshot(
     assert consumers == {
         "now_ns": T0,
         "ttl_ms": TTL_MS,
+        "ttl_source": "option",
         "consumers": snapshot,
         "next_cursor": None,
         "prev_cursor": None,
@@ -207,52 +217,208 @@ def test_cursor_pagination(client: TestClient, writer: RedisPresenceRegistry) ->
         assert response.json()["error"] == "bad_request"
 
 
-def test_a_dead_consumer_goes_stale_then_expired_and_a_deregistered_one_disappears(
-    client: TestClient, writer: RedisPresenceRegistry, clock: Clock
+def test_the_shared_ttl_when_no_ttl_is_given(
+    redis_url: str, writer: RedisPresenceRegistry, clock: Clock
 ) -> None:
+    writer.heartbeat("q", "g", "w", now_ns=T0 - 15_000 * MS)
+    writer.heartbeat("q", "own", "w", now_ns=T0 - 15_000 * MS)
+    with make_client(redis_url, clock, ttl_ms=None) as client:
+        body = client.get("/api/v1/groups").json()
+        assert (body["ttl_ms"], body["ttl_source"]) == (30_000, "default")
+        assert body["groups"][0]["active"] == 1  # 15 s old: active under the default 30 s
+        writer.set_ttl(TTL_MS)
+        writer.set_ttl(20_000, queue="q", group="own")
+        # A stored TTL shows within TTL_REFRESH_S; a fresh app reads it at once.
+    with make_client(redis_url, clock, ttl_ms=None) as client:
+        body = client.get("/api/v1/groups").json()
+        assert (body["ttl_ms"], body["ttl_source"]) == (TTL_MS, "prefix")
+        assert [(g["group"], g["stale"]) for g in body["groups"]] == [("g", 1), ("own", 1)]
+        one = client.get("/api/v1/groups/q/own").json()
+        assert (one["ttl_ms"], one["ttl_source"]) == (20_000, "group")
+        assert [c["state"] for c in one["consumers"]] == ["active"]
+        page = client.get("/group", params={"queue": "q", "group": "own"}).text
+        assert "20,000 ms" in page
+        assert "stored for this group" in page
+        assert "stored for the prefix" in client.get("/").text
+        twin = client.get("/", headers={"Accept": "application/json"}).json()
+        assert (twin["ttl_ms"], twin["ttl_source"]) == (TTL_MS, "prefix")
+        samples = metric_samples(client.get("/metrics").text)
+        assert samples["redis_presence_ttl_seconds"] == {(): TTL_MS / 1000}
+    with make_client(redis_url, clock, ttl_ms=5_000) as client:
+        body = client.get("/api/v1/consumers").json()
+        assert (body["ttl_ms"], body["ttl_source"]) == (5_000, "option")
+        assert "(--ttl-ms)" in client.get("/").text
+
+
+def trim_the_log(redis_url: str, queue: str, now_ns: int) -> None:
+    """Write 400 events to `queue`'s log through a registry that keeps about 50 of them."""
+    client = redis.Redis.from_url(redis_url)
+    trimming = RedisPresenceRegistry(client, events_kept=50, max_future_ms=None)
+    for i in range(200):
+        trimming.heartbeat(queue, "g", f"c{i}", now_ns=now_ns)
+        trimming.deregister(queue, "g", f"c{i}", now_ns=now_ns)
+    client.close()
+
+
+def test_events_polled_with_a_cursor(redis_url: str, writer: RedisPresenceRegistry) -> None:
+    # Near the server's clock: a prune at a now_ns a day off the server's would take the
+    # event logs out of the event index (they look a day old).
+    clock = Clock(time.time_ns() // MS * MS)
+    T0 = clock.now_ns
+    writer.set_ttl(TTL_MS)  # the events' TTL: the shared one
     writer.heartbeat("q", "g", "dies", now_ns=T0)
     writer.heartbeat("q", "g", "leaves", now_ns=T0)
-    cursor = client.get("/api/v1/events").json()["cursor"]
+    with make_client(redis_url, clock, ttl_ms=None) as client:
+        first = client.get("/api/v1/events").json()
+        assert first["events"] == []
+        assert first["now_ns"] == T0
+        cursor = first["cursor"]
 
-    def states() -> dict[str, float]:
-        samples = metric_samples(client.get("/metrics").text)["redis_presence_consumers"]
-        return {dict(labels)["state"]: value for labels, value in samples.items()}
+        def events(**params: str) -> list[tuple[str, str, int]]:
+            nonlocal cursor
+            response = client.get("/api/v1/events", params={"cursor": cursor, **params})
+            assert response.status_code == 200, response.text
+            body = response.json()
+            assert body["now_ns"] == clock.now_ns
+            cursor = body["cursor"]
+            return [(e["kind"], e["consumer"], e["at_ns"]) for e in body["events"]]
 
-    def events(**params: str) -> list[tuple[str, str, int]]:
-        nonlocal cursor
-        body = client.get("/api/v1/events", params={"cursor": cursor, **params}).json()
+        clock.advance_ms(TTL_MS)
+        assert events() == []
+        clock.advance_ms(1)
+        stale_at = T0 + (TTL_MS + 1) * MS
+        assert events() == [("stale", "dies", stale_at), ("stale", "leaves", stale_at)]
+        writer.deregister("q", "g", "leaves", now_ns=clock.now_ns)
+        assert events(queue="q", group="g") == [("left", "leaves", clock.now_ns)]
+        clock.advance_ms(TTL_MS)
+        assert events() == [("expired", "dies", T0 + (2 * TTL_MS + 1) * MS)]
+        assert writer.prune_expired(now_ns=clock.now_ns) == 1
+        assert events() == [("pruned", "dies", clock.now_ns)]
+        writer.heartbeat("elsewhere", "g", "other", now_ns=clock.now_ns)
+        assert events(queue="q") == []
+        writer.heartbeat("q", "g", "back", 4, now_ns=clock.now_ns)
+        # A cursor goes with its filter: this one went on over queue q alone.
+        body = client.get("/api/v1/events", params={"cursor": cursor, "queue": "q"}).json()
+        assert body["events"] == [
+            {
+                "kind": "joined",
+                "queue": "q",
+                "group": "g",
+                "consumer": "back",
+                "at_ns": clock.now_ns,
+                "lease_count": 4,
+                "registered_at_ns": clock.now_ns,
+                "last_heartbeat_ns": clock.now_ns,
+            }
+        ]
+        # The same cursor answers the same again: polling is safe to retry.
+        retried = client.get("/api/v1/events", params={"cursor": cursor, "queue": "q"}).json()
+        assert retried["events"] == body["events"]
         cursor = body["cursor"]
-        return [(e["kind"], e["consumer"], e["at_ns"]) for e in body["events"]]
 
-    assert states() == {"active": 2.0, "stale": 0.0, "expired": 0.0}
-    clock.advance_ms(TTL_MS)
-    assert states() == {"active": 2.0, "stale": 0.0, "expired": 0.0}
-    assert events() == []
-    clock.advance_ms(1)
-    assert states() == {"active": 0.0, "stale": 2.0, "expired": 0.0}
-    stale_at = T0 + (TTL_MS + 1) * MS
-    assert events() == [("stale", "dies", stale_at), ("stale", "leaves", stale_at)]
-    writer.deregister("q", "g", "leaves")
-    assert events(queue="q", group="g") == [("left", "leaves", clock.now_ns)]
-    clock.advance_ms(TTL_MS - 1)
-    assert states() == {"active": 0.0, "stale": 1.0, "expired": 0.0}
-    clock.advance_ms(1)
-    assert states() == {"active": 0.0, "stale": 0.0, "expired": 1.0}
-    assert events() == [("expired", "dies", T0 + (2 * TTL_MS + 1) * MS)]
-    writer.deregister("q", "g", "dies")
-    assert metric_samples(client.get("/metrics").text)["redis_presence_consumers"] == {}
-    # Gone while expired: the diff of two reads calls it pruned (the events issue's log will
-    # tell a deregister from a prune).
-    assert events() == [("pruned", "dies", clock.now_ns)]
-    writer.heartbeat("q", "g", "elsewhere", now_ns=clock.now_ns)
-    assert events(queue="other") == []
-    writer.heartbeat("q", "g", "back", now_ns=clock.now_ns)
-    assert [kind for kind, *_ in events()] == ["joined"]
+        # A log trimmed past the cursor: 410, with a fresh cursor to go on from.
+        trim_the_log(redis_url, "q", clock.now_ns)
+        gone = client.get("/api/v1/events", params={"cursor": cursor})
+        assert gone.status_code == 410
+        body = gone.json()
+        assert body["error"] == "resync_required"
+        assert "fresh snapshot" in body["message"]
+        fresh = client.get("/api/v1/events", params={"cursor": body["cursor"]})
+        assert fresh.status_code == 200
+        assert fresh.json()["events"] == []
+        # A cursor older than the logs last: the same answer.
+        old = Cursor(T0, 1_000, {}).encode()
+        assert client.get("/api/v1/events", params={"cursor": old}).status_code == 410
+        for junk in ["junk", "0000.1", base64.urlsafe_b64encode(b'{"v": 2}').decode()]:
+            bad = client.get("/api/v1/events", params={"cursor": junk})
+            assert bad.status_code == 400
+            assert bad.json()["error"] == "bad_request"
+            assert "cursor" in bad.json()["message"]
+            streamed = client.get(
+                "/api/v1/events", params={"cursor": junk}, headers={"Accept": "text/event-stream"}
+            )
+            assert streamed.status_code == 400
 
-    gone = client.get("/api/v1/events", params={"cursor": "0000.1"})
-    assert gone.status_code == 410
-    assert gone.json()["error"] == "resync_required"
-    assert client.get("/api/v1/events", params={"cursor": "junk"}).status_code == 400
+
+def test_the_event_stream_from_changes(
+    redis_url: str, writer: RedisPresenceRegistry, clock: Clock
+) -> None:
+    """The messages of one stream, from the registry's `changes`: hello, presence events and
+    cursors; a snapshot when its cursor was trimmed; status while Redis is down."""
+    writer.set_ttl(TTL_MS)
+    writer.heartbeat("q", "g", "dies", now_ns=T0)
+
+    async def run() -> list[tuple[str, dict[str, object]]]:
+        registry = AsyncRedisPresenceRegistry.from_url(redis_url)
+        data = PresenceData(registry, ttl_ms=None, clock=clock)
+        seen: list[tuple[str, dict[str, object]]] = []
+        messages = live_events.stream(data, None, queue="q", interval_s=0.01)
+        try:
+
+            async def until(event: str) -> StreamMessage:
+                while True:
+                    message = await anext(messages)
+                    seen.append((message.event, message.data))
+                    if message.event == event:
+                        return message
+
+            hello = await until("hello")
+            assert hello.id == hello.data["cursor"]
+            clock.advance_ms(TTL_MS + 1)
+            await until("presence")
+            cursor = await until("cursor")
+            assert cursor.id == cursor.data["cursor"]
+            assert cursor.data["now_ns"] == clock.now_ns
+            writer.deregister("q", "g", "dies", now_ns=clock.now_ns)
+            await until("presence")
+            await until("cursor")
+            # Trim the log past the stream's cursor: it starts over, with a snapshot.
+            trim_the_log(redis_url, "q", clock.now_ns)
+            snapshot = await until("snapshot")
+            assert snapshot.id == snapshot.data["cursor"]
+            writer.heartbeat("q", "g", "after", now_ns=clock.now_ns + 1)
+            joined = await until("presence")
+            assert (joined.data["kind"], joined.data["consumer"]) == ("joined", "after")
+            # From a cursor: hello at once, then what came after it.
+            resumed = live_events.stream(data, str(snapshot.id), queue="q", interval_s=0.01)
+            first = await anext(resumed)
+            assert (first.event, first.data) == ("hello", {"cursor": snapshot.id})
+            again = await anext(resumed)
+            assert (again.event, again.data["consumer"]) == ("presence", "after")
+            await resumed.aclose()
+        finally:
+            await messages.aclose()
+            await registry.aclose()
+        return seen
+
+    seen = asyncio.run(run())
+    kinds = [(event, data.get("kind"), data.get("consumer")) for event, data in seen]
+    assert kinds[:3] == [
+        ("hello", None, None),
+        ("presence", "stale", "dies"),
+        ("cursor", None, None),
+    ]
+    assert ("presence", "left", "dies") in kinds
+    assert not any(kind == "joined" and str(c).startswith("c") for _, kind, c in kinds)
+
+
+def test_the_event_stream_says_when_redis_is_down(clock: Clock) -> None:
+    async def run() -> list[StreamMessage]:
+        registry = AsyncRedisPresenceRegistry.from_url(
+            f"redis://:s3cret-pass@127.0.0.1:{free_port()}/0"
+        )
+        data = PresenceData(registry, ttl_ms=None, clock=clock)
+        messages = live_events.stream(data, None, interval_s=0.01)
+        try:
+            return [await anext(messages)]
+        finally:
+            await messages.aclose()
+            await registry.aclose()
+
+    (status,) = asyncio.run(run())
+    assert status.event == "status"
+    assert status.data["redis_up"] is False
+    assert "cannot reach Redis" in str(status.data["message"])
 
 
 def test_per_consumer_metrics_only_when_asked(
@@ -425,7 +591,7 @@ def test_a_redis_cluster_serves_every_read(redis_cluster: RedisClusterProcesses)
     redis_cluster.flushall()
     node = redis_cluster.nodes[0]
     url = f"redis+cluster://{node.host}:{node.port}"
-    writer = RedisPresenceRegistry.from_url(url)
+    writer = RedisPresenceRegistry.from_url(url, max_future_ms=None)
     try:
         for queue in ("orders", "emails", "payments"):
             writer.heartbeat(queue, "g", "c1", now_ns=T0)
@@ -439,3 +605,7 @@ def test_a_redis_cluster_serves_every_read(redis_cluster: RedisClusterProcesses)
         assert totals == [("emails", 2), ("orders", 2), ("payments", 2)]
         assert len(client.get("/api/v1/consumers").json()["consumers"]) == 6
         assert "redis_presence_up 1.0" in client.get("/metrics").text
+        polled = client.get("/api/v1/events").json()
+        assert polled["events"] == []
+        again = client.get("/api/v1/events", params={"cursor": polled["cursor"]})
+        assert again.status_code == 200

@@ -52,6 +52,7 @@ def writer(redis_url_module: str) -> Iterator[RedisPresenceRegistry]:
     # Some rows are stamped far in the future so that they stay active for the whole test:
     # the clock guard, which would refuse them, is off for this writer.
     registry = RedisPresenceRegistry.from_url(redis_url_module, max_future_ms=None)
+    registry.set_ttl(TTL_MS)  # what the brokers, the service and its events share
     try:
         yield registry
     finally:
@@ -59,10 +60,9 @@ def writer(redis_url_module: str) -> Iterator[RedisPresenceRegistry]:
 
 
 @pytest.fixture(scope="module")
-def service(redis_url_module: str) -> Iterator[ServeProcess]:
+def service(redis_url_module: str, writer: RedisPresenceRegistry) -> Iterator[ServeProcess]:
     with ServeProcess(
-        redis_url_module,
-        global_options=["--ttl-ms", str(TTL_MS)],
+        redis_url_module,  # no --ttl-ms: the shared TTL
         env={"REDIS_PRESENCE_AUTH_TOKEN": TOKEN},
         token=TOKEN,
     ) as serve:
@@ -99,6 +99,16 @@ def page(browser: Browser, service: ServeProcess) -> Iterator[Page]:
 
     page.on("dialog", refuse)
     page.on("pageerror", lambda error: errors.append(str(error)))
+    reads: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            reads.append(request.url)
+            if request.headers.get("accept") == "application/json"
+            else None
+        ),
+    )
+    page.__dict__["json_reads"] = reads
     try:
         yield page
     finally:
@@ -121,6 +131,18 @@ def live(page: Page, path: str) -> None:
 
 def same_document(page: Page) -> bool:
     return bool(page.evaluate("window.__same_document === true"))
+
+
+def json_reads(page: Page) -> int:
+    """How many times the page's script read its JSON twin (a read of what it shows)."""
+    return len(page.__dict__["json_reads"])
+
+
+def settled(page: Page) -> int:
+    """Wait for the one read a page takes when its stream opens; how many reads so far."""
+    poll(lambda: json_reads(page) >= 1, timeout=10, what="the page's catch-up read")
+    page.wait_for_load_state("networkidle")
+    return json_reads(page)
 
 
 def row(page: Page, consumer: str) -> Locator:
@@ -208,33 +230,76 @@ def test_a_killed_consumer_turns_stale_then_expired_live(
     try:
         beating(writer, "doomed-c1")
         live(page, "/group?queue=payments&group=ledger")
+        expect(page.locator("#ttl")).to_have_attribute("data-source", "prefix")
         doomed = row(page, "doomed-c1")
         expect(doomed.locator(".pill")).to_have_text("active")
         ages = doomed.locator("td.age")
         nobody = page.locator('[data-total="nobody_reading"]')
         expect(nobody).to_be_hidden()
+        reads = settled(page)
         broker.kill()
-        expect(doomed).to_have_class("state-stale changed", timeout=TTL_MS + 2_000)
+        # The stale event is due TTL + 1 ms after the last beat: within a second of it.
+        expect(doomed).to_have_class("state-stale changed", timeout=TTL_MS + 1_000)
         expect(doomed.locator(".pill")).to_have_text("stale")
-        expect(doomed).to_have_class("state-expired changed", timeout=TTL_MS + 2_000)
+        expect(page.locator('[data-total="stale"] .n')).to_have_text("1")
+        expect(doomed).to_have_class("state-expired changed", timeout=TTL_MS + 1_000)
+        expect(page.locator('[data-total="expired"] .n')).to_have_text("1")
+        expect(page.locator('[data-total="active"] .n')).to_have_text("0")
         expect(nobody).to_be_visible()
         shown = ages.inner_text()
         assert int(shown.removesuffix("s ago")) >= 2 * TTL_MS // 1000
         expect(ages).not_to_have_text(shown, timeout=3_000)  # the age keeps ticking
         assert same_document(page)
+        assert json_reads(page) == reads  # applied from the events, nothing read again
     finally:
         broker.stop()
 
 
+def test_the_overview_follows_the_events(page: Page, writer: RedisPresenceRegistry) -> None:
+    writer.heartbeat("audit", "trail", "lonely", 0)
+    live(page, "/")
+    trail = page.locator("#groups tbody tr").filter(has_text="audit")
+    expect(trail.locator("td.num.active")).to_have_text("1")
+    reads = settled(page)
+    stale = page.locator('#totals [data-total="stale"] .n')
+    before = int(stale.inner_text().replace(",", ""))
+    # Nobody beats for "lonely": stale, then expired, and its group is nobody's.
+    expect(trail.locator("td.num.stale")).to_have_text("1", timeout=TTL_MS + 1_000)
+    expect(trail.locator("td.num.active")).to_have_text("0")
+    expect(trail.locator(".badge")).to_have_text("nobody is reading")
+    expect(trail.locator("td.num.expired")).to_have_text("1", timeout=TTL_MS + 1_000)
+    expect(stale).to_have_text(str(before))
+    writer.deregister("audit", "trail", "lonely")
+    expect(trail).to_have_count(0, timeout=3_000)
+    writer.heartbeat("audit", "fresh", "newcomer", 0)
+    fresh = page.locator("#groups tbody tr").filter(has_text="fresh")
+    expect(fresh.locator("td.num.active")).to_have_text("1", timeout=3_000)
+    assert same_document(page)
+    assert json_reads(page) == reads
+    writer.deregister("audit", "fresh", "newcomer")
+
+
 def test_a_deregistered_consumer_disappears_live(page: Page, writer: RedisPresenceRegistry) -> None:
-    writer.heartbeat("orders", "shipping", "leaver", 2)
-    writer.heartbeat("orders", "shipping", "stayer", 1)
+    future = 4_000_000_000_000 * MS  # beats from the future stay active however long this takes
+    writer.heartbeat("orders", "shipping", "leaver", 2, now_ns=future)
+    writer.heartbeat("orders", "shipping", "stayer", 1, now_ns=future)
     live(page, "/group?queue=orders&group=shipping")
     expect(row(page, "leaver")).to_have_count(1)
+    reads = settled(page)
     writer.deregister("orders", "shipping", "leaver")
     expect(row(page, "leaver")).to_have_count(0, timeout=3_000)
     expect(row(page, "stayer")).to_have_count(1)
+    expect(page.locator('[data-total="active"] .n')).to_have_text("1")
+    writer.heartbeat("orders", "shipping", "arrives", 5, now_ns=future)
+    expect(row(page, "arrives")).to_have_count(1, timeout=3_000)
+    expect(row(page, "arrives").locator("td.num")).to_have_text("5")
+    expect(page.locator('[data-total="active"] .n')).to_have_text("2")
+    # The rows stay in order: "arrives" before "stayer".
+    assert page.locator("#consumers td.consumer").all_inner_texts() == ["arrives", "stayer"]
     assert same_document(page)
+    assert json_reads(page) == reads
+    writer.deregister("orders", "shipping", "arrives")
+    writer.deregister("orders", "shipping", "stayer")
 
 
 def test_a_hostile_name_is_shown_as_text(page: Page, writer: RedisPresenceRegistry) -> None:
@@ -248,7 +313,7 @@ def test_a_hostile_name_is_shown_as_text(page: Page, writer: RedisPresenceRegist
     assert page.locator("main img").count() == 0
     assert page.locator("main b").count() == 0
     page.locator("#live").wait_for()
-    # The script's own rendering (a refresh from JSON) keeps it text too.
+    # The script's own rendering (a row built from a joined event) keeps it text too.
     page.evaluate("window.__same_document = true")
     writer.heartbeat(evil_queue, evil_group, HOSTILE + "2", 0, now_ns=4_000_000_000_000 * MS)
     expect(row(page, HOSTILE + "2")).to_have_count(1, timeout=8_000)

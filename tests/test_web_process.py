@@ -3,6 +3,7 @@ event stream, outages of Redis, shutdown, and what it prints."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -40,7 +41,7 @@ def sse_messages(lines: Iterator[str]) -> Iterator[dict[str, str]]:
 
 
 def test_pagination_at_100000_consumers(redis_url: str) -> None:
-    writer = RedisPresenceRegistry.from_url(redis_url)
+    writer = RedisPresenceRegistry.from_url(redis_url, max_future_ms=None)
     beats = [
         (f"q{g // 10:03d}", f"g{g % 10}", f"c{i:05d}", i % 7)
         for g in range(1000)
@@ -91,17 +92,19 @@ def test_pagination_at_100000_consumers(redis_url: str) -> None:
 
 def test_the_event_stream_over_uvicorn(redis_url: str) -> None:
     writer = RedisPresenceRegistry.from_url(redis_url)
-    writer.heartbeat("q", "g", "stays")
+    writer.set_ttl(400)  # no --ttl-ms: the service and its events use the shared TTL
     with (
         ServeProcess(
-            redis_url,
-            global_options=["--ttl-ms", "400"],
-            serve_options=["--live-interval-ms", "100", "--read-cache-ms", "0"],
+            redis_url, serve_options=["--live-interval-ms", "100", "--read-cache-ms", "0"]
         ) as serve,
         serve.client() as client,
     ):
+        assert "TTL shared" in serve.stderr
+        body = client.get("/api/v1/groups").json()
+        assert (body["ttl_ms"], body["ttl_source"]) == (400, "prefix")
         headers = {"Accept": "text/event-stream"}
         seen: list[dict[str, str]] = []
+        cursors: list[str] = []
         with client.stream(
             "GET", "/api/v1/events", params={"queue": "q"}, headers=headers
         ) as stream:
@@ -109,31 +112,61 @@ def test_the_event_stream_over_uvicorn(redis_url: str) -> None:
             messages = sse_messages(stream.iter_lines())
             hello = next(m for m in messages if "event" in m)
             assert hello["event"] == "hello"
+            assert json.loads(hello["data"])["cursor"] == hello["id"]
             writer.heartbeat("q", "g", "joins", 2)
             writer.heartbeat("other", "g", "filtered-out")
             for message in messages:
+                if message.get("event") == "cursor":
+                    assert json.loads(message["data"])["cursor"] == message["id"]
+                    cursors.append(message["id"])
                 if message.get("event") != "presence":
                     continue
                 seen.append(message)
                 event = json.loads(message["data"])
                 if (event["kind"], event["consumer"]) == ("expired", "joins"):
-                    writer.deregister("q", "g", "stays")
-                if event["kind"] in ("left", "pruned") and event["consumer"] == "stays":
+                    # Polling from the first cursor after "joined" gives what came after it.
+                    # (Stale and expired are derived from the heartbeats that are still
+                    # there: a consumer removed since has none to replay.)
+                    resumed = client.get(
+                        "/api/v1/events", params={"cursor": cursors[0], "queue": "q"}
+                    ).json()
+                    after = [(e["kind"], e["consumer"]) for e in resumed["events"]]
+                    assert after == [("stale", "joins"), ("expired", "joins")]
+                    writer.deregister("q", "g", "joins")
+                if event["kind"] == "left":
                     break
         kinds = [(json.loads(m["data"])["kind"], json.loads(m["data"])["consumer"]) for m in seen]
-        assert ("joined", "joins") in kinds
-        assert kinds.index(("stale", "joins")) < kinds.index(("expired", "joins"))
-        assert all(consumer != "filtered-out" for _, consumer in kinds)
+        assert kinds == [
+            ("joined", "joins"),
+            ("stale", "joins"),
+            ("expired", "joins"),
+            ("left", "joins"),
+        ]
         joined = next(
             json.loads(m["data"]) for m in seen if json.loads(m["data"])["kind"] == "joined"
         )
         assert joined["lease_count"] == 2
-        # Resuming from an id gives what came after it, nothing twice.
-        first_id = seen[0]["id"]
-        resumed = client.get("/api/v1/events", params={"cursor": first_id, "queue": "q"}).json()
-        assert [(e["kind"], e["consumer"]) for e in resumed["events"]][: len(kinds) - 1] == kinds[
-            1:
-        ]
+        assert "id" not in seen[0]  # events carry no id: the cursor messages do
+        # A stream that reconnects with the last cursor before "left" (EventSource sends it
+        # as Last-Event-ID) goes on from there.
+        before_left = cursors[-1]
+        with client.stream(
+            "GET",
+            "/api/v1/events",
+            params={"queue": "q"},
+            headers={**headers, "Last-Event-ID": before_left},
+        ) as stream:
+            messages = sse_messages(stream.iter_lines())
+            again = next(m for m in messages if "event" in m)
+            assert (again["event"], again["id"]) == ("hello", before_left)
+            replayed = []
+            for message in messages:
+                if message.get("event") == "presence":
+                    event = json.loads(message["data"])
+                    replayed.append((event["kind"], event["consumer"]))
+                if message.get("event") == "cursor":
+                    break
+            assert replayed == [("left", "joins")]
     writer.close()
 
 
@@ -147,9 +180,26 @@ def test_serve_starts_without_redis_and_recovers(tmp_path: Path) -> None:
         assert ready.status_code == 503
         assert ready.json()["error"] == "redis_unavailable"
         assert client.get("/api/v1/groups").status_code == 503
+        polled = client.get("/api/v1/events")
+        assert polled.status_code == 503
+        assert polled.json()["error"] == "redis_unavailable"
         assert "redis_presence_up 0.0" in client.get("/metrics").text
+        opened = contextlib.ExitStack()
+        stream_client = opened.enter_context(serve.client())
+        stream = opened.enter_context(
+            stream_client.stream("GET", "/api/v1/events", headers={"Accept": "text/event-stream"})
+        )
+        messages = sse_messages(stream.iter_lines())
+        down = next(m for m in messages if "event" in m)
+        assert down["event"] == "status"
+        assert json.loads(down["data"])["redis_up"] is False
         server = RedisServer(dir=tmp_path / "redis", port=port, requirepass="pass-w0rd").start()
         try:
+            # The open stream sees Redis come back, and starts.
+            back = next(m for m in messages if "event" in m)
+            assert (back["event"], json.loads(back["data"])["redis_up"]) == ("status", True)
+            assert next(m for m in messages if "event" in m)["event"] == "hello"
+            opened.close()
             poll(lambda: client.get("/readyz").status_code == 200, timeout=20, what="readyz")
             assert client.get("/api/v1/groups").json()["groups"] == []
             assert "redis_presence_up 1.0" in client.get("/metrics").text
@@ -251,7 +301,7 @@ def test_serve_without_the_web_extra_says_what_to_install(tmp_path: Path) -> Non
 
 def test_routes_names_and_the_token_over_uvicorn(redis_url: str) -> None:
     odd = [("a/b", "c d"), ("50%", "line\ntwo"), ("é", "<img src=x onerror=alert(1)>")]
-    writer = RedisPresenceRegistry.from_url(redis_url)
+    writer = RedisPresenceRegistry.from_url(redis_url, max_future_ms=None)
     for queue, group in odd:
         writer.heartbeat(queue, group, "c", now_ns=NOW_NS)
     writer.close()
@@ -278,6 +328,19 @@ def test_routes_names_and_the_token_over_uvicorn(redis_url: str) -> None:
                 "/readyz",
             ]:
                 assert client.get(path).status_code == 200, path
+            # The event stream with the token; without it, 401 for the stream and the poll.
+            cursor = client.get("/api/v1/events").json()["cursor"]
+            polled = client.get("/api/v1/events", params={"cursor": cursor})
+            assert polled.status_code == 200
+            with client.stream(
+                "GET", "/api/v1/events", headers={"Accept": "text/event-stream"}
+            ) as stream:
+                hello = next(m for m in sse_messages(stream.iter_lines()) if "event" in m)
+                assert hello["event"] == "hello"
+        for headers in [{}, {"Accept": "text/event-stream"}, {"Authorization": "Bearer wrong"}]:
+            refused = httpx.get(serve.base_url + "/api/v1/events", headers=headers, timeout=10)
+            assert refused.status_code == 401
+            assert refused.json()["error"] == "unauthorized"
         anonymous = httpx.get(serve.base_url + "/api/v1/groups", timeout=10)
         assert anonymous.status_code == 401
         assert anonymous.headers.get_list("www-authenticate")

@@ -1,4 +1,4 @@
-"""The web service's I/O-free parts: the transition diff, keyset pagination, the token
+"""The web service's I/O-free parts: keyset pagination, the token
 parser and the metrics collector, checked against the package's own rule."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis_presence import ConsumerPresence, ConsumerPresenceRegistry, PresenceState
 from redis_presence.web.auth import presented_token
 from redis_presence.web.data import stats_from_counts, stats_from_rows
-from redis_presence.web.events import diff, replay
 from redis_presence.web.metrics import ScrapeReading, registry_for
 from redis_presence.web.pages import (
     ConsumerFilter,
@@ -29,47 +28,6 @@ TTL_MS = 1_000
 MS = 1_000_000
 NAMES = st.sampled_from(["a", "b", "a/b", "a\x00", "é", "\n", "%"])
 
-# -- the diff: replaying its events onto the first read gives the states of the second ------
-
-Op = tuple[str, tuple[str, str, str], int]
-ops = st.lists(
-    st.tuples(
-        st.sampled_from(["beat", "beat", "beat", "leave", "prune", "read"]),
-        st.tuples(NAMES, NAMES, st.sampled_from(["c1", "c2", "c3"])),
-        st.integers(0, 3 * TTL_MS),
-    ),
-    max_size=40,
-)
-
-
-@given(ops)
-def test_diff_replays_to_the_next_read(script: list[Op]) -> None:
-    registry = ConsumerPresenceRegistry()
-    now = 1_000_000 * MS
-    before = {row.key: row for row in registry.snapshot(now_ns=now, ttl_ms=TTL_MS)}
-    for op, key, step_ms in script:
-        now += step_ms * MS
-        if op == "beat":
-            registry.heartbeat(*key, lease_count=step_ms % 5, now_ns=now)
-        elif op == "leave":
-            registry.deregister(*key)
-        elif op == "prune":
-            registry.prune_expired(now_ns=now, ttl_ms=TTL_MS)
-        else:
-            after = registry.snapshot(now_ns=now, ttl_ms=TTL_MS)
-            events, current = diff(before, after, after_now_ns=now, ttl_ms=TTL_MS)
-            states = {k: row.state for k, row in before.items()}
-            replay(states, events)
-            assert states == {row.key: row.state for row in after}
-            assert [e.at_ns for e in events] == sorted(e.at_ns for e in events)
-            for event in events:
-                assert event.at_ns <= now
-                if event.kind == "stale":
-                    assert event.at_ns == event.last_heartbeat_ns + (TTL_MS + 1) * MS  # type: ignore[operator]
-                if event.kind == "expired":
-                    assert event.at_ns == event.last_heartbeat_ns + (2 * TTL_MS + 1) * MS  # type: ignore[operator]
-            before = current
-
 
 def _row(
     consumer: str, hb_ms: int, now_ms: int, queue: str = "q", group: str = "g", reg_ms: int = 0
@@ -77,36 +35,6 @@ def _row(
     return ConsumerPresence.at(
         queue, group, consumer, reg_ms * MS, hb_ms * MS, 0, now_ns=now_ms * MS, ttl_ms=TTL_MS
     )
-
-
-def test_diff_names_each_transition_at_the_rules_instant() -> None:
-    first = [_row(c, hb, 500) for c, hb in [("stays", 0), ("dies", 0), ("goes", 0), ("quits", 0)]]
-    before = {r.key: r for r in first}
-    after = [
-        _row("stays", 900, 2_500),
-        _row("dies", 0, 2_500),
-        _row("new", 2_400, 2_500, reg_ms=2_400),
-    ]
-    before[("q", "g", "quits")] = _row("quits", 2_000, 2_100)
-    events, current = diff(before, after, after_now_ns=2_500 * MS, ttl_ms=TTL_MS)
-    assert [(e.kind, e.consumer, e.at_ns // MS) for e in events] == [
-        ("stale", "dies", 1_001),
-        ("stale", "goes", 1_001),
-        ("stale", "stays", 1_901),
-        ("expired", "dies", 2_001),
-        ("expired", "goes", 2_001),
-        ("joined", "new", 2_400),
-        ("left", "quits", 2_500),  # gone before it expired: deregistered, not pruned
-        ("pruned", "goes", 2_500),  # gone once expired: pruned
-    ]
-    assert set(current) == {row.key for row in after}
-
-
-def test_a_consumer_back_from_stale_recovers() -> None:
-    before = {r.key: r for r in [_row("w", 0, 1_500)]}
-    assert before[("q", "g", "w")].state is PresenceState.STALE
-    events, _ = diff(before, [_row("w", 1_600, 1_700)], after_now_ns=1_700 * MS, ttl_ms=TTL_MS)
-    assert [(e.kind, e.at_ns) for e in events] == [("recovered", 1_600 * MS)]
 
 
 # -- pagination -------------------------------------------------------------------------------

@@ -51,15 +51,16 @@ class App:
 
     url: str
     prefix: str
-    ttl_ms: int
+    ttl_ms: int | None
+    """`--ttl-ms`; None (not given): the TTL the brokers share (`registry.ttl`)."""
     read_only: bool
     now_ns: int | None
     factory: RegistryFactory | None
     """None: `open_redis_registry` with `timeout_s`."""
     ctx: click.Context
     timeout_s: float = DEFAULT_TIMEOUT_S
-    ttl_given: bool = False
-    """Whether `--ttl-ms` (or its variable) was given, rather than its default."""
+    ttl_from: str = "--ttl-ms"
+    """What gave `ttl_ms`: the option, or its variable (`REDIS_PRESENCE_TTL_MS`)."""
     _registry: PresenceRegistry | None = field(default=None, repr=False)
     _console: Console | None = field(default=None, repr=False)
 
@@ -67,7 +68,7 @@ class App:
         """A global option given after the command."""
         setattr(self, name, value)
         if name == "ttl_ms":
-            self.ttl_given = True
+            self.ttl_from = "--ttl-ms"
 
     @property
     def console(self) -> Console:
@@ -109,6 +110,54 @@ class App:
             )
         return self.registry()
 
+    # ------------------------------------------------------------ the TTL
+
+    def ttl_in_use(self, queue: str | None = None, group: str | None = None) -> tuple[int, str]:
+        """The TTL a read of one group (`queue` and `group`), or of the prefix, classifies
+        with, and where it came from: `ttl_from`, ``"group"``, ``"prefix"`` or
+        ``"default"`` (see `ttl_words`)."""
+        if self.ttl_ms is not None:
+            return self.ttl_ms, self.ttl_from
+        if queue is not None and group is not None:
+            return self.registry().ttl_source(queue, group)
+        return self.registry().ttl_source()
+
+    def ttl_words(
+        self,
+        ttl_ms: int,
+        source: str,
+        queue: str | None = None,
+        group: str | None = None,
+        *,
+        short: bool = False,
+    ) -> str:
+        """`TTL 5000 ms (stored for prefix 'presence'; ...)`: the TTL in use and where it came
+        from (`short`: `TTL 5000 ms (stored for the prefix)`, for a title)."""
+        if short:
+            brief = {"group": "stored for the group", "prefix": "stored for the prefix"}
+            return f"TTL {ttl_ms} ms ({brief.get(source, source)})"
+        if source == "group":
+            where = f"stored for queue {queue!r}, group {group!r}"
+        elif source == "prefix":
+            where = f"stored for prefix {self.prefix!r}"
+            if queue is None or group is None:
+                where += "; a group's own stored TTL wins for that group"
+        elif source == "default":
+            where = "the default: none stored; see 'redis-presence ttl set'"
+        else:
+            where = source
+        return f"TTL {ttl_ms} ms ({where})"
+
+    def note_ttl(self, queue: str | None = None, group: str | None = None) -> tuple[int, str]:
+        """`ttl_in_use`, said on stderr (one line, which stdout's formats never carry)."""
+        ttl, source = self.ttl_in_use(queue, group)
+        self.say_ttl(ttl, source, queue, group)
+        return ttl, source
+
+    def say_ttl(self, ttl_ms: int, source: str, queue: str | None, group: str | None) -> None:
+        """The line of `note_ttl`, for a TTL already read."""
+        click.echo(f"redis-presence: {self.ttl_words(ttl_ms, source, queue, group)}", err=True)
+
     # ------------------------------------------------------------ reads
 
     def clock_ns(self) -> int:
@@ -121,14 +170,17 @@ class App:
         *,
         states: bool = True,
         now_ns: int | None = None,
+        with_meta: bool = False,
     ) -> list[ConsumerPresence]:
-        """The selected consumers at `now_ns` (else the global clock) and the global TTL."""
+        """The selected consumers at `now_ns` (else the global clock) and the global TTL
+        (`with_meta`: and their metadata)."""
         return reads.consumers(
             self.registry(),
             selection,
             now_ns=self.now_ns if now_ns is None else now_ns,
             ttl_ms=self.ttl_ms,
             states=states,
+            with_meta=with_meta,
         )
 
     def active_counts(
@@ -199,7 +251,8 @@ class App:
         *,
         selection: reads.Selection = reads.EVERYTHING,
     ) -> None:
-        """Active consumers per `(queue, group)` as a table, JSON or CSV."""
+        """Active consumers per `(queue, group)` as a table, JSON or CSV; declared groups
+        (`expect`) with their minimum, marked when below it."""
         from . import render
 
         self.emit(
@@ -209,6 +262,7 @@ class App:
                 render.Styler(self.console),
                 self.width(),
                 self.nothing("no groups", selection),
+                minimums=reads.declared(self.registry(), selection),
             )
         )
 

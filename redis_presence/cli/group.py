@@ -75,7 +75,7 @@ def cli(
     ctx: click.Context,
     url: str,
     prefix: str,
-    ttl_ms: int,
+    ttl_ms: int | None,
     timeout_s: float,
     read_only: bool,
     now_ns: int | None,
@@ -95,8 +95,9 @@ def cli(
       redis-presence demo
     """
     factory = ctx.obj if callable(ctx.obj) else None
-    ttl_given = ctx.get_parameter_source("ttl_ms") is not ParameterSource.DEFAULT
-    ctx.obj = App(url, prefix, ttl_ms, read_only, now_ns, factory, ctx, timeout_s, ttl_given)
+    from_env = ctx.get_parameter_source("ttl_ms") is ParameterSource.ENVIRONMENT
+    ttl_from = "REDIS_PRESENCE_TTL_MS" if from_env else "--ttl-ms"
+    ctx.obj = App(url, prefix, ttl_ms, read_only, now_ns, factory, ctx, timeout_s, ttl_from)
 
 
 for _name in COMMANDS:

@@ -21,7 +21,7 @@ DEFAULT_TIMEOUT_S = 5.0
 """How long the CLI waits to connect, and then for each reply, before calling Redis
 unreachable."""
 
-READ_ONLY_COMMANDS = "ls, counts, watch and prune --dry-run"
+READ_ONLY_COMMANDS = "ls, counts, watch, events, ttl get and prune --dry-run"
 """What `--read-only` allows (named in the refusal of every other command)."""
 
 FORMATS = ("table", "json", "csv")
@@ -56,10 +56,12 @@ def global_options() -> list[click.Option]:
             ["--ttl-ms"],
             envvar="REDIS_PRESENCE_TTL_MS",
             type=click.IntRange(1, MAX_TTL_MS),
-            default=DEFAULT_PRESENCE_TTL_MS,
-            show_default=True,
-            help="Heartbeat budget: active up to TTL, stale up to 2 x TTL, then expired "
-            "(the demo's default is 2000). Env: REDIS_PRESENCE_TTL_MS.",
+            default=None,
+            metavar="MS",
+            help="Heartbeat budget: active up to TTL, stale up to 2 x TTL, then expired. "
+            "Not given: the TTL the brokers share, stored in Redis ('redis-presence ttl'), "
+            f"else {DEFAULT_PRESENCE_TTL_MS} (the demo's default is 2000). "
+            "Env: REDIS_PRESENCE_TTL_MS.",
         ),
         click.Option(
             ["--timeout", "timeout_s"],

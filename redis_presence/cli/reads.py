@@ -68,21 +68,31 @@ def consumers(
     selection: Selection,
     *,
     now_ns: int | None,
-    ttl_ms: int,
+    ttl_ms: int | None,
     states: bool = True,
+    with_meta: bool = False,
 ) -> list[ConsumerPresence]:
     """The consumers of the selected queue and group (and states, unless `states=False`,
     which `watch` uses to tell a change of state from a consumer joining)."""
-    rows = registry.snapshot(
-        now_ns=now_ns, ttl_ms=ttl_ms, queue=selection.queue, group=selection.group
-    )
+    if with_meta:
+        rows = registry.snapshot(
+            now_ns=now_ns,
+            ttl_ms=ttl_ms,
+            queue=selection.queue,
+            group=selection.group,
+            with_meta=True,
+        )
+    else:
+        rows = registry.snapshot(
+            now_ns=now_ns, ttl_ms=ttl_ms, queue=selection.queue, group=selection.group
+        )
     if not states or not selection.states:
         return rows
     return [row for row in rows if selection.holds_state(row.state)]
 
 
 def active_counts(
-    registry: PresenceRegistry, selection: Selection, *, now_ns: int | None, ttl_ms: int
+    registry: PresenceRegistry, selection: Selection, *, now_ns: int | None, ttl_ms: int | None
 ) -> dict[tuple[str, str], int]:
     """Active consumers per selected `(queue, group)`; tracked groups without one count 0."""
     counts = registry.count_active_by_group(
@@ -90,8 +100,14 @@ def active_counts(
     )
     tracked = consumers(registry, selection, now_ns=now_ns, ttl_ms=ttl_ms, states=False)
     groups = {(row.queue, row.group): 0 for row in tracked}
+    groups.update((key, 0) for key in declared(registry, selection))
     groups.update(counts)
     return groups
+
+
+def declared(registry: PresenceRegistry, selection: Selection) -> dict[tuple[str, str], int]:
+    """The declared groups (`expect`) of the selected queue and group, and their minimum."""
+    return {key: least for key, least in registry.expected().items() if selection.holds_group(*key)}
 
 
 def sort_key(sort: str) -> Callable[[ConsumerPresence], tuple[object, ...]]:

@@ -13,11 +13,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from rich.cells import cell_len
 from rich.console import Console, RenderableType
@@ -29,6 +31,9 @@ from redis_presence.model import ConsumerPresence, PresenceState
 from .errors import output_errors
 from .watch import Change, Frame, GroupTally, WatchRow
 
+if TYPE_CHECKING:
+    from redis_presence.events import PresenceEvent
+
 CONSUMER_FIELDS = ConsumerPresence._fields
 """JSON keys and CSV columns of one consumer: the `ConsumerPresence` field names, in order."""
 
@@ -37,9 +42,11 @@ COUNT_FIELDS = ("queue", "group", "active")
 
 STATE_STYLES: Mapping[str, str] = {
     PresenceState.ACTIVE.value: "green",
+    "active stuck": "bold magenta",
     PresenceState.STALE.value: "yellow",
     PresenceState.EXPIRED.value: "red",
     "left": "dim",
+    "pruned": "dim",
 }
 
 MARKERS: Mapping[Change, str] = {
@@ -48,6 +55,7 @@ MARKERS: Mapping[Change, str] = {
     Change.EXPIRED: "x expired",
     Change.LEFT: "- left",
     Change.BACK: "^ active again",
+    Change.PRUNED: "- pruned",
 }
 """The change column of `watch` and `demo`: a sign to scan for, then a word."""
 
@@ -57,6 +65,7 @@ MARKER_STYLES: Mapping[str, str] = {
     MARKERS[Change.EXPIRED]: "bold red",
     MARKERS[Change.LEFT]: "bold magenta",
     MARKERS[Change.BACK]: "bold cyan",
+    MARKERS[Change.PRUNED]: "bold magenta",
 }
 
 ELLIPSIS = "…"
@@ -92,6 +101,13 @@ def iso_utc(timestamp_ns: int) -> str:
     """ISO-8601 UTC to the second, e.g. `2025-01-31T08:15:00Z` (no float on the way)."""
     moment = datetime.fromtimestamp(timestamp_ns // 1_000_000_000, tz=timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def iso_utc_ms(timestamp_ns: int) -> str:
+    """ISO-8601 UTC to the millisecond, e.g. `2025-01-31T08:15:00.123Z`."""
+    seconds, rest = divmod(timestamp_ns, 1_000_000_000)
+    moment = datetime.fromtimestamp(seconds, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{rest // 1_000_000:03d}Z"
 
 
 def plural(count: int, noun: str) -> str:
@@ -337,7 +353,11 @@ def _state_style(cell: str) -> str:
 
 
 def _marker_style(cell: str) -> str:
-    return MARKER_STYLES.get(cell, "")
+    """The style of a marker, followed or not by the time of the change."""
+    return MARKER_STYLES.get(cell.removesuffix(cell[-9:]) if _TIMED.search(cell) else cell, "")
+
+
+_TIMED = re.compile(r" \d\d:\d\d:\d\d$")
 
 
 CONSUMER_COLUMNS = (
@@ -348,7 +368,18 @@ CONSUMER_COLUMNS = (
     Column("LAST SEEN", right=True),
     Column("LEASES", right=True),
     Column("REGISTERED (UTC)", optional=True),
+    Column("META", optional=True),
 )
+
+
+def state_cell(row: ConsumerPresence) -> str:
+    """`active`, `stale`, `expired`; `active stuck` for an active row that is stuck."""
+    return "active stuck" if row.stuck else row.state.value
+
+
+def meta_cell(row: ConsumerPresence) -> str:
+    """`host=h-1 pid=42`: a consumer's metadata on one line (names are data: `shown`)."""
+    return " ".join(f"{shown(k)}={shown(v)}" for k, v in row.meta.items())
 
 
 def _consumer_cells(row: ConsumerPresence, now_ns: int | None = None) -> tuple[str, ...]:
@@ -356,10 +387,11 @@ def _consumer_cells(row: ConsumerPresence, now_ns: int | None = None) -> tuple[s
         row.queue,
         row.group,
         row.consumer,
-        row.state.value,
+        state_cell(row),
         last_seen(row, now_ns),
         str(row.lease_count),
         iso_utc(row.registered_at_ns),
+        meta_cell(row),
     )
 
 
@@ -374,7 +406,9 @@ def consumers_table(
     stamped after `now_ns` (the clock of the read) shows as `AHEAD`."""
     if not rows:
         return empty + "\n"
-    cells = (_consumer_cells(row, now_ns) for row in rows)
+    cells = [_consumer_cells(row, now_ns) for row in rows]
+    if not any(row.meta for row in rows):  # META only when some row has metadata (--wide)
+        return text_table(CONSUMER_COLUMNS[:-1], (c[:-1] for c in cells), styler, width)
     return text_table(CONSUMER_COLUMNS, cells, styler, width)
 
 
@@ -399,6 +433,9 @@ def consumers_csv(rows: Sequence[ConsumerPresence]) -> str:
                 row.last_seen_age_ms,
                 row.lease_count,
                 row.state.value,
+                "" if row.last_progress_ns is None else row.last_progress_ns,
+                "true" if row.stuck else "false",
+                csv_cell(json.dumps(dict(row.meta), ensure_ascii=False)) if row.meta else "",
             ]
         )
     return buffer.getvalue()
@@ -427,15 +464,27 @@ COUNT_COLUMNS = (
 )
 
 
+DECLARED_COUNT_COLUMNS = (
+    *COUNT_COLUMNS,
+    Column("MIN", right=True),
+    Column("", style=lambda cell: "bold red" if cell else ""),
+)
+BELOW = "! below minimum"
+
+
 def render_counts(
     counts: Mapping[tuple[str, str], int],
     fmt: str,
     styler: Styler,
     width: int | None = None,
     empty: str = "(no groups)",
+    minimums: Mapping[tuple[str, str], int] | None = None,
 ) -> str:
-    """Active consumers per `(queue, group)`, in key order, in one of `options.FORMATS`."""
+    """Active consumers per `(queue, group)`, in key order, in one of `options.FORMATS`;
+    with declared groups (`minimums`), each group's `min_active` and whether it is below."""
     items = sorted(counts.items())
+    if minimums:
+        return _declared_counts(items, minimums, fmt, styler, width)
     if fmt == "json":
         data = [{"queue": q, "group": g, "active": n} for (q, g), n in items]
         return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
@@ -448,6 +497,96 @@ def render_counts(
     if not items:
         return empty + "\n"
     return text_table(COUNT_COLUMNS, [(q, g, str(n)) for (q, g), n in items], styler, width)
+
+
+def _declared_counts(
+    items: list[tuple[tuple[str, str], int]],
+    minimums: Mapping[tuple[str, str], int],
+    fmt: str,
+    styler: Styler,
+    width: int | None,
+) -> str:
+    rows = [(q, g, n, minimums.get((q, g))) for (q, g), n in items]
+    below = [least is not None and n < least for _, _, n, least in rows]
+    if fmt == "json":
+        data = [
+            {"queue": q, "group": g, "active": n, "min_active": least, "below": low}
+            for (q, g, n, least), low in zip(rows, below, strict=True)
+        ]
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow((*COUNT_FIELDS, "min_active", "below"))
+        writer.writerows(
+            [csv_cell(q), csv_cell(g), n, "" if least is None else least, str(low).lower()]
+            for (q, g, n, least), low in zip(rows, below, strict=True)
+        )
+        return buffer.getvalue()
+    cells = [
+        (q, g, str(n), "" if least is None else str(least), BELOW if low else "")
+        for (q, g, n, least), low in zip(rows, below, strict=True)
+    ]
+    return text_table(DECLARED_COUNT_COLUMNS, cells, styler, width)
+
+
+# ---------------------------------------------------------------- events
+
+EVENT_STYLES: Mapping[str, str] = {
+    "joined": "green",
+    "recovered": "cyan",
+    "stale": "yellow",
+    "expired": "red",
+    "left": "magenta",
+    "pruned": "dim",
+}
+
+EVENT_COLUMNS = (
+    Column("AT (UTC)"),
+    Column("EVENT", style=lambda cell: EVENT_STYLES.get(cell, "")),
+    Column("QUEUE", name=True),
+    Column("GROUP", name=True),
+    Column("CONSUMER", name=True),
+    Column("LEASES", right=True),
+)
+
+
+def _event_cells(event: PresenceEvent) -> tuple[str, ...]:
+    return (
+        iso_utc_ms(event.at_ns),
+        event.kind.value,
+        event.queue,
+        event.group,
+        event.consumer,
+        str(event.lease_count),
+    )
+
+
+def events_table(
+    events: Sequence[PresenceEvent], styler: Styler, width: int | None = None, empty: str = ""
+) -> str:
+    """Events as an aligned table (`empty` when there are none)."""
+    if not events:
+        return empty + "\n" if empty else ""
+    return text_table(EVENT_COLUMNS, map(_event_cells, events), styler, width)
+
+
+def event_line(event: PresenceEvent, styler: Styler) -> str:
+    """One event on one line, for a stream (`events --follow`): the table's cells with fixed
+    widths for the time and the kind."""
+    at, kind, queue, group, consumer, leases = map(shown, _event_cells(event))
+    word = styler(f"{kind:<9}", EVENT_STYLES.get(kind, ""))
+    return f"{at}  {word}  {queue}/{group}  {consumer}  {plural(int(leases), 'lease')}\n"
+
+
+def json_line(data: object) -> str:
+    """One JSON document on one line (names exact)."""
+    return json.dumps(data, ensure_ascii=False) + "\n"
+
+
+def event_json(event: PresenceEvent) -> str:
+    """One event as one line of JSON (names exact): `PresenceEvent.to_dict`."""
+    return json_line(event.to_dict())
 
 
 # ---------------------------------------------------------------- watch and demo views
@@ -466,22 +605,31 @@ def tally_line(tallies: Mapping[tuple[str, str], GroupTally]) -> str:
     return "; ".join(parts) if parts else "no groups tracked"
 
 
-FRAME_COLUMNS = (*CONSUMER_COLUMNS[:-1], Column("CHANGE", style=_marker_style))
+FRAME_COLUMNS = (*CONSUMER_COLUMNS[:-2], Column("CHANGE", style=_marker_style))
 """The columns of `watch` and `demo`: those of `ls`, with the change in place of the
 registration time."""
+
+
+def clock_time(timestamp_ns: int) -> str:
+    """`14:03:07`: the local time of day of an instant (a change in `watch`)."""
+    return time.strftime("%H:%M:%S", time.localtime(timestamp_ns // 1_000_000_000))
 
 
 def _frame_cells(item: WatchRow) -> tuple[str, ...]:
     """One row of `FRAME_COLUMNS`, names as stored (`shown` is the caller's)."""
     row = item.row
+    marker = MARKERS[item.change] if item.change is not None else ""
+    if marker and item.changed_at_ns is not None:
+        marker += f" {clock_time(item.changed_at_ns)}"
+    gone = item.change in (Change.LEFT, Change.PRUNED)
     return (
         row.queue,
         row.group,
         row.consumer,
-        "left" if item.change is Change.LEFT else row.state.value,
-        human_age(row.last_seen_age_ms),
+        str(item.change) if gone else state_cell(row),
+        ("≤" if item.age_bound else "") + human_age(row.last_seen_age_ms),
         str(row.lease_count),
-        MARKERS[item.change] if item.change is not None else "",
+        marker,
     )
 
 

@@ -1,7 +1,10 @@
-"""What `watch` and `demo` show: the changes between two snapshots, with no I/O.
+"""What `watch` and `demo` show: what changed, with no I/O.
 
-A refresh is one snapshot; `Watcher.refresh` compares it with the previous one and
-marks each consumer that joined, went stale, expired, left, or became active again.
+`EventWatcher` (what `watch` uses) keeps the state from `follow`: the first snapshot, then
+the events, so that a refresh costs what changed; each change stays marked, with its time,
+for `MARK_REFRESHES` refreshes. `Watcher` (the demo, and `watch` at a fixed clock or an
+explicit `--ttl-ms`) compares whole snapshots and marks each consumer that joined, went
+stale, expired, left, or became active again.
 """
 
 from __future__ import annotations
@@ -10,8 +13,12 @@ import enum
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from redis_presence.model import ConsumerPresence, PresenceState
+from redis_presence.model import NS_PER_MS, ConsumerPresence, PresenceState
+
+if TYPE_CHECKING:  # `events` loads redis-py (through `keys`): not for `--help`
+    from redis_presence.events import PresenceEvent
 
 _Key = tuple[str, str, str]
 
@@ -24,6 +31,7 @@ class Change(str, enum.Enum):
     EXPIRED = "expired"
     LEFT = "left"
     BACK = "active again"
+    PRUNED = "pruned"
 
     def __str__(self) -> str:
         return self.value
@@ -67,6 +75,10 @@ class WatchRow:
 
     row: ConsumerPresence
     change: Change | None
+    changed_at_ns: int | None = None
+    """When the change happened (the event's `at_ns`), where it is known."""
+    age_bound: bool = False
+    """The row's age is only a bound: an active consumer beat since, writing no event."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +112,7 @@ class Frame:
         """How many current consumers are in each state."""
         totals = dict.fromkeys(PresenceState, 0)
         for item in self.rows:
-            if item.change is not Change.LEFT:
+            if item.change not in (Change.LEFT, Change.PRUNED):
                 totals[item.row.state] += 1
         return totals
 
@@ -127,6 +139,131 @@ class Watcher:
         return Frame(tuple(items), tally(rows), changes)
 
 
+MARK_REFRESHES = 5
+"""How many refreshes of `watch` a change stays marked (with its time) after it happened."""
+
+# By `EventKind` value (a str enum: its members hash and compare as their values).
+_AFTER: Mapping[str, PresenceState] = {
+    "joined": PresenceState.ACTIVE,
+    "recovered": PresenceState.ACTIVE,
+    "stale": PresenceState.STALE,
+    "expired": PresenceState.EXPIRED,
+}
+_MARK: Mapping[str, Change] = {
+    "joined": Change.JOINED,
+    "recovered": Change.BACK,
+    "stale": Change.WENT_STALE,
+    "expired": Change.EXPIRED,
+    "left": Change.LEFT,
+    "pruned": Change.PRUNED,
+}
+_SLOT = {PresenceState.ACTIVE: 0, PresenceState.STALE: 1, PresenceState.EXPIRED: 2}
+
+
+class EventWatcher:
+    """The consumers as `follow` tells them: a snapshot (`start`), then events (`apply`),
+    each in time linear in what it is given; `frame` lays out a refresh.
+
+    Events carry no beat of an active consumer (it writes none), so after the first
+    snapshot an active row's age and leases are those of its last event: the age is shown
+    as a bound (`WatchRow.age_bound`). Stale and expired rows are exact (they have not
+    beaten since, or there would be an event).
+    """
+
+    def __init__(self, keep: int = MARK_REFRESHES) -> None:
+        self.keep = keep
+        self.rows: dict[_Key, ConsumerPresence] = {}
+        self.gone: dict[_Key, ConsumerPresence] = {}
+        """Consumers that left or were pruned, shown while their mark lasts."""
+        self.marks: dict[_Key, tuple[Change, int, int]] = {}
+        """key -> (change, at_ns, refreshes left)."""
+        self.counts: dict[tuple[str, str], list[int]] = {}
+        self.started_ns: int | None = None
+        self.now_ns = 0
+
+    def _count(self, row: ConsumerPresence, step: int) -> None:
+        counts = self.counts.setdefault((row.queue, row.group), [0, 0, 0])
+        counts[_SLOT[row.state]] += step
+        if step < 0 and not any(counts):
+            del self.counts[(row.queue, row.group)]
+
+    def start(self, rows: Iterable[ConsumerPresence], now_ns: int) -> None:
+        """The state at `now_ns` (follow's snapshot); after a resync, what differs from the
+        state before it is marked as changed at `now_ns`."""
+        fresh = {row.key: row for row in rows}
+        if self.started_ns is not None:
+            for key, change in diff(self.rows.values(), fresh.values()).items():
+                self.marks[key] = (change, now_ns, self.keep)
+                if change is Change.LEFT:
+                    self.gone[key] = self.rows[key]
+        self.rows = fresh
+        self.counts = {}
+        for row in fresh.values():
+            self._count(row, 1)
+        self.started_ns = self.now_ns = now_ns
+
+    def apply(self, events: Iterable[PresenceEvent], now_ns: int) -> None:
+        """The events up to `now_ns`, in order: each changes one row and marks it."""
+        for event in events:
+            key = event.key
+            old = self.rows.pop(key, None)
+            if old is not None:
+                self._count(old, -1)
+            self.marks[key] = (_MARK[event.kind], event.at_ns, self.keep)
+            state = _AFTER.get(event.kind)
+            if state is None:  # left or pruned
+                if old is not None:
+                    self.gone[key] = old
+                continue
+            self.gone.pop(key, None)
+            registered = event.registered_at_ns
+            heartbeat = event.last_heartbeat_ns
+            row = ConsumerPresence(
+                event.queue,
+                event.group,
+                event.consumer,
+                registered if registered is not None else event.at_ns,
+                heartbeat if heartbeat is not None else event.at_ns,
+                0,
+                event.lease_count,
+                state,
+            )
+            self.rows[key] = row
+            self._count(row, 1)
+        self.now_ns = max(self.now_ns, now_ns)
+
+    def frame(self) -> Frame:
+        """One refresh: every consumer (ages at `now_ns`) and those that just left; marks
+        age by one refresh."""
+        now = self.now_ns
+        marks = self.marks
+        items = []
+        for key, row in self.rows.items():
+            age = max(0, (now - row.last_heartbeat_ns) // NS_PER_MS)
+            mark = marks.get(key)
+            bound = row.state is PresenceState.ACTIVE and now != self.started_ns
+            items.append(
+                WatchRow(
+                    row._replace(last_seen_age_ms=age),
+                    mark[0] if mark else None,
+                    mark[1] if mark else None,
+                    bound,
+                )
+            )
+        for key, row in self.gone.items():
+            change, at, _ = marks[key]
+            items.append(WatchRow(row, change, at))
+        changes = {key: mark[0] for key, mark in marks.items()}
+        for key, (change, at, left) in list(marks.items()):
+            if left <= 1:
+                del marks[key]
+                self.gone.pop(key, None)
+            else:
+                marks[key] = (change, at, left - 1)
+        tallies = {key: GroupTally(*counts) for key, counts in self.counts.items()}
+        return Frame(tuple(items), tallies, changes)
+
+
 @dataclass(frozen=True, slots=True)
 class Outage:
     """Reads failing since `since_s` (on the watch's clock): `failures` in a row, the last
@@ -146,10 +283,12 @@ def backoff_s(failures: int, interval_s: float) -> float:
 
 
 def run_watch(
-    read: Callable[[], Sequence[ConsumerPresence]],
+    read: Callable[[], Any],
     show: Callable[[Frame], None],
     *,
     interval_s: float,
+    refresh: Callable[[Any], Frame] | None = None,
+    paced: bool = True,
     iterations: int | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
@@ -163,8 +302,10 @@ def run_watch(
     `on_outage` and tried again with `backoff_s`; the first good read after it goes to
     `on_recovered`, then is diffed against the last good one. Stops after `iterations`
     attempts when given (the last one's error, if any, is raised); returns how many ran.
+    `refresh` turns what `read` returned into a frame (default: a `Watcher` diffing
+    snapshots); `paced=False` when `read` waits for the next refresh itself (`follow`).
     """
-    watcher = Watcher()
+    refresh = refresh or Watcher().refresh
     attempts = 0
     outage: Outage | None = None
     next_tick = clock()
@@ -186,9 +327,11 @@ def run_watch(
         if outage is not None:
             on_recovered(outage)
             outage = None
-        show(watcher.refresh(rows))
+        show(refresh(rows))
         if final:
             break
+        if not paced:
+            continue
         next_tick += interval_s
         delay = next_tick - clock()
         if delay < 0:  # fell behind (slow read): restart the beat rather than burst

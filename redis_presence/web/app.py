@@ -9,7 +9,6 @@ Redis URL never reach a response or a log line.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -33,7 +32,6 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from redis_presence import (
-    DEFAULT_PRESENCE_TTL_MS,
     AsyncRedisPresenceRegistry,
     ConsumerPresence,
     PresenceState,
@@ -44,13 +42,14 @@ from redis_presence.errors import (
     PresenceConnectionError,
     PresenceDataError,
     PresenceError,
+    PresenceResyncRequired,
 )
 from redis_presence.urls import redact, scrub
 
+from . import events as live_events
 from . import metrics
 from .auth import TokenAuth
-from .data import ChangeFeed, FeedStatus, GroupStats, PresenceData, ResyncRequired
-from .events import WebEvent
+from .data import GroupStats, PresenceData, TtlInUse
 from .pages import (
     MAX_LIMIT,
     ConsumerFilter,
@@ -75,6 +74,14 @@ SSE_RETRY_MS = 2000
 
 RegistryFactory = Callable[[], AsyncRedisPresenceRegistry]
 
+TTL_SOURCES = {
+    "option": "--ttl-ms",
+    "group": "stored for this group",
+    "prefix": "stored for the prefix",
+    "default": "the default: none stored",
+}
+"""How the page names where its TTL came from (`TtlInUse.source`)."""
+
 
 @dataclass(frozen=True)
 class WebConfig:
@@ -82,7 +89,8 @@ class WebConfig:
 
     url: str = "redis://localhost:6379/0"
     prefix: str = "presence"
-    ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+    ttl_ms: int | None = None
+    """``--ttl-ms``; None uses the shared TTL (`registry.ttl_source`), as the events do."""
     read_only: bool = False
     auth_token: str | None = None
     per_consumer_metrics: bool = False
@@ -91,7 +99,7 @@ class WebConfig:
     read_cache_s: float = 0.5
     """How long one snapshot serves every page and API request (0: read each time)."""
     live_interval_s: float = 0.5
-    """How often the live feed reads while a browser or SSE client listens."""
+    """How often each open event stream asks `registry.changes` for what changed."""
     access_log: bool = True
 
     def open_registry(self) -> AsyncRedisPresenceRegistry:
@@ -166,7 +174,6 @@ class _Service:
         self.clock = clock
         self.templates = Jinja2Templates(env=_environment())
         self.data: PresenceData | None = None
-        self.feed: ChangeFeed | None = None
 
     def scrub(self, text: str) -> str:
         return scrub(text, self.config.url)
@@ -179,22 +186,15 @@ class _Service:
         self.data = PresenceData(
             registry, ttl_ms=self.config.ttl_ms, clock=clock, read_cache_s=self.config.read_cache_s
         )
-        self.feed = ChangeFeed(self.data, interval_s=self.config.live_interval_s)
         try:
             yield
         finally:
-            await self.feed.close()
             await registry.aclose()
 
     @property
     def reads(self) -> PresenceData:
         assert self.data is not None, "the app's lifespan has not started"
         return self.data
-
-    @property
-    def live(self) -> ChangeFeed:
-        assert self.feed is not None, "the app's lifespan has not started"
-        return self.feed
 
     # -- error responses
 
@@ -235,10 +235,12 @@ class _Service:
         root = request.scope.get("root_path", "").rstrip("/")
         if values.get("live"):
             values["live"] = values["live"] | {"root": root}
+        ttl = values.pop("ttl", None) or (self.data.last_ttl if self.data else None)
         base: dict[str, Any] = {
             "root": root,
             "prefix": self.config.prefix,
-            "ttl_ms": self.config.ttl_ms,
+            "ttl": ttl,
+            "ttl_sources": TTL_SOURCES,
             "redis_url": redact(self.config.url),
             "states": [s.value for s in PresenceState],
         }
@@ -425,7 +427,7 @@ class Views:
 
     async def overview(self, request: Request) -> Response:
         service = self.service
-        now_ns, groups = await service.reads.groups()
+        now_ns, groups, ttl = await service.reads.groups()
         queue_text = (_text(request, "queue") or "").casefold()
         group_text = (_text(request, "group") or "").casefold()
         states = _states(request)
@@ -460,38 +462,52 @@ class Views:
             "expired": sum(g.expired for g in groups),
             "nobody_reading": sum(g.nobody_reading for g in groups),
         }
+        # Every group's counts, for the page's script to apply events to (a few numbers
+        # per group: the page shows one page of them, but its totals cover them all).
+        counts = [[g.queue, g.group, g.active, g.stale, g.expired] for g in groups]
         shown_groups = picked[(page - 1) * GROUPS_PER_PAGE : page * GROUPS_PER_PAGE]
         if _json_view(request):
             return _json(
-                {
-                    "now_ns": now_ns,
-                    "ttl_ms": service.config.ttl_ms,
+                {"now_ns": now_ns}
+                | ttl.to_dict()
+                | {
                     "totals": totals,
                     "groups": [
                         g.to_dict() | {"nobody_reading": g.nobody_reading} for g in shown_groups
                     ],
+                    "counts": counts,
                     "shown": len(picked),
                     "page": page,
                     "pages": pages,
                 }
             )
+        filters = {
+            "queue": _text(request, "queue") or "",
+            "group": _text(request, "group") or "",
+            "states": sorted(s.value for s in states),
+            "idle": idle_only,
+        }
         context = service.context(
             request,
             now_ns=now_ns,
-            groups=picked[(page - 1) * GROUPS_PER_PAGE : page * GROUPS_PER_PAGE],
+            ttl=ttl,
+            groups=shown_groups,
             shown=len(picked),
             totals=totals,
             page=page,
             pages=pages,
             prev_query=_query(request, cursor=str(page - 1), name="page"),
             next_query=_query(request, cursor=str(page + 1), name="page"),
-            filters={
-                "queue": _text(request, "queue") or "",
-                "group": _text(request, "group") or "",
-                "states": sorted(s.value for s in states),
-                "idle": idle_only,
+            filters=filters,
+            live={
+                "view": "groups",
+                "now_ns": now_ns,
+                "ttl_ms": ttl.ttl_ms,
+                "page": page,
+                "per_page": GROUPS_PER_PAGE,
+                "filters": filters,
+                "counts": counts,
             },
-            live={"view": "groups", "now_ns": now_ns, "ttl_ms": service.config.ttl_ms},
         )
         return _page(service.templates.TemplateResponse(request, "overview.html", context))
 
@@ -513,14 +529,15 @@ class Views:
         cursor, limit = _cursor(request), _limit(request, PAGE_SIZE)
         stats: GroupStats | None = None
         if group_page and queue is not None and group is not None:
-            now_ns, stats, page = await service.reads.group(
+            reading, stats, page = await service.reads.group(
                 queue, group, states=states, search=search, cursor=cursor, limit=limit
             )
             if stats is None:
                 raise HTTPException(404, f"queue {queue!r} has no tracked group {group!r}")
         else:
             where = ConsumerFilter(queue, group, states, search)
-            now_ns, page = await service.reads.consumers(where, cursor=cursor, limit=limit)
+            reading, page = await service.reads.consumers(where, cursor=cursor, limit=limit)
+        now_ns, ttl = reading.now_ns, reading.ttl
         filters = {
             "queue": queue or "",
             "group": group or "",
@@ -530,9 +547,9 @@ class Views:
         }
         if _json_view(request):
             return _json(
-                {
-                    "now_ns": now_ns,
-                    "ttl_ms": service.config.ttl_ms,
+                {"now_ns": now_ns}
+                | ttl.to_dict()
+                | {
                     "group": stats.to_dict() | {"nobody_reading": stats.nobody_reading}
                     if stats
                     else None,
@@ -544,6 +561,7 @@ class Views:
         context = service.context(
             request,
             now_ns=now_ns,
+            ttl=ttl,
             stats=stats,
             group_page=group_page,
             rows=page.rows,
@@ -556,25 +574,27 @@ class Views:
             live={
                 "view": "consumers",
                 "now_ns": now_ns,
-                "ttl_ms": service.config.ttl_ms,
+                "ttl_ms": ttl.ttl_ms,
                 "queue": queue,
                 "group": group,
                 "group_page": group_page,
                 "states": filters["states"],
                 "search": search or "",
                 "limit": limit,
-                "cursor": cursor.encode() if cursor else None,
+                "next_cursor": page.next_cursor,
+                "prev_cursor": page.prev_cursor,
             },
         )
         return _page(service.templates.TemplateResponse(request, "consumers.html", context))
 
     # -- the JSON API
 
-    def _meta(self, now_ns: int) -> dict[str, object]:
-        return {"now_ns": now_ns, "ttl_ms": self.service.config.ttl_ms}
+    @staticmethod
+    def _meta(now_ns: int, ttl: TtlInUse) -> dict[str, object]:
+        return {"now_ns": now_ns} | ttl.to_dict()
 
     async def api_groups(self, request: Request) -> Response:
-        now_ns, groups = await self.service.reads.groups()
+        now_ns, groups, ttl = await self.service.reads.groups()
         page = groups_page(
             groups,
             queue=_text(request, "queue"),
@@ -583,7 +603,7 @@ class Views:
             limit=_limit(request, MAX_LIMIT),
         )
         return JSONResponse(
-            self._meta(now_ns)
+            self._meta(now_ns, ttl)
             | {
                 "groups": [g.to_dict() for g in page.groups],
                 "next_cursor": page.next_cursor,
@@ -593,7 +613,7 @@ class Views:
 
     async def api_group(self, request: Request) -> Response:
         queue, group = _path_names(request, GROUP_API)
-        now_ns, stats, page = await self.service.reads.group(
+        reading, stats, page = await self.service.reads.group(
             queue,
             group,
             states=_states(request),
@@ -604,7 +624,7 @@ class Views:
         if stats is None:
             raise HTTPException(404, f"queue {queue!r} has no tracked group {group!r}")
         return JSONResponse(
-            self._meta(now_ns)
+            self._meta(reading.now_ns, reading.ttl)
             | {
                 "group": stats.to_dict(),
                 "consumers": [consumer_json(row) for row in page.rows],
@@ -620,11 +640,11 @@ class Views:
             _states(request),
             _text(request, "search"),
         )
-        now_ns, page = await self.service.reads.consumers(
+        reading, page = await self.service.reads.consumers(
             where, cursor=_cursor(request), limit=_limit(request, 100)
         )
         return JSONResponse(
-            self._meta(now_ns)
+            self._meta(reading.now_ns, reading.ttl)
             | {
                 "consumers": [consumer_json(row) for row in page.rows],
                 "next_cursor": page.next_cursor,
@@ -633,57 +653,59 @@ class Views:
         )
 
     async def api_events(self, request: Request) -> Response:
+        """The events of the registry: a server-sent event stream for ``Accept:
+        text/event-stream``, else one poll (`cursor` None: no events, a cursor from now)."""
         queue, group = _text(request, "queue"), _text(request, "group")
         cursor = _text(request, "cursor") or request.headers.get("last-event-id") or None
-        feed = self.service.live
+        try:
+            live_events.check_cursor(cursor)
+        except (TypeError, ValueError) as exc:
+            raise BadRequest(str(exc)) from None
+        reads = self.service.reads
         if "text/event-stream" in request.headers.get("accept", ""):
-            try:
-                feed.validate(cursor)
-            except ValueError as exc:
-                raise BadRequest(str(exc)) from None
             return EventSourceResponse(
-                self._stream(feed, cursor, queue, group),
+                self._stream(cursor, queue, group),
                 ping=SSE_PING_S,
                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
             )
         try:
-            events, next_cursor = await feed.poll(cursor, queue=queue, group=group)
-        except ResyncRequired as exc:
+            events, next_cursor = await reads.changes(cursor, queue=queue, group=group)
+        except PresenceResyncRequired as exc:
+            _, fresh = await reads.changes(None, queue=queue, group=group)
             return JSONResponse(
-                {"error": "resync_required", "message": str(exc), "cursor": feed.cursor()},
+                {
+                    "error": "resync_required",
+                    "message": self.service.scrub(str(exc)),
+                    "cursor": fresh,
+                },
                 status_code=410,
+                headers={"Cache-Control": "no-store"},
             )
-        except ValueError as exc:
+        except (TypeError, ValueError) as exc:
             raise BadRequest(str(exc)) from None
         return JSONResponse(
-            {"events": [event.to_dict() for event in events], "cursor": next_cursor}
+            {
+                "events": [event.to_dict() for event in events],
+                "cursor": next_cursor,
+                "now_ns": live_events.cursor_now_ns(next_cursor),
+            },
+            headers={"Cache-Control": "no-store"},
         )
 
     async def _stream(
-        self, feed: ChangeFeed, cursor: str | None, queue: str | None, group: str | None
+        self, cursor: str | None, queue: str | None, group: str | None
     ) -> AsyncIterator[ServerSentEvent]:
         yield ServerSentEvent(comment="redis-presence events", retry=SSE_RETRY_MS)
-        async for kind, value in feed.listen(cursor, queue=queue, group=group):
-            if kind == "event":
-                event_cursor, event = value
-                assert isinstance(event, WebEvent)
-                yield ServerSentEvent(
-                    json.dumps(event.to_dict(), ensure_ascii=False),
-                    event="presence",
-                    id=event_cursor,
-                )
-            elif kind == "status":
-                assert isinstance(value, FeedStatus)
-                message = self.service.scrub(value.message)
-                yield ServerSentEvent(
-                    json.dumps({"redis_up": value.redis_up, "message": message}), event="status"
-                )
-            elif kind == "open":
-                yield ServerSentEvent(json.dumps({"cursor": value}), event="hello", id=value)
-            else:
-                yield ServerSentEvent(
-                    json.dumps({"reason": value, "cursor": feed.cursor()}), event="resync"
-                )
+        messages = live_events.stream(
+            self.service.reads,
+            cursor,
+            queue=queue,
+            group=group,
+            interval_s=self.service.config.live_interval_s,
+            scrub=self.service.scrub,
+        )
+        async for message in messages:
+            yield ServerSentEvent(message.json(), event=message.event, id=message.id)
 
     # -- operations
 

@@ -16,30 +16,28 @@ what replaces it:
   consumer list, a name search) and for `metrics` with per-consumer metrics on,
   `PresenceData.rows` is one whole snapshot, shared by every request for `read_cache_s`
   and read by one caller at a time (the others await it); pages filter it here.
-* `ChangeFeed` (SSE and cursor polls) diffs successive `rows` readings (`events.diff`)
-  while someone listens; `refresh`, `listen` and `poll` become `registry.follow()` and
-  `registry.changes(cursor)` (issue 12), whose cursors survive a restart, and
-  `events.WebEvent` becomes `PresenceEvent`.
+* `PresenceData.changes` (each open event stream once per interval, and each cursor poll)
+  is `registry.changes(cursor)`: the event logs written since the cursor and, per group,
+  the heartbeats that crossed a line in the interval; what it costs grows with the
+  changes and the groups it covers, not with the consumers.
+* `PresenceData.ttl` is `registry.ttl_source()` (the shared TTL), unless ``--ttl-ms``
+  fixed it, kept for TTL_REFRESH_S.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import secrets
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 from itertools import count, groupby
 from typing import Any, NamedTuple
 
 from redis.exceptions import RedisError
 
 from redis_presence import AsyncRedisPresenceRegistry, ConsumerPresence, PresenceState
-from redis_presence.errors import PresenceError, translate
+from redis_presence.errors import translate
+from redis_presence.events import PresenceEvent
 
-from .events import KINDS, Key, WebEvent, diff
 from .pages import ConsumerFilter, Cursor, Page, page_of
 
 NS_PER_S = 1_000_000_000
@@ -78,17 +76,31 @@ class GroupStats(NamedTuple):
         }
 
 
+class TtlInUse(NamedTuple):
+    """The TTL a read used and where it came from: ``"option"`` (``--ttl-ms``), or the
+    shared TTL stored for the ``"group"``, stored for the ``"prefix"``, or the
+    ``"default"`` (nothing stored)."""
+
+    ttl_ms: int
+    source: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"ttl_ms": self.ttl_ms, "ttl_source": self.source}
+
+
 class Reading(NamedTuple):
-    """One snapshot and the instant its ages were computed at."""
+    """One snapshot, the instant its ages were computed at and the TTL it reports."""
 
     serial: int
     now_ns: int
     rows: list[ConsumerPresence]
+    ttl: TtlInUse
 
 
 class GroupsReading(NamedTuple):
     now_ns: int
     groups: list[GroupStats]
+    ttl: TtlInUse
 
 
 def stats_from_rows(rows: Iterable[ConsumerPresence]) -> list[GroupStats]:
@@ -142,9 +154,15 @@ def server_time_ns(reply: Any) -> int:
     return int(seconds) * NS_PER_S + int(micros) * 1_000
 
 
+TTL_REFRESH_S = 5.0
+"""How long the service trusts a shared TTL it read (a `set_ttl` shows within this)."""
+MAX_CACHED_TTLS = 1_000
+
+
 class PresenceData:
     """The registry reads of the web service (`registry` is opened and closed elsewhere).
 
+    `ttl_ms` None means the shared TTL (`registry.ttl_source`, what the events use);
     `clock` fixes the instant of every read (tests); `None` means the Redis server's
     clock, as everywhere else in the package.
     """
@@ -153,18 +171,21 @@ class PresenceData:
         self,
         registry: AsyncRedisPresenceRegistry,
         *,
-        ttl_ms: int,
+        ttl_ms: int | None,
         clock: Callable[[], int] | None = None,
         read_cache_s: float = 0.5,
     ) -> None:
         self.registry = registry
-        self.ttl_ms = ttl_ms
+        self.explicit_ttl_ms = ttl_ms
         self._clock = clock
         self._read_cache_s = read_cache_s
         self._reading: Reading | None = None
         self._read_at = 0.0
         self._inflight: asyncio.Task[Reading] | None = None
         self._serials = count(1)
+        self._ttls: dict[tuple[str | None, str | None], tuple[TtlInUse, float]] = {}
+        self.last_ttl = TtlInUse(ttl_ms, "option") if ttl_ms is not None else None
+        """The TTL of the prefix the last read used (None before the first)."""
 
     async def now_ns(self) -> int:
         """The instant reads are aged at: the fixed clock, or the Redis server's `TIME`."""
@@ -179,18 +200,44 @@ class PresenceData:
         except RedisError as exc:
             raise translate(exc) from exc
 
+    async def ttl(self, queue: str | None = None, group: str | None = None) -> TtlInUse:
+        """The TTL reads of the prefix (or of one group) use: ``--ttl-ms``, else the shared
+        TTL, read again after TTL_REFRESH_S."""
+        if self.explicit_ttl_ms is not None:
+            return TtlInUse(self.explicit_ttl_ms, "option")
+        key = (queue, group)
+        known = self._ttls.get(key)
+        if known is not None and time.monotonic() - known[1] <= TTL_REFRESH_S:
+            return known[0]
+        ttl_ms, source = await self.registry.ttl_source(queue, group)
+        found = TtlInUse(ttl_ms, source)
+        if len(self._ttls) >= MAX_CACHED_TTLS:
+            self._ttls.clear()
+        self._ttls[key] = (found, time.monotonic())
+        if queue is None:
+            self.last_ttl = found
+        return found
+
+    @property
+    def _read_ttl_ms(self) -> int | None:
+        """The `ttl_ms` consumer reads pass: the option, else None (each group's shared TTL,
+        the one its events use)."""
+        return self.explicit_ttl_ms
+
     # -- whole groups -----------------------------------------------------------------
 
     async def groups(self) -> GroupsReading:
-        """Every tracked group with its active, stale and expired counts."""
+        """Every tracked group with its active, stale and expired counts (under the TTL of
+        the prefix)."""
+        ttl = await self.ttl()
         now = await self.now_ns()
         count_at = self.registry.count_active_by_group
         active, active_or_stale, tracked = await asyncio.gather(
-            count_at(now_ns=now, ttl_ms=self.ttl_ms),
-            count_at(now_ns=now, ttl_ms=2 * self.ttl_ms),
+            count_at(now_ns=now, ttl_ms=ttl.ttl_ms),
+            count_at(now_ns=now, ttl_ms=2 * ttl.ttl_ms),
             count_at(now_ns=EVERYONE_NOW_NS, ttl_ms=1),
         )
-        return GroupsReading(now, stats_from_counts(active, active_or_stale, tracked))
+        return GroupsReading(now, stats_from_counts(active, active_or_stale, tracked), ttl)
 
     # -- consumers --------------------------------------------------------------------
 
@@ -213,27 +260,29 @@ class PresenceData:
             self._reading, self._read_at = task.result(), time.monotonic()
 
     async def _read(self) -> Reading:
+        ttl = await self.ttl()
         now = await self.now_ns()
-        rows = await self.registry.snapshot(now_ns=now, ttl_ms=self.ttl_ms)
-        return Reading(next(self._serials), now, rows)
+        rows = await self.registry.snapshot(now_ns=now, ttl_ms=self._read_ttl_ms)
+        return Reading(next(self._serials), now, rows, ttl)
 
     async def _selected(self, queue: str | None, group: str | None) -> Reading:
         """The consumers of one queue (or one group): read by the library from that part of
         the index alone, fresh each time; the whole fleet comes from the shared snapshot."""
         if queue is None:
             return await self.rows()
+        ttl = await self.ttl(queue, group) if group is not None else await self.ttl()
         now = await self.now_ns()
         rows = await self.registry.snapshot(
-            now_ns=now, ttl_ms=self.ttl_ms, queue=queue, group=group
+            now_ns=now, ttl_ms=self._read_ttl_ms, queue=queue, group=group
         )
-        return Reading(0, now, rows)
+        return Reading(0, now, rows, ttl)
 
     async def consumers(
         self, where: ConsumerFilter, *, cursor: Cursor | None, limit: int
-    ) -> tuple[int, Page]:
-        """One page of consumers matching `where`, and the instant of the read."""
+    ) -> tuple[Reading, Page]:
+        """One page of consumers matching `where`, and the read it comes from."""
         reading = await self._selected(where.queue, where.group)
-        return reading.now_ns, page_of(reading.rows, where, cursor=cursor, limit=limit)
+        return reading, page_of(reading.rows, where, cursor=cursor, limit=limit)
 
     async def group(
         self,
@@ -244,7 +293,7 @@ class PresenceData:
         search: str | None,
         cursor: Cursor | None,
         limit: int,
-    ) -> tuple[int, GroupStats | None, Page]:
+    ) -> tuple[Reading, GroupStats | None, Page]:
         """One group's counts (None when it is not tracked) and a page of its consumers,
         from one read of that group alone."""
         reading = await self._selected(queue, group)
@@ -255,221 +304,36 @@ class PresenceData:
             cursor=cursor,
             limit=limit,
         )
-        return reading.now_ns, (stats[0] if stats else None), page
+        return reading, (stats[0] if stats else None), page
 
     # -- metrics ----------------------------------------------------------------------
 
     async def metrics(
         self, *, per_consumer: bool
-    ) -> tuple[int, list[GroupStats], Sequence[ConsumerPresence]]:
+    ) -> tuple[int, TtlInUse, list[GroupStats], Sequence[ConsumerPresence]]:
         """What one scrape reports: group counts from the counts (no consumer is read), or,
         with per-consumer metrics, everything from one snapshot (oldest heartbeat too)."""
         if per_consumer:
             reading = await self.rows(max_age_s=0)
-            return reading.now_ns, stats_from_rows(reading.rows), reading.rows
-        now, groups = await self.groups()
-        return now, groups, ()
+            return reading.now_ns, reading.ttl, stats_from_rows(reading.rows), reading.rows
+        now, groups, ttl = await self.groups()
+        return now, ttl, groups, ()
 
+    # -- events -----------------------------------------------------------------------
 
-# -- the live feed ------------------------------------------------------------------------
-
-
-class ResyncRequired(Exception):
-    """The cursor is older than what the feed keeps, or from another process: take a fresh
-    read and a fresh cursor."""
-
-
-@dataclass(frozen=True)
-class FeedStatus:
-    """Whether the feed's last read of Redis worked (`message` says why not)."""
-
-    redis_up: bool
-    message: str = ""
-
-
-@dataclass
-class _Listener:
-    queue: str | None
-    group: str | None
-
-    def wants(self, event: WebEvent) -> bool:
-        return (self.queue is None or event.queue == self.queue) and (
-            self.group is None or event.group == self.group
-        )
-
-
-FeedItem = tuple[str, Any]
-"""`("event", (cursor, WebEvent))`, `("status", FeedStatus)`, `("resync", reason)` or
-`("open", cursor)`."""
-
-
-@dataclass
-class ChangeFeed:
-    """Transitions of the fleet for every SSE listener and cursor poll, from one source.
-
-    Events get increasing sequence numbers in a bounded in-memory log; a cursor is
-    ``<feed id>.<sequence>``, so a cursor from another process (or one the log no longer
-    reaches) asks for a resync instead of silently missing events. The source reads while
-    an SSE listener is connected, and once per poll.
-    """
-
-    data: PresenceData
-    interval_s: float = 0.5
-    retention: int = 10_000
-    _id: str = field(default_factory=lambda: secrets.token_hex(4))
-    _seq: int = 0
-    _log: deque[tuple[int, WebEvent]] = field(default_factory=deque)
-    _baseline: dict[Key, ConsumerPresence] | None = None
-    _seen_serial: int = -1
-    _status: FeedStatus = field(default_factory=lambda: FeedStatus(True))
-    _listeners: int = 0
-    _task: asyncio.Task[None] | None = None
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
-
-    @property
-    def status(self) -> FeedStatus:
-        return self._status
-
-    def cursor(self, seq: int | None = None) -> str:
-        return f"{self._id}.{self._seq if seq is None else seq}"
-
-    def _position(self, cursor: str | None) -> int:
-        """The sequence number a cursor stands for; `ResyncRequired` if this feed cannot
-        continue from it, `ValueError` if it is no cursor at all."""
-        if cursor is None:
-            return self._seq
-        feed, _, seq = cursor.partition(".")
-        if not seq.isdigit() or not feed:
-            raise ValueError("cursor must be a cursor this API returned")
-        if feed != self._id or int(seq) > self._seq:
-            raise ResyncRequired("the cursor is from another run of the service")
-        position = int(seq)
-        if position < self._seq and (not self._log or self._log[0][0] > position + 1):
-            raise ResyncRequired("the cursor is older than the events the service keeps")
-        return position
-
-    def validate(self, cursor: str | None) -> None:
-        """`ValueError` if `cursor` is no cursor at all (a stale one is not an error)."""
-        with contextlib.suppress(ResyncRequired):
-            self._position(cursor)
-
-    def _after(self, position: int) -> list[tuple[int, WebEvent]]:
-        return [(seq, event) for seq, event in self._log if seq > position]
-
-    async def refresh(self) -> None:
-        """Read (or reuse the read pages share) and log what changed since the last read
-        the feed saw."""
-        async with self._lock:
-            try:
-                reading = await self.data.rows()
-            except PresenceError as exc:
-                await self._set_status(FeedStatus(False, str(exc)))
-                raise
-            await self._set_status(FeedStatus(True))
-            if reading.serial <= self._seen_serial:
-                return
-            self._seen_serial = reading.serial
-            if self._baseline is None:
-                self._baseline = {row.key: row for row in reading.rows}
-                return
-            events, self._baseline = diff(
-                self._baseline, reading.rows, after_now_ns=reading.now_ns, ttl_ms=self.data.ttl_ms
-            )
-            if events:
-                for event in events:
-                    self._seq += 1
-                    self._log.append((self._seq, event))
-                while len(self._log) > self.retention:
-                    self._log.popleft()
-                async with self._changed:
-                    self._changed.notify_all()
-
-    async def _set_status(self, status: FeedStatus) -> None:
-        if status != self._status:
-            self._status = status
-            async with self._changed:
-                self._changed.notify_all()
-
-    async def poll(
+    async def changes(
         self, cursor: str | None, *, queue: str | None = None, group: str | None = None
-    ) -> tuple[list[WebEvent], str]:
-        """Events after `cursor` (none, and the current cursor, when it is None)."""
-        position = self._position(cursor)
-        await self.refresh()
-        listener = _Listener(queue, group)
-        if cursor is None:
-            return [], self.cursor()
-        return [event for _, event in self._after(position) if listener.wants(event)], self.cursor()
-
-    async def _run(self) -> None:
-        while True:
-            started = time.monotonic()
-            with contextlib.suppress(PresenceError):  # the status says so; try again
-                await self.refresh()
-            spent = time.monotonic() - started
-            await asyncio.sleep(max(self.interval_s - spent, self.interval_s / 2, spent))
-
-    async def listen(
-        self, cursor: str | None, *, queue: str | None = None, group: str | None = None
-    ) -> AsyncIterator[FeedItem]:
-        """Messages for one SSE listener until it goes away: `open`, then events (and
-        `status` when Redis fails or returns, `resync` when events were lost)."""
-        listener = _Listener(queue, group)
-        try:
-            position = self._position(cursor)
-            resync: str | None = None
-        except ResyncRequired as exc:
-            position, resync = self._seq, str(exc)
-        self._listeners += 1
-        try:
-            if self._baseline is None:  # every change after `open` must show in a diff
-                with contextlib.suppress(PresenceError):
-                    await self.refresh()
-            if self._task is None or self._task.done():
-                self._task = asyncio.ensure_future(self._run())
-            yield ("open", self.cursor(position))
-            if resync is not None:
-                yield ("resync", resync)
-            status = self._status
-            if not status.redis_up:
-                yield ("status", status)
-            while True:
-                try:
-                    self._position(self.cursor(position))
-                    items = self._after(position)
-                except ResyncRequired as exc:
-                    position = self._seq
-                    yield ("resync", str(exc))
-                    continue
-                for seq, event in items:
-                    position = seq
-                    if listener.wants(event):
-                        yield ("event", (self.cursor(seq), event))
-                if self._status != status:
-                    status = self._status
-                    yield ("status", status)
-                async with self._changed:
-                    if self._seq == position and self._status == status:
-                        await self._changed.wait()
-        finally:
-            self._listeners -= 1
-            if self._listeners == 0 and self._task is not None:
-                self._task.cancel()
-                self._task = None
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+    ) -> tuple[list[PresenceEvent], str]:
+        """`registry.changes`: the events after `cursor` up to now (the fixed clock, or the
+        server's), and the cursor to go on from; its time-driven events use each group's
+        shared TTL. `PresenceResyncRequired` when the cursor cannot go on."""
+        now = None if self._clock is None else self._clock()
+        return await self.registry.changes(cursor, now_ns=now, queue=queue, group=group)
 
 
 __all__ = [
-    "KINDS",
-    "ChangeFeed",
-    "FeedStatus",
     "GroupStats",
     "PresenceData",
-    "ResyncRequired",
+    "TtlInUse",
     "stats_from_rows",
 ]

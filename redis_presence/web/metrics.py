@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from redis_presence import ConsumerPresence, PresenceState
+from redis_presence import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
 from redis_presence.errors import PresenceError
 
 from .data import GroupStats, PresenceData
@@ -38,7 +38,9 @@ METRICS: dict[str, str] = {
         "Seconds since each consumer's last heartbeat (only with --per-consumer-metrics)."
     ),
     "redis_presence_scrape_duration_seconds": "How long this scrape's reads of Redis took.",
-    "redis_presence_ttl_seconds": "The heartbeat budget states are computed with.",
+    "redis_presence_ttl_seconds": (
+        "The heartbeat budget states are computed with (--ttl-ms, else the shared TTL)."
+    ),
 }
 """Every metric the service exposes, with its help text."""
 
@@ -118,10 +120,11 @@ async def scrape(data: PresenceData, *, per_consumer: bool) -> ScrapeReading:
     """Read what one scrape reports; a Redis failure becomes `error` (and `up` 0)."""
     started = time.perf_counter()
     try:
-        now, groups, consumers = await data.metrics(per_consumer=per_consumer)
+        now, ttl, groups, consumers = await data.metrics(per_consumer=per_consumer)
     except PresenceError as exc:
-        return ScrapeReading(0, (), (), time.perf_counter() - started, data.ttl_ms, str(exc))
-    return ScrapeReading(now, groups, consumers, time.perf_counter() - started, data.ttl_ms)
+        known = data.last_ttl.ttl_ms if data.last_ttl else DEFAULT_PRESENCE_TTL_MS
+        return ScrapeReading(0, (), (), time.perf_counter() - started, known, str(exc))
+    return ScrapeReading(now, groups, consumers, time.perf_counter() - started, ttl.ttl_ms)
 
 
 TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -74,7 +74,8 @@ def test_dry_run_as_json_changes_nothing(
     before = pending_of(stream_client)
     result = reap(redis_client, stream_client, "--dry-run", "--format", "json")
     assert result.exit_code == 0, result.output
-    data: dict[str, Any] = json.loads(result.output)
+    data: dict[str, Any] = json.loads(result.stdout)
+    assert result.stderr == "redis-presence: TTL 100 ms (--ttl-ms)\n"  # where the TTL came from
     assert data["dry_run"] is True
     assert (data["stream"], data["group"], data["target"]) == (STREAM, GROUP, "live")
     assert (data["moved"], data["removed"]) == (3, ["dead"])
@@ -92,7 +93,7 @@ def test_reap_prints_a_table_and_a_summary(
 ) -> None:
     result = reap(redis_client, stream_client)
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    lines = result.stdout.splitlines()
     assert lines[0].split() == ["CONSUMER", "PRESENCE", "IDLE", "PENDING", "MOVED", "ACTION"]
     assert lines[1].split()[:2] == ["dead", "expired"]
     assert lines[1].split()[-3:] == ["3", "3", "remove"]

@@ -15,7 +15,11 @@ from __future__ import annotations
 COMMANDS: tuple[str, ...] = (
     "ls",
     "counts",
+    "expect",
+    "unexpect",
     "watch",
+    "events",
+    "ttl",
     "prune",
     "heartbeat",
     "deregister",

@@ -65,7 +65,11 @@ def pairs_of(
 
 
 def active_counts(
-    registry: PresenceRegistry, pairs: Sequence[tuple[str, str]], *, now_ns: int | None, ttl_ms: int
+    registry: PresenceRegistry,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    now_ns: int | None,
+    ttl_ms: int | None,
 ) -> list[int]:
     """Active consumers of each pair: one `count_active` per group named, and nothing else
     (no other group, no consumer row)."""
@@ -103,7 +107,9 @@ def command(
     """Check that every named group has at least N active consumers.
 
     Exit 0 when all do, 1 when one does not, 3 when Redis cannot be reached (2 for bad
-    usage, 4 for refused credentials). One line per group on stdout.
+    usage, 4 for refused credentials). One line per group on stdout. Without --queue and
+    --group, every declared group (`redis-presence expect`) is checked against its own
+    minimum.
 
     \b
     Examples:
@@ -111,12 +117,29 @@ def command(
       redis-presence check --queue orders --group billing --min-active 2
       redis-presence check --queue orders --group billing --queue emails --group sender
       redis-presence check --queue orders --group billing --format json
+      redis-presence check
     """
-    wanted = pairs_of(queues, groups, minimums)
+    if not queues and not groups:  # every declared group, each with its own minimum
+        registry = app.registry()
+        declared = registry.expected()
+        if not declared:
+            raise UsageProblem(
+                "name each group to check as a --queue/--group pair, or declare groups "
+                "with `redis-presence expect`"
+            )
+        if minimums:
+            raise UsageProblem("--min-active goes with --queue/--group pairs only")
+        wanted = [(q, g, least) for (q, g), least in declared.items()]
+    else:
+        wanted = pairs_of(queues, groups, minimums)
     active = active_counts(
         app.registry(), [(q, g) for q, g, _ in wanted], now_ns=app.now_ns, ttl_ms=app.ttl_ms
     )
     verdicts = [Verdict(q, g, n, m) for (q, g, m), n in zip(wanted, active, strict=True)]
+    if len({(q, g) for q, g, _ in wanted}) == 1:
+        app.note_ttl(*wanted[0][:2])
+    else:
+        app.note_ttl()
     if fmt.lower() == "json":
         import json
 

@@ -14,7 +14,10 @@ from ..reads import Selection
 @format_option("Output format; json and csv carry the fields queue, group and active.")
 @pass_app
 def command(app: App, queue: str | None, group: str | None, fmt: str) -> None:
-    """Active consumers per (queue, group); tracked groups with none show 0.
+    """Active consumers per (queue, group); tracked and declared groups with none show 0.
+
+    Once a group is declared (`redis-presence expect`), the table gains MIN (the declared
+    minimum) and marks each group below it; JSON and CSV gain min_active and below.
 
     \b
     Examples:
@@ -24,3 +27,4 @@ def command(app: App, queue: str | None, group: str | None, fmt: str) -> None:
     """
     selection = Selection.of(queue, group)
     app.show_counts(app.active_counts(selection), fmt, selection=selection)
+    app.note_ttl(queue, group)

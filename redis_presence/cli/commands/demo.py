@@ -69,7 +69,7 @@ def command(
     """
     from ..demo import run_demo
 
-    ttl_ms = app.ttl_ms if app.ttl_given else DEFAULT_DEMO_TTL_MS
+    ttl_ms = app.ttl_ms if app.ttl_ms is not None else DEFAULT_DEMO_TTL_MS
     low, high = DEMO_TTL_RANGE_MS
     if not low <= ttl_ms <= high:
         raise UsageProblem(

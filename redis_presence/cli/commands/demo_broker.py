@@ -32,7 +32,8 @@ def command(
     from ..demo.broker import beat_interval_s, interrupt_on_sigterm, run_broker
 
     registry = app.writer("demo-broker")
-    beat_s = beat_interval_s(app.ttl_ms)
+    ttl, source = app.ttl_in_use()
+    beat_s = beat_interval_s(ttl)
 
     def log(line: str) -> None:
         click.echo(line, err=True)
@@ -41,7 +42,7 @@ def command(
         if not quiet:
             log(line)
 
-    where = f"{app.where}, TTL {app.ttl_ms} ms, a read every {beat_s:g}s"
+    where = f"{app.where}, {app.ttl_words(ttl, source)}, a read every {beat_s:g}s"
     with interrupt_on_sigterm(), contextlib.suppress(KeyboardInterrupt):
         run_broker(
             registry,

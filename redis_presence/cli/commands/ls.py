@@ -13,6 +13,12 @@ from ..reads import Selection, arrange
 @filters()
 @arrangement
 @consumer_formats
+@click.option(
+    "--stuck",
+    is_flag=True,
+    help="Only stuck consumers: active, holding leases, no progress within the shared "
+    "progress budget.",
+)
 @pass_app
 def command(
     app: App,
@@ -23,22 +29,29 @@ def command(
     limit: int | None,
     wide: bool,
     fmt: str,
+    stuck: bool,
 ) -> None:
     """List tracked consumers with their state, age and leases.
 
     `redis-presence snapshot` is the same command. On a terminal the table fits its
-    width: REGISTERED is left out first, then names are shortened in the middle
-    (state, age and leases never are); --wide shows everything.
+    width: META and REGISTERED are left out first, then names are shortened in the middle
+    (state, age and leases never are); --wide shows everything, with each consumer's
+    metadata. A stuck consumer's state reads `active stuck`; JSON and CSV carry
+    last_progress_ns, stuck and meta.
 
     \b
     Examples:
       redis-presence ls
       redis-presence ls --queue orders --state stale --state expired
       redis-presence ls --sort age --limit 10
+      redis-presence ls --stuck --wide
       redis-presence ls --format json | jq -r '.[] | select(.state != "active") | .consumer'
     """
     selection = Selection.of(queue, group, states)
     now = app.clock_ns()  # one clock for the rows and for the AHEAD marks
-    rows = app.consumers(selection, now_ns=now)
+    rows = app.consumers(selection, now_ns=now, with_meta=wide or fmt.lower() != "table")
+    if stuck:
+        rows = [row for row in rows if row.stuck]
     chosen = arrange(rows, sort.lower(), limit, row=lambda row: row)
     app.show_consumers(chosen, fmt, selection=selection, wide=wide, total=len(rows), now_ns=now)
+    app.note_ttl(queue, group)

@@ -36,11 +36,14 @@ def command(app: App, queue: str | None, group: str | None, dry_run: bool, fmt: 
         app.show_consumers(doomed, fmt, selection=expired)
         if fmt == "table":
             app.emit(f"would prune {len(doomed)} expired consumer(s)\n")
+        app.note_ttl(queue, group)
         return
     registry = app.writer("prune")
+    # Not given, --ttl-ms is each group's shared TTL: what the brokers beat under.
     removed = registry.prune_expired(now_ns=app.now_ns, ttl_ms=app.ttl_ms, queue=queue, group=group)
+    ttl, source = app.note_ttl(queue, group)
     if fmt == "json":
-        app.emit_json({"pruned": removed})
+        app.emit_json({"pruned": removed, "ttl_ms": ttl, "ttl_source": source})
     elif fmt == "csv":
         app.emit(f"pruned\n{removed}\n")
     else:

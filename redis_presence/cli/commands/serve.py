@@ -98,7 +98,7 @@ def command(
     config = WebConfig(
         url=app.url,
         prefix=app.prefix,
-        ttl_ms=app.ttl_ms,
+        ttl_ms=app.ttl_ms,  # None (not given): each group's shared TTL, re-read as it changes
         read_only=app.read_only,
         auth_token=auth_token or None,
         per_consumer_metrics=per_consumer_metrics,
@@ -117,9 +117,10 @@ def command(
             "address sees every queue, group and consumer name",
             err=True,
         )
+    ttl_words = "TTL shared" if app.ttl_ms is None else app.ttl_words(app.ttl_ms, app.ttl_from)
     click.echo(
         f"redis-presence serve: serving {url_of(sock)} (Redis {redact(app.url)}, prefix "
-        f"{app.prefix!r}, TTL {app.ttl_ms} ms, "
+        f"{app.prefix!r}, {ttl_words}, "
         f"{'auth token required' if auth_token else 'no auth token'})",
         err=True,
     )

@@ -77,6 +77,7 @@ def reap(
     from .. import render
 
     registry = app.registry() if dry_run else app.writer("streams reap")
+    ttl, source = app.ttl_in_use(stream, group)
     client = open_client(
         stream_url or app.url, socket_connect_timeout=app.timeout_s, socket_timeout=app.timeout_s
     )
@@ -88,13 +89,14 @@ def reap(
         group,
         claim_to=claim_to,
         dry_run=dry_run,
-        ttl_ms=app.ttl_ms,
+        ttl_ms=ttl,
         now_ns=app.now_ns,
     )
     if fmt.lower() == "json":
         app.emit_json(outcome.to_dict())
     else:
         app.emit(render_reap(outcome, render.Styler(app.console), app.width()))
+    app.say_ttl(ttl, source, stream, group)
 
 
 def _action(consumer: ReapedConsumer, would: str) -> str:

@@ -4,8 +4,11 @@ Redis outages."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import click
+
+from redis_presence.model import ConsumerPresence
 
 from ..app import App, pass_app
 from ..options import arrangement, filters
@@ -38,9 +41,12 @@ def command(
 ) -> None:
     """Live table that marks who joined, went stale, expired or left. Ctrl-C quits.
 
-    Each refresh reads one snapshot; counts come from that same snapshot. When Redis
-    cannot be reached, watch says so, keeps the last table, retries with backoff and
-    carries on when Redis is back; only Ctrl-C ends it.
+    The first refresh reads a snapshot; then each refresh reads only the events since the
+    one before (what changed), and each change stays marked, with its time, for a few
+    refreshes. Events carry no beat of an active consumer, so its age then reads as a
+    bound (<=). With --ttl-ms, every refresh reads a whole snapshot instead (events follow
+    the shared TTL). When Redis cannot be reached, watch says so, keeps the last table,
+    retries with backoff and carries on when Redis is back; only Ctrl-C ends it.
 
     \b
     Examples:
@@ -49,14 +55,75 @@ def command(
       redis-presence --ttl-ms 5000 watch --interval 0.5
     """
     from redis_presence.errors import PresenceConnectionError
+    from redis_presence.events import FollowCursor, FollowMessage, FollowSnapshot, PresenceEvent
     from redis_presence.urls import scrub
 
     from .. import render
     from ..errors import one_line
+    from ..watch import EventWatcher
 
     console = app.console
     selection = Selection.of(queue, group, states)
-    title = f"redis-presence watch  prefix {app.prefix}  TTL {app.ttl_ms} ms  every {interval:g}s"
+    heading = f"redis-presence watch  prefix {app.prefix}"
+    ttl_words = [f"TTL {app.ttl_ms} ms ({app.ttl_from})"] if app.ttl_ms is not None else [""]
+    title = f"{heading}  every {interval:g}s"
+
+    def titled() -> str:
+        return f"{heading}  {ttl_words[0]}  every {interval:g}s".replace("    ", "  ")
+
+    # A fixed clock (--now-ns) or an explicit TTL cannot follow the events: full reads.
+    follow = app.now_ns is None and app.ttl_ms is None
+    watcher = EventWatcher()
+    follower: list[Iterator[FollowMessage]] = []
+    cursor: list[str] = []
+
+    def read_changes() -> list[FollowMessage]:
+        """The next batch of `follow`: its snapshot, or the events up to a cursor. After a
+        failure, a new `follow` goes on from the last cursor."""
+        registry = app.registry()
+        if not follower:
+            follower.append(
+                registry.follow(
+                    cursor=cursor[0] if cursor else None,
+                    interval_s=interval,
+                    queue=queue,
+                    group=group,
+                )
+            )
+        batch: list[FollowMessage] = []
+        try:
+            for message in follower[0]:
+                batch.append(message)
+                if isinstance(message, FollowSnapshot | FollowCursor):
+                    cursor[:] = [message.cursor]
+                    if isinstance(message, FollowSnapshot):
+                        one = queue is not None and group is not None
+                        ttl, source = registry.ttl_source(*((queue, group) if one else ()))
+                        ttl_words[0] = app.ttl_words(ttl, source, short=True)
+                    return batch
+        except BaseException:
+            follower.clear()
+            raise
+        return batch
+
+    def read_snapshot() -> list[ConsumerPresence]:
+        rows = app.consumers(selection, states=False)
+        if not ttl_words[0]:
+            ttl_words[0] = app.ttl_words(*app.ttl_in_use(queue, group), short=True)
+        return rows
+
+    def refresh(batch: list[FollowMessage]) -> Frame:
+        events: list[PresenceEvent] = []
+        for message in batch:
+            if isinstance(message, FollowSnapshot):
+                watcher.start(message.rows, message.now_ns)
+            elif isinstance(message, FollowCursor):
+                watcher.apply(events, message.now_ns)
+                events = []
+            else:
+                events.append(message)
+        return watcher.frame()
+
     empty = app.nothing("no consumers", selection)
     last: list[tuple[Frame, str]] = []
     try:
@@ -79,7 +146,7 @@ def command(
 
             def show(frame: Frame) -> None:
                 stamp = time.strftime("%H:%M:%S", time.localtime())
-                last[:] = [(frame, f"{title}  {stamp}")]
+                last[:] = [(frame, f"{titled()}  {stamp}")]
                 sink.show(frame, last[0][1], view(frame))
 
             def on_outage(outage: Outage) -> None:
@@ -100,9 +167,11 @@ def command(
                     click.echo(f"watch: Redis is back after {gone:.0f}s", err=True)
 
             run_watch(
-                lambda: app.consumers(selection, states=False),
+                read_changes if follow else read_snapshot,
                 show,
                 interval_s=interval,
+                refresh=refresh if follow else None,
+                paced=not follow,
                 iterations=iterations,
                 transient=lambda exc: isinstance(exc, PresenceConnectionError),
                 on_outage=on_outage,

@@ -11,11 +11,6 @@
   const live = document.getElementById("live");
   const banner = document.getElementById("banner");
   let offsetMs = Number(page.now_ns) / 1e6 - Date.now(); // the server's clock minus ours
-  let refreshTimer = null;
-  let refreshing = false;
-  let again = false;
-  let eventCount = 0; // events applied so far: a refresh that raced one may predate it
-  let discarded = 0;
 
   // -- formatting (as the CLI prints them) -------------------------------------------------
   const thousands = (n) => Number(n).toLocaleString("en-US");
@@ -87,6 +82,7 @@
   function consumerRow(c) {
     const tr = document.createElement("tr");
     tr.className = `state-${c.state}`;
+    tr.dataset.state = c.state;
     tr.dataset.key = keyOf(c.queue, c.group, c.consumer);
     if (!page.group_page) {
       tr.append(cell(c.queue, "name"), linkCell(c.group, groupHref(c.queue, c.group), "name"));
@@ -191,13 +187,35 @@
     setPagerLink("next", "Next →", model.page < model.pages ? model.page + 1 : null, "page");
   }
 
+  // -- what the page knows: its last read, and every event after it ---------------------------
+  // A read (the page itself, or its JSON twin) shows the fleet at its `now_ns`; the stream's
+  // events after that instant are applied to it here, so a live page costs what changes.
+  let lastReadNs = Number(page.now_ns);
+  let ttlMs = Number(page.ttl_ms);
+  let hasPrev = page.prev_cursor !== null && page.prev_cursor !== undefined;
+  let hasNext = page.next_cursor !== null && page.next_cursor !== undefined;
+  const known = new Map(); // consumer key -> its state, from the events since the last read
+  const groupCounts = new Map(); // the overview: group key -> {queue, group, active, stale, expired}
+  const groupKey = (queue, group) => JSON.stringify([queue, group]);
+  function loadCounts(counts) {
+    groupCounts.clear();
+    for (const [queue, group, active, stale, expired] of counts || []) {
+      groupCounts.set(groupKey(queue, group), { queue, group, active, stale, expired });
+    }
+  }
+  if (page.view === "groups") loadCounts(page.counts);
+
+  let refreshTimer = null;
+  let refreshing = false;
+  let again = false;
+  let pending = []; // events that came while a read was on its way
+
   async function refresh() {
     if (refreshing) {
       again = true;
       return;
     }
     refreshing = true;
-    const eventsBefore = eventCount;
     try {
       const response = await fetch(location.pathname + location.search, {
         headers: { Accept: "application/json" },
@@ -207,28 +225,38 @@
       const model = await response.json();
       if (!response.ok) {
         showBanner(`${model.message || response.statusText} (retrying)`);
-        return;
-      }
-      showBanner("");
-      if (eventCount !== eventsBefore && discarded < 3) {
-        discarded += 1; // an event came in meanwhile: this read may predate it
         again = true;
         return;
       }
-      discarded = 0;
-      offsetMs = Number(model.now_ns) / 1e6 - Date.now();
+      showBanner("");
+      lastReadNs = Number(model.now_ns);
+      known.clear();
+      offsetMs = lastReadNs / 1e6 - Date.now();
+      setTtl(model.ttl_ms, model.ttl_source);
       const readAt = document.getElementById("read-at");
       if (readAt) readAt.textContent = isoUtc(model.now_ns);
-      if (page.view === "groups") renderGroups(model);
-      else renderConsumers(model);
+      if (page.view === "groups") {
+        loadCounts(model.counts);
+        renderGroups(model);
+      } else {
+        hasPrev = model.prev_cursor !== null;
+        hasNext = model.next_cursor !== null;
+        renderConsumers(model);
+      }
+      const queued = pending;
+      pending = [];
+      for (const event of queued) applyEvent(event);
       tick();
     } catch (error) {
       showBanner(`The dashboard cannot reach its server (${error.message}); retrying`);
+      again = true;
     } finally {
       refreshing = false;
+      for (const event of pending) applyEvent(event);
+      pending = [];
       if (again) {
         again = false;
-        scheduleRefresh(100);
+        scheduleRefresh(1000);
       }
     }
   }
@@ -240,30 +268,217 @@
       refresh();
     }, delayMs);
   }
-  setInterval(() => {
-    if (!document.hidden) scheduleRefresh(0);
-  }, 5000);
 
-  // -- events -------------------------------------------------------------------------------
+  const TTL_SOURCES = {
+    option: "--ttl-ms",
+    group: "stored for this group",
+    prefix: "stored for the prefix",
+    default: "the default: none stored",
+  };
+  function setTtl(value, source) {
+    if (value === undefined || value === null) return;
+    ttlMs = Number(value);
+    const ttl = document.getElementById("ttl");
+    if (!ttl) return;
+    ttl.textContent = `${thousands(ttlMs)} ms`;
+    ttl.dataset.source = source;
+    const named = ttl.nextElementSibling;
+    if (named && TTL_SOURCES[source]) named.textContent = `(${TTL_SOURCES[source]})`;
+  }
+
+  // -- events ---------------------------------------------------------------------------------
+  const AFTER = {
+    joined: "active",
+    recovered: "active",
+    stale: "stale",
+    expired: "expired",
+    left: null,
+    pruned: null,
+  };
+  function classify(ageMs) {
+    if (ageMs <= ttlMs) return "active";
+    return ageMs <= 2 * ttlMs ? "stale" : "expired";
+  }
+  // The state a consumer was in just before `event` (null: not tracked; undefined: the
+  // page cannot tell, and takes a fresh read).
+  function before(event, key, tr) {
+    if (known.has(key)) return known.get(key);
+    if (tr) return tr.dataset.state;
+    switch (event.kind) {
+      case "joined":
+        return null;
+      case "stale":
+        return "active";
+      case "expired":
+        return "stale";
+      case "pruned":
+        return "expired";
+      case "left":
+        return classify((Number(event.at_ns) - Number(event.last_heartbeat_ns)) / 1e6);
+      default:
+        return undefined; // recovered: from stale or from expired
+    }
+  }
+  function move(counts, from, to) {
+    if (from) counts[from] = Math.max(0, (counts[from] || 0) - 1);
+    if (to) counts[to] = (counts[to] || 0) + 1;
+  }
+
   function applyEvent(event) {
-    if (page.view !== "consumers") return;
-    const tbody = document.querySelector("#consumers tbody");
-    const tr = rowsByKey(tbody).get(keyOf(event.queue, event.group, event.consumer));
-    if (!tr) return;
-    if (event.kind === "left" || event.kind === "pruned") {
-      tr.remove();
-      document.getElementById("consumers-empty").hidden = tbody.rows.length > 0;
+    if (refreshing) {
+      pending.push(event);
       return;
     }
-    const state = { stale: "stale", expired: "expired", recovered: "active", joined: "active" }[
-      event.kind
-    ];
-    if (!state) return;
-    tr.className = `state-${state} changed`;
-    const stateCell = tr.querySelector(".pill").parentElement;
-    stateCell.replaceChildren(pill(state));
-    if (event.last_heartbeat_ns !== null) {
-      tr.querySelector("td.age").dataset.hb = String(event.last_heartbeat_ns);
+    if (Number(event.at_ns) <= lastReadNs) return; // the last read shows it already
+    const key = keyOf(event.queue, event.group, event.consumer);
+    const to = AFTER[event.kind];
+    if (to === undefined) return;
+    if (page.view === "groups") applyToGroups(event, key, to);
+    else applyToConsumers(event, key, to);
+    if (to === null) known.set(key, null);
+    else known.set(key, to);
+  }
+
+  // The overview: every group's counts, re-rendered from the events.
+  let renderTimer = null;
+  function applyToGroups(event, key, to) {
+    const from = before(event, key, null);
+    if (from === undefined) {
+      scheduleRefresh();
+      return;
+    }
+    const gk = groupKey(event.queue, event.group);
+    let counts = groupCounts.get(gk);
+    if (!counts) {
+      counts = { queue: event.queue, group: event.group, active: 0, stale: 0, expired: 0 };
+      groupCounts.set(gk, counts);
+    }
+    move(counts, from, to);
+    if (counts.active + counts.stale + counts.expired === 0) groupCounts.delete(gk);
+    if (renderTimer === null) {
+      renderTimer = setTimeout(() => {
+        renderTimer = null;
+        renderGroups(groupsModel());
+      }, 50);
+    }
+  }
+
+  // The groups page's model (what its JSON twin says), from `groupCounts` and the filters.
+  function groupsModel() {
+    const f = page.filters || {};
+    const queueText = (f.queue || "").toLowerCase();
+    const groupText = (f.group || "").toLowerCase();
+    const states = f.states || [];
+    const all = [...groupCounts.values()].map((g) => ({ ...g, nobody_reading: g.active === 0 }));
+    const totals = { groups: all.length, active: 0, stale: 0, expired: 0, nobody_reading: 0 };
+    for (const g of all) {
+      totals.active += g.active;
+      totals.stale += g.stale;
+      totals.expired += g.expired;
+      totals.nobody_reading += g.nobody_reading ? 1 : 0;
+    }
+    const picked = all.filter(
+      (g) =>
+        g.queue.toLowerCase().includes(queueText) &&
+        g.group.toLowerCase().includes(groupText) &&
+        (!states.length || states.some((s) => g[s] > 0)) &&
+        (!f.idle || g.nobody_reading),
+    );
+    const order = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
+    picked.sort(
+      (a, b) =>
+        order(a.nobody_reading ? 0 : 1, b.nobody_reading ? 0 : 1) ||
+        order(a.queue, b.queue) ||
+        order(a.group, b.group),
+    );
+    const perPage = page.per_page || 200;
+    const pages = Math.max(1, Math.ceil(picked.length / perPage));
+    const number = Math.min(page.page || 1, pages);
+    const groups = picked.slice((number - 1) * perPage, number * perPage);
+    return { groups, totals, shown: picked.length, page: number, pages };
+  }
+
+  // A consumer list: its rows, and the group's cards on a group page.
+  function compareKeys(a, b) {
+    for (let i = 0; i < 3; i += 1) {
+      if (a[i] < b[i]) return -1;
+      if (a[i] > b[i]) return 1;
+    }
+    return 0;
+  }
+  function encodeCursor(direction, key) {
+    const bytes = new TextEncoder().encode(JSON.stringify([direction, ...key]));
+    let binary = "";
+    for (const byte of bytes) binary += String.fromCharCode(byte);
+    return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  }
+  function wanted(event, state) {
+    if (page.queue && event.queue !== page.queue) return false;
+    if (page.group && event.group !== page.group) return false;
+    if (page.search && !event.consumer.toLowerCase().includes(page.search.toLowerCase())) {
+      return false;
+    }
+    return !(page.states && page.states.length) || page.states.includes(state);
+  }
+
+  const groupStats = document.getElementById("group-stats");
+  const cardCounts = () => {
+    const counts = {};
+    for (const name of ["active", "stale", "expired"]) {
+      const card = groupStats.querySelector(`[data-total="${name}"] .n`);
+      counts[name] = Number(card.textContent.replace(/,/g, ""));
+    }
+    return counts;
+  };
+
+  function applyToConsumers(event, key, to) {
+    const tbody = document.querySelector("#consumers tbody");
+    const tr = rowsByKey(tbody).get(key);
+    const from = before(event, key, tr);
+    if (groupStats && page.group_page) {
+      if (from === undefined) {
+        scheduleRefresh();
+      } else {
+        const counts = cardCounts();
+        move(counts, from, to);
+        counts.nobody_reading = counts.active === 0;
+        setCards(groupStats, counts);
+      }
+    }
+    if (to === null || (tr && !wanted(event, to))) {
+      if (tr) tr.remove();
+    } else if (tr) {
+      tr.className = `state-${to} changed`;
+      tr.dataset.state = to;
+      tr.querySelector(".pill").parentElement.replaceChildren(pill(to));
+      if (event.kind === "recovered" || event.kind === "joined") {
+        tr.querySelector("td.age").dataset.hb = String(event.last_heartbeat_ns);
+        tr.querySelector("td.num").textContent = thousands(event.lease_count);
+      }
+    } else if (wanted(event, to)) {
+      insertRow(tbody, { ...event, state: to });
+    }
+    document.getElementById("consumers-empty").hidden = tbody.rows.length > 0;
+    tick(); // the ages the row shows, as of now
+  }
+
+  function insertRow(tbody, c) {
+    const key = [c.queue, c.group, c.consumer];
+    const rows = [...tbody.rows];
+    const keys = rows.map((tr) => JSON.parse(tr.dataset.key));
+    if ((hasPrev || hasNext) && !rows.length) return; // another page's: left to them
+    if (hasPrev && compareKeys(key, keys[0]) < 0) return;
+    if (hasNext && compareKeys(key, keys[keys.length - 1]) > 0) return;
+    const tr = consumerRow(c);
+    tr.classList.add("changed");
+    const at = keys.findIndex((k) => compareKeys(k, key) > 0);
+    if (at < 0) tbody.append(tr);
+    else rows[at].before(tr);
+    if (tbody.rows.length > (page.limit || 50)) {
+      tbody.rows[tbody.rows.length - 1].remove();
+      hasNext = true;
+      const last = JSON.parse(tbody.rows[tbody.rows.length - 1].dataset.key);
+      setPagerLink("next", "Next →", encodeCursor("a", last), "cursor");
     }
   }
 
@@ -273,25 +488,20 @@
   const source = new EventSource(`${root}/api/v1/events?${params}`);
   source.addEventListener("hello", () => {
     setLive("live", "live");
-    scheduleRefresh(0); // catch up with anything between the page's read and now
+    scheduleRefresh(0); // the page was read before the stream began: read once more
   });
-  source.addEventListener("presence", (message) => {
-    eventCount += 1;
-    applyEvent(JSON.parse(message.data));
-    scheduleRefresh();
-  });
+  source.addEventListener("presence", (message) => applyEvent(JSON.parse(message.data)));
+  source.addEventListener("snapshot", () => scheduleRefresh(0)); // events were lost
   source.addEventListener("status", (message) => {
     const status = JSON.parse(message.data);
     if (status.redis_up) {
       setLive("live", "live");
       showBanner("");
-      scheduleRefresh(0);
     } else {
       setLive("down", "Redis unreachable");
       showBanner(`Redis cannot be reached: ${status.message} (retrying)`);
     }
   });
-  source.addEventListener("resync", () => scheduleRefresh(0));
   source.addEventListener("error", () => {
     if (source.readyState !== EventSource.OPEN) setLive("static", "reconnecting…");
   });

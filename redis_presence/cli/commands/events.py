@@ -1,0 +1,147 @@
+"""`redis-presence events`: the transitions (joined, recovered, stale, expired, left,
+pruned) since a cursor, or as they happen with `--follow`; the last line is the cursor to
+resume from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+
+from ..app import App, pass_app
+from ..options import filters, format_option
+
+
+@click.command("events", short_help="Who joined, went stale, expired, came back or left.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing events as they happen.")
+@click.option(
+    "--since",
+    metavar="CURSOR",
+    help="Go on from this cursor (the last line of an earlier run). Not given: from now.",
+)
+@filters(states=False)
+@format_option(
+    'Output format; json: one object per line (PresenceEvent fields), then {"cursor": ...}.',
+    ("table", "json"),
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.05, max=3600),
+    default=1.0,
+    show_default=True,
+    help="With --follow: seconds between reads.",
+)
+@pass_app
+def command(
+    app: App,
+    follow: bool,
+    since: str | None,
+    queue: str | None,
+    group: str | None,
+    fmt: str,
+    interval: float,
+) -> None:
+    """Print the events from --since (none, without it) up to now, then the cursor to
+    resume from; with --follow, keep printing them as they happen until Ctrl-C.
+
+    Stale and expired events use the TTL the brokers share ('redis-presence ttl').
+    With --format json every line is one JSON object, flushed as it is written, and the
+    last line (at the end, or on Ctrl-C) is {"cursor": "..."}. When the event log was
+    trimmed past the cursor, --follow prints a "resync" line and goes on from a fresh
+    cursor (the events in between are lost: read 'ls' again if you keep a state);
+    without --follow it is an error (exit code 1).
+
+    \b
+    Examples:
+      redis-presence events --follow
+      redis-presence events --follow --format json | jq -r 'select(.kind == "expired") | .consumer'
+      redis-presence events --since "$(cat cursor)" --format json
+    """
+    from redis_presence.events import FollowSnapshot, PresenceEvent
+
+    from .. import render
+    from ..errors import UsageProblem
+    from ..reads import Selection
+
+    json_out = fmt.lower() == "json"
+    registry = app.registry()
+    styler = render.Styler(app.console)
+    cursor = since
+
+    def cursor_line() -> None:
+        if cursor is not None:
+            app.emit(render.json_line({"cursor": cursor}) if json_out else f"cursor: {cursor}\n")
+
+    if not follow:
+        with bad_cursor():
+            events, cursor = registry.changes(since, now_ns=app.now_ns, queue=queue, group=group)
+        if json_out:
+            app.emit("".join(map(render.event_json, events)))
+        elif since is None:
+            app.emit("(no events before the cursor below: pass it to --since to go on)\n")
+        else:
+            empty = app.nothing("no events", Selection.of(queue, group))
+            app.emit(render.events_table(events, styler, app.width(), empty))
+        cursor_line()
+        note_ttl(app, queue, group)
+        return
+
+    first = since is None
+    noted = False
+    try:
+        with bad_cursor():
+            for message in registry.follow(
+                cursor=since, interval_s=interval, queue=queue, group=group
+            ):
+                if isinstance(message, PresenceEvent):
+                    line = render.event_json(message) if json_out else None
+                    app.emit(line or render.event_line(message, styler))
+                    continue
+                cursor = message.cursor
+                if not noted:  # on stderr, once following (the cursor is known)
+                    noted = True
+                    note_ttl(app, queue, group)
+                if isinstance(message, FollowSnapshot):
+                    if first:  # the state at the start: events go on from its cursor
+                        first = False
+                        continue
+                    reason = "the event log was trimmed past the cursor: events were lost"
+                    if json_out:
+                        app.emit(render.json_line({"resync": reason, "cursor": cursor}))
+                    else:
+                        app.emit(f"resync: {reason}; going on from now\n")
+    except KeyboardInterrupt:
+        pass
+    except UsageProblem:  # a bad --since: there is no cursor to resume from
+        cursor = None
+        raise
+    finally:
+        cursor_line()
+
+
+@contextmanager
+def bad_cursor() -> Iterator[None]:
+    """A cursor the library refuses is a usage error naming `--since`."""
+    from ..errors import UsageProblem
+
+    try:
+        yield
+    except ValueError as exc:
+        if "cursor" not in str(exc):
+            raise
+        raise UsageProblem(
+            "Invalid value for '--since': not a cursor that 'redis-presence events' printed"
+        ) from None
+
+
+def note_ttl(app: App, queue: str | None, group: str | None) -> None:
+    """Where the TTL of stale and expired events comes from, on stderr (events always use
+    the shared TTL, whatever --ttl-ms says)."""
+    registry = app.registry()
+    one = queue is not None and group is not None
+    ttl, source = registry.ttl_source(queue, group) if one else registry.ttl_source()
+    words = app.ttl_words(ttl, source, queue, group)
+    if app.ttl_ms is not None:
+        words += f"; {app.ttl_from} is not used: events follow the shared TTL"
+    click.echo(f"redis-presence: events: {words}", err=True)
