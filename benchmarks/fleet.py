@@ -97,7 +97,8 @@ class RawPresence:
     def heartbeat_args(
         self, beats: Sequence[Beat], now_ns: int | None, delay_us: int = 0
     ) -> tuple[list[str], list[str | int]]:
-        """KEYS and ARGV of ``lua/heartbeat_many.lua`` for one call carrying every beat."""
+        """KEYS and ARGV of ``lua/heartbeat_many.lua`` for one call carrying every beat (each a
+        5-tuple: group number, consumer, lease, delay, and no progress)."""
         space = self.keys
         numbers: dict[tuple[str, str], int] = {}
         keys: list[str] = []
@@ -108,7 +109,7 @@ class RawPresence:
                 number = numbers[(queue, group)] = len(numbers) + 1
                 gk = space.group(queue, group)
                 keys += (gk.hb, gk.data, gk.mark, gk.events)
-            tail += (number, consumer, lease, delay_us)
+            tail += (number, consumer, lease, delay_us, "")  # no progress
         keys += (space.groups, space.events)
         now = "" if now_ns is None else str(now_ns)
         guard = DEFAULT_MAX_FUTURE_MS
