@@ -839,6 +839,9 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "events": lambda server, sizes: importlib.import_module("benchmarks.events").case_events(
         server, sizes
     ),
+    "metadata": lambda server, sizes: importlib.import_module("benchmarks.metadata").case_metadata(
+        server, sizes
+    ),
 }
 """Every case, in the order of issue 6, then the CLI's startup; the keys are the JSON's ``cases``
 keys."""

@@ -25,6 +25,7 @@ CASES = (
     "web",
     "fleets",
     "events",
+    "metadata",
 )
 
 
@@ -73,6 +74,8 @@ def test_quick_benchmark_writes_every_case(tmp_path: Path) -> None:
     heartbeat = results["cases"]["heartbeat"]
     assert heartbeat["facts"]["commands_sent"] == {"EVALSHA": 1}
     assert all(m["median"] > 0 for m in results["cases"]["memory"]["measures"])
+    described = results["cases"]["metadata"]["facts"]
+    assert described["reporter's default metadata (host, pid, version)"]["B per consumer"] > 0
     chart = tmp_path / "snapshot_scaling.png"
     if _has("matplotlib"):
         assert chart.read_bytes().startswith(b"\x89PNG")

@@ -42,8 +42,9 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 def store_of(request: pytest.FixtureRequest, backend: str, registry: Any) -> Any:
     """What the store holds: every key for a Redis backend, the rows for the model."""
-    if backend == "memory":
-        return registry.snapshot(now_ns=time.time_ns())
+    if backend == "memory":  # the stored fields (an age depends on when it is asked)
+        rows = registry.snapshot(now_ns=time.time_ns())
+        return [(r.key, r.registered_at_ns, r.last_heartbeat_ns, r.lease_count) for r in rows]
     return dump(raw_client(request, backend))
 
 
