@@ -97,7 +97,9 @@ def test_every_route_answers_from_the_snapshot(
     writer.heartbeat("orders", "billing", "w1", 3, now_ns=T0 - 1_000 * MS)
     writer.heartbeat("orders", "billing", "w2", 0, now_ns=T0 - 15_000 * MS)  # stale
     writer.heartbeat("orders", "shipping", "w3", 1, now_ns=T0 - 25_000 * MS)  # expired
-    snapshot = [row.to_dict() for row in writer.snapshot(now_ns=T0, ttl_ms=TTL_MS)]
+    described = writer.snapshot(now_ns=T0, ttl_ms=TTL_MS, with_meta=True)
+    # The plain listing reads no metadata: `meta` is null, not an empty mapping.
+    snapshot = [row.to_dict() | {"meta": None} for row in described]
 
     consumers = client.get("/api/v1/consumers").json()
     assert consumers == {
@@ -109,13 +111,16 @@ def test_every_route_answers_from_the_snapshot(
         "prev_cursor": None,
     }
     groups = client.get("/api/v1/groups").json()["groups"]
+    undeclared = {"min_active": None, "below": False}
     assert groups == [
-        {"queue": "orders", "group": "billing", "active": 1, "stale": 1, "expired": 0},
-        {"queue": "orders", "group": "shipping", "active": 0, "stale": 0, "expired": 1},
+        {"queue": "orders", "group": "billing", "active": 1, "stale": 1, "expired": 0} | undeclared,
+        {"queue": "orders", "group": "shipping", "active": 0, "stale": 0, "expired": 1}
+        | undeclared,
     ]
     one = client.get("/api/v1/groups/orders/shipping").json()
     assert one["group"] == groups[1]
-    assert one["consumers"] == snapshot[2:]
+    assert one["consumers"] == [row.to_dict() for row in described[2:]]  # meta {} read
+    assert one["stuck_after_ms"] == 300_000
 
     page = client.get("/")
     assert page.status_code == 200
@@ -133,6 +138,7 @@ def test_every_route_answers_from_the_snapshot(
         "stale": 1,
         "expired": 1,
         "nobody_reading": 1,
+        "below": 0,
     }
     assert [(g["group"], g["nobody_reading"]) for g in twin["groups"]] == [
         ("shipping", True),
@@ -232,7 +238,11 @@ def test_the_shared_ttl_when_no_ttl_is_given(
     with make_client(redis_url, clock, ttl_ms=None) as client:
         body = client.get("/api/v1/groups").json()
         assert (body["ttl_ms"], body["ttl_source"]) == (TTL_MS, "prefix")
-        assert [(g["group"], g["stale"]) for g in body["groups"]] == [("g", 1), ("own", 1)]
+        # Each group is counted under its own shared TTL: "own" (20 s) has w active.
+        assert [(g["group"], g["active"], g["stale"]) for g in body["groups"]] == [
+            ("g", 0, 1),
+            ("own", 1, 0),
+        ]
         one = client.get("/api/v1/groups/q/own").json()
         assert (one["ttl_ms"], one["ttl_source"]) == (20_000, "group")
         assert [c["state"] for c in one["consumers"]] == ["active"]
@@ -242,8 +252,16 @@ def test_the_shared_ttl_when_no_ttl_is_given(
         assert "stored for the prefix" in client.get("/").text
         twin = client.get("/", headers={"Accept": "application/json"}).json()
         assert (twin["ttl_ms"], twin["ttl_source"]) == (TTL_MS, "prefix")
+        assert [(g["group"], g["active"]) for g in twin["groups"]] == [
+            ("g", 0),
+            ("own", 1),
+        ]
         samples = metric_samples(client.get("/metrics").text)
         assert samples["redis_presence_ttl_seconds"] == {(): TTL_MS / 1000}
+        assert samples["redis_presence_group_active"] == {
+            (("group", "g"), ("queue", "q")): 0.0,
+            (("group", "own"), ("queue", "q")): 1.0,
+        }
     with make_client(redis_url, clock, ttl_ms=5_000) as client:
         body = client.get("/api/v1/consumers").json()
         assert (body["ttl_ms"], body["ttl_source"]) == (5_000, "option")

@@ -176,6 +176,7 @@ def test_prometheus_scrapes_the_snapshot_and_drops_a_deregistered_consumer(
     rules = prometheus.api("rules")["groups"][0]["rules"]
     assert {r["name"] for r in rules} == {
         "RedisPresenceGroupHasNoActiveConsumer",
+        "RedisPresenceDeclaredGroupBelowMinimum",
         "RedisPresenceGroupVanished",
         "RedisPresenceConsumersNotHeartbeating",
         "RedisPresenceRedisUnreachable",
