@@ -157,6 +157,112 @@ def test_every_route_answers_from_the_snapshot(
     }
 
 
+def test_declared_groups_metadata_and_stuck_consumers(
+    redis_url: str, client: TestClient, writer: RedisPresenceRegistry, clock: Clock
+) -> None:
+    writer.expect("payments", "ledger")  # declared, and nobody ever read it
+    writer.expect("orders", "billing", min_active=3)
+    # w1 registered 400 s ago and never made progress while holding leases: stuck (the
+    # default budget is 300 s); w2 made progress a second ago.
+    writer.heartbeat("orders", "billing", "w1", 2, now_ns=T0 - 400_000 * MS)
+    writer.heartbeat("orders", "billing", "w1", 2, now_ns=T0 - 1_000 * MS)
+    writer.heartbeat("orders", "billing", "w2", 1, now_ns=T0 - 400_000 * MS)
+    writer.heartbeat("orders", "billing", "w2", 1, now_ns=T0 - 1_000 * MS, progressed=True)
+    hostile_meta = {"host": HOSTILE, "note": "é\n<b>bold</b>"}
+    assert writer.describe("orders", "billing", "w1", hostile_meta)
+
+    groups = client.get("/api/v1/groups").json()["groups"]
+    assert [(g["queue"], g["group"], g["active"], g["min_active"], g["below"]) for g in groups] == [
+        ("orders", "billing", 2, 3, True),
+        ("payments", "ledger", 0, 1, True),
+    ]
+    twin = client.get("/", headers={"Accept": "application/json"}).json()
+    # Below their minimum first: the one nobody reads before the one short of readers.
+    assert [(g["group"], g["nobody_reading"], g["below"]) for g in twin["groups"]] == [
+        ("ledger", True, True),
+        ("billing", False, True),
+    ]
+    assert (twin["totals"]["below"], twin["totals"]["nobody_reading"]) == (2, 1)
+    assert ["payments", "ledger", 0, 0, 0, 1] in twin["counts"]
+    overview = client.get("/").text
+    assert "nobody is reading" in overview
+    assert "below minimum 3" in overview
+    idle = client.get("/", params={"idle": "1"}, headers={"Accept": "application/json"}).json()
+    assert [g["group"] for g in idle["groups"]] == ["ledger", "billing"]
+
+    # A declared group without any consumer has a page (and an API answer), not a 404.
+    empty = client.get(group_path("payments", "ledger")).json()
+    assert empty["group"]["active"] == 0
+    assert empty["group"]["below"] is True
+    assert empty["consumers"] == []
+    page = client.get("/group", params={"queue": "payments", "group": "ledger"})
+    assert page.status_code == 200
+    assert "nobody is reading" in page.text
+    assert client.get(group_path("payments", "nope")).status_code == 404
+
+    one = client.get(group_path("orders", "billing")).json()
+    assert one["stuck_after_ms"] == 300_000
+    rows = {c["consumer"]: c for c in one["consumers"]}
+    assert (rows["w1"]["stuck"], rows["w1"]["last_progress_ns"]) == (True, None)
+    assert (rows["w2"]["stuck"], rows["w2"]["last_progress_ns"]) == (False, T0 - 1_000 * MS)
+    assert (rows["w1"]["meta"], rows["w2"]["meta"]) == (hostile_meta, {})
+    # The plain listing reads no metadata (null: not read); ?meta=1 reads it.
+    plain = client.get("/api/v1/consumers").json()["consumers"]
+    assert [(c["consumer"], c["stuck"], c["meta"]) for c in plain] == [
+        ("w1", True, None),
+        ("w2", False, None),
+    ]
+    described = client.get("/api/v1/consumers", params={"meta": "1"}).json()["consumers"]
+    assert [c["meta"] for c in described] == [hostile_meta, {}]
+    bad = client.get("/api/v1/consumers", params={"meta": "maybe"})
+    assert bad.status_code == 400
+    assert bad.json()["error"] == "bad_request"
+    group_page = client.get("/group", params={"queue": "orders", "group": "billing"}).text
+    assert 'class="pill stuck"' in group_page
+    assert group_page.count('class="pill stuck"') == 1
+    assert "&lt;img src=x onerror=alert(1)&gt;" in group_page
+    assert "&lt;b&gt;bold&lt;/b&gt;" in group_page
+    assert "<b>bold" not in group_page
+    assert HOSTILE not in group_page
+    twin_group = client.get(
+        "/group",
+        params={"queue": "orders", "group": "billing"},
+        headers={"Accept": "application/json"},
+    ).json()
+    assert twin_group["stuck_after_ms"] == 300_000
+    assert [c["meta"] for c in twin_group["consumers"]] == [hostile_meta, {}]
+
+    # Metrics: every declared group's minimum and below flag; stuck counts when asked.
+    samples = metric_samples(client.get("/metrics").text)
+    billing, ledger = (
+        (("group", "billing"), ("queue", "orders")),
+        (
+            ("group", "ledger"),
+            ("queue", "payments"),
+        ),
+    )
+    assert samples["redis_presence_group_min_active"] == {billing: 3.0, ledger: 1.0}
+    assert samples["redis_presence_group_below_min"] == {billing: 1.0, ledger: 1.0}
+    assert samples["redis_presence_group_active"][ledger] == 0.0
+    assert "redis_presence_consumers_stuck" not in samples
+    writer.heartbeat("orders", "other", "calm", 0, now_ns=T0)
+    with make_client(redis_url, clock, stuck_metrics=True) as counting:
+        samples = metric_samples(counting.get("/metrics").text)
+    other = (("group", "other"), ("queue", "orders"))
+    assert samples["redis_presence_consumers_stuck"] == {billing: 1.0, ledger: 0.0, other: 0.0}
+    assert samples["redis_presence_group_below_min"] == {billing: 1.0, ledger: 1.0}
+    assert other not in samples["redis_presence_group_min_active"]
+
+    # Enough readers: no longer below; unexpected: gone from every view.
+    writer.heartbeat("orders", "billing", "w3", 0, now_ns=T0)
+    assert writer.unexpect("payments", "ledger")
+    groups = client.get("/api/v1/groups").json()["groups"]
+    assert [(g["group"], g["below"]) for g in groups] == [("billing", False), ("other", False)]
+    samples = metric_samples(client.get("/metrics").text)
+    assert samples["redis_presence_group_below_min"] == {billing: 0.0}
+    assert client.get(group_path("payments", "ledger")).status_code == 404
+
+
 def test_filters_and_search(client: TestClient, writer: RedisPresenceRegistry) -> None:
     for i in range(6):
         writer.heartbeat("q1" if i % 2 else "q2", "g", f"Worker-{i}", now_ns=T0 - i * 5_000 * MS)
