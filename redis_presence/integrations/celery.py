@@ -9,7 +9,9 @@ Every worker then keeps one row per queue it consumes: ``queue`` is the Celery q
 ``group`` the app's main name (``"billing"``; ``"celery"`` for an app without one),
 ``consumer`` the worker's node name (``celery@host``, or what ``-n`` says) and
 ``lease_count`` the tasks it holds and has not finished (prefetched, running, or waiting
-for their ETA). A consumer bootstep drives a `PresenceReporter` from the worker's own
+for their ETA). Each task the worker finishes (succeeded, failed or revoked) records
+progress on its queue's row at the next beat (``last_progress_ns``, which ``stuck`` reads).
+A consumer bootstep drives a `PresenceReporter` from the worker's own
 timer (and from its event heartbeat, ``heartbeat_sent``, when events are on), so the
 beats stop when the worker's loop stops. Queues added or cancelled at run time
 (``celery control add_consumer``/``cancel_consumer``) gain or lose their row at the next
@@ -29,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from celery import Celery, bootsteps
-from celery.signals import heartbeat_sent
+from celery.signals import heartbeat_sent, task_received
 from celery.worker import state as worker_state
 
 from redis_presence.reporter import PresenceReporter
@@ -93,9 +95,14 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
         self._timer_entry: Any = None
         self._parent: Any = None
         self._queues: tuple[str, ...] = ()
+        # Every request held at the last beat or received since: one of them no longer
+        # held at a beat has finished (this process sees no "task done" signal of its own:
+        # in a prefork pool task_postrun fires in the child).
+        self._seen: set[Any] = set()
         # Connected before any step starts: the Heart only sends the signal when it had
         # receivers at its own start.
         heartbeat_sent.connect(self._on_heartbeat_sent, weak=False)
+        task_received.connect(self._on_task_received, weak=False)
 
     # -- the consumer's life cycle ---------------------------------------------------
 
@@ -123,6 +130,7 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
         every row it reported and close the connection."""
         self.stop(parent)
         heartbeat_sent.disconnect(self._on_heartbeat_sent)
+        task_received.disconnect(self._on_task_received)
         with self._lock:
             reporter, self._reporter = self._reporter, None
         if reporter is not None:
@@ -134,6 +142,13 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
     def _on_heartbeat_sent(self, sender: Any = None, **kwargs: Any) -> None:
         self.beat()
 
+    def _on_task_received(self, sender: Any = None, request: Any = None, **kwargs: Any) -> None:
+        """A request this worker's consumer took from the broker (the main process's own
+        signal, sent before the request is reserved, in the consumer's thread)."""
+        if request is not None:
+            with self._lock:
+                self._seen.add(request)
+
     def beat(self) -> None:
         """One beat per consumed queue with its lease count; queues no longer consumed are
         deregistered (O(queues + held tasks), no I/O)."""
@@ -141,10 +156,20 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
             reporter, parent = self._reporter, self._parent
             if reporter is None or parent is None or parent.task_consumer is None:
                 return
-            queues = tuple(queue.name for queue in parent.task_consumer.queues)
-            leases = _leases_by_queue(_held_requests(), parent.task_consumer.queues)
+            consumed = parent.task_consumer.queues
+            queues = tuple(queue.name for queue in consumed)
+            held = _held_requests()
+            leases = _leases_by_queue(held, consumed)
+            done = _leases_by_queue(self._seen.difference(held), consumed)
+            self._seen = set(held)
             for queue in queues:
-                reporter.beat(queue, self._group, self._consumer, leases.get(queue, 0))
+                reporter.beat(
+                    queue,
+                    self._group,
+                    self._consumer,
+                    leases.get(queue, 0),
+                    progressed=done.get(queue, 0) > 0,
+                )
             for gone in set(self._queues) - set(queues):
                 reporter.deregister(gone, self._group, self._consumer)
             self._queues = queues

@@ -130,17 +130,19 @@ class PresenceMiddleware(Middleware):
             held = self._held.get(message.queue_name)
             if held is not None and message.message_id in held:
                 held.discard(message.message_id)
-                self._beat_locked(message.queue_name)
+                self._beat_locked(message.queue_name, progressed=True)  # acked or failed
 
     # -- beats ------------------------------------------------------------------------
 
-    def _beat_locked(self, queue: str) -> None:
-        """Beat one queue's row with its current leases, if its thread reads (lock held)."""
+    def _beat_locked(self, queue: str, *, progressed: bool = False) -> None:
+        """Beat one queue's row with its current leases, if its thread reads (lock held),
+        with progress when a message was just acknowledged."""
         thread = self._threads.get(queue)
         if self._reporter is None or thread is None:
             return
         if thread.is_alive() and not getattr(thread, "paused", False):
-            self._reporter.beat(queue, self.group, self._consumer, len(self._held[queue]))
+            leases = len(self._held[queue])
+            self._reporter.beat(queue, self.group, self._consumer, leases, progressed=progressed)
 
     def _tick(self) -> None:
         """Once per interval, beat every consumer thread that is alive and not paused (a

@@ -103,7 +103,7 @@ class PresenceMiddleware:
     def _finished(self, subscriber: Any) -> None:
         key = id(subscriber)
         self._leases[key] = max(0, self._leases.get(key, 0) - 1)
-        self._beat(key)
+        self._beat(key, progressed=True)  # a message handled (or failed): progress
 
     # -- the application's side --------------------------------------------------------
 
@@ -170,16 +170,18 @@ class PresenceMiddleware:
         for key in list(self._rows):
             self._beat(key)
 
-    def _beat(self, key: int) -> None:
-        """Beat one subscriber's row with its leases while it runs (O(1), no I/O); once it
-        stopped, its row is deregistered."""
+    def _beat(self, key: int, *, progressed: bool = False) -> None:
+        """Beat one subscriber's row with its leases while it runs (O(1), no I/O), with
+        progress when a message was just handled; once it stopped, its row is
+        deregistered."""
         reporter = self._reporter
         found = self._rows.get(key)
         if reporter is None or found is None:
             return
         subscriber, row = found
         if subscriber.running:
-            reporter.beat(row.queue, row.group, row.consumer, self._leases.get(key, 0))
+            leases = self._leases.get(key, 0)
+            reporter.beat(row.queue, row.group, row.consumer, leases, progressed=progressed)
             self._reported.add(key)
         elif key in self._reported:
             reporter.deregister(row.queue, row.group, row.consumer)

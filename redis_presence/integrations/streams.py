@@ -11,7 +11,8 @@ every integration of this package reports for a stream.
 `StreamReader` (and `AsyncStreamReader`) is the read side: every ``XREADGROUP`` of a
 consumer loop, empty ones included, carries the consumer's heartbeat in the same pipeline
 (one round trip on a standalone server), with ``lease_count`` = the entries delivered to
-it and not acknowledged through the reader's own `ack`.
+it and not acknowledged through the reader's own `ack`; an `ack` that Redis took is
+progress (``last_progress_ns``), carried by the next read's beat.
 
 For the reaper, the stream's client and the presence registry are separate, so the stream
 may live on another server, or another cluster node, than the presence keys.
@@ -411,6 +412,10 @@ class _ReadLoop:
         self.block_ms = self.check_block(block_ms)
         self.held: set[str] = set()  # entry ids, as text
         self.last_beat_ns: int | None = None  # monotonic, of the last beat written
+        # Entries acknowledged since the last beat written: the next beat records progress
+        # (`last_progress_ns`), in the same round trip as its read.
+        self.progressed = False
+        self._progress_sent = False
         self._reads: dict[tuple[int, int, bool], Command] = {}
 
     def check_block(self, block_ms: object) -> int:
@@ -449,7 +454,10 @@ class _ReadLoop:
         if last is not None and now - last < self.beat_interval_ns:
             return read, None, now
         lease = len(self.held)
-        beat = self.registry.plans.heartbeat(self.stream, self.group, self.consumer, lease)
+        self._progress_sent = self.progressed
+        beat = self.registry.plans.heartbeat(
+            self.stream, self.group, self.consumer, lease, progressed=self.progressed
+        )
         return read, alongside(beat, [read]), now
 
     def _read(self, count: object, block: int, pending: bool) -> Command:
@@ -464,8 +472,10 @@ class _ReadLoop:
         return Command("XREADGROUP", args)
 
     def beaten(self, at_ns: int) -> None:
-        """A read with its beat at `at_ns` succeeded."""
+        """A read with its beat at `at_ns` succeeded (with the progress it carried)."""
         self.last_beat_ns = at_ns
+        if self._progress_sent:
+            self.progressed = self._progress_sent = False
 
     def entries(self, reply: Any) -> list[Entry]:
         """The entries of one ``XREADGROUP`` reply (RESP2 or RESP3), now held."""
@@ -482,9 +492,12 @@ class _ReadLoop:
         self.held.update(_text(entry_id) for entry_id, _ in found)
         return found
 
-    def acked(self, ids: Sequence[Any]) -> None:
-        """`ids` were acknowledged: none of them is held any more."""
+    def acked(self, ids: Sequence[Any], count: int) -> None:
+        """`ids` were acknowledged (`count` of them by Redis): none of them is held any
+        more, and the next beat records progress if Redis acknowledged any."""
         self.held.difference_update(map(_text, ids))
+        if count:
+            self.progressed = True
 
 
 def _socket_timeout_s(client: Any) -> float | None:
@@ -570,7 +583,7 @@ class StreamReader(_Reader[RedisPresenceRegistry]):
             acked = self._registry.client.xack(self._loop.stream, self._loop.group, *ids)
         except DRIVER_ERRORS as exc:
             raise translate(exc) from exc
-        self._loop.acked(ids)
+        self._loop.acked(ids, int(acked))
         return int(acked)
 
     def close(self) -> None:
@@ -609,7 +622,7 @@ class AsyncStreamReader(_Reader[AsyncRedisPresenceRegistry]):
             acked = await self._registry.client.xack(self._loop.stream, self._loop.group, *ids)
         except DRIVER_ERRORS as exc:
             raise translate(exc) from exc
-        self._loop.acked(ids)
+        self._loop.acked(ids, int(acked))
         return int(acked)
 
     async def aclose(self) -> None:

@@ -114,13 +114,21 @@ def test_lease_count_follows_long_tasks(
     def leases() -> dict[str, int]:
         return {row.queue: row.lease_count for row in presence.rows(consumer=me)}
 
+    def progress() -> dict[str, int | None]:
+        return {row.queue: row.last_progress_ns for row in presence.rows(consumer=me)}
+
     running = [hold(app, "reader-a"), hold(app, "reader-a")]
     eta = hold(app, "reader-b", countdown=3)  # held by the worker, waiting for its ETA
     wait_for(lambda: leases() == {"reader-a": 2, "reader-b": 1}, timeout=20, what="2 + 1")
     for token in running:
         assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+    before = progress()
+    released_ns = presence.server_now_ns()
     control.rpush(f"rp:release:{running[0]}", 1)
     wait_for(lambda: leases() == {"reader-a": 1, "reader-b": 1}, timeout=20, what="1 + 1")
+    # The finished task is progress on its own queue's row, not on the other's.
+    wait_for(lambda: (progress()["reader-a"] or 0) > released_ns, timeout=20, what="progress on a")
+    assert progress()["reader-b"] == before["reader-b"]
     control.rpush(f"rp:release:{running[1]}", 1)
     wait_for(lambda: leases() == {"reader-a": 0, "reader-b": 1}, timeout=20, what="0 + 1")
     # Past its ETA the task runs: still held, then done.

@@ -133,7 +133,16 @@ def test_lease_count_follows_long_messages(
     )
     for token in running:
         assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+
+    def progress() -> dict[str, int | None]:
+        return {r.queue: r.last_progress_ns for r in presence.rows() if r.queue in queues("reader")}
+
+    before = progress()
+    released_ns = presence.server_now_ns()
     control.rpush(f"rp:release:{running[0]}", 1)
+    # The acknowledged message is progress on its queue's row, not on the other's.
+    wait_for(lambda: (progress()["reader-a"] or 0) > released_ns, timeout=20, what="progress on a")
+    assert progress().get("reader-b") == before.get("reader-b")
     # Past its ETA the delayed message moves to reader-b, where a free thread runs it.
     assert control.blpop([f"rp:started:{delayed}"], timeout=20) is not None
     wait_for(lambda: leases() == {"reader-a": 1, "reader-b": 1}, timeout=20, what="1 + 1")

@@ -195,8 +195,18 @@ def test_lease_count_follows_a_long_handler(
     assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
     wait_for(lambda: leases().get(queue_a) == 1, timeout=20, what="a lease on queue a")
     assert leases()[kind.queue("reader", "b")] == 0
+
+    def progress() -> dict[str, int | None]:
+        rows = rows_of(presence, kind, "reader").items()
+        return {q: row.last_progress_ns for (q, _, _), row in rows}
+
+    before = progress()
+    released_ns = presence.server_now_ns()
     control.rpush(f"rp:release:{token}", 1)
     wait_for(lambda: leases().get(queue_a) == 0, timeout=20, what="the lease to go")
+    # The handled message is progress on its subscriber's row, not on the other's.
+    wait_for(lambda: (progress()[queue_a] or 0) > released_ns, timeout=20, what="progress on a")
+    assert progress()[kind.queue("reader", "b")] == before[kind.queue("reader", "b")]
 
 
 def test_sigkill_goes_stale_then_expired_on_time(

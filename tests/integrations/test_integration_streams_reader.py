@@ -83,6 +83,9 @@ def test_every_read_beats_in_the_same_round_trip_and_leases_follow_acks(
     registry = RedisPresenceRegistry(counted, prefix=PREFIX)
     reader = StreamReader(registry, "orders", GROUP, "c1", block_ms=0, ttl_ms=TTL_MS)
     reader.read()  # loads the heartbeat script once
+    # A beat with progress is a call of heartbeat_many.lua: load it once too (the script
+    # cache is the server's, so another prefix's beat does it).
+    RedisPresenceRegistry(counted, prefix="warm-up").heartbeat("q", "g", "c", progressed=True)
     before = writes(counted)
     assert reader.read() == []  # an empty read: still a beat
     assert writes(counted) - before == 1
@@ -98,10 +101,20 @@ def test_every_read_beats_in_the_same_round_trip_and_leases_follow_acks(
     assert reader.lease_count == 3
     reader.read()  # this read's beat carries the 3 leases
     assert registry.snapshot()[0].lease_count == 3
+    assert registry.snapshot()[0].last_progress_ns is None  # nothing acknowledged yet
     assert reader.ack(*ids[:2]) == 2
     assert reader.lease_count == 1
-    reader.read()
-    assert registry.snapshot()[0].lease_count == 1
+    acked_ns = registry.clock_ns()
+    before = writes(counted)
+    reader.read()  # this read's beat carries the leases and the progress of the acks
+    assert writes(counted) - before == 1
+    (row,) = registry.snapshot()
+    assert row.lease_count == 1
+    assert row.last_progress_ns is not None
+    assert row.last_progress_ns >= acked_ns // 1000 * 1000
+    progressed_ns = row.last_progress_ns
+    reader.read()  # no ack since: no new progress
+    assert registry.snapshot()[0].last_progress_ns == progressed_ns
     # Its own pending entries again (after a restart, or entries a reaper moved to it).
     assert [entry_id for entry_id, _ in reader.read(pending=True)] == ids[2:]
     assert reader.ack(ids[2]) == 1
