@@ -97,7 +97,9 @@ def test_every_route_answers_from_the_snapshot(
     writer.heartbeat("orders", "billing", "w1", 3, now_ns=T0 - 1_000 * MS)
     writer.heartbeat("orders", "billing", "w2", 0, now_ns=T0 - 15_000 * MS)  # stale
     writer.heartbeat("orders", "shipping", "w3", 1, now_ns=T0 - 25_000 * MS)  # expired
-    snapshot = [row.to_dict() for row in writer.snapshot(now_ns=T0, ttl_ms=TTL_MS)]
+    described = writer.snapshot(now_ns=T0, ttl_ms=TTL_MS, with_meta=True)
+    # The plain listing reads no metadata: `meta` is null, not an empty mapping.
+    snapshot = [row.to_dict() | {"meta": None} for row in described]
 
     consumers = client.get("/api/v1/consumers").json()
     assert consumers == {
@@ -109,13 +111,16 @@ def test_every_route_answers_from_the_snapshot(
         "prev_cursor": None,
     }
     groups = client.get("/api/v1/groups").json()["groups"]
+    undeclared = {"min_active": None, "below": False}
     assert groups == [
-        {"queue": "orders", "group": "billing", "active": 1, "stale": 1, "expired": 0},
-        {"queue": "orders", "group": "shipping", "active": 0, "stale": 0, "expired": 1},
+        {"queue": "orders", "group": "billing", "active": 1, "stale": 1, "expired": 0} | undeclared,
+        {"queue": "orders", "group": "shipping", "active": 0, "stale": 0, "expired": 1}
+        | undeclared,
     ]
     one = client.get("/api/v1/groups/orders/shipping").json()
     assert one["group"] == groups[1]
-    assert one["consumers"] == snapshot[2:]
+    assert one["consumers"] == [row.to_dict() for row in described[2:]]  # meta {} read
+    assert one["stuck_after_ms"] == 300_000
 
     page = client.get("/")
     assert page.status_code == 200
@@ -133,6 +138,7 @@ def test_every_route_answers_from_the_snapshot(
         "stale": 1,
         "expired": 1,
         "nobody_reading": 1,
+        "below": 0,
     }
     assert [(g["group"], g["nobody_reading"]) for g in twin["groups"]] == [
         ("shipping", True),
@@ -149,6 +155,112 @@ def test_every_route_answers_from_the_snapshot(
         (("group", "billing"), ("queue", "orders")): 1.0,
         (("group", "shipping"), ("queue", "orders")): 0.0,
     }
+
+
+def test_declared_groups_metadata_and_stuck_consumers(
+    redis_url: str, client: TestClient, writer: RedisPresenceRegistry, clock: Clock
+) -> None:
+    writer.expect("payments", "ledger")  # declared, and nobody ever read it
+    writer.expect("orders", "billing", min_active=3)
+    # w1 registered 400 s ago and never made progress while holding leases: stuck (the
+    # default budget is 300 s); w2 made progress a second ago.
+    writer.heartbeat("orders", "billing", "w1", 2, now_ns=T0 - 400_000 * MS)
+    writer.heartbeat("orders", "billing", "w1", 2, now_ns=T0 - 1_000 * MS)
+    writer.heartbeat("orders", "billing", "w2", 1, now_ns=T0 - 400_000 * MS)
+    writer.heartbeat("orders", "billing", "w2", 1, now_ns=T0 - 1_000 * MS, progressed=True)
+    hostile_meta = {"host": HOSTILE, "note": "é\n<b>bold</b>"}
+    assert writer.describe("orders", "billing", "w1", hostile_meta)
+
+    groups = client.get("/api/v1/groups").json()["groups"]
+    assert [(g["queue"], g["group"], g["active"], g["min_active"], g["below"]) for g in groups] == [
+        ("orders", "billing", 2, 3, True),
+        ("payments", "ledger", 0, 1, True),
+    ]
+    twin = client.get("/", headers={"Accept": "application/json"}).json()
+    # Below their minimum first: the one nobody reads before the one short of readers.
+    assert [(g["group"], g["nobody_reading"], g["below"]) for g in twin["groups"]] == [
+        ("ledger", True, True),
+        ("billing", False, True),
+    ]
+    assert (twin["totals"]["below"], twin["totals"]["nobody_reading"]) == (2, 1)
+    assert ["payments", "ledger", 0, 0, 0, 1] in twin["counts"]
+    overview = client.get("/").text
+    assert "nobody is reading" in overview
+    assert "below minimum 3" in overview
+    idle = client.get("/", params={"idle": "1"}, headers={"Accept": "application/json"}).json()
+    assert [g["group"] for g in idle["groups"]] == ["ledger", "billing"]
+
+    # A declared group without any consumer has a page (and an API answer), not a 404.
+    empty = client.get(group_path("payments", "ledger")).json()
+    assert empty["group"]["active"] == 0
+    assert empty["group"]["below"] is True
+    assert empty["consumers"] == []
+    page = client.get("/group", params={"queue": "payments", "group": "ledger"})
+    assert page.status_code == 200
+    assert "nobody is reading" in page.text
+    assert client.get(group_path("payments", "nope")).status_code == 404
+
+    one = client.get(group_path("orders", "billing")).json()
+    assert one["stuck_after_ms"] == 300_000
+    rows = {c["consumer"]: c for c in one["consumers"]}
+    assert (rows["w1"]["stuck"], rows["w1"]["last_progress_ns"]) == (True, None)
+    assert (rows["w2"]["stuck"], rows["w2"]["last_progress_ns"]) == (False, T0 - 1_000 * MS)
+    assert (rows["w1"]["meta"], rows["w2"]["meta"]) == (hostile_meta, {})
+    # The plain listing reads no metadata (null: not read); ?meta=1 reads it.
+    plain = client.get("/api/v1/consumers").json()["consumers"]
+    assert [(c["consumer"], c["stuck"], c["meta"]) for c in plain] == [
+        ("w1", True, None),
+        ("w2", False, None),
+    ]
+    described = client.get("/api/v1/consumers", params={"meta": "1"}).json()["consumers"]
+    assert [c["meta"] for c in described] == [hostile_meta, {}]
+    bad = client.get("/api/v1/consumers", params={"meta": "maybe"})
+    assert bad.status_code == 400
+    assert bad.json()["error"] == "bad_request"
+    group_page = client.get("/group", params={"queue": "orders", "group": "billing"}).text
+    assert 'class="pill stuck"' in group_page
+    assert group_page.count('class="pill stuck"') == 1
+    assert "&lt;img src=x onerror=alert(1)&gt;" in group_page
+    assert "&lt;b&gt;bold&lt;/b&gt;" in group_page
+    assert "<b>bold" not in group_page
+    assert HOSTILE not in group_page
+    twin_group = client.get(
+        "/group",
+        params={"queue": "orders", "group": "billing"},
+        headers={"Accept": "application/json"},
+    ).json()
+    assert twin_group["stuck_after_ms"] == 300_000
+    assert [c["meta"] for c in twin_group["consumers"]] == [hostile_meta, {}]
+
+    # Metrics: every declared group's minimum and below flag; stuck counts when asked.
+    samples = metric_samples(client.get("/metrics").text)
+    billing, ledger = (
+        (("group", "billing"), ("queue", "orders")),
+        (
+            ("group", "ledger"),
+            ("queue", "payments"),
+        ),
+    )
+    assert samples["redis_presence_group_min_active"] == {billing: 3.0, ledger: 1.0}
+    assert samples["redis_presence_group_below_min"] == {billing: 1.0, ledger: 1.0}
+    assert samples["redis_presence_group_active"][ledger] == 0.0
+    assert "redis_presence_consumers_stuck" not in samples
+    writer.heartbeat("orders", "other", "calm", 0, now_ns=T0)
+    with make_client(redis_url, clock, stuck_metrics=True) as counting:
+        samples = metric_samples(counting.get("/metrics").text)
+    other = (("group", "other"), ("queue", "orders"))
+    assert samples["redis_presence_consumers_stuck"] == {billing: 1.0, ledger: 0.0, other: 0.0}
+    assert samples["redis_presence_group_below_min"] == {billing: 1.0, ledger: 1.0}
+    assert other not in samples["redis_presence_group_min_active"]
+
+    # Enough readers: no longer below; unexpected: gone from every view.
+    writer.heartbeat("orders", "billing", "w3", 0, now_ns=T0)
+    assert writer.unexpect("payments", "ledger")
+    groups = client.get("/api/v1/groups").json()["groups"]
+    assert [(g["group"], g["below"]) for g in groups] == [("billing", False), ("other", False)]
+    samples = metric_samples(client.get("/metrics").text)
+    assert samples["redis_presence_group_below_min"] == {billing: 0.0}
+    assert client.get(group_path("payments", "ledger")).status_code == 404
 
 
 def test_filters_and_search(client: TestClient, writer: RedisPresenceRegistry) -> None:
@@ -232,7 +344,11 @@ def test_the_shared_ttl_when_no_ttl_is_given(
     with make_client(redis_url, clock, ttl_ms=None) as client:
         body = client.get("/api/v1/groups").json()
         assert (body["ttl_ms"], body["ttl_source"]) == (TTL_MS, "prefix")
-        assert [(g["group"], g["stale"]) for g in body["groups"]] == [("g", 1), ("own", 1)]
+        # Each group is counted under its own shared TTL: "own" (20 s) has w active.
+        assert [(g["group"], g["active"], g["stale"]) for g in body["groups"]] == [
+            ("g", 0, 1),
+            ("own", 1, 0),
+        ]
         one = client.get("/api/v1/groups/q/own").json()
         assert (one["ttl_ms"], one["ttl_source"]) == (20_000, "group")
         assert [c["state"] for c in one["consumers"]] == ["active"]
@@ -242,8 +358,16 @@ def test_the_shared_ttl_when_no_ttl_is_given(
         assert "stored for the prefix" in client.get("/").text
         twin = client.get("/", headers={"Accept": "application/json"}).json()
         assert (twin["ttl_ms"], twin["ttl_source"]) == (TTL_MS, "prefix")
+        assert [(g["group"], g["active"]) for g in twin["groups"]] == [
+            ("g", 0),
+            ("own", 1),
+        ]
         samples = metric_samples(client.get("/metrics").text)
         assert samples["redis_presence_ttl_seconds"] == {(): TTL_MS / 1000}
+        assert samples["redis_presence_group_active"] == {
+            (("group", "g"), ("queue", "q")): 0.0,
+            (("group", "own"), ("queue", "q")): 1.0,
+        }
     with make_client(redis_url, clock, ttl_ms=5_000) as client:
         body = client.get("/api/v1/consumers").json()
         assert (body["ttl_ms"], body["ttl_source"]) == (5_000, "option")

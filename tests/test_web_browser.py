@@ -290,14 +290,17 @@ def test_a_deregistered_consumer_disappears_live(page: Page, writer: RedisPresen
     expect(row(page, "leaver")).to_have_count(0, timeout=3_000)
     expect(row(page, "stayer")).to_have_count(1)
     expect(page.locator('[data-total="active"] .n')).to_have_text("1")
-    writer.heartbeat("orders", "shipping", "arrives", 5, now_ns=future)
-    expect(row(page, "arrives")).to_have_count(1, timeout=3_000)
+    # Events carry no metadata: the group page reads itself once for the newcomer's.
+    with page.expect_request(lambda r: r.headers.get("accept") == "application/json"):
+        writer.heartbeat("orders", "shipping", "arrives", 5, now_ns=future)
+        expect(row(page, "arrives")).to_have_count(1, timeout=3_000)
     expect(row(page, "arrives").locator("td.num")).to_have_text("5")
     expect(page.locator('[data-total="active"] .n')).to_have_text("2")
     # The rows stay in order: "arrives" before "stayer".
     assert page.locator("#consumers td.consumer").all_inner_texts() == ["arrives", "stayer"]
     assert same_document(page)
-    assert json_reads(page) == reads
+    page.wait_for_load_state("networkidle")
+    assert json_reads(page) == reads + 1  # that one read, nothing else
     writer.deregister("orders", "shipping", "arrives")
     writer.deregister("orders", "shipping", "stayer")
 
@@ -358,3 +361,70 @@ def test_filters_and_pagination(page: Page, writer: RedisPresenceRegistry) -> No
     page.get_by_placeholder("consumer name contains…").fill("zz-exp")
     page.get_by_role("button", name="Search").click()
     expect(page.locator("#consumers tbody tr")).to_have_count(1)
+
+
+def test_declared_groups_stuck_consumers_and_metadata(
+    page: Page, writer: RedisPresenceRegistry
+) -> None:
+    future = 4_000_000_000_000 * MS  # a beat from the future stays active
+    now = writer.clock_ns()
+    writer.expect("vault", "keepers")  # declared, and nobody has ever read it
+    writer.expect("vault", "porters")
+    writer.heartbeat("vault", "porters", "p1", 0, now_ns=future)
+    # Registered 400 s ago holding leases, never progressed: stuck (budget 300 s).
+    writer.heartbeat("vault", "guards", "slow", 2, now_ns=now - 400_000 * MS)
+    writer.heartbeat("vault", "guards", "slow", 2, now_ns=future)
+    writer.heartbeat("vault", "guards", "quick", 1, now_ns=future, progressed=True)
+    hostile = {"host": HOSTILE, "cmd": "<script>alert(3)</script>", "zone": "é\nß"}
+    assert writer.describe("vault", "guards", "slow", hostile)
+
+    live(page, "/?queue=vault")
+    groups = page.locator("#groups tbody tr")
+    expect(groups).to_have_count(3)
+    # Below its minimum (nobody reads it) first, shown though it has no consumer at all.
+    expect(groups.first.locator("td").nth(1)).to_have_text("keepers")
+    expect(groups.first.locator("td.num.active")).to_have_text("0")
+    expect(groups.first.locator("td.num.min")).to_have_text("1")
+    expect(groups.first.locator(".badge")).to_have_text("nobody is reading")
+    porters = groups.filter(has_text="porters")
+    expect(porters.locator("td.num.active")).to_have_text("1")
+    expect(porters.locator(".badge")).to_have_count(0)
+    reads = settled(page)
+    # A declared group's last consumer leaves: the row stays, nobody is reading it, first.
+    writer.deregister("vault", "porters", "p1")
+    expect(porters.locator(".badge")).to_have_text("nobody is reading", timeout=3_000)
+    expect(porters.locator("td.num.active")).to_have_text("0")
+    expect(groups).to_have_count(3)
+    assert groups.locator("td:nth-child(2)").all_inner_texts()[:2] == ["keepers", "porters"]
+    assert same_document(page)
+    assert json_reads(page) == reads
+
+    page.goto("/group?queue=vault&group=keepers")
+    expect(page.locator('#group-stats [data-total="nobody_reading"]')).to_be_visible()
+    expect(page.locator("#consumers tbody tr")).to_have_count(0)
+
+    live(page, "/group?queue=vault&group=guards")
+    slow, quick = row(page, "slow"), row(page, "quick")
+    expect(slow.locator(".pill.stuck")).to_have_text("stuck")
+    expect(quick.locator(".pill.stuck")).to_have_count(0)
+    meta = slow.locator("td.meta")
+    expect(meta).to_contain_text(HOSTILE)
+    expect(meta).to_contain_text("<script>alert(3)</script>")
+    assert meta.locator(".k").all_inner_texts() == ["cmd", "host", "zone"]
+    assert page.locator("main img").count() == 0
+    assert page.locator("main script").count() == 0
+    # A newcomer's metadata comes from a read (events carry none), also as text; the
+    # stuck mark and the others' metadata stay across the events.
+    reads = settled(page)
+    writer.heartbeat("vault", "guards", "late", 0, now_ns=future)
+    assert writer.describe("vault", "guards", "late", {"note": HOSTILE + "!"})
+    expect(row(page, "late").locator("td.meta")).to_have_text(f"note={HOSTILE}!", timeout=5_000)
+    expect(slow.locator(".pill.stuck")).to_have_text("stuck")
+    expect(meta).to_contain_text(HOSTILE)
+    assert page.locator("main img").count() == 0
+    assert same_document(page)
+    assert json_reads(page) == reads + 1
+    for consumer in ("slow", "quick", "late"):
+        writer.deregister("vault", "guards", consumer)
+    writer.unexpect("vault", "keepers")
+    writer.unexpect("vault", "porters")

@@ -77,6 +77,8 @@ def test_pagination_at_100000_consumers(redis_url: str) -> None:
             "active": 100,
             "stale": 0,
             "expired": 0,
+            "min_active": None,
+            "below": False,
         }
         assert [c["consumer"] for c in one["consumers"]] == [f"c{i:05d}" for i in range(100)]
         groups = client.get("/api/v1/groups").json()

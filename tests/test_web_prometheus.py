@@ -141,17 +141,23 @@ def test_prometheus_scrapes_the_snapshot_and_drops_a_deregistered_consumer(
     writer.heartbeat("orders", "billing", "w-stale", 0, now_ns=now - (TTL_MS + TTL_MS // 2) * MS)
     writer.heartbeat("orders", "shipping", "w-expired", 5, now_ns=now - 3_600_000 * MS)
     writer.heartbeat("emails", 'send "quoted"\nline', "mailer", 0, now_ns=now + 3_600_000 * MS)
+    # Registered 400 s ago holding leases, never progressed, beating an hour ahead: stuck
+    # under the default 300 s budget for the whole test.
+    writer.heartbeat("emails", "bounces", "w-stuck", 3, now_ns=now - 400_000 * MS)
+    writer.heartbeat("emails", "bounces", "w-stuck", 3, now_ns=now + 3_600_000 * MS)
+    writer.expect("payments", "ledger")  # declared, without any consumer
+    writer.expect("orders", "billing", min_active=2)
 
     def scraped() -> list[dict[str, Any]]:
         result = prometheus.query("redis_presence_consumers")
-        return result if len(result) == 9 else []
+        return result if len(result) == 15 else []
 
     consumers = poll(scraped, timeout=30, what="a scrape with every group")
     seconds, micros = redis_client.time()
     snapshot = writer.snapshot(now_ns=seconds * 1_000_000_000 + micros * 1_000, ttl_ms=TTL_MS)
     expected = {
         (q, g, s): float(sum(1 for r in snapshot if (r.queue, r.group, r.state.value) == (q, g, s)))
-        for q, g in {(r.queue, r.group) for r in snapshot}
+        for q, g in {(r.queue, r.group) for r in snapshot} | {("payments", "ledger")}
         for s in ("active", "stale", "expired")
     }
     assert by_labels(consumers, "queue", "group", "state") == expected
@@ -159,6 +165,23 @@ def test_prometheus_scrapes_the_snapshot_and_drops_a_deregistered_consumer(
         ("orders", "billing"): 1.0,
         ("orders", "shipping"): 0.0,
         ("emails", 'send "quoted"\nline'): 1.0,
+        ("emails", "bounces"): 1.0,
+        ("payments", "ledger"): 0.0,
+    }
+    declared = {("orders", "billing"): 2.0, ("payments", "ledger"): 1.0}
+    assert by_labels(prometheus.query("redis_presence_group_min_active"), "queue", "group") == (
+        declared
+    )
+    assert by_labels(prometheus.query("redis_presence_group_below_min"), "queue", "group") == {
+        ("orders", "billing"): 1.0,
+        ("payments", "ledger"): 1.0,
+    }
+    assert by_labels(prometheus.query("redis_presence_consumers_stuck"), "queue", "group") == {
+        ("orders", "billing"): 0.0,
+        ("orders", "shipping"): 0.0,  # expired: stuck is a flag on active rows only
+        ("emails", 'send "quoted"\nline'): 0.0,
+        ("emails", "bounces"): 1.0,
+        ("payments", "ledger"): 0.0,
     }
     assert by_labels(prometheus.query("redis_presence_up"), "job") == {("redis-presence",): 1.0}
     ages = by_labels(prometheus.query("redis_presence_consumer_last_seen_age_seconds"), "consumer")
@@ -176,6 +199,7 @@ def test_prometheus_scrapes_the_snapshot_and_drops_a_deregistered_consumer(
     rules = prometheus.api("rules")["groups"][0]["rules"]
     assert {r["name"] for r in rules} == {
         "RedisPresenceGroupHasNoActiveConsumer",
+        "RedisPresenceDeclaredGroupBelowMinimum",
         "RedisPresenceGroupVanished",
         "RedisPresenceConsumersNotHeartbeating",
         "RedisPresenceRedisUnreachable",
@@ -185,7 +209,19 @@ def test_prometheus_scrapes_the_snapshot_and_drops_a_deregistered_consumer(
     for expr in [*exprs, *(r["query"] for r in rules)]:
         prometheus.query(re.sub(r"\$\w+", ".*", expr))
     no_reader = prometheus.query(exprs[0].replace("$queue", ".*").replace("$group", ".*"))
-    assert float(no_reader[0]["value"][1]) == 1.0  # orders/shipping
+    assert float(no_reader[0]["value"][1]) == 2.0  # orders/shipping, payments/ledger
+    below_panel = next(p for p in dashboard["panels"] if p["id"] == 10)["targets"][0]["expr"]
+    below = prometheus.query(re.sub(r"\$\w+", ".*", below_panel))
+    assert by_labels(below, "queue", "group") == {
+        ("orders", "billing"): 1.0,
+        ("payments", "ledger"): 0.0,
+    }
+    # The alert's expression selects exactly the declared groups below their minimum.
+    rule = next(r for r in rules if r["name"] == "RedisPresenceDeclaredGroupBelowMinimum")
+    assert by_labels(prometheus.query(rule["query"]), "queue", "group") == {
+        ("orders", "billing"): 1.0,
+        ("payments", "ledger"): 0.0,
+    }
 
     # A deregistered consumer's series are gone from the next scrape.
     assert writer.deregister("orders", "billing", "w-stale")

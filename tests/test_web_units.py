@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from redis_presence import ConsumerPresence, ConsumerPresenceRegistry, PresenceState
 from redis_presence.web.auth import presented_token
-from redis_presence.web.data import stats_from_counts, stats_from_rows
+from redis_presence.web.data import GroupStats, stats_from_groups, stats_from_rows
 from redis_presence.web.metrics import ScrapeReading, registry_for
 from redis_presence.web.pages import (
     ConsumerFilter,
@@ -109,7 +109,7 @@ def test_limits_and_states_are_checked() -> None:
 
 
 def test_group_pages() -> None:
-    groups = stats_from_counts({}, {}, {(q, g): 1 for q in "abc" for g in "xy"})
+    groups = [GroupStats(q, g, 0, 0, 1) for q in "abc" for g in "xy"]
     first = groups_page(groups, queue=None, group=None, cursor=None, limit=4)
     assert [(g.queue, g.group) for g in first.groups] == [
         ("a", "x"),
@@ -136,22 +136,37 @@ def test_group_pages() -> None:
 # -- counts -----------------------------------------------------------------------------------
 
 
-def test_group_counts_from_three_counts_match_the_rows() -> None:
+def test_group_counts_from_groups_match_the_rows_and_keep_declared_groups() -> None:
     registry = ConsumerPresenceRegistry()
     now = 10_000 * MS
     for i, age_ms in enumerate([0, 999, 1_000, 1_001, 2_000, 2_001, 9_000]):
         registry.heartbeat("q", f"g{i % 2}", f"c{i}", now_ns=now - age_ms * MS)
     registry.heartbeat("q2", "g", "future", now_ns=now + 5 * MS)
+    registry.expect("q", "g0", min_active=3)
+    registry.expect("q3", "empty")
     rows = registry.snapshot(now_ns=now, ttl_ms=TTL_MS)
-    from_counts = stats_from_counts(
-        registry.count_active_by_group(now_ns=now, ttl_ms=TTL_MS),
-        registry.count_active_by_group(now_ns=now, ttl_ms=2 * TTL_MS),
-        registry.count_active_by_group(now_ns=0, ttl_ms=1),
-    )
-    from_rows = stats_from_rows(rows)
-    assert [g[:5] for g in from_counts] == [g[:5] for g in from_rows]
-    assert [(g.active, g.stale, g.expired) for g in from_rows] == [(2, 1, 1), (1, 1, 1), (1, 0, 0)]
+    declared = registry.expected()
+    from_groups = stats_from_groups(registry.groups(now_ns=now, ttl_ms=TTL_MS))
+    from_rows = stats_from_rows(rows, declared)
+    assert [(*g[:5], g.min_active) for g in from_groups] == [
+        (*g[:5], g.min_active) for g in from_rows
+    ]
+    assert [(g.group, g.active, g.stale, g.expired) for g in from_rows] == [
+        ("g0", 2, 1, 1),
+        ("g1", 1, 1, 1),
+        ("g", 1, 0, 0),
+        ("empty", 0, 0, 0),
+    ]
+    assert [(g.min_active, g.below, g.nobody_reading) for g in from_rows] == [
+        (3, True, False),
+        (None, False, False),
+        (None, False, False),
+        (1, True, True),
+    ]
     assert from_rows[0].oldest_heartbeat_ns == now - 9_000 * MS
+    assert from_rows[-1].oldest_heartbeat_ns is None
+    assert [g.stuck for g in from_rows] == [0, 0, 0, 0]  # nobody holds a lease
+    assert all(g.stuck is None for g in from_groups)  # groups() reads no consumer
 
 
 # -- the token ------------------------------------------------------------------------------
@@ -234,6 +249,8 @@ hostile_names = st.text(
             st.integers(0, 3),
             st.integers(0, 3),
             st.one_of(st.none(), st.integers(0, 10**12)),
+            st.one_of(st.none(), st.integers(0, 3)),
+            st.one_of(st.none(), st.integers(0, 3)),
         ),
         max_size=8,
     ),
@@ -245,7 +262,7 @@ hostile_names = st.text(
     st.floats(0, 5),
 )
 def test_the_fast_exposition_is_byte_for_byte_prometheus_clients(
-    groups: list[tuple[str, str, int, int, int, int | None]],
+    groups: list[tuple[str, str, int, int, int, int | None, int | None, int | None]],
     consumers: list[tuple[str, str, str, int]],
     per_consumer: bool,
     error: str | None,

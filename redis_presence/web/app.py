@@ -69,6 +69,7 @@ PAGE_SIZE = 50
 """Consumers per dashboard page (the API's `limit` defaults to 100, at most 1,000)."""
 GROUPS_PER_PAGE = 200
 GROUP_API = "/api/v1/groups/"
+NO_GROUP = "queue {queue!r} has no tracked or declared group {group!r}"
 SSE_PING_S = 15
 SSE_RETRY_MS = 2000
 
@@ -94,6 +95,9 @@ class WebConfig:
     read_only: bool = False
     auth_token: str | None = None
     per_consumer_metrics: bool = False
+    stuck_metrics: bool = False
+    """``--stuck-metrics``: each scrape reads every consumer, to count the stuck ones per
+    group (on with `per_consumer_metrics`, which reads them anyway)."""
     now_ns: int | None = None
     """A fixed clock for every read (tests); None is the Redis server's clock."""
     read_cache_s: float = 0.5
@@ -122,8 +126,16 @@ def segment(name: str) -> str:
     return quote(name, safe="")
 
 
-def consumer_json(row: ConsumerPresence) -> dict[str, object]:
-    return row.to_dict()
+def consumer_json(row: ConsumerPresence, *, with_meta: bool) -> dict[str, object]:
+    """A row's JSON: its `ConsumerPresence` fields; `meta` is null when it was not read."""
+    fields = row.to_dict()
+    if not with_meta:
+        fields["meta"] = None
+    return fields
+
+
+def group_json(stats: GroupStats) -> dict[str, object]:
+    return stats.to_dict() | {"nobody_reading": stats.nobody_reading}
 
 
 def _environment() -> jinja2.Environment:
@@ -268,6 +280,17 @@ def _limit(request: Request, default: int) -> int:
         return parse_limit(request.query_params.get("limit"), default)
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
+
+
+def _flag(request: Request, name: str) -> bool:
+    """A boolean query parameter: ``1``/``true``/``yes`` or ``0``/``false``/``no`` (absent:
+    false)."""
+    value = (request.query_params.get(name) or "").lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise BadRequest(f"{name} must be 1 or 0, got {value!r}")
 
 
 def _states(request: Request) -> frozenset[PresenceState]:
@@ -443,11 +466,12 @@ class Views:
                 queue_text in stats.queue.casefold()
                 and group_text in stats.group.casefold()
                 and (not states or any(counts[s] for s in states))
-                and (not idle_only or stats.nobody_reading)
+                and (not idle_only or stats.attention)
             )
 
         picked = sorted(
-            (g for g in groups if shown(g)), key=lambda g: (not g.nobody_reading, g.queue, g.group)
+            (g for g in groups if shown(g)),
+            key=lambda g: (not g.below, not g.nobody_reading, g.queue, g.group),
         )
         try:
             page = max(1, int(request.query_params.get("page") or 1))
@@ -461,10 +485,12 @@ class Views:
             "stale": sum(g.stale for g in groups),
             "expired": sum(g.expired for g in groups),
             "nobody_reading": sum(g.nobody_reading for g in groups),
+            "below": sum(g.below for g in groups),
         }
-        # Every group's counts, for the page's script to apply events to (a few numbers
-        # per group: the page shows one page of them, but its totals cover them all).
-        counts = [[g.queue, g.group, g.active, g.stale, g.expired] for g in groups]
+        # Every group's counts (and declared minimum), for the page's script to apply events
+        # to (a few numbers per group: the page shows one page of them, but its totals cover
+        # them all).
+        counts = [[g.queue, g.group, g.active, g.stale, g.expired, g.min_active] for g in groups]
         shown_groups = picked[(page - 1) * GROUPS_PER_PAGE : page * GROUPS_PER_PAGE]
         if _json_view(request):
             return _json(
@@ -472,9 +498,7 @@ class Views:
                 | ttl.to_dict()
                 | {
                     "totals": totals,
-                    "groups": [
-                        g.to_dict() | {"nobody_reading": g.nobody_reading} for g in shown_groups
-                    ],
+                    "groups": [group_json(g) for g in shown_groups],
                     "counts": counts,
                     "shown": len(picked),
                     "page": page,
@@ -528,15 +552,21 @@ class Views:
         states, search = _states(request), _text(request, "search")
         cursor, limit = _cursor(request), _limit(request, PAGE_SIZE)
         stats: GroupStats | None = None
+        stuck_after_ms: int | None = None
+        with_meta = group_page or _flag(request, "meta")
         if group_page and queue is not None and group is not None:
-            reading, stats, page = await service.reads.group(
+            found = await service.reads.group(
                 queue, group, states=states, search=search, cursor=cursor, limit=limit
             )
+            reading, stats, page = found.reading, found.stats, found.page
+            stuck_after_ms = found.stuck_after_ms
             if stats is None:
-                raise HTTPException(404, f"queue {queue!r} has no tracked group {group!r}")
+                raise HTTPException(404, NO_GROUP.format(queue=queue, group=group))
         else:
             where = ConsumerFilter(queue, group, states, search)
-            reading, page = await service.reads.consumers(where, cursor=cursor, limit=limit)
+            reading, page = await service.reads.consumers(
+                where, cursor=cursor, limit=limit, with_meta=with_meta
+            )
         now_ns, ttl = reading.now_ns, reading.ttl
         filters = {
             "queue": queue or "",
@@ -550,10 +580,9 @@ class Views:
                 {"now_ns": now_ns}
                 | ttl.to_dict()
                 | {
-                    "group": stats.to_dict() | {"nobody_reading": stats.nobody_reading}
-                    if stats
-                    else None,
-                    "consumers": [consumer_json(row) for row in page.rows],
+                    "group": group_json(stats) if stats else None,
+                    "stuck_after_ms": stuck_after_ms,
+                    "consumers": [consumer_json(row, with_meta=with_meta) for row in page.rows],
                     "next_cursor": page.next_cursor,
                     "prev_cursor": page.prev_cursor,
                 }
@@ -564,6 +593,7 @@ class Views:
             ttl=ttl,
             stats=stats,
             group_page=group_page,
+            with_meta=with_meta,
             rows=page.rows,
             next_cursor=page.next_cursor,
             prev_cursor=page.prev_cursor,
@@ -578,6 +608,8 @@ class Views:
                 "queue": queue,
                 "group": group,
                 "group_page": group_page,
+                "with_meta": with_meta,
+                "stuck_after_ms": stuck_after_ms,
                 "states": filters["states"],
                 "search": search or "",
                 "limit": limit,
@@ -605,7 +637,7 @@ class Views:
         return JSONResponse(
             self._meta(now_ns, ttl)
             | {
-                "groups": [g.to_dict() for g in page.groups],
+                "groups": [g.to_dict() for g in page.groups],  # min_active, below too
                 "next_cursor": page.next_cursor,
                 "prev_cursor": page.prev_cursor,
             }
@@ -613,7 +645,7 @@ class Views:
 
     async def api_group(self, request: Request) -> Response:
         queue, group = _path_names(request, GROUP_API)
-        reading, stats, page = await self.service.reads.group(
+        found = await self.service.reads.group(
             queue,
             group,
             states=_states(request),
@@ -621,13 +653,15 @@ class Views:
             cursor=_cursor(request),
             limit=_limit(request, 100),
         )
+        reading, stats, page = found.reading, found.stats, found.page
         if stats is None:
-            raise HTTPException(404, f"queue {queue!r} has no tracked group {group!r}")
+            raise HTTPException(404, NO_GROUP.format(queue=queue, group=group))
         return JSONResponse(
             self._meta(reading.now_ns, reading.ttl)
             | {
                 "group": stats.to_dict(),
-                "consumers": [consumer_json(row) for row in page.rows],
+                "stuck_after_ms": found.stuck_after_ms,
+                "consumers": [consumer_json(row, with_meta=True) for row in page.rows],
                 "next_cursor": page.next_cursor,
                 "prev_cursor": page.prev_cursor,
             }
@@ -640,13 +674,14 @@ class Views:
             _states(request),
             _text(request, "search"),
         )
+        with_meta = _flag(request, "meta")
         reading, page = await self.service.reads.consumers(
-            where, cursor=_cursor(request), limit=_limit(request, 100)
+            where, cursor=_cursor(request), limit=_limit(request, 100), with_meta=with_meta
         )
         return JSONResponse(
             self._meta(reading.now_ns, reading.ttl)
             | {
-                "consumers": [consumer_json(row) for row in page.rows],
+                "consumers": [consumer_json(row, with_meta=with_meta) for row in page.rows],
                 "next_cursor": page.next_cursor,
                 "prev_cursor": page.prev_cursor,
             }
@@ -710,8 +745,11 @@ class Views:
     # -- operations
 
     async def metrics(self, request: Request) -> Response:
-        per_consumer = self.service.config.per_consumer_metrics
-        reading = await metrics.scrape(self.service.reads, per_consumer=per_consumer)
+        config = self.service.config
+        per_consumer = config.per_consumer_metrics
+        reading = await metrics.scrape(
+            self.service.reads, read_consumers=per_consumer or config.stuck_metrics
+        )
         if reading.error:
             log.warning("scrape: Redis read failed: %s", self.service.scrub(reading.error))
         accept = request.headers.get("accept", "")

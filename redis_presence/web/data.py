@@ -4,15 +4,17 @@ Routes, the metrics collector and the live feed call only this module, so a bett
 in the library becomes a change here and nowhere else. What each read costs today, and
 what replaces it:
 
-* `PresenceData.groups` (the groups page, `/api/v1/groups`, `/metrics`) counts every group
-  three times at one instant (active, active or stale, every tracked consumer), sent
-  concurrently: `count_active_by_group()` visits groups, never consumers. Becomes one
-  `registry.groups(now_ns, ttl_ms)` call (issue 14); a per-group oldest heartbeat in its
-  rows would let `/metrics` report `redis_presence_oldest_heartbeat_age_seconds` without
-  per-consumer metrics.
+* `PresenceData.groups` (the groups page, `/api/v1/groups`, `/metrics`) is one
+  `registry.groups(now_ns, ttl_ms)`: every tracked or declared group with its counts under
+  its own shared TTL (or ``--ttl-ms``), its `min_active` and `below`; it visits groups,
+  never consumers. A per-group oldest heartbeat (or stuck count) in its rows would let
+  `/metrics` report them without reading consumers.
 * `PresenceData.group` and `consumers` with a queue (the group page, filtered consumer
   lists and API) read `snapshot(queue=, group=)`: the library reads that queue's or that
-  group's keys alone, so they cost what they return. Without a queue (the fleet-wide
+  group's keys alone, so they cost what they return. The group views read each row's
+  metadata too (`with_meta=True`, one ``HMGET`` per chunk of the group), and the group's
+  declared minimum (`expected()`, the declared groups alone); the consumer lists read
+  metadata only when asked (``meta=1``). Without a queue (the fleet-wide
   consumer list, a name search) and for `metrics` with per-consumer metrics on,
   `PresenceData.rows` is one whole snapshot, shared by every request for `read_cache_s`
   and read by one caller at a time (the others await it); pages filter it here.
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import count, groupby
 from typing import Any, NamedTuple
 
@@ -37,13 +39,11 @@ from redis.exceptions import RedisError
 from redis_presence import AsyncRedisPresenceRegistry, ConsumerPresence, PresenceState
 from redis_presence.errors import translate
 from redis_presence.events import PresenceEvent
+from redis_presence.model import GroupPresence
 
 from .pages import ConsumerFilter, Cursor, Page, page_of
 
 NS_PER_S = 1_000_000_000
-EVERYONE_NOW_NS = 0
-"""Counting "active" at `now_ns=0` counts every tracked consumer: every stored beat is then
-in the reader's future, and a beat from the future has age 0 (the contract's rule)."""
 
 
 class GroupStats(NamedTuple):
@@ -56,6 +56,10 @@ class GroupStats(NamedTuple):
     expired: int
     oldest_heartbeat_ns: int | None = None
     """The least recent heartbeat of the group, where the read in use knows it."""
+    min_active: int | None = None
+    """The minimum it was declared with (`expect`); None: not declared."""
+    stuck: int | None = None
+    """Its stuck consumers, where the read in use knows them (a read of its consumers)."""
 
     @property
     def total(self) -> int:
@@ -66,6 +70,16 @@ class GroupStats(NamedTuple):
         """No active consumer: nobody is reading this group right now."""
         return self.active == 0
 
+    @property
+    def below(self) -> bool:
+        """Declared, with fewer active consumers than its `min_active`."""
+        return self.min_active is not None and self.active < self.min_active
+
+    @property
+    def attention(self) -> bool:
+        """Shown first and marked: below its declared minimum, or nobody reading it."""
+        return self.below or self.nobody_reading
+
     def to_dict(self) -> dict[str, object]:
         return {
             "queue": self.queue,
@@ -73,6 +87,8 @@ class GroupStats(NamedTuple):
             "active": self.active,
             "stale": self.stale,
             "expired": self.expired,
+            "min_active": self.min_active,
+            "below": self.below,
         }
 
 
@@ -97,20 +113,36 @@ class Reading(NamedTuple):
     ttl: TtlInUse
 
 
+class GroupReading(NamedTuple):
+    """One group's consumers (a page of them), its counts (None: neither tracked nor
+    declared) and the progress budget its `stuck` flags were judged with."""
+
+    reading: Reading
+    stats: GroupStats | None
+    page: Page
+    stuck_after_ms: int
+
+
 class GroupsReading(NamedTuple):
     now_ns: int
     groups: list[GroupStats]
     ttl: TtlInUse
 
 
-def stats_from_rows(rows: Iterable[ConsumerPresence]) -> list[GroupStats]:
-    """Per-group counts (and oldest heartbeat) of rows ordered by `(queue, group, ...)`."""
+def stats_from_rows(
+    rows: Iterable[ConsumerPresence], declared: Mapping[tuple[str, str], int] | None = None
+) -> list[GroupStats]:
+    """Per-group counts, oldest heartbeat and stuck consumers of rows ordered by `(queue,
+    group, ...)`; with `declared` (`expected()`), its groups too, with their minimum (a
+    declared group without a row has zero of everything)."""
     stats = []
     for (queue, group), part in groupby(rows, key=lambda row: (row.queue, row.group)):
         tally = dict.fromkeys(PresenceState, 0)
         oldest: int | None = None
+        stuck = 0
         for row in part:
             tally[row.state] += 1
+            stuck += row.stuck
             if oldest is None or row.last_heartbeat_ns < oldest:
                 oldest = row.last_heartbeat_ns
         stats.append(
@@ -121,29 +153,27 @@ def stats_from_rows(rows: Iterable[ConsumerPresence]) -> list[GroupStats]:
                 tally[PresenceState.STALE],
                 tally[PresenceState.EXPIRED],
                 oldest,
+                None if declared is None else declared.get((queue, group)),
+                stuck,
             )
         )
+    if declared:
+        seen = {(s.queue, s.group) for s in stats}
+        stats += [
+            GroupStats(queue, group, 0, 0, 0, None, minimum, 0)
+            for (queue, group), minimum in declared.items()
+            if (queue, group) not in seen
+        ]
+        stats.sort(key=lambda s: (s.queue, s.group))
     return stats
 
 
-def stats_from_counts(
-    active: dict[tuple[str, str], int],
-    active_or_stale: dict[tuple[str, str], int],
-    tracked: dict[tuple[str, str], int],
-) -> list[GroupStats]:
-    """Per-group counts from three counts of one instant, ordered by `(queue, group)`.
-
-    The three reads run concurrently, so a beat between them can make a difference
-    negative for a moment: each count is clamped to zero."""
-    stats = []
-    for queue, group in sorted(tracked):
-        key = (queue, group)
-        a = active.get(key, 0)
-        up_to_stale = max(a, active_or_stale.get(key, 0))
-        stats.append(
-            GroupStats(queue, group, a, up_to_stale - a, max(0, tracked[key] - up_to_stale))
-        )
-    return stats
+def stats_from_groups(groups: Iterable[GroupPresence]) -> list[GroupStats]:
+    """`registry.groups()` rows as `GroupStats` (the order kept: by `(queue, group)`)."""
+    return [
+        GroupStats(g.queue, g.group, g.active, g.stale, g.expired, None, g.min_active)
+        for g in groups
+    ]
 
 
 def server_time_ns(reply: Any) -> int:
@@ -184,6 +214,7 @@ class PresenceData:
         self._inflight: asyncio.Task[Reading] | None = None
         self._serials = count(1)
         self._ttls: dict[tuple[str | None, str | None], tuple[TtlInUse, float]] = {}
+        self._stucks: dict[tuple[str, str], tuple[int, float]] = {}
         self.last_ttl = TtlInUse(ttl_ms, "option") if ttl_ms is not None else None
         """The TTL of the prefix the last read used (None before the first)."""
 
@@ -218,6 +249,19 @@ class PresenceData:
             self.last_ttl = found
         return found
 
+    async def stuck_after_ms(self, queue: str, group: str) -> int:
+        """The progress budget a group's reads judge `stuck` with (its shared one), read
+        again after TTL_REFRESH_S."""
+        key = (queue, group)
+        known = self._stucks.get(key)
+        if known is not None and time.monotonic() - known[1] <= TTL_REFRESH_S:
+            return known[0]
+        budget, _ = await self.registry.stuck_after_source(queue, group)
+        if len(self._stucks) >= MAX_CACHED_TTLS:
+            self._stucks.clear()
+        self._stucks[key] = (budget, time.monotonic())
+        return budget
+
     @property
     def _read_ttl_ms(self) -> int | None:
         """The `ttl_ms` consumer reads pass: the option, else None (each group's shared TTL,
@@ -227,17 +271,17 @@ class PresenceData:
     # -- whole groups -----------------------------------------------------------------
 
     async def groups(self) -> GroupsReading:
-        """Every tracked group with its active, stale and expired counts (under the TTL of
-        the prefix)."""
+        """Every tracked or declared group with its active, stale and expired counts (each
+        under its own shared TTL, or ``--ttl-ms``), its `min_active` and `below`; `ttl` is
+        the prefix's, what a group without a TTL of its own uses."""
         ttl = await self.ttl()
         now = await self.now_ns()
-        count_at = self.registry.count_active_by_group
-        active, active_or_stale, tracked = await asyncio.gather(
-            count_at(now_ns=now, ttl_ms=ttl.ttl_ms),
-            count_at(now_ns=now, ttl_ms=2 * ttl.ttl_ms),
-            count_at(now_ns=EVERYONE_NOW_NS, ttl_ms=1),
-        )
-        return GroupsReading(now, stats_from_counts(active, active_or_stale, tracked), ttl)
+        groups = await self.registry.groups(now_ns=now, ttl_ms=self._read_ttl_ms)
+        return GroupsReading(now, stats_from_groups(groups), ttl)
+
+    async def declared(self, queue: str, group: str) -> int | None:
+        """The `min_active` the group was declared with (None: not declared)."""
+        return (await self.registry.expected()).get((queue, group))
 
     # -- consumers --------------------------------------------------------------------
 
@@ -265,23 +309,32 @@ class PresenceData:
         rows = await self.registry.snapshot(now_ns=now, ttl_ms=self._read_ttl_ms)
         return Reading(next(self._serials), now, rows, ttl)
 
-    async def _selected(self, queue: str | None, group: str | None) -> Reading:
+    async def _selected(
+        self, queue: str | None, group: str | None, *, with_meta: bool = False
+    ) -> Reading:
         """The consumers of one queue (or one group): read by the library from that part of
-        the index alone, fresh each time; the whole fleet comes from the shared snapshot."""
-        if queue is None:
+        the index alone, fresh each time; the whole fleet comes from the shared snapshot
+        (or, `with_meta`, from a read of its own)."""
+        if queue is None and not with_meta:
             return await self.rows()
         ttl = await self.ttl(queue, group) if group is not None else await self.ttl()
         now = await self.now_ns()
         rows = await self.registry.snapshot(
-            now_ns=now, ttl_ms=self._read_ttl_ms, queue=queue, group=group
+            now_ns=now, ttl_ms=self._read_ttl_ms, queue=queue, group=group, with_meta=with_meta
         )
         return Reading(0, now, rows, ttl)
 
     async def consumers(
-        self, where: ConsumerFilter, *, cursor: Cursor | None, limit: int
+        self,
+        where: ConsumerFilter,
+        *,
+        cursor: Cursor | None,
+        limit: int,
+        with_meta: bool = False,
     ) -> tuple[Reading, Page]:
-        """One page of consumers matching `where`, and the read it comes from."""
-        reading = await self._selected(where.queue, where.group)
+        """One page of consumers matching `where`, and the read it comes from (`with_meta`:
+        their metadata read too)."""
+        reading = await self._selected(where.queue, where.group, with_meta=with_meta)
         return reading, page_of(reading.rows, where, cursor=cursor, limit=limit)
 
     async def group(
@@ -293,31 +346,40 @@ class PresenceData:
         search: str | None,
         cursor: Cursor | None,
         limit: int,
-    ) -> tuple[Reading, GroupStats | None, Page]:
-        """One group's counts (None when it is not tracked) and a page of its consumers,
-        from one read of that group alone."""
-        reading = await self._selected(queue, group)
-        stats = stats_from_rows(reading.rows)
+    ) -> GroupReading:
+        """One group's counts (None when it is neither tracked nor declared) and a page of
+        its consumers with their metadata, from one read of that group alone (and of the
+        declared groups, for its minimum)."""
+        reading, minimum, stuck_after = await asyncio.gather(
+            self._selected(queue, group, with_meta=True),
+            self.declared(queue, group),
+            self.stuck_after_ms(queue, group),
+        )
+        declared = {} if minimum is None else {(queue, group): minimum}
+        stats = stats_from_rows(reading.rows, declared)
         page = page_of(
             reading.rows,
             ConsumerFilter(queue, group, states, search),
             cursor=cursor,
             limit=limit,
         )
-        return reading, (stats[0] if stats else None), page
+        return GroupReading(reading, (stats[0] if stats else None), page, stuck_after)
 
     # -- metrics ----------------------------------------------------------------------
 
     async def metrics(
-        self, *, per_consumer: bool
+        self, *, read_consumers: bool
     ) -> tuple[int, TtlInUse, list[GroupStats], Sequence[ConsumerPresence]]:
-        """What one scrape reports: group counts from the counts (no consumer is read), or,
-        with per-consumer metrics, everything from one snapshot (oldest heartbeat too)."""
-        if per_consumer:
-            reading = await self.rows(max_age_s=0)
-            return reading.now_ns, reading.ttl, stats_from_rows(reading.rows), reading.rows
-        now, groups, ttl = await self.groups()
-        return now, ttl, groups, ()
+        """What one scrape reports: every tracked or declared group from `groups()` (no
+        consumer is read), or, with `read_consumers`, from one snapshot (and the declared
+        groups): the stuck counts and oldest heartbeats too, and the rows of per-consumer
+        metrics."""
+        if not read_consumers:
+            now, groups, ttl = await self.groups()
+            return now, ttl, groups, ()
+        reading, declared = await asyncio.gather(self.rows(max_age_s=0), self.registry.expected())
+        stats = stats_from_rows(reading.rows, declared)
+        return reading.now_ns, reading.ttl, stats, reading.rows
 
     # -- events -----------------------------------------------------------------------
 
@@ -332,6 +394,7 @@ class PresenceData:
 
 
 __all__ = [
+    "GroupReading",
     "GroupStats",
     "PresenceData",
     "TtlInUse",

@@ -31,6 +31,17 @@ METRICS: dict[str, str] = {
         "of every tracked group is reported, 0 included."
     ),
     "redis_presence_group_active": "Active consumers per queue and group.",
+    "redis_presence_group_min_active": (
+        "The minimum of active consumers a declared group (registry.expect) must have."
+    ),
+    "redis_presence_group_below_min": (
+        "1 when a declared group has fewer active consumers than its minimum, else 0; every "
+        "declared group is reported, with or without consumers."
+    ),
+    "redis_presence_consumers_stuck": (
+        "Active consumers holding leases without progress for longer than the group's "
+        "progress budget (only with --stuck-metrics or --per-consumer-metrics)."
+    ),
     "redis_presence_oldest_heartbeat_age_seconds": (
         "Seconds since the least recent heartbeat among the group's tracked consumers."
     ),
@@ -88,6 +99,9 @@ class PresenceCollector(Collector):
             return
         consumers = _gauge("redis_presence_consumers", ("queue", "group", "state"))
         active = _gauge("redis_presence_group_active", ("queue", "group"))
+        minimum = _gauge("redis_presence_group_min_active", ("queue", "group"))
+        below = _gauge("redis_presence_group_below_min", ("queue", "group"))
+        stuck = _gauge("redis_presence_consumers_stuck", ("queue", "group"))
         oldest = _gauge("redis_presence_oldest_heartbeat_age_seconds", ("queue", "group"))
         for stats in reading.groups:
             names = [stats.queue, stats.group]
@@ -98,12 +112,20 @@ class PresenceCollector(Collector):
             ):
                 consumers.add_metric([*names, state.value], value)
             active.add_metric(names, stats.active)
+            if stats.min_active is not None:
+                minimum.add_metric(names, stats.min_active)
+                below.add_metric(names, 1.0 if stats.below else 0.0)
+            if stats.stuck is not None:
+                stuck.add_metric(names, stats.stuck)
             if stats.oldest_heartbeat_ns is not None:
                 oldest.add_metric(names, _age_s(reading.now_ns, stats.oldest_heartbeat_ns))
         yield consumers
         yield active
-        if oldest.samples:
-            yield oldest
+        yield minimum
+        yield below
+        for family in (stuck, oldest):
+            if family.samples:
+                yield family
         if self.per_consumer:
             ages = _gauge(
                 "redis_presence_consumer_last_seen_age_seconds", ("queue", "group", "consumer")
@@ -116,11 +138,12 @@ class PresenceCollector(Collector):
             yield ages
 
 
-async def scrape(data: PresenceData, *, per_consumer: bool) -> ScrapeReading:
-    """Read what one scrape reports; a Redis failure becomes `error` (and `up` 0)."""
+async def scrape(data: PresenceData, *, read_consumers: bool) -> ScrapeReading:
+    """Read what one scrape reports (`read_consumers`: a snapshot, for stuck counts, oldest
+    heartbeats and per-consumer series); a Redis failure becomes `error` (and `up` 0)."""
     started = time.perf_counter()
     try:
-        now, ttl, groups, consumers = await data.metrics(per_consumer=per_consumer)
+        now, ttl, groups, consumers = await data.metrics(read_consumers=read_consumers)
     except PresenceError as exc:
         known = data.last_ttl.ttl_ms if data.last_ttl else DEFAULT_PRESENCE_TTL_MS
         return ScrapeReading(0, (), (), time.perf_counter() - started, known, str(exc))
@@ -167,6 +190,9 @@ def render_text(reading: ScrapeReading, *, per_consumer: bool) -> bytes:
         return "".join(out).encode()
     consumers = [_head("redis_presence_consumers")]
     active = [_head("redis_presence_group_active")]
+    minimum = [_head("redis_presence_group_min_active")]
+    below = [_head("redis_presence_group_below_min")]
+    stuck = [_head("redis_presence_consumers_stuck")]
     oldest = [_head("redis_presence_oldest_heartbeat_age_seconds")]
     for stats in reading.groups:
         names = f'group="{_label(stats.group)}",queue="{_label(stats.queue)}"'
@@ -177,10 +203,19 @@ def render_text(reading: ScrapeReading, *, per_consumer: bool) -> bytes:
             f'{series}"expired"}} {_number(stats.expired)}\n'
         )
         active.append(f"redis_presence_group_active{{{names}}} {_number(stats.active)}\n")
+        if stats.min_active is not None:
+            minimum.append(
+                f"redis_presence_group_min_active{{{names}}} {_number(stats.min_active)}\n"
+            )
+            flag = _number(1.0 if stats.below else 0.0)
+            below.append(f"redis_presence_group_below_min{{{names}}} {flag}\n")
+        if stats.stuck is not None:
+            stuck.append(f"redis_presence_consumers_stuck{{{names}}} {_number(stats.stuck)}\n")
         if stats.oldest_heartbeat_ns is not None:
             age = _age_s(reading.now_ns, stats.oldest_heartbeat_ns)
             oldest.append(f"redis_presence_oldest_heartbeat_age_seconds{{{names}}} {_float(age)}\n")
-    out += consumers + active + (oldest if len(oldest) > 1 else [])
+    out += consumers + active + minimum + below
+    out += (stuck if len(stuck) > 1 else []) + (oldest if len(oldest) > 1 else [])
     if per_consumer:
         out.append(_head("redis_presence_consumer_last_seen_age_seconds"))
         now = reading.now_ns

@@ -54,6 +54,13 @@ def is_loopback(host: str) -> bool:
     "are unbounded). Env: REDIS_PRESENCE_PER_CONSUMER_METRICS=1.",
 )
 @click.option(
+    "--stuck-metrics",
+    is_flag=True,
+    envvar="REDIS_PRESENCE_STUCK_METRICS",
+    help="Count stuck consumers per group in /metrics (reads every consumer at each "
+    "scrape; implied by --per-consumer-metrics). Env: REDIS_PRESENCE_STUCK_METRICS=1.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
     default="info",
@@ -69,6 +76,7 @@ def command(
     port: int,
     auth_token: str | None,
     per_consumer_metrics: bool,
+    stuck_metrics: bool,
     log_level: str,
     read_cache_ms: int,
     live_interval_ms: int,
@@ -102,6 +110,7 @@ def command(
         read_only=app.read_only,
         auth_token=auth_token or None,
         per_consumer_metrics=per_consumer_metrics,
+        stuck_metrics=stuck_metrics,
         now_ns=app.now_ns,
         read_cache_s=read_cache_ms / 1000,
         live_interval_s=live_interval_ms / 1000,

@@ -49,6 +49,28 @@
     span.textContent = state;
     return span;
   }
+  function stuckPill() {
+    const span = pill("stuck");
+    span.title = "holds leases without progress for longer than the progress budget";
+    return span;
+  }
+  // A consumer's metadata as `key=value` pairs, sorted by key, written as text.
+  function metaCell(meta) {
+    const td = cell("", "meta");
+    for (const key of Object.keys(meta || {}).sort()) {
+      const kv = document.createElement("span");
+      kv.className = "kv";
+      const k = document.createElement("span");
+      k.className = "k";
+      k.textContent = key;
+      const v = document.createElement("span");
+      v.className = "v";
+      v.textContent = meta[key];
+      kv.append(k, "=", v);
+      td.append(kv);
+    }
+    return td;
+  }
 
   // -- ages ---------------------------------------------------------------------------------
   function tick() {
@@ -81,14 +103,17 @@
 
   function consumerRow(c) {
     const tr = document.createElement("tr");
-    tr.className = `state-${c.state}`;
+    tr.className = `state-${c.state}${c.stuck ? " stuck" : ""}`;
     tr.dataset.state = c.state;
     tr.dataset.key = keyOf(c.queue, c.group, c.consumer);
+    tr.dataset.since = String(sinceOf(c));
+    tr.dataset.leases = String(c.lease_count);
     if (!page.group_page) {
       tr.append(cell(c.queue, "name"), linkCell(c.group, groupHref(c.queue, c.group), "name"));
     }
     const state = cell("");
     state.append(pill(c.state));
+    if (c.stuck) state.append(" ", stuckPill());
     const age = cell("", "age");
     age.dataset.hb = String(c.last_heartbeat_ns);
     tr.append(
@@ -98,27 +123,40 @@
       cell(thousands(c.lease_count), "num"),
       cell(isoUtc(c.registered_at_ns), "when"),
     );
+    if (page.with_meta) tr.append(metaCell(c.meta));
     return tr;
+  }
+  // The instant a consumer's progress budget counts from: its last progress, else its
+  // registration (the library's `is_stuck`).
+  function sinceOf(c) {
+    const registered = BigInt(c.registered_at_ns);
+    const progress = c.last_progress_ns === null || c.last_progress_ns === undefined
+      ? 0n : BigInt(c.last_progress_ns);
+    return progress > registered ? progress : registered;
   }
 
   function groupRow(g) {
     const tr = document.createElement("tr");
-    tr.className = g.nobody_reading ? "idle" : "";
+    tr.className = g.nobody_reading || g.below ? "idle" : "";
     tr.dataset.queue = g.queue;
     tr.dataset.group = g.group;
     const badge = cell("");
-    if (g.nobody_reading) {
+    if (g.nobody_reading || g.below) {
       const span = document.createElement("span");
       span.className = "badge";
-      span.textContent = "nobody is reading";
+      span.textContent = g.nobody_reading
+        ? "nobody is reading"
+        : `below minimum ${thousands(g.min_active)}`;
       badge.append(span);
     }
+    const declared = g.min_active !== null && g.min_active !== undefined;
     tr.append(
       cell(g.queue, "name"),
       linkCell(g.group, groupHref(g.queue, g.group), "name"),
       cell(thousands(g.active), "num active"),
       cell(thousands(g.stale), "num stale"),
       cell(thousands(g.expired), "num expired"),
+      cell(declared ? thousands(g.min_active) : "", "num min"),
       badge,
     );
     return tr;
@@ -133,8 +171,16 @@
         card.classList.toggle("alarm", Boolean(counts.nobody_reading));
         continue;
       }
+      if (name === "below" && page.view === "consumers") {
+        // Shown when the group has readers, but fewer than its declared minimum.
+        card.hidden = !counts.below || Boolean(counts.nobody_reading);
+        card.classList.toggle("alarm", Boolean(counts.below));
+        continue;
+      }
       card.querySelector(".n").textContent = thousands(counts[name] ?? 0);
-      if (name === "nobody_reading") card.classList.toggle("alarm", counts[name] > 0);
+      if (name === "nobody_reading" || name === "below") {
+        card.classList.toggle("alarm", counts[name] > 0);
+      }
     }
   }
 
@@ -160,7 +206,11 @@
   function renderConsumers(model) {
     const tbody = document.querySelector("#consumers tbody");
     const before = rowsByKey(tbody);
+    if (model.stuck_after_ms !== null && model.stuck_after_ms !== undefined) {
+      stuckAfterMs = Number(model.stuck_after_ms);
+    }
     const rows = model.consumers.map((c) => {
+      if (page.with_meta && c.meta) metas.set(keyOf(c.queue, c.group, c.consumer), c.meta);
       const tr = consumerRow(c);
       const old = before.get(tr.dataset.key);
       if (!old || old.className !== tr.className) tr.classList.add("changed");
@@ -171,6 +221,33 @@
     if (model.group) setCards(document.getElementById("group-stats"), model.group);
     setPagerLink("prev", "← Previous", model.prev_cursor, "cursor");
     setPagerLink("next", "Next →", model.next_cursor, "cursor");
+    planStuckRead();
+  }
+
+  // `stuck` comes from reads (no event says a consumer made progress): a group page reads
+  // itself again when a row it shows could turn stuck (its budget after its registration
+  // or last progress runs out), and shows what that read says.
+  let stuckAfterMs = page.stuck_after_ms === null || page.stuck_after_ms === undefined
+    ? null : Number(page.stuck_after_ms);
+  let stuckTimer = null;
+  function planStuckRead() {
+    if (stuckTimer !== null) clearTimeout(stuckTimer);
+    stuckTimer = null;
+    if (!page.group_page || stuckAfterMs === null) return;
+    let due = null;
+    for (const tr of document.querySelectorAll("#consumers tbody tr")) {
+      if (tr.dataset.state !== "active" || tr.classList.contains("stuck")) continue;
+      if (!(Number(tr.dataset.leases) > 0) || !tr.dataset.since) continue;
+      const at = BigInt(tr.dataset.since) + BigInt(stuckAfterMs + 1) * 1000000n;
+      if (due === null || at < due) due = at;
+    }
+    if (due === null) return;
+    const waitMs = Number(due / 1000000n) - (Date.now() + offsetMs);
+    stuckTimer = setTimeout(() => {
+      stuckTimer = null;
+      if (Number(due / 1000000n) <= Date.now() + offsetMs) scheduleRefresh(0);
+      else planStuckRead(); // a wait longer than a timer holds: plan again
+    }, Math.min(Math.max(0, waitMs), 2 ** 31 - 1));
   }
 
   function renderGroups(model) {
@@ -195,12 +272,15 @@
   let hasPrev = page.prev_cursor !== null && page.prev_cursor !== undefined;
   let hasNext = page.next_cursor !== null && page.next_cursor !== undefined;
   const known = new Map(); // consumer key -> its state, from the events since the last read
+  const metas = new Map(); // consumer key -> its metadata, from the reads (events carry none)
   const groupCounts = new Map(); // the overview: group key -> {queue, group, active, stale, expired}
   const groupKey = (queue, group) => JSON.stringify([queue, group]);
   function loadCounts(counts) {
     groupCounts.clear();
-    for (const [queue, group, active, stale, expired] of counts || []) {
-      groupCounts.set(groupKey(queue, group), { queue, group, active, stale, expired });
+    for (const [queue, group, active, stale, expired, min_active] of counts || []) {
+      groupCounts.set(groupKey(queue, group), {
+        queue, group, active, stale, expired, min_active: min_active ?? null,
+      });
     }
   }
   if (page.view === "groups") loadCounts(page.counts);
@@ -350,11 +430,15 @@
     const gk = groupKey(event.queue, event.group);
     let counts = groupCounts.get(gk);
     if (!counts) {
-      counts = { queue: event.queue, group: event.group, active: 0, stale: 0, expired: 0 };
+      counts = {
+        queue: event.queue, group: event.group, active: 0, stale: 0, expired: 0, min_active: null,
+      };
       groupCounts.set(gk, counts);
     }
     move(counts, from, to);
-    if (counts.active + counts.stale + counts.expired === 0) groupCounts.delete(gk);
+    // A declared group stays listed without consumers: that is when it matters most.
+    const empty = counts.active + counts.stale + counts.expired === 0;
+    if (empty && counts.min_active === null) groupCounts.delete(gk);
     if (renderTimer === null) {
       renderTimer = setTimeout(() => {
         renderTimer = null;
@@ -369,24 +453,32 @@
     const queueText = (f.queue || "").toLowerCase();
     const groupText = (f.group || "").toLowerCase();
     const states = f.states || [];
-    const all = [...groupCounts.values()].map((g) => ({ ...g, nobody_reading: g.active === 0 }));
-    const totals = { groups: all.length, active: 0, stale: 0, expired: 0, nobody_reading: 0 };
+    const all = [...groupCounts.values()].map((g) => ({
+      ...g,
+      nobody_reading: g.active === 0,
+      below: g.min_active !== null && g.active < g.min_active,
+    }));
+    const totals = {
+      groups: all.length, active: 0, stale: 0, expired: 0, nobody_reading: 0, below: 0,
+    };
     for (const g of all) {
       totals.active += g.active;
       totals.stale += g.stale;
       totals.expired += g.expired;
       totals.nobody_reading += g.nobody_reading ? 1 : 0;
+      totals.below += g.below ? 1 : 0;
     }
     const picked = all.filter(
       (g) =>
         g.queue.toLowerCase().includes(queueText) &&
         g.group.toLowerCase().includes(groupText) &&
         (!states.length || states.some((s) => g[s] > 0)) &&
-        (!f.idle || g.nobody_reading),
+        (!f.idle || g.nobody_reading || g.below),
     );
     const order = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
     picked.sort(
       (a, b) =>
+        order(a.below ? 0 : 1, b.below ? 0 : 1) ||
         order(a.nobody_reading ? 0 : 1, b.nobody_reading ? 0 : 1) ||
         order(a.queue, b.queue) ||
         order(a.group, b.group),
@@ -428,6 +520,8 @@
       const card = groupStats.querySelector(`[data-total="${name}"] .n`);
       counts[name] = Number(card.textContent.replace(/,/g, ""));
     }
+    const min = groupStats.querySelector('[data-total="below"]')?.dataset.min;
+    counts.min_active = min ? Number(min) : null;
     return counts;
   };
 
@@ -442,23 +536,32 @@
         const counts = cardCounts();
         move(counts, from, to);
         counts.nobody_reading = counts.active === 0;
+        counts.below = counts.min_active !== null && counts.active < counts.min_active;
         setCards(groupStats, counts);
       }
     }
     if (to === null || (tr && !wanted(event, to))) {
       if (tr) tr.remove();
     } else if (tr) {
+      // Its metadata cell stays; `stuck` is a flag on an active row: cleared when it leaves
+      // active, and left for the next read to tell when it comes back.
       tr.className = `state-${to} changed`;
       tr.dataset.state = to;
       tr.querySelector(".pill").parentElement.replaceChildren(pill(to));
       if (event.kind === "recovered" || event.kind === "joined") {
         tr.querySelector("td.age").dataset.hb = String(event.last_heartbeat_ns);
         tr.querySelector("td.num").textContent = thousands(event.lease_count);
+        tr.dataset.leases = String(event.lease_count);
       }
     } else if (wanted(event, to)) {
-      insertRow(tbody, { ...event, state: to });
+      const meta = metas.get(key);
+      insertRow(tbody, { ...event, state: to, meta: meta || {} });
+      // Events carry no metadata: a consumer the page has not read yet is read once (a
+      // debounced read of the page, so a burst of joins costs one).
+      if (page.with_meta && meta === undefined) scheduleRefresh(1000);
     }
     document.getElementById("consumers-empty").hidden = tbody.rows.length > 0;
+    planStuckRead();
     tick(); // the ages the row shows, as of now
   }
 
@@ -505,5 +608,6 @@
   source.addEventListener("error", () => {
     if (source.readyState !== EventSource.OPEN) setLive("static", "reconnecting…");
   });
+  planStuckRead();
   tick();
 })();
