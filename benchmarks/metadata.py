@@ -11,7 +11,7 @@ from typing import Any
 
 from redis_presence import PresenceReporter, RedisPresenceRegistry
 
-from .fleet import GROUPS, NOW_NS, fleet, write_fleet
+from .fleet import GROUPS, fleet, write_fleet
 from .server import BenchServer
 from .stats import CaseResult, Check, Measure, interleaved, used_memory
 
@@ -42,27 +42,28 @@ def case_metadata(server: BenchServer, sizes: Any) -> CaseResult:
         beats = fleet(n)
         client.flushall()
         # The same fleet twice, under two prefixes: one described, one not, read in turn.
-        write_fleet(plain, beats, NOW_NS)
-        write_fleet(registry, beats, NOW_NS)
+        # Written at the server's clock, so that the reporter's beats find every consumer
+        # active and log no event (the memory measured is the metadata's alone).
+        now = registry.clock_ns()
+        write_fleet(plain, beats, now)
+        write_fleet(registry, beats, now)
         gc.collect()
         before = used_memory(client)
         _describe_all(registry, beats)
         per_consumer = (used_memory(client) - before) / n
-        write_fleet(registry, beats, NOW_NS)  # the reporter beat at the server's clock: again
-        plain_rows = plain.snapshot(now_ns=NOW_NS)
+        write_fleet(registry, beats, now)  # as the plain fleet: the reporter beat it later
+        plain_rows = plain.snapshot(now_ns=now)
         described = interleaved(
             {
-                "snapshot()": partial(registry.snapshot, now_ns=NOW_NS),
-                "snapshot(with_meta=True)": partial(
-                    registry.snapshot, now_ns=NOW_NS, with_meta=True
-                ),
-                "undescribed": partial(plain.snapshot, now_ns=NOW_NS),
+                "snapshot()": partial(registry.snapshot, now_ns=now),
+                "snapshot(with_meta=True)": partial(registry.snapshot, now_ns=now, with_meta=True),
+                "undescribed": partial(plain.snapshot, now_ns=now),
             },
             rounds,
             collect=True,
         )
         undescribed = described["undescribed"]
-        rows = registry.snapshot(now_ns=NOW_NS, with_meta=True)
+        rows = registry.snapshot(now_ns=now, with_meta=True)
         if len(rows) != len(plain_rows) or not all(row.meta for row in rows):
             raise AssertionError("every consumer should carry the reporter's metadata")
 
