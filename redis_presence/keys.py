@@ -165,19 +165,7 @@ class Keyspace:
 
     def queue_of_expect(self, key: bytes | str) -> str:
         """The queue whose declared groups `key` holds; a foreign key is a data error."""
-        text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
-        head, tail = f"{self.prefix}:{{", "}:expect"
-        try:
-            queue = decode_name(text[len(head) : -len(tail)])
-        except UnicodeDecodeError:
-            queue = ""
-        if not (text.startswith(head) and text.endswith(tail) and queue) or (
-            self.queue_expect(queue) != text
-        ):
-            raise PresenceDataError(
-                f"the index {self.expects} holds a member this package did not write: {text!r:.80}"
-            )
-        return queue
+        return self._queue_of(key, "expect", f"the index {self.expects}")
 
     def queue_events(self, queue: str) -> str:
         """The event log of one queue (validated name)."""
@@ -185,18 +173,21 @@ class Keyspace:
 
     def queue_of_events(self, key: bytes | str) -> str:
         """The queue whose event log `key` is; a foreign key is a data error."""
+        return self._queue_of(key, "events", f"the event index {self.events}")
+
+    def _queue_of(self, key: bytes | str, suffix: str, index: str) -> str:
+        """The queue of a per-queue key ``P:{Q}:<suffix>`` listed in `index`: exactly the
+        key this package would spell for it, else a `PresenceDataError`."""
         text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
-        head, tail = f"{self.prefix}:{{", "}:events"
+        head, tail = f"{self.prefix}:{{", f"}}:{suffix}"
         try:
             queue = decode_name(text[len(head) : -len(tail)])
         except UnicodeDecodeError:
             queue = ""
-        if not (text.startswith(head) and text.endswith(tail) and queue) or (
-            self.queue_events(queue) != text
-        ):
+        spelled = f"{self.prefix}:{{{encode_name(queue)}}}:{suffix}"
+        if not (text.startswith(head) and text.endswith(tail) and queue) or spelled != text:
             raise PresenceDataError(
-                f"the event index {self.events} holds a member this package did not write: "
-                f"{text!r:.80}"
+                f"{index} holds a member this package did not write: {text!r:.80}"
             )
         return queue
 
