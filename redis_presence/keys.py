@@ -20,7 +20,8 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
                         tracked consumer, all with score 0, so they sort by name and the
                         groups of one queue are one range (`queue_range`)
     P:events     zset   the event log of every queue that logged an event, scored by the
-                        millisecond of its latest one (readers take the recent ones)
+                        server's clock (ms) when it last logged one (readers take the
+                        recent ones; a full prune forgets logs idle for EVENT_LOG_TTL_MS)
     P:ttl        string the prefix's shared TTL in ms (`set_ttl()`), if set
     P:stuck      string the prefix's shared progress budget in ms (`set_stuck_after()`)
     P:expects    zset   the index of declared groups: the key ``P:{Q}:expect`` of every
