@@ -248,7 +248,8 @@ class Executor:
     """
 
     packs = False
-    """Whether this registry sends a single beat's prebuilt RESP itself (`Single.packed`)."""
+    """Whether this registry sends prebuilt RESP itself: a single beat's (`Single.packed`)
+    and the batched heartbeat's calls (`ScriptCall.packed`)."""
 
     def __init__(
         self,
@@ -261,12 +262,17 @@ class Executor:
         max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
     ) -> None:
         get_encoder = getattr(client, "get_encoder", None)
+        encoder = get_encoder() if get_encoder is not None else None
         clustered = is_cluster_client(client)
         self.plans = Planner(
             prefix,
             clustered=clustered,
             read_only=read_only,
-            encode=get_encoder().encode if get_encoder is not None else None,
+            encode=encoder.encode if encoder is not None else None,
+            codec=(
+                getattr(encoder, "encoding", "utf-8"),
+                getattr(encoder, "encoding_errors", "strict"),
+            ),
             packed=self.packs and not clustered and hasattr(client, "connection_pool"),
             limits=limits,
             events_kept=events_kept,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from types import TracebackType
 from typing import Any, TypeVar
@@ -28,7 +28,7 @@ from .events import (
     check_interval_s,
 )
 from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence, GroupPresence
-from .plans import Limits, Plan, Request, RowStream, Single
+from .plans import Limits, Plan, Request, RowStream, ScriptCall, Single
 from .urls import open_client
 from .validation import Beat
 
@@ -383,6 +383,9 @@ class RedisPresenceRegistry(Executor):
         if len(batch) == 1:
             return [self._one(batch[0])]
         if not self.clustered:
+            packed = [r.packed for r in batch if type(r) is ScriptCall and r.packed is not None]
+            if len(packed) == len(batch):
+                return self._on_connection(_round_trips, b"".join(packed), len(packed))
             return self._pipeline(self._client, batch)
         replies: list[Any] = [None] * len(batch)
         nodes, alone = by_node(self._client, batch)
@@ -408,6 +411,8 @@ class RedisPresenceRegistry(Executor):
         return list(pipe.execute(raise_on_error=False))
 
     def _one(self, request: Request) -> Any:
+        if type(request) is ScriptCall and request.packed is not None:
+            return self._on_connection(_round_trips, request.packed, 1)[0]
         try:
             args, options = single(self._client, request, self.clustered)
             return self._client.execute_command(*args, **options)
@@ -419,15 +424,20 @@ class RedisPresenceRegistry(Executor):
         read back, under the client's own retry policy; else through ``execute_command``."""
         if plan.packed is None:
             return self._client.execute_command(*plan.args)
+        return self._on_connection(_round_trip, plan.packed)
+
+    def _on_connection(self, exchange: Callable[..., T], *args: Any) -> T:
+        """``exchange(connection, *args)`` on the client's one connection (a
+        ``single_connection_client``, under its lock) or one taken from its pool."""
         client = self._client
-        connection = client.connection  # a single_connection_client's one connection
+        connection = client.connection
         if connection is not None:
             with getattr(client, "single_connection_lock", None) or nullcontext():
-                return _round_trip(connection, plan.packed)
+                return exchange(connection, *args)
         pool = client.connection_pool
         connection = _checkout(pool)
         try:
-            return _round_trip(connection, plan.packed)
+            return exchange(connection, *args)
         finally:
             pool.release(connection)
 
@@ -449,3 +459,23 @@ def _round_trip(connection: Any, packed: bytes) -> Any:
         return connection.read_response()
 
     return connection.retry.call_with_retry(attempt, lambda error: connection.disconnect())
+
+
+def _round_trips(connection: Any, packed: bytes, count: int) -> list[Any]:
+    """Write `count` packed commands at once and read their replies, an error reply in
+    place of its command (a pipeline of prebuilt RESP), retried as `_round_trip` is."""
+
+    def attempt() -> list[Any]:
+        connection.send_packed_command([packed])
+        replies: list[Any] = []
+        for _ in range(count):
+            try:
+                replies.append(connection.read_response())
+            except REPLY_ERRORS as exc:
+                replies.append(exc)
+        return replies
+
+    replies: list[Any] = connection.retry.call_with_retry(
+        attempt, lambda error: connection.disconnect()
+    )
+    return replies

@@ -191,7 +191,25 @@ def check_beats(beats: Iterable[Any]) -> list[Beat]:
             f"got {type(beats).__name__}"
         )
     checked: list[Beat] = []
+    keep = checked.append
     for index, beat in enumerate(beats):
+        if type(beat) is tuple and len(beat) == 4:  # the common case, checked inline
+            queue, group, consumer, lease = beat
+            if (
+                type(queue) is str
+                and type(group) is str
+                and type(consumer) is str
+                and type(lease) is int
+                and 0 < len(queue) <= MAX_NAME_BYTES
+                and 0 < len(group) <= MAX_NAME_BYTES
+                and 0 < len(consumer) <= MAX_NAME_BYTES
+                and 0 <= lease <= MAX_LEASE_COUNT
+                and queue.isascii()
+                and group.isascii()
+                and consumer.isascii()
+            ):
+                keep(beat)
+                continue
         if not isinstance(beat, tuple | list) or len(beat) not in (3, 4):
             raise TypeError(
                 f"beats[{index}] must be a (queue, group, consumer, lease_count) tuple, "
@@ -204,7 +222,7 @@ def check_beats(beats: Iterable[Any]) -> list[Beat]:
             lease_count = check_lease_count(lease)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"beats[{index}]: {exc}") from None
-        checked.append((*key, lease_count))
+        keep((*key, lease_count))
     return checked
 
 

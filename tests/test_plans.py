@@ -7,19 +7,25 @@ from typing import Any
 
 import pytest
 import redis
+from hypothesis import given
+from hypothesis import strategies as st
 
 from redis_presence import PresenceReadOnlyError, RedisPresenceRegistry
 from redis_presence.keys import INDEX_MARK_MS
 from redis_presence.plans import (
     MAX_CACHED_GROUPS,
     Command,
+    Limits,
+    Partial,
     Plan,
     Planner,
     ScriptCall,
     Single,
     alongside,
+    resp,
 )
 from redis_presence.scripts import script
+from redis_presence.validation import DelayedBeat
 
 T0 = 1_796_000_000_123_456_000
 BEATS = [
@@ -99,6 +105,75 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
             # Standalone, TTL known: one call and nothing else, sent as it is.
             assert isinstance(again, Single)
             assert [encode(arg) for arg in again.args] == [encode(arg) for arg in expected]
+
+
+CODECS = [("utf-8", "strict"), ("latin-1", "strict"), ("utf-8", "replace")]
+
+
+def client_bytes(codec: tuple[str, str], command: tuple[Any, ...]) -> bytes:
+    """What redis-py itself writes for `command` on a client of that encoding."""
+    client = redis.Redis(encoding=codec[0], encoding_errors=codec[1])
+    connection = client.connection_pool.make_connection()
+    return b"".join(connection.pack_command(*command))  # type: ignore[no-untyped-call]
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.text(max_size=40),
+            st.integers(min_value=-(2**63), max_value=2**64),
+            st.binary(max_size=40),
+        ),
+        max_size=30,
+    ),
+    st.sampled_from(CODECS),
+)
+def test_resp_writes_what_the_client_writes(args: list[Any], codec: tuple[str, str]) -> None:
+    command = ("EVALSHA", "0" * 40, *args)
+    try:
+        expected = client_bytes(codec, command)
+    except UnicodeEncodeError:
+        with pytest.raises(UnicodeEncodeError):
+            resp(command, codec)
+        return
+    assert resp(command, codec) == expected
+
+
+def test_resp_refuses_what_it_cannot_pack() -> None:
+    for bad in (1.5, None, True, ["x"]):
+        with pytest.raises(TypeError, match="cannot pack"):
+            resp(("SET", "k", bad), ("utf-8", "strict"))
+
+
+@pytest.mark.parametrize("codec", CODECS, ids="/".join)
+def test_batched_calls_carry_their_bytes_prebuilt(codec: tuple[str, str]) -> None:
+    """Each call of a split batch (Limits.beats = 2 here) carries the RESP the client would
+    write for its arguments; delayed beats, with and without progress, too."""
+    client = redis.Redis(encoding=codec[0], encoding_errors=codec[1])
+    encode = client.get_encoder().encode
+    delayed: list[DelayedBeat] = [(q, g, c, lease, 1_500) for q, g, c, lease in BEATS]
+    delayed[1] = (*delayed[1], 700)  # this one recorded progress
+    plans: list[Callable[[Planner], Plan[int]]] = [
+        lambda p: p.heartbeat_many(BEATS, T0),
+        lambda p: p.heartbeat_delayed(delayed),
+    ]
+    for make in plans:
+        calls = []
+        for packs in (True, False):
+            planner = Planner("p", encode=encode, codec=codec, packed=packs, limits=Limits(beats=2))
+            plan = make(planner)
+            batch = next(plan)  # the shared TTLs first
+            assert all(isinstance(r, Command) for r in batch)
+            calls.append(plan.send([None] * len(batch)))
+        packed, unpacked = calls
+        assert isinstance(packed, Partial)
+        assert len(packed) == 2
+        assert [c.args for c in packed] == [c.args for c in unpacked]
+        assert all(isinstance(c, ScriptCall) and c.packed is None for c in unpacked)
+        for call in packed:
+            assert isinstance(call, ScriptCall)
+            assert call.packed is not None
+            assert call.packed == client_bytes(codec, call.args)
 
 
 def test_the_single_beat_cache_is_bounded() -> None:

@@ -30,6 +30,7 @@ from redis_presence import (
     RedisPresenceRegistry,
 )
 from redis_presence.keys import Keyspace
+from redis_presence.plans import Limits
 
 MS = 1_000_000
 T0 = 1_796_000_000_123_456_000
@@ -121,6 +122,24 @@ def test_scripts_recover_after_script_flush(request: pytest.FixtureRequest, back
         client.script_flush()
         operation()
     assert registry.count_active_by_group(now_ns=T0) == {("q", "g"): 1}
+
+
+def test_a_split_batch_recovers_after_script_flush(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    """A batch sent as several calls in one pipeline (prebuilt RESP on a standalone
+    client) meets NOSCRIPT on every call: the script is loaded once, the calls sent again,
+    and every beat is written."""
+    client = raw_client(request, backend)
+    registry = make_registry(request, backend, limits=Limits(beats=2))
+    beats = [("q", f"g{i % 2}", f"c{i}", i) for i in range(7)]
+    registry.heartbeat_many(beats, now_ns=T0)
+    client.script_flush()
+    assert registry.heartbeat_many(beats, now_ns=T0 + MS) == 7
+    rows = registry.snapshot(now_ns=T0 + MS)
+    assert sorted((r.group, r.consumer, r.lease_count, r.last_heartbeat_ns) for r in rows) == (
+        sorted((g, c, lease, T0 + MS) for _, g, c, lease in beats)
+    )
 
 
 def test_a_single_beat_writes_what_a_batch_of_one_writes(
