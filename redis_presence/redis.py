@@ -307,9 +307,16 @@ class RedisPresenceRegistry(Executor):
     # -- lifecycle ------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the client if this registry opened it (`from_url`)."""
-        if self._owns_client:
-            self._client.close()
+        """Close the client if this registry opened it (`from_url`), with every connection
+        it holds: a cluster client's ``close()`` leaves its nodes' pools connected (each
+        node's client was given its pool, so closing it does not disconnect the pool)."""
+        if not self._owns_client:
+            return
+        self._client.close()
+        if self.clustered:
+            for node in self._client.get_nodes():
+                if node.redis_connection is not None:
+                    node.redis_connection.connection_pool.disconnect()
 
     def __enter__(self) -> RedisPresenceRegistry:
         return self
@@ -472,7 +479,9 @@ def _round_trips(connection: Any, packed: bytes, count: int) -> list[Any]:
             try:
                 replies.append(connection.read_response())
             except REPLY_ERRORS as exc:
-                replies.append(exc)
+                # Without its traceback: a frame of this loop would hold the list holding
+                # the error, a cycle that keeps the connection (and its socket) for the GC.
+                replies.append(type(exc)(*exc.args))
         return replies
 
     replies: list[Any] = connection.retry.call_with_retry(

@@ -94,6 +94,13 @@ def test_cluster_url_opens_a_cluster_registry(redis_cluster: RedisClusterProcess
         assert registry.clustered
         registry.heartbeat("orders", "billing", "w1", now_ns=T0)
         assert [row.key for row in registry.snapshot(now_ns=T0)] == [("orders", "billing", "w1")]
+        nodes = registry.client.get_nodes()  # type: ignore[no-untyped-call]
+        pools = [n.redis_connection.connection_pool for n in nodes]
+    # Closing the registry that opened the client closes every connection it made.
+    assert pools
+    for pool in pools:
+        held = [*pool._available_connections, *pool._in_use_connections]
+        assert all(connection._sock is None for connection in held), pool
 
 
 def test_async_cluster_url_opens_an_async_cluster_registry(
