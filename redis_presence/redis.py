@@ -481,7 +481,7 @@ def _round_trips(connection: Any, packed: bytes, count: int) -> list[Any]:
             except REPLY_ERRORS as exc:
                 # Without its traceback: a frame of this loop would hold the list holding
                 # the error, a cycle that keeps the connection (and its socket) for the GC.
-                replies.append(type(exc)(*exc.args))
+                replies.append(exc.with_traceback(None))
         return replies
 
     replies: list[Any] = connection.retry.call_with_retry(
