@@ -74,6 +74,14 @@ def single(
     return command_args(request), {}
 
 
+def rerouted(request: Request, clustered: bool) -> bool:
+    """Whether `request`, sent alone, may be sent once more after a connection failure: on
+    a cluster, a command given its node by `node_key` (redis-py does not re-route a command
+    given its node, but it has refreshed its slot map when it raises, so after a failover
+    choosing the node again finds the new primary)."""
+    return clustered and isinstance(request, Command) and request.node_key is not None
+
+
 def routing_key(request: Request) -> Any:
     """The key whose node a cluster request goes to; None for a keyless command, which the
     cluster client routes itself (``SCRIPT LOAD`` to every primary)."""

@@ -20,6 +20,7 @@ from ._executor import (
     Run,
     by_node,
     command_args,
+    rerouted,
     single,
 )
 from .deployment import adrive, memory_policy
@@ -423,6 +424,15 @@ class AsyncRedisPresenceRegistry(Executor):
         return [command.result for command in commands]
 
     async def _one(self, request: Request) -> Any:
+        try:
+            return await self._alone(request)
+        except RESEND:
+            if not rerouted(request, self.clustered):
+                raise
+        return await self._alone(request)  # once more, to the node the refreshed map names
+
+    async def _alone(self, request: Request) -> Any:
+        """`request` through the client's own ``execute_command``, an error reply returned."""
         try:
             args, options = single(self._client, request, self.clustered)
             return await self._client.execute_command(*args, **options)

@@ -15,6 +15,7 @@ from ._executor import (
     Run,
     by_node,
     command_args,
+    rerouted,
     single,
 )
 from .deployment import drive, memory_policy
@@ -420,6 +421,15 @@ class RedisPresenceRegistry(Executor):
     def _one(self, request: Request) -> Any:
         if type(request) is ScriptCall and request.packed is not None:
             return self._on_connection(_round_trips, request.packed, 1)[0]
+        try:
+            return self._alone(request)
+        except RESEND:
+            if not rerouted(request, self.clustered):
+                raise
+        return self._alone(request)  # once more, to the node the refreshed map names
+
+    def _alone(self, request: Request) -> Any:
+        """`request` through the client's own ``execute_command``, an error reply returned."""
         try:
             args, options = single(self._client, request, self.clustered)
             return self._client.execute_command(*args, **options)
