@@ -430,6 +430,17 @@ class RedisServer(LocalServer):
         with self.client(socket_timeout=2, retry=_no_retry()) as c:
             return str(c.info("replication")["role"])
 
+    def has_role(self, role: str) -> bool:
+        """Whether the server says it is `role` now; false while it cannot be asked.
+
+        For polling a server that Sentinel or the cluster is reconfiguring: it closes
+        every client connection as it switches role, so one INFO may meet a reset.
+        """
+        try:
+            return self.role() == role
+        except redis.ConnectionError:
+            return False
+
     def wait_replica_synced(self, timeout: float = START_TIMEOUT_S) -> None:
         """Poll ``INFO replication`` on this replica until ``master_link_status:up``."""
         with self.client(socket_timeout=2, retry=_no_retry()) as c:
