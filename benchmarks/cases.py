@@ -34,7 +34,7 @@ from .fleet import (
     memory_fleet,
     write_fleet,
 )
-from .fleets import FULL_FLEETS, QUICK_FLEETS, Fleet, case_fleets
+from .fleets import BOUNDED, FULL_FLEETS, QUICK_FLEETS, Fleet, bounded_ratios, case_fleets
 from .integrations import case_integrations
 from .server import BenchServer
 from .startup import case_startup
@@ -522,11 +522,13 @@ def case_snapshot(server: BenchServer, sizes: Sizes) -> CaseResult:
                 "diag: raw transfer in one MULTI/EXEC (one command for the server)": partial(
                     raw.transfer, transaction=True
                 ),
+                BOUNDED: raw.bounded_transfer,
             }
             counts = {name: len(fn()) for name, fn in variants.items()}  # warm-up, and a check
             expected = dict.fromkeys(variants, n)
             expected["raw transfer (ZRANGE + HGETALL, unbounded)"] = GROUPS
             expected["diag: raw transfer in one MULTI/EXEC (one command for the server)"] = GROUPS
+            expected[BOUNDED] = GROUPS
             if counts != expected:
                 raise AssertionError(f"variants disagree on the fleet: {counts} != {expected}")
             usec: dict[str, float] = {}
@@ -604,6 +606,7 @@ def case_snapshot(server: BenchServer, sizes: Sizes) -> CaseResult:
                     / result.measure(f"snapshot() @ {n:,}").median,
                     2,
                 ),
+                **bounded_ratios(result, n),
             }
     finally:
         client.flushall()

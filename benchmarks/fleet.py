@@ -24,6 +24,11 @@ import redis
 
 from redis_presence import DEFAULT_MAX_FUTURE_MS, ConsumerPresenceRegistry, RedisPresenceRegistry
 from redis_presence.keys import Keyspace
+from redis_presence.plans import (
+    MAX_CONSUMERS_PER_CALL,
+    MAX_GROUPS_PER_CALL,
+    MAX_ROWS_PER_ROUND_TRIP,
+)
 
 QUEUES = 10
 GROUPS_PER_QUEUE = 10
@@ -123,6 +128,61 @@ class RawPresence:
         for member in members:
             pipe.hgetall(member)
         return pipe.execute()
+
+    def bounded_transfer(self) -> list[dict[Any, Any]]:
+        """Every group's hash, read under the bounds `snapshot()` keeps, and nothing decoded:
+        the index a page of MAX_GROUPS_PER_CALL at a time, an ``HLEN`` of each group, each
+        group of at most MAX_CONSUMERS_PER_CALL in one ``HGETALL`` and a larger one in
+        ``HSCAN`` steps of that many, MAX_ROWS_PER_ROUND_TRIP rows a pipeline. What
+        `snapshot()` costs without turning a single value into a row."""
+        most, per_trip = MAX_CONSUMERS_PER_CALL, MAX_ROWS_PER_ROUND_TRIP
+        members: list[bytes] = []
+        after = b"-"
+        while True:
+            page: list[bytes] = self.client.zrangebylex(  # type: ignore[assignment]
+                self.keys.groups, after, b"+", 0, MAX_GROUPS_PER_CALL
+            )
+            members += page
+            if len(page) < MAX_GROUPS_PER_CALL:
+                break
+            after = b"(" + page[-1]
+        pipe = self.client.pipeline(transaction=False)
+        for member in members:
+            pipe.hlen(member)
+        sizes: list[int] = pipe.execute()
+        tables: list[dict[Any, Any]] = [{} for _ in members]
+        pending = list(range(len(members)))
+        scanning: dict[int, int] = {}  # group -> its next HSCAN cursor
+        while pending or scanning:
+            pipe = self.client.pipeline(transaction=False)
+            sent: list[int] = []
+            budget = per_trip
+            for i, cursor in scanning.items():  # the large groups already on their way
+                pipe.hscan(members[i], cursor, count=most)
+                sent.append(i)
+                budget -= most
+            while pending:
+                cost = min(sizes[pending[0]], most)
+                if sent and cost > budget:
+                    break
+                i = pending.pop(0)
+                if sizes[i] > most:
+                    pipe.hscan(members[i], 0, count=most)
+                else:
+                    pipe.hgetall(members[i])
+                sent.append(i)
+                budget -= cost
+            for i, reply in zip(sent, pipe.execute(), strict=True):
+                if sizes[i] <= most:
+                    tables[i] = reply
+                    continue
+                cursor, part = reply
+                tables[i].update(part)
+                if int(cursor):
+                    scanning[i] = int(cursor)
+                else:
+                    scanning.pop(i, None)
+        return tables
 
 
 @dataclass(frozen=True)

@@ -273,7 +273,7 @@ def measure_fleet(
             baseline = name in (extra or {})
             found[name] = longest.runs(fn, restock, 1 if baseline else LONGEST_RUNS)
     result.facts[f"longest server command @ {fleet.label}"] = found
-    ours = {k: v for k, v in found.items() if not k.startswith(("raw", "SCAN"))}
+    ours = {k: v for k, v in found.items() if k not in (extra or {})}
     result.checks.append(
         Check(
             f"longest server command (ms) @ {fleet.label}",
@@ -284,6 +284,25 @@ def measure_fleet(
             f"SLOWLOG at 0), the least over {LONGEST_RUNS} runs of each",
         )
     )
+
+
+BOUNDED = "diag: bounded transfer (the commands snapshot() sends, nothing decoded)"
+"""A baseline beside the raw transfer: `RawPresence.bounded_transfer`."""
+
+RAW = "raw transfer (ZRANGE + HGETALL, unbounded)"
+
+
+def bounded_ratios(result: CaseResult, label: object) -> dict[str, float]:
+    """Where `snapshot()`'s time goes at one size: the bounded reads against the unbounded
+    ones (nothing decoded by either), and the rows against the bounded reads."""
+    label = f"{label:,}" if isinstance(label, int) else label
+    snap = result.measure(f"snapshot() @ {label}").median
+    bounded = result.measure(f"{BOUNDED} @ {label}").median
+    raw = result.measure(f"{RAW} @ {label}").median
+    return {
+        "bounded transfer / raw": round(bounded / raw, 2),
+        "snapshot / bounded transfer": round(snap / bounded, 2),
+    }
 
 
 def _nothing() -> None:
@@ -322,7 +341,8 @@ def case_fleets(server: BenchServer, sizes: Any) -> CaseResult:
             NOW_NS,
         )
         extra: dict[str, Callable[[], object]] = {
-            "raw transfer (ZRANGE + HGETALL, unbounded)": raw.transfer,
+            RAW: raw.transfer,
+            BOUNDED: raw.bounded_transfer,
             "SCAN + MGET design": lambda: scan.snapshot(NOW_NS, TTL_MS),
         }
         measure_fleet(result, big, registry, [client], extra)
@@ -406,6 +426,7 @@ def _ratios(result: CaseResult, fleets: dict[str, Fleet]) -> None:
     result.facts[f"SCAN + MGET design / snapshot() @ {big.label}"] = round(
         _median(result, f"SCAN + MGET design @ {big.label}") / snap, 2
     )
+    result.facts[f"ratios @ {big.label}"] = bounded_ratios(result, big.label)
     result.facts[f"iter_snapshot() / snapshot() @ {big.label}"] = round(
         _median(result, f"iter_snapshot() @ {big.label}") / snap, 2
     )
