@@ -413,7 +413,7 @@ def case_fleets(server: BenchServer, sizes: Any) -> CaseResult:
 def _ratios(result: CaseResult, fleets: dict[str, Fleet]) -> None:
     big, small, many = fleets["1m"], fleets["10k"], fleets["200k-100k"]
     snap = _median(result, f"snapshot() @ {big.label}")
-    raw = _median(result, f"raw transfer (ZRANGE + HGETALL, unbounded) @ {big.label}")
+    raw = _median(result, f"{RAW} @ {big.label}")
     result.checks.append(
         Check(
             f"snapshot() / raw transfer @ {big.label}",

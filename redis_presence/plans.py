@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Sequence
+from functools import partial
 from itertools import groupby
 from operator import attrgetter, itemgetter
 from types import TracebackType
@@ -337,7 +338,8 @@ class Planner:
     what it keeps ready; with `packed` (and `encode`), a single beat also carries its whole
     command in RESP (`Single.packed`), and so does every call of a batched heartbeat
     (`ScriptCall.packed`, its text encoded with `codec`: the client's encoding and error
-    handler). `limits` bounds the work of every request;
+    handler; written by `pack_command` when given, which is how the client's connections
+    write a whole command, else by `resp`). `limits` bounds the work of every request;
     `events_kept` is about how many entries each queue's event log keeps; `max_future_ms`
     is the clock guard (a beat whose explicit ``now_ns`` is further ahead of the server
     clock is refused with `PresenceClockError`; None: no guard); `clock` (monotonic
@@ -351,6 +353,7 @@ class Planner:
         "_codec",
         "_encode",
         "_guard",
+        "_pack",
         "_packed",
         "_stucks",
         "_ttls",
@@ -370,6 +373,7 @@ class Planner:
         read_only: bool = False,
         encode: Callable[[Any], Any] | None = None,
         codec: tuple[str, str] = ("utf-8", "strict"),
+        pack_command: Callable[[tuple[Any, ...]], bytes] | None = None,
         packed: bool = False,
         limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
         events_kept: int = DEFAULT_EVENTS_KEPT,
@@ -392,6 +396,7 @@ class Planner:
         self._clock = clock
         self._encode: Callable[[Any], Any] = encode or _same
         self._codec = codec
+        self._pack: Callable[[tuple[Any, ...]], bytes] = pack_command or partial(resp, codec=codec)
         self._packed = packed and encode is not None and not clustered
         self._beat_calls: dict[tuple[str, str], _BeatArgs] = {}
         self._beat_script = script("heartbeat")
@@ -1512,7 +1517,7 @@ class Planner:
         RESP too (`ScriptCall.packed`)."""
         found = script(name)
         command = ("EVALSHA", found.sha, len(keys), *keys, *args)
-        return ScriptCall(found, command, resp(command, self._codec) if pack else None)
+        return ScriptCall(found, command, self._pack(command) if pack else None)
 
     def _write_keys(self, groups: Sequence[GroupKeys], *, meta: bool = False) -> list[str]:
         """The KEYS of a script: each group's sorted set, hash, index mark and event log

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -9,8 +11,9 @@ import pytest
 import redis
 from hypothesis import given
 from hypothesis import strategies as st
+from redis.connection import PythonRespSerializer
 
-from redis_presence import PresenceReadOnlyError, RedisPresenceRegistry
+from redis_presence import PresenceReadOnlyError, RedisPresenceRegistry, _executor
 from redis_presence.keys import INDEX_MARK_MS
 from redis_presence.plans import (
     MAX_CACHED_GROUPS,
@@ -111,10 +114,12 @@ CODECS = [("utf-8", "strict"), ("latin-1", "strict"), ("utf-8", "replace")]
 
 
 def client_bytes(codec: tuple[str, str], command: tuple[Any, ...]) -> bytes:
-    """What redis-py itself writes for `command` on a client of that encoding."""
-    client = redis.Redis(encoding=codec[0], encoding_errors=codec[1])
-    connection = client.connection_pool.make_connection()
-    return b"".join(connection.pack_command(*command))  # type: ignore[no-untyped-call]
+    """What redis-py's own pure-Python packer writes for `command` on a client of that
+    encoding (with hiredis installed, redis-py packs with hiredis instead, and so does a
+    registry: `test_a_registry_prebuilds_the_bytes_its_client_writes`)."""
+    encoder = redis.Redis(encoding=codec[0], encoding_errors=codec[1]).get_encoder()
+    packer = PythonRespSerializer(6000, encoder.encode)  # redis-py's default cutoff
+    return b"".join(packer.pack(*command))  # type: ignore[no-untyped-call]
 
 
 @given(
@@ -174,6 +179,52 @@ def test_batched_calls_carry_their_bytes_prebuilt(codec: tuple[str, str]) -> Non
             assert isinstance(call, ScriptCall)
             assert call.packed is not None
             assert call.packed == client_bytes(codec, call.args)
+
+
+def test_a_registry_prebuilds_the_bytes_its_client_writes() -> None:
+    """A registry's batched calls carry exactly what its client's connections would write
+    for them: `plans.resp` without hiredis, ``hiredis.pack_command`` where redis-py packs
+    with hiredis (run with and without hiredis installed)."""
+    client = redis.Redis()
+    registry = RedisPresenceRegistry(client, prefix="p")
+    planner = registry.plans
+    beats = [(q, g, f"{c}-é-{i}", lease) for i, (q, g, c, lease) in enumerate(BEATS * 3)]
+    plan = planner.heartbeat_many(beats, T0)
+    batch = next(plan)
+    batch = plan.send([None] * len(batch))  # the shared TTLs, then the calls
+    connection = client.connection_pool.make_connection()
+    calls = [c for c in batch if isinstance(c, ScriptCall)]
+    assert calls
+    for call in calls:
+        assert call.packed == b"".join(connection.pack_command(*call.args))  # type: ignore[no-untyped-call]
+    client.close()
+
+
+def test_the_hiredis_packer_is_used_exactly_when_redis_py_uses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`hiredis_packer` follows redis-py's own rule: hiredis available and no
+    ``command_packer`` given to the pool; otherwise the registry packs with `plans.resp`."""
+    fake = types.ModuleType("hiredis")
+
+    def pack_command(command: tuple[Any, ...]) -> bytes:
+        return b"packed by hiredis"
+
+    fake.pack_command = pack_command  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "hiredis", fake)
+    monkeypatch.setattr(_executor, "HIREDIS_AVAILABLE", False)
+    assert _executor.hiredis_packer(redis.Redis()) is None
+    monkeypatch.setattr(_executor, "HIREDIS_AVAILABLE", True)
+    assert _executor.hiredis_packer(redis.Redis()) is pack_command
+    own = redis.Redis(connection_pool=redis.ConnectionPool(command_packer=object()))
+    assert _executor.hiredis_packer(own) is None
+    assert _executor.hiredis_packer(object()) is None  # no pool: nothing to follow
+    planner = RedisPresenceRegistry(redis.Redis(encoding="latin-1"), prefix="p").plans
+    plan = planner.heartbeat_many(BEATS, T0)
+    batch = next(plan)
+    calls = plan.send([None] * len(batch))
+    assert calls
+    assert all(isinstance(c, ScriptCall) and c.packed == b"packed by hiredis" for c in calls)
 
 
 def test_the_single_beat_cache_is_bounded() -> None:
