@@ -8,19 +8,21 @@ round by round, so the noise of a shared machine hits them alike.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import importlib
 import itertools
 import time
-from collections.abc import Callable, Sized
+from collections.abc import Awaitable, Callable, Sized
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import redis
+import redis.asyncio as aredis
 from redis.utils import HIREDIS_AVAILABLE
 
-from redis_presence import RedisPresenceRegistry
+from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
 from redis_presence.scripts import source
 
 from .fleet import (
@@ -36,12 +38,13 @@ from .fleet import (
 )
 from .fleets import BOUNDED, FULL_FLEETS, QUICK_FLEETS, Fleet, bounded_ratios, case_fleets
 from .integrations import case_integrations
-from .server import BenchServer
+from .server import HOST, BenchServer
 from .startup import case_startup
 from .stats import (
     CaseResult,
     Check,
     Measure,
+    ainterleaved,
     command_calls,
     delta,
     interleaved,
@@ -249,6 +252,7 @@ def case_heartbeat(server: BenchServer, sizes: Sizes) -> CaseResult:
                 "both medians through one redis.Redis() with its connection pool",
             )
         )
+        _asyncio_heartbeat(result, server, sizes.latency_calls)
         sent = result.facts["commands_sent"]
         result.checks.append(
             Check(
@@ -325,6 +329,72 @@ def _commands_sent(
 # -- 2 ------------------------------------------------------------------------------------
 
 
+def _asyncio_heartbeat(result: CaseResult, server: BenchServer, rounds: int) -> None:
+    """The same heartbeat and PING through one ``redis.asyncio.Redis()`` (its pool), timed
+    on its own event loop: how an asyncio broker beats."""
+
+    async def measure() -> dict[str, list[float]]:
+        client = aredis.Redis(host=HOST, port=server.port)
+        try:
+            registry = AsyncRedisPresenceRegistry(client, prefix=PREFIX)
+            q, g, c, lease = HOT
+            variants: dict[str, Callable[[], Awaitable[object]]] = {
+                "asyncio: heartbeat, default pooled client": lambda: registry.heartbeat(
+                    q, g, c, lease
+                ),
+                "asyncio: PING, default pooled client": client.ping,
+            }
+            await ainterleaved(variants, max(50, rounds // 20))  # warm-up
+            return await ainterleaved(variants, rounds)
+        finally:
+            await client.aclose()
+
+    for name, values in asyncio.run(measure()).items():
+        result.measures.append(Measure(name, "us", values))
+    result.facts["asyncio: heartbeat / PING, default pooled client"] = round(
+        result.measure("asyncio: heartbeat, default pooled client").median
+        / result.measure("asyncio: PING, default pooled client").median,
+        3,
+    )
+
+
+def _asyncio_batched(
+    result: CaseResult, server: BenchServer, beats: list[Beat], rounds: int, sha: str
+) -> None:
+    """`heartbeat_many` of the asyncio registry against the same script sent by hand
+    through a ``redis.asyncio`` pipeline (which packs its arguments in Python)."""
+    n = len(beats)
+
+    async def measure() -> dict[str, list[float]]:
+        client = aredis.Redis(host=HOST, port=server.port)
+        try:
+            registry = AsyncRedisPresenceRegistry(client, prefix=PREFIX)
+            with server.client() as sync_client:
+                keys, args = RawPresence(sync_client, PREFIX).heartbeat_args(beats, None)
+
+            async def by_hand() -> object:
+                pipe = client.pipeline(transaction=False)
+                pipe.evalsha(sha, len(keys), *keys, *args)
+                return await pipe.execute()
+
+            variants: dict[str, Callable[[], Awaitable[object]]] = {
+                "asyncio: heartbeat_many": lambda: registry.heartbeat_many(beats),
+                "asyncio: raw pipeline (same script)": by_hand,
+            }
+            await ainterleaved(variants, max(3, rounds // 10))  # warm-up
+            return await ainterleaved(variants, rounds)
+        finally:
+            await client.aclose()
+
+    for name, values in asyncio.run(measure()).items():
+        result.measures.append(Measure(name, "us", values, per=f"batch of {n:,} beats"))
+    result.facts["asyncio: heartbeat_many throughput / raw"] = round(
+        result.measure("asyncio: raw pipeline (same script)").median
+        / result.measure("asyncio: heartbeat_many").median,
+        3,
+    )
+
+
 def case_batched(server: BenchServer, sizes: Sizes) -> CaseResult:
     """heartbeat_many and the reporter's flush against the same script sent by hand."""
     n = sizes.batch_beats
@@ -373,6 +443,7 @@ def case_batched(server: BenchServer, sizes: Sizes) -> CaseResult:
                 reporter.close()
         for name, values in samples.items():
             result.measures.append(Measure(name, "us", values, per=f"batch of {n:,} beats"))
+        _asyncio_batched(result, server, beats, sizes.batch_rounds, sha)
         raw_med = result.measure("raw pipeline (same script)").median
         many = result.measure("heartbeat_many").median
         result.facts["beats_per_s"] = {m.name: round(n / m.median * 1e6) for m in result.measures}

@@ -6,7 +6,7 @@ import gc
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -140,6 +140,19 @@ def interleaved(
             if collect:
                 gc.collect()
             samples[name].append(time_us(fn))
+    return samples
+
+
+async def ainterleaved(
+    variants: dict[str, Callable[[], Awaitable[object]]], rounds: int
+) -> dict[str, list[float]]:
+    """`interleaved` for coroutine functions, on the running event loop, in microseconds."""
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            start = time.perf_counter_ns()
+            await fn()
+            samples[name].append((time.perf_counter_ns() - start) / 1_000)
     return samples
 
 

@@ -34,7 +34,7 @@ from .events import (
     check_interval_s,
 )
 from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence, GroupPresence
-from .plans import Limits, Plan, Request, RowStream, Single
+from .plans import Limits, Plan, Request, RowStream, ScriptCall, Single
 from .urls import open_async_client
 from .validation import Beat
 
@@ -52,6 +52,8 @@ class AsyncRedisPresenceRegistry(Executor):
     node's requests go in one pipeline, and the nodes are served concurrently.
     ``read_only=True`` and `max_future_ms` work as in the sync registry.
     """
+
+    packs = True
 
     @classmethod
     def from_url(
@@ -330,7 +332,7 @@ class AsyncRedisPresenceRegistry(Executor):
         asyncio twin of `RedisPresenceRegistry.execute`."""
         if type(plan) is Single:  # one script call, sent directly: no generator to step
             try:
-                result: T = plan.then(await self._client.execute_command(*plan.args))
+                result: T = plan.then(await self._send_single(plan))
             except DRIVER_ERRORS as exc:
                 run = Run(plan, answered=[exc])
             else:
@@ -384,6 +386,9 @@ class AsyncRedisPresenceRegistry(Executor):
         if len(batch) == 1:
             return [await self._one(batch[0])]
         if not self.clustered:
+            packed = [r.packed for r in batch if type(r) is ScriptCall and r.packed is not None]
+            if len(packed) == len(batch) and self._pooled:
+                return await self._on_pooled(b"".join(packed), len(packed))
             return await self._pipeline(batch)
         nodes, alone = by_node(self._client, batch)
         answers = await asyncio.gather(
@@ -423,7 +428,43 @@ class AsyncRedisPresenceRegistry(Executor):
             return [exc] * len(batch)
         return [command.result for command in commands]
 
+    @property
+    def _pooled(self) -> bool:
+        """Whether prebuilt commands go on a connection of the client's own pool (a
+        standalone client that is not a ``single_connection_client``)."""
+        client = self._client
+        return (
+            not self.clustered
+            and not getattr(client, "single_connection_client", False)
+            and hasattr(client, "connection_pool")
+        )
+
+    async def _send_single(self, plan: Single[Any]) -> Any:
+        """A single beat: its prebuilt RESP on a pooled connection and the reply read back
+        (an error reply raised, as ``execute_command`` raises it); else through
+        ``execute_command``."""
+        if plan.packed is None or not self._pooled:
+            return await self._client.execute_command(*plan.args)
+        (reply,) = await self._on_pooled(plan.packed, 1)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def _on_pooled(self, packed: bytes, count: int) -> list[Any]:
+        """`count` prebuilt commands (`ScriptCall.packed`) written at once on a connection of
+        the client's pool and their replies read back, an error reply in place of its
+        command, retried as the connection's `retry` says (a pipeline whose arguments
+        redis-py does not pack again)."""
+        pool = self._client.connection_pool
+        connection = await pool.get_connection()
+        try:
+            return await _round_trips(connection, packed, count)
+        finally:
+            await pool.release(connection)
+
     async def _one(self, request: Request) -> Any:
+        if type(request) is ScriptCall and request.packed is not None and self._pooled:
+            return (await self._on_pooled(request.packed, 1))[0]
         try:
             return await self._alone(request)
         except RESEND:
@@ -438,3 +479,27 @@ class AsyncRedisPresenceRegistry(Executor):
             return await self._client.execute_command(*args, **options)
         except REPLY_ERRORS as exc:
             return exc
+
+
+async def _round_trips(connection: Any, packed: bytes, count: int) -> list[Any]:
+    """Write `count` packed commands at once and read their replies, an error reply in
+    place of its command; retried as the connection's `retry` says, a broken connection
+    closed before the next attempt (as redis-py does)."""
+
+    async def attempt() -> list[Any]:
+        await connection.send_packed_command([packed])
+        replies: list[Any] = []
+        for _ in range(count):
+            try:
+                replies.append(await connection.read_response())
+            except REPLY_ERRORS as exc:
+                # Without its traceback: a frame of this loop would hold the list holding
+                # the error, a cycle that keeps the connection (and its socket) for the GC.
+                replies.append(exc.with_traceback(None))
+        return replies
+
+    async def fail(error: BaseException) -> None:
+        await connection.disconnect()
+
+    replies: list[Any] = await connection.retry.call_with_retry(attempt, fail)
+    return replies

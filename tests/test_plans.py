@@ -13,7 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.connection import PythonRespSerializer
 
-from redis_presence import PresenceReadOnlyError, RedisPresenceRegistry, _executor
+from redis_presence import (
+    AsyncRedisPresenceRegistry,
+    PresenceReadOnlyError,
+    RedisPresenceRegistry,
+    _executor,
+)
 from redis_presence.keys import INDEX_MARK_MS
 from redis_presence.plans import (
     MAX_CACHED_GROUPS,
@@ -200,6 +205,21 @@ def test_a_registry_prebuilds_the_bytes_its_client_writes() -> None:
     client.close()
 
 
+def test_an_async_registry_prebuilds_the_bytes_its_client_writes() -> None:
+    """The asyncio twin: its batched calls carry what a ``redis.asyncio`` connection of the
+    same encoding writes (always packed in Python, with the client's encoder)."""
+    for encoding in ("utf-8", "latin-1"):
+        client = redis.asyncio.Redis(encoding=encoding)
+        plan = AsyncRedisPresenceRegistry(client, prefix="p").plans.heartbeat_many(BEATS, T0)
+        batch = next(plan)
+        calls = plan.send([None] * len(batch))
+        connection = client.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+        assert calls
+        for call in calls:
+            assert isinstance(call, ScriptCall)
+            assert call.packed == b"".join(connection.pack_command(*call.args))
+
+
 def test_the_hiredis_packer_is_used_exactly_when_redis_py_uses_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -219,6 +239,8 @@ def test_the_hiredis_packer_is_used_exactly_when_redis_py_uses_it(
     own = redis.Redis(connection_pool=redis.ConnectionPool(command_packer=object()))
     assert _executor.hiredis_packer(own) is None
     assert _executor.hiredis_packer(object()) is None  # no pool: nothing to follow
+    # An asyncio client packs in Python with its encoder, hiredis or not.
+    assert _executor.hiredis_packer(redis.asyncio.Redis()) is None
     planner = RedisPresenceRegistry(redis.Redis(encoding="latin-1"), prefix="p").plans
     plan = planner.heartbeat_many(BEATS, T0)
     batch = next(plan)
