@@ -35,7 +35,7 @@ else:
 
 from .fleet import NOW_NS, TTL_MS, Beat, write_fleet
 from .server import HOST, BenchServer
-from .stats import CaseResult, Check, Measure
+from .stats import CaseResult, Check, Measure, ainterleaved
 
 PREFIX = "bench-web"
 WEB_GROUPS = 1_000
@@ -67,13 +67,9 @@ def _longest_usec(client: Any) -> tuple[str, float]:
 async def _measure(
     variants: dict[str, Callable[[], Awaitable[object]]], rounds: int
 ) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, call in variants.items():
-            started = time.perf_counter()
-            await call()
-            samples[name].append((time.perf_counter() - started) * 1000)
-    return samples
+    """`ainterleaved`, in milliseconds."""
+    samples = await ainterleaved(variants, rounds)
+    return {name: [v / 1_000 for v in values] for name, values in samples.items()}
 
 
 async def _run(server: BenchServer, n: int, rounds: int, result: CaseResult) -> None:
