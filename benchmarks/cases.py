@@ -329,27 +329,42 @@ def _commands_sent(
 # -- 2 ------------------------------------------------------------------------------------
 
 
-def _asyncio_heartbeat(result: CaseResult, server: BenchServer, rounds: int) -> None:
-    """The same heartbeat and PING through one ``redis.asyncio.Redis()`` (its pool), timed
-    on its own event loop: how an asyncio broker beats."""
+AsyncVariants = dict[str, Callable[[], Awaitable[object]]]
+
+
+def _asyncio_samples(
+    server: BenchServer,
+    variants_of: Callable[[aredis.Redis, AsyncRedisPresenceRegistry], AsyncVariants],
+    rounds: int,
+    warm: int,
+) -> dict[str, list[float]]:
+    """Interleaved samples of asyncio variants on one ``redis.asyncio.Redis()`` (its pool)
+    and a registry over it, on an event loop of their own, after `warm` untimed rounds."""
 
     async def measure() -> dict[str, list[float]]:
         client = aredis.Redis(host=HOST, port=server.port)
         try:
-            registry = AsyncRedisPresenceRegistry(client, prefix=PREFIX)
-            q, g, c, lease = HOT
-            variants: dict[str, Callable[[], Awaitable[object]]] = {
-                "asyncio: heartbeat, default pooled client": lambda: registry.heartbeat(
-                    q, g, c, lease
-                ),
-                "asyncio: PING, default pooled client": client.ping,
-            }
-            await ainterleaved(variants, max(50, rounds // 20))  # warm-up
+            variants = variants_of(client, AsyncRedisPresenceRegistry(client, prefix=PREFIX))
+            await ainterleaved(variants, warm)
             return await ainterleaved(variants, rounds)
         finally:
             await client.aclose()
 
-    for name, values in asyncio.run(measure()).items():
+    return asyncio.run(measure())
+
+
+def _asyncio_heartbeat(result: CaseResult, server: BenchServer, rounds: int) -> None:
+    """The same heartbeat and PING through one ``redis.asyncio.Redis()``: how an asyncio
+    broker beats."""
+    q, g, c, lease = HOT
+
+    def variants(client: aredis.Redis, registry: AsyncRedisPresenceRegistry) -> AsyncVariants:
+        return {
+            "asyncio: heartbeat, default pooled client": lambda: registry.heartbeat(q, g, c, lease),
+            "asyncio: PING, default pooled client": client.ping,
+        }
+
+    for name, values in _asyncio_samples(server, variants, rounds, max(50, rounds // 20)).items():
         result.measures.append(Measure(name, "us", values))
     result.facts["asyncio: heartbeat / PING, default pooled client"] = round(
         result.measure("asyncio: heartbeat, default pooled client").median
@@ -364,29 +379,21 @@ def _asyncio_batched(
     """`heartbeat_many` of the asyncio registry against the same script sent by hand
     through a ``redis.asyncio`` pipeline (which packs its arguments in Python)."""
     n = len(beats)
+    with server.client() as sync_client:
+        keys, args = RawPresence(sync_client, PREFIX).heartbeat_args(beats, None)
 
-    async def measure() -> dict[str, list[float]]:
-        client = aredis.Redis(host=HOST, port=server.port)
-        try:
-            registry = AsyncRedisPresenceRegistry(client, prefix=PREFIX)
-            with server.client() as sync_client:
-                keys, args = RawPresence(sync_client, PREFIX).heartbeat_args(beats, None)
+    def variants(client: aredis.Redis, registry: AsyncRedisPresenceRegistry) -> AsyncVariants:
+        async def by_hand() -> object:
+            pipe = client.pipeline(transaction=False)
+            pipe.evalsha(sha, len(keys), *keys, *args)
+            return await pipe.execute()
 
-            async def by_hand() -> object:
-                pipe = client.pipeline(transaction=False)
-                pipe.evalsha(sha, len(keys), *keys, *args)
-                return await pipe.execute()
+        return {
+            "asyncio: heartbeat_many": lambda: registry.heartbeat_many(beats),
+            "asyncio: raw pipeline (same script)": by_hand,
+        }
 
-            variants: dict[str, Callable[[], Awaitable[object]]] = {
-                "asyncio: heartbeat_many": lambda: registry.heartbeat_many(beats),
-                "asyncio: raw pipeline (same script)": by_hand,
-            }
-            await ainterleaved(variants, max(3, rounds // 10))  # warm-up
-            return await ainterleaved(variants, rounds)
-        finally:
-            await client.aclose()
-
-    for name, values in asyncio.run(measure()).items():
+    for name, values in _asyncio_samples(server, variants, rounds, max(3, rounds // 10)).items():
         result.measures.append(Measure(name, "us", values, per=f"batch of {n:,} beats"))
     result.facts["asyncio: heartbeat_many throughput / raw"] = round(
         result.measure("asyncio: raw pipeline (same script)").median

@@ -251,6 +251,13 @@ class Run(Generic[T]):
             self._answer(merged)
 
 
+def prebuilt(batch: Sequence[Request]) -> bytes | None:
+    """The batch as one write, when every request of it is a call carrying its prebuilt
+    RESP (`ScriptCall.packed`); else None (it goes as a pipeline of redis-py's)."""
+    packed = [r.packed for r in batch if type(r) is ScriptCall and r.packed is not None]
+    return b"".join(packed) if len(packed) == len(batch) else None
+
+
 def hiredis_packer(client: Any) -> Callable[[tuple[Any, ...]], bytes] | None:
     """``hiredis.pack_command`` when `client`'s connections write commands with it, else
     None. A sync redis-py client packs with hiredis whenever hiredis is available and its
@@ -275,7 +282,14 @@ class Executor:
 
     packs = False
     """Whether this registry sends prebuilt RESP itself: a single beat's (`Single.packed`)
-    and the batched heartbeat's calls (`ScriptCall.packed`)."""
+    and the batched heartbeat's calls (`ScriptCall.packed`), on a standalone client with a
+    connection pool (`sends_prebuilt`)."""
+
+    @classmethod
+    def sends_prebuilt(cls, client: Any) -> bool:
+        """Whether this registry writes prebuilt commands on `client`'s connections itself:
+        then, and only then, its planner builds them."""
+        return cls.packs and not is_cluster_client(client) and hasattr(client, "connection_pool")
 
     def __init__(
         self,
@@ -305,7 +319,7 @@ class Executor:
                 )
             ),
             pack_command=pack_command,
-            packed=self.packs and not clustered and hasattr(client, "connection_pool"),
+            packed=self.sends_prebuilt(client),
             limits=limits,
             events_kept=events_kept,
             max_future_ms=max_future_ms,

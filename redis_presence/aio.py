@@ -20,6 +20,7 @@ from ._executor import (
     Run,
     by_node,
     command_args,
+    prebuilt,
     rerouted,
     single,
 )
@@ -386,9 +387,9 @@ class AsyncRedisPresenceRegistry(Executor):
         if len(batch) == 1:
             return [await self._one(batch[0])]
         if not self.clustered:
-            packed = [r.packed for r in batch if type(r) is ScriptCall and r.packed is not None]
-            if len(packed) == len(batch) and self._pooled:
-                return await self._on_pooled(b"".join(packed), len(packed))
+            packed = prebuilt(batch)
+            if packed is not None:
+                return await self._on_pooled(packed, len(batch))
             return await self._pipeline(batch)
         nodes, alone = by_node(self._client, batch)
         answers = await asyncio.gather(
@@ -428,22 +429,18 @@ class AsyncRedisPresenceRegistry(Executor):
             return [exc] * len(batch)
         return [command.result for command in commands]
 
-    @property
-    def _pooled(self) -> bool:
-        """Whether prebuilt commands go on a connection of the client's own pool (a
-        standalone client that is not a ``single_connection_client``)."""
-        client = self._client
-        return (
-            not self.clustered
-            and not getattr(client, "single_connection_client", False)
-            and hasattr(client, "connection_pool")
-        )
+    @classmethod
+    def sends_prebuilt(cls, client: Any) -> bool:
+        """As the sync registry, but not on a ``single_connection_client``: its one
+        connection is the client's own to lock, so those calls go through it."""
+        single_connection = getattr(client, "single_connection_client", False)
+        return super().sends_prebuilt(client) and not single_connection
 
     async def _send_single(self, plan: Single[Any]) -> Any:
         """A single beat: its prebuilt RESP on a pooled connection and the reply read back
         (an error reply raised, as ``execute_command`` raises it); else through
         ``execute_command``."""
-        if plan.packed is None or not self._pooled:
+        if plan.packed is None:
             return await self._client.execute_command(*plan.args)
         (reply,) = await self._on_pooled(plan.packed, 1)
         if isinstance(reply, BaseException):
@@ -463,7 +460,7 @@ class AsyncRedisPresenceRegistry(Executor):
             await pool.release(connection)
 
     async def _one(self, request: Request) -> Any:
-        if type(request) is ScriptCall and request.packed is not None and self._pooled:
+        if type(request) is ScriptCall and request.packed is not None:
             return (await self._on_pooled(request.packed, 1))[0]
         try:
             return await self._alone(request)

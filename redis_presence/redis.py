@@ -15,6 +15,7 @@ from ._executor import (
     Run,
     by_node,
     command_args,
+    prebuilt,
     rerouted,
     single,
 )
@@ -391,9 +392,9 @@ class RedisPresenceRegistry(Executor):
         if len(batch) == 1:
             return [self._one(batch[0])]
         if not self.clustered:
-            packed = [r.packed for r in batch if type(r) is ScriptCall and r.packed is not None]
-            if len(packed) == len(batch):
-                return self._on_connection(_round_trips, b"".join(packed), len(packed))
+            packed = prebuilt(batch)
+            if packed is not None:
+                return self._on_connection(_round_trips, packed, len(batch))
             return self._pipeline(self._client, batch)
         replies: list[Any] = [None] * len(batch)
         nodes, alone = by_node(self._client, batch)

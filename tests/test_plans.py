@@ -220,6 +220,19 @@ def test_an_async_registry_prebuilds_the_bytes_its_client_writes() -> None:
             assert call.packed == b"".join(connection.pack_command(*call.args))
 
 
+def test_an_async_single_connection_registry_prebuilds_nothing() -> None:
+    """An asyncio ``single_connection_client`` locks its one connection itself, so the
+    registry sends through it and its planner builds no RESP that nothing would send."""
+    single = redis.asyncio.Redis(single_connection_client=True)
+    assert not AsyncRedisPresenceRegistry.sends_prebuilt(single)
+    assert AsyncRedisPresenceRegistry.sends_prebuilt(redis.asyncio.Redis())
+    plan = AsyncRedisPresenceRegistry(single, prefix="p").plans.heartbeat_many(BEATS, T0)
+    batch = next(plan)
+    calls = plan.send([None] * len(batch))
+    assert calls
+    assert all(isinstance(c, ScriptCall) and c.packed is None for c in calls)
+
+
 def test_the_hiredis_packer_is_used_exactly_when_redis_py_uses_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
