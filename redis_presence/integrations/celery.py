@@ -185,6 +185,12 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
         if os.getpid() != self._pid:  # a prefork child's copy of the reporter
             return
         with self._lock:
+            if self._running:
+                # A task whose task_postrun never came (a greenlet killed by a revoke)
+                # is no longer one of the worker's requests: forget it.
+                known = _request_ids()
+                if known is not None:
+                    self._running.intersection_update(known)
             running = bool(self._running)
         if running:
             self.beat()
@@ -252,6 +258,16 @@ def _held_requests() -> list[Any]:
         except RuntimeError:  # "Set changed size during iteration"
             continue
     return []
+
+
+def _request_ids() -> set[str] | None:
+    """The ids of every request the worker holds (None if the set kept changing size)."""
+    for _ in range(10):
+        try:
+            return set(worker_state.requests)
+        except RuntimeError:  # "dictionary changed size during iteration"
+            continue
+    return None
 
 
 def _leases_by_queue(requests: Iterable[Any], queues: Sequence[Any]) -> Counter[str]:

@@ -12,10 +12,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import redis
 from celery import Celery
+from celery.worker import state as worker_state
 
 from integrations.workers import (
     Presence,
@@ -28,6 +30,7 @@ from integrations.workers import (
 )
 from redis_presence import RedisPresenceRegistry
 from redis_presence.integrations import celery as presence_celery
+from redis_presence.integrations._common import Settings
 
 pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
 
@@ -276,6 +279,30 @@ def test_a_failing_beat_from_the_reporters_thread_is_logged_and_the_thread_goes_
         registry.close()
     assert "could not beat from the reporter's thread" in caplog.text
     assert "boom" in caplog.text
+
+
+def test_a_task_whose_postrun_never_came_stops_the_reporters_beats(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A running task the worker no longer holds (its greenlet killed, say) is forgotten at
+    the reporter thread's next call: the thread beats no more for it."""
+    settings = Settings.checked("redis://127.0.0.1:1/0", "it-celery-unit", None, None)
+    parent = SimpleNamespace(app=Celery("unit"), hostname="unit@it")
+    step = presence_celery._step_for(settings)(parent)
+    beats: list[int] = []
+    monkeypatch.setattr(step, "beat", lambda: beats.append(1))
+    try:
+        monkeypatch.setitem(worker_state.requests, "held", object())
+        step._on_task_prerun(task_id="held")
+        step._on_task_prerun(task_id="lost")
+        step._beat_while_running()
+        assert (step._running, beats) == ({"held"}, [1])
+        step._on_task_postrun(task_id="held")
+        step._on_task_prerun(task_id="lost")
+        step._beat_while_running()
+        assert (step._running, beats) == (set(), [1])
+    finally:
+        step.shutdown(parent)
 
 
 def test_a_queue_cancelled_at_run_time_loses_its_row_and_gets_it_back(
