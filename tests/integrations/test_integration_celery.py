@@ -242,18 +242,26 @@ def test_solo_pool_beats_through_a_task_longer_than_two_ttls(
     check_long_tasks(presence, app, control, workers["solo"], "solo", {"solo-a": 1})
 
 
-@pytest.mark.parametrize("pool", ["threads", "gevent"])
-def test_thread_and_green_pools_hold_every_running_task(
+@pytest.mark.parametrize(
+    ("name", "counts"),
+    [
+        ("reader", {"reader-a": 1, "reader-b": 1}),  # prefork, 2 children
+        ("threads", {"threads-a": 2, "threads-b": 1}),
+        ("gevent", {"gevent-a": 2, "gevent-b": 1}),
+    ],
+    ids=["prefork", "threads", "gevent"],
+)
+def test_the_other_pools_hold_every_running_task(
     workers: dict[str, WorkerProcess],
     presence: Presence,
     app: Celery,
     control: redis.Redis,
-    pool: str,
+    name: str,
+    counts: dict[str, int],
 ) -> None:
-    """Three tasks at once (the pool's concurrency), two on one queue and one on the other,
-    each running for more than twice the TTL."""
-    counts = {f"{pool}-a": 2, f"{pool}-b": 1}
-    check_long_tasks(presence, app, control, workers[pool], pool, counts)
+    """As many tasks at once as the pool's concurrency, on both queues, each running for
+    more than twice the TTL."""
+    check_long_tasks(presence, app, control, workers[name], name, counts)
 
 
 def test_a_failing_beat_from_the_reporters_thread_is_logged_and_the_thread_goes_on(
