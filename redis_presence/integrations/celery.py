@@ -222,8 +222,9 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
 
 
 class _BusyLoopReporter(PresenceReporter):
-    """A `PresenceReporter` whose thread calls `before_flush` before each write it makes on
-    its own (not at `close`), so that it can beat when the worker's loop cannot."""
+    """A `PresenceReporter` that calls `before_flush` before each write but the last one (at
+    `close`): from its own thread once per interval, so that it can beat when the worker's
+    loop cannot. Overrides the private `_attempt` of `PresenceReporter`."""
 
     def __init__(
         self, registry: RedisPresenceRegistry, interval_ms: int, before_flush: Callable[[], None]
