@@ -13,7 +13,13 @@ for their ETA). Each task the worker finishes (succeeded, failed or revoked) rec
 progress on its queue's row at the next beat (``last_progress_ns``, which ``stuck`` reads).
 A consumer bootstep drives a `PresenceReporter` from the worker's own
 timer (and from its event heartbeat, ``heartbeat_sent``, when events are on), so the
-beats stop when the worker's loop stops. Queues added or cancelled at run time
+beats stop when the worker's loop stops, but for one case: while a task runs in the
+worker's own process (the solo pool runs it in that very loop, which then beats no more
+until the task ends; the threads and gevent pools run it in a thread or greenlet of it),
+the reporter's own thread beats too, just before each of its writes, with the same lease
+counts. A task that hangs there is then seen by ``stuck`` (no progress), not by the row
+going stale. In a prefork pool tasks run in the children: the main loop is never busy
+with one, and only it beats. Queues added or cancelled at run time
 (``celery control add_consumer``/``cancel_consumer``) gain or lose their row at the next
 beat. A warm shutdown (SIGTERM) deregisters the rows once the running tasks are done; a
 worker that dies goes stale after the TTL and expired after twice the TTL.
@@ -25,15 +31,17 @@ reporter is created when a worker's consumer starts.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from celery import Celery, bootsteps
-from celery.signals import heartbeat_sent, task_received
+from celery.signals import heartbeat_sent, task_postrun, task_prerun, task_received
 from celery.worker import state as worker_state
 
+from redis_presence.redis import RedisPresenceRegistry
 from redis_presence.reporter import PresenceReporter
 
 from ._common import Settings
@@ -99,10 +107,16 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
         # held at a beat has finished (this process sees no "task done" signal of its own:
         # in a prefork pool task_postrun fires in the child).
         self._seen: set[Any] = set()
+        # The ids of the tasks running in this very process (solo, threads, gevent pools;
+        # never in a prefork pool's main process), and which process that is.
+        self._running: set[str] = set()
+        self._pid = os.getpid()
         # Connected before any step starts: the Heart only sends the signal when it had
         # receivers at its own start.
         heartbeat_sent.connect(self._on_heartbeat_sent, weak=False)
         task_received.connect(self._on_task_received, weak=False)
+        task_prerun.connect(self._on_task_prerun, weak=False)
+        task_postrun.connect(self._on_task_postrun, weak=False)
 
     # -- the consumer's life cycle ---------------------------------------------------
 
@@ -111,7 +125,8 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
         then once per interval from the worker's timer."""
         with self._lock:
             if self._reporter is None:
-                self._reporter = self._settings.reporter()
+                self._pid = os.getpid()
+                self._reporter = _reporter(self._settings, self._beat_while_running)
             self._parent = parent
         self.beat()
         interval_s = self._settings.interval_ms / 1000
@@ -131,6 +146,8 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
         self.stop(parent)
         heartbeat_sent.disconnect(self._on_heartbeat_sent)
         task_received.disconnect(self._on_task_received)
+        task_prerun.disconnect(self._on_task_prerun)
+        task_postrun.disconnect(self._on_task_postrun)
         with self._lock:
             reporter, self._reporter = self._reporter, None
         if reporter is not None:
@@ -148,6 +165,35 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
         if request is not None:
             with self._lock:
                 self._seen.add(request)
+
+    def _on_task_prerun(self, sender: Any = None, task_id: Any = None, **kwargs: Any) -> None:
+        """A task starts running in the process that sends this (in a prefork pool's
+        child, whose copy of this step has no reporter: nothing to do there)."""
+        if task_id is not None and os.getpid() == self._pid:
+            with self._lock:
+                self._running.add(task_id)
+
+    def _on_task_postrun(self, sender: Any = None, task_id: Any = None, **kwargs: Any) -> None:
+        """A task ended (whatever its outcome) in the process that sends this."""
+        if task_id is not None and os.getpid() == self._pid:
+            with self._lock:
+                self._running.discard(task_id)
+
+    def _beat_while_running(self) -> None:
+        """The reporter's thread, just before each regular write: beat from here while a
+        task runs in this process, which may block the worker's loop (the solo pool)."""
+        if os.getpid() != self._pid:  # a prefork child's copy of the reporter
+            return
+        with self._lock:
+            if self._running:
+                # A task whose task_postrun never came (a greenlet killed by a revoke)
+                # is no longer one of the worker's requests: forget it.
+                known = _request_ids()
+                if known is not None:
+                    self._running.intersection_update(known)
+            running = bool(self._running)
+        if running:
+            self.beat()
 
     def beat(self) -> None:
         """One beat per consumed queue with its lease count; queues no longer consumed are
@@ -175,6 +221,32 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
             self._queues = queues
 
 
+class _BusyLoopReporter(PresenceReporter):
+    """A `PresenceReporter` that calls `before_flush` before each write but the last one (at
+    `close`): from its own thread once per interval, so that it can beat when the worker's
+    loop cannot. Overrides the private `_attempt` of `PresenceReporter`."""
+
+    def __init__(
+        self, registry: RedisPresenceRegistry, interval_ms: int, before_flush: Callable[[], None]
+    ) -> None:
+        self._before_flush = before_flush
+        super().__init__(registry, interval_ms, deregister_on_close=True)
+
+    def _attempt(self, *, closing: bool = False) -> Any:
+        if not closing:
+            try:
+                self._before_flush()
+            except Exception:  # never the end of the reporter's thread
+                logger.exception("redis-presence could not beat from the reporter's thread")
+        return super()._attempt(closing=closing)
+
+
+def _reporter(settings: Settings, before_flush: Callable[[], None]) -> PresenceReporter:
+    """`Settings.reporter` (closing it deregisters every row), with `before_flush`."""
+    registry = RedisPresenceRegistry.from_url(settings.url, prefix=settings.prefix)
+    return _BusyLoopReporter(registry, settings.interval_ms, before_flush)
+
+
 def _held_requests() -> list[Any]:
     """The requests this worker holds and has not finished: reserved (prefetched or
     running) and scheduled (waiting for an ETA/countdown). Celery may change these sets
@@ -187,6 +259,16 @@ def _held_requests() -> list[Any]:
         except RuntimeError:  # "Set changed size during iteration"
             continue
     return []
+
+
+def _request_ids() -> set[str] | None:
+    """The ids of every request the worker holds (None if the set kept changing size)."""
+    for _ in range(10):
+        try:
+            return set(worker_state.requests)
+        except RuntimeError:  # "dictionary changed size during iteration"
+            continue
+    return None
 
 
 def _leases_by_queue(requests: Iterable[Any], queues: Sequence[Any]) -> Counter[str]:

@@ -113,6 +113,8 @@ class StreamReap:
     consumers: tuple[ReapedConsumer, ...] = field(default=())
     note: str = ""
     """Why nothing was claimed or removed at all, when that is the case."""
+    ttl_ms: int = DEFAULT_PRESENCE_TTL_MS
+    """The TTL presence was judged with (the expiry horizon is twice it)."""
 
     @property
     def moved(self) -> Mapping[str, int]:
@@ -130,6 +132,7 @@ class StreamReap:
             "group": self.group,
             "target": self.target,
             "dry_run": self.dry_run,
+            "ttl_ms": self.ttl_ms,
             "note": self.note,
             "moved": sum(self.moved.values()),
             "removed": list(self.removed),
@@ -145,7 +148,7 @@ def reap_stream_consumers(
     *,
     claim_to: str | None = None,
     dry_run: bool = False,
-    ttl_ms: int = DEFAULT_PRESENCE_TTL_MS,
+    ttl_ms: int | None = None,
     now_ns: int | None = None,
 ) -> StreamReap:
     """Move the pending entries of each dead consumer of `group` on `stream` to a live one,
@@ -154,14 +157,20 @@ def reap_stream_consumers(
     A consumer is dead when presence calls it expired, or has never seen it, *and* Redis
     has not seen it read or claim for longer than the expiry horizon (2 x `ttl_ms`): an
     active or stale consumer, or one that touched the stream within the horizon, is never
-    touched. `claim_to` names the consumer that takes the entries; by default it is the
-    group's active consumer (in presence) holding the fewest leases. With no live target
-    nothing is claimed and nothing is removed (the note says so): when a whole group looks
-    dead, the likelier story is that its consumers cannot reach the presence Redis.
-    A consumer that still holds entries is never removed. `dry_run` changes nothing and
-    says what would be done. `client` is the stream's redis-py client (standalone or
-    cluster); `now_ns` is the instant presence is judged at (None: the presence server's
-    clock; Redis's idle times are always its own). Redis failures raise `PresenceError`.
+    touched. `ttl_ms` None (the default) is the group's shared TTL as stored in presence
+    (`registry.ttl(stream, group)`: the group's own, else the prefix's, else
+    DEFAULT_PRESENCE_TTL_MS), the TTL every reader of the group judges it with.
+    `claim_to` names the consumer that takes the entries: it must be active in presence
+    (under that TTL) and a consumer of the group in Redis (``XINFO CONSUMERS``), else
+    `ValueError` naming it, before anything is changed (in a dry run too). By default the
+    target is the group's consumer holding the fewest leases among those active in
+    presence that Redis lists. With no live target nothing is claimed and nothing is
+    removed (the note says so): when a whole group looks dead, the likelier story is that
+    its consumers cannot reach the presence Redis. A consumer that still holds entries is
+    never removed. `dry_run` changes nothing and says what would be done. `client` is
+    the stream's redis-py client (standalone or cluster); `now_ns` is the instant presence
+    is judged at (None: the presence server's clock; Redis's idle times are always its
+    own). Redis failures raise `PresenceError`.
     """
     stream = check_name("stream", stream)
     group = check_name("group", group)
@@ -169,8 +178,11 @@ def reap_stream_consumers(
         claim_to = check_name("claim_to", claim_to)
     if not isinstance(dry_run, bool):
         raise TypeError(f"dry_run must be a bool, got {type(dry_run).__name__}")
-    ttl_ms = check_ttl_ms(ttl_ms)
+    if ttl_ms is not None:
+        ttl_ms = check_ttl_ms(ttl_ms)
     now_ns = check_now_ns(now_ns)
+    if ttl_ms is None:
+        ttl_ms = registry.ttl(stream, group)  # the group's shared TTL (one round trip)
     reaper = _Reaper(client, registry, stream, group, ttl_ms, now_ns)
     survey = reaper.survey(claim_to)
     if dry_run or survey.target is None:
@@ -198,6 +210,7 @@ class _Survey:
     target: str | None
     candidates: list[_Candidate]
     kept: list[ReapedConsumer]
+    ttl_ms: int
     note: str = ""
 
     def outcome(self, *, dry_run: bool) -> StreamReap:
@@ -223,7 +236,9 @@ class _Survey:
                 for c in self.candidates
             ]
         rows = sorted([*planned, *self.kept], key=lambda c: c.consumer)
-        return StreamReap(self.stream, self.group, self.target, dry_run, tuple(rows), self.note)
+        return StreamReap(
+            self.stream, self.group, self.target, dry_run, tuple(rows), self.note, self.ttl_ms
+        )
 
 
 class _Reaper:
@@ -281,11 +296,14 @@ class _Reaper:
                 kept.append(ReapedConsumer(name, state, idle, pending, reason=why))
             else:
                 candidates.append(_Candidate(name, state, idle, pending))
-        dead = {c.consumer for c in candidates}
-        if claim_to is not None and claim_to in dead:
-            raise ValueError(f"claim_to must name a live consumer: {claim_to!r} is being reaped")
+        if claim_to is not None:
+            self._check_target(claim_to, presence, in_redis)
         target = claim_to or _least_loaded(
-            [row for row in presence.values() if row.state is PresenceState.ACTIVE]
+            [
+                row
+                for row in presence.values()
+                if row.state is PresenceState.ACTIVE and row.consumer in in_redis
+            ]
         )
         note = ""
         if target is None and candidates:
@@ -293,7 +311,29 @@ class _Reaper:
                 f"no active consumer in group {self.group!r} to take the entries (and no "
                 "claim_to): nothing claimed, nothing removed"
             )
-        return _Survey(self.stream, self.group, target, candidates, kept, note)
+        return _Survey(self.stream, self.group, target, candidates, kept, self.ttl_ms, note)
+
+    def _check_target(
+        self,
+        claim_to: str,
+        presence: Mapping[str, ConsumerPresence],
+        in_redis: Mapping[str, tuple[int, int]],
+    ) -> None:
+        """`claim_to` must be active in presence and a consumer of the group in Redis: the
+        entries would otherwise go to a consumer nobody sees reading (``XCLAIM`` creates
+        one it does not know)."""
+        row = presence.get(claim_to)
+        state = row.state.value if row is not None else UNSEEN
+        if row is None or row.state is not PresenceState.ACTIVE:
+            raise ValueError(
+                f"claim_to must name a consumer active in presence: {claim_to!r} is {state} "
+                f"in queue {self.stream!r}, group {self.group!r} (TTL {self.ttl_ms} ms)"
+            )
+        if claim_to not in in_redis:
+            raise ValueError(
+                f"claim_to must name a consumer of group {self.group!r} of stream "
+                f"{self.stream!r}: Redis does not list {claim_to!r} (XINFO CONSUMERS)"
+            )
 
     def _alive(self, state: str, idle_ms: int | None) -> str:
         """Why a consumer counts as alive (empty: it is dead)."""
@@ -323,7 +363,7 @@ class _Reaper:
                 continue
             done.append(self._reap(c, target, deregister=row is not None))
         done.sort(key=lambda c: c.consumer)
-        return StreamReap(self.stream, self.group, target, False, tuple(done))
+        return StreamReap(self.stream, self.group, target, False, tuple(done), ttl_ms=self.ttl_ms)
 
     def _reap(self, c: _Candidate, target: str, *, deregister: bool) -> ReapedConsumer:
         if c.idle_ms is None:  # only presence knows it: nothing to move, nothing to remove

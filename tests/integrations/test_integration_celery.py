@@ -1,19 +1,23 @@
 """Celery: real ``celery worker`` processes on a real redis-server broker.
 
-Three workers start at once (start-up dominates the cost): ``reader`` serves the rows and
-lease tests, ``crash`` is SIGKILLed, ``drain`` gets a warm shutdown. Each test uses its own
-worker and its own queues, so the tests stay independent.
+The workers start at once (start-up dominates the cost): ``reader`` (prefork) serves the
+rows and lease tests, ``crash`` is SIGKILLed, ``drain`` gets a warm shutdown, and
+``solo``, ``threads`` and ``gevent`` run long tasks in the other pools. Each test uses its
+own worker and its own queues, so the tests stay independent.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import redis
 from celery import Celery
+from celery.worker import state as worker_state
 
 from integrations.workers import (
     Presence,
@@ -24,7 +28,9 @@ from integrations.workers import (
     wait_for,
     worker_env,
 )
+from redis_presence import RedisPresenceRegistry
 from redis_presence.integrations import celery as presence_celery
+from redis_presence.integrations._common import Settings
 
 pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
 
@@ -32,7 +38,16 @@ PREFIX = "it-celery"
 INTERVAL_MS = 200
 TTL_MS = 1_000
 GROUP = "rp-tests"  # the app's main name
-NAMES = ("reader", "crash", "drain")
+POOLS = {
+    "reader": ["-c", "2"],
+    "crash": ["-c", "2"],
+    "drain": ["-c", "2"],
+    "solo": ["--pool", "solo"],
+    "threads": ["--pool", "threads", "-c", "3"],
+    "gevent": ["--pool", "gevent", "-c", "3"],
+}
+LONG_TTL_MS = 2_000
+"""The TTL the long-task tests judge presence with; their tasks run for more than twice it."""
 
 
 def consumer(name: str) -> str:
@@ -47,11 +62,11 @@ def queues(name: str) -> set[str]:
 def workers(
     broker_url: str, presence_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, WorkerProcess]]:
-    command = [python_tool("celery"), "-A", "celery_app", "worker", "--loglevel=INFO", "-c", "2"]
+    command = [python_tool("celery"), "-A", "celery_app", "worker", "--loglevel=INFO"]
     env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
     specs = {
-        name: ([*command, "-n", consumer(name), "-Q", ",".join(sorted(queues(name)))], env)
-        for name in NAMES
+        name: ([*command, *pool, "-n", consumer(name), "-Q", ",".join(sorted(queues(name)))], env)
+        for name, pool in POOLS.items()
     }
     with started_workers(specs, logs=tmp_path_factory.mktemp("celery")) as started:
         yield started
@@ -136,6 +151,166 @@ def test_lease_count_follows_long_tasks(
     assert leases() == {"reader-a": 0, "reader-b": 1}
     control.rpush(f"rp:release:{eta}", 1)
     wait_for(lambda: leases() == {"reader-a": 0, "reader-b": 0}, timeout=20, what="0 + 0")
+
+
+def eventually(check: Callable[[], bool], *, timeout: float, alive: Callable[[], None]) -> bool:
+    """Whether `check` turns true within `timeout` s (polled; never fails by itself)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        alive()
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def watch_rows(
+    presence: Presence, worker: WorkerProcess, name: str, leases: dict[str, int], seconds: float
+) -> tuple[int, list[str]]:
+    """Read the rows of worker `name` for `seconds`: every read must find each of its queues
+    active under LONG_TTL_MS with the lease count `leases` gives it. Returns the oldest beat
+    seen (ms before the read, on the server's clock) and the reads that found otherwise."""
+    me = consumer(name)
+    expected = {queue: ("active", count) for queue, count in leases.items()}
+    started = time.monotonic()
+    worst_ns, problems = 0, []
+    while time.monotonic() - started < seconds:
+        worker.check_alive()
+        now = presence.server_now_ns()
+        rows = presence.rows(consumer=me, ttl_ms=LONG_TTL_MS, now_ns=now)
+        worst_ns = max([worst_ns, *(now - row.last_heartbeat_ns for row in rows)])
+        seen = {row.queue: (row.state.value, row.lease_count) for row in rows}
+        if seen != expected:
+            problems.append(f"+{time.monotonic() - started:.1f} s: {seen}")
+        time.sleep(0.05)
+    return worst_ns // 1_000_000, problems
+
+
+def check_long_tasks(
+    presence: Presence,
+    app: Celery,
+    control: redis.Redis,
+    worker: WorkerProcess,
+    name: str,
+    counts: dict[str, int],
+) -> None:
+    """Run `counts` tasks per queue at once for more than twice LONG_TTL_MS: the worker stays
+    active throughout, each row holding its running tasks; each finished task is progress."""
+    wait_rows(presence, worker, name)
+    me = consumer(name)
+
+    def leases() -> dict[str, int]:
+        return {row.queue: row.lease_count for row in presence.rows(consumer=me)}
+
+    def progress() -> dict[str, int | None]:
+        return {row.queue: row.last_progress_ns for row in presence.rows(consumer=me)}
+
+    tokens = {queue: [hold(app, queue) for _ in range(n)] for queue, n in counts.items()}
+    for token in (token for queue_tokens in tokens.values() for token in queue_tokens):
+        assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+    full = {queue: counts.get(queue, 0) for queue in queues(name)}
+    settled = eventually(lambda: leases() == full, timeout=10, alive=worker.check_alive)
+    worst_ms, problems = watch_rows(presence, worker, name, full, 2 * LONG_TTL_MS / 1000 + 0.5)
+    print(f"{name}: oldest beat seen during the tasks: {worst_ms} ms")
+    first_queue = sorted(counts)[0]
+    before = progress()
+    released_ns = presence.server_now_ns()
+    control.rpush(f"rp:release:{tokens[first_queue][0]}", 1)
+    assert settled, f"lease counts never reached {full}: {leases()}"
+    assert not problems, (
+        f"{len(problems)} reads off; oldest beat {worst_ms} ms; first: {problems[:5]}"
+    )
+    less = {**full, first_queue: full[first_queue] - 1}
+    wait_for(lambda: leases() == less, timeout=20, what=f"{less}", seen=leases)
+    wait_for(
+        lambda: (progress()[first_queue] or 0) > released_ns,
+        timeout=20,
+        what=f"progress on {first_queue}",
+    )
+    assert all(progress()[q] == before[q] for q in queues(name) - {first_queue})
+    for token in (token for queue_tokens in tokens.values() for token in queue_tokens):
+        control.rpush(f"rp:release:{token}", 1)
+    idle = dict.fromkeys(queues(name), 0)
+    wait_for(lambda: leases() == idle, timeout=20, what=f"{idle}", seen=leases)
+
+
+def test_solo_pool_beats_through_a_task_longer_than_two_ttls(
+    workers: dict[str, WorkerProcess], presence: Presence, app: Celery, control: redis.Redis
+) -> None:
+    """The solo pool runs the task in the worker's own loop, which beats no more until it
+    ends: the reporter's thread beats meanwhile, with the running task held."""
+    check_long_tasks(presence, app, control, workers["solo"], "solo", {"solo-a": 1})
+
+
+@pytest.mark.parametrize(
+    ("name", "counts"),
+    [
+        ("reader", {"reader-a": 1, "reader-b": 1}),  # prefork, 2 children
+        ("threads", {"threads-a": 2, "threads-b": 1}),
+        ("gevent", {"gevent-a": 2, "gevent-b": 1}),
+    ],
+    ids=["prefork", "threads", "gevent"],
+)
+def test_the_other_pools_hold_every_running_task(
+    workers: dict[str, WorkerProcess],
+    presence: Presence,
+    app: Celery,
+    control: redis.Redis,
+    name: str,
+    counts: dict[str, int],
+) -> None:
+    """As many tasks at once as the pool's concurrency, on both queues, each running for
+    more than twice the TTL."""
+    check_long_tasks(presence, app, control, workers[name], name, counts)
+
+
+def test_a_failing_beat_from_the_reporters_thread_is_logged_and_the_thread_goes_on(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls: list[int] = []
+
+    def before_flush() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        reporter.beat("q", "g", "c", 1)
+
+    registry = RedisPresenceRegistry.from_url(redis_url, prefix="it-celery-hook")
+    reporter = presence_celery._BusyLoopReporter(registry, 20, before_flush)
+    try:
+        wait_for(
+            lambda: len(registry.snapshot()) == 1, timeout=10, what="a beat from the second call"
+        )
+        assert [row.lease_count for row in registry.snapshot()] == [1]
+    finally:
+        reporter.close()
+        registry.close()
+    assert "could not beat from the reporter's thread" in caplog.text
+    assert "boom" in caplog.text
+
+
+def test_a_task_whose_postrun_never_came_stops_the_reporters_beats(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A running task the worker no longer holds (its greenlet killed, say) is forgotten at
+    the reporter thread's next call: the thread beats no more for it."""
+    settings = Settings.checked("redis://127.0.0.1:1/0", "it-celery-unit", None, None)
+    parent = SimpleNamespace(app=Celery("unit"), hostname="unit@it")
+    step = presence_celery._step_for(settings)(parent)
+    beats: list[int] = []
+    monkeypatch.setattr(step, "beat", lambda: beats.append(1))
+    try:
+        monkeypatch.setitem(worker_state.requests, "held", object())
+        step._on_task_prerun(task_id="held")
+        step._on_task_prerun(task_id="lost")
+        step._beat_while_running()
+        assert (step._running, beats) == ({"held"}, [1])
+        step._on_task_postrun(task_id="held")
+        step._on_task_prerun(task_id="lost")
+        step._beat_while_running()
+        assert (step._running, beats) == (set(), [1])
+    finally:
+        step.shutdown(parent)
 
 
 def test_a_queue_cancelled_at_run_time_loses_its_row_and_gets_it_back(

@@ -131,3 +131,26 @@ def test_failures_are_one_line_with_their_exit_code(
     assert result.exit_code == 3
     assert result.output.startswith("Error: cannot reach Redis")
     assert len(result.output.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("claim_to", "why"),
+    [
+        ("nobody", "claim_to must name a consumer active in presence: 'nobody' is unseen"),
+        ("dead", "claim_to must name a consumer active in presence: 'dead' is expired"),
+    ],
+)
+def test_a_claim_to_that_is_not_an_active_member_is_one_line_and_changes_nothing(
+    redis_client: redis.Redis,
+    stream_client: redis.Redis,
+    registry: RedisPresenceRegistry,
+    dead_and_live: set[bytes],
+    claim_to: str,
+    why: str,
+) -> None:
+    before = pending_of(stream_client), registry.snapshot(now_ns=NOW_NS)
+    result = reap(redis_client, stream_client, "--claim-to", claim_to)
+    assert result.exit_code == 2
+    assert result.output.startswith(f"Error: {why} ")
+    assert len(result.output.splitlines()) == 1
+    assert (pending_of(stream_client), registry.snapshot(now_ns=NOW_NS)) == before

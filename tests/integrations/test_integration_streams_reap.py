@@ -9,6 +9,7 @@ delivered entry is in some consumer's pending list (the tests never acknowledge)
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable
 from pathlib import Path
@@ -144,24 +145,116 @@ def test_with_no_live_target_nothing_is_claimed_or_removed_and_it_says_so(
     assert {c.reason for c in outcome.consumers} == {"no live consumer"}
     assert pending_of(stream_client) == before
     assert len(registry.snapshot(now_ns=NOW_NS)) == 2
-    # Naming a target is what makes it act.
-    outcome = reap(stream_client, registry, claim_to="rescuer")
-    assert outcome.removed == ("a", "b")
-    assert pending_of(stream_client) == {"rescuer": delivered}
+    # Naming a target nobody sees reading does not make it act.
+    with pytest.raises(ValueError, match="claim_to must name a consumer active in presence"):
+        reap(stream_client, registry, claim_to="rescuer")
+    assert pending_of(stream_client) == before
+    assert_nothing_lost(stream_client, delivered)
 
 
-def test_claim_to_may_not_name_a_consumer_being_reaped(
+def group_state(client: redis.Redis, presence: redis.Redis) -> tuple[object, ...]:
+    """Everything a reap could change: each consumer's pending ids, the group's counts, and
+    every presence key's value."""
+    (info,) = client.xinfo_groups(STREAM)
+    presence_keys = {key: presence.dump(key) for key in presence.keys("*")}
+    return pending_of(client), info["consumers"], info["pending"], presence_keys
+
+
+@pytest.mark.parametrize(
+    ("claim_to", "why"),
+    [
+        ("rescuer", "claim_to must name a consumer active in presence: 'rescuer' is unseen"),
+        ("stale", "claim_to must name a consumer active in presence: 'stale' is stale"),
+        ("dead", "claim_to must name a consumer active in presence: 'dead' is expired"),
+        (
+            "beater",
+            "claim_to must name a consumer of group 'billing' of stream 'orders': Redis does "
+            "not list 'beater'",
+        ),
+    ],
+    ids=["unknown", "stale", "being-reaped", "not-in-the-group"],
+)
+def test_claim_to_must_name_an_active_consumer_of_the_group_or_nothing_changes(
+    stream_client: redis.Redis,
+    registry: RedisPresenceRegistry,
+    redis_client: redis.Redis,
+    claim_to: str,
+    why: str,
+) -> None:
+    make_group(stream_client, 3)
+    delivered = set()
+    for name in ("dead", "stale", "live"):
+        delivered |= set(read(stream_client, name, 1))
+    beat(registry, "dead", 10 * TTL_MS)  # expired, and dead in Redis too: being reaped
+    beat(registry, "stale", 2 * TTL_MS)  # a member of the group, stale in presence
+    beat(registry, "live", 0)  # active, a member, holding 1
+    beat(registry, "beater", 0)  # active, holding 0, but never read: Redis does not list it
+    idle_past_horizon(stream_client, "dead")
+    before = group_state(stream_client, redis_client)
+    for dry_run in (True, False):
+        with pytest.raises(ValueError, match=f"^{re.escape(why)} "):
+            reap(stream_client, registry, claim_to=claim_to, dry_run=dry_run)
+        assert group_state(stream_client, redis_client) == before
+    # Without claim_to the target is the least loaded of the active consumers Redis lists:
+    # not the idle 'beater' (XCLAIM would create it in the group).
+    outcome = reap(stream_client, registry)
+    assert (outcome.target, outcome.removed) == ("live", ("dead",))
+    assert_nothing_lost(stream_client, delivered)
+
+
+def test_the_default_ttl_is_the_groups_stored_one(
     stream_client: redis.Redis, registry: RedisPresenceRegistry
 ) -> None:
+    """With 45 s stored for the group, a consumer silent for 70 s is stale (under the 30 s
+    default it would be expired) and is left alone, and one silent for 40 s is active and may
+    take the entries (under 30 s it would be stale)."""
     make_group(stream_client, 2)
-    read(stream_client, "dead", 1)
-    read(stream_client, "other", 1)
+    delivered = set(read(stream_client, "live", 1)) | set(read(stream_client, "quiet", 1))
+    registry.set_ttl(45_000, queue=STREAM, group=GROUP)
+    beat(registry, "ghost", 70_000)  # in presence only: deregistered if it were expired
+    beat(registry, "quiet", 40_000)
+    beat(registry, "live", 0)
+
+    outcome = reap_stream_consumers(stream_client, registry, STREAM, GROUP, now_ns=NOW_NS)
+
+    assert {row.consumer for row in registry.snapshot(now_ns=NOW_NS)} == {"ghost", "quiet", "live"}
+    by_name = {c.consumer: c for c in outcome.consumers}
+    assert (by_name["ghost"].presence, by_name["ghost"].deregistered) == ("stale", False)
+    assert by_name["ghost"].reason == "presence calls it stale"
+    assert by_name["quiet"].reason == "presence calls it active"
+    assert outcome.ttl_ms == 45_000
+    # claim_to is judged under the same TTL: 'quiet' is active under 45 s, stale under 30 s.
+    assert (
+        reap_stream_consumers(
+            stream_client, registry, STREAM, GROUP, claim_to="quiet", now_ns=NOW_NS
+        ).target
+        == "quiet"
+    )
+    with pytest.raises(ValueError, match=r"'quiet' is stale .*TTL 30000 ms"):
+        reap_stream_consumers(
+            stream_client, registry, STREAM, GROUP, claim_to="quiet", ttl_ms=30_000, now_ns=NOW_NS
+        )
+    assert_nothing_lost(stream_client, delivered)
+
+
+def test_the_default_ttl_falls_back_on_the_prefixs_stored_one(
+    stream_client: redis.Redis, registry: RedisPresenceRegistry
+) -> None:
+    """100 ms stored for the prefix (none for the group): a consumer silent for 1 s is
+    expired, and gone from Redis's view for longer than 200 ms: it is reaped (under the 30 s
+    default it would be active)."""
+    make_group(stream_client, 4)
+    delivered = set(read(stream_client, "dead", 3)) | set(read(stream_client, "live", 1))
+    registry.set_ttl(TTL_MS)
     beat(registry, "dead", 10 * TTL_MS)
-    idle_past_horizon(stream_client, "dead", "other")
-    before = pending_of(stream_client)
-    with pytest.raises(ValueError, match="claim_to must name a live consumer: 'dead'"):
-        reap(stream_client, registry, claim_to="dead")
-    assert pending_of(stream_client) == before
+    beat(registry, "live", 0)
+    idle_past_horizon(stream_client, "dead")
+
+    outcome = reap_stream_consumers(stream_client, registry, STREAM, GROUP, now_ns=NOW_NS)
+
+    assert outcome.removed == ("dead",)
+    assert pending_of(stream_client) == {"live": delivered}
+    assert outcome.ttl_ms == TTL_MS
 
 
 def test_dry_run_changes_nothing_and_says_what_it_would_do(
@@ -223,6 +316,7 @@ def test_a_consumer_holding_more_than_one_call_moves_takes_a_call_per_thousand(
 ) -> None:
     make_group(stream_client, 2_500)
     delivered = set(read(stream_client, "dead", 2_500))
+    stream_client.xgroup_createconsumer(STREAM, GROUP, "live")  # holding nothing yet
     beat(registry, "dead", 10 * TTL_MS)
     beat(registry, "live", 0)
     idle_past_horizon(stream_client, "dead")
@@ -448,6 +542,9 @@ def test_the_readme_acl_roles_are_enough(make_redis_server: MakeRedisServer) -> 
     with stream, presence:
         registry = RedisPresenceRegistry(presence)
         idle_past_horizon(stream, "dead")
+        # The default TTL is read from presence (GET of the stored TTL keys).
+        dry = reap_stream_consumers(stream, registry, STREAM, GROUP, dry_run=True, now_ns=NOW_NS)
+        assert (dry.ttl_ms, dry.removed) == (30_000, ())
         outcome = reap(stream, registry)
         assert outcome.removed == ("dead",)
         assert pending_of(stream) == {"live": delivered}

@@ -32,8 +32,9 @@ def command() -> None:
 @click.option(
     "--claim-to",
     metavar="CONSUMER",
-    help="The live consumer that takes the entries (default: the group's active consumer "
-    "holding the fewest leases).",
+    help="The consumer that takes the entries: active in presence and a consumer of the "
+    "group in Redis, else an error and nothing is done (default: the active consumer of "
+    "the group holding the fewest leases).",
 )
 @click.option(
     "--dry-run", is_flag=True, help="Say what would be moved and removed; change nothing."
