@@ -41,8 +41,10 @@ import asyncio
 import codecs
 import math
 import os
-import queue
 import re
+import threading
+import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -61,11 +63,6 @@ from redis.exceptions import ResponseError
 from redis.retry import Retry
 
 from .errors import DRIVER_ERRORS, PresenceConfigError, PresenceError, translate
-
-# What the driver's blocking pools raise when none of their connections came free in time,
-# in both flavours (checked in _AsyncPool and _Pool: the driver's message is a plain
-# ConnectionError, which would read as an unreachable server).
-_POOL_WAIT_OVER = (asyncio.TimeoutError, TimeoutError, queue.Empty)
 
 CLUSTER_SUFFIX = "+cluster"
 SENTINEL_SUFFIX = "+sentinel"
@@ -653,33 +650,64 @@ def _pool_full(pool: Any) -> PoolTimeoutError:
     )
 
 
-class _Pool(redis.connection.BlockingConnectionPool):
-    """redis-py's blocking pool: a call past `max_connections` waits for a free connection,
-    and a wait past `timeout` is a `PoolTimeoutError`, not an unreachable server."""
+class _Pool(redis.connection.ConnectionPool):
+    """redis-py's pool, but a call past `max_connections` waits up to `timeout` seconds
+    (None: forever) for a connection to come free, and then is a `PoolTimeoutError`. A call
+    that finds a connection free costs what it costs in redis-py's pool (its blocking pool
+    takes a queue's locks on every call)."""
+
+    def __init__(self, *, timeout: float | None = DEFAULT_POOL_TIMEOUT_S, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.timeout = timeout
+        self._freed = threading.Condition(threading.Lock())
+        self._releases = 0
+        self._waiting = 0
 
     def get_connection(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
-        except redis.exceptions.ConnectionError as exc:
-            if isinstance(exc.__cause__ or exc.__context__, _POOL_WAIT_OVER):
-                raise _pool_full(self) from None
-            raise
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            releases = self._releases
+            try:
+                return super().get_connection(*args, **kwargs)
+            except redis.exceptions.MaxConnectionsError:
+                pass
+            with self._freed:
+                self._waiting += 1  # before reading _releases: `release` writes them the other way
+                try:
+                    while releases == self._releases:  # none came free since the try
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if left is not None and left <= 0:
+                            raise _pool_full(self) from None
+                        self._freed.wait(left)
+                finally:
+                    self._waiting -= 1
+
+    def release(self, connection: Any) -> None:
+        super().release(connection)
+        self._releases += 1
+        if self._waiting:  # a waiter counted itself before reading _releases: it is woken
+            with self._freed:
+                self._freed.notify()
 
 
-class _AsyncPool(redis.asyncio.BlockingConnectionPool):
+class _AsyncPool(redis.asyncio.ConnectionPool):
     """`_Pool` for asyncio, which also follows the event loop it is used in: in a new loop
     (a second ``asyncio.run``) the connections of the old one, whose loop has ended, are
     dropped (their sockets closed) and new ones made as calls need them."""
 
-    _loop: asyncio.AbstractEventLoop | None = None
+    def __init__(self, *, timeout: float | None = DEFAULT_POOL_TIMEOUT_S, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.timeout = timeout
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _follow_loop(self) -> None:
         loop = asyncio.get_running_loop()
         old, self._loop = self._loop, loop
         if old is None or old is loop:
             return
-        self._condition = asyncio.Condition()
         self._lock = asyncio.Lock()
+        self._waiters.clear()
         for connection in (*self._available_connections, *self._in_use_connections):
             _drop(connection, old)
         self._available_connections.clear()
@@ -687,17 +715,48 @@ class _AsyncPool(redis.asyncio.BlockingConnectionPool):
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         self._follow_loop()
-        try:
-            return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
-        except redis.exceptions.ConnectionError as exc:
-            if isinstance(exc.__cause__, _POOL_WAIT_OVER):
-                raise _pool_full(self) from None
-            raise
+        if not self._waiters:  # else the callers already waiting go first
+            try:
+                return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+            except redis.exceptions.MaxConnectionsError:
+                pass
+        loop = asyncio.get_running_loop()
+        deadline = None if self.timeout is None else loop.time() + self.timeout
+        first = False
+        while True:
+            waiter: asyncio.Future[None] = loop.create_future()
+            if first:
+                self._waiters.appendleft(waiter)  # woken, and beaten to it: next again
+            else:
+                self._waiters.append(waiter)
+            try:
+                left = None if deadline is None else max(0.0, deadline - loop.time())
+                await asyncio.wait_for(waiter, left)
+            except BaseException as exc:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+                elif waiter.done() and not waiter.cancelled():
+                    self._wake()  # woken, but leaving: the connection is the next one's
+                if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+                    raise _pool_full(self) from None
+                raise
+            try:
+                return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+            except redis.exceptions.MaxConnectionsError:
+                first = True
 
     async def release(self, connection: Any) -> None:
         if connection not in self._in_use_connections:
             return  # made in an ended loop, and dropped with it
         await super().release(connection)
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     async def disconnect(self, inuse_connections: bool = True) -> None:
         self._follow_loop()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 
 import pytest
 from servers import RedisServer
@@ -25,6 +26,14 @@ pytestmark = [pytest.mark.redis_server, pytest.mark.timeout(120)]
 
 MS = 1_000_000
 T0 = 1_796_000_000_000 * MS
+
+
+@pytest.fixture(autouse=True)
+def leave_it_empty(redis_server: RedisServer) -> Iterator[None]:
+    """Flush the session server after each test (later modules expect it empty)."""
+    yield
+    with redis_server.client() as client:
+        client.flushall()
 
 
 def tracked(server: RedisServer, queue: str) -> int:
