@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .errors import PresenceDataError as PresenceDataError
     from .errors import PresenceError as PresenceError
     from .errors import PresenceOutOfMemoryError as PresenceOutOfMemoryError
+    from .errors import PresencePoolExhausted as PresencePoolExhausted
     from .errors import PresenceReadOnlyError as PresenceReadOnlyError
     from .errors import PresenceResyncRequired as PresenceResyncRequired
     from .events import DEFAULT_EVENTS_KEPT as DEFAULT_EVENTS_KEPT
@@ -63,6 +64,7 @@ _EXPORTS: dict[str, str] = {
     "PresenceClockError": "errors",
     "PresenceConfigError": "errors",
     "PresenceConnectionError": "errors",
+    "PresencePoolExhausted": "errors",
     "PresenceDataError": "errors",
     "PresenceError": "errors",
     "PresenceOutOfMemoryError": "errors",

@@ -22,6 +22,12 @@ class PresenceConnectionError(PresenceError):
     """Redis could not be reached, or the connection broke or timed out mid-call."""
 
 
+class PresencePoolExhausted(PresenceError):
+    """No connection of the client's pool came free within its ``pool_timeout``: this
+    process makes more calls at once than ``max_connections``. Redis was not asked and may
+    be perfectly well (so this is no `PresenceConnectionError`); retrying later is safe."""
+
+
 class PresenceAuthError(PresenceError):
     """Redis refused the credentials, or the ACL user may not run this operation."""
 
@@ -144,6 +150,8 @@ def is_login_refusal(error: BaseException) -> bool:
 def server_answered(error: BaseException) -> bool:
     """Whether `error` is a reply of the server (an error reply, ``MASTERDOWN`` included)
     rather than a failure to reach it (refused, broken or timed-out connection)."""
+    if isinstance(error, PresencePoolExhausted):
+        return False  # Redis was not asked
     if not isinstance(error, PresenceConnectionError):
         return True
     return isinstance(error.__cause__, rx.MasterDownError)
@@ -179,6 +187,12 @@ def translate(exc: Exception) -> PresenceError:
         return exc
     if _is_acl_denial(exc):
         return PresenceAuthError(_refusal(exc))
+    if isinstance(exc, rx.MaxConnectionsError):  # before ConnectionError, which it is
+        return PresencePoolExhausted(
+            f"no free connection in this process's pool to Redis ({exc}): more calls at once "
+            "than max_connections; Redis was not asked (raise max_connections or "
+            "pool_timeout, or make fewer calls at once)"
+        )
     if isinstance(exc, rx.RedisClusterException) and "cannot be connected" in str(exc):
         return PresenceConnectionError(f"cannot reach the Redis Cluster: {exc}")
     if isinstance(exc, rx.ConnectionError | rx.TimeoutError | rx.MasterDownError):

@@ -24,7 +24,12 @@ value wins over a keyword argument of the same name).
 Every client gets explicit timeouts, whatever redis-py's own defaults (none before
 redis-py 6): `DEFAULT_CONNECT_TIMEOUT_S` to connect, `DEFAULT_SOCKET_TIMEOUT_S` for any
 reply; ``socket_connect_timeout`` / ``socket_timeout`` as keyword arguments or URL query
-parameters override them (``None`` waits forever). Every malformed URL and every option
+parameters override them (``None`` waits forever). A standalone client's pool holds at most
+``max_connections`` connections (`DEFAULT_MAX_CONNECTIONS`) and a call past them waits up
+to ``pool_timeout`` seconds (`DEFAULT_POOL_TIMEOUT_S`) for one to come free, then fails
+with `PresencePoolExhausted` (not "cannot reach Redis": Redis was not asked); an asyncio
+client's pool follows a new event loop (its connections of an ended loop are dropped and
+made again). Every malformed URL and every option
 value redis-py would only refuse later is a `PresenceConfigError`, and no message carries
 a password: the userinfo's and ``?password=`` / ``?sentinel_password=`` values show as
 ``***``.
@@ -32,10 +37,14 @@ a password: the userinfo's and ``?password=`` / ``?sentinel_password=`` values s
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import math
 import os
 import re
+import threading
+import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -73,6 +82,13 @@ DEFAULT_CONNECT_TIMEOUT_S = 5.0
 """How long a client waits for a TCP (or TLS) connection before the call fails."""
 DEFAULT_SOCKET_TIMEOUT_S = 5.0
 """How long a client waits for any reply before the call fails (a frozen server)."""
+DEFAULT_MAX_CONNECTIONS = 100
+"""How many connections a standalone client's pool opens at most (``max_connections``)."""
+DEFAULT_POOL_TIMEOUT_S = 5.0
+"""How long a call waits for a free connection of a full pool (``pool_timeout``) before it
+fails with `PresencePoolExhausted`."""
+POOL_OPTIONS = ("pool_timeout",)
+"""Query parameters (and keyword arguments) of the package's own pool, not redis-py's."""
 MAX_DB = 2**31 - 1
 REDIS_PORT = 6379
 SENTINEL_PORT = 26379
@@ -443,6 +459,7 @@ _OPTION_CHECKS: dict[str, Callable[[str], str | None]] = {
     "encoding": _codec,
     "encoding_errors": _error_handler,
     "max_connections": _whole(1),
+    "pool_timeout": _positive_seconds,
     "health_check_interval": _whole(0),
     "socket_read_size": _whole(1),
     "socket_keepalive": _boolean,
@@ -460,6 +477,10 @@ def _check_options(parsed: RedisUrl) -> None:
     for name, value in parsed.options:
         if name in SENTINEL_OPTIONS and parsed.topology != "sentinel":
             raise parsed.fail(f"a {parsed.scheme}:// URL takes no option {name!r}")
+        if name in POOL_OPTIONS and parsed.topology != "standalone":
+            raise parsed.fail(
+                f"option {name!r} applies to redis://, rediss:// and unix:// URLs only"
+            )
         check = _OPTION_CHECKS.get(name)
         wanted = check(value) if check else None
         if wanted is not None:
@@ -478,6 +499,19 @@ def _check_kwargs(kwargs: Mapping[str, Any]) -> None:
             raise PresenceConfigError(f"{name} must be a number of seconds or None, got {value!r}")
         if not (math.isfinite(value) and value > 0):
             raise PresenceConfigError(f"{name} must be positive, got {value!r}")
+    timeout = kwargs.get("pool_timeout")
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise PresenceConfigError(
+                f"pool_timeout must be a number of seconds or None, got {timeout!r}"
+            )
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise PresenceConfigError(f"pool_timeout must be positive, got {timeout!r}")
+    size = kwargs.get("max_connections")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise PresenceConfigError(
+            f"max_connections must be a whole number of at least 1, got {size!r}"
+        )
     protocol = kwargs.get("protocol")
     if protocol is not None and protocol not in (2, 3, "2", "3"):
         raise PresenceConfigError(f"protocol must be 2 or 3, got {protocol!r}")
@@ -514,6 +548,7 @@ class _Driver(NamedTuple):
     parse_url: Callable[[str], Mapping[str, Any]]
     connection: Any
     ssl_connection: Any
+    pool: Any
     asynchronous: bool
 
 
@@ -602,6 +637,159 @@ class _AsyncSentinelPrimary(redis.asyncio.Redis):
                 await sentinel.aclose()
 
 
+class PoolTimeoutError(redis.exceptions.MaxConnectionsError):
+    """No connection of a full pool came free within its ``pool_timeout`` (a
+    ``MaxConnectionsError``: `translate` makes it a `PresencePoolExhausted`)."""
+
+
+def _pool_full(pool: Any) -> PoolTimeoutError:
+    waited = "ever" if pool.timeout is None else f"{pool.timeout:g} s (pool_timeout)"
+    return PoolTimeoutError(
+        f"all {pool.max_connections} connections of the pool (max_connections) stayed in use "
+        f"for {waited}"
+    )
+
+
+class _Pool(redis.connection.ConnectionPool):
+    """redis-py's pool, but a call past `max_connections` waits up to `timeout` seconds
+    (None: forever) for a connection to come free, and then is a `PoolTimeoutError`. A call
+    that finds a connection free costs what it costs in redis-py's pool (its blocking pool
+    takes a queue's locks on every call)."""
+
+    def __init__(self, *, timeout: float | None = DEFAULT_POOL_TIMEOUT_S, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.timeout = timeout
+        self._freed = threading.Condition(threading.Lock())
+        self._releases = 0
+        self._waiting = 0
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            releases = self._releases
+            try:
+                return super().get_connection(*args, **kwargs)
+            except redis.exceptions.MaxConnectionsError:
+                pass
+            with self._freed:
+                self._waiting += 1  # before reading _releases: `release` writes them the other way
+                try:
+                    while releases == self._releases:  # none came free since the try
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if left is not None and left <= 0:
+                            raise _pool_full(self) from None
+                        self._freed.wait(left)
+                finally:
+                    self._waiting -= 1
+
+    def release(self, connection: Any) -> None:
+        super().release(connection)
+        self._releases += 1
+        if self._waiting:  # a waiter counted itself before reading _releases: it is woken
+            with self._freed:
+                self._freed.notify()
+
+
+class _AsyncPool(redis.asyncio.ConnectionPool):
+    """`_Pool` for asyncio, which also follows the event loop it is used in: in a new loop
+    (a second ``asyncio.run``) the connections of the old one, whose loop has ended, are
+    dropped (their sockets closed) and new ones made as calls need them."""
+
+    def __init__(self, *, timeout: float | None = DEFAULT_POOL_TIMEOUT_S, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.timeout = timeout
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _follow_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        old, self._loop = self._loop, loop
+        if old is None or old is loop:
+            return
+        self._lock = asyncio.Lock()
+        self._waiters.clear()
+        for connection in (*self._available_connections, *self._in_use_connections):
+            _drop(connection, old)
+        self._available_connections.clear()
+        self._in_use_connections.clear()
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        self._follow_loop()
+        if not self._waiters:  # else the callers already waiting go first
+            try:
+                return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+            except redis.exceptions.MaxConnectionsError:
+                pass
+        loop = asyncio.get_running_loop()
+        deadline = None if self.timeout is None else loop.time() + self.timeout
+        first = False
+        while True:
+            waiter: asyncio.Future[None] = loop.create_future()
+            if first:
+                self._waiters.appendleft(waiter)  # woken, and beaten to it: next again
+            else:
+                self._waiters.append(waiter)
+            try:
+                left = None if deadline is None else max(0.0, deadline - loop.time())
+                await asyncio.wait_for(waiter, left)
+            except BaseException as exc:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+                elif waiter.done() and not waiter.cancelled():
+                    self._wake()  # woken, but leaving: the connection is the next one's
+                if isinstance(exc, asyncio.TimeoutError | TimeoutError):
+                    raise _pool_full(self) from None
+                raise
+            try:
+                return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+            except redis.exceptions.MaxConnectionsError:
+                first = True
+
+    async def release(self, connection: Any) -> None:
+        if connection not in self._in_use_connections:
+            return  # made in an ended loop, and dropped with it
+        await super().release(connection)
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        self._follow_loop()
+        await super().disconnect(inuse_connections)
+
+
+def _drop(connection: Any, loop: asyncio.AbstractEventLoop) -> None:
+    """Forget `connection`, made in `loop`, which is no longer the running loop: its socket
+    is closed now when that loop has ended (it can run no callback any more), else by the
+    loop itself."""
+    writer = connection._writer
+    connection._parser.on_disconnect()
+    connection._reader = connection._writer = None
+    if writer is None:
+        return
+    transport = writer.transport
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(transport.abort)
+        return
+    layers = [transport]
+    inner = getattr(getattr(transport, "_ssl_protocol", None), "_transport", None)
+    if inner is not None:
+        layers.append(inner)  # TLS: the socket's own transport under the TLS one
+    for layer in layers:
+        sock = getattr(layer, "_sock", None)
+        if sock is not None:
+            sock.close()
+            layer._sock = None
+        for flag in ("_closing", "_closed"):  # what is_closing() reads, per transport
+            if getattr(layer, flag, None) is False:
+                setattr(layer, flag, True)
+
+
 _SYNC = _Driver(
     redis.Redis,
     redis.cluster.RedisCluster,
@@ -611,6 +799,7 @@ _SYNC = _Driver(
     redis.connection.parse_url,
     redis.connection.Connection,
     redis.connection.SSLConnection,
+    _Pool,
     False,
 )
 _ASYNC = _Driver(
@@ -622,6 +811,7 @@ _ASYNC = _Driver(
     redis.asyncio.connection.parse_url,
     redis.asyncio.connection.Connection,
     redis.asyncio.connection.SSLConnection,
+    _AsyncPool,
     True,
 )
 
@@ -665,10 +855,31 @@ def _open_standalone(parsed: RedisUrl, kwargs: dict[str, Any], driver: _Driver) 
     if parsed.db != 0:
         kwargs.setdefault("redis_connect_func", _db_guard(parsed, driver.asynchronous))
     plain = parsed.scheme + parsed.url[len(parsed.scheme) :]  # redis-py wants it lower case
-    client = driver.redis.from_url(plain, **kwargs)
-    pool = client.connection_pool
+    query = dict(parsed.options)
+    given = kwargs.pop("pool_timeout", DEFAULT_POOL_TIMEOUT_S)
+    kwargs["timeout"] = float(query["pool_timeout"]) if "pool_timeout" in query else given
+    kwargs.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
+    single = kwargs.pop("single_connection_client", False)
+    # What redis.Redis.from_url does, with the package's pool (the URL's options win).
+    pool = driver.pool.from_url(_without_options(plain, parsed, POOL_OPTIONS), **kwargs)
     _try_connection(parsed, pool.connection_class, pool.connection_kwargs)
+    client = driver.redis(connection_pool=pool, single_connection_client=single)
+    client.auto_close_connection_pool = True
     return client
+
+
+def _without_options(url: str, parsed: RedisUrl, names: tuple[str, ...]) -> str:
+    """`url` without the query parameters named in `names` (redis-py would pass them on to
+    every connection)."""
+    if not parsed.query:
+        return url
+    head = url[: len(url) - len(parsed.query)]  # up to and with the "?"
+    kept = "&".join(
+        part
+        for part in parsed.query.split("&")
+        if unquote_plus(part.partition("=")[0]) not in names
+    )
+    return head + kept if kept else head[:-1]
 
 
 def _try_connection(
@@ -699,7 +910,17 @@ def _url_connection(parsed: RedisUrl, driver: _Driver, path: str = "") -> dict[s
     return options
 
 
+def _no_pool_options(parsed: RedisUrl, kwargs: dict[str, Any]) -> None:
+    for name in POOL_OPTIONS:
+        if name in kwargs:
+            raise PresenceConfigError(
+                f"{name} applies to redis://, rediss:// and unix:// URLs only, not "
+                f"{parsed.scheme}://"
+            )
+
+
 def _open_cluster(parsed: RedisUrl, kwargs: dict[str, Any], driver: _Driver) -> Any:
+    _no_pool_options(parsed, kwargs)
     _url_connection(parsed, driver)  # checks the query's options
     first, *others = parsed.nodes
     startup = [driver.cluster_node(host, port) for host, port in others]
@@ -707,6 +928,7 @@ def _open_cluster(parsed: RedisUrl, kwargs: dict[str, Any], driver: _Driver) -> 
 
 
 def _open_sentinel(parsed: RedisUrl, kwargs: dict[str, Any], driver: _Driver) -> Any:
+    _no_pool_options(parsed, kwargs)
     data = {name: value for name, value in kwargs.items() if name not in SENTINEL_OPTIONS}
     data.update(_url_connection(parsed, driver, f"/{parsed.db}"))  # the URL wins
     if parsed.db != 0:

@@ -42,9 +42,16 @@ from redis_presence.errors import (
     PresenceConnectionError,
     PresenceDataError,
     PresenceError,
+    PresencePoolExhausted,
     PresenceResyncRequired,
 )
-from redis_presence.urls import redact, scrub
+from redis_presence.urls import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_POOL_TIMEOUT_S,
+    parse_url,
+    redact,
+    scrub,
+)
 
 from . import events as live_events
 from . import metrics
@@ -72,6 +79,8 @@ GROUP_API = "/api/v1/groups/"
 NO_GROUP = "queue {queue!r} has no tracked or declared group {group!r}"
 SSE_PING_S = 15
 SSE_RETRY_MS = 2000
+BUSY_RETRY_AFTER_S = 5
+"""The ``Retry-After`` of a 503 that says the service is busy (streams or pool full)."""
 
 RegistryFactory = Callable[[], AsyncRedisPresenceRegistry]
 
@@ -103,11 +112,22 @@ class WebConfig:
     read_cache_s: float = 0.5
     """How long one snapshot serves every page and API request (0: read each time)."""
     live_interval_s: float = 0.5
-    """How often each open event stream asks `registry.changes` for what changed."""
+    """How often each filter's poller asks `registry.changes` for what changed (one
+    poller per distinct (queue, group) of the open event streams)."""
+    max_streams: int = live_events.DEFAULT_MAX_STREAMS
+    """``--max-streams``: open event streams at most; past them a new one is a 503."""
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """``--max-connections``: the registry's pool size (a standalone URL's
+    ``?max_connections=`` wins)."""
+    pool_timeout_s: float = DEFAULT_POOL_TIMEOUT_S
+    """``--pool-timeout``: how long a read waits for a free connection of a full pool."""
     access_log: bool = True
 
     def open_registry(self) -> AsyncRedisPresenceRegistry:
         """An asyncio registry for `url` (connects on first use, fails fast when down)."""
+        pool: dict[str, Any] = {}
+        if parse_url(self.url).topology == "standalone":  # the package's waiting pool
+            pool = {"max_connections": self.max_connections, "pool_timeout": self.pool_timeout_s}
         return AsyncRedisPresenceRegistry.from_url(
             self.url,
             prefix=self.prefix,
@@ -115,6 +135,7 @@ class WebConfig:
             socket_connect_timeout=CONNECT_TIMEOUT_S,
             socket_timeout=REPLY_TIMEOUT_S,
             retry=Retry(NoBackoff(), 1),
+            **pool,
         )
 
 
@@ -157,6 +178,8 @@ def _environment() -> jinja2.Environment:
 
 
 def _status_of(exc: PresenceError) -> tuple[int, str]:
+    if isinstance(exc, PresencePoolExhausted):  # this service is busy; Redis may be fine
+        return 503, "service_busy"
     if isinstance(exc, PresenceConnectionError):
         return 503, "redis_unavailable"
     if isinstance(exc, PresenceAuthError):
@@ -186,6 +209,7 @@ class _Service:
         self.clock = clock
         self.templates = Jinja2Templates(env=_environment())
         self.data: PresenceData | None = None
+        self.feed: live_events.LiveFeed | None = None
 
     def scrub(self, text: str) -> str:
         return scrub(text, self.config.url)
@@ -198,15 +222,27 @@ class _Service:
         self.data = PresenceData(
             registry, ttl_ms=self.config.ttl_ms, clock=clock, read_cache_s=self.config.read_cache_s
         )
+        self.feed = live_events.LiveFeed(
+            self.data,
+            interval_s=self.config.live_interval_s,
+            scrub=self.scrub,
+            max_streams=self.config.max_streams,
+        )
         try:
             yield
         finally:
+            await self.feed.close()
             await registry.aclose()
 
     @property
     def reads(self) -> PresenceData:
         assert self.data is not None, "the app's lifespan has not started"
         return self.data
+
+    @property
+    def live(self) -> live_events.LiveFeed:
+        assert self.feed is not None, "the app's lifespan has not started"
+        return self.feed
 
     # -- error responses
 
@@ -225,7 +261,10 @@ class _Service:
         assert isinstance(exc, PresenceError)
         status, code = _status_of(exc)
         log.warning("%s %s: %s", request.method, request.url.path, self.scrub(str(exc)))
-        return self.error(request, status, code, str(exc))
+        response = self.error(request, status, code, str(exc))
+        if code == "service_busy":
+            response.headers["Retry-After"] = str(BUSY_RETRY_AFTER_S)
+        return response
 
     async def on_bad_request(self, request: Request, exc: Exception) -> Response:
         return self.error(request, 400, "bad_request", str(exc))
@@ -698,6 +737,18 @@ class Views:
             raise BadRequest(str(exc)) from None
         reads = self.service.reads
         if "text/event-stream" in request.headers.get("accept", ""):
+            feed = self.service.live
+            if feed.streams >= feed.max_streams:
+                return JSONResponse(
+                    {
+                        "error": "too_many_streams",
+                        "message": f"this service already serves {feed.max_streams:,} event "
+                        "streams (--max-streams): try again later, or poll /api/v1/events "
+                        "with a cursor",
+                    },
+                    status_code=503,
+                    headers={"Retry-After": str(BUSY_RETRY_AFTER_S), "Cache-Control": "no-store"},
+                )
             return EventSourceResponse(
                 self._stream(cursor, queue, group),
                 ping=SSE_PING_S,
@@ -729,18 +780,19 @@ class Views:
 
     async def _stream(
         self, cursor: str | None, queue: str | None, group: str | None
-    ) -> AsyncIterator[ServerSentEvent]:
+    ) -> AsyncIterator[ServerSentEvent | bytes]:
         yield ServerSentEvent(comment="redis-presence events", retry=SSE_RETRY_MS)
-        messages = live_events.stream(
-            self.service.reads,
-            cursor,
-            queue=queue,
-            group=group,
-            interval_s=self.service.config.live_interval_s,
-            scrub=self.service.scrub,
-        )
-        async for message in messages:
-            yield ServerSentEvent(message.json(), event=message.event, id=message.id)
+        try:
+            # Joined here, where leaving is sure (the generator's end): a stream that never
+            # started never holds a place.
+            sub = self.service.live.subscribe(cursor, queue=queue, group=group)
+        except live_events.StreamsFull:
+            return  # a race past the route's check: the client retries after SSE_RETRY_MS
+        try:
+            async for chunk in sub.chunks():  # each message's bytes made once for all
+                yield chunk
+        finally:
+            sub.close()
 
     # -- operations
 
@@ -769,9 +821,15 @@ class Views:
             now_ns = await self.service.reads.ping()
         except PresenceError as exc:
             _, code = _status_of(exc)
+            busy = isinstance(exc, PresencePoolExhausted)  # not "Redis is down": it was not asked
             return JSONResponse(
-                {"status": "unavailable", "error": code, "message": self.service.scrub(str(exc))},
+                {
+                    "status": "busy" if busy else "unavailable",
+                    "error": code,
+                    "message": self.service.scrub(str(exc)),
+                },
                 status_code=503,
+                headers={"Retry-After": str(BUSY_RETRY_AFTER_S)} if busy else None,
             )
         return JSONResponse({"status": "ready", "redis_time_ns": now_ns})
 

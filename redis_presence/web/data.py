@@ -384,13 +384,25 @@ class PresenceData:
     # -- events -----------------------------------------------------------------------
 
     async def changes(
-        self, cursor: str | None, *, queue: str | None = None, group: str | None = None
+        self,
+        cursor: str | None,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
+        now_ns: int | None = None,
+        limit: int | None = None,
     ) -> tuple[list[PresenceEvent], str]:
-        """`registry.changes`: the events after `cursor` up to now (the fixed clock, or the
-        server's), and the cursor to go on from; its time-driven events use each group's
-        shared TTL. `PresenceResyncRequired` when the cursor cannot go on."""
-        now = None if self._clock is None else self._clock()
-        return await self.registry.changes(cursor, now_ns=now, queue=queue, group=group)
+        """`registry.changes`: the events after `cursor` up to `now_ns` (None: now, the fixed
+        clock or the server's), and the cursor to go on from; its time-driven events use
+        each group's shared TTL. `limit` pages the answer where the registry does (its
+        answer's ``more`` then says whether more are due at once).
+        `PresenceResyncRequired` when the cursor cannot go on."""
+        if now_ns is None:
+            now_ns = None if self._clock is None else self._clock()
+        options: dict[str, Any] = {} if limit is None else {"limit": limit}
+        return await self.registry.changes(
+            cursor, now_ns=now_ns, queue=queue, group=group, **options
+        )
 
 
 __all__ = [

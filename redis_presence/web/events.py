@@ -1,47 +1,93 @@
-"""`/api/v1/events`: the registry's events as a server-sent event stream, and cursor polls.
+"""`/api/v1/events`: the registry's events as server-sent event streams, and cursor polls.
 
-Each open stream runs `registry.changes(cursor)` once per interval from its own cursor (the
+Every open stream with the same filter (queue, group) shares one *poller* (`LiveFeed`):
+one `registry.changes(cursor)` per interval for all of them, from the poller's cursor (the
 library's opaque cursor, which survives a restart of the service), so a tick costs what
-changed since the last one, never a read of the fleet. The messages a stream sends:
+changed since the last one, once, whatever the number of open dashboards. Each stream
+gets the poller's messages through a bounded queue of its own; a stream that falls more
+than `SUBSCRIBER_BACKLOG` messages behind loses them and gets one ``snapshot`` instead, so
+a slow reader never makes the service hold more. The poller stops when its last stream
+closes. The messages a stream sends:
 
 * ``hello`` ``{"cursor"}``: the stream is open and goes on from this cursor;
 * ``presence``: one `PresenceEvent` (`PresenceEvent.to_dict`), in the registry's order;
 * ``cursor`` ``{"cursor", "now_ns"}`` (with the cursor as the SSE id): every event up to
   `now_ns` was sent, so a reconnecting `EventSource` goes on from there; after each read
   that found events, and every CURSOR_EVERY_S otherwise;
-* ``status`` ``{"redis_up", "message"}``: Redis failed, or answers again (the cursor is
-  kept: nothing is lost while it is down);
-* ``snapshot`` ``{"reason", "cursor"}``: the cursor could not go on (its log was trimmed, or
-  it is older than the logs last): events were lost, so take a fresh read of what you show,
-  then apply the events after `cursor`.
+* ``status`` ``{"redis_up", "message", "since_ns"}``: Redis cannot be reached (since
+  `since_ns`, the service's clock), or answers again;
+* ``snapshot`` ``{"reason", "cursor"}``: what the stream knew cannot go on (the cursor's log
+  was trimmed or Redis lost its data, Redis answers again after an outage, or the stream
+  fell behind): take a fresh read of what you show, then apply the events after `cursor`.
+
+A stream resumed with a cursor (``Last-Event-ID``) that its poller sent in the last
+`HISTORY_BATCHES` reads gets the messages after it from the poller's memory; an older or
+foreign cursor gets the events from it up to the poller's cursor from a read of its own
+(or a ``snapshot`` when that cursor cannot go on), then the poller's, none twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import json
+import logging
 import time
-from collections.abc import AsyncGenerator
-from typing import Any, NamedTuple
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import Any
 
-from redis_presence.errors import PresenceError, PresenceResyncRequired
-from redis_presence.events import Cursor
+from redis_presence.errors import PresenceError, PresencePoolExhausted, PresenceResyncRequired
+from redis_presence.events import LOG_LAG_MS, Cursor, PresenceEvent
 
 from .data import PresenceData
 
+log = logging.getLogger("redis_presence.web")
+
 CURSOR_EVERY_S = 10.0
 """How often a quiet stream still sends its cursor (so a reconnect resumes recently)."""
+PAGE_EVENTS = 1_000
+"""At most this many events per `changes` read (where the registry pages them)."""
+SUBSCRIBER_BACKLOG = 2_000
+"""Messages one stream may have waiting; past it they are dropped for one ``snapshot``."""
+HISTORY_BATCHES = 240
+"""How many of its last reads a poller remembers, for streams resumed from their cursors."""
+HISTORY_EVENTS = 10_000
+"""At most this many events in a poller's memory (older reads are forgotten first)."""
+DEFAULT_MAX_STREAMS = 1_000
+"""Open event streams one service serves at most (``--max-streams``)."""
 
 
-class StreamMessage(NamedTuple):
-    """One server-sent event: its name, its JSON data and, for cursors, its id."""
+class StreamMessage:
+    """One server-sent event: its name, its JSON data and, for cursors, its id; its bytes
+    on the wire are made once, however many streams send it."""
 
-    event: str
-    data: dict[str, Any]
-    id: str | None = None
+    __slots__ = ("_wire", "data", "event", "id")
+
+    def __init__(self, event: str, data: dict[str, Any], id: str | None = None) -> None:
+        self.event = event
+        self.data = data
+        self.id = id
+        self._wire: bytes | None = None
 
     def json(self) -> str:
         return json.dumps(self.data, ensure_ascii=False)
+
+    def wire(self) -> bytes:
+        """The message as sse-starlette writes it (``id``, ``event``, ``data`` lines)."""
+        if self._wire is None:
+            lines = [] if self.id is None else [f"id: {self.id}"]
+            lines += [f"event: {self.event}", f"data: {self.json()}"]
+            self._wire = ("\r\n".join(lines) + "\r\n\r\n").encode()
+        return self._wire
+
+    def __repr__(self) -> str:
+        return f"StreamMessage({self.event!r}, {self.data!r}, {self.id!r})"
+
+
+class StreamsFull(Exception):
+    """The service already serves its `max_streams` event streams."""
 
 
 def check_cursor(cursor: str | None) -> None:
@@ -55,6 +101,421 @@ def cursor_now_ns(cursor: str) -> int:
     return Cursor.decode(cursor).now_ns
 
 
+def _hello(cursor: str) -> StreamMessage:
+    return StreamMessage("hello", {"cursor": cursor}, cursor)
+
+
+def _snapshot(reason: str, cursor: str) -> StreamMessage:
+    return StreamMessage("snapshot", {"reason": reason, "cursor": cursor}, cursor)
+
+
+def _cursor(cursor: str) -> StreamMessage:
+    return StreamMessage("cursor", {"cursor": cursor, "now_ns": cursor_now_ns(cursor)}, cursor)
+
+
+class _Page:
+    """One `changes` read: its events, the cursor after them, and whether more are due at
+    once (the registry's ``more``, where it pages)."""
+
+    __slots__ = ("cursor", "events", "more")
+
+    def __init__(self, events: list[PresenceEvent], cursor: str, more: bool) -> None:
+        self.events, self.cursor, self.more = events, cursor, more
+
+
+class Subscriber:
+    """One open stream of a poller: its queue of messages to send."""
+
+    def __init__(self, poller: _Poller, cursor: str | None) -> None:
+        self.poller = poller
+        self.resume_from = cursor
+        self.queue: deque[StreamMessage] = deque()
+        self.wakeup = asyncio.Event()
+        self.greeted = False
+        """Whether its ``hello`` is queued; until then the poller's reads are not its."""
+        self.catching_up = False
+        """Resumed from a cursor the poller does not remember: its own read comes first."""
+        self.closed = False
+
+    def put(self, messages: Sequence[StreamMessage], cursor: str | None) -> None:
+        if len(self.queue) + len(messages) > SUBSCRIBER_BACKLOG and cursor is not None:
+            self.queue.clear()  # fallen behind: what it missed is one snapshot
+            self.queue.append(
+                _snapshot(
+                    f"this stream fell more than {SUBSCRIBER_BACKLOG:,} messages behind: "
+                    "events were dropped",
+                    cursor,
+                )
+            )
+        else:
+            self.queue.extend(messages)
+        self.wakeup.set()
+
+    async def messages(self) -> AsyncGenerator[StreamMessage, None]:
+        """The stream's messages until it is closed (`close`, or the generator's own)."""
+        batches = self.batches()
+        try:
+            async for batch in batches:
+                for message in batch:
+                    yield message
+        finally:
+            await batches.aclose()  # leaves the poller now, not when collected
+
+    async def chunks(self) -> AsyncGenerator[bytes, None]:
+        """`messages` as the bytes to write, all those waiting in one write: a stream
+        costs one send per read of its poller, whatever the number of events."""
+        batches = self.batches()
+        try:
+            async for batch in batches:
+                yield b"".join(message.wire() for message in batch)
+        finally:
+            await batches.aclose()
+
+    async def batches(self) -> AsyncGenerator[list[StreamMessage], None]:
+        """`messages`, all those waiting at once."""
+        try:
+            if self.catching_up:
+                hello = list(self.queue)  # its hello, at once
+                self.queue.clear()
+                yield hello
+                async for batch in self.poller.catch_up(self):
+                    yield batch
+            skip = self._skip
+            while not self.closed:
+                if self.queue:
+                    batch = list(self.queue)
+                    self.queue.clear()
+                    if skip is not None:
+                        batch = [m for m in batch if m.event != "presence" or not skip(m)]
+                    if batch:
+                        yield batch
+                    continue
+                self.wakeup.clear()
+                await self.wakeup.wait()
+        finally:
+            self.close()
+
+    _skip: Callable[[StreamMessage], bool] | None = None
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.wakeup.set()
+            self.poller.leave(self)
+
+
+class _Poller:
+    """The one `changes` loop of a filter, and the streams it serves."""
+
+    def __init__(self, feed: LiveFeed, queue: str | None, group: str | None) -> None:
+        self.feed = feed
+        self.queue, self.group = queue, group
+        self.subscribers: set[Subscriber] = set()
+        self.cursor: str | None = None
+        self.history: deque[tuple[str, tuple[StreamMessage, ...]]] = deque()
+        self.history_events = 0
+        self.down: StreamMessage | None = None
+        """The ``status`` message while Redis cannot be reached."""
+        self.ready = asyncio.Event()
+        """Set once the poller has a cursor (and again after each new start)."""
+        self.task: asyncio.Task[None] | None = None
+        self._last_cursor_at = time.monotonic()
+
+    # -- streams joining and leaving
+
+    def join(self, cursor: str | None) -> Subscriber:
+        sub = Subscriber(self, cursor)
+        self.subscribers.add(sub)
+        if cursor is not None:
+            sub.put([_hello(cursor)], None)  # at once, whatever Redis says
+            sub.greeted = True
+            replay = self._after(cursor)
+            if replay is not None:
+                sub.put(replay, self.cursor)
+            else:
+                sub.catching_up = True
+        elif self.cursor is not None:
+            sub.put([_hello(self.cursor)], None)
+            sub.greeted = True
+        if self.down is not None:
+            sub.put([self.down], None)
+        if self.task is None:
+            self.task = asyncio.ensure_future(self._run())
+        return sub
+
+    def leave(self, sub: Subscriber) -> None:
+        self.subscribers.discard(sub)
+        if not self.subscribers:
+            self.feed._stopped(self)
+            if self.task is not None:
+                self.task.cancel()
+                self.task = None
+
+    def _after(self, cursor: str) -> list[StreamMessage] | None:
+        """The messages the poller sent after `cursor`, or None when it does not remember
+        sending that cursor."""
+        if cursor == self.cursor:
+            return []
+        found = False
+        out: list[StreamMessage] = []
+        for after, messages in self.history:
+            if found:
+                out += messages
+            elif after == cursor:
+                found = True
+        return out if found else None
+
+    # -- sending
+
+    def _send(self, messages: list[StreamMessage], cursor: str | None) -> None:
+        """Send to every greeted stream (one not greeted yet gets its ``hello`` at `cursor`
+        instead: what came before it is not its own)."""
+        for sub in list(self.subscribers):
+            if sub.catching_up:
+                continue
+            if not sub.greeted:
+                if cursor is not None:
+                    sub.greeted = True
+                    sub.put([_hello(cursor)], None)
+                continue
+            sub.put(messages, cursor)
+
+    def _send_status(self, message: StreamMessage) -> None:
+        """Send a ``status`` to every stream, greeted or not."""
+        for sub in list(self.subscribers):
+            sub.put([message], None)
+
+    def _remember(self, cursor: str, messages: list[StreamMessage]) -> None:
+        self.history.append((cursor, tuple(messages)))
+        self.history_events += len(messages)
+        while len(self.history) > HISTORY_BATCHES or (
+            self.history_events > HISTORY_EVENTS and len(self.history) > 1
+        ):
+            self.history_events -= len(self.history.popleft()[1])
+
+    def _restart(self, cursor: str, reason: str) -> None:
+        """A new start from `cursor`: every stream takes a fresh read (``snapshot``)."""
+        self.history.clear()
+        self.history_events = 0
+        message = _snapshot(reason, cursor)
+        self.cursor = cursor
+        self._remember(cursor, [message])
+        self._send([message], cursor)
+        self._last_cursor_at = time.monotonic()
+
+    # -- the loop
+
+    async def _run(self) -> None:
+        feed = self.feed
+        lost: str | None = None  # why the poller starts over: every stream re-reads
+        while self.subscribers:
+            more = False
+            fresh = self.cursor is None or lost is not None
+            try:
+                page = await feed.read(None if fresh else self.cursor, self.queue, self.group)
+            except PresenceResyncRequired as exc:
+                lost = feed.scrub(str(exc))
+                if fresh:
+                    await asyncio.sleep(feed.interval_s)
+                continue
+            except PresencePoolExhausted as exc:  # the service is busy, Redis may be fine
+                log.warning("event stream: %s", feed.scrub(str(exc)))
+                await asyncio.sleep(feed.interval_s)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not isinstance(exc, PresenceError):  # never a dead feed: log, go on
+                    log.error("event stream failed: %s", feed.scrub(repr(exc)))
+                    await asyncio.sleep(feed.interval_s)
+                    continue
+                if self.down is None:
+                    self.down = StreamMessage(
+                        "status",
+                        {
+                            "redis_up": False,
+                            "message": feed.scrub(str(exc)),
+                            "since_ns": time.time_ns(),
+                        },
+                    )
+                    self._send_status(self.down)
+                await asyncio.sleep(feed.interval_s)
+                continue
+            if self.down is not None:
+                # Back after an outage: whatever happened meanwhile (a restart that lost
+                # the data, say), every view reads itself again, from a fresh cursor.
+                since = self.down.data["since_ns"]
+                self.down = None
+                up = StreamMessage("status", {"redis_up": True, "message": "", "since_ns": None})
+                self._send_status(up)
+                if self.cursor is not None and lost is None:
+                    lost = f"Redis answers again after an outage (unreachable since {since} ns)"
+                    continue  # read from now: the cursor may name a log that is gone
+            if self.cursor is None or lost is not None:
+                first = self.cursor is None
+                if first and lost is None:
+                    self.cursor = page.cursor
+                    self._remember(page.cursor, [])
+                    self._send([], page.cursor)  # every waiting stream: hello
+                else:
+                    self._restart(page.cursor, lost or "")
+                lost = None
+                self.ready.set()
+            else:
+                self._deliver(page)
+                more = page.more
+            if not more:
+                await asyncio.sleep(feed.interval_s)
+
+    def _deliver(self, page: _Page) -> None:
+        messages = [StreamMessage("presence", event.to_dict()) for event in page.events]
+        now = time.monotonic()
+        if messages or now - self._last_cursor_at >= CURSOR_EVERY_S:
+            self._last_cursor_at = now
+            messages.append(_cursor(page.cursor))
+        self.cursor = page.cursor
+        self._remember(page.cursor, messages)
+        self._send(messages, page.cursor)
+
+    # -- a stream resumed from a cursor the poller does not remember
+
+    async def catch_up(self, sub: Subscriber) -> AsyncIterator[list[StreamMessage]]:
+        """The events from `sub`'s cursor up to the poller's, from a read of its own; from
+        then on it gets the poller's messages, without an event it already got."""
+        await self.ready.wait()
+        base = self.cursor
+        assert base is not None
+        assert sub.resume_from is not None
+        sub.catching_up = False  # the poller's reads after `base` are its own from now
+        up_to = cursor_now_ns(base)
+        cursor = sub.resume_from
+        seen: set[tuple[Any, ...]] = set()
+        try:
+            while True:
+                # The logged events up to now, the derived ones up to the poller's cursor.
+                page = await self.feed.read(cursor, self.queue, self.group, now_ns=up_to)
+                batch = [StreamMessage("presence", event.to_dict()) for event in page.events]
+                seen.update(_event_key(message) for message in batch)
+                if batch:
+                    yield batch
+                cursor = page.cursor
+                if not page.more:
+                    break
+        except PresenceResyncRequired as exc:
+            yield [_snapshot(self.feed.scrub(str(exc)), base)]
+            return
+        except PresenceError as exc:
+            reason = f"the events since this stream's cursor could not be read: {exc}"
+            yield [_snapshot(self.feed.scrub(reason), base)]
+            return
+        yield [_cursor(base)]
+        if seen:
+            # The poller's reads after `base` may give again an event this read gave (one
+            # logged after `base` was read, and before this read): only reads that began
+            # before this one ended, give or take the log's lag, can.
+            until = time.monotonic() + LOG_LAG_MS / 1000 + 2 * self.feed.interval_s
+            sub._skip = lambda m: time.monotonic() < until and _event_key(m) in seen
+
+
+def _event_key(message: StreamMessage) -> tuple[Any, ...]:
+    """A ``presence`` message's event, as a key (two reads of one logged event agree)."""
+    data = message.data
+    return (
+        data["kind"],
+        data["queue"],
+        data["group"],
+        data["consumer"],
+        data["at_ns"],
+        data["lease_count"],
+        data["registered_at_ns"],
+        data["last_heartbeat_ns"],
+    )
+
+
+class LiveFeed:
+    """The event streams of one service: one `_Poller` per filter, at most `max_streams`
+    open streams in all."""
+
+    def __init__(
+        self,
+        data: PresenceData,
+        *,
+        interval_s: float = 0.5,
+        scrub: Callable[[str], str] = str,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+    ) -> None:
+        self.data = data
+        self.interval_s = interval_s
+        self.scrub = scrub
+        self.max_streams = max_streams
+        self._pollers: dict[tuple[str | None, str | None], _Poller] = {}
+        self._limit = _takes_limit(data.registry)
+
+    @property
+    def streams(self) -> int:
+        """How many streams are open."""
+        return sum(len(p.subscribers) for p in self._pollers.values())
+
+    @property
+    def pollers(self) -> int:
+        """How many pollers run (one per filter of the open streams)."""
+        return len(self._pollers)
+
+    def subscribe(
+        self, cursor: str | None, *, queue: str | None = None, group: str | None = None
+    ) -> Subscriber:
+        """A new stream of the events of `queue` / `group` from `cursor` (None: from now);
+        `StreamsFull` when `max_streams` are open."""
+        if self.streams >= self.max_streams:
+            raise StreamsFull(f"this service already serves {self.max_streams:,} event streams")
+        poller = self._pollers.get((queue, group))
+        if poller is None:
+            poller = self._pollers[(queue, group)] = _Poller(self, queue, group)
+        return poller.join(cursor)
+
+    def _stopped(self, poller: _Poller) -> None:
+        if self._pollers.get((poller.queue, poller.group)) is poller:
+            del self._pollers[(poller.queue, poller.group)]
+
+    async def read(
+        self,
+        cursor: str | None,
+        queue: str | None,
+        group: str | None,
+        *,
+        now_ns: int | None = None,
+    ) -> _Page:
+        """One `changes` read (a page of at most PAGE_EVENTS events, where the registry
+        pages them)."""
+        limit = PAGE_EVENTS if self._limit else None
+        page = await self.data.changes(cursor, queue=queue, group=group, now_ns=now_ns, limit=limit)
+        events, after = page
+        return _Page(list(events), after, bool(getattr(page, "more", False)))
+
+    async def close(self) -> None:
+        """Stop every poller (the app's shutdown)."""
+        pollers = list(self._pollers.values())
+        self._pollers.clear()
+        for poller in pollers:
+            for sub in list(poller.subscribers):
+                sub.closed = True
+                sub.wakeup.set()
+            poller.subscribers.clear()
+            if poller.task is not None:
+                poller.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await poller.task
+                poller.task = None
+
+
+def _takes_limit(registry: Any) -> bool:
+    """Whether the registry's `changes` pages its answer (a ``limit`` keyword)."""
+    try:
+        return "limit" in inspect.signature(registry.changes).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 async def stream(
     data: PresenceData,
     cursor: str | None,
@@ -62,50 +523,27 @@ async def stream(
     queue: str | None = None,
     group: str | None = None,
     interval_s: float = 0.5,
-    scrub: Any = str,
+    scrub: Callable[[str], str] = str,
 ) -> AsyncGenerator[StreamMessage, None]:
     """The messages of one event stream from `cursor` (None: from now) until the client
-    goes away; `scrub` removes secrets from error messages."""
-    redis_up = True
-    greeted = False
-    lost: str | None = None  # why the stream had to start over (a snapshot is due)
-    last_cursor_at = time.monotonic()
-    if cursor is not None:
-        yield StreamMessage("hello", {"cursor": cursor}, cursor)
-        greeted = True
-    while True:
-        try:
-            if cursor is None:
-                _, cursor = await data.changes(None, queue=queue, group=group)
-                events: list[Any] = []
-            else:
-                events, cursor = await data.changes(cursor, queue=queue, group=group)
-        except PresenceResyncRequired as exc:
-            cursor, lost = None, scrub(str(exc))
-            continue
-        except PresenceError as exc:
-            if redis_up:
-                redis_up = False
-                yield StreamMessage("status", {"redis_up": False, "message": scrub(str(exc))})
-            await asyncio.sleep(interval_s)
-            continue
-        if not redis_up:
-            redis_up = True
-            yield StreamMessage("status", {"redis_up": True, "message": ""})
-        if not greeted:
-            greeted = True
-            yield StreamMessage("hello", {"cursor": cursor}, cursor)
-        if lost is not None:
-            yield StreamMessage("snapshot", {"reason": lost, "cursor": cursor}, cursor)
-            lost = None
-        for event in events:
-            yield StreamMessage("presence", event.to_dict())
-        if events or time.monotonic() - last_cursor_at >= CURSOR_EVERY_S:
-            last_cursor_at = time.monotonic()
-            yield StreamMessage(
-                "cursor", {"cursor": cursor, "now_ns": cursor_now_ns(cursor)}, cursor
-            )
-        await asyncio.sleep(interval_s)
+    goes away, from a feed of its own; `scrub` removes secrets from error messages."""
+    feed = LiveFeed(data, interval_s=interval_s, scrub=scrub)
+    sub = feed.subscribe(cursor, queue=queue, group=group)
+    try:
+        async for message in sub.messages():
+            yield message
+    finally:
+        sub.close()
+        await feed.close()
 
 
-__all__ = ["StreamMessage", "check_cursor", "cursor_now_ns", "stream"]
+__all__ = [
+    "DEFAULT_MAX_STREAMS",
+    "LiveFeed",
+    "StreamMessage",
+    "StreamsFull",
+    "Subscriber",
+    "check_cursor",
+    "cursor_now_ns",
+    "stream",
+]

@@ -15,6 +15,9 @@ from .app import WebConfig, create_app
 
 SHUTDOWN_GRACE_S = 5
 """How long a stop (Ctrl-C, SIGTERM) waits for open requests and event streams."""
+LISTEN_BACKLOG = 2048
+"""Connections the kernel queues before the service accepts them (hundreds of dashboards
+reconnecting at once after a restart must not wait out SYN retries)."""
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -28,7 +31,7 @@ def bind(host: str, port: int) -> socket.socket:
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(address)
-        sock.listen(128)
+        sock.listen(LISTEN_BACKLOG)
         sock.set_inheritable(True)
     except OSError:
         sock.close()

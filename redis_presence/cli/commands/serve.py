@@ -67,6 +67,34 @@ def is_loopback(host: str) -> bool:
     show_default=True,
     help="Log level of the service and its access log.",
 )
+@click.option(
+    "--max-streams",
+    type=click.IntRange(1, 1_000_000),
+    default=1_000,
+    show_default=True,
+    envvar="REDIS_PRESENCE_MAX_STREAMS",
+    help="Open event streams (/api/v1/events, one per open dashboard page) at most; past "
+    "them a new one is a 503 with Retry-After. Env: REDIS_PRESENCE_MAX_STREAMS.",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(1, 100_000),
+    default=100,
+    show_default=True,
+    envvar="REDIS_PRESENCE_MAX_CONNECTIONS",
+    help="Connections to Redis at most (a redis:// URL's ?max_connections= wins). "
+    "Env: REDIS_PRESENCE_MAX_CONNECTIONS.",
+)
+@click.option(
+    "--pool-timeout",
+    type=click.FloatRange(0, 3600, min_open=True),
+    default=5.0,
+    show_default=True,
+    metavar="SECONDS",
+    envvar="REDIS_PRESENCE_POOL_TIMEOUT",
+    help="How long a read waits for a free connection when all are in use (then 503 "
+    "service_busy, not 'Redis unreachable'). Env: REDIS_PRESENCE_POOL_TIMEOUT.",
+)
 @click.option("--read-cache-ms", type=click.IntRange(0, 60_000), default=500, hidden=True)
 @click.option("--live-interval-ms", type=click.IntRange(50, 60_000), default=500, hidden=True)
 @pass_app
@@ -78,6 +106,9 @@ def command(
     per_consumer_metrics: bool,
     stuck_metrics: bool,
     log_level: str,
+    max_streams: int,
+    max_connections: int,
+    pool_timeout: float,
     read_cache_ms: int,
     live_interval_ms: int,
 ) -> None:
@@ -114,6 +145,9 @@ def command(
         now_ns=app.now_ns,
         read_cache_s=read_cache_ms / 1000,
         live_interval_s=live_interval_ms / 1000,
+        max_streams=max_streams,
+        max_connections=max_connections,
+        pool_timeout_s=pool_timeout,
     )
     config.open_registry()  # a malformed URL or option fails here, before anything listens
     try:

@@ -1,0 +1,255 @@
+"""The live feed behind `/api/v1/events` streams (`redis_presence.web.events.LiveFeed`):
+one poller per filter shared by every stream, bounded queues, resuming from a cursor, and
+what streams are told when the log is lost or Redis goes away and comes back. Against a
+real redis-server; time is the feed's fixed clock, waits are deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Iterator
+from typing import Any
+
+import pytest
+from servers import MakeRedisServer
+
+from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
+from redis_presence.events import Cursor
+from redis_presence.web import events as live_events
+from redis_presence.web.data import PresenceData
+from redis_presence.web.events import LiveFeed, StreamMessage, StreamsFull
+
+pytestmark = [pytest.mark.redis_server, pytest.mark.timeout(90)]
+
+MS = 1_000_000
+TTL_MS = 10_000
+T0 = 1_796_000_000_000 * MS
+DEADLINE_S = 20.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_ns = T0
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+
+@pytest.fixture
+def writer(redis_url: str) -> Iterator[RedisPresenceRegistry]:
+    registry = RedisPresenceRegistry.from_url(redis_url, max_future_ms=None)
+    registry.set_ttl(TTL_MS)
+    try:
+        yield registry
+    finally:
+        registry.close()
+
+
+class Counted:
+    """`PresenceData.changes` counted, per filter."""
+
+    def __init__(self, data: PresenceData) -> None:
+        self.calls: dict[tuple[Any, Any], int] = {}
+        inner = data.changes
+
+        async def changes(cursor: str | None, **kwargs: Any) -> Any:
+            key = (kwargs.get("queue"), kwargs.get("group"))
+            self.calls[key] = self.calls.get(key, 0) + 1
+            return await inner(cursor, **kwargs)
+
+        data.changes = changes  # type: ignore[method-assign]
+
+
+async def until(
+    messages: AsyncGenerator[StreamMessage, None], event: str, seen: list[StreamMessage]
+) -> StreamMessage:
+    async def wait() -> StreamMessage:
+        while True:
+            message = await anext(messages)
+            seen.append(message)
+            if message.event == event:
+                return message
+
+    return await asyncio.wait_for(wait(), DEADLINE_S)
+
+
+async def poll_until(check: Any, what: str) -> None:
+    deadline = asyncio.get_running_loop().time() + DEADLINE_S
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def consumers(seen: list[StreamMessage]) -> list[tuple[str, str]]:
+    return [(m.data["kind"], m.data["consumer"]) for m in seen if m.event == "presence"]
+
+
+def test_one_poller_per_filter_shared_by_every_stream(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    clock = Clock()
+
+    async def main() -> None:
+        async with AsyncRedisPresenceRegistry.from_url(redis_url) as registry:
+            data = PresenceData(registry, ttl_ms=None, clock=clock)
+            counted = Counted(data)
+            feed = LiveFeed(data, interval_s=0.02, max_streams=60)
+            subs = [feed.subscribe(None, queue="q") for _ in range(50)]
+            subs += [feed.subscribe(None, queue="other") for _ in range(10)]
+            assert (feed.streams, feed.pollers) == (60, 2)
+            with pytest.raises(StreamsFull, match="60 event streams"):
+                feed.subscribe(None)
+            streams = [sub.messages() for sub in subs]
+            hellos = [await until(s, "hello", []) for s in streams]
+            assert len({h.id for h in hellos[:50]}) == 1  # one poller, one cursor
+            writer.heartbeat("q", "g", "joins", now_ns=T0)
+            writer.heartbeat("other", "g", "elsewhere", now_ns=T0)
+            got = [await until(s, "presence", []) for s in streams]
+            assert {m.data["consumer"] for m in got[:50]} == {"joins"}
+            assert {m.data["consumer"] for m in got[50:]} == {"elsewhere"}
+            assert all(m is got[0] for m in got[:50])  # one message, made once
+            calls = counted.calls[("q", None)]
+            await asyncio.sleep(0.2)
+            # The reads grow with time, not with the number of streams (50 here).
+            assert counted.calls[("q", None)] - calls < 30
+            for stream in streams[:50]:
+                await stream.aclose()
+            assert (feed.streams, feed.pollers) == (10, 1)  # its last stream gone: stopped
+            before = counted.calls.get(("q", None))
+            await asyncio.sleep(0.1)
+            assert counted.calls.get(("q", None)) == before
+            for stream in streams[50:]:
+                await stream.aclose()
+            assert (feed.streams, feed.pollers) == (0, 0)
+            await feed.close()
+
+    asyncio.run(main())
+
+
+def test_a_stream_resumed_from_a_cursor_gets_what_came_in_between(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    clock = Clock()
+
+    async def main() -> None:
+        async with AsyncRedisPresenceRegistry.from_url(redis_url) as registry:
+            data = PresenceData(registry, ttl_ms=None, clock=clock)
+            feed = LiveFeed(data, interval_s=0.02)
+            keeper = feed.subscribe(None, queue="q")  # keeps the poller running
+            kept = keeper.messages()
+            seen: list[StreamMessage] = []
+            await until(kept, "hello", seen)
+            writer.heartbeat("q", "g", "a", now_ns=T0)
+            first = await until(kept, "cursor", seen)
+            writer.heartbeat("q", "g", "b", now_ns=T0)
+            writer.heartbeat("q", "g", "c", now_ns=T0)
+            await until(kept, "cursor", seen)
+            assert consumers(seen) == [("joined", "a"), ("joined", "b"), ("joined", "c")]
+
+            # A cursor the poller sent: the messages after it, from its memory.
+            remembered = feed.subscribe(first.id, queue="q").messages()
+            again: list[StreamMessage] = []
+            hello = await until(remembered, "hello", again)
+            assert hello.id == first.id
+            await until(remembered, "cursor", again)
+            assert consumers(again) == [("joined", "b"), ("joined", "c")]
+
+            # A cursor it never sent (an earlier poll's): its own read up to the poller's
+            # cursor, then the poller's, nothing twice.
+            old = (await data.changes(None, queue="q"))[1]
+            writer.heartbeat("q", "g", "d", now_ns=T0)
+            foreign = feed.subscribe(old, queue="q").messages()
+            caught: list[StreamMessage] = []
+            await until(foreign, "hello", caught)
+            await until(foreign, "presence", caught)
+            writer.heartbeat("q", "g", "e", now_ns=T0)
+            while ("joined", "e") not in consumers(seen):
+                await until(kept, "presence", seen)
+            while ("joined", "e") not in consumers(caught):
+                await until(foreign, "presence", caught)
+            assert consumers(caught) == [("joined", "d"), ("joined", "e")]
+            for stream in (kept, remembered, foreign):
+                await stream.aclose()
+            await feed.close()
+
+    asyncio.run(main())
+
+
+def test_a_slow_stream_gets_a_snapshot_instead_of_a_growing_queue(
+    redis_url: str, writer: RedisPresenceRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(live_events, "SUBSCRIBER_BACKLOG", 20)
+    clock = Clock()
+
+    async def main() -> None:
+        async with AsyncRedisPresenceRegistry.from_url(redis_url) as registry:
+            data = PresenceData(registry, ttl_ms=None, clock=clock)
+            feed = LiveFeed(data, interval_s=0.02)
+            fast, slow = feed.subscribe(None), feed.subscribe(None)
+            fast_messages, slow_messages = fast.messages(), slow.messages()
+            await until(fast_messages, "hello", [])
+            await until(slow_messages, "hello", [])
+            for i in range(3):  # the slow one reads nothing meanwhile
+                writer.heartbeat_many([("q", "g", f"c{i}-{n}", 0) for n in range(15)], now_ns=T0)
+                seen: list[StreamMessage] = []
+                await until(fast_messages, "cursor", seen)
+                assert len(consumers(seen)) == 15
+                assert len(slow.queue) <= 20
+            snapshot = await until(slow_messages, "snapshot", [])
+            assert "fell more than 20 messages behind" in snapshot.data["reason"]
+            await fast_messages.aclose()
+            await slow_messages.aclose()
+            await feed.close()
+
+    asyncio.run(main())
+
+
+def test_every_stream_rereads_after_a_lost_log_and_after_an_outage(
+    make_redis_server: MakeRedisServer,
+) -> None:
+    server = make_redis_server()
+    writer = RedisPresenceRegistry.from_url(server.url, max_future_ms=None)
+    writer.set_ttl(TTL_MS)
+    clock = Clock()
+
+    async def main() -> None:
+        registry = AsyncRedisPresenceRegistry.from_url(server.url)
+        data = PresenceData(registry, ttl_ms=None, clock=clock)
+        feed = LiveFeed(data, interval_s=0.02)
+        streams = [feed.subscribe(None).messages() for _ in range(3)]
+        seen: list[list[StreamMessage]] = [[] for _ in streams]
+        for stream, got in zip(streams, seen, strict=True):
+            await until(stream, "hello", got)
+
+        # The log trimmed past the poller's cursor: one snapshot to every stream.
+        events = feed._pollers[(None, None)]
+        events.cursor = Cursor(T0 - 10**15, 1_000, {}).encode()
+        for stream, got in zip(streams, seen, strict=True):
+            snapshot = await until(stream, "snapshot", got)
+            assert "fresh snapshot" in snapshot.data["reason"]
+
+        # Redis goes away: each stream is told since when; back: each reads again.
+        server.stop()
+        for stream, got in zip(streams, seen, strict=True):
+            down = await until(stream, "status", got)
+            assert down.data["redis_up"] is False
+            assert "cannot reach Redis" in down.data["message"]
+            assert isinstance(down.data["since_ns"], int)
+        late = feed.subscribe(None).messages()  # joins while Redis is down: told at once
+        late_seen: list[StreamMessage] = []
+        assert (await until(late, "status", late_seen)).data["redis_up"] is False
+        server.restart()  # on the same port (stopped already), empty
+        for stream, got in [*zip(streams, seen, strict=True), (late, late_seen)]:
+            up = await until(stream, "status", got)
+            assert up.data == {"redis_up": True, "message": "", "since_ns": None}
+        for stream, got in [*zip(streams, seen, strict=True), (late, late_seen)]:
+            snapshot = await until(stream, "snapshot", got)
+            assert "Redis answers again after an outage" in snapshot.data["reason"]
+        assert [m.event for m in late_seen] == ["hello", "status", "status", "snapshot"]
+        for stream in [*streams, late]:
+            await stream.aclose()
+        await feed.close()
+        await registry.aclose()
+
+    asyncio.run(main())
+    writer.close()
