@@ -80,6 +80,7 @@ def test_every_public_name_loads_from_its_module() -> None:
         "PresenceDataError",
         "PresenceError",
         "PresenceOutOfMemoryError",
+        "PresencePoolExhausted",
         "PresenceReadOnlyError",
         "PresenceResyncRequired",
         "DEFAULT_EVENTS_KEPT",
