@@ -50,7 +50,6 @@ from redis_presence.urls import (
     DEFAULT_POOL_TIMEOUT_S,
     parse_url,
     redact,
-    scrub,
 )
 
 from . import events as live_events
@@ -211,9 +210,6 @@ class _Service:
         self.data: PresenceData | None = None
         self.feed: live_events.LiveFeed | None = None
 
-    def scrub(self, text: str) -> str:
-        return scrub(text, self.config.url)
-
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         registry = self.factory()
@@ -225,7 +221,6 @@ class _Service:
         self.feed = live_events.LiveFeed(
             self.data,
             interval_s=self.config.live_interval_s,
-            scrub=self.scrub,
             max_streams=self.config.max_streams,
         )
         try:
@@ -247,7 +242,6 @@ class _Service:
     # -- error responses
 
     def error(self, request: Request, status: int, code: str, message: str) -> Response:
-        message = self.scrub(message)
         if _wants_json(request):
             return JSONResponse({"error": code, "message": message}, status_code=status)
         return self.templates.TemplateResponse(
@@ -260,7 +254,7 @@ class _Service:
     async def on_presence_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, PresenceError)
         status, code = _status_of(exc)
-        log.warning("%s %s: %s", request.method, request.url.path, self.scrub(str(exc)))
+        log.warning("%s %s: %s", request.method, request.url.path, exc)
         response = self.error(request, status, code, str(exc))
         if code == "service_busy":
             response.headers["Retry-After"] = str(BUSY_RETRY_AFTER_S)
@@ -277,7 +271,7 @@ class _Service:
         return response
 
     async def on_crash(self, request: Request, exc: Exception) -> Response:
-        log.error("%s %s failed: %s", request.method, request.url.path, self.scrub(repr(exc)))
+        log.error("%s %s failed: %s", request.method, request.url.path, repr(exc))
         return self.error(request, 500, "internal_error", "internal error (see the service log)")
 
     # -- shared pieces
@@ -761,7 +755,7 @@ class Views:
             return JSONResponse(
                 {
                     "error": "resync_required",
-                    "message": self.service.scrub(str(exc)),
+                    "message": str(exc),
                     "cursor": fresh,
                 },
                 status_code=410,
@@ -803,7 +797,7 @@ class Views:
             self.service.reads, read_consumers=per_consumer or config.stuck_metrics
         )
         if reading.error:
-            log.warning("scrape: Redis read failed: %s", self.service.scrub(reading.error))
+            log.warning("scrape: Redis read failed: %s", reading.error)
         accept = request.headers.get("accept", "")
         if metrics.wants_openmetrics_only(accept):
             encoder, content_type = exposition.choose_encoder(accept)
@@ -826,7 +820,7 @@ class Views:
                 {
                     "status": "busy" if busy else "unavailable",
                     "error": code,
-                    "message": self.service.scrub(str(exc)),
+                    "message": str(exc),
                 },
                 status_code=503,
                 headers={"Retry-After": str(BUSY_RETRY_AFTER_S)} if busy else None,
