@@ -210,3 +210,10 @@ def translate(exc: Exception) -> PresenceError:
     if isinstance(exc, rx.ResponseError) and "WRONGTYPE" in str(exc):
         return refusal(str(exc))
     return PresenceError(f"Redis error: {exc}")
+
+
+class PresenceClusterMigratingError(PresenceConnectionError):
+    """A Redis Cluster kept answering that a slot is on the move (``TRYAGAIN``, ``ASK``,
+    ``MOVED``: a slot migration, or resharding) for longer than the registry's
+    ``cluster_retry_ms``, through which it sent the request again. The request did not run
+    (a redirected request never does); retrying later is safe."""
