@@ -215,7 +215,8 @@ def redact(url: str) -> str:
 
 
 _URL_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"()<>]+")
-"""A URL written in free text (a command line's stray argument, say), up to a blank or quote."""
+"""A URL written in free text (a command line's stray argument, say), up to a blank, a quote
+or a bracket (a comma after it is taken as part of it: hiding too much is harmless)."""
 
 
 def redact_urls(text: str) -> str:

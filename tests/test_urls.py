@@ -268,6 +268,25 @@ def test_no_password_is_masked_into_a_message_it_is_never_put_there(
     assert not garbled, "\n".join(f"{k}: {v!r}" for k, v in garbled.items())
 
 
+def test_a_url_typed_where_no_url_belongs_is_shown_redacted_and_driver_words_are_rebuilt() -> None:
+    """click quotes a stray argument as typed, and a URL parser's error may quote the URL:
+    neither reaches a message as it is, and nothing else of them is touched."""
+    stray = "redis://:a@127.0.0.1:1/0"
+    result = CliRunner().invoke(cli, ["--url", f"redis://:a@127.0.0.1:{CLOSED}/0", "ls", stray])
+    assert result.exit_code == 2, result.output
+    assert "unexpected extra argument (redis://:***@127.0.0.1:1/0)" in result.output
+    assert ":a@" not in result.output
+    assert urls.redact_urls("a and redis://u:s3cret@h/0?password=x (again)") == (
+        "a and redis://u:***@h/0?password=*** (again)"
+    )
+    leaky = ValueError("Port could not be cast to integer value as 'hunter2@h'")
+    assert urls.driver_reason(leaky) == "redis-py refuses it (ValueError)"
+    typo = TypeError("Connection.__init__() got an unexpected keyword argument 'colour'")
+    assert urls.driver_reason(typo) == "no option 'colour'"
+    own = redis.exceptions.RedisClusterException("Cluster mode is not enabled on this node")
+    assert urls.driver_reason(own) == "Cluster mode is not enabled on this node"
+
+
 # --- what the parser hands redis-py ----------------------------------------------------------
 
 
