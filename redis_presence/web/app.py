@@ -241,21 +241,37 @@ class _Service:
 
     # -- error responses
 
-    def error(self, request: Request, status: int, code: str, message: str) -> Response:
-        if _wants_json(request):
-            return JSONResponse({"error": code, "message": message}, status_code=status)
+    def error(
+        self, request: Request, status: int, code: str, message: str, since_ns: int | None = None
+    ) -> Response:
+        """A JSON error (the API, the probes, a page's JSON twin) or an error page; with
+        `since_ns`, since when Redis cannot be reached (the page's script shows it)."""
+        since = {} if since_ns is None else {"since_ns": since_ns}
+        if _wants_json(request) or _json_view(request):
+            body = {"error": code, "message": message} | since
+            return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
+        live = {"error": code, "message": message} | since
         return self.templates.TemplateResponse(
             request,
             "error.html",
-            self.context(request, status=status, code=code, message=message, now_ns=0, live={}),
+            self.context(request, status=status, code=code, message=message, now_ns=0, live=live),
             status_code=status,
         )
+
+    def unreachable_since_ns(self) -> int:
+        """Since when Redis cannot be reached: what the live feed saw first, else now."""
+        feed = self.live
+        if feed.down_since_ns is None:
+            feed.down_since_ns = time.time_ns()
+        return feed.down_since_ns
 
     async def on_presence_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, PresenceError)
         status, code = _status_of(exc)
         log.warning("%s %s: %s", request.method, request.url.path, exc)
-        response = self.error(request, status, code, str(exc))
+        down = code in ("redis_unavailable", "redis_refused_access")
+        since = self.unreachable_since_ns() if down and self.feed is not None else None
+        response = self.error(request, status, code, str(exc), since)
         if code == "service_busy":
             response.headers["Retry-After"] = str(BUSY_RETRY_AFTER_S)
         return response

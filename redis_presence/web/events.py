@@ -15,7 +15,9 @@ closes. The messages a stream sends:
   `now_ns` was sent, so a reconnecting `EventSource` goes on from there; after each read
   that found events, and every CURSOR_EVERY_S otherwise;
 * ``status`` ``{"redis_up", "message", "since_ns"}``: Redis cannot be reached (since
-  `since_ns`, the service's clock), or answers again;
+  `since_ns`, the service's clock: one instant for every stream of the service), or
+  answers again (then a ``snapshot`` follows: the page reads what it shows again, and
+  consumers lost meanwhile, say in a restart without persistence, disappear);
 * ``snapshot`` ``{"reason", "cursor"}``: what the stream knew cannot go on (the cursor's log
   was trimmed or Redis lost its data, Redis answers again after an outage, or the stream
   fell behind): take a fresh read of what you show, then apply the events after `cursor`.
@@ -330,17 +332,20 @@ class _Poller:
                     await asyncio.sleep(feed.interval_s)
                     continue
                 if self.down is None:
+                    if feed.down_since_ns is None:
+                        feed.down_since_ns = time.time_ns()
                     self.down = StreamMessage(
                         "status",
                         {
                             "redis_up": False,
                             "message": feed.scrub(str(exc)),
-                            "since_ns": time.time_ns(),
+                            "since_ns": feed.down_since_ns,
                         },
                     )
                     self._send_status(self.down)
                 await asyncio.sleep(feed.interval_s)
                 continue
+            feed.down_since_ns = None
             if self.down is not None:
                 # Back after an outage: whatever happened meanwhile (a restart that lost
                 # the data, say), every view reads itself again, from a fresh cursor.
@@ -450,6 +455,9 @@ class LiveFeed:
         self.max_streams = max_streams
         self._pollers: dict[tuple[str | None, str | None], _Poller] = {}
         self._limit = _takes_limit(data.registry)
+        self.down_since_ns: int | None = None
+        """Since when (the service's clock) Redis cannot be reached, as the pollers and
+        the routes saw it; None once a poller's read succeeds."""
 
     @property
     def streams(self) -> int:
