@@ -63,12 +63,18 @@ def writer(redis_url: str) -> Iterator[RedisPresenceRegistry]:
         registry.close()
 
 
+BASE_URL = "http://127.0.0.1"
+
+
 def make_client(
     url: str, clock: Clock | None = None, *, ttl_ms: int | None = TTL_MS, **options: object
 ) -> TestClient:
     """A test client of the app (`ttl_ms` None: the shared TTL, as without ``--ttl-ms``)."""
     config = WebConfig(url=url, ttl_ms=ttl_ms, read_cache_s=0, **options)  # type: ignore[arg-type]
-    return TestClient(create_app(config, clock=clock), raise_server_exceptions=False)
+    # A Host the service answers to (the test client's default, ``testserver``, gets 421).
+    return TestClient(
+        create_app(config, clock=clock), base_url=BASE_URL, raise_server_exceptions=False
+    )
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from servers import RedisServer
 from webservers import ROOT, Broker, ServeProcess, need_tool, poll
 
 from redis_presence import RedisPresenceRegistry
+from redis_presence.web.security import CONTENT_SECURITY_POLICY
 
 TTL_MS = 2_000
 MS = 1_000_000
@@ -589,3 +590,39 @@ def test_a_page_drops_consumers_lost_in_an_empty_restart(
         expect(overview.locator("#groups tbody tr").filter(has_text="vanished")).to_have_count(0)
         for page in (group, gone, overview):
             assert same_document(page)
+
+
+def test_the_dashboard_works_under_its_content_security_policy(
+    page: Page, writer: RedisPresenceRegistry
+) -> None:
+    future = 4_000_000_000_000 * MS
+    writer.heartbeat("csp", "strict", "first", 0, now_ns=future)
+    for path in ("/", "/group?queue=csp&group=strict"):
+        response = page.goto(path)
+        assert response is not None
+        assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert response.headers["x-frame-options"] == "DENY"
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "no-referrer"
+    live(page, "/group?queue=csp&group=strict")
+    # The stylesheet applies (a same-origin file), and live updates arrive.
+    expect(row(page, "first").locator(".pill")).to_have_css("font-weight", "600")
+    writer.heartbeat("csp", "strict", "second", 3, now_ns=future)
+    expect(row(page, "second").locator("td.num")).to_have_text("3", timeout=5_000)
+    writer.deregister("csp", "strict", "first")
+    expect(row(page, "first")).to_have_count(0, timeout=5_000)
+    assert same_document(page)
+    # The policy is enforced: an inline script is refused (and says so on the console).
+    page.evaluate(
+        """() => {
+            const script = document.createElement("script");
+            script.textContent = "window.__inline_ran = true";
+            document.head.append(script);
+        }"""
+    )
+    refused: list[str] = page.__dict__["csp_refused"]
+    poll(lambda: refused, timeout=5, what="the browser to refuse the inline script")
+    assert page.evaluate("window.__inline_ran === undefined")
+    assert "inline script" in refused[0]
+    refused.clear()  # what the fixture checks: nothing else was refused
+    writer.deregister("csp", "strict", "second")

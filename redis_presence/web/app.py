@@ -64,6 +64,7 @@ from .pages import (
     parse_limit,
     parse_states,
 )
+from .security import HostCheck, SecurityHeaders
 
 log = logging.getLogger("redis_presence.web")
 
@@ -121,6 +122,9 @@ class WebConfig:
     pool_timeout_s: float = DEFAULT_POOL_TIMEOUT_S
     """``--pool-timeout``: how long a read waits for a free connection of a full pool."""
     access_log: bool = True
+    allowed_hosts: tuple[str, ...] = ()
+    """The ``Host`` names it answers to besides the loopback ones and the address a request
+    arrived at (``--host`` and ``--allowed-host``); others get 421."""
 
     def open_registry(self) -> AsyncRedisPresenceRegistry:
         """An asyncio registry for `url` (connects on first use, fails fast when down)."""
@@ -472,6 +476,8 @@ def create_app(
     middleware = []
     if config.access_log:
         middleware.append(Middleware(AccessLog))
+    middleware.append(Middleware(SecurityHeaders))
+    middleware.append(Middleware(HostCheck, allowed=config.allowed_hosts))
     if config.auth_token:
         middleware.append(Middleware(TokenAuth, token=config.auth_token))
     app = Starlette(

@@ -11,9 +11,10 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .security import send_json_error
 
 REALM = "redis-presence"
 OPEN_PATHS = frozenset({"/healthz"})
@@ -63,18 +64,6 @@ class TokenAuth:
         if scope["type"] != "http" or self.allows(scope):
             await self.app(scope, receive, send)
             return
-        body = json.dumps(
-            {"error": "unauthorized", "message": "this service needs its auth token"}
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    *CHALLENGES,
-                ],
-            }
+        await send_json_error(
+            send, 401, "unauthorized", "this service needs its auth token", CHALLENGES
         )
-        await send({"type": "http.response.body", "body": body})
