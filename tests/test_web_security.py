@@ -4,7 +4,10 @@ Bearer and Basic alike."""
 
 from __future__ import annotations
 
+import base64
+import os
 import re
+import subprocess
 import warnings
 from collections.abc import Iterator
 
@@ -13,6 +16,8 @@ import pytest
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
     from starlette.testclient import TestClient
+
+from webservers import ROOT, cli_argv
 
 from redis_presence import RedisPresenceRegistry
 from redis_presence.web import WebConfig, create_app
@@ -139,3 +144,57 @@ def test_the_templates_hold_no_inline_script_or_style(client: TestClient) -> Non
             assert 'type="application/json"' in attributes or (
                 "src=" in attributes and not body.strip()
             ), (path, attributes)
+
+
+# -- the token: Bearer and Basic agree --------------------------------------------------------
+
+UNICODE_TOKEN = "pässwörd-ключ-🔑"
+
+
+def basic(password: str, user: str = "ops") -> bytes:
+    return b"Basic " + base64.b64encode(f"{user}:{password}".encode())
+
+
+def test_a_non_ascii_token_works_over_bearer_and_basic_alike(redis_url: str) -> None:
+    utf8 = UNICODE_TOKEN.encode()
+    with client_for(redis_url, auth_token=UNICODE_TOKEN) as client:
+        for authorization in [b"Bearer " + utf8, b"bearer  " + utf8 + b" ", basic(UNICODE_TOKEN)]:
+            answered = client.get("/api/v1/groups", headers={"Authorization": authorization})
+            assert answered.status_code == 200, authorization
+        for wrong in [
+            b"Bearer " + utf8.decode("latin-1").encode(),  # its UTF-8 read as Latin-1, re-sent
+            b"Bearer " + utf8[:-1],
+            "Bearer pässwörd".encode("latin-1"),
+            basic(UNICODE_TOKEN[:-1]),
+        ]:
+            refused = client.get("/api/v1/groups", headers={"Authorization": wrong})
+            assert refused.status_code == 401, wrong
+
+
+BAD_TOKENS = [" s3cret", "s3cret ", "s3cret\n", "\ts3cret", "s3\x00cret", "s3\x7fcret", "   "]
+
+
+@pytest.mark.parametrize("token", BAD_TOKENS)
+def test_a_token_only_basic_could_carry_is_refused(redis_url: str, token: str) -> None:
+    with pytest.raises(ValueError, match="auth token"):
+        create_app(WebConfig(url=redis_url, auth_token=token))
+
+
+def test_serve_refuses_such_a_token_at_startup_in_one_line(redis_url: str) -> None:
+    for token in ["s3cret\n", " s3cret"]:
+        done = subprocess.run(
+            cli_argv("--url", redis_url, "serve", "--port", "0"),
+            cwd=ROOT,
+            env={**os.environ, "REDIS_PRESENCE_AUTH_TOKEN": token},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert "--auth-token" in done.stderr
+        assert "whitespace" in done.stderr
+        assert "s3cret" not in done.stderr  # the secret is not shown
+        assert "Traceback" not in done.stderr

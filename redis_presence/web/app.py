@@ -54,7 +54,7 @@ from redis_presence.urls import (
 
 from . import events as live_events
 from . import metrics
-from .auth import TokenAuth
+from .auth import TokenAuth, check_token
 from .data import GroupStats, PresenceData, TtlInUse
 from .pages import (
     MAX_LIMIT,
@@ -479,6 +479,7 @@ def create_app(
     middleware.append(Middleware(SecurityHeaders))
     middleware.append(Middleware(HostCheck, allowed=config.allowed_hosts))
     if config.auth_token:
+        check_token(config.auth_token)  # now, not at the first request
         middleware.append(Middleware(TokenAuth, token=config.auth_token))
     app = Starlette(
         routes=routes,

@@ -8,7 +8,7 @@ import os
 import click
 
 from ..app import App, pass_app
-from ..errors import CliError
+from ..errors import CliError, UsageProblem
 
 DEFAULT_PORT = 8321
 
@@ -140,6 +140,7 @@ def command(
 
     try:  # the web extra is optional: import it only when serving
         from redis_presence.web.app import WebConfig
+        from redis_presence.web.auth import check_token
         from redis_presence.web.security import ALLOWED_HOSTS_ENV, parse_allowed_hosts
         from redis_presence.web.server import bind, run, url_of
     except ImportError as exc:
@@ -147,6 +148,11 @@ def command(
             "redis-presence serve needs the web extra: pip install 'redis-presence[web]' "
             f"(missing: {exc.name})"
         ) from None
+    if auth_token:
+        try:
+            check_token(auth_token)
+        except ValueError as exc:
+            raise UsageProblem(f"--auth-token / REDIS_PRESENCE_AUTH_TOKEN: {exc}") from None
     config = WebConfig(
         url=app.url,
         prefix=app.prefix,
