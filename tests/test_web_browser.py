@@ -507,6 +507,7 @@ def test_a_page_never_shows_rows_as_live_while_redis_is_unreachable(
     outage_server: RedisServer,
     outage_service: ServeProcess,
     outage: RedisPresenceRegistry,
+    tmp_path: Path,
 ) -> None:
     ghosts(outage)
     with (
@@ -532,6 +533,7 @@ def test_a_page_never_shows_rows_as_live_while_redis_is_unreachable(
         ghosts_row = overview.locator("#groups tbody tr").filter(has_text="ghosts")
         expect(ghosts_row).to_have_class(re.compile(r"\bunknown\b"))
         expect(overview.locator("#totals")).to_have_class(re.compile(r"\bunknown\b"))
+        keep_screenshot(group, tmp_path, "dashboard-unreachable.png")
         # The page's own reads (503: Redis is down) keep it so.
         group.reload()
         expect(group.locator("#banner")).to_have_text(UNREACHABLE)

@@ -262,19 +262,12 @@ class _Service:
             status_code=status,
         )
 
-    def unreachable_since_ns(self) -> int:
-        """Since when Redis cannot be reached: what the live feed saw first, else now."""
-        feed = self.live
-        if feed.down_since_ns is None:
-            feed.down_since_ns = time.time_ns()
-        return feed.down_since_ns
-
     async def on_presence_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, PresenceError)
         status, code = _status_of(exc)
         log.warning("%s %s: %s", request.method, request.url.path, exc)
         down = code in ("redis_unavailable", "redis_refused_access")
-        since = self.unreachable_since_ns() if down and self.feed is not None else None
+        since = self.live.unreachable_since_ns() if down and self.feed is not None else None
         response = self.error(request, status, code, str(exc), since)
         if code == "service_busy":
             response.headers["Retry-After"] = str(BUSY_RETRY_AFTER_S)

@@ -57,6 +57,8 @@ HISTORY_BATCHES = 240
 """How many of its last reads a poller remembers, for streams resumed from their cursors."""
 HISTORY_EVENTS = 10_000
 """At most this many events in a poller's memory (older reads are forgotten first)."""
+OUTAGE_GAP_S = 15.0
+"""Failures further apart than this, with no stream watching between, are two outages."""
 DEFAULT_MAX_STREAMS = 1_000
 """Open event streams one service serves at most (``--max-streams``)."""
 
@@ -332,14 +334,12 @@ class _Poller:
                     await asyncio.sleep(feed.interval_s)
                     continue
                 if self.down is None:
-                    if feed.down_since_ns is None:
-                        feed.down_since_ns = time.time_ns()
                     self.down = StreamMessage(
                         "status",
                         {
                             "redis_up": False,
                             "message": feed.scrub(str(exc)),
-                            "since_ns": feed.down_since_ns,
+                            "since_ns": feed.unreachable_since_ns(),
                         },
                     )
                     self._send_status(self.down)
@@ -458,6 +458,19 @@ class LiveFeed:
         self.down_since_ns: int | None = None
         """Since when (the service's clock) Redis cannot be reached, as the pollers and
         the routes saw it; None once a poller's read succeeds."""
+        self._down_seen_ns = 0
+
+    def unreachable_since_ns(self) -> int:
+        """Since when Redis cannot be reached (one instant for every stream and error page
+        of this outage): a failure after OUTAGE_GAP_S without one, while no poller is down
+        (a route's failure, with no stream open to see Redis come back), starts a new one."""
+        now = time.time_ns()
+        gap = now - self._down_seen_ns > OUTAGE_GAP_S * 1e9
+        ongoing = any(poller.down is not None for poller in self._pollers.values())
+        if self.down_since_ns is None or (gap and not ongoing):
+            self.down_since_ns = now
+        self._down_seen_ns = now
+        return self.down_since_ns
 
     @property
     def streams(self) -> int:
