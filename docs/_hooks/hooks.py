@@ -1,0 +1,65 @@
+"""mkdocs hooks (mkdocs.yml `hooks:`): what the site generates from the code.
+
+- `openapi.json` and the routes table of web.md, from `openapi.ROUTES` (checked against
+  the app's routes by tests/test_docs.py);
+- the benchmark figures under benchmarks/reference/, served from where they are kept;
+- the API reference's entries, one per public name (`redis_presence._EXPORTS`);
+- docs/protocol.md in the navigation when it exists."""
+
+from __future__ import annotations
+
+import sys
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
+
+import redis_presence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import openapi  # beside this file
+
+ROOT = Path(__file__).resolve().parents[2]
+ROUTES_MARK = "<!-- routes: generated from docs/_hooks/openapi.py -->"
+API_MARK = "<!-- api: generated from redis_presence._EXPORTS -->"
+
+
+def api_reference() -> str:
+    """A mkdocstrings block per public name, grouped by the module that defines it."""
+    by_module: dict[str, list[str]] = {}
+    for name, module in redis_presence._EXPORTS.items():
+        by_module.setdefault(module, []).append(name)
+    parts = []
+    for module, names in by_module.items():
+        parts.append(f"## `redis_presence.{module}`\n")
+        parts += [f"::: redis_presence.{module}.{name}\n" for name in names]
+    return "\n".join(parts)
+
+
+def on_config(config: MkDocsConfig, **_: Any) -> MkDocsConfig:
+    docs = Path(config.docs_dir)
+    nav = config.nav or []
+    if (docs / "protocol.md").exists() and "protocol.md" not in str(nav):
+        at = next(i for i, item in enumerate(nav) if "index-protocol.md" in str(item))
+        nav.insert(at, {"The protocol": "protocol.md"})
+    return config
+
+
+def on_files(files: Files, config: MkDocsConfig, **_: Any) -> Files:
+    document = openapi.openapi_json(version("redis-presence"))
+    files.append(File.generated(config, "openapi.json", content=document))
+    for figure in sorted((ROOT / "benchmarks" / "reference").glob("*.png")):
+        uri = figure.relative_to(ROOT).as_posix()
+        files.append(File.generated(config, uri, abs_src_path=str(figure)))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Page, **_: Any) -> str:
+    if ROUTES_MARK in markdown:
+        markdown = markdown.replace(ROUTES_MARK, openapi.routes_table())
+    if API_MARK in markdown:
+        markdown = markdown.replace(API_MARK, api_reference())
+    return markdown
