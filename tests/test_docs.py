@@ -193,3 +193,42 @@ def test_openapi_document() -> None:
         names = re.findall(r"\{(\w+)\}", path)
         params = {p["name"] for p in item["get"]["parameters"] if p["in"] == "path"}
         assert params == set(names), path
+
+
+# -- the README's front door (docs/README-outline.md, README.md once it replaces it) ------
+
+OUTLINE = DOCS / "README-outline.md"
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+MAX_FRONT_DOOR_LINES = 300
+
+
+def _slugs(page: Path) -> set[str]:
+    """The anchors mkdocs gives the headings of `page` (its toc slugify, ASCII names)."""
+    slugs, fence = set(), False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        fence ^= line.startswith("```")
+        heading = re.match(r"#+ (.*)", line)
+        if heading and not fence:
+            text = re.sub(r"[^\w\- ]", "", heading.group(1).replace("`", "").lower())
+            slugs.add(re.sub(r"[- ]+", "-", text.strip()))
+    return slugs
+
+
+@pytest.mark.parametrize("page", [OUTLINE, README], ids=lambda p: p.name)
+def test_front_door_links_resolve(page: Path) -> None:
+    """Every relative link of the README (and its proposed outline) names a file of the
+    repository, and a `page.md#anchor` one of that page's headings."""
+    for match in LINK.finditer(page.read_text(encoding="utf-8")):
+        target = match.group("target")
+        if "://" in target or target.startswith(("#", "mailto:")):
+            continue
+        path, _, anchor = target.partition("#")
+        file = ROOT / path
+        assert file.exists(), f"{page.name} links to {target}: no such file"
+        if anchor and file.name != "cli-reference.md":  # its headings are generated
+            assert anchor in _slugs(file), f"{page.name} links to {target}: no such heading"
+
+
+def test_front_door_outline_is_short() -> None:
+    lines = OUTLINE.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MAX_FRONT_DOOR_LINES
