@@ -42,8 +42,9 @@ def api_reference() -> str:
 def on_config(config: MkDocsConfig, **_: Any) -> MkDocsConfig:
     docs = Path(config.docs_dir)
     nav = config.nav or []
-    if (docs / "protocol.md").exists() and "protocol.md" not in str(nav):
-        at = next(i for i, item in enumerate(nav) if "index-protocol.md" in str(item))
+    listed = [page for item in nav if isinstance(item, dict) for page in item.values()]
+    if (docs / "protocol.md").exists() and "protocol.md" not in listed:
+        at = listed.index("index-protocol.md")
         nav.insert(at, {"The protocol": "protocol.md"})
     return config
 
