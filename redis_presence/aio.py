@@ -177,6 +177,23 @@ class AsyncRedisPresenceRegistry(Executor):
         """Active consumers of one group (0 when it has none)."""
         return await self.execute(self.plans.count_active(queue, group, now_ns, ttl_ms))
 
+    async def consumer(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        stuck_after_ms: int | None = None,
+    ) -> ConsumerPresence | None:
+        """One consumer's row, or None when it is not tracked (one ``HGET``: a probe)."""
+        return await self.execute(
+            self.plans.consumer(
+                queue, group, consumer, now_ns, ttl_ms, stuck_after_ms=stuck_after_ms
+            )
+        )
+
     async def prune_expired(
         self,
         now_ns: int | None = None,

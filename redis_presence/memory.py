@@ -281,6 +281,23 @@ class ConsumerPresenceRegistry:
             )
         )
 
+    def consumer(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        stuck_after_ms: int | None = None,
+    ) -> ConsumerPresence | None:
+        """One consumer's row, or None when it is not tracked."""
+        queue, group, consumer = check_consumer_key(queue, group, consumer)
+        rows = self.snapshot(
+            now_ns, ttl_ms, queue=queue, group=group, stuck_after_ms=stuck_after_ms
+        )
+        return next((row for row in rows if row.consumer == consumer), None)
+
     def count_active_by_group(
         self,
         now_ns: int | None = None,

@@ -1036,6 +1036,45 @@ class Planner:
         now = check_now_ns(now_ns)
         return self._count_one(self.keys.group(queue, group), now, ttl)
 
+    def consumer(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        stuck_after_ms: int | None = None,
+    ) -> Plan[ConsumerPresence | None]:
+        """One consumer's row (None: not tracked), aged at `now_ns` and classified with
+        `ttl_ms` and `stuck_after_ms` (None: the group's shared ones): one ``HGET``, and no
+        other consumer of its group is read (a per-worker probe)."""
+        queue, group, consumer = check_consumer_key(queue, group, consumer)
+        ttl = check_optional_ttl_ms(ttl_ms)
+        now = check_now_ns(now_ns)
+        stuck = check_optional_stuck_after_ms(stuck_after_ms)
+        return self._consumer(self.keys.group(queue, group), consumer, now, ttl, stuck)
+
+    def _consumer(
+        self,
+        gk: GroupKeys,
+        consumer: str,
+        now_ns: int | None,
+        ttl_ms: int | None,
+        stuck_after_ms: int | None,
+    ) -> Plan[ConsumerPresence | None]:
+        now = yield from self._now(now_ns)
+        (ttl,), (stuck,) = yield from self._ttls_and_stucks([gk], ttl_ms, stuck_after_ms)
+        (value,) = yield [Command("HGET", (gk.data, consumer))]
+        if value is None:
+            return None
+        name = consumer.encode() if isinstance(value, bytes) else consumer
+        columns = stored_columns(gk, {name: value})
+        (row,) = ConsumerPresence.columns(
+            gk.queue, gk.group, *columns, now_ns=now, ttl_ms=ttl, stuck_after_ms=stuck
+        )
+        return row
+
     def _count_one(self, gk: GroupKeys, now_ns: int | None, ttl_ms: int | None) -> Plan[int]:
         now = yield from self._now(now_ns)
         ttls = yield from self._ttls_for([gk], ttl_ms)

@@ -78,6 +78,17 @@ class PresenceRegistry(Protocol):
         ttl_ms: int | None = None,
     ) -> int: ...
 
+    def consumer(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        stuck_after_ms: int | None = None,
+    ) -> ConsumerPresence | None: ...
+
     def prune_expired(
         self,
         now_ns: int | None = None,
