@@ -157,6 +157,32 @@ def test_every_route_answers_from_the_snapshot(
     }
 
 
+def test_below_minimum_says_which_number_it_is(
+    client: TestClient, writer: RedisPresenceRegistry
+) -> None:
+    """'3 below minimum' read as 'minimum is 3' on one page and '3 groups' on another."""
+    writer.expect("orders", "billing", min_active=3)
+    writer.heartbeat("orders", "billing", "w1", now_ns=T0)
+    overview = client.get("/").text
+    assert "groups below minimum" in overview  # the totals card counts groups
+    assert "below its minimum of 3" in overview  # the row's badge names the minimum
+    page = client.get("/group", params={"queue": "orders", "group": "billing"}).text
+    assert "below its minimum of 3" in page
+    assert not re.search(r'class="n">\s*3\s*</span><span class="label">below', page)
+    script = client.get("/static/dashboard.js").text
+    assert "below its minimum of ${" in script
+    assert "`below minimum ${" not in script
+
+
+def test_error_pages_name_no_read_instant(client: TestClient) -> None:
+    """A 404 page read nothing: it must not say 'Read at 1970-01-01'."""
+    for path in ("/nowhere", "/group?queue=x&group=y"):
+        page = client.get(path, headers={"Accept": "text/html"})
+        assert page.status_code == 404
+        assert "1970" not in page.text
+        assert "Read at" not in page.text
+
+
 def test_declared_groups_metadata_and_stuck_consumers(
     redis_url: str, client: TestClient, writer: RedisPresenceRegistry, clock: Clock
 ) -> None:
@@ -186,7 +212,7 @@ def test_declared_groups_metadata_and_stuck_consumers(
     assert ["payments", "ledger", 0, 0, 0, 1] in twin["counts"]
     overview = client.get("/").text
     assert "nobody is reading" in overview
-    assert "below minimum 3" in overview
+    assert "below its minimum of 3" in overview
     idle = client.get("/", params={"idle": "1"}, headers={"Accept": "application/json"}).json()
     assert [g["group"] for g in idle["groups"]] == ["ledger", "billing"]
 
