@@ -230,6 +230,10 @@ class AsyncRedisPresenceRegistry(Executor):
         """Every declared group and its `min_active`, ordered by (queue, group)."""
         return await self.execute(self.plans.expected())
 
+    async def min_active(self, queue: str, group: str) -> int | None:
+        """The minimum one group was declared with (None: not declared)."""
+        return await self.execute(self.plans.min_active(queue, group))
+
     async def groups(
         self, now_ns: int | None = None, ttl_ms: int | None = None
     ) -> list[GroupPresence]:

@@ -345,6 +345,12 @@ class ConsumerPresenceRegistry:
         with self._lock:
             return dict(sorted(self._expected.items()))
 
+    def min_active(self, queue: str, group: str) -> int | None:
+        """The minimum one group was declared with (None: not declared)."""
+        queue, group = check_name("queue", queue), check_name("group", group)
+        with self._lock:
+            return self._expected.get((queue, group))
+
     def groups(self, now_ns: int | None = None, ttl_ms: int | None = None) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
         (None: not declared) and whether it has fewer active consumers."""

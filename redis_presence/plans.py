@@ -1179,6 +1179,16 @@ class Planner:
         queues at a time, each queue's declarations ``HSCAN``ned `Limits.consumers` at a time."""
         return self._expected()
 
+    def min_active(self, queue: str, group: str) -> Plan[int | None]:
+        """The minimum one group was declared with (None: not declared): one ``HGET``."""
+        queue, group = check_name("queue", queue), check_name("group", group)
+        return self._min_active(queue, group)
+
+    def _min_active(self, queue: str, group: str) -> Plan[int | None]:
+        key = self.keys.queue_expect(queue)
+        (value,) = yield [Command("HGET", (key, group))]
+        return None if value is None else _stored_min(key, group, value)
+
     def _expected(self) -> Plan[dict[tuple[str, str], int]]:
         found: dict[tuple[str, str], int] = {}
         low = "-"

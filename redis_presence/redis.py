@@ -234,6 +234,10 @@ class RedisPresenceRegistry(Executor):
         """Every declared group and its `min_active`, ordered by (queue, group)."""
         return self.execute(self.plans.expected())
 
+    def min_active(self, queue: str, group: str) -> int | None:
+        """The minimum one group was declared with (None: not declared)."""
+        return self.execute(self.plans.min_active(queue, group))
+
     def groups(self, now_ns: int | None = None, ttl_ms: int | None = None) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
         (None: not declared) and whether it has fewer active consumers."""

@@ -241,3 +241,24 @@ def test_unreachable_ok_exits_0_with_a_line_fail_exits_3(what: list[str]) -> Non
     for fail in (check(url, *args, "--unreachable", "fail"), check(url, *args)):
         assert fail.returncode == 3
         assert fail.stderr.startswith("Error: cannot reach Redis")
+
+
+def test_a_named_group_is_checked_against_its_declared_minimum(
+    redis_client: redis.Redis, fleet: str
+) -> None:
+    registry = RedisPresenceRegistry.from_url(fleet)
+    registry.expect("orders", "billing", 3)  # 2 active: below
+    registry.close()
+    done = check(fleet, "--queue", "orders", "--group", "billing")
+    assert done.returncode == 1
+    assert done.stdout == "FAIL queue 'orders' group 'billing': 2 active (at least 3 wanted)\n"
+    # An explicit --min-active still wins; an undeclared group still wants 1.
+    assert (
+        check(fleet, "--queue", "orders", "--group", "billing", "--min-active", "2").returncode == 0
+    )
+    redis_client.config_resetstat()
+    both = check(fleet, "--queue", "orders", "--group", "billing", "--queue", "q", "--group", "g")
+    assert both.stdout.splitlines()[1] == "FAIL queue 'q' group 'g': 0 active (at least 1 wanted)"
+    commands = {name.removeprefix("cmdstat_") for name in redis_client.info("commandstats")}
+    assert "hget" in commands  # each named group's declaration, read alone
+    assert not commands & {"hgetall", "hscan", "zrangebylex", "smembers", "scan"}

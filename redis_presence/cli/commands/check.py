@@ -117,9 +117,10 @@ def reachable(app: App, unreachable: str, read: Callable[[], T]) -> T:
 
 def pairs_of(
     queues: Sequence[str], groups: Sequence[str], minimums: Sequence[int]
-) -> list[tuple[str, str, int]]:
+) -> list[tuple[str, str, int | None]]:
     """`(queue, group, min_active)` from repeated options: the n-th `--queue` goes with the
-    n-th `--group`; `--min-active` is given never (1), once (for every pair) or per pair."""
+    n-th `--group`; `--min-active` is given never (None: the group's declared minimum,
+    else 1), once (for every pair) or per pair."""
     if not queues or len(queues) != len(groups):
         raise UsageProblem(
             "name each group to check as a --queue/--group pair (got "
@@ -132,9 +133,15 @@ def pairs_of(
         )
     wanted = list(minimums) * len(queues) if len(minimums) == 1 else list(minimums)
     return [
-        (q, g, wanted[i] if wanted else 1)
+        (q, g, wanted[i] if wanted else None)
         for i, (q, g) in enumerate(zip(queues, groups, strict=True))
     ]
+
+
+def declared_or_one(registry: PresenceRegistry, queue: str, group: str) -> int:
+    """The minimum the group was declared with (`expect`), else 1: one ``HGET``."""
+    least = registry.min_active(queue, group)
+    return 1 if least is None else least
 
 
 def active_counts(
@@ -160,7 +167,8 @@ def active_counts(
     type=click.IntRange(0),
     multiple=True,
     metavar="N",
-    help="Active consumers wanted (default 1): once for all pairs, or once per pair.",
+    help="Active consumers wanted (default: the group's declared minimum, else 1): once "
+    "for all pairs, or once per pair.",
 )
 @click.option(
     "--consumer",
@@ -284,7 +292,10 @@ def groups_check(
             raise UsageProblem("--min-active goes with --queue/--group pairs only")
         wanted = [(q, g, least) for (q, g), least in declared.items()]
     else:
-        wanted = pairs_of(queues, groups, minimums)
+        wanted = [
+            (q, g, least if least is not None else declared_or_one(app.registry(), q, g))
+            for q, g, least in pairs_of(queues, groups, minimums)
+        ]
     active = active_counts(
         app.registry(), [(q, g) for q, g, _ in wanted], now_ns=app.now_ns, ttl_ms=app.ttl_ms
     )
