@@ -244,6 +244,15 @@ def test_unexpect_forgets_and_says_whether_it_was_declared(registry: Any) -> Non
     assert registry.groups(now_ns=T0) == []
 
 
+def test_min_active_reads_one_declaration(registry: Any) -> None:
+    registry.expect("q", "a", 3)
+    registry.expect("q", "zero", 0)
+    assert registry.min_active("q", "a") == 3
+    assert registry.min_active("q", "zero") == 0
+    assert registry.min_active("q", "b") is None
+    assert registry.min_active("other", "a") is None
+
+
 def test_many_declared_groups_are_read_across_pages(registry: Any) -> None:
     wanted = {(f"q{i % 3}", f"g{i}"): i % 4 for i in range(7)}
     for (queue, group), least in wanted.items():
