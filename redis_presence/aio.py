@@ -277,6 +277,12 @@ class AsyncRedisPresenceRegistry(Executor):
         """`ttl` and where it comes from: ``"group"``, ``"prefix"`` or ``"default"``."""
         return await self.execute(self.plans.ttl(queue, group))
 
+    async def ttl_sources(
+        self, groups: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str]]:
+        """`ttl_source` of each `(queue, group)`, read in batches."""
+        return dict(await self.execute(self.plans.ttl_sources(groups)))
+
     async def changes(
         self,
         cursor: str | None = None,

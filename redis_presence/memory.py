@@ -401,6 +401,12 @@ class ConsumerPresenceRegistry:
                 return self._ttls[None], "prefix"
         return DEFAULT_PRESENCE_TTL_MS, "default"
 
+    def ttl_sources(
+        self, groups: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str]]:
+        """`ttl_source` of each `(queue, group)`."""
+        return {(q, g): self.ttl_source(q, g) for q, g in groups}
+
     @staticmethod
     def _ttl_key(queue: str | None, group: str | None) -> tuple[str, str] | None:
         if (queue is None) != (group is None):

@@ -1304,6 +1304,35 @@ class Planner:
         key = self._ttl_key(queue, group)
         return self._read_ttl(key)
 
+    def ttl_sources(
+        self, groups: Iterable[tuple[str, str]]
+    ) -> Plan[dict[tuple[str, str], tuple[int, TtlSource]]]:
+        """`ttl` of each `(queue, group)`, read now: one ``GET`` a group (and one of the
+        prefix), `Limits.rows` of them a round trip."""
+        pairs = list(
+            dict.fromkeys((check_name("queue", q), check_name("group", g)) for q, g in groups)
+        )
+        return self._ttl_sources(pairs)
+
+    def _ttl_sources(
+        self, pairs: list[tuple[str, str]]
+    ) -> Plan[dict[tuple[str, str], tuple[int, TtlSource]]]:
+        (prefix,) = yield [Command("GET", (self.keys.ttl,))]
+        shared = _stored_ttl(self.keys.ttl, prefix)
+        found: dict[tuple[str, str], tuple[int, TtlSource]] = {}
+        fallback: tuple[int, TtlSource] = (
+            (DEFAULT_PRESENCE_TTL_MS, "default") if shared is None else (shared, "prefix")
+        )
+        step = self.limits.rows
+        for start in range(0, len(pairs), step):
+            part = pairs[start : start + step]
+            keys = [self.keys.group(q, g).ttl for q, g in part]
+            replies = yield [Command("GET", (key,)) for key in keys]
+            for pair, key, reply in zip(part, keys, replies, strict=True):
+                own = _stored_ttl(key, reply)
+                found[pair] = fallback if own is None else (own, "group")
+        return found
+
     def _read_ttl(self, key: str) -> Plan[tuple[int, TtlSource]]:
         return self._read_setting(key, self.keys.ttl, DEFAULT_PRESENCE_TTL_MS)
 

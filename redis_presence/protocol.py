@@ -134,6 +134,10 @@ class PresenceRegistry(Protocol):
 
     def ttl_source(self, queue: str | None = None, group: str | None = None) -> tuple[int, str]: ...
 
+    def ttl_sources(
+        self, groups: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str]]: ...
+
     def changes(
         self,
         cursor: str | None = None,

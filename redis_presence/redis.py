@@ -275,6 +275,12 @@ class RedisPresenceRegistry(Executor):
         """`ttl` and where it comes from: ``"group"``, ``"prefix"`` or ``"default"``."""
         return self.execute(self.plans.ttl(queue, group))
 
+    def ttl_sources(
+        self, groups: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str]]:
+        """`ttl_source` of each `(queue, group)`, read in batches."""
+        return dict(self.execute(self.plans.ttl_sources(groups)))
+
     def changes(
         self,
         cursor: str | None = None,

@@ -303,7 +303,7 @@ def groups_check(
     if len({(q, g) for q, g, _ in wanted}) == 1:
         app.note_ttl(*wanted[0][:2])
     else:
-        app.note_ttl()
+        app.note_ttl(groups=[(q, g) for q, g, _ in wanted])
     if fmt.lower() == "json":
         import json
 
