@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from servers import MakeRedisServer
 from test_cli import NOW, Backend, S, backend, invoke
 
 __all__ = ["backend"]  # the fixture, used by name below
@@ -78,3 +79,76 @@ def test_the_ttl_note_fits_80_columns(backend: Backend) -> None:
         for line in result.stderr.splitlines():
             assert len(line) <= 80, (args, line)
     assert invoke(["ttl", "--help"]).exit_code == 0
+
+
+# ---------------------------------------------------------------- 80 columns
+
+
+def test_the_events_note_wraps_at_80_columns(backend: Backend) -> None:
+    backend.registry.set_ttl(20_000)
+    result = backend.run("events")
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert max(map(len, lines)) <= 80, lines
+    assert lines[0].startswith("redis-presence: events: TTL 20000 ms (stored for prefix")
+    assert " ".join(line.strip() for line in lines) == (
+        "redis-presence: events: TTL 20000 ms (stored for prefix 'presence'; a group's own wins)"
+    )
+
+
+def test_doctor_wraps_its_findings_under_their_column(make_redis_server: MakeRedisServer) -> None:
+    server = make_redis_server()  # no persistence: a warning with advice
+    result = invoke(["--url", server.url, "doctor"])
+    assert result.exit_code == 8, result.output
+    lines = result.stdout.splitlines()
+    assert max(map(len, lines)) <= 80, [line for line in lines if len(line) > 80]
+    (start,) = [i for i, line in enumerate(lines) if line.startswith("WARN  persistence")]
+    column = lines[start].index("no persistence")
+    following = lines[start + 1 : start + 3]
+    assert all(line[:column].strip() == "" and line[column] != " " for line in following)
+    assert "->" in "".join(lines[start:])
+
+
+def test_the_demo_title_fits_its_view() -> None:
+    from redis_presence.cli.demo.story import demo_title
+
+    assert demo_title(12.3, 20.0, 2000, 120) == (
+        "redis-presence demo  12.3s (ends at 20.0s)  TTL 2000 ms (stale after 2s, "
+        "expired after 4s)  Ctrl-C stops"
+    )
+    assert demo_title(12.3, 20.0, 2000, 80) == (
+        "demo  12.3s (ends at 20.0s)  TTL 2000 ms: stale after 2s, expired after 4s"
+    )
+    for width in (80, 60, 40, 22):
+        assert len(demo_title(12_345.6, 86_400.0, 60_000, width)) <= width
+
+
+def test_the_demo_log_wraps_under_its_stamp() -> None:
+    import io
+
+    from rich.console import Console
+
+    from redis_presence.cli.demo.story import Log
+
+    out = io.StringIO()
+    Log(Console(file=out, width=80), clock=lambda: 0.0).say(
+        "TTL 2000 ms: a consumer is active up to 2s after its last heartbeat, stale up to "
+        "4s, expired after that"
+    )
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2
+    assert max(map(len, lines)) <= 80
+    assert lines[1].startswith(" " * len("demo: [  0.0s] "))
+    assert lines[1][len("demo: [  0.0s] ")] != " "
+
+
+@pytest.mark.slow
+def test_the_live_demo_fits_80_columns() -> None:
+    from test_cli_terminal import on_terminal
+
+    args = ["--ttl-ms", "500", "demo", "--brokers", "1", "--consumers", "2", "--duration", "1"]
+    out = on_terminal(args, 80, rows=30, timeout_s=90)
+    assert "demo " in out
+    assert "(ends at" in out
+    wide = [line for line in out.splitlines() if len(line.rstrip()) > 80]
+    assert not wide, wide

@@ -201,12 +201,18 @@ class App:
             sources = self.registry().ttl_sources(groups)
             own = {pair: ms for pair, (ms, where) in sources.items() if where == "group"}
         for line in self.ttl_lines(ttl, source, queue, group, own):
-            click.echo(f"redis-presence: {line}", err=True)
+            self.note(line)
         return ttl, source
 
     def say_ttl(self, ttl_ms: int, source: str, queue: str | None, group: str | None) -> None:
         """The line of `note_ttl`, for a TTL already read."""
-        click.echo(f"redis-presence: {self.ttl_words(ttl_ms, source, queue, group)}", err=True)
+        self.note(self.ttl_words(ttl_ms, source, queue, group))
+
+    def note(self, text: str) -> None:
+        """`redis-presence: TEXT` on stderr, wrapped at 80 columns (names stay whole)."""
+        from .render import LINE_WIDTH, wrapped
+
+        click.echo(wrapped(text, LINE_WIDTH, indent=4, first="redis-presence: "), err=True)
 
     # ------------------------------------------------------------ reads
 
