@@ -187,7 +187,7 @@ class AsyncRedisPresenceRegistry(Executor):
         *,
         stuck_after_ms: int | None = None,
     ) -> ConsumerPresence | None:
-        """One consumer's row, or None when it is not tracked (one ``HGET``: a probe)."""
+        """One consumer's row, or None when it is not tracked (one ``HMGET``: a probe)."""
         return await self.execute(
             self.plans.consumer(
                 queue, group, consumer, now_ns, ttl_ms, stuck_after_ms=stuck_after_ms
@@ -235,11 +235,12 @@ class AsyncRedisPresenceRegistry(Executor):
         return await self.execute(self.plans.min_active(queue, group))
 
     async def groups(
-        self, now_ns: int | None = None, ttl_ms: int | None = None
+        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
     ) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
-        (None: not declared) and whether it has fewer active consumers."""
-        return await self.execute(self.plans.groups(now_ns, ttl_ms))
+        (None: not declared) and whether it has fewer active consumers (`details`: and its
+        oldest heartbeat and leases, see `Planner.groups`)."""
+        return await self.execute(self.plans.groups(now_ns, ttl_ms, details=details))
 
     async def set_stuck_after(
         self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None

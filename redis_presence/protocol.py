@@ -113,7 +113,7 @@ class PresenceRegistry(Protocol):
     def min_active(self, queue: str, group: str) -> int | None: ...
 
     def groups(
-        self, now_ns: int | None = None, ttl_ms: int | None = None
+        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
     ) -> list[GroupPresence]: ...
 
     def set_stuck_after(

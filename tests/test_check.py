@@ -223,7 +223,7 @@ def test_consumer_probe_reads_that_consumer_alone(redis_client: redis.Redis, fle
     done = check(fleet, "--queue", "orders", "--group", "billing", "--consumer", "w1")
     assert done.returncode == 0, done.stderr
     commands = {name.removeprefix("cmdstat_") for name in redis_client.info("commandstats")}
-    assert "hget" in commands
+    assert "hmget" in commands
     assert not commands & {"hgetall", "hscan", "zrangebylex", "zcount", "smembers", "scan"}
 
 
@@ -260,5 +260,5 @@ def test_a_named_group_is_checked_against_its_declared_minimum(
     both = check(fleet, "--queue", "orders", "--group", "billing", "--queue", "q", "--group", "g")
     assert both.stdout.splitlines()[1] == "FAIL queue 'q' group 'g': 0 active (at least 1 wanted)"
     commands = {name.removeprefix("cmdstat_") for name in redis_client.info("commandstats")}
-    assert "hget" in commands  # each named group's declaration, read alone
+    assert "hmget" in commands  # each named group's declaration, read alone
     assert not commands & {"hgetall", "hscan", "zrangebylex", "smembers", "scan"}

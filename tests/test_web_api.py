@@ -289,6 +289,46 @@ def test_declared_groups_metadata_and_stuck_consumers(
     assert client.get(group_path("payments", "ledger")).status_code == 404
 
 
+def test_metrics_export_oldest_heartbeat_and_leases_by_default(
+    redis_url: str, client: TestClient, writer: RedisPresenceRegistry, clock: Clock
+) -> None:
+    """Issue 24 item 2: without --stuck-metrics, each group's oldest heartbeat age and the
+    leases its expired consumers hold (work nobody will finish)."""
+    writer.expect("payments", "ledger")  # declared, no consumer: no lease, no heartbeat
+    writer.heartbeat("orders", "billing", "fresh", 2, now_ns=T0 - 1_000 * MS)
+    writer.heartbeat("orders", "billing", "quiet", 3, now_ns=T0 - 15_000 * MS)  # stale
+    writer.heartbeat("orders", "billing", "dead", 5, now_ns=T0 - 20_001 * MS)  # expired
+    writer.heartbeat("orders", "billing", "edge", 7, now_ns=T0 - 20_000 * MS)  # stale, just
+    # A group larger than one read command (500 consumers): read in HSCAN steps.
+    writer.heartbeat_many([("bulk", "g", f"w{i:03d}", 1) for i in range(600)], now_ns=T0)
+    writer.heartbeat_many(
+        [("bulk", "g", f"x{i:03d}", 2) for i in range(50)], now_ns=T0 - 60_000 * MS
+    )
+    samples = metric_samples(client.get("/metrics").text)
+    billing = (("group", "billing"), ("queue", "orders"))
+    ledger = (("group", "ledger"), ("queue", "payments"))
+    bulk = (("group", "g"), ("queue", "bulk"))
+    assert samples["redis_presence_oldest_heartbeat_age_seconds"] == {
+        billing: 20.001,
+        bulk: 60.0,
+    }
+    assert samples["redis_presence_group_leases_expired"] == {
+        billing: 5.0,
+        ledger: 0.0,
+        bulk: 100.0,
+    }
+    # A group's leases in total need every stored value: only where the scrape reads every
+    # consumer anyway.
+    assert "redis_presence_group_leases" not in samples
+    with make_client(redis_url, clock, stuck_metrics=True) as counting:
+        reading = metric_samples(counting.get("/metrics").text)
+    assert reading["redis_presence_group_leases"] == {billing: 17.0, ledger: 0.0, bulk: 700.0}
+    assert (
+        reading["redis_presence_group_leases_expired"]
+        == (samples["redis_presence_group_leases_expired"])
+    )
+
+
 def test_filters_and_search(client: TestClient, writer: RedisPresenceRegistry) -> None:
     for i in range(6):
         writer.heartbeat("q1" if i % 2 else "q2", "g", f"Worker-{i}", now_ns=T0 - i * 5_000 * MS)

@@ -139,7 +139,7 @@ def pairs_of(
 
 
 def declared_or_one(registry: PresenceRegistry, queue: str, group: str) -> int:
-    """The minimum the group was declared with (`expect`), else 1: one ``HGET``."""
+    """The minimum the group was declared with (`expect`), else 1: one ``HMGET``."""
     least = registry.min_active(queue, group)
     return 1 if least is None else least
 
@@ -245,7 +245,7 @@ def probe(
     unreachable: str,
     fmt: str,
 ) -> None:
-    """`check --consumer`: one consumer's row, read alone (one ``HGET`` and its group's
+    """`check --consumer`: one consumer's row, read alone (one ``HMGET`` and its group's
     shared TTL and budget)."""
     if len(queues) != 1 or len(groups) != 1:
         raise UsageProblem(
