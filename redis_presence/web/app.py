@@ -50,12 +50,11 @@ from redis_presence.urls import (
     DEFAULT_POOL_TIMEOUT_S,
     parse_url,
     redact,
-    scrub,
 )
 
 from . import events as live_events
 from . import metrics
-from .auth import TokenAuth
+from .auth import TokenAuth, check_token
 from .data import GroupStats, PresenceData, TtlInUse
 from .pages import (
     MAX_LIMIT,
@@ -65,6 +64,7 @@ from .pages import (
     parse_limit,
     parse_states,
 )
+from .security import HostCheck, SecurityHeaders
 
 log = logging.getLogger("redis_presence.web")
 
@@ -122,6 +122,9 @@ class WebConfig:
     pool_timeout_s: float = DEFAULT_POOL_TIMEOUT_S
     """``--pool-timeout``: how long a read waits for a free connection of a full pool."""
     access_log: bool = True
+    allowed_hosts: tuple[str, ...] = ()
+    """The ``Host`` names it answers to besides the loopback ones and the address a request
+    arrived at (``--host`` and ``--allowed-host``); others get 421."""
 
     def open_registry(self) -> AsyncRedisPresenceRegistry:
         """An asyncio registry for `url` (connects on first use, fails fast when down)."""
@@ -211,9 +214,6 @@ class _Service:
         self.data: PresenceData | None = None
         self.feed: live_events.LiveFeed | None = None
 
-    def scrub(self, text: str) -> str:
-        return scrub(text, self.config.url)
-
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         registry = self.factory()
@@ -225,7 +225,6 @@ class _Service:
         self.feed = live_events.LiveFeed(
             self.data,
             interval_s=self.config.live_interval_s,
-            scrub=self.scrub,
             max_streams=self.config.max_streams,
         )
         try:
@@ -246,22 +245,30 @@ class _Service:
 
     # -- error responses
 
-    def error(self, request: Request, status: int, code: str, message: str) -> Response:
-        message = self.scrub(message)
-        if _wants_json(request):
-            return JSONResponse({"error": code, "message": message}, status_code=status)
+    def error(
+        self, request: Request, status: int, code: str, message: str, since_ns: int | None = None
+    ) -> Response:
+        """A JSON error (the API, the probes, a page's JSON twin) or an error page; with
+        `since_ns`, since when Redis cannot be reached (the page's script shows it)."""
+        since = {} if since_ns is None else {"since_ns": since_ns}
+        if _wants_json(request) or _json_view(request):
+            body = {"error": code, "message": message} | since
+            return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
+        live = {"error": code, "message": message} | since
         return self.templates.TemplateResponse(
             request,
             "error.html",
-            self.context(request, status=status, code=code, message=message, now_ns=0, live={}),
+            self.context(request, status=status, code=code, message=message, now_ns=0, live=live),
             status_code=status,
         )
 
     async def on_presence_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, PresenceError)
         status, code = _status_of(exc)
-        log.warning("%s %s: %s", request.method, request.url.path, self.scrub(str(exc)))
-        response = self.error(request, status, code, str(exc))
+        log.warning("%s %s: %s", request.method, request.url.path, exc)
+        down = code in ("redis_unavailable", "redis_refused_access")
+        since = self.live.unreachable_since_ns() if down and self.feed is not None else None
+        response = self.error(request, status, code, str(exc), since)
         if code == "service_busy":
             response.headers["Retry-After"] = str(BUSY_RETRY_AFTER_S)
         return response
@@ -277,7 +284,7 @@ class _Service:
         return response
 
     async def on_crash(self, request: Request, exc: Exception) -> Response:
-        log.error("%s %s failed: %s", request.method, request.url.path, self.scrub(repr(exc)))
+        log.error("%s %s failed: %s", request.method, request.url.path, repr(exc))
         return self.error(request, 500, "internal_error", "internal error (see the service log)")
 
     # -- shared pieces
@@ -462,7 +469,10 @@ def create_app(
     middleware = []
     if config.access_log:
         middleware.append(Middleware(AccessLog))
+    middleware.append(Middleware(SecurityHeaders))
+    middleware.append(Middleware(HostCheck, allowed=config.allowed_hosts))
     if config.auth_token:
+        check_token(config.auth_token)  # now, not at the first request
         middleware.append(Middleware(TokenAuth, token=config.auth_token))
     app = Starlette(
         routes=routes,
@@ -761,7 +771,7 @@ class Views:
             return JSONResponse(
                 {
                     "error": "resync_required",
-                    "message": self.service.scrub(str(exc)),
+                    "message": str(exc),
                     "cursor": fresh,
                 },
                 status_code=410,
@@ -803,7 +813,7 @@ class Views:
             self.service.reads, read_consumers=per_consumer or config.stuck_metrics
         )
         if reading.error:
-            log.warning("scrape: Redis read failed: %s", self.service.scrub(reading.error))
+            log.warning("scrape: Redis read failed: %s", reading.error)
         accept = request.headers.get("accept", "")
         if metrics.wants_openmetrics_only(accept):
             encoder, content_type = exposition.choose_encoder(accept)
@@ -826,7 +836,7 @@ class Views:
                 {
                     "status": "busy" if busy else "unavailable",
                     "error": code,
-                    "message": self.service.scrub(str(exc)),
+                    "message": str(exc),
                 },
                 status_code=503,
                 headers={"Retry-After": str(BUSY_RETRY_AFTER_S)} if busy else None,
