@@ -86,13 +86,28 @@ def test_the_alerting_cronjob_checks_the_declared_groups(redis_url: str) -> None
 
 @pytest.fixture
 def api(redis_url: str) -> Any:
-    config = WebConfig(url=redis_url, ttl_ms=None, read_cache_s=0, auth_token="s3cret")
-    with TestClient(create_app(config), raise_server_exceptions=False) as client:
+    """The service as the example runs it: with the token and the URL's Host allowed."""
+    url = urlsplit(keda_trigger()["metadata"]["url"])
+    assert url.hostname is not None
+    config = WebConfig(
+        url=redis_url,
+        ttl_ms=None,
+        read_cache_s=0,
+        auth_token="s3cret",
+        allowed_hosts=(url.hostname,),
+    )
+    base = f"{url.scheme}://{url.netloc}"
+    with TestClient(create_app(config), base_url=base, raise_server_exceptions=False) as client:
         yield client
 
 
-def test_the_keda_value_location_is_the_groups_active_count(redis_url: str, api: Any) -> None:
+def keda_trigger() -> dict[str, Any]:
     (trigger,) = of_kind("keda-scaledobject.yaml", "ScaledObject")["spec"]["triggers"]
+    return trigger  # type: ignore[no-any-return]
+
+
+def test_the_keda_value_location_is_the_groups_active_count(redis_url: str, api: Any) -> None:
+    trigger = keda_trigger()
     assert trigger["type"] == "metrics-api"
     meta = trigger["metadata"]
     assert meta["authMode"] == "bearer"
