@@ -152,3 +152,23 @@ def test_the_live_demo_fits_80_columns() -> None:
     assert "(ends at" in out
     wide = [line for line in out.splitlines() if len(line.rstrip()) > 80]
     assert not wide, wide
+
+
+def test_events_on_an_80_column_terminal(redis_url: str) -> None:
+    """`events` as an operator sees it at 80 columns: the table fits, the TTL note wraps;
+    only the cursor (one token, to copy whole) may be longer."""
+    from test_cli_terminal import on_terminal
+
+    from redis_presence import RedisPresenceRegistry
+
+    with RedisPresenceRegistry.from_url(redis_url) as registry:
+        registry.set_ttl(20_000)
+        cursor = registry.changes()[1]
+        registry.heartbeat("orders", "shipping", "worker-4", 3)
+        registry.heartbeat("orders", "billing", "broker-07.worker-0001234", 2)
+        registry.deregister("orders", "billing", "broker-07.worker-0001234")
+    out = on_terminal(["--url", redis_url, "events", "--since", cursor], 80)
+    lines = [line.rstrip() for line in out.splitlines() if line.strip()]
+    assert any("joined" in line for line in lines), out
+    wide = [line for line in lines if len(line) > 80 and not line.startswith("cursor: ")]
+    assert not wide, wide
