@@ -7,8 +7,10 @@ what replaces it:
 * `PresenceData.groups` (the groups page, `/api/v1/groups`, `/metrics`) is one
   `registry.groups(now_ns, ttl_ms)`: every tracked or declared group with its counts under
   its own shared TTL (or ``--ttl-ms``), its `min_active` and `below`; it visits groups,
-  never consumers. A per-group oldest heartbeat (or stuck count) in its rows would let
-  `/metrics` report them without reading consumers.
+  never consumers. `/metrics` reads it with ``details=True``: each group's oldest
+  heartbeat too (its sorted set's lowest score) and the leases its expired consumers hold
+  (their range of the sorted set and their stored values alone); a stuck count and a
+  group's leases in total need a read of every consumer (`--stuck-metrics`).
 * `PresenceData.group` and `consumers` with a queue (the group page, filtered consumer
   lists and API) read `snapshot(queue=, group=)`: the library reads that queue's or that
   group's keys alone, so they cost what they return. The group views read each row's
@@ -60,6 +62,10 @@ class GroupStats(NamedTuple):
     """The minimum it was declared with (`expect`); None: not declared."""
     stuck: int | None = None
     """Its stuck consumers, where the read in use knows them (a read of its consumers)."""
+    leases: int | None = None
+    """The leases its consumers hold, where the read in use knows them."""
+    leases_expired: int | None = None
+    """The leases its expired consumers hold (work nobody will finish), likewise."""
 
     @property
     def total(self) -> int:
@@ -139,10 +145,13 @@ def stats_from_rows(
     for (queue, group), part in groupby(rows, key=lambda row: (row.queue, row.group)):
         tally = dict.fromkeys(PresenceState, 0)
         oldest: int | None = None
-        stuck = 0
+        stuck = leases = lost = 0
         for row in part:
             tally[row.state] += 1
             stuck += row.stuck
+            leases += row.lease_count
+            if row.state is PresenceState.EXPIRED:
+                lost += row.lease_count
             if oldest is None or row.last_heartbeat_ns < oldest:
                 oldest = row.last_heartbeat_ns
         stats.append(
@@ -155,12 +164,14 @@ def stats_from_rows(
                 oldest,
                 None if declared is None else declared.get((queue, group)),
                 stuck,
+                leases,
+                lost,
             )
         )
     if declared:
         seen = {(s.queue, s.group) for s in stats}
         stats += [
-            GroupStats(queue, group, 0, 0, 0, None, minimum, 0)
+            GroupStats(queue, group, 0, 0, 0, None, minimum, 0, 0, 0)
             for (queue, group), minimum in declared.items()
             if (queue, group) not in seen
         ]
@@ -171,7 +182,18 @@ def stats_from_rows(
 def stats_from_groups(groups: Iterable[GroupPresence]) -> list[GroupStats]:
     """`registry.groups()` rows as `GroupStats` (the order kept: by `(queue, group)`)."""
     return [
-        GroupStats(g.queue, g.group, g.active, g.stale, g.expired, None, g.min_active)
+        GroupStats(
+            g.queue,
+            g.group,
+            g.active,
+            g.stale,
+            g.expired,
+            g.oldest_heartbeat_ns,
+            g.min_active,
+            None,
+            None,
+            g.leases_expired,
+        )
         for g in groups
     ]
 
@@ -270,13 +292,14 @@ class PresenceData:
 
     # -- whole groups -----------------------------------------------------------------
 
-    async def groups(self) -> GroupsReading:
+    async def groups(self, *, details: bool = False) -> GroupsReading:
         """Every tracked or declared group with its active, stale and expired counts (each
         under its own shared TTL, or ``--ttl-ms``), its `min_active` and `below`; `ttl` is
-        the prefix's, what a group without a TTL of its own uses."""
+        the prefix's, what a group without a TTL of its own uses. With `details` (the
+        metrics), also its oldest heartbeat and leases (`registry.groups(details=True)`)."""
         ttl = await self.ttl()
         now = await self.now_ns()
-        groups = await self.registry.groups(now_ns=now, ttl_ms=self._read_ttl_ms)
+        groups = await self.registry.groups(now_ns=now, ttl_ms=self._read_ttl_ms, details=details)
         return GroupsReading(now, stats_from_groups(groups), ttl)
 
     async def declared(self, queue: str, group: str) -> int | None:
@@ -375,7 +398,7 @@ class PresenceData:
         groups): the stuck counts and oldest heartbeats too, and the rows of per-consumer
         metrics."""
         if not read_consumers:
-            now, groups, ttl = await self.groups()
+            now, groups, ttl = await self.groups(details=True)
             return now, ttl, groups, ()
         reading, declared = await asyncio.gather(self.rows(max_age_s=0), self.registry.expected())
         stats = stats_from_rows(reading.rows, declared)

@@ -195,7 +195,7 @@
       span.className = "badge";
       span.textContent = g.nobody_reading
         ? "nobody is reading"
-        : `below minimum ${thousands(g.min_active)}`;
+        : `below its minimum of ${thousands(g.min_active)}`;
       badge.append(span);
     }
     const declared = g.min_active !== null && g.min_active !== undefined;
