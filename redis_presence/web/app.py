@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote, urlencode
+from urllib.parse import quote, urlencode
 
 import jinja2
 from prometheus_client import exposition
@@ -54,17 +54,12 @@ from redis_presence.urls import (
 )
 
 from . import events as live_events
-from . import metrics
+from . import metrics, params
 from .auth import TokenAuth
 from .data import GroupStats, PresenceData, TtlInUse
-from .pages import (
-    MAX_LIMIT,
-    ConsumerFilter,
-    Cursor,
-    groups_page,
-    parse_limit,
-    parse_states,
-)
+from .guard import CatchAll
+from .pages import MAX_LIMIT, ConsumerFilter, groups_page
+from .params import BadRequest
 
 log = logging.getLogger("redis_presence.web")
 
@@ -77,6 +72,7 @@ PAGE_SIZE = 50
 GROUPS_PER_PAGE = 200
 GROUP_API = "/api/v1/groups/"
 NO_GROUP = "queue {queue!r} has no tracked or declared group {group!r}"
+NEEDS_BOTH = "a group page needs queue= and group="
 SSE_PING_S = 15
 SSE_RETRY_MS = 2000
 BUSY_RETRY_AFTER_S = 5
@@ -189,13 +185,13 @@ def _status_of(exc: PresenceError) -> tuple[int, str]:
     return 502, "redis_error"
 
 
-class BadRequest(ValueError):
-    """A query parameter the route cannot use (400)."""
-
-
 def _wants_json(request: Request) -> bool:
     path = request.url.path
-    return path.startswith("/api/") or path in ("/readyz", "/metrics", "/healthz")
+    return (
+        path.startswith("/api/")
+        or path in ("/readyz", "/metrics", "/healthz")
+        or _json_view(request)  # a page asked for as JSON gets its errors as JSON
+    )
 
 
 class _Service:
@@ -246,10 +242,13 @@ class _Service:
 
     # -- error responses
 
-    def error(self, request: Request, status: int, code: str, message: str) -> Response:
+    def error(
+        self, request: Request, status: int, code: str, message: str, **extra: str
+    ) -> Response:
         message = self.scrub(message)
         if _wants_json(request):
-            return JSONResponse({"error": code, "message": message}, status_code=status)
+            body = {"error": code, "message": message} | extra
+            return JSONResponse(body, status_code=status)
         return self.templates.TemplateResponse(
             request,
             "error.html",
@@ -267,7 +266,8 @@ class _Service:
         return response
 
     async def on_bad_request(self, request: Request, exc: Exception) -> Response:
-        return self.error(request, 400, "bad_request", str(exc))
+        assert isinstance(exc, BadRequest)
+        return self.error(request, 400, "bad_request", str(exc), parameter=exc.parameter)
 
     async def on_http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -275,10 +275,6 @@ class _Service:
         response = self.error(request, exc.status_code, code, str(exc.detail))
         response.headers.update(exc.headers or {})
         return response
-
-    async def on_crash(self, request: Request, exc: Exception) -> Response:
-        log.error("%s %s failed: %s", request.method, request.url.path, self.scrub(repr(exc)))
-        return self.error(request, 500, "internal_error", "internal error (see the service log)")
 
     # -- shared pieces
 
@@ -298,61 +294,10 @@ class _Service:
         return base | values
 
 
-# -- query parameters -------------------------------------------------------------------
+# -- query parameters (checked in .params) ----------------------------------------------
 
-
-def _text(request: Request, name: str) -> str | None:
-    value = request.query_params.get(name)
-    return value if value else None
-
-
-def _cursor(request: Request) -> Cursor | None:
-    text = _text(request, "cursor")
-    try:
-        return Cursor.decode(text) if text else None
-    except ValueError as exc:
-        raise BadRequest(str(exc)) from None
-
-
-def _limit(request: Request, default: int) -> int:
-    try:
-        return parse_limit(request.query_params.get("limit"), default)
-    except ValueError as exc:
-        raise BadRequest(str(exc)) from None
-
-
-def _flag(request: Request, name: str) -> bool:
-    """A boolean query parameter: ``1``/``true``/``yes`` or ``0``/``false``/``no`` (absent:
-    false)."""
-    value = (request.query_params.get(name) or "").lower()
-    if value in ("", "0", "false", "no"):
-        return False
-    if value in ("1", "true", "yes"):
-        return True
-    raise BadRequest(f"{name} must be 1 or 0, got {value!r}")
-
-
-def _states(request: Request) -> frozenset[PresenceState]:
-    try:
-        return parse_states(request.query_params.getlist("state"))
-    except ValueError as exc:
-        raise BadRequest(str(exc)) from None
-
-
-def _path_names(request: Request, prefix: str) -> tuple[str, str]:
-    """`(queue, group)` from the raw path after `prefix`: exactly two percent-encoded
-    segments, so names may hold ``/``, ``%``, spaces and newlines."""
-    raw = request.scope.get("raw_path") or request.url.path.encode()
-    path = raw.decode("latin-1").partition("?")[0]
-    start = request.scope.get("root_path", "").rstrip("/") + prefix
-    parts = path[len(start) :].split("/")
-    if not path.startswith(start) or len(parts) != 2 or not all(parts):
-        raise HTTPException(404, "expected /api/v1/groups/<queue>/<group> (percent-encoded)")
-    try:
-        queue, group = (unquote(part, errors="strict") for part in parts)
-    except UnicodeDecodeError:
-        raise BadRequest("queue and group must be percent-encoded UTF-8") from None
-    return queue, group
+_text, _cursor, _limit, _flag = params.text, params.cursor, params.limit, params.flag
+_states, _path_names = params.states, params.path_names
 
 
 def _json_view(request: Request) -> bool:
@@ -464,6 +409,7 @@ def create_app(
         middleware.append(Middleware(AccessLog))
     if config.auth_token:
         middleware.append(Middleware(TokenAuth, token=config.auth_token))
+    middleware.append(Middleware(CatchAll, scrub=service.scrub))  # innermost: below the log
     app = Starlette(
         routes=routes,
         middleware=middleware,
@@ -472,7 +418,6 @@ def create_app(
             PresenceError: service.on_presence_error,
             BadRequest: service.on_bad_request,
             HTTPException: service.on_http_error,
-            Exception: service.on_crash,
         },
     )
     app.state.service = service
@@ -493,7 +438,7 @@ class Views:
         queue_text = (_text(request, "queue") or "").casefold()
         group_text = (_text(request, "group") or "").casefold()
         states = _states(request)
-        idle_only = request.query_params.get("idle") == "1"
+        idle_only = _flag(request, "idle")
 
         def shown(stats: GroupStats) -> bool:
             counts = {
@@ -512,10 +457,7 @@ class Views:
             (g for g in groups if shown(g)),
             key=lambda g: (not g.below, not g.nobody_reading, g.queue, g.group),
         )
-        try:
-            page = max(1, int(request.query_params.get("page") or 1))
-        except ValueError:
-            raise BadRequest("page must be a positive integer") from None
+        page = params.page_number(request)
         pages = max(1, -(-len(picked) // GROUPS_PER_PAGE))
         page = min(page, pages)
         totals = {
@@ -577,7 +519,7 @@ class Views:
     async def group_page(self, request: Request) -> Response:
         queue, group = _text(request, "queue"), _text(request, "group")
         if queue is None or group is None:
-            raise BadRequest("a group page needs queue= and group=")
+            raise BadRequest("queue" if queue is None else "group", NEEDS_BOTH)
         return await self._consumers_view(request, queue, group, group_page=True)
 
     async def consumers_page(self, request: Request) -> Response:
@@ -730,11 +672,7 @@ class Views:
         """The events of the registry: a server-sent event stream for ``Accept:
         text/event-stream``, else one poll (`cursor` None: no events, a cursor from now)."""
         queue, group = _text(request, "queue"), _text(request, "group")
-        cursor = _text(request, "cursor") or request.headers.get("last-event-id") or None
-        try:
-            live_events.check_cursor(cursor)
-        except (TypeError, ValueError) as exc:
-            raise BadRequest(str(exc)) from None
+        cursor, source = params.event_cursor(request)
         reads = self.service.reads
         if "text/event-stream" in request.headers.get("accept", ""):
             feed = self.service.live
@@ -768,7 +706,7 @@ class Views:
                 headers={"Cache-Control": "no-store"},
             )
         except (TypeError, ValueError) as exc:
-            raise BadRequest(str(exc)) from None
+            raise BadRequest(source, params.refused(source, exc)) from None
         return JSONResponse(
             {
                 "events": [event.to_dict() for event in events],

@@ -16,10 +16,15 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal
 
+from redis_presence._json import loads_flat
 from redis_presence.model import ConsumerPresence, PresenceState
+from redis_presence.validation import MAX_NAME_BYTES
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+MAX_CURSOR_CHARS = 4 * (3 * 6 * MAX_NAME_BYTES + 32) // 3 + 4
+"""The longest cursor `Cursor.encode` makes (three names of at most 512 UTF-8 bytes, each
+byte at most six JSON characters, in base64); anything longer is refused unread."""
 
 Key = tuple[str, str, str]
 _key = itemgetter(0, 1, 2)
@@ -37,11 +42,14 @@ class Cursor:
         return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
     @classmethod
-    def decode(cls, text: str) -> Cursor:
-        """The cursor `encode` made, or `ValueError` naming the argument."""
+    def decode(cls, text: str, argument: str = "cursor") -> Cursor:
+        """The cursor `encode` made, or `ValueError` naming `argument`: an oversized or
+        nested document is refused before JSON parsing (no `RecursionError`)."""
+        if len(text) > MAX_CURSOR_CHARS:
+            raise ValueError(f"{argument} must be a cursor this API returned (too long)")
         try:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-            value = json.loads(raw.decode())
+            value = loads_flat(raw.decode(), opening="[", max_chars=MAX_CURSOR_CHARS)
         except (binascii.Error, ValueError, UnicodeDecodeError):
             value = None
         if (
@@ -51,7 +59,7 @@ class Cursor:
             and all(isinstance(part, str) for part in value)
         ):
             return cls("after" if value[0] == "a" else "before", (value[1], value[2], value[3]))
-        raise ValueError("cursor must be a cursor this API returned")
+        raise ValueError(f"{argument} must be a cursor this API returned")
 
 
 @dataclass(frozen=True)
@@ -112,8 +120,9 @@ def parse_limit(value: str | None, default: int = DEFAULT_LIMIT) -> int:
     """The `limit` query value: an integer in [1, MAX_LIMIT]; `ValueError` else."""
     if value is None or value == "":
         return default
-    if not value.isdigit() or not 1 <= int(value) <= MAX_LIMIT:
-        raise ValueError(f"limit must be an integer from 1 to {MAX_LIMIT}, got {value!r}")
+    digits = value.isascii() and value.isdigit() and len(value) <= len(str(MAX_LIMIT))
+    if not (digits and 1 <= int(value) <= MAX_LIMIT):
+        raise ValueError(f"limit must be an integer from 1 to {MAX_LIMIT}, got {value!r:.60}")
     return int(value)
 
 

@@ -1,0 +1,73 @@
+"""The service's last line: an exception no route or handler expected is one JSON 500
+(``{"error": "internal"}``), logged once on one line (scrubbed of the Redis password, with
+where it was raised), never a traceback page nor a traceback in the log."""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("redis_presence.web")
+
+INTERNAL = {"error": "internal", "message": "internal error (see the service log)"}
+
+
+def _where(exc: BaseException) -> str:
+    """``file:line in function`` of the innermost frame that raised `exc`."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "?"
+    last = frames[-1]
+    return f"{last.filename}:{last.lineno} in {last.name}"
+
+
+class CatchAll:
+    """ASGI middleware: any exception of the app below becomes a JSON 500 (or, once the
+    response has started, the end of it), logged once."""
+
+    def __init__(self, app: ASGIApp, scrub: Callable[[str], str]) -> None:
+        self.app = app
+        self.scrub = scrub
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            raw = scope.get("raw_path") or scope.get("path", "").encode()
+            log.error(
+                "%s %s failed: %s (at %s)",
+                scope.get("method", "?"),
+                raw[:200].decode("ascii", "backslashreplace"),
+                self.scrub(f"{type(exc).__name__}: {exc}")[:500],
+                _where(exc),
+            )
+            if started:
+                return  # the client sees its response cut short
+            body = json.dumps(INTERNAL).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"cache-control", b"no-store"),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
