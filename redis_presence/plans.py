@@ -31,6 +31,7 @@ from .errors import (
     PresenceBatchError,
     PresenceDataError,
     PresenceError,
+    PresenceMetaError,
     PresenceReadOnlyError,
     PresenceResyncRequired,
     refusal,
@@ -836,11 +837,17 @@ class Planner:
 
     @staticmethod
     def _collect(stream: RowStream) -> Plan[list[ConsumerPresence]]:
-        yield from stream.plan
+        unreadable = None
+        try:
+            yield from stream.plan
+        except PresenceMetaError as error:  # every row was read: hand them to the error
+            unreadable = error.unreadable
         rows: list[ConsumerPresence] = []
         with gc_paused():
             for _, part in sorted(stream.groups, key=_by_names):
                 rows += part
+        if unreadable is not None:
+            raise PresenceMetaError(unreadable, rows)
         return rows
 
     def iter_snapshot(
@@ -859,7 +866,9 @@ class Planner:
         and classified with `ttl_ms`, or with each group's shared TTL when it is None; `stuck`
         is judged with `stuck_after_ms`, or each group's shared budget when it is None
         (`set_stuck_after`). With `with_meta`, each row's `meta` is read too (``HMGET`` of at
-        most `Limits.consumers` names a command); without it, no metadata is read.
+        most `Limits.consumers` names a command); without it, no metadata is read. Metadata
+        this package did not write is a `PresenceMetaError` once every row was read (those
+        consumers' `meta` empty; `snapshot` hands every row to the error).
         The index is read a page of `Limits.groups` groups at a time; a group of at most
         `Limits.consumers` consumers is read by one ``HGETALL`` (one instant), a larger one by
         ``HSCAN`` steps of that many (each row consistent, the group not one instant); one
@@ -887,14 +896,17 @@ class Planner:
     ) -> Plan[None]:
         now = yield from self._now(now_ns)
         after: str | None = None
+        unreadable: dict[tuple[str, str, str], str] | None = {} if with_meta else None
         while True:
             groups, after = yield from self._listed(queue, group, after)
             if groups:
                 ttls, stucks = yield from self._ttls_and_stucks(groups, ttl_ms, stuck_after_ms)
                 sizes = yield [Command("HLEN", (gk.data,)) for gk in groups]
                 sized = [int(n) for n in sizes]
-                yield from self._read(groups, sized, ttls, now, out, stucks, with_meta)
+                yield from self._read(groups, sized, ttls, now, out, stucks, unreadable)
             if after is None:
+                if unreadable:
+                    raise PresenceMetaError(unreadable)
                 return
 
     def _read(
@@ -905,11 +917,12 @@ class Planner:
         now_ns: int,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
         stucks: list[int] | None = None,
-        with_meta: bool = False,
+        unreadable: dict[tuple[str, str, str], str] | None = None,
     ) -> Plan[None]:
         """Read groups of known sizes in order, a window of them per round trip: each small
         group in one ``HGETALL``, each large one in ``HSCAN`` steps; a group goes to `out`
-        once it is complete and every group before it is out."""
+        once it is complete and every group before it is out. With `unreadable` (a dict),
+        each row's metadata is read too, and what cannot be decoded is noted there."""
         most = self.limits.consumers
         ttl_of = dict(zip(groups, ttls, strict=True))
         stuck_of = dict(zip(groups, stucks or [DEFAULT_STUCK_AFTER_MS] * len(groups), strict=True))
@@ -952,7 +965,7 @@ class Planner:
                     done = window.popleft()
                     finished.append((done.gk, stored_columns(done.gk, done.table)))
                     done.table = {}
-            metas = (yield from self._metas(finished)) if with_meta else None
+            metas = None if unreadable is None else (yield from self._metas(finished, unreadable))
             with gc_paused():
                 for i, (gk, columns) in enumerate(finished):
                     rows = ConsumerPresence.columns(
@@ -966,9 +979,12 @@ class Planner:
                     )
                     out.append((gk, list(rows)))
 
-    def _metas(self, finished: list[tuple[GroupKeys, Columns]]) -> Plan[list[list[ConsumerMeta]]]:
+    def _metas(
+        self, finished: list[tuple[GroupKeys, Columns]], unreadable: dict[ConsumerKey, str]
+    ) -> Plan[list[list[ConsumerMeta]]]:
         """The metadata of every consumer of the finished groups, in their order: ``HMGET``
-        of at most `Limits.consumers` names a command, `Limits.rows` names a round trip."""
+        of at most `Limits.consumers` names a command, `Limits.rows` names a round trip. A
+        value this package did not write is `NO_META`, and why is noted in `unreadable`."""
         most, per_trip = self.limits.consumers, self.limits.rows
         asks = [
             (i, start)
@@ -986,7 +1002,7 @@ class Planner:
             for (i, start), values in zip(part, replies, strict=True):
                 gk, names = finished[i][0], finished[i][1][0][start : start + most]
                 found[i] += (
-                    NO_META if value is None else ConsumerMeta(decode_meta(gk.meta, name, value))
+                    NO_META if value is None else _meta_of(gk, name, value, unreadable)
                     for name, value in zip(names, values, strict=True)
                 )
         return found
@@ -1637,6 +1653,18 @@ class Planner:
         if not self.clustered:
             return [groups]
         return [list(part) for _, part in groupby(groups, key=attrgetter("queue"))]
+
+
+def _meta_of(
+    gk: GroupKeys, name: str, value: Any, unreadable: dict[ConsumerKey, str]
+) -> ConsumerMeta:
+    """A stored metadata value as `ConsumerMeta`; one this package did not write is
+    `NO_META`, with why in `unreadable`."""
+    try:
+        return ConsumerMeta(decode_meta(gk.meta, name, value))
+    except PresenceDataError as error:
+        unreadable[gk.queue, gk.group, name] = str(error)
+        return NO_META
 
 
 def _by_names(item: tuple[GroupKeys, list[ConsumerPresence]]) -> tuple[str, str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -56,7 +56,7 @@ from redis_presence.urls import (
 from . import events as live_events
 from . import metrics, params
 from .auth import TokenAuth
-from .data import GroupStats, PresenceData, TtlInUse
+from .data import NO_META_ERRORS, GroupStats, PresenceData, TtlInUse
 from .guard import CatchAll
 from .pages import MAX_LIMIT, ConsumerFilter, groups_page
 from .params import BadRequest
@@ -143,11 +143,16 @@ def segment(name: str) -> str:
     return quote(name, safe="")
 
 
-def consumer_json(row: ConsumerPresence, *, with_meta: bool) -> dict[str, object]:
-    """A row's JSON: its `ConsumerPresence` fields; `meta` is null when it was not read."""
+def consumer_json(
+    row: ConsumerPresence, *, with_meta: bool, meta_errors: Mapping[Any, str] = NO_META_ERRORS
+) -> dict[str, object]:
+    """A row's JSON: its `ConsumerPresence` fields; `meta` is null when it was not read, and
+    `meta_error` says why it is empty when another program's metadata could not be read."""
     fields = row.to_dict()
     if not with_meta:
         fields["meta"] = None
+    elif row.key in meta_errors:
+        fields["meta_error"] = meta_errors[row.key]
     return fields
 
 
@@ -563,7 +568,10 @@ class Views:
                 | {
                     "group": group_json(stats) if stats else None,
                     "stuck_after_ms": stuck_after_ms,
-                    "consumers": [consumer_json(row, with_meta=with_meta) for row in page.rows],
+                    "consumers": [
+                        consumer_json(row, with_meta=with_meta, meta_errors=reading.meta_errors)
+                        for row in page.rows
+                    ],
                     "next_cursor": page.next_cursor,
                     "prev_cursor": page.prev_cursor,
                 }
@@ -575,6 +583,7 @@ class Views:
             stats=stats,
             group_page=group_page,
             with_meta=with_meta,
+            meta_errors=reading.meta_errors,
             rows=page.rows,
             next_cursor=page.next_cursor,
             prev_cursor=page.prev_cursor,
@@ -642,7 +651,10 @@ class Views:
             | {
                 "group": stats.to_dict(),
                 "stuck_after_ms": found.stuck_after_ms,
-                "consumers": [consumer_json(row, with_meta=True) for row in page.rows],
+                "consumers": [
+                    consumer_json(row, with_meta=True, meta_errors=reading.meta_errors)
+                    for row in page.rows
+                ],
                 "next_cursor": page.next_cursor,
                 "prev_cursor": page.prev_cursor,
             }
@@ -662,7 +674,10 @@ class Views:
         return JSONResponse(
             self._meta(reading.now_ns, reading.ttl)
             | {
-                "consumers": [consumer_json(row, with_meta=with_meta) for row in page.rows],
+                "consumers": [
+                    consumer_json(row, with_meta=with_meta, meta_errors=reading.meta_errors)
+                    for row in page.rows
+                ],
                 "next_cursor": page.next_cursor,
                 "prev_cursor": page.prev_cursor,
             }

@@ -32,12 +32,13 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import count, groupby
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from redis.exceptions import RedisError
 
 from redis_presence import AsyncRedisPresenceRegistry, ConsumerPresence, PresenceState
-from redis_presence.errors import translate
+from redis_presence.errors import PresenceMetaError, translate
 from redis_presence.events import PresenceEvent
 from redis_presence.model import GroupPresence
 
@@ -104,13 +105,19 @@ class TtlInUse(NamedTuple):
         return {"ttl_ms": self.ttl_ms, "ttl_source": self.source}
 
 
+NO_META_ERRORS: Mapping[tuple[str, str, str], str] = MappingProxyType({})
+
+
 class Reading(NamedTuple):
-    """One snapshot, the instant its ages were computed at and the TTL it reports."""
+    """One snapshot, the instant its ages were computed at and the TTL it reports; for a
+    read of metadata, why each consumer whose metadata could not be read (another
+    program's) has none (`PresenceMetaError.unreadable`)."""
 
     serial: int
     now_ns: int
     rows: list[ConsumerPresence]
     ttl: TtlInUse
+    meta_errors: Mapping[tuple[str, str, str], str] = NO_META_ERRORS
 
 
 class GroupReading(NamedTuple):
@@ -319,9 +326,12 @@ class PresenceData:
             return await self.rows()
         ttl = await self.ttl(queue, group) if group is not None else await self.ttl()
         now = await self.now_ns()
-        rows = await self.registry.snapshot(
-            now_ns=now, ttl_ms=self._read_ttl_ms, queue=queue, group=group, with_meta=with_meta
-        )
+        try:
+            rows = await self.registry.snapshot(
+                now_ns=now, ttl_ms=self._read_ttl_ms, queue=queue, group=group, with_meta=with_meta
+            )
+        except PresenceMetaError as exc:  # shown without those consumers' metadata, marked
+            return Reading(0, now, exc.rows, ttl, exc.unreadable)
         return Reading(0, now, rows, ttl)
 
     async def consumers(
