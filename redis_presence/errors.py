@@ -41,7 +41,7 @@ class PresenceMetaError(PresenceDataError):
     object of str to str, oversized, or nested): `unreadable` maps each such
     ``(queue, group, consumer)`` to what is wrong with it, and `rows` holds every row of
     the read, those consumers' `meta` empty (for a caller that shows the others anyway;
-    empty from `iter_snapshot`, whose rows were already handed out)."""
+    empty from `iter_snapshot`, which raises it once every row was handed out)."""
 
     def __init__(self, unreadable: dict[tuple[str, str, str], str], rows: Sequence[Any] = ()):
         self.unreadable = unreadable

@@ -260,6 +260,9 @@ class RowStream(NamedTuple):
 
     plan: Plan[None]
     groups: list[tuple[GroupKeys, list[ConsumerPresence]]]
+    unreadable: dict[ConsumerKey, str] | None = None
+    """With metadata: each consumer whose metadata this package did not write, and why (its
+    row's `meta` is empty); a driver raises `PresenceMetaError` once every row is out."""
 
 
 def bulk(value: bytes) -> bytes:
@@ -837,17 +840,13 @@ class Planner:
 
     @staticmethod
     def _collect(stream: RowStream) -> Plan[list[ConsumerPresence]]:
-        unreadable = None
-        try:
-            yield from stream.plan
-        except PresenceMetaError as error:  # every row was read: hand them to the error
-            unreadable = error.unreadable
+        yield from stream.plan
         rows: list[ConsumerPresence] = []
         with gc_paused():
             for _, part in sorted(stream.groups, key=_by_names):
                 rows += part
-        if unreadable is not None:
-            raise PresenceMetaError(unreadable, rows)
+        if stream.unreadable:  # every row was read: the error hands them out
+            raise PresenceMetaError(stream.unreadable, rows)
         return rows
 
     def iter_snapshot(
@@ -881,8 +880,9 @@ class Planner:
             raise TypeError(f"with_meta must be a bool, got {type(with_meta).__name__}")
         queue, group = check_filter("queue", queue), check_filter("group", group)
         groups: list[tuple[GroupKeys, list[ConsumerPresence]]] = []
-        plan = self._stream(now, ttl, queue, group, groups, stuck, with_meta)
-        return RowStream(plan, groups)
+        unreadable: dict[ConsumerKey, str] | None = {} if with_meta else None
+        plan = self._stream(now, ttl, queue, group, groups, stuck, unreadable)
+        return RowStream(plan, groups, unreadable)
 
     def _stream(
         self,
@@ -892,11 +892,10 @@ class Planner:
         group: str | None,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
         stuck_after_ms: int | None = None,
-        with_meta: bool = False,
+        unreadable: dict[ConsumerKey, str] | None = None,
     ) -> Plan[None]:
         now = yield from self._now(now_ns)
         after: str | None = None
-        unreadable: dict[tuple[str, str, str], str] | None = {} if with_meta else None
         while True:
             groups, after = yield from self._listed(queue, group, after)
             if groups:
@@ -905,8 +904,6 @@ class Planner:
                 sized = [int(n) for n in sizes]
                 yield from self._read(groups, sized, ttls, now, out, stucks, unreadable)
             if after is None:
-                if unreadable:
-                    raise PresenceMetaError(unreadable)
                 return
 
     def _read(

@@ -20,7 +20,13 @@ from ._executor import (
     single,
 )
 from .deployment import drive, memory_policy
-from .errors import DRIVER_ERRORS, PresenceError, PresenceResyncRequired, translate
+from .errors import (
+    DRIVER_ERRORS,
+    PresenceError,
+    PresenceMetaError,
+    PresenceResyncRequired,
+    translate,
+)
 from .events import (
     DEFAULT_FOLLOW_INTERVAL_S,
     Cursor,
@@ -378,6 +384,8 @@ class RedisPresenceRegistry(Executor):
             stream.groups.clear()
         if self.policy_check.due:
             self._check_policy()
+        if stream.unreadable:  # metadata another program wrote, once every row is out
+            raise PresenceMetaError(stream.unreadable)
 
     def _transport(self, batch: list[Request]) -> list[Any]:
         """`_send`, with a failed connection raised as a `PresenceError`."""

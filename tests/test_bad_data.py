@@ -22,6 +22,7 @@ from conftest import RUN_COUNTS
 from webservers import ROOT, cli_argv
 
 from redis_presence import (
+    ConsumerPresence,
     PresenceBatchError,
     PresenceDataError,
     PresenceReporter,
@@ -358,6 +359,10 @@ def test_metadata_nested_or_oversized_is_a_data_error_confined_to_its_consumer(
         assert rows[("bad", "g", "w")] == {}
         assert rows[("bad", "g", "x")] == {"host": "h1"}
     assert len(info.value.rows) == 2
+    seen: list[ConsumerPresence] = []  # a streaming read hands out every row first, then raises
+    with pytest.raises(PresenceMetaError, match=re.escape(BAD.meta)):
+        seen.extend(registry.iter_snapshot(now_ns=T0, with_meta=True))
+    assert len(seen) == len(GOOD) + 2
     sound = registry.snapshot(now_ns=T0, with_meta=True, queue="orders", group="billing")
     assert [dict(row.meta) for row in sound] == [{"host": "h2"}]
     assert len(registry.snapshot(now_ns=T0, queue="bad")) == 2  # without metadata: sound
