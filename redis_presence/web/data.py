@@ -14,10 +14,12 @@ what replaces it:
   group's keys alone, so they cost what they return. The group views read each row's
   metadata too (`with_meta=True`, one ``HMGET`` per chunk of the group), and the group's
   declared minimum (`expected()`, the declared groups alone); the consumer lists read
-  metadata only when asked (``meta=1``). Without a queue (the fleet-wide
-  consumer list, a name search) and for `metrics` with per-consumer metrics on,
-  `PresenceData.rows` is one whole snapshot, shared by every request for `read_cache_s`
-  and read by one caller at a time (the others await it); pages filter it here.
+  metadata only when asked (``meta=1``). Without a queue (the fleet-wide consumer list, a
+  name search) `consumers` streams the whole fleet (`iter_snapshot`, in the package's
+  bounded chunks) through a `PageCollector` that keeps only the page it answers (at most
+  FLEET_READS such reads at once). For `metrics` with per-consumer metrics on,
+  `PresenceData.rows` is one whole snapshot, shared by every caller for `read_cache_s`
+  and read by one caller at a time (the others await it).
 * `PresenceData.changes` (each open event stream once per interval, and each cursor poll)
   is `registry.changes(cursor)`: the event logs written since the cursor and, per group,
   the heartbeats that crossed a line in the interval; what it costs grows with the
@@ -42,7 +44,7 @@ from redis_presence.errors import PresenceMetaError, translate
 from redis_presence.events import PresenceEvent
 from redis_presence.model import GroupPresence
 
-from .pages import ConsumerFilter, Cursor, Page, page_of
+from .pages import ConsumerFilter, Cursor, Page, PageCollector, page_of
 
 NS_PER_S = 1_000_000_000
 
@@ -191,6 +193,12 @@ def server_time_ns(reply: Any) -> int:
     return int(seconds) * NS_PER_S + int(micros) * 1_000
 
 
+FLEET_READS = 2
+"""Streaming reads of the whole fleet (consumer lists without a queue) at once; the others
+wait, so memory stays a few chunks whatever the number of requests."""
+STREAM_CHUNK = 1_000
+"""Rows handed to a page collector at a time."""
+
 TTL_REFRESH_S = 5.0
 """How long the service trusts a shared TTL it read (a `set_ttl` shows within this)."""
 MAX_CACHED_TTLS = 1_000
@@ -222,6 +230,7 @@ class PresenceData:
         self._serials = count(1)
         self._ttls: dict[tuple[str | None, str | None], tuple[TtlInUse, float]] = {}
         self._stucks: dict[tuple[str, str], tuple[int, float]] = {}
+        self._fleet_reads = asyncio.Semaphore(FLEET_READS)
         self.last_ttl = TtlInUse(ttl_ms, "option") if ttl_ms is not None else None
         """The TTL of the prefix the last read used (None before the first)."""
 
@@ -316,14 +325,9 @@ class PresenceData:
         rows = await self.registry.snapshot(now_ns=now, ttl_ms=self._read_ttl_ms)
         return Reading(next(self._serials), now, rows, ttl)
 
-    async def _selected(
-        self, queue: str | None, group: str | None, *, with_meta: bool = False
-    ) -> Reading:
+    async def _selected(self, queue: str, group: str | None, *, with_meta: bool = False) -> Reading:
         """The consumers of one queue (or one group): read by the library from that part of
-        the index alone, fresh each time; the whole fleet comes from the shared snapshot
-        (or, `with_meta`, from a read of its own)."""
-        if queue is None and not with_meta:
-            return await self.rows()
+        the index alone, fresh each time."""
         ttl = await self.ttl(queue, group) if group is not None else await self.ttl()
         now = await self.now_ns()
         try:
@@ -343,9 +347,42 @@ class PresenceData:
         with_meta: bool = False,
     ) -> tuple[Reading, Page]:
         """One page of consumers matching `where`, and the read it comes from (`with_meta`:
-        their metadata read too)."""
+        their metadata read too). Without a queue (the whole fleet, a name search) the rows
+        are streamed and only the page is kept (`Reading.rows` holds just it)."""
+        if where.queue is None:
+            return await self._streamed(where, cursor=cursor, limit=limit, with_meta=with_meta)
         reading = await self._selected(where.queue, where.group, with_meta=with_meta)
         return reading, page_of(reading.rows, where, cursor=cursor, limit=limit)
+
+    async def _streamed(
+        self, where: ConsumerFilter, *, cursor: Cursor | None, limit: int, with_meta: bool
+    ) -> tuple[Reading, Page]:
+        """A page of the whole fleet from one streaming read (`iter_snapshot`, chunks of the
+        package's bounds), holding the page and one chunk, never the fleet; at most
+        FLEET_READS of them at once."""
+        ttl = await self.ttl()
+        now = await self.now_ns()
+        collector = PageCollector(where, cursor=cursor, limit=limit)
+        meta_errors: Mapping[tuple[str, str, str], str] = NO_META_ERRORS
+        async with self._fleet_reads:
+            rows = self.registry.iter_snapshot(
+                now_ns=now, ttl_ms=self._read_ttl_ms, with_meta=with_meta
+            )
+            try:
+                chunk: list[ConsumerPresence] = []
+                async for row in rows:
+                    chunk.append(row)
+                    if len(chunk) >= STREAM_CHUNK:
+                        collector.feed(chunk)
+                        chunk = []
+                collector.feed(chunk)
+            except PresenceMetaError as exc:  # raised once every row was handed out
+                collector.feed(chunk)
+                meta_errors = exc.unreadable
+        page = collector.page()
+        shown = {row.key for row in page.rows}
+        errors = {key: why for key, why in meta_errors.items() if key in shown}
+        return Reading(0, now, page.rows, ttl, errors or NO_META_ERRORS), page
 
     async def group(
         self,

@@ -11,7 +11,7 @@ import base64
 import binascii
 import json
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal
@@ -170,6 +170,66 @@ def page_of(
         Cursor("after", _key(picked[-1])).encode() if picked and more_after else None,
         Cursor("before", _key(picked[0])).encode() if picked and more_before else None,
     )
+
+
+class PageCollector:
+    """`page_of` over rows fed in any order of groups (a streaming read hands them out in
+    the index's order), holding at most about twice `limit` rows: the page being built and
+    whether a match lies on the cursor's other side, never the rows it skipped."""
+
+    __slots__ = ("_beyond", "_bound", "_kept", "before", "cursor", "limit", "where")
+
+    def __init__(self, where: ConsumerFilter, *, cursor: Cursor | None, limit: int) -> None:
+        self.where, self.cursor, self.limit = where, cursor, limit
+        self.before = cursor is not None and cursor.direction == "before"
+        self._kept: list[ConsumerPresence] = []
+        self._bound: Key | None = None
+        """Once `limit` + 1 rows are kept: the key past which a row can no longer be on the
+        page (and the page is known to have a neighbour on that side)."""
+        self._beyond = False
+        """A match lies on the cursor's other side (a neighbour page on that side)."""
+
+    def feed(self, rows: Iterable[ConsumerPresence]) -> None:
+        where, cursor, before, bound = self.where, self.cursor, self.before, self._bound
+        kept = self._kept
+        for row in rows:
+            if not where.matches(row):
+                continue
+            key = _key(row)
+            if cursor is not None and (key >= cursor.key if before else key <= cursor.key):
+                self._beyond = True
+            elif bound is None or (key > bound if before else key < bound):
+                kept.append(row)
+                if len(kept) > 2 * self.limit + 1:
+                    bound = self._trim()
+
+    def _trim(self) -> Key | None:
+        """Keep the `limit` + 1 rows nearest the cursor; the bound they set."""
+        self._kept.sort(key=_key)
+        most = self.limit + 1
+        if self.before:
+            del self._kept[:-most]  # in place: `feed` holds the list
+        else:
+            del self._kept[most:]
+        if len(self._kept) == most:
+            self._bound = _key(self._kept[0] if self.before else self._kept[-1])
+        return self._bound
+
+    def page(self) -> Page:
+        """The page `page_of` gives for every row fed so far."""
+        self._trim()
+        kept, limit = self._kept, self.limit
+        if self.before:
+            more_before, more_after = len(kept) > limit, self._beyond
+            picked = kept[-limit:] if len(kept) > limit else kept
+        else:
+            more_before, more_after = self._beyond, len(kept) > limit
+            picked = kept[:limit]
+        return Page(
+            picked,
+            Cursor("after", _key(picked[-1])).encode() if picked and more_after else None,
+            Cursor("before", _key(picked[0])).encode() if picked and more_before else None,
+        )
 
 
 @dataclass(frozen=True)
