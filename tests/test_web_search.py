@@ -17,7 +17,7 @@ import pytest
 from test_bounded import logged, work
 from test_web_api import T0, Clock
 
-from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
+from redis_presence import AsyncRedisPresenceRegistry, PresenceState, RedisPresenceRegistry
 from redis_presence.plans import Limits
 from redis_presence.web import WebConfig, create_app
 from redis_presence.web.pages import ConsumerFilter, Cursor, page_of
@@ -48,8 +48,9 @@ class Fleet:
             queue, group, size = BIG_GROUP
             beats += [(queue, group, f"c{i:04d}", 1) for i in range(size)]
             for start in range(0, len(beats), 500):
-                writer.heartbeat_many(beats[start : start + 500], now_ns=T0 - (start % 3) * MS)
-            self.rows = writer.snapshot(now_ns=T0)
+                age_ms = start // 500 % 3 * 6_000  # active, active, stale (TTL 10 s)
+                writer.heartbeat_many(beats[start : start + 500], now_ns=T0 - age_ms * MS)
+            self.rows = writer.snapshot(now_ns=T0, ttl_ms=10_000)
         finally:
             writer.close()
         self.sizes = {f"presence:{{q{g % 13:02d}}}:g{g:03d}:c": PER_GROUP for g in range(groups)}
@@ -92,11 +93,21 @@ def walk(web: TestClient, params: dict[str, str]) -> tuple[list[dict[str, Any]],
             return rows, prevs
 
 
-@pytest.mark.parametrize(("search", "limit"), [("c00", 37), ("-4", 1000), ("", 250)])
+@pytest.mark.parametrize(
+    ("search", "limit", "state", "group"),
+    [
+        ("c00", 37, None, None),
+        ("-4", 1000, None, None),
+        ("", 250, None, None),
+        ("", 101, "stale", None),
+        ("c0", 150, "active", "g"),
+    ],
+)
 def test_a_fleet_wide_search_gives_the_snapshot_s_pages_within_the_bounds(
-    fleet: Fleet, search: str, limit: int
+    fleet: Fleet, search: str, limit: int, state: str | None, group: str | None
 ) -> None:
-    where = ConsumerFilter(search=search or None)
+    states = frozenset() if state is None else frozenset({PresenceState(state)})
+    where = ConsumerFilter(None, group, states, search or None)
     expected = [row.to_dict() | {"meta": None} for row in fleet.rows if where.matches(row)]
     assert expected
     fleet.client.config_set("slowlog-max-len", 1_000_000)
@@ -104,6 +115,8 @@ def test_a_fleet_wide_search_gives_the_snapshot_s_pages_within_the_bounds(
     with fleet.app() as web:
         fleet.client.slowlog_reset()
         params = {"search": search, "limit": str(limit)}
+        params |= {"state": state} if state else {}
+        params |= {"group": group} if group else {}
         rows, prevs = walk(web, params)
         assert rows == expected
         # Back: each prev cursor gives the page of the whole snapshot's rows.

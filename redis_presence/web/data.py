@@ -15,9 +15,10 @@ what replaces it:
   metadata too (`with_meta=True`, one ``HMGET`` per chunk of the group), and the group's
   declared minimum (`expected()`, the declared groups alone); the consumer lists read
   metadata only when asked (``meta=1``). Without a queue (the fleet-wide consumer list, a
-  name search) `consumers` streams the whole fleet (`iter_snapshot`, in the package's
-  bounded chunks) through a `PageCollector` that keeps only the page it answers (at most
-  FLEET_READS such reads at once). For `metrics` with per-consumer metrics on,
+  name search) `consumers` reads `groups()` (by name, with counts), then one group at a
+  time (`iter_snapshot`, in the package's bounded chunks) from the cursor's group until
+  its `PageCollector` holds the page, which is all it keeps (at most FLEET_READS such reads
+  at once). For `metrics` with per-consumer metrics on,
   `PresenceData.rows` is one whole snapshot, shared by every caller for `read_cache_s`
   and read by one caller at a time (the others await it).
 * `PresenceData.changes` (each open event stream once per interval, and each cursor poll)
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import count, groupby
 from types import MappingProxyType
@@ -191,6 +193,16 @@ def server_time_ns(reply: Any) -> int:
         reply = next(iter(reply.values()))
     seconds, micros = reply
     return int(seconds) * NS_PER_S + int(micros) * 1_000
+
+
+def _may_match(stats: GroupPresence, where: ConsumerFilter) -> bool:
+    """Whether a group's counts leave room for a consumer matching `where`'s states."""
+    counts = {
+        PresenceState.ACTIVE: stats.active,
+        PresenceState.STALE: stats.stale,
+        PresenceState.EXPIRED: stats.expired,
+    }
+    return any(counts[s] for s in where.states or counts)
 
 
 FLEET_READS = 2
@@ -357,32 +369,70 @@ class PresenceData:
     async def _streamed(
         self, where: ConsumerFilter, *, cursor: Cursor | None, limit: int, with_meta: bool
     ) -> tuple[Reading, Page]:
-        """A page of the whole fleet from one streaming read (`iter_snapshot`, chunks of the
-        package's bounds), holding the page and one chunk, never the fleet; at most
-        FLEET_READS of them at once."""
+        """A page of the whole fleet, holding the page and one chunk of one group, never the
+        fleet: the groups (`registry.groups()`, by name, with their counts) are read one at a
+        time (`iter_snapshot` of that group, in the package's bounded chunks) from the
+        cursor's group towards the page's side until the page is full, then the other way
+        until a match shows there is a page beyond the cursor (known from the counts alone
+        unless a name is searched). At most FLEET_READS of them at once."""
         ttl = await self.ttl()
         now = await self.now_ns()
         collector = PageCollector(where, cursor=cursor, limit=limit)
-        meta_errors: Mapping[tuple[str, str, str], str] = NO_META_ERRORS
+        meta_errors: dict[tuple[str, str, str], str] = {}
         async with self._fleet_reads:
-            rows = self.registry.iter_snapshot(
-                now_ns=now, ttl_ms=self._read_ttl_ms, with_meta=with_meta
-            )
-            try:
-                chunk: list[ConsumerPresence] = []
-                async for row in rows:
-                    chunk.append(row)
-                    if len(chunk) >= STREAM_CHUNK:
-                        collector.feed(chunk)
-                        chunk = []
-                collector.feed(chunk)
-            except PresenceMetaError as exc:  # raised once every row was handed out
-                collector.feed(chunk)
-                meta_errors = exc.unreadable
+            groups = [
+                g
+                for g in await self.registry.groups(now_ns=now, ttl_ms=self._read_ttl_ms)
+                if (where.group is None or g.group == where.group) and _may_match(g, where)
+            ]
+            keys = [(g.queue, g.group) for g in groups]
+            start = 0 if cursor is None else bisect_left(keys, cursor.key[:2])
+            if collector.before:
+                page_side, other_side = groups[start::-1] if groups else [], groups[start + 1 :]
+            else:
+                page_side, other_side = groups[start:], groups[start - 1 :: -1] if start else []
+            for stats in page_side:
+                await self._feed(collector, stats, now, with_meta, meta_errors)
+                if collector.full:
+                    break
+            for stats in other_side:
+                if collector.beyond:
+                    break
+                if where.search is None:  # its counts say whether it holds a match
+                    collector.mark_beyond()
+                    break
+                await self._feed(collector, stats, now, with_meta, meta_errors)
         page = collector.page()
         shown = {row.key for row in page.rows}
         errors = {key: why for key, why in meta_errors.items() if key in shown}
         return Reading(0, now, page.rows, ttl, errors or NO_META_ERRORS), page
+
+    async def _feed(
+        self,
+        collector: PageCollector,
+        stats: GroupPresence,
+        now: int,
+        with_meta: bool,
+        meta_errors: dict[tuple[str, str, str], str],
+    ) -> None:
+        """Every row of one group to `collector`, STREAM_CHUNK rows at a time."""
+        rows = self.registry.iter_snapshot(
+            now_ns=now,
+            ttl_ms=self._read_ttl_ms,
+            queue=stats.queue,
+            group=stats.group,
+            with_meta=with_meta,
+        )
+        chunk: list[ConsumerPresence] = []
+        try:
+            async for row in rows:
+                chunk.append(row)
+                if len(chunk) >= STREAM_CHUNK:
+                    collector.feed(chunk)
+                    chunk = []
+        except PresenceMetaError as exc:  # raised once every row was handed out
+            meta_errors.update(exc.unreadable)
+        collector.feed(chunk)
 
     async def group(
         self,

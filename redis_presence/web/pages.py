@@ -189,6 +189,21 @@ class PageCollector:
         self._beyond = False
         """A match lies on the cursor's other side (a neighbour page on that side)."""
 
+    @property
+    def full(self) -> bool:
+        """The page's side holds more than a page: rows further from the cursor cannot be on
+        it (so a reader going away from the cursor may stop)."""
+        return len(self._kept) > self.limit
+
+    @property
+    def beyond(self) -> bool:
+        """A match on the cursor's other side was fed (the neighbour page there exists)."""
+        return self._beyond
+
+    def mark_beyond(self) -> None:
+        """A match on the cursor's other side is known without feeding it (from counts)."""
+        self._beyond = True
+
     def feed(self, rows: Iterable[ConsumerPresence]) -> None:
         where, cursor, before, bound = self.where, self.cursor, self.before, self._bound
         kept = self._kept
