@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import pytest
 from test_web_api import T0, Clock, group_path, make_client
+from webservers import ServeProcess
 
 with warnings.catch_warnings():  # as in test_web_api: httpx rather than its fork
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
@@ -181,3 +182,32 @@ def test_an_unexpected_exception_is_one_json_500_logged_once(
             assert "RuntimeError: a bug, not bad input (at " in message, message
             assert "\n" not in message
             assert not record.exc_info
+
+
+@pytest.mark.slow
+def test_a_real_serve_process_answers_400s_and_logs_no_traceback(redis_url: str) -> None:
+    """Over uvicorn: the long names and nested cursors of the issue are 400s naming their
+    parameter, and the service's log holds one access line each, no traceback."""
+    writer = RedisPresenceRegistry.from_url(redis_url, max_future_ms=None)
+    writer.heartbeat("orders", "billing", "w1", 1)
+    writer.close()
+    with ServeProcess(redis_url) as serve, serve.client() as client:
+        for path, params, headers, parameter in [
+            (group_path(LONG, "billing"), {}, {}, "queue"),
+            ("/api/v1/consumers", {"queue": LONG}, {}, "queue"),
+            ("/api/v1/groups", {"group": LONG}, {}, "group"),
+            ("/consumers", {"queue": LONG}, JSON, "queue"),
+            ("/api/v1/consumers", {"cursor": NESTED}, {}, "cursor"),
+            ("/api/v1/events", {}, {"Last-Event-ID": NESTED}, "Last-Event-ID"),
+            (
+                "/api/v1/events",
+                {},
+                {"Last-Event-ID": NESTED, "Accept": "text/event-stream"},
+                "Last-Event-ID",
+            ),
+        ]:
+            assert_names(client.get(path, params=params, headers=headers), parameter)
+        assert client.get("/healthz").status_code == 200
+    log = serve.stderr
+    assert "Traceback" not in log, log[-2000:]
+    assert " 400 " in log
