@@ -14,15 +14,19 @@ from typing import Any, TypeVar
 from redis.asyncio.cluster import PipelineCommand
 
 from ._executor import (
+    DEFAULT_CLUSTER_RETRY_MS,
     REPLY_ERRORS,
     RESEND,
+    SLOT_MOVING,
     Executor,
     Run,
+    SlotMoving,
     by_node,
     command_args,
     prebuilt,
     rerouted,
     single,
+    slot_moving,
 )
 from .deployment import adrive, memory_policy
 from .errors import (
@@ -33,6 +37,7 @@ from .errors import (
     translate,
 )
 from .events import (
+    DEFAULT_EVENTS_KEPT,
     DEFAULT_FOLLOW_INTERVAL_S,
     Cursor,
     FollowCursor,
@@ -71,9 +76,11 @@ class AsyncRedisPresenceRegistry(Executor):
         read_only: bool = False,
         limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
         max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
+        events_kept: int = DEFAULT_EVENTS_KEPT,
+        cluster_retry_ms: int = DEFAULT_CLUSTER_RETRY_MS,
         **redis_kwargs: Any,
     ) -> AsyncRedisPresenceRegistry:
-        """A registry on a new asyncio client for `url` (the schemes of
+        """A registry on a new asyncio client for `url` (the schemes and options of
         `RedisPresenceRegistry.from_url`); `aclose` closes that client."""
         client = open_async_client(url, **redis_kwargs)
         registry = cls(
@@ -82,6 +89,8 @@ class AsyncRedisPresenceRegistry(Executor):
             read_only=read_only,
             limits=limits,
             max_future_ms=max_future_ms,
+            events_kept=events_kept,
+            cluster_retry_ms=cluster_retry_ms,
         )
         registry._owns_client = True
         return registry
@@ -449,7 +458,7 @@ class AsyncRedisPresenceRegistry(Executor):
         (an error reply raised, as ``execute_command`` raises it); else through
         ``execute_command``."""
         if plan.packed is None:
-            return await self._client.execute_command(*plan.args)
+            return await self._command(*plan.args)
         (reply,) = await self._on_pooled(plan.packed, 1)
         if isinstance(reply, BaseException):
             raise reply
@@ -481,9 +490,24 @@ class AsyncRedisPresenceRegistry(Executor):
         """`request` through the client's own ``execute_command``, an error reply returned."""
         try:
             args, options = single(self._client, request, self.clustered)
-            return await self._client.execute_command(*args, **options)
+            return await self._command(*args, **options)
         except REPLY_ERRORS as exc:
             return exc
+
+    async def _command(self, *args: Any, **options: Any) -> Any:
+        """The client's ``execute_command``; on a cluster, sent again while the slot is on
+        the move, for up to `cluster_retry_ms` (`SlotMoving`)."""
+        if not self.clustered:
+            return await self._client.execute_command(*args, **options)
+        moving: SlotMoving | None = None
+        while True:
+            try:
+                return await self._client.execute_command(*args, **options)
+            except SLOT_MOVING as exc:
+                if not slot_moving(exc):
+                    raise
+                moving = moving or SlotMoving(self.cluster_retry_ms)
+                await asyncio.sleep(moving.pause_s(exc))
 
 
 async def _round_trips(connection: Any, packed: bytes, count: int) -> list[Any]:

@@ -2,8 +2,9 @@
 
 Bad arguments raise the built-in `TypeError` / `ValueError` (before anything is
 written); everything that goes wrong on the Redis side is a `PresenceError`.
-No message carries a password: the driver's messages name hosts and ports, never
-credentials, and URLs are redacted before they reach a message (see `urls.redact`).
+No message carries a password, by construction rather than by masking: the driver's
+messages name hosts and ports, never credentials, and a URL reaches a message only as
+`urls.redact` writes it (so no word of a message is ever garbled by a short password).
 """
 
 from __future__ import annotations
@@ -227,3 +228,10 @@ def translate(exc: Exception) -> PresenceError:
     if isinstance(exc, rx.ResponseError) and "WRONGTYPE" in str(exc):
         return refusal(str(exc))
     return PresenceError(f"Redis error: {exc}")
+
+
+class PresenceClusterMigratingError(PresenceConnectionError):
+    """A Redis Cluster kept answering that a slot is on the move (``TRYAGAIN``, ``ASK``,
+    ``MOVED``: a slot migration, or resharding) for longer than the registry's
+    ``cluster_retry_ms``, through which it sent the request again. The request did not run
+    (a redirected request never does); retrying later is safe."""

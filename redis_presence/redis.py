@@ -9,15 +9,19 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ._executor import (
+    DEFAULT_CLUSTER_RETRY_MS,
     REPLY_ERRORS,
     RESEND,
+    SLOT_MOVING,
     Executor,
     Run,
+    SlotMoving,
     by_node,
     command_args,
     prebuilt,
     rerouted,
     single,
+    slot_moving,
 )
 from .deployment import drive, memory_policy
 from .errors import (
@@ -28,6 +32,7 @@ from .errors import (
     translate,
 )
 from .events import (
+    DEFAULT_EVENTS_KEPT,
     DEFAULT_FOLLOW_INTERVAL_S,
     Cursor,
     FollowCursor,
@@ -76,13 +81,16 @@ class RedisPresenceRegistry(Executor):
         read_only: bool = False,
         limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
         max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
+        events_kept: int = DEFAULT_EVENTS_KEPT,
+        cluster_retry_ms: int = DEFAULT_CLUSTER_RETRY_MS,
         **redis_kwargs: Any,
     ) -> RedisPresenceRegistry:
         """A registry on a new client for `url`: ``redis://``, ``rediss://``, ``unix://``,
         ``redis+cluster://`` / ``rediss+cluster://`` for a Redis Cluster (several startup
         nodes, comma-separated), or ``redis+sentinel://`` / ``rediss+sentinel://`` for the
         primary that Sentinel names (`redis_presence.urls`); `close` closes that client. A
-        malformed URL is a `PresenceConfigError`, its password hidden."""
+        malformed URL is a `PresenceConfigError`, its password hidden. The registry's own
+        options are those of the constructor; every other keyword goes to redis-py."""
         client = open_client(url, **redis_kwargs)
         registry = cls(
             client,
@@ -90,6 +98,8 @@ class RedisPresenceRegistry(Executor):
             read_only=read_only,
             limits=limits,
             max_future_ms=max_future_ms,
+            events_kept=events_kept,
+            cluster_retry_ms=cluster_retry_ms,
         )
         registry._owns_client = True
         return registry
@@ -441,15 +451,30 @@ class RedisPresenceRegistry(Executor):
         """`request` through the client's own ``execute_command``, an error reply returned."""
         try:
             args, options = single(self._client, request, self.clustered)
-            return self._client.execute_command(*args, **options)
+            return self._command(*args, **options)
         except REPLY_ERRORS as exc:
             return exc
+
+    def _command(self, *args: Any, **options: Any) -> Any:
+        """The client's ``execute_command``; on a cluster, sent again while the slot is on
+        the move, for up to `cluster_retry_ms` (`SlotMoving`)."""
+        if not self.clustered:
+            return self._client.execute_command(*args, **options)
+        moving: SlotMoving | None = None
+        while True:
+            try:
+                return self._client.execute_command(*args, **options)
+            except SLOT_MOVING as exc:
+                if not slot_moving(exc):
+                    raise
+                moving = moving or SlotMoving(self.cluster_retry_ms)
+                time.sleep(moving.pause_s(exc))
 
     def _send_single(self, plan: Single[Any]) -> Any:
         """A single beat: its prebuilt RESP written to a pooled connection and the reply
         read back, under the client's own retry policy; else through ``execute_command``."""
         if plan.packed is None:
-            return self._client.execute_command(*plan.args)
+            return self._command(*plan.args)
         return self._on_connection(_round_trip, plan.packed)
 
     def _on_connection(self, exchange: Callable[..., T], *args: Any) -> T:

@@ -63,12 +63,18 @@ def writer(redis_url: str) -> Iterator[RedisPresenceRegistry]:
         registry.close()
 
 
+BASE_URL = "http://127.0.0.1"
+
+
 def make_client(
     url: str, clock: Clock | None = None, *, ttl_ms: int | None = TTL_MS, **options: object
 ) -> TestClient:
     """A test client of the app (`ttl_ms` None: the shared TTL, as without ``--ttl-ms``)."""
     config = WebConfig(url=url, ttl_ms=ttl_ms, read_cache_s=0, **options)  # type: ignore[arg-type]
-    return TestClient(create_app(config, clock=clock), raise_server_exceptions=False)
+    # A Host the service answers to (the test client's default, ``testserver``, gets 421).
+    return TestClient(
+        create_app(config, clock=clock), base_url=BASE_URL, raise_server_exceptions=False
+    )
 
 
 @pytest.fixture
@@ -574,6 +580,7 @@ def test_openmetrics_when_the_scraper_asks(client: TestClient) -> None:
 
 def test_redis_down_gives_503_json_and_up_0(clock: Clock) -> None:
     url = f"redis://:s3cret-pass@127.0.0.1:{free_port()}/0"
+    sinces: set[int] = set()
     with make_client(url, clock) as down:
         for path in [
             "/api/v1/groups",
@@ -589,6 +596,14 @@ def test_redis_down_gives_503_json_and_up_0(clock: Clock) -> None:
             assert "cannot reach Redis" in body["message"]
             assert "s3cret-pass" not in response.text
             assert "Traceback" not in response.text
+            if path != "/readyz":  # one instant for the whole outage: since when
+                sinces.add(body["since_ns"])
+        # A page's JSON twin (the page's script refreshing itself) errs as JSON too.
+        twin = down.get("/group?queue=q&group=g", headers={"Accept": "application/json"})
+        assert (twin.status_code, twin.json()["error"]) == (503, "redis_unavailable")
+        sinces.add(twin.json()["since_ns"])
+        assert len(sinces) == 1
+        assert abs(time.time_ns() - sinces.pop()) < 60 * 10**9
         page = down.get("/")
         assert page.status_code == 503
         assert "text/html" in page.headers["content-type"]

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from urllib.parse import quote
 
 import pytest
-from test_web_api import T0, Clock, group_path, make_client
+from test_web_api import BASE_URL, T0, Clock, group_path, make_client
 from webservers import ServeProcess
 
 with warnings.catch_warnings():  # as in test_web_api: httpx rather than its fork
@@ -164,7 +164,7 @@ def test_an_unexpected_exception_is_one_json_500_logged_once(
 
     # raise_server_exceptions: an exception that escapes the app fails the request here.
     config_client = make_client(redis_url, Clock())
-    with TestClient(config_client.app, raise_server_exceptions=True) as client:
+    with TestClient(config_client.app, base_url=BASE_URL, raise_server_exceptions=True) as client:
         service = client.app.state.service
         monkeypatch.setattr(service.reads, "groups", broken)
         caplog.clear()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from test_bounded import logged, work
-from test_web_api import T0, Clock
+from test_web_api import BASE_URL, T0, Clock
 
 from redis_presence import AsyncRedisPresenceRegistry, PresenceState, RedisPresenceRegistry
 from redis_presence.plans import Limits
@@ -63,7 +63,7 @@ class Fleet:
             lambda: AsyncRedisPresenceRegistry.from_url(self.url, limits=SMALL),
             clock=Clock(T0),
         )
-        return TestClient(app, raise_server_exceptions=True)
+        return TestClient(app, base_url=BASE_URL, raise_server_exceptions=True)
 
 
 @pytest.fixture

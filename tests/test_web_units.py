@@ -227,10 +227,12 @@ def _basic(text: str) -> str:
 
 
 def test_tokens_from_bearer_and_basic() -> None:
-    assert presented_token("Bearer s3cret") == "s3cret"
-    assert presented_token("bearer  s3cret ") == "s3cret"
-    assert presented_token(_basic("anyone:s3cret")) == "s3cret"
-    assert presented_token(_basic(":pa:ss")) == "pa:ss"
+    assert presented_token("Bearer s3cret") == b"s3cret"
+    assert presented_token(b"bearer  s3cret ") == b"s3cret"
+    assert presented_token(_basic("anyone:s3cret")) == b"s3cret"
+    assert presented_token(_basic(":pa:ss")) == b"pa:ss"
+    assert presented_token("Bearer ключ") == "ключ".encode()  # as sent: UTF-8
+    assert presented_token(_basic("u:ключ")) == "ключ".encode()
     assert presented_token(_basic("no-colon")) is None
     assert presented_token("Basic !!!") is None
     assert presented_token("Bearer") is None

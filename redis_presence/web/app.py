@@ -50,16 +50,16 @@ from redis_presence.urls import (
     DEFAULT_POOL_TIMEOUT_S,
     parse_url,
     redact,
-    scrub,
 )
 
 from . import events as live_events
 from . import metrics, params
-from .auth import TokenAuth
+from .auth import TokenAuth, check_token
 from .data import NO_META_ERRORS, GroupStats, PresenceData, TtlInUse
 from .guard import CatchAll
 from .pages import MAX_LIMIT, ConsumerFilter, groups_page
 from .params import BadRequest
+from .security import HostCheck, SecurityHeaders
 
 log = logging.getLogger("redis_presence.web")
 
@@ -118,6 +118,9 @@ class WebConfig:
     pool_timeout_s: float = DEFAULT_POOL_TIMEOUT_S
     """``--pool-timeout``: how long a read waits for a free connection of a full pool."""
     access_log: bool = True
+    allowed_hosts: tuple[str, ...] = ()
+    """The ``Host`` names it answers to besides the loopback ones and the address a request
+    arrived at (``--host`` and ``--allowed-host``); others get 421."""
 
     def open_registry(self) -> AsyncRedisPresenceRegistry:
         """An asyncio registry for `url` (connects on first use, fails fast when down)."""
@@ -192,11 +195,7 @@ def _status_of(exc: PresenceError) -> tuple[int, str]:
 
 def _wants_json(request: Request) -> bool:
     path = request.url.path
-    return (
-        path.startswith("/api/")
-        or path in ("/readyz", "/metrics", "/healthz")
-        or _json_view(request)  # a page asked for as JSON gets its errors as JSON
-    )
+    return path.startswith("/api/") or path in ("/readyz", "/metrics", "/healthz")
 
 
 class _Service:
@@ -212,9 +211,6 @@ class _Service:
         self.data: PresenceData | None = None
         self.feed: live_events.LiveFeed | None = None
 
-    def scrub(self, text: str) -> str:
-        return scrub(text, self.config.url)
-
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         registry = self.factory()
@@ -226,7 +222,6 @@ class _Service:
         self.feed = live_events.LiveFeed(
             self.data,
             interval_s=self.config.live_interval_s,
-            scrub=self.scrub,
             max_streams=self.config.max_streams,
         )
         try:
@@ -248,24 +243,36 @@ class _Service:
     # -- error responses
 
     def error(
-        self, request: Request, status: int, code: str, message: str, **extra: str
+        self,
+        request: Request,
+        status: int,
+        code: str,
+        message: str,
+        since_ns: int | None = None,
+        **extra: str,
     ) -> Response:
-        message = self.scrub(message)
-        if _wants_json(request):
-            body = {"error": code, "message": message} | extra
-            return JSONResponse(body, status_code=status)
+        """A JSON error (the API, the probes, a page's JSON twin) or an error page; with
+        `since_ns`, since when Redis cannot be reached (the page's script shows it); `extra`
+        goes into the JSON (a 400's `parameter`)."""
+        since = {} if since_ns is None else {"since_ns": since_ns}
+        if _wants_json(request) or _json_view(request):
+            body = {"error": code, "message": message} | since | extra
+            return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
+        live = {"error": code, "message": message} | since
         return self.templates.TemplateResponse(
             request,
             "error.html",
-            self.context(request, status=status, code=code, message=message, now_ns=0, live={}),
+            self.context(request, status=status, code=code, message=message, now_ns=0, live=live),
             status_code=status,
         )
 
     async def on_presence_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, PresenceError)
         status, code = _status_of(exc)
-        log.warning("%s %s: %s", request.method, request.url.path, self.scrub(str(exc)))
-        response = self.error(request, status, code, str(exc))
+        log.warning("%s %s: %s", request.method, request.url.path, exc)
+        down = code in ("redis_unavailable", "redis_refused_access")
+        since = self.live.unreachable_since_ns() if down and self.feed is not None else None
+        response = self.error(request, status, code, str(exc), since)
         if code == "service_busy":
             response.headers["Retry-After"] = str(BUSY_RETRY_AFTER_S)
         return response
@@ -412,9 +419,12 @@ def create_app(
     middleware = []
     if config.access_log:
         middleware.append(Middleware(AccessLog))
+    middleware.append(Middleware(SecurityHeaders))
+    middleware.append(Middleware(HostCheck, allowed=config.allowed_hosts))
     if config.auth_token:
+        check_token(config.auth_token)  # now, not at the first request
         middleware.append(Middleware(TokenAuth, token=config.auth_token))
-    middleware.append(Middleware(CatchAll, scrub=service.scrub))  # innermost: below the log
+    middleware.append(Middleware(CatchAll))  # innermost: below the log and the checks
     app = Starlette(
         routes=routes,
         middleware=middleware,
@@ -714,7 +724,7 @@ class Views:
             return JSONResponse(
                 {
                     "error": "resync_required",
-                    "message": self.service.scrub(str(exc)),
+                    "message": str(exc),
                     "cursor": fresh,
                 },
                 status_code=410,
@@ -756,7 +766,7 @@ class Views:
             self.service.reads, read_consumers=per_consumer or config.stuck_metrics
         )
         if reading.error:
-            log.warning("scrape: Redis read failed: %s", self.service.scrub(reading.error))
+            log.warning("scrape: Redis read failed: %s", reading.error)
         accept = request.headers.get("accept", "")
         if metrics.wants_openmetrics_only(accept):
             encoder, content_type = exposition.choose_encoder(accept)
@@ -779,7 +789,7 @@ class Views:
                 {
                     "status": "busy" if busy else "unavailable",
                     "error": code,
-                    "message": self.service.scrub(str(exc)),
+                    "message": str(exc),
                 },
                 status_code=503,
                 headers={"Retry-After": str(BUSY_RETRY_AFTER_S)} if busy else None,

@@ -1,5 +1,5 @@
 """The service's last line: an exception no route or handler expected is one JSON 500
-(``{"error": "internal"}``), logged once on one line (scrubbed of the Redis password, with
+(``{"error": "internal"}``), logged once on one line (any URL's password redacted, with
 where it was raised), never a traceback page nor a traceback in the log."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import logging
 import traceback
-from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from redis_presence.urls import redact_urls
 
 log = logging.getLogger("redis_presence.web")
 
@@ -29,9 +30,8 @@ class CatchAll:
     """ASGI middleware: any exception of the app below becomes a JSON 500 (or, once the
     response has started, the end of it), logged once."""
 
-    def __init__(self, app: ASGIApp, scrub: Callable[[str], str]) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.scrub = scrub
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -53,7 +53,7 @@ class CatchAll:
                 "%s %s failed: %s (at %s)",
                 scope.get("method", "?"),
                 raw[:200].decode("ascii", "backslashreplace"),
-                self.scrub(f"{type(exc).__name__}: {exc}")[:500],
+                redact_urls(f"{type(exc).__name__}: {exc}")[:500],
                 _where(exc),
             )
             if started:
