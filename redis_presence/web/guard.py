@@ -4,7 +4,6 @@ where it was raised), never a traceback page nor a traceback in the log."""
 
 from __future__ import annotations
 
-import json
 import logging
 import traceback
 
@@ -12,9 +11,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from redis_presence.urls import redact_urls
 
+from .security import send_json_error
+
 log = logging.getLogger("redis_presence.web")
 
-INTERNAL = {"error": "internal", "message": "internal error (see the service log)"}
+INTERNAL_MESSAGE = "internal error (see the service log)"
 
 
 def _where(exc: BaseException) -> str:
@@ -58,16 +59,4 @@ class CatchAll:
             )
             if started:
                 return  # the client sees its response cut short
-            body = json.dumps(INTERNAL).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 500,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"cache-control", b"no-store"),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await send_json_error(send, 500, "internal", INTERNAL_MESSAGE)
