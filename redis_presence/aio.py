@@ -29,7 +29,13 @@ from ._executor import (
     slot_moving,
 )
 from .deployment import adrive, memory_policy
-from .errors import DRIVER_ERRORS, PresenceError, PresenceResyncRequired, translate
+from .errors import (
+    DRIVER_ERRORS,
+    PresenceError,
+    PresenceMetaError,
+    PresenceResyncRequired,
+    translate,
+)
 from .events import (
     DEFAULT_EVENTS_KEPT,
     DEFAULT_FOLLOW_INTERVAL_S,
@@ -408,6 +414,8 @@ class AsyncRedisPresenceRegistry(Executor):
             stream.groups.clear()
         if self.policy_check.due:
             await self._check_policy()
+        if stream.unreadable:  # metadata another program wrote, once every row is out
+            raise PresenceMetaError(stream.unreadable)
 
     async def _transport(self, batch: list[Request]) -> list[Any]:
         """`_send`, with a failed connection raised as a `PresenceError`."""

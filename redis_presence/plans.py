@@ -31,6 +31,7 @@ from .errors import (
     PresenceBatchError,
     PresenceDataError,
     PresenceError,
+    PresenceMetaError,
     PresenceReadOnlyError,
     PresenceResyncRequired,
     refusal,
@@ -259,6 +260,9 @@ class RowStream(NamedTuple):
 
     plan: Plan[None]
     groups: list[tuple[GroupKeys, list[ConsumerPresence]]]
+    unreadable: dict[ConsumerKey, str] | None = None
+    """With metadata: each consumer whose metadata this package did not write, and why (its
+    row's `meta` is empty); a driver raises `PresenceMetaError` once every row is out."""
 
 
 def bulk(value: bytes) -> bytes:
@@ -841,6 +845,8 @@ class Planner:
         with gc_paused():
             for _, part in sorted(stream.groups, key=_by_names):
                 rows += part
+        if stream.unreadable:  # every row was read: the error hands them out
+            raise PresenceMetaError(stream.unreadable, rows)
         return rows
 
     def iter_snapshot(
@@ -859,7 +865,9 @@ class Planner:
         and classified with `ttl_ms`, or with each group's shared TTL when it is None; `stuck`
         is judged with `stuck_after_ms`, or each group's shared budget when it is None
         (`set_stuck_after`). With `with_meta`, each row's `meta` is read too (``HMGET`` of at
-        most `Limits.consumers` names a command); without it, no metadata is read.
+        most `Limits.consumers` names a command); without it, no metadata is read. Metadata
+        this package did not write is a `PresenceMetaError` once every row was read (those
+        consumers' `meta` empty; `snapshot` hands every row to the error).
         The index is read a page of `Limits.groups` groups at a time; a group of at most
         `Limits.consumers` consumers is read by one ``HGETALL`` (one instant), a larger one by
         ``HSCAN`` steps of that many (each row consistent, the group not one instant); one
@@ -872,8 +880,9 @@ class Planner:
             raise TypeError(f"with_meta must be a bool, got {type(with_meta).__name__}")
         queue, group = check_filter("queue", queue), check_filter("group", group)
         groups: list[tuple[GroupKeys, list[ConsumerPresence]]] = []
-        plan = self._stream(now, ttl, queue, group, groups, stuck, with_meta)
-        return RowStream(plan, groups)
+        unreadable: dict[ConsumerKey, str] | None = {} if with_meta else None
+        plan = self._stream(now, ttl, queue, group, groups, stuck, unreadable)
+        return RowStream(plan, groups, unreadable)
 
     def _stream(
         self,
@@ -883,7 +892,7 @@ class Planner:
         group: str | None,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
         stuck_after_ms: int | None = None,
-        with_meta: bool = False,
+        unreadable: dict[ConsumerKey, str] | None = None,
     ) -> Plan[None]:
         now = yield from self._now(now_ns)
         after: str | None = None
@@ -893,7 +902,7 @@ class Planner:
                 ttls, stucks = yield from self._ttls_and_stucks(groups, ttl_ms, stuck_after_ms)
                 sizes = yield [Command("HLEN", (gk.data,)) for gk in groups]
                 sized = [int(n) for n in sizes]
-                yield from self._read(groups, sized, ttls, now, out, stucks, with_meta)
+                yield from self._read(groups, sized, ttls, now, out, stucks, unreadable)
             if after is None:
                 return
 
@@ -905,11 +914,12 @@ class Planner:
         now_ns: int,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
         stucks: list[int] | None = None,
-        with_meta: bool = False,
+        unreadable: dict[tuple[str, str, str], str] | None = None,
     ) -> Plan[None]:
         """Read groups of known sizes in order, a window of them per round trip: each small
         group in one ``HGETALL``, each large one in ``HSCAN`` steps; a group goes to `out`
-        once it is complete and every group before it is out."""
+        once it is complete and every group before it is out. With `unreadable` (a dict),
+        each row's metadata is read too, and what cannot be decoded is noted there."""
         most = self.limits.consumers
         ttl_of = dict(zip(groups, ttls, strict=True))
         stuck_of = dict(zip(groups, stucks or [DEFAULT_STUCK_AFTER_MS] * len(groups), strict=True))
@@ -952,7 +962,7 @@ class Planner:
                     done = window.popleft()
                     finished.append((done.gk, stored_columns(done.gk, done.table)))
                     done.table = {}
-            metas = (yield from self._metas(finished)) if with_meta else None
+            metas = None if unreadable is None else (yield from self._metas(finished, unreadable))
             with gc_paused():
                 for i, (gk, columns) in enumerate(finished):
                     rows = ConsumerPresence.columns(
@@ -966,9 +976,12 @@ class Planner:
                     )
                     out.append((gk, list(rows)))
 
-    def _metas(self, finished: list[tuple[GroupKeys, Columns]]) -> Plan[list[list[ConsumerMeta]]]:
+    def _metas(
+        self, finished: list[tuple[GroupKeys, Columns]], unreadable: dict[ConsumerKey, str]
+    ) -> Plan[list[list[ConsumerMeta]]]:
         """The metadata of every consumer of the finished groups, in their order: ``HMGET``
-        of at most `Limits.consumers` names a command, `Limits.rows` names a round trip."""
+        of at most `Limits.consumers` names a command, `Limits.rows` names a round trip. A
+        value this package did not write is `NO_META`, and why is noted in `unreadable`."""
         most, per_trip = self.limits.consumers, self.limits.rows
         asks = [
             (i, start)
@@ -986,7 +999,7 @@ class Planner:
             for (i, start), values in zip(part, replies, strict=True):
                 gk, names = finished[i][0], finished[i][1][0][start : start + most]
                 found[i] += (
-                    NO_META if value is None else ConsumerMeta(decode_meta(gk.meta, name, value))
+                    NO_META if value is None else _meta_of(gk, name, value, unreadable)
                     for name, value in zip(names, values, strict=True)
                 )
         return found
@@ -1784,6 +1797,18 @@ class Planner:
         if not self.clustered:
             return [groups]
         return [list(part) for _, part in groupby(groups, key=attrgetter("queue"))]
+
+
+def _meta_of(
+    gk: GroupKeys, name: str, value: Any, unreadable: dict[ConsumerKey, str]
+) -> ConsumerMeta:
+    """A stored metadata value as `ConsumerMeta`; one this package did not write is
+    `NO_META`, with why in `unreadable`."""
+    try:
+        return ConsumerMeta(decode_meta(gk.meta, name, value))
+    except PresenceDataError as error:
+        unreadable[gk.queue, gk.group, name] = str(error)
+        return NO_META
 
 
 def _by_names(item: tuple[GroupKeys, list[ConsumerPresence]]) -> tuple[str, str]:

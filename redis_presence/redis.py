@@ -24,7 +24,13 @@ from ._executor import (
     slot_moving,
 )
 from .deployment import drive, memory_policy
-from .errors import DRIVER_ERRORS, PresenceError, PresenceResyncRequired, translate
+from .errors import (
+    DRIVER_ERRORS,
+    PresenceError,
+    PresenceMetaError,
+    PresenceResyncRequired,
+    translate,
+)
 from .events import (
     DEFAULT_EVENTS_KEPT,
     DEFAULT_FOLLOW_INTERVAL_S,
@@ -418,6 +424,8 @@ class RedisPresenceRegistry(Executor):
             stream.groups.clear()
         if self.policy_check.due:
             self._check_policy()
+        if stream.unreadable:  # metadata another program wrote, once every row is out
+            raise PresenceMetaError(stream.unreadable)
 
     def _transport(self, batch: list[Request]) -> list[Any]:
         """`_send`, with a failed connection raised as a `PresenceError`."""
