@@ -76,7 +76,7 @@ def on_config(config: MkDocsConfig, **_: Any) -> MkDocsConfig:
 
 
 def on_files(files: Files, config: MkDocsConfig, **_: Any) -> Files:
-    document = openapi.openapi_json(version("redis-presence"))
+    document = openapi.openapi_json(version("redis-presence"), openapi.served_routes())
     files.append(File.generated(config, "openapi.json", content=document))
     for figure in sorted((ROOT / "benchmarks" / "reference").glob("*.png")):
         uri = figure.relative_to(ROOT).as_posix()

@@ -2,12 +2,15 @@
 docs/web.md are built from `ROUTES`, and tests/test_docs.py checks that it names exactly the
 routes of `redis_presence.web.app.create_app` (so a new route cannot go undocumented).
 
-Importable without mkdocs (the test imports it); the mkdocs hook is `hooks.py` beside it."""
+Importable without mkdocs (the test imports it); the mkdocs hook is `hooks.py` beside it.
+The document has an operation for each route the app serves (`served_routes`)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from redis_presence.web import WebConfig, create_app
 
 Param = tuple[str, str]  # (name, description)
 
@@ -140,10 +143,19 @@ def _parameter(where: str, param: Param) -> dict[str, Any]:
     }
 
 
-def openapi(version: str) -> dict[str, Any]:
-    """The service's OpenAPI 3.1 document."""
+def served_routes() -> list[str]:
+    """The paths of the routes `create_app` serves, in its order."""
+    return [getattr(route, "path", "") for route in create_app(WebConfig()).routes]
+
+
+def openapi(version: str, served: list[str] | None = None) -> dict[str, Any]:
+    """The service's OpenAPI 3.1 document: one operation per route of `served` (default:
+    every documented route), each described by `ROUTES`; LookupError for an undocumented one."""
     paths: dict[str, Any] = {}
-    for route, info in ROUTES.items():
+    for route in served if served is not None else list(ROUTES):
+        info = ROUTES.get(route)
+        if info is None:
+            raise LookupError(f"the app serves {route!r}: describe it in ROUTES ({__file__})")
         parameters = [_parameter("path", p) for p in info.get("path_params", [])]
         parameters += [_parameter("query", p) for p in info.get("query", [])]
         parameters += [_parameter("header", p) for p in info.get("headers", [])]
@@ -174,8 +186,8 @@ def openapi(version: str) -> dict[str, Any]:
     }
 
 
-def openapi_json(version: str) -> str:
-    return json.dumps(openapi(version), indent=2) + "\n"
+def openapi_json(version: str, served: list[str] | None = None) -> str:
+    return json.dumps(openapi(version, served), indent=2) + "\n"
 
 
 def routes_table() -> str:
