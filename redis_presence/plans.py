@@ -1319,6 +1319,47 @@ class Planner:
             check_cursor_filter(since, self.keys.prefix, queue, group)
         return self._changes(since, now, queue, group, most)
 
+    def rows_of(
+        self, keys: Iterable[tuple[str, str, str]]
+    ) -> Plan[tuple[int, list[ConsumerPresence]]]:
+        """The server clock and the current rows, at it, of the named `(queue, group,
+        consumer)` that are still tracked, under each group's shared TTL (what a live view
+        re-reads of the rows it shows: events carry no beat of an active consumer). One
+        ``HMGET`` per group and `Limits.consumers` names, in one round trip."""
+        by_group: dict[tuple[str, str], list[str]] = {}
+        for queue, group, consumer in keys:
+            checked = check_consumer_key(queue, group, consumer)
+            by_group.setdefault(checked[:2], []).append(checked[2])
+        return self._rows_of(by_group)
+
+    def _rows_of(
+        self, by_group: dict[tuple[str, str], list[str]]
+    ) -> Plan[tuple[int, list[ConsumerPresence]]]:
+        (clock,) = yield [Command("TIME", node_key=self.keys.groups)]
+        now = server_now_ns(*clock)
+        if not by_group:
+            return now, []
+        groups = [self.keys.group(*name) for name in by_group]
+        ttls = yield from self._shared_ttls(groups)
+        most = self.limits.consumers
+        asked = [
+            (gk, names[start : start + most])
+            for gk, names in zip(groups, by_group.values(), strict=True)
+            for start in range(0, len(names), most)
+        ]
+        replies = yield [Command("HMGET", (gk.data, *names)) for gk, names in asked]
+        tables: dict[GroupKeys, dict[Any, Any]] = {}
+        for (gk, names), values in zip(asked, replies, strict=True):
+            table = tables.setdefault(gk, {})
+            for name, value in zip(names, values, strict=True):
+                if value is not None:  # a field spelled as the reply is (bytes or str)
+                    table[name.encode() if isinstance(value, bytes) else name] = value
+        out: list[ConsumerPresence] = []
+        for gk, ttl in zip(groups, ttls, strict=True):
+            columns = stored_columns(gk, tables.get(gk, {}))
+            out += ConsumerPresence.columns(gk.queue, gk.group, *columns, now_ns=now, ttl_ms=ttl)
+        return now, out
+
     def snapshot_cursor(
         self, *, queue: str | None = None, group: str | None = None
     ) -> Plan[FollowSnapshot]:
