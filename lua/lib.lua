@@ -223,10 +223,12 @@ end
 -- restart without persistence, FLUSHALL). Its value is the server's clock and the event's
 -- id, which no earlier epoch of this server had. On a standalone server only: a cluster's
 -- caller writes it with the event index (docs/index-protocol.md).
+-- A caller whose ACL lacks SET (a role of an earlier release) still makes its change: the
+-- marker is then written by the next one that may (pcall), and only EXISTS runs once it is.
 local function mark_epoch(id)
-  if not EPOCH then return end
+  if not EPOCH or redis.call('EXISTS', EPOCH) == 1 then return end
   local t = redis.call('TIME')
-  redis.call('SET', EPOCH, t[1] .. '.' .. t[2] .. ':' .. id, 'NX')
+  redis.pcall('SET', EPOCH, t[1] .. '.' .. t[2] .. ':' .. id, 'NX')
 end
 
 -- Append one entry to group g's event log (redis_presence/keys.py, EVENT_FIELDS): the kind,
