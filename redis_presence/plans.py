@@ -359,7 +359,6 @@ class Planner:
         "_clock",
         "_codec",
         "_encode",
-        "_epoch_token",
         "_guard",
         "_pack",
         "_packed",
@@ -399,7 +398,6 @@ class Planner:
         self.read_only = read_only
         self.limits = limits
         self.events_kept = events_kept
-        self._epoch_token = secrets.token_hex(16)
         self.max_future_ms = check_max_future_ms(max_future_ms)
         self._guard: int | str = "" if self.max_future_ms is None else self.max_future_ms
         self._clock = clock
@@ -499,8 +497,9 @@ class Planner:
         logs = [item for log, ms in logged if ms for item in (ms, log)]
         if logs:
             batch.append(Command("ZADD", (self.keys.events, "GT", *logs)))
-            # A cluster's epoch marker (a standalone script writes its own: mark_epoch)
-            batch.append(Command("SET", (self.keys.epoch, self._epoch_token, "NX")))
+            # A cluster's epoch marker (a standalone script writes its own: mark_epoch), a
+            # new token each time: a registry that wrote the one lost must not bring it back.
+            batch.append(Command("SET", (self.keys.epoch, secrets.token_hex(16), "NX")))
         if batch:
             yield batch
 

@@ -278,3 +278,21 @@ def test_a_cursor_of_the_earlier_release_asks_for_a_resync(
     old = _spell({"v": 1, "t": now.now_ns, "s": now.server_ms, "q": {}})
     with pytest.raises(PresenceResyncRequired, match="earlier release"):
         registry.changes(old)
+
+
+def test_on_a_cluster_the_loss_of_the_marker_node_asks_for_a_resync(
+    cluster_client: Any,
+) -> None:
+    """On a cluster the caller writes the marker with the event index (the same slot):
+    flushing the node that holds it (its data lost) makes `changes` ask for a resync."""
+    registry = RedisPresenceRegistry(cluster_client)
+    registry.heartbeat("orders", "billing", "w1")
+    epoch = registry.plans.keys.epoch
+    assert cluster_client.exists(epoch) == 1
+    assert cluster_client.keyslot(epoch) == cluster_client.keyslot(registry.plans.keys.events)
+    _, cursor = registry.changes()
+    node = cluster_client.get_node_from_key(epoch)
+    cluster_client.execute_command("FLUSHALL", target_nodes=node)
+    registry.heartbeat("orders", "billing", "w2")
+    with pytest.raises(PresenceResyncRequired, match="lost the data"):
+        registry.changes(cursor)
