@@ -171,3 +171,27 @@ def test_events_follow_prints_its_cursor_on_sigterm(redis_url: str) -> None:
         resumed, _ = registry.changes(lines[-1]["cursor"])
     # Every event once: printed before the signal, or given from the cursor it printed.
     assert printed + [(e.kind.value, e.consumer) for e in resumed] == [("joined", "w1")]
+
+
+def test_events_since_a_cursor_of_another_queue_says_so(redis_url: str) -> None:
+    env = cli_env()
+    made = subprocess.run(
+        [*CLI, "--url", redis_url, "events", "--queue", "orders", "--format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    cursor = json.loads(made.stdout.splitlines()[-1])["cursor"]
+    other = subprocess.run(
+        [*CLI, "--url", redis_url, "events", "--queue", "mail", "--since", cursor],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert other.returncode == 2
+    assert other.stderr.startswith("Error: Invalid value for '--since': cursor was returned for")
+    assert "queue='orders'" in other.stderr

@@ -145,8 +145,11 @@ def bad_cursor() -> Iterator[None]:
     try:
         yield
     except ValueError as exc:
-        if "cursor" not in str(exc):
+        reason = str(exc)
+        if "cursor" not in reason:
             raise
+        if reason.startswith("cursor was returned"):  # a real cursor, of another filter
+            raise UsageProblem(f"Invalid value for '--since': {reason}") from None
         raise UsageProblem(
             "Invalid value for '--since': not a cursor that 'redis-presence events' printed"
         ) from None
