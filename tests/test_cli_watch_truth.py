@@ -195,3 +195,24 @@ def test_events_since_a_cursor_of_another_queue_says_so(redis_url: str) -> None:
     assert other.returncode == 2
     assert other.stderr.startswith("Error: Invalid value for '--since': cursor was returned for")
     assert "queue='orders'" in other.stderr
+
+
+def test_events_since_gives_a_long_window_whole_in_pages(redis_url: str) -> None:
+    """1,500 joins (more than one page of `changes`): `events --since` prints them all, once,
+    and a cursor after them."""
+    with RedisPresenceRegistry.from_url(redis_url) as registry:
+        _, cursor = registry.changes()
+        for start in range(0, 1_500, 5):  # entries of 5 events, so pages cut near 1,000
+            registry.heartbeat_many([("q", "g", f"w{i:04}", 0) for i in range(start, start + 5)])
+    out = subprocess.run(
+        [*CLI, "--url", redis_url, "events", "--since", cursor, "--format", "json"],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    *events, last = [json.loads(line) for line in out.splitlines()]
+    assert sorted(e["consumer"] for e in events) == [f"w{i:04}" for i in range(1_500)]
+    with RedisPresenceRegistry.from_url(redis_url) as registry:
+        assert registry.changes(last["cursor"])[0] == []

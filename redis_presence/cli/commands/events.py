@@ -76,7 +76,15 @@ def command(
 
     if not follow:
         with bad_cursor():
-            events, cursor = registry.changes(since, now_ns=app.now_ns, queue=queue, group=group)
+            page = registry.changes(since, now_ns=app.now_ns, queue=queue, group=group)
+        events, cursor = list(page[0]), page[1]
+        while getattr(page, "more", False):  # a long window, in pages: JSON as they come
+            if json_out:
+                app.emit("".join(map(render.event_json, events)))
+                events = []
+            page = registry.changes(cursor, now_ns=app.now_ns, queue=queue, group=group)
+            events += page[0]
+            cursor = page[1]
         if json_out:
             app.emit("".join(map(render.event_json, events)))
         elif since is None:
