@@ -143,6 +143,8 @@ def test_watch_that_never_reached_redis_says_it_cannot() -> None:
     output = on_terminal(args, 100, exit_code=3)  # the last read's error: cannot reach Redis
     assert "(no consumers" not in output
     assert "cannot reach Redis: nothing read yet" in output
+    assert "counts: unknown (nothing read yet)" in output
+    assert "no groups tracked" not in output
     assert re.search(r"Redis unreachable since \d\d:\d\d:\d\d", output), output
 
 

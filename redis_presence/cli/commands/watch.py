@@ -146,6 +146,7 @@ def command(
                     hidden=len(items) - len(chosen),
                     empty=nothing or empty,
                     status=status,
+                    read=nothing is None,
                 )
 
             def reason(error: Exception) -> str:
