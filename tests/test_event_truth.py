@@ -72,10 +72,9 @@ def test_a_restart_with_the_data_goes_on(make_redis_server: MakeRedisServer) -> 
     try:
         registry.heartbeat("orders", "billing", "w1")
         _, cursor = registry.changes()
-        server.client().execute_command("BGREWRITEAOF")
         registry.heartbeat("orders", "billing", "w2")
         with server.client() as client:
-            assert client.execute_command("SAVE")  # the RDB preamble and the AOF are on disk
+            assert client.save()  # on disk: the AOF (and the RDB) hold both beats
         server.restart()
         events, _ = registry.changes(cursor)
         assert [(e.kind.value, e.consumer) for e in events] == [("joined", "w2")]
