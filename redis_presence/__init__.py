@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .errors import PresenceError as PresenceError
     from .errors import PresenceOutOfMemoryError as PresenceOutOfMemoryError
     from .errors import PresencePoolExhausted as PresencePoolExhausted
+    from .errors import PresenceProtocolError as PresenceProtocolError
     from .errors import PresenceReadOnlyError as PresenceReadOnlyError
     from .errors import PresenceResyncRequired as PresenceResyncRequired
     from .events import DEFAULT_EVENTS_KEPT as DEFAULT_EVENTS_KEPT
@@ -65,6 +66,7 @@ _EXPORTS: dict[str, str] = {
     "PresenceConfigError": "errors",
     "PresenceConnectionError": "errors",
     "PresencePoolExhausted": "errors",
+    "PresenceProtocolError": "errors",
     "PresenceDataError": "errors",
     "PresenceError": "errors",
     "PresenceOutOfMemoryError": "errors",

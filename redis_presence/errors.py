@@ -36,6 +36,12 @@ class PresenceDataError(PresenceError):
     """A key under the prefix holds data this package did not write (e.g. WRONGTYPE)."""
 
 
+class PresenceProtocolError(PresenceDataError):
+    """The prefix's ``P:protocol`` key names a protocol version this package does not speak
+    (docs/protocol.md): another client, of another release or language, writes this prefix
+    in a format this one cannot read or write safely. Nothing was written."""
+
+
 class PresenceConfigError(PresenceError, ValueError):
     """A connection URL or option cannot be used (malformed URL, unknown scheme)."""
 

@@ -31,6 +31,7 @@ from .errors import (
     PresenceBatchError,
     PresenceDataError,
     PresenceError,
+    PresenceProtocolError,
     PresenceReadOnlyError,
     PresenceResyncRequired,
     refusal,
@@ -51,7 +52,14 @@ from .events import (
     stream_id,
     window,
 )
-from .keys import INDEX_MARK_MS, GroupKeys, Keyspace, decode_meta, encode_meta
+from .keys import (
+    INDEX_MARK_MS,
+    PROTOCOL_VERSION,
+    GroupKeys,
+    Keyspace,
+    decode_meta,
+    encode_meta,
+)
 from .model import (
     DEFAULT_MAX_FUTURE_MS,
     DEFAULT_PRESENCE_TTL_MS,
@@ -349,12 +357,14 @@ class Planner:
     __slots__ = (
         "_beat_calls",
         "_beat_script",
+        "_claimed",
         "_clock",
         "_codec",
         "_encode",
         "_guard",
         "_pack",
         "_packed",
+        "_protocol_at",
         "_stucks",
         "_ttls",
         "clustered",
@@ -405,6 +415,9 @@ class Planner:
         self._ttls: dict[str | None, tuple[int | None, int]] = {}
         # The shared progress budgets, read with the TTLs: (the stored ms or None, when).
         self._stucks: dict[str | None, tuple[int | None, int]] = {}
+        # When this planner last checked ``P:protocol`` (monotonic ns; None: never).
+        self._protocol_at: int | None = None
+        self._claimed = False  # whether a heartbeat of this planner claimed it (SET NX)
 
     @property
     def prefix(self) -> str:
@@ -464,7 +477,7 @@ class Planner:
         """A heartbeat whose group's shared TTL must be read first (a new group, or one whose
         TTL was read more than TTL_CACHE_MS ago)."""
         gk = self.keys.group(queue, group)
-        (ttl,) = yield from self._shared_ttls([gk])
+        (ttl,) = yield from self._shared_ttls([gk], claim=True)
         head, tail, _, _ = self._beat_args(queue, group, ttl)
         call = ScriptCall(self._beat_script, (*head, now, consumer, lease, *tail))
         if self.clustered:
@@ -552,7 +565,7 @@ class Planner:
             if name not in group_of:
                 group_of[name] = self.keys.group(*name)
         every = list(group_of.values())
-        ttl_of = dict(zip(group_of, (yield from self._shared_ttls(every)), strict=True))
+        ttl_of = dict(zip(group_of, (yield from self._shared_ttls(every, claim=True)), strict=True))
         calls: list[Request] = []
         called: list[tuple[list[tuple[str, str]], Sequence[Beat | DelayedBeat]]] = []
         per_queue = (
@@ -1539,10 +1552,11 @@ class Planner:
             return [ttl_ms] * len(groups)
         return (yield from self._shared_ttls(groups))
 
-    def _shared_ttls(self, groups: Sequence[GroupKeys]) -> Plan[list[int]]:
+    def _shared_ttls(self, groups: Sequence[GroupKeys], *, claim: bool = False) -> Plan[list[int]]:
         """Each group's shared TTL (its own, else the prefix's, else the default), from what
-        this planner read in the last TTL_CACHE_MS, reading the rest in one batch."""
-        yield from self._refresh_shared(groups, stucks=False)
+        this planner read in the last TTL_CACHE_MS, reading the rest in one batch; with
+        `claim` (a heartbeat), claiming the protocol version first."""
+        yield from self._refresh_shared(groups, stucks=False, claim=claim)
         known = self._ttls
         default = known[None][0] or DEFAULT_PRESENCE_TTL_MS
         return [known[gk.data][0] or default for gk in groups]
@@ -1568,7 +1582,12 @@ class Planner:
         return ttls, (yield from self._shared_stucks(groups))
 
     def _refresh_shared(
-        self, groups: Sequence[GroupKeys], *, ttls: bool = True, stucks: bool = False
+        self,
+        groups: Sequence[GroupKeys],
+        *,
+        ttls: bool = True,
+        stucks: bool = False,
+        claim: bool = False,
     ) -> Plan[None]:
         """Read, in one batch, the shared TTLs (and with `stucks` the progress budgets) of
         the prefix and of each group that this planner did not read in the last
@@ -1588,10 +1607,21 @@ class Planner:
                 if entry is None or entry[1] < limit:
                     place = self.keys if member is None else self.keys.from_member(member)
                     asks.append((cache, member, getattr(place, kind)))
-        if asks:
-            replies = yield [Command("GET", (key,)) for _, _, key in asks]
+        protocol: list[Request] = []
+        if claim and not self._claimed:
+            # The protocol version, with the shared settings (docs/protocol.md): a heartbeat
+            # claims it for this prefix once, and every read of the settings checks it.
+            protocol.append(Command("SET", (self.keys.protocol, PROTOCOL_VERSION, "NX")))
+        if protocol or self._protocol_at is None or self._protocol_at < limit:
+            protocol.append(Command("GET", (self.keys.protocol,)))
+        if asks or protocol:
+            replies = yield [*protocol, *(Command("GET", (key,)) for _, _, key in asks)]
             read_at = self._clock()
-            for (cache, member, key), reply in zip(asks, replies, strict=True):
+            if protocol:
+                _check_protocol(self.keys.protocol, replies[len(protocol) - 1])
+                self._protocol_at = read_at
+                self._claimed = self._claimed or claim
+            for (cache, member, key), reply in zip(asks, replies[len(protocol) :], strict=True):
                 cache[member] = (_stored_ttl(key, reply), read_at)
 
     def _trusted_until(self, gk: GroupKeys) -> int:  # the TTL cache is refreshed as a whole
@@ -1677,6 +1707,16 @@ def _stored_min(key: str, name: Any, value: Any) -> int:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _check_protocol(key: str, reply: Any) -> None:
+    """Refuse a prefix whose ``P:protocol`` names another version (none yet is fine: a
+    reader of a prefix no writer of this release claimed)."""
+    if reply is not None and _text(reply) != PROTOCOL_VERSION:
+        raise PresenceProtocolError(
+            f"{key} says this prefix speaks protocol version {_text(reply)!r:.40}; this "
+            f"package speaks version {PROTOCOL_VERSION} (docs/protocol.md)"
+        )
 
 
 def _stored_ttl(key: str, reply: Any) -> int | None:
