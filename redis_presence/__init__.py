@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .errors import PresenceConfigError as PresenceConfigError
     from .errors import PresenceConnectionError as PresenceConnectionError
     from .errors import PresenceDataError as PresenceDataError
+    from .errors import PresenceDataWarning as PresenceDataWarning
     from .errors import PresenceError as PresenceError
     from .errors import PresenceOutOfMemoryError as PresenceOutOfMemoryError
     from .errors import PresencePoolExhausted as PresencePoolExhausted
@@ -68,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "PresencePoolExhausted": "errors",
     "PresenceProtocolError": "errors",
     "PresenceDataError": "errors",
+    "PresenceDataWarning": "errors",
     "PresenceError": "errors",
     "PresenceOutOfMemoryError": "errors",
     "PresenceReadOnlyError": "errors",

@@ -19,6 +19,7 @@ without losing a live group, is written down with its proof in ``docs/index-prot
 from __future__ import annotations
 
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Sequence
 from functools import partial
@@ -30,6 +31,7 @@ from typing import Any, NamedTuple, TypeVar
 from .errors import (
     PresenceBatchError,
     PresenceDataError,
+    PresenceDataWarning,
     PresenceError,
     PresenceProtocolError,
     PresenceReadOnlyError,
@@ -68,8 +70,11 @@ from .model import (
     NS_PER_MS,
     ConsumerMeta,
     ConsumerPresence,
+    Counts,
     GroupPresence,
     PresenceState,
+    Rows,
+    Skipped,
     gc_paused,
 )
 from .replies import Columns, server_now_ns, stored_columns, stored_heartbeat_ns
@@ -267,6 +272,8 @@ class RowStream(NamedTuple):
 
     plan: Plan[None]
     groups: list[tuple[GroupKeys, list[ConsumerPresence]]]
+    skipped: list[Skipped]
+    """What the read set aside (docs/protocol.md, section 9), complete once `plan` is done."""
 
 
 def bulk(value: bytes) -> bytes:
@@ -733,9 +740,10 @@ class Planner:
         removed = 0
         failed: dict[tuple[str, str], PresenceError] = {}
         left: list[ConsumerKey] = []  # expired, but left in place for a spoilt value
-        after: str | None = None
+        after: Any = None
+        aside: list[Skipped] = []
         while True:
-            groups, after = yield from self._listed(queue, group, after)
+            groups, after = yield from self._listed(queue, group, after, aside)
             ttl_of = dict(zip(groups, (yield from self._ttls_for(groups, ttl_ms)), strict=True))
             # Per queue on a cluster (one slot a call): each part goes on from where the
             # budget of its last call ran out (a group, and an offset among its ties).
@@ -790,6 +798,7 @@ class Planner:
                     # not forget the logs that hold this very prune's events.
                     server_ns = int(now) if now_ns is None else (yield from self._now(None))
                     yield from self._forget_logs(server_ns // NS_PER_MS - EVENT_LOG_TTL_MS)
+                _report(aside)
                 if failed:
                     raise PresenceBatchError(failed, removed, left)
                 return removed
@@ -850,10 +859,11 @@ class Planner:
     @staticmethod
     def _collect(stream: RowStream) -> Plan[list[ConsumerPresence]]:
         yield from stream.plan
-        rows: list[ConsumerPresence] = []
+        rows: Rows[ConsumerPresence] = Rows()
         with gc_paused():
             for _, part in sorted(stream.groups, key=_by_names):
                 rows += part
+        rows.skipped = _unique(stream.skipped)
         return rows
 
     def iter_snapshot(
@@ -885,8 +895,9 @@ class Planner:
             raise TypeError(f"with_meta must be a bool, got {type(with_meta).__name__}")
         queue, group = check_filter("queue", queue), check_filter("group", group)
         groups: list[tuple[GroupKeys, list[ConsumerPresence]]] = []
-        plan = self._stream(now, ttl, queue, group, groups, stuck, with_meta)
-        return RowStream(plan, groups)
+        skipped: list[Skipped] = []
+        plan = self._stream(now, ttl, queue, group, groups, skipped, stuck, with_meta)
+        return RowStream(plan, groups, skipped)
 
     def _stream(
         self,
@@ -895,19 +906,27 @@ class Planner:
         queue: str | None,
         group: str | None,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
+        skipped: list[Skipped],
         stuck_after_ms: int | None = None,
         with_meta: bool = False,
     ) -> Plan[None]:
         now = yield from self._now(now_ns)
-        after: str | None = None
+        after: Any = None
+        # A read of one named group fails on its bad data; a fleet read sets it aside.
+        aside = None if queue is not None and group is not None else skipped
         while True:
-            groups, after = yield from self._listed(queue, group, after)
+            groups, after = yield from self._listed(queue, group, after, skipped)
             if groups:
+                sizes = yield from self._sound(
+                    groups, [Command("HLEN", (gk.data,)) for gk in groups], aside
+                )
+                kept = [i for i, n in enumerate(sizes) if n is not None]
+                groups = [groups[i] for i in kept]
                 ttls, stucks = yield from self._ttls_and_stucks(groups, ttl_ms, stuck_after_ms)
-                sizes = yield [Command("HLEN", (gk.data,)) for gk in groups]
-                sized = [int(n) for n in sizes]
-                yield from self._read(groups, sized, ttls, now, out, stucks, with_meta)
+                sized = [int(sizes[i]) for i in kept]
+                yield from self._read(groups, sized, ttls, now, out, stucks, with_meta, aside)
             if after is None:
+                _report(skipped)
                 return
 
     def _read(
@@ -919,10 +938,12 @@ class Planner:
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
         stucks: list[int] | None = None,
         with_meta: bool = False,
+        aside: list[Skipped] | None = None,
     ) -> Plan[None]:
         """Read groups of known sizes in order, a window of them per round trip: each small
         group in one ``HGETALL``, each large one in ``HSCAN`` steps; a group goes to `out`
-        once it is complete and every group before it is out."""
+        once it is complete and every group before it is out. With `aside`, a group whose
+        stored values this package cannot decode is set aside there instead of failing."""
         most = self.limits.consumers
         ttl_of = dict(zip(groups, ttls, strict=True))
         stuck_of = dict(zip(groups, stucks or [DEFAULT_STUCK_AFTER_MS] * len(groups), strict=True))
@@ -963,7 +984,12 @@ class Planner:
                 finished = []
                 while window and window[0].done:
                     done = window.popleft()
-                    finished.append((done.gk, stored_columns(done.gk, done.table)))
+                    try:
+                        finished.append((done.gk, stored_columns(done.gk, done.table)))
+                    except PresenceDataError as error:
+                        if aside is None:
+                            raise
+                        aside.append(Skipped(done.gk.data, str(error)))
                     done.table = {}
             metas = (yield from self._metas(finished)) if with_meta else None
             with gc_paused():
@@ -1023,17 +1049,23 @@ class Planner:
         self, now_ns: int | None, ttl_ms: int | None, queue: str | None, group: str | None
     ) -> Plan[dict[tuple[str, str], int]]:
         now = yield from self._now(now_ns)
-        counts: dict[tuple[str, str], int] = {}
-        after: str | None = None
+        counts: Counts = Counts()
+        skipped: list[Skipped] = []
+        aside = None if queue is not None and group is not None else skipped
+        after: Any = None
         while True:
-            groups, after = yield from self._listed(queue, group, after)
+            groups, after = yield from self._listed(queue, group, after, skipped)
             if groups:
                 ttls = yield from self._ttls_for(groups, ttl_ms)
-                found = yield from self._active(groups, now, ttls)
+                found = yield from self._active(groups, now, ttls, aside)
                 counts.update(
-                    ((gk.queue, gk.group), n) for gk, n in zip(groups, found, strict=True) if n
+                    ((gk.queue, gk.group), n)
+                    for gk, n in zip(groups, found, strict=True)
+                    if n is not None and n
                 )
             if after is None:
+                counts.skipped = _unique(skipped)
+                _report(skipped)
                 return counts
 
     def count_active(
@@ -1053,20 +1085,30 @@ class Planner:
         now = yield from self._now(now_ns)
         ttls = yield from self._ttls_for([gk], ttl_ms)
         (found,) = yield from self._active([gk], now, ttls)
-        return found
+        return found or 0
 
-    def _active(self, groups: list[GroupKeys], now_ns: int, ttls: list[int]) -> Plan[list[int]]:
+    def _active(
+        self,
+        groups: list[GroupKeys],
+        now_ns: int,
+        ttls: list[int],
+        aside: list[Skipped] | None = None,
+    ) -> Plan[list[int | None]]:
         """Active consumers of each group under its TTL (`_above` its active horizon)."""
         horizons = [PresenceState.horizons_ns(now_ns, ttl)[0] for ttl in ttls]
-        return (yield from self._above(groups, horizons))
+        return (yield from self._above(groups, horizons, aside))
 
-    def _above(self, groups: list[GroupKeys], horizons: list[int]) -> Plan[list[int]]:
+    def _above(
+        self, groups: list[GroupKeys], horizons: list[int], aside: list[Skipped] | None = None
+    ) -> Plan[list[int | None]]:
         """Consumers of each group whose last beat is after its horizon (ns): ``ZCOUNT`` of
         the scores above the horizon's microsecond, plus those on it whose nanosecond rest is
-        above the horizon's (read from their stored values, `Limits.consumers` at a time)."""
+        above the horizon's (read from their stored values, `Limits.consumers` at a time).
+        With `aside`, a group with a key or a value this package cannot decode counts None
+        and is set aside there instead of failing."""
         edges = [horizon // 1_000 for horizon in horizons]
         most = self.limits.consumers
-        replies = yield [
+        requests = [
             request
             for gk, edge in zip(groups, edges, strict=True)
             for request in (
@@ -1074,8 +1116,17 @@ class Planner:
                 Command("ZRANGEBYSCORE", (gk.hb, edge, edge, "LIMIT", 0, most)),
             )
         ]
-        counts = [int(n) for n in replies[0::2]]
-        ties = {i: (0, list(names)) for i, names in enumerate(replies[1::2]) if names}
+        pairs = [gk for gk in groups for _ in (0, 1)]
+        replies = yield from self._sound(pairs, requests, aside)
+        counts: list[int | None] = [
+            None if n is None or t is None else int(n)
+            for n, t in zip(replies[0::2], replies[1::2], strict=True)
+        ]
+        ties = {
+            i: (0, list(names))
+            for i, names in enumerate(replies[1::2])
+            if names and counts[i] is not None
+        }
         while ties:  # consumers on the horizon's microsecond: rare, and read a page at a time
             order = list(ties)
             batch: list[Request] = []
@@ -1090,10 +1141,18 @@ class Planner:
             for i in order:
                 offset, names = ties[i]
                 for name, value in zip(names, next(answers), strict=True):
-                    if value is None:
+                    if value is None or counts[i] is None:
                         continue
-                    if stored_heartbeat_ns(groups[i], name, value) > horizons[i]:
-                        counts[i] += 1
+                    try:
+                        beat = stored_heartbeat_ns(groups[i], name, value)
+                    except PresenceDataError as error:
+                        if aside is None:
+                            raise
+                        aside.append(Skipped(groups[i].data, str(error)))
+                        counts[i] = None
+                        continue
+                    if beat > horizons[i]:
+                        counts[i] = (counts[i] or 0) + 1
                 if len(names) == most:
                     more = list(next(answers))
                     if more:
@@ -1102,15 +1161,19 @@ class Planner:
         return counts
 
     def size(self) -> Plan[int]:
-        """How many consumers are tracked, in every state."""
+        """How many consumers are tracked, in every state (groups this package cannot
+        decode set aside)."""
         total = 0
-        after: str | None = None
+        skipped: list[Skipped] = []
+        after: Any = None
         while True:
-            groups, after = yield from self._listed(None, None, after)
+            groups, after = yield from self._listed(None, None, after, skipped)
             if groups:
-                cards = yield [Command("ZCARD", (gk.hb,)) for gk in groups]
-                total += sum(int(n) for n in cards)
+                asks = [Command("ZCARD", (gk.hb,)) for gk in groups]
+                cards = yield from self._sound(groups, asks, skipped)
+                total += sum(int(n) for n in cards if n is not None)
             if after is None:
+                _report(skipped)
                 return total
 
     # -- declared groups ------------------------------------------------------------
@@ -1200,23 +1263,29 @@ class Planner:
         now = yield from self._now(now_ns)
         declared = yield from self._expected()
         counts: dict[tuple[str, str], tuple[int, int, int]] = {}
-        after: str | None = None
+        skipped: list[Skipped] = []
+        after: Any = None
         while True:
-            groups, after = yield from self._listed(None, None, after)
+            groups, after = yield from self._listed(None, None, after, skipped)
             if groups:
                 ttls = yield from self._ttls_for(groups, ttl_ms)
                 horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
-                cards = yield [Command("ZCARD", (gk.hb,)) for gk in groups]
-                active = yield from self._above(groups, [h[0] for h in horizons])
-                alive = yield from self._above(groups, [h[1] for h in horizons])
+                cards = yield from self._sound(
+                    groups, [Command("ZCARD", (gk.hb,)) for gk in groups], skipped
+                )
+                active = yield from self._above(groups, [h[0] for h in horizons], skipped)
+                alive = yield from self._above(groups, [h[1] for h in horizons], skipped)
                 for gk, card, a, b in zip(groups, cards, active, alive, strict=True):
-                    counts[(gk.queue, gk.group)] = (a, b - a, int(card) - b)
+                    if card is not None and a is not None and b is not None:
+                        counts[(gk.queue, gk.group)] = (a, b - a, int(card) - b)
             if after is None:
                 break
-        out = []
+        _report(skipped)
+        out: Rows[GroupPresence] = Rows()
         for key in sorted(counts.keys() | declared.keys()):
             n_active, n_stale, n_expired = counts.get(key, (0, 0, 0))
             out.append(GroupPresence.of(*key, n_active, n_stale, n_expired, declared.get(key)))
+        out.skipped = _unique(skipped)
         return out
 
     # -- the shared TTL -------------------------------------------------------------
@@ -1449,9 +1518,10 @@ class Planner:
         sorted set: a consumer whose last beat, shifted by the horizon, lies in the window."""
         events: list[Ordered] = []
         most = self.limits.consumers
-        after: str | None = None
+        after: Any = None
+        skipped: list[Skipped] = []
         while True:
-            groups, after = yield from self._listed(queue, group, after)
+            groups, after = yield from self._listed(queue, group, after, skipped)
             ttls = yield from self._ttls_for(groups, None)
             # (group, kind, ttl, low, high, offset) for each window still being read
             reads = [
@@ -1485,6 +1555,7 @@ class Planner:
                     if len(found) == most
                 ]
             if after is None:
+                _report(skipped)
                 return events
 
     # -- storage ----------------------------------------------------------------------
@@ -1642,23 +1713,49 @@ class Planner:
         return server_now_ns(*reply)
 
     def _listed(
-        self, queue: str | None, group: str | None, after: str | None
-    ) -> Plan[tuple[list[GroupKeys], str | None]]:
+        self, queue: str | None, group: str | None, after: Any, skipped: list[Skipped]
+    ) -> Plan[tuple[list[GroupKeys], Any]]:
         """One page of indexed groups (of one queue, or one group) after the member `after`
         (None: from the first), and the member the next page starts after (None: the last
-        page). One group named by queue and group is read without the index."""
+        page). One group named by queue and group is read without the index. A member this
+        package did not write (a foreign spelling of a name) is set aside in `skipped`."""
         if queue is not None and group is not None:
             return [self.keys.group(queue, group)], None
+        low: Any
         low, high = self.keys.queue_range(queue) if queue is not None else ("-", "+")
         if after is not None:
-            low = f"({after}"
+            low = b"(" + after if isinstance(after, bytes) else f"({after}"
         page = self.limits.groups
         (members,) = yield [Command("ZRANGEBYLEX", (self.keys.groups, low, high, "LIMIT", 0, page))]
-        groups = [self.keys.from_member(member) for member in members]
-        last = groups[-1].member if len(groups) == page else None
+        groups = []
+        for member in members:
+            try:
+                groups.append(self.keys.from_member(member))
+            except PresenceDataError as error:
+                skipped.append(Skipped(_text(member), str(error)))
+        last = members[-1] if len(members) == page else None
         if group is not None:
             groups = [gk for gk in groups if gk.group == group]
         return groups, last
+
+    def _sound(
+        self, groups: Sequence[GroupKeys], requests: Sequence[Request], aside: list[Skipped] | None
+    ) -> Plan[list[Any]]:
+        """The replies to `requests` (one per entry of `groups`); with `aside`, a data error
+        (a key of another type) is None in place and its group set aside there."""
+        if aside is None:
+            return (yield list(requests))
+        replies = yield Partial(requests)
+        out: list[Any] = []
+        for gk, reply in zip(groups, replies, strict=True):
+            if isinstance(reply, PresenceDataError):
+                aside.append(Skipped(gk.data, str(reply)))
+                out.append(None)
+            elif isinstance(reply, PresenceError):
+                raise reply
+            else:
+                out.append(reply)
+        return out
 
     def _per_queue(self, groups: list[GroupKeys]) -> list[list[GroupKeys]]:
         """Standalone: one script call for everything; cluster: one per queue (one slot)."""
@@ -1667,6 +1764,20 @@ class Planner:
         if not self.clustered:
             return [groups]
         return [list(part) for _, part in groupby(groups, key=attrgetter("queue"))]
+
+
+def _unique(skipped: list[Skipped]) -> tuple[Skipped, ...]:
+    """What a read set aside, once per key (the first reason found for it)."""
+    return tuple({item.key: item for item in reversed(skipped)}.values())[::-1]
+
+
+def _report(skipped: list[Skipped]) -> None:
+    """One `PresenceDataWarning` for each key a read set aside."""
+    for item in _unique(skipped):
+        warnings.warn(
+            PresenceDataWarning(f"redis-presence set aside {item.key}: {item.reason}"),
+            stacklevel=2,
+        )
 
 
 def _by_names(item: tuple[GroupKeys, list[ConsumerPresence]]) -> tuple[str, str]:
