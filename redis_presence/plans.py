@@ -991,7 +991,7 @@ class Planner:
                             raise
                         aside.append(Skipped(done.gk.data, str(error)))
                     done.table = {}
-            metas = (yield from self._metas(finished)) if with_meta else None
+            metas = (yield from self._metas(finished, aside)) if with_meta else None
             with gc_paused():
                 for i, (gk, columns) in enumerate(finished):
                     rows = ConsumerPresence.columns(
@@ -1005,9 +1005,12 @@ class Planner:
                     )
                     out.append((gk, list(rows)))
 
-    def _metas(self, finished: list[tuple[GroupKeys, Columns]]) -> Plan[list[list[ConsumerMeta]]]:
+    def _metas(
+        self, finished: list[tuple[GroupKeys, Columns]], aside: list[Skipped] | None = None
+    ) -> Plan[list[list[ConsumerMeta]]]:
         """The metadata of every consumer of the finished groups, in their order: ``HMGET``
-        of at most `Limits.consumers` names a command, `Limits.rows` names a round trip."""
+        of at most `Limits.consumers` names a command, `Limits.rows` names a round trip.
+        With `aside`, metadata this package cannot decode is none, its key set aside there."""
         most, per_trip = self.limits.consumers, self.limits.rows
         asks = [
             (i, start)
@@ -1024,10 +1027,16 @@ class Planner:
             ]
             for (i, start), values in zip(part, replies, strict=True):
                 gk, names = finished[i][0], finished[i][1][0][start : start + most]
-                found[i] += (
-                    NO_META if value is None else ConsumerMeta(decode_meta(gk.meta, name, value))
-                    for name, value in zip(names, values, strict=True)
-                )
+                for name, value in zip(names, values, strict=True):
+                    meta = NO_META
+                    if value is not None:
+                        try:
+                            meta = ConsumerMeta(decode_meta(gk.meta, name, value))
+                        except PresenceDataError as error:
+                            if aside is None:
+                                raise
+                            aside.append(Skipped(gk.meta, str(error)))
+                    found[i].append(meta)
         return found
 
     def count_active_by_group(
@@ -1214,9 +1223,16 @@ class Planner:
     def expected(self) -> Plan[dict[tuple[str, str], int]]:
         """Every declared group and its `min_active`: the index a page of `Limits.groups`
         queues at a time, each queue's declarations ``HSCAN``ned `Limits.consumers` at a time."""
-        return self._expected()
+        return self._reported(self._expected)
 
-    def _expected(self) -> Plan[dict[tuple[str, str], int]]:
+    def _reported(self, read: Callable[[list[Skipped]], Plan[T]]) -> Plan[T]:
+        """`read` with its own list of what it sets aside, reported when it is done."""
+        skipped: list[Skipped] = []
+        result = yield from read(skipped)
+        _report(skipped)
+        return result
+
+    def _expected(self, skipped: list[Skipped]) -> Plan[dict[tuple[str, str], int]]:
         found: dict[tuple[str, str], int] = {}
         low = "-"
         page = self.limits.groups
@@ -1224,8 +1240,14 @@ class Planner:
             (members,) = yield [
                 Command("ZRANGEBYLEX", (self.keys.expects, low, "+", "LIMIT", 0, page))
             ]
-            keys = [_text(member) for member in members]
-            queues = [self.keys.queue_of_expect(key) for key in keys]
+            every = [_text(member) for member in members]
+            keys, queues = [], []
+            for key in every:
+                try:
+                    queues.append(self.keys.queue_of_expect(key))
+                    keys.append(key)
+                except PresenceDataError as error:
+                    skipped.append(Skipped(key, str(error)))
             cursors: dict[int, int] = dict.fromkeys(range(len(keys)), 0)
             while cursors:
                 order = list(cursors)
@@ -1241,13 +1263,16 @@ class Planner:
                         else dict(zip(part[::2], part[1::2], strict=True))
                     )
                     for name, least in table.items():
-                        found[(queues[i], _text(name))] = _stored_min(keys[i], name, least)
+                        try:
+                            found[(queues[i], _text(name))] = _stored_min(keys[i], name, least)
+                        except PresenceDataError as error:
+                            skipped.append(Skipped(keys[i], str(error)))
                     if int(cursor):
                         going_on[i] = int(cursor)
                 cursors = going_on
-            if len(keys) < page:
+            if len(every) < page:
                 return dict(sorted(found.items()))
-            low = f"({keys[-1]}"
+            low = f"({every[-1]}"
 
     def groups(
         self, now_ns: int | None = None, ttl_ms: int | None = None
@@ -1261,9 +1286,9 @@ class Planner:
 
     def _groups(self, now_ns: int | None, ttl_ms: int | None) -> Plan[list[GroupPresence]]:
         now = yield from self._now(now_ns)
-        declared = yield from self._expected()
-        counts: dict[tuple[str, str], tuple[int, int, int]] = {}
         skipped: list[Skipped] = []
+        declared = yield from self._expected(skipped)
+        counts: dict[tuple[str, str], tuple[int, int, int]] = {}
         after: Any = None
         while True:
             groups, after = yield from self._listed(None, None, after, skipped)

@@ -439,7 +439,7 @@ export class PresenceRegistry {
           skipped.push({ key: gk.data, reason: error.message });
           continue;
         }
-        const metas = options.withMeta ? await this.metas(gk, names) : null;
+        const metas = options.withMeta ? await this.metas(gk, names, strict, skipped) : null;
         found.push([gk, names.map((consumer, j) => this.row(gk, consumer, stored[j], now, ttls[i], stucks[i], metas?.[j] ?? {}))]);
       }
     } while (after !== null);
@@ -487,9 +487,9 @@ export class PresenceRegistry {
   async groups(options: { nowNs?: Ns; ttlMs?: number } = {}): Promise<WithSkipped<GroupPresence>> {
     const ttlMs = options.ttlMs === undefined ? undefined : checkTtl(options.ttlMs);
     const now = await this.now(options.nowNs);
-    const declared = await this.expected();
-    const counts = new Map<string, [string, string, number, number, number]>();
     const skipped: Skipped[] = [];
+    const declared = await this.declared(skipped);
+    const counts = new Map<string, [string, string, number, number, number]>();
     for await (const [groups, ttls] of this.pages({}, ttlMs, skipped)) {
       const cards = await this.sound(groups, (gk) => this.redis.zcard(gk.hb), false, skipped);
       const active = await this.above(groups, ttls.map((ttl) => horizonsNs(now, ttl)[0]), false, skipped);
@@ -556,13 +556,27 @@ export class PresenceRegistry {
     return removed === 1;
   }
 
-  /** Every declared group and its minimum, as `[queue, group, minActive]` sorted. */
+  /** Every declared group and its minimum, as `[queue, group, minActive]` sorted (what
+   * this client cannot decode set aside and reported). */
   async expected(): Promise<[string, string, number][]> {
+    const skipped: Skipped[] = [];
+    const out = await this.declared(skipped);
+    this.report(skipped);
+    return out;
+  }
+
+  private async declared(skipped: Skipped[]): Promise<[string, string, number][]> {
     const out: [string, string, number][] = [];
     for (const key of await this.redis.zrange(this.keys.expects, 0, -1)) {
       const queue = this.keys.queueOfExpect(key);
-      if (queue === null) throw new PresenceDataError(`the index ${this.keys.expects} holds a member this package did not write: '${key.slice(0, 80)}'`);
-      for (const [group, least] of Object.entries(await this.redis.hgetall(key))) out.push([queue, group, Number(least)]);
+      if (queue === null) {
+        skipped.push({ key, reason: `the index ${this.keys.expects} holds a member this package did not write: '${key.slice(0, 80)}'` });
+        continue;
+      }
+      for (const [group, least] of Object.entries(await this.redis.hgetall(key))) {
+        if (/^\d{1,15}$/.test(least) && Number(least) >= 1) out.push([queue, group, Number(least)]);
+        else skipped.push({ key, reason: `${key} field '${group.slice(0, 80)}' holds a minimum this package did not write: '${least.slice(0, 40)}'` });
+      }
     }
     return out.sort((a, b) => byCodePoint(a[0], b[0]) || byCodePoint(a[1], b[1]));
   }
@@ -671,12 +685,21 @@ export class PresenceRegistry {
     return table;
   }
 
-  private async metas(gk: GroupKeys, names: string[]): Promise<Record<string, string>[]> {
+  private async metas(gk: GroupKeys, names: string[], strict: boolean, skipped: Skipped[]): Promise<Record<string, string>[]> {
     const out: Record<string, string>[] = [];
     for (let i = 0; i < names.length; i += CONSUMERS_PER_CALL) {
       const part = names.slice(i, i + CONSUMERS_PER_CALL);
       const values = await this.redis.hmget(gk.meta, ...part);
-      values.forEach((value, j) => out.push(value === null ? {} : decodeMeta(gk, part[j], value)));
+      values.forEach((value, j) => {
+        if (value === null) return out.push({});
+        try {
+          return out.push(decodeMeta(gk, part[j], value));
+        } catch (error) {
+          if (strict || !(error instanceof PresenceDataError)) throw error;
+          skipped.push({ key: gk.meta, reason: error.message });
+          return out.push({});
+        }
+      });
     }
     return out;
   }
