@@ -29,6 +29,7 @@ export async function startRedis() {
   const deadline = Date.now() + 10_000;
   for (;;) {
     const client = new Redis({ port, host: "127.0.0.1", lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    client.on("error", () => undefined); // refused until the server listens: the loop retries
     try {
       await Promise.race([client.connect().then(() => client.ping()), failed]);
       client.disconnect();
