@@ -52,3 +52,13 @@ def test_another_protocol_version_is_refused_before_anything_is_written(
         with pytest.raises(PresenceProtocolError):
             read()
     assert dump(redis_client) == before
+
+
+@pytest.mark.redis_server
+def test_the_first_beat_claims_the_version_and_a_reader_writes_nothing(redis_client: Any) -> None:
+    reader = RedisPresenceRegistry(redis_client)
+    assert reader.snapshot(now_ns=T0, ttl_ms=1_000) == []
+    assert reader.count_active_by_group() == {}
+    assert redis_client.keys("*") == []  # reading claims nothing
+    RedisPresenceRegistry(redis_client).heartbeat_many([("q", "g", "c", 1)], now_ns=T0)
+    assert redis_client.get("presence:protocol") == PROTOCOL_VERSION.encode()
