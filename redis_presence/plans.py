@@ -424,7 +424,7 @@ class Planner:
         self._stucks: dict[str | None, tuple[int | None, int]] = {}
         # When this planner last checked ``P:protocol`` (monotonic ns; None: never).
         self._protocol_at: int | None = None
-        self._claimed = False  # whether a heartbeat of this planner claimed it (SET NX)
+        self._claimed = False  # whether a beat of this planner claimed it (SET NX)
 
     @property
     def prefix(self) -> str:
@@ -484,13 +484,14 @@ class Planner:
         """A heartbeat whose group's shared TTL must be read first (a new group, or one whose
         TTL was read more than TTL_CACHE_MS ago)."""
         gk = self.keys.group(queue, group)
-        (ttl,) = yield from self._shared_ttls([gk], claim=True)
+        (ttl,) = yield from self._shared_ttls([gk])
         head, tail, _, _ = self._beat_args(queue, group, ttl)
         call = ScriptCall(self._beat_script, (*head, now, consumer, lease, *tail))
         if self.clustered:
             yield from self._beat_on_cluster(call, queue, group)
         else:
             yield [call]
+        yield from self._claim()
 
     def _beat_on_cluster(self, call: ScriptCall, queue: str, group: str) -> Plan[None]:
         (reply,) = yield [call]
@@ -572,7 +573,7 @@ class Planner:
             if name not in group_of:
                 group_of[name] = self.keys.group(*name)
         every = list(group_of.values())
-        ttl_of = dict(zip(group_of, (yield from self._shared_ttls(every, claim=True)), strict=True))
+        ttl_of = dict(zip(group_of, (yield from self._shared_ttls(every)), strict=True))
         calls: list[Request] = []
         called: list[tuple[list[tuple[str, str]], Sequence[Beat | DelayedBeat]]] = []
         per_queue = (
@@ -629,6 +630,8 @@ class Planner:
                 logged.append((group_of[names[0]].events, int(reply[1])))
         if self.clustered:
             yield from self._list_on_cluster(unlisted, logged)
+        if len(unwritten) < len(beats):
+            yield from self._claim()
         if len(unwritten) == len(beats) and all(isinstance(r, PresenceError) for r in replies):
             raise replies[0]  # every call was refused whole (out of memory, say)
         if failed:
@@ -1648,11 +1651,10 @@ class Planner:
             return [ttl_ms] * len(groups)
         return (yield from self._shared_ttls(groups))
 
-    def _shared_ttls(self, groups: Sequence[GroupKeys], *, claim: bool = False) -> Plan[list[int]]:
+    def _shared_ttls(self, groups: Sequence[GroupKeys]) -> Plan[list[int]]:
         """Each group's shared TTL (its own, else the prefix's, else the default), from what
-        this planner read in the last TTL_CACHE_MS, reading the rest in one batch; with
-        `claim` (a heartbeat), claiming the protocol version first."""
-        yield from self._refresh_shared(groups, stucks=False, claim=claim)
+        this planner read in the last TTL_CACHE_MS, reading the rest in one batch."""
+        yield from self._refresh_shared(groups, stucks=False)
         known = self._ttls
         default = known[None][0] or DEFAULT_PRESENCE_TTL_MS
         return [known[gk.data][0] or default for gk in groups]
@@ -1683,7 +1685,6 @@ class Planner:
         *,
         ttls: bool = True,
         stucks: bool = False,
-        claim: bool = False,
     ) -> Plan[None]:
         """Read, in one batch, the shared TTLs (and with `stucks` the progress budgets) of
         the prefix and of each group that this planner did not read in the last
@@ -1704,11 +1705,9 @@ class Planner:
                     place = self.keys if member is None else self.keys.from_member(member)
                     asks.append((cache, member, getattr(place, kind)))
         protocol: list[Request] = []
-        if claim and not self._claimed:
-            # The protocol version, with the shared settings (docs/protocol.md): a heartbeat
-            # claims it for this prefix once, and every read of the settings checks it.
-            protocol.append(Command("SET", (self.keys.protocol, PROTOCOL_VERSION, "NX")))
-        if protocol or self._protocol_at is None or self._protocol_at < limit:
+        if self._protocol_at is None or self._protocol_at < limit:
+            # The protocol version, with the shared settings (docs/protocol.md): every read
+            # of the settings checks it (and a heartbeat claims it, `_claim`).
             protocol.append(Command("GET", (self.keys.protocol,)))
         if asks or protocol:
             replies = yield [*protocol, *(Command("GET", (key,)) for _, _, key in asks)]
@@ -1716,9 +1715,15 @@ class Planner:
             if protocol:
                 _check_protocol(self.keys.protocol, replies[len(protocol) - 1])
                 self._protocol_at = read_at
-                self._claimed = self._claimed or claim
             for (cache, member, key), reply in zip(asks, replies[len(protocol) :], strict=True):
                 cache[member] = (_stored_ttl(key, reply), read_at)
+
+    def _claim(self) -> Plan[None]:
+        """After this planner's first beat that wrote: claim the prefix for this protocol
+        version (``SET NX``; once, and never for a beat that was refused)."""
+        if not self._claimed:
+            yield [Command("SET", (self.keys.protocol, PROTOCOL_VERSION, "NX"))]
+            self._claimed = True
 
     def _trusted_until(self, gk: GroupKeys) -> int:  # the TTL cache is refreshed as a whole
         """Until when (monotonic ns) the TTL this planner read for `gk` may be trusted."""

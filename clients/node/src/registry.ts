@@ -237,7 +237,7 @@ export class PresenceRegistry {
     let ready = this.beatCalls.get(`${queue}\0${group}`);
     if (ready === undefined || performance.now() > ready.until) {
       const gk = this.keys.group(checkName("queue", queue), checkName("group", group));
-      const [ttl] = await this.sharedTtls([gk], true);
+      const [ttl] = await this.sharedTtls([gk]);
       const until = Math.min(...[this.keys.ttl, gk.ttl].map((key) => this.settings.get(key)?.at ?? 0)) + TTL_CACHE_MS;
       if (this.beatCalls.size >= 4096) this.beatCalls.clear();
       const keys = this.writeKeys([gk]);
@@ -245,6 +245,14 @@ export class PresenceRegistry {
       this.beatCalls.set(`${queue}\0${group}`, ready);
     }
     await this.call("heartbeat", ready.head, [now, consumer, lease], ready.count);
+    if (!this.claimed) await this.claim();
+  }
+
+  /** After this client's first beat that wrote: claim the prefix for protocol version 1
+   * (`SET NX`; once, never for a refused beat). */
+  private async claim(): Promise<void> {
+    await this.redis.set(this.keys.protocol, PROTOCOL_VERSION, "NX");
+    this.claimed = true;
   }
 
   /** Write many beats, each atomically, in one call of heartbeat_many.lua per 250 beats;
@@ -260,7 +268,7 @@ export class PresenceRegistry {
     }
     const every = [...groups.values()];
     const ttls = new Map(every.map((gk, i) => [gk.data, i]));
-    const ttlValues = await this.sharedTtls(every, true);
+    const ttlValues = await this.sharedTtls(every);
     const failed = new Map<string, PresenceError>();
     const unwritten: [string, string, string][] = [];
     const replies: Promise<unknown[] | PresenceError>[] = [];
@@ -314,6 +322,7 @@ export class PresenceRegistry {
         if (whole.has(data) || spoilt.has(`${data}\n${c}`)) unwritten.push([q, g, c]);
       }
     });
+    if (unwritten.length < checked.length && !this.claimed) await this.claim();
     if (unwritten.length === checked.length && answers.every((r) => r instanceof PresenceError)) throw answers[0];
     if (failed.size > 0) {
       throw new PresenceBatchError(
@@ -758,29 +767,27 @@ export class PresenceRegistry {
     );
   }
 
-  /** Each group's shared TTL, read with the protocol version (and claimed, with `claim`)
-   * when this client has not read them for TTL_CACHE_MS. */
-  private async sharedTtls(groups: GroupKeys[], claim = false): Promise<number[]> {
-    await this.refresh(groups, "ttl", claim);
+  /** Each group's shared TTL, read with the protocol version when this client has not
+   * read them for TTL_CACHE_MS. */
+  private async sharedTtls(groups: GroupKeys[]): Promise<number[]> {
+    await this.refresh(groups, "ttl");
     const shared = this.settings.get(this.keys.ttl)?.value ?? DEFAULT_PRESENCE_TTL_MS;
     return groups.map((gk) => this.settings.get(gk.ttl)?.value ?? shared);
   }
 
   private async sharedStucks(groups: GroupKeys[]): Promise<number[]> {
-    await this.refresh(groups, "stuck", false);
+    await this.refresh(groups, "stuck");
     const shared = this.settings.get(this.keys.stuck)?.value ?? DEFAULT_STUCK_AFTER_MS;
     return groups.map((gk) => this.settings.get(gk.stuck)?.value ?? shared);
   }
 
-  private async refresh(groups: GroupKeys[], kind: "ttl" | "stuck", claim: boolean): Promise<void> {
+  private async refresh(groups: GroupKeys[], kind: "ttl" | "stuck"): Promise<void> {
     const limit = performance.now() - TTL_CACHE_MS;
     const wanted = [...new Set([kind === "ttl" ? this.keys.ttl : this.keys.stuck, ...groups.map((gk) => gk[kind])])];
     const due = wanted.filter((key) => (this.settings.get(key)?.at ?? -Infinity) < limit);
-    const claiming = claim && !this.claimed;
-    const checking = claiming || this.protocolAt === null || this.protocolAt < limit;
+    const checking = this.protocolAt === null || this.protocolAt < limit;
     if (!due.length && !checking) return;
-    const [, version, ...values] = await Promise.all([
-      claiming ? this.redis.set(this.keys.protocol, PROTOCOL_VERSION, "NX") : null,
+    const [version, ...values] = await Promise.all([
       checking ? this.redis.get(this.keys.protocol) : null,
       ...due.map((key) => this.redis.get(key)),
     ]);
@@ -792,7 +799,6 @@ export class PresenceRegistry {
         );
       }
       this.protocolAt = at;
-      this.claimed = this.claimed || claiming;
     }
     due.forEach((key, i) => this.settings.set(key, { value: storedSetting(key, values[i]), at }));
   }
