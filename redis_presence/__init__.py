@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .errors import PresenceAuthError as PresenceAuthError
     from .errors import PresenceBatchError as PresenceBatchError
     from .errors import PresenceClockError as PresenceClockError
+    from .errors import PresenceClusterMigratingError as PresenceClusterMigratingError
     from .errors import PresenceConfigError as PresenceConfigError
     from .errors import PresenceConnectionError as PresenceConnectionError
     from .errors import PresenceDataError as PresenceDataError
@@ -64,6 +65,7 @@ _EXPORTS: dict[str, str] = {
     "PresenceAuthError": "errors",
     "PresenceBatchError": "errors",
     "PresenceClockError": "errors",
+    "PresenceClusterMigratingError": "errors",
     "PresenceConfigError": "errors",
     "PresenceConnectionError": "errors",
     "PresencePoolExhausted": "errors",

@@ -8,6 +8,8 @@ the place of its request instead of being raised. Everything else is decided her
 
 - which node each request of a cluster batch goes to (`by_node`), and which replies mean
   "send it again through the cluster client" (a slot on the move, a failed node pipeline);
+- how long a request sent through the cluster client is sent again while its slot is on
+  the move (`SlotMoving`: redis-py follows ``TRYAGAIN`` and ``ASK`` for about 0.4 s only);
 - stepping a plan (`Run`): after ``NOSCRIPT`` (a restart, ``SCRIPT FLUSH``, a new node),
   load the script and send those calls again (`after_noscript`), the one reload path for
   every script call; the first error reply of a batch is thrown into the plan as a
@@ -17,6 +19,7 @@ the place of its request instead of being raised. Everything else is decided her
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -26,6 +29,7 @@ from redis.connection import ConnectionPool
 from redis.exceptions import (
     AskError,
     ClusterDownError,
+    ClusterError,
     NoScriptError,
     ResponseError,
     TryAgainError,
@@ -35,7 +39,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.utils import HIREDIS_AVAILABLE
 
 from .deployment import PolicyCheck
-from .errors import PresenceDataError, PresenceError, translate
+from .errors import (
+    PresenceClusterMigratingError,
+    PresenceDataError,
+    PresenceError,
+    translate,
+)
 from .events import DEFAULT_EVENTS_KEPT
 from .model import DEFAULT_MAX_FUTURE_MS
 from .plans import Command, Limits, Partial, Plan, Planner, Request, ScriptCall
@@ -53,6 +62,60 @@ RESEND = (AskError, TryAgainError, ClusterDownError, RedisConnectionError, Redis
 """Replies after which a request sent in a node pipeline did not run, and the cluster
 client knows what to do: it follows ``MOVED``/``ASK`` (``MovedError`` is an `AskError`),
 waits out ``TRYAGAIN``/``CLUSTERDOWN``, and refreshes the slot map after a failed node."""
+
+
+DEFAULT_CLUSTER_RETRY_MS = 2_000
+"""How long a cluster request whose slot is on the move is sent again (``cluster_retry_ms``)."""
+
+SLOT_MOVING = (ClusterError, TryAgainError, AskError)
+"""What the cluster client raises while a slot migrates: ``TRYAGAIN`` (a multi-key call whose
+keys are split between the two nodes, or missing on the importing one), ``ASK`` / ``MOVED``,
+and redis-py's ``ClusterError("TTL exhausted.")`` once it gave up following them (about 16
+redirections, 0.4 s). Not `ClusterDownError` (a `ClusterError` too): the cluster lost a
+master, which is no migration (see `slot_moving`)."""
+
+SLOT_RETRY_MIN_S = 0.01
+SLOT_RETRY_MAX_S = 0.1
+"""The pauses between sends while a slot moves: from 10 ms, doubling, up to 100 ms."""
+
+
+def slot_moving(error: BaseException) -> bool:
+    """Whether `error` says a cluster slot is on the move (`SLOT_MOVING`)."""
+    return isinstance(error, SLOT_MOVING) and not isinstance(error, ClusterDownError)
+
+
+def check_cluster_retry_ms(value: Any) -> int:
+    """``cluster_retry_ms``: a whole number of milliseconds, 0 or more."""
+    if type(value) is not int:
+        raise TypeError(f"cluster_retry_ms must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"cluster_retry_ms must be 0 or more, got {value}")
+    return value
+
+
+class SlotMoving:
+    """One request sent again while its slot is on the move: `pause_s` says how long to
+    wait before the next send, from the first refusal until `bound_ms` later, then raises
+    `PresenceClusterMigratingError` (chained to the last refusal)."""
+
+    __slots__ = ("_deadline", "_pause_s", "bound_ms")
+
+    def __init__(self, bound_ms: int) -> None:
+        self.bound_ms = bound_ms
+        self._deadline = time.monotonic() + bound_ms / 1000
+        self._pause_s = SLOT_RETRY_MIN_S
+
+    def pause_s(self, error: BaseException) -> float:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise PresenceClusterMigratingError(
+                f"a slot of the Redis Cluster stayed on the move (TRYAGAIN, ASK or MOVED: a "
+                f"slot migration) for more than {self.bound_ms} ms (cluster_retry_ms), through "
+                "which the request was sent again; it did not run, and retrying it is safe"
+            ) from error
+        pause = min(self._pause_s, left)
+        self._pause_s = min(self._pause_s * 2, SLOT_RETRY_MAX_S)
+        return pause
 
 
 def is_cluster_client(client: Any) -> bool:
@@ -300,7 +363,11 @@ class Executor:
         limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
         events_kept: int = DEFAULT_EVENTS_KEPT,
         max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
+        cluster_retry_ms: int = DEFAULT_CLUSTER_RETRY_MS,
     ) -> None:
+        self.cluster_retry_ms = check_cluster_retry_ms(cluster_retry_ms)
+        """On a cluster, how long a request whose slot is on the move (a slot migration) is
+        sent again before it fails with `PresenceClusterMigratingError`."""
         get_encoder = getattr(client, "get_encoder", None)
         encoder = get_encoder() if get_encoder is not None else None
         clustered = is_cluster_client(client)

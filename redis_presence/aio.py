@@ -14,19 +14,30 @@ from typing import Any, TypeVar
 from redis.asyncio.cluster import PipelineCommand
 
 from ._executor import (
+    DEFAULT_CLUSTER_RETRY_MS,
     REPLY_ERRORS,
     RESEND,
+    SLOT_MOVING,
     Executor,
     Run,
+    SlotMoving,
     by_node,
     command_args,
     prebuilt,
     rerouted,
     single,
+    slot_moving,
 )
 from .deployment import adrive, memory_policy
-from .errors import DRIVER_ERRORS, PresenceError, PresenceResyncRequired, translate
+from .errors import (
+    DRIVER_ERRORS,
+    PresenceError,
+    PresenceMetaError,
+    PresenceResyncRequired,
+    translate,
+)
 from .events import (
+    DEFAULT_EVENTS_KEPT,
     DEFAULT_FOLLOW_INTERVAL_S,
     Cursor,
     FollowCursor,
@@ -65,9 +76,11 @@ class AsyncRedisPresenceRegistry(Executor):
         read_only: bool = False,
         limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
         max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
+        events_kept: int = DEFAULT_EVENTS_KEPT,
+        cluster_retry_ms: int = DEFAULT_CLUSTER_RETRY_MS,
         **redis_kwargs: Any,
     ) -> AsyncRedisPresenceRegistry:
-        """A registry on a new asyncio client for `url` (the schemes of
+        """A registry on a new asyncio client for `url` (the schemes and options of
         `RedisPresenceRegistry.from_url`); `aclose` closes that client."""
         client = open_async_client(url, **redis_kwargs)
         registry = cls(
@@ -76,6 +89,8 @@ class AsyncRedisPresenceRegistry(Executor):
             read_only=read_only,
             limits=limits,
             max_future_ms=max_future_ms,
+            events_kept=events_kept,
+            cluster_retry_ms=cluster_retry_ms,
         )
         registry._owns_client = True
         return registry
@@ -177,6 +192,23 @@ class AsyncRedisPresenceRegistry(Executor):
         """Active consumers of one group (0 when it has none)."""
         return await self.execute(self.plans.count_active(queue, group, now_ns, ttl_ms))
 
+    async def consumer(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        stuck_after_ms: int | None = None,
+    ) -> ConsumerPresence | None:
+        """One consumer's row, or None when it is not tracked (one ``HMGET``: a probe)."""
+        return await self.execute(
+            self.plans.consumer(
+                queue, group, consumer, now_ns, ttl_ms, stuck_after_ms=stuck_after_ms
+            )
+        )
+
     async def prune_expired(
         self,
         now_ns: int | None = None,
@@ -213,12 +245,17 @@ class AsyncRedisPresenceRegistry(Executor):
         """Every declared group and its `min_active`, ordered by (queue, group)."""
         return await self.execute(self.plans.expected())
 
+    async def min_active(self, queue: str, group: str) -> int | None:
+        """The minimum one group was declared with (None: not declared)."""
+        return await self.execute(self.plans.min_active(queue, group))
+
     async def groups(
-        self, now_ns: int | None = None, ttl_ms: int | None = None
+        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
     ) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
-        (None: not declared) and whether it has fewer active consumers."""
-        return await self.execute(self.plans.groups(now_ns, ttl_ms))
+        (None: not declared) and whether it has fewer active consumers (`details`: and its
+        oldest heartbeat and leases, see `Planner.groups`)."""
+        return await self.execute(self.plans.groups(now_ns, ttl_ms, details=details))
 
     async def set_stuck_after(
         self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None
@@ -255,6 +292,12 @@ class AsyncRedisPresenceRegistry(Executor):
     ) -> tuple[int, str]:
         """`ttl` and where it comes from: ``"group"``, ``"prefix"`` or ``"default"``."""
         return await self.execute(self.plans.ttl(queue, group))
+
+    async def ttl_sources(
+        self, groups: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str]]:
+        """`ttl_source` of each `(queue, group)`, read in batches."""
+        return dict(await self.execute(self.plans.ttl_sources(groups)))
 
     async def changes(
         self,
@@ -371,6 +414,8 @@ class AsyncRedisPresenceRegistry(Executor):
             stream.groups.clear()
         if self.policy_check.due:
             await self._check_policy()
+        if stream.unreadable:  # metadata another program wrote, once every row is out
+            raise PresenceMetaError(stream.unreadable)
 
     async def _transport(self, batch: list[Request]) -> list[Any]:
         """`_send`, with a failed connection raised as a `PresenceError`."""
@@ -441,7 +486,7 @@ class AsyncRedisPresenceRegistry(Executor):
         (an error reply raised, as ``execute_command`` raises it); else through
         ``execute_command``."""
         if plan.packed is None:
-            return await self._client.execute_command(*plan.args)
+            return await self._command(*plan.args)
         (reply,) = await self._on_pooled(plan.packed, 1)
         if isinstance(reply, BaseException):
             raise reply
@@ -473,9 +518,24 @@ class AsyncRedisPresenceRegistry(Executor):
         """`request` through the client's own ``execute_command``, an error reply returned."""
         try:
             args, options = single(self._client, request, self.clustered)
-            return await self._client.execute_command(*args, **options)
+            return await self._command(*args, **options)
         except REPLY_ERRORS as exc:
             return exc
+
+    async def _command(self, *args: Any, **options: Any) -> Any:
+        """The client's ``execute_command``; on a cluster, sent again while the slot is on
+        the move, for up to `cluster_retry_ms` (`SlotMoving`)."""
+        if not self.clustered:
+            return await self._client.execute_command(*args, **options)
+        moving: SlotMoving | None = None
+        while True:
+            try:
+                return await self._client.execute_command(*args, **options)
+            except SLOT_MOVING as exc:
+                if not slot_moving(exc):
+                    raise
+                moving = moving or SlotMoving(self.cluster_retry_ms)
+                await asyncio.sleep(moving.pause_s(exc))
 
 
 async def _round_trips(connection: Any, packed: bytes, count: int) -> list[Any]:

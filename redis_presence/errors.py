@@ -2,8 +2,9 @@
 
 Bad arguments raise the built-in `TypeError` / `ValueError` (before anything is
 written); everything that goes wrong on the Redis side is a `PresenceError`.
-No message carries a password: the driver's messages name hosts and ports, never
-credentials, and URLs are redacted before they reach a message (see `urls.redact`).
+No message carries a password, by construction rather than by masking: the driver's
+messages name hosts and ports, never credentials, and a URL reaches a message only as
+`urls.redact` writes it (so no word of a message is ever garbled by a short password).
 """
 
 from __future__ import annotations
@@ -46,6 +47,24 @@ class PresenceProtocolError(PresenceDataError):
     """The prefix's ``P:protocol`` key names a protocol version this package does not speak
     (docs/protocol.md): another client, of another release or language, writes this prefix
     in a format this one cannot read or write safely. Nothing was written."""
+
+
+class PresenceMetaError(PresenceDataError):
+    """`snapshot(with_meta=True)` met metadata this package did not write (not a flat JSON
+    object of str to str, oversized, or nested): `unreadable` maps each such
+    ``(queue, group, consumer)`` to what is wrong with it, and `rows` holds every row of
+    the read, those consumers' `meta` empty (for a caller that shows the others anyway;
+    empty from `iter_snapshot`, which raises it once every row was handed out)."""
+
+    def __init__(self, unreadable: dict[tuple[str, str, str], str], rows: Sequence[Any] = ()):
+        self.unreadable = unreadable
+        self.rows = list(rows)
+        first = next(iter(unreadable.values()), "")
+        more = f"; and {len(unreadable) - 1} more" if len(unreadable) > 1 else ""
+        super().__init__(f"{first}{more}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.unreadable, self.rows)
 
 
 class PresenceConfigError(PresenceError, ValueError):
@@ -221,3 +240,10 @@ def translate(exc: Exception) -> PresenceError:
     if isinstance(exc, rx.ResponseError) and "WRONGTYPE" in str(exc):
         return refusal(str(exc))
     return PresenceError(f"Redis error: {exc}")
+
+
+class PresenceClusterMigratingError(PresenceConnectionError):
+    """A Redis Cluster kept answering that a slot is on the move (``TRYAGAIN``, ``ASK``,
+    ``MOVED``: a slot migration, or resharding) for longer than the registry's
+    ``cluster_retry_ms``, through which it sent the request again. The request did not run
+    (a redirected request never does); retrying later is safe."""

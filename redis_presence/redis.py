@@ -9,19 +9,30 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ._executor import (
+    DEFAULT_CLUSTER_RETRY_MS,
     REPLY_ERRORS,
     RESEND,
+    SLOT_MOVING,
     Executor,
     Run,
+    SlotMoving,
     by_node,
     command_args,
     prebuilt,
     rerouted,
     single,
+    slot_moving,
 )
 from .deployment import drive, memory_policy
-from .errors import DRIVER_ERRORS, PresenceError, PresenceResyncRequired, translate
+from .errors import (
+    DRIVER_ERRORS,
+    PresenceError,
+    PresenceMetaError,
+    PresenceResyncRequired,
+    translate,
+)
 from .events import (
+    DEFAULT_EVENTS_KEPT,
     DEFAULT_FOLLOW_INTERVAL_S,
     Cursor,
     FollowCursor,
@@ -70,13 +81,16 @@ class RedisPresenceRegistry(Executor):
         read_only: bool = False,
         limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
         max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
+        events_kept: int = DEFAULT_EVENTS_KEPT,
+        cluster_retry_ms: int = DEFAULT_CLUSTER_RETRY_MS,
         **redis_kwargs: Any,
     ) -> RedisPresenceRegistry:
         """A registry on a new client for `url`: ``redis://``, ``rediss://``, ``unix://``,
         ``redis+cluster://`` / ``rediss+cluster://`` for a Redis Cluster (several startup
         nodes, comma-separated), or ``redis+sentinel://`` / ``rediss+sentinel://`` for the
         primary that Sentinel names (`redis_presence.urls`); `close` closes that client. A
-        malformed URL is a `PresenceConfigError`, its password hidden."""
+        malformed URL is a `PresenceConfigError`, its password hidden. The registry's own
+        options are those of the constructor; every other keyword goes to redis-py."""
         client = open_client(url, **redis_kwargs)
         registry = cls(
             client,
@@ -84,6 +98,8 @@ class RedisPresenceRegistry(Executor):
             read_only=read_only,
             limits=limits,
             max_future_ms=max_future_ms,
+            events_kept=events_kept,
+            cluster_retry_ms=cluster_retry_ms,
         )
         registry._owns_client = True
         return registry
@@ -185,6 +201,23 @@ class RedisPresenceRegistry(Executor):
         """Active consumers of one group (0 when it has none)."""
         return self.execute(self.plans.count_active(queue, group, now_ns, ttl_ms))
 
+    def consumer(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        stuck_after_ms: int | None = None,
+    ) -> ConsumerPresence | None:
+        """One consumer's row, or None when it is not tracked (one ``HMGET``: a probe)."""
+        return self.execute(
+            self.plans.consumer(
+                queue, group, consumer, now_ns, ttl_ms, stuck_after_ms=stuck_after_ms
+            )
+        )
+
     def prune_expired(
         self,
         now_ns: int | None = None,
@@ -217,10 +250,17 @@ class RedisPresenceRegistry(Executor):
         """Every declared group and its `min_active`, ordered by (queue, group)."""
         return self.execute(self.plans.expected())
 
-    def groups(self, now_ns: int | None = None, ttl_ms: int | None = None) -> list[GroupPresence]:
+    def min_active(self, queue: str, group: str) -> int | None:
+        """The minimum one group was declared with (None: not declared)."""
+        return self.execute(self.plans.min_active(queue, group))
+
+    def groups(
+        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
+    ) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
-        (None: not declared) and whether it has fewer active consumers."""
-        return self.execute(self.plans.groups(now_ns, ttl_ms))
+        (None: not declared) and whether it has fewer active consumers (`details`: and its
+        oldest heartbeat and leases, see `Planner.groups`)."""
+        return self.execute(self.plans.groups(now_ns, ttl_ms, details=details))
 
     def set_stuck_after(
         self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None
@@ -253,6 +293,12 @@ class RedisPresenceRegistry(Executor):
     def ttl_source(self, queue: str | None = None, group: str | None = None) -> tuple[int, str]:
         """`ttl` and where it comes from: ``"group"``, ``"prefix"`` or ``"default"``."""
         return self.execute(self.plans.ttl(queue, group))
+
+    def ttl_sources(
+        self, groups: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str]]:
+        """`ttl_source` of each `(queue, group)`, read in batches."""
+        return dict(self.execute(self.plans.ttl_sources(groups)))
 
     def changes(
         self,
@@ -378,6 +424,8 @@ class RedisPresenceRegistry(Executor):
             stream.groups.clear()
         if self.policy_check.due:
             self._check_policy()
+        if stream.unreadable:  # metadata another program wrote, once every row is out
+            raise PresenceMetaError(stream.unreadable)
 
     def _transport(self, batch: list[Request]) -> list[Any]:
         """`_send`, with a failed connection raised as a `PresenceError`."""
@@ -433,15 +481,30 @@ class RedisPresenceRegistry(Executor):
         """`request` through the client's own ``execute_command``, an error reply returned."""
         try:
             args, options = single(self._client, request, self.clustered)
-            return self._client.execute_command(*args, **options)
+            return self._command(*args, **options)
         except REPLY_ERRORS as exc:
             return exc
+
+    def _command(self, *args: Any, **options: Any) -> Any:
+        """The client's ``execute_command``; on a cluster, sent again while the slot is on
+        the move, for up to `cluster_retry_ms` (`SlotMoving`)."""
+        if not self.clustered:
+            return self._client.execute_command(*args, **options)
+        moving: SlotMoving | None = None
+        while True:
+            try:
+                return self._client.execute_command(*args, **options)
+            except SLOT_MOVING as exc:
+                if not slot_moving(exc):
+                    raise
+                moving = moving or SlotMoving(self.cluster_retry_ms)
+                time.sleep(moving.pause_s(exc))
 
     def _send_single(self, plan: Single[Any]) -> Any:
         """A single beat: its prebuilt RESP written to a pooled connection and the reply
         read back, under the client's own retry policy; else through ``execute_command``."""
         if plan.packed is None:
-            return self._client.execute_command(*plan.args)
+            return self._command(*plan.args)
         return self._on_connection(_round_trip, plan.packed)
 
     def _on_connection(self, exchange: Callable[..., T], *args: Any) -> T:

@@ -31,8 +31,10 @@ with `PresencePoolExhausted` (not "cannot reach Redis": Redis was not asked); an
 client's pool follows a new event loop (its connections of an ended loop are dropped and
 made again). Every malformed URL and every option
 value redis-py would only refuse later is a `PresenceConfigError`, and no message carries
-a password: the userinfo's and ``?password=`` / ``?sentinel_password=`` values show as
-``***``.
+a password: a message names the URL only as `redact` writes it (the userinfo's and
+``?password=`` / ``?sentinel_password=`` values as ``***``), and the driver's words only
+where they cannot hold the URL (`driver_reason`). Nothing is masked after the fact, so no
+word of a message is garbled, whatever the password (``a``, ``Redis``, ``%``).
 """
 
 from __future__ import annotations
@@ -212,11 +214,36 @@ def redact(url: str) -> str:
     return url[: span[0]] + hidden + url[span[1] :]
 
 
-def scrub(message: str, url: str | None) -> str:
-    """The message with the URL's passwords, if any, replaced by ``***``."""
-    for secret in secrets_of(url) if url else ():
-        message = message.replace(secret, "***")
-    return message
+_URL_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"()<>]+")
+"""A URL written in free text (a command line's stray argument, say), up to a blank, a quote
+or a bracket (a comma after it is taken as part of it: hiding too much is harmless)."""
+
+
+def redact_urls(text: str) -> str:
+    """`text` with every URL in it written as `redact` writes it: for words that quote what
+    a user typed (click's usage errors), where a URL may stand that is no parsed one."""
+    return _URL_TOKEN.sub(lambda match: redact(match.group(0)), text)
+
+
+_KEYWORD = re.compile(r"unexpected keyword argument '(\w+)'")
+_URL_VALUE = re.compile(r"Invalid value for '(\w+)' in connection URL")
+
+
+def driver_reason(exc: BaseException) -> str:
+    """Why redis-py refused a URL or an option. Its own errors name hosts, ports and
+    options, never the URL, and are shown as they are; anything else (a `TypeError` or
+    `ValueError`, of the URL parser say, which may quote a piece of the URL) is rebuilt
+    from what it names: an option's name, else the exception's type."""
+    text = str(exc)
+    if isinstance(exc, DRIVER_ERRORS):
+        return text or type(exc).__name__
+    keyword = _KEYWORD.search(text)
+    if isinstance(exc, TypeError) and keyword:
+        return f"no option {keyword.group(1)!r}"
+    value = _URL_VALUE.search(text)
+    if isinstance(exc, ValueError) and value:
+        return f"redis-py refuses the value of option {value.group(1)!r}"
+    return f"redis-py refuses it ({type(exc).__name__})"
 
 
 # --- parsing --------------------------------------------------------------------------------
@@ -271,13 +298,11 @@ class RedisUrl:
 
     def fail(self, reason: str) -> PresenceConfigError:
         """A `PresenceConfigError` naming this URL (password hidden) and `reason`."""
-        return PresenceConfigError(
-            scrub(f"invalid Redis URL {redact(self.url)!r}: {reason}", self.url)
-        )
+        return PresenceConfigError(f"invalid Redis URL {redact(self.url)!r}: {reason}")
 
 
 def _malformed(url: str, reason: str) -> PresenceConfigError:
-    return PresenceConfigError(scrub(f"invalid Redis URL {redact(url)!r}: {reason}", url))
+    return PresenceConfigError(f"invalid Redis URL {redact(url)!r}: {reason}")
 
 
 def scheme_of(url: Any) -> str:
@@ -529,9 +554,7 @@ def _check_tls_files(parsed: RedisUrl, kwargs: Mapping[str, Any]) -> None:
     for name in TLS_FILE_OPTIONS:
         path = query[name] if name in query else kwargs.get(name)
         if isinstance(path, str | os.PathLike) and not os.path.isfile(path):
-            raise PresenceConfigError(
-                scrub(f"{name} {os.fspath(path)!r}: no such file", parsed.url)
-            )
+            raise PresenceConfigError(f"{name} {os.fspath(path)!r}: no such file")
 
 
 # --- opening clients ---------------------------------------------------------------------------
@@ -845,10 +868,10 @@ def _open(url: str, kwargs: dict[str, Any], driver: _Driver) -> Any:
     except DRIVER_ERRORS as exc:  # a sync cluster client connects at once to map the slots
         error = translate(exc)
         if type(error) is PresenceError:  # not unreachable, refused, ...: the URL is wrong
-            raise parsed.fail(str(exc) or type(exc).__name__) from None
+            raise parsed.fail(driver_reason(exc)) from None
         raise error from exc
     except Exception as exc:  # redis-py refused an option or a value: never let it escape
-        raise parsed.fail(str(exc) or type(exc).__name__) from None
+        raise parsed.fail(driver_reason(exc)) from None
 
 
 def _open_standalone(parsed: RedisUrl, kwargs: dict[str, Any], driver: _Driver) -> Any:
@@ -856,13 +879,14 @@ def _open_standalone(parsed: RedisUrl, kwargs: dict[str, Any], driver: _Driver) 
         kwargs.setdefault("redis_connect_func", _db_guard(parsed, driver.asynchronous))
     plain = parsed.scheme + parsed.url[len(parsed.scheme) :]  # redis-py wants it lower case
     query = dict(parsed.options)
-    given = kwargs.pop("pool_timeout", DEFAULT_POOL_TIMEOUT_S)
-    kwargs["timeout"] = float(query["pool_timeout"]) if "pool_timeout" in query else given
+    given = set(kwargs)
+    timeout = kwargs.pop("pool_timeout", DEFAULT_POOL_TIMEOUT_S)
+    kwargs["timeout"] = float(query["pool_timeout"]) if "pool_timeout" in query else timeout
     kwargs.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
     single = kwargs.pop("single_connection_client", False)
     # What redis.Redis.from_url does, with the package's pool (the URL's options win).
     pool = driver.pool.from_url(_without_options(plain, parsed, POOL_OPTIONS), **kwargs)
-    _try_connection(parsed, pool.connection_class, pool.connection_kwargs)
+    _try_connection(parsed, pool.connection_class, pool.connection_kwargs, given)
     client = driver.redis(connection_pool=pool, single_connection_client=single)
     client.auto_close_connection_pool = True
     return client
@@ -883,17 +907,27 @@ def _without_options(url: str, parsed: RedisUrl, names: tuple[str, ...]) -> str:
 
 
 def _try_connection(
-    parsed: RedisUrl, connection_class: Any, connection_kwargs: Mapping[str, Any]
+    parsed: RedisUrl,
+    connection_class: Any,
+    connection_kwargs: Mapping[str, Any],
+    given: set[str] | frozenset[str] = frozenset(),
 ) -> None:
     """Refuse an option the connection does not take (``?ssl_certfle=``, or ``ssl_*`` on a
     plain ``redis://`` URL) now: redis-py passes unknown query parameters on, and the first
     command would fail with a bare `TypeError`. Building a connection object connects
-    nothing."""
+    nothing. A name among the keyword arguments `given` (and not in the URL's query) is
+    refused as a keyword argument: the URL is not what is wrong then."""
     try:
         connection_class(**connection_kwargs)
     except TypeError as exc:
-        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
-        what = f"option {unknown.group(1)!r}" if unknown else "options"
+        unknown = _KEYWORD.search(str(exc))
+        name = unknown.group(1) if unknown else None
+        if name is not None and name in given and name not in dict(parsed.options):
+            raise PresenceConfigError(
+                f"unknown keyword argument {name!r}: neither the registry nor a redis-py "
+                "connection takes it"
+            ) from None
+        what = f"option {name!r}" if name else "options"
         raise parsed.fail(f"a {parsed.scheme}:// URL takes no {what}") from None
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-import redis_presence
+import redis_presence.errors
 
 CONFORMANCE = Path(__file__).resolve().parent.parent / "conformance"
 CASES = sorted(CONFORMANCE.glob("*.json"))
@@ -166,7 +166,7 @@ def run(case: dict[str, Any], registry: Any, client: Any | None) -> None:
             continue
         args = step.get("args", {})
         if "error" in step:
-            error = getattr(redis_presence, step["error"])
+            error = getattr(redis_presence.errors, step["error"])
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 with pytest.raises(error):

@@ -75,6 +75,7 @@ def test_every_public_name_loads_from_its_module() -> None:
         "PresenceAuthError",
         "PresenceBatchError",
         "PresenceClockError",
+        "PresenceClusterMigratingError",
         "PresenceConfigError",
         "PresenceConnectionError",
         "PresenceDataError",

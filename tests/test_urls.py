@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -174,6 +176,117 @@ def test_query_passwords_are_hidden_like_userinfo_ones() -> None:
     assert redact(plain) == plain
 
 
+# --- messages built without the password (issue 22, item 8) -----------------------------------
+
+REFERENCE = "Zq7Xw-reference-password-Zq7Xw"
+"""A password no message could hold by chance: every other password's messages must be these
+(a message that depends on the password either shows it or garbles a word masking it)."""
+SHORT_PASSWORDS = ["a", "e", "Redis", "wrong", "%", "user", "s", "x" * 300]
+RIGHT = "the-right-password"
+
+
+def library_messages(url: str) -> list[str]:
+    """What the sync and the asyncio registry say when a beat through `url` fails."""
+    said = []
+    for attempt in (try_sync, try_async):
+        error = attempt(url)
+        assert isinstance(error, PresenceError), url
+        said.append(f"{type(error).__name__}: {error}")
+    return said
+
+
+def web_readyz(url: str) -> str:
+    with warnings.catch_warnings():  # as in test_web_api: httpx, not the httpx2 fork
+        warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+        from starlette.testclient import TestClient
+
+    from redis_presence.web import WebConfig, create_app
+
+    config = WebConfig(url=url, ttl_ms=10_000, read_cache_s=0)
+    app = create_app(config)
+    with TestClient(app, base_url="http://localhost", raise_server_exceptions=False) as client:
+        response = client.get("/readyz")
+        assert response.status_code == 503, response.text
+        return str(response.json()["message"])
+
+
+def messages_for(password: str, port: int, admin: redis.Redis) -> dict[str, str]:
+    """Every message a user may see when `password` is wrong, when the ACL user it logs in
+    is denied a command, when no server listens, and when the URL is malformed."""
+    encoded = quote(password, safe="")
+    admin.acl_setuser(
+        "limited",
+        enabled=True,
+        reset=True,
+        passwords=[f"+{password}"],
+        keys=["*"],
+        commands=["+ping", "+time", "+info", "+client"],
+    )
+    urls = {
+        "wrong": f"redis://:{encoded}@127.0.0.1:{port}/0",
+        "wrong, named user": f"redis://default:{encoded}@127.0.0.1:{port}/0",
+        "denied": f"redis://limited:{encoded}@127.0.0.1:{port}/0",
+        "nobody listening": f"redis://:{encoded}@127.0.0.1:{CLOSED}/0",
+        "malformed": f"redis://:{encoded}@127.0.0.1:port/0",
+        "bad option": f"redis://:{encoded}@127.0.0.1:{port}/0?protocol=4",
+        "no such file": f"rediss://:{encoded}@127.0.0.1:{port}/0?ssl_ca_certs=/nonexistent.pem",
+    }
+    said: dict[str, str] = {}
+    for case, url in urls.items():
+        for i, message in enumerate(library_messages(url)):
+            said[f"{case} (library {i})"] = message
+        code, output = cli_output(url)
+        said[f"{case} (cli ls)"] = f"exit {code}: {output}"
+    for case in ("wrong", "denied"):
+        result = CliRunner().invoke(cli, ["--url", urls[case], "doctor"], obj=fast_factory)
+        timings = re.sub(r"\d+(\.\d+)? ms", "_ ms", result.output)  # latency: 0.04 ms
+        said[f"{case} (cli doctor)"] = f"exit {result.exit_code}: {timings}"
+    for case in ("wrong", "nobody listening"):
+        said[f"{case} (web readyz)"] = web_readyz(urls[case])
+    return said
+
+
+def test_no_password_is_masked_into_a_message_it_is_never_put_there(
+    make_redis_server: MakeRedisServer,
+) -> None:
+    """With password ``a``, masking wrote "Redis refused ***ccess: wrong user n***me or
+    p***ssword": the message named the password by its holes. Every message is built
+    without the password, so it reads the same whatever the password."""
+    server = make_redis_server(requirepass=RIGHT)
+    with server.client(password=RIGHT) as admin:
+        expected = messages_for(REFERENCE, server.port, admin)
+        assert not [m for m in expected.values() if MARK in m or REFERENCE in m]
+        assert "wrong user name or password" in expected["wrong (library 0)"]
+        assert "PresenceAuthError" in expected["denied (library 1)"], expected
+        assert "can act as none of the roles" in expected["denied (cli doctor)"]
+        garbled = {
+            (password[:12], case): said
+            for password in SHORT_PASSWORDS
+            for case, said in messages_for(password, server.port, admin).items()
+            if said != expected[case]
+        }
+    assert not garbled, "\n".join(f"{k}: {v!r}" for k, v in garbled.items())
+
+
+def test_a_url_typed_where_no_url_belongs_is_shown_redacted_and_driver_words_are_rebuilt() -> None:
+    """click quotes a stray argument as typed, and a URL parser's error may quote the URL:
+    neither reaches a message as it is, and nothing else of them is touched."""
+    stray = "redis://:a@127.0.0.1:1/0"
+    result = CliRunner().invoke(cli, ["--url", f"redis://:a@127.0.0.1:{CLOSED}/0", "ls", stray])
+    assert result.exit_code == 2, result.output
+    assert "unexpected extra argument (redis://:***@127.0.0.1:1/0)" in result.output
+    assert ":a@" not in result.output
+    assert urls.redact_urls("a and redis://u:s3cret@h/0?password=x (again)") == (
+        "a and redis://u:***@h/0?password=*** (again)"
+    )
+    leaky = ValueError("Port could not be cast to integer value as 'hunter2@h'")
+    assert urls.driver_reason(leaky) == "redis-py refuses it (ValueError)"
+    typo = TypeError("Connection.__init__() got an unexpected keyword argument 'colour'")
+    assert urls.driver_reason(typo) == "no option 'colour'"
+    own = redis.exceptions.RedisClusterException("Cluster mode is not enabled on this node")
+    assert urls.driver_reason(own) == "Cluster mode is not enabled on this node"
+
+
 # --- what the parser hands redis-py ----------------------------------------------------------
 
 
@@ -309,8 +422,11 @@ def test_a_frozen_server_fails_calls_and_reporter_close_on_the_default_timeout(
 
 
 def test_a_database_the_server_lacks_is_a_config_error_and_exit_2(
-    redis_server: RedisServer,
+    make_redis_server: MakeRedisServer,
 ) -> None:
+    # A server of its own: "nothing landed on database 0" must not read what other tests
+    # left on a shared one.
+    redis_server = make_redis_server()
     url = f"redis://127.0.0.1:{redis_server.port}/99"
     refused = r"invalid Redis URL .*/99'.*no database 99"
     with (

@@ -119,14 +119,17 @@ def translate(exc: BaseException, url: str | None, timeout_s: float | None = Non
         PresenceOutOfMemoryError,
         PresenceReadOnlyError,
     )
-    from redis_presence.urls import redact, scrub
+    from redis_presence.urls import redact, redact_urls
 
     if isinstance(exc, click.UsageError):
         hint = ""
         if exc.ctx is not None:
             hint = f" (see '{exc.ctx.command_path} --help')"
-        return UsageProblem(scrub(exc.format_message(), url) + hint)
-    text = scrub(one_line(str(exc)) or type(exc).__name__, url)
+        # click quotes what was typed: a URL there (a stray argument) is shown redacted.
+        return UsageProblem(redact_urls(exc.format_message()) + hint)
+    # The library's messages carry no password (they name a URL only redacted): shown as
+    # they are, never masked, so no word of them is garbled.
+    text = one_line(str(exc)) or type(exc).__name__
     if isinstance(exc, PresenceBatchError) and exc.failed:
         # Some groups refused: the exit code of the first refusal, the whole story in words.
         first = translate(next(iter(exc.failed.values())), url, timeout_s)

@@ -16,6 +16,20 @@ export class PresenceProtocolError extends PresenceDataError {
   override name = "PresenceProtocolError";
 }
 
+/** `snapshot({ withMeta: true })` met metadata this client did not write: every row was read
+ * (those consumers' `meta` empty) and is in `rows`; `unreadable` maps `"queue/group/consumer"`
+ * to what is wrong (the Python package's `PresenceMetaError`). */
+export class PresenceMetaError extends PresenceDataError {
+  override name = "PresenceMetaError";
+  constructor(
+    readonly unreadable: Map<string, string>,
+    readonly rows: unknown[],
+  ) {
+    const first = [...unreadable.values()][0] ?? "";
+    super(unreadable.size > 1 ? `${first}; and ${unreadable.size - 1} more` : first);
+  }
+}
+
 /** A beat's explicit `nowNs` is too far ahead of the server clock (the clock guard). */
 export class PresenceClockError extends PresenceError {
   override name = "PresenceClockError";

@@ -1,7 +1,7 @@
 /** `PresenceRegistry`: heartbeats, reads and prunes of one prefix on a standalone Redis, in
  * the wire protocol of docs/protocol.md, with the repository's own Lua scripts. */
 import type { Redis } from "ioredis";
-import { PresenceBatchError, PresenceDataError, PresenceError, PresenceProtocolError, refusal, translate } from "./errors";
+import { PresenceBatchError, PresenceDataError, PresenceError, PresenceMetaError, PresenceProtocolError, refusal, translate } from "./errors";
 import { byCodePoint, encodeMeta, type GroupKeys, Keyspace, PROTOCOL_VERSION } from "./keys";
 import { type ScriptName, script } from "./scripts";
 
@@ -428,6 +428,7 @@ export class PresenceRegistry {
     const strict = filter.queue !== undefined && filter.group !== undefined;
     const skipped: Skipped[] = [];
     const found: [GroupKeys, ConsumerPresence[]][] = [];
+    const unreadable = new Map<string, string>();
     let after: string | null = null;
     do {
       let groups: GroupKeys[];
@@ -448,13 +449,15 @@ export class PresenceRegistry {
           skipped.push({ key: gk.data, reason: error.message });
           continue;
         }
-        const metas = options.withMeta ? await this.metas(gk, names, strict, skipped) : null;
+        const metas = options.withMeta ? await this.metas(gk, names, unreadable) : null;
         found.push([gk, names.map((consumer, j) => this.row(gk, consumer, stored[j], now, ttls[i], stucks[i], metas?.[j] ?? {}))]);
       }
     } while (after !== null);
     found.sort(([a], [b]) => byCodePoint(a.queue, b.queue) || byCodePoint(a.group, b.group));
     this.report(skipped);
-    return withSkipped(found.flatMap(([, rows]) => rows), skipped);
+    const rows = withSkipped(found.flatMap(([, part]) => part), skipped);
+    if (unreadable.size) throw new PresenceMetaError(unreadable, rows);
+    return rows;
   }
 
   /** Active consumers per (queue, group), counted server-side; groups without one are left
@@ -694,7 +697,7 @@ export class PresenceRegistry {
     return table;
   }
 
-  private async metas(gk: GroupKeys, names: string[], strict: boolean, skipped: Skipped[]): Promise<Record<string, string>[]> {
+  private async metas(gk: GroupKeys, names: string[], unreadable: Map<string, string>): Promise<Record<string, string>[]> {
     const out: Record<string, string>[] = [];
     for (let i = 0; i < names.length; i += CONSUMERS_PER_CALL) {
       const part = names.slice(i, i + CONSUMERS_PER_CALL);
@@ -704,8 +707,8 @@ export class PresenceRegistry {
         try {
           return out.push(decodeMeta(gk, part[j], value));
         } catch (error) {
-          if (strict || !(error instanceof PresenceDataError)) throw error;
-          skipped.push({ key: gk.meta, reason: error.message });
+          if (!(error instanceof PresenceDataError)) throw error;
+          unreadable.set(`${gk.queue}/${gk.group}/${part[j]}`, error.message);
           return out.push({});
         }
       });

@@ -56,7 +56,6 @@ def command(
     """
     from redis_presence.errors import PresenceConnectionError
     from redis_presence.events import FollowCursor, FollowMessage, FollowSnapshot, PresenceEvent
-    from redis_presence.urls import scrub
 
     from .. import render
     from ..errors import one_line
@@ -142,7 +141,7 @@ def command(
                 )
 
             def reason(error: Exception) -> str:
-                return scrub(one_line(str(error)), app.url)
+                return one_line(str(error))  # no password in it: never masked
 
             def show(frame: Frame) -> None:
                 stamp = time.strftime("%H:%M:%S", time.localtime())
