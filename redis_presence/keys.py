@@ -30,6 +30,8 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
     P:stuck      string the prefix's shared progress budget in ms (`set_stuck_after()`)
     P:expects    zset   the index of declared groups: the key ``P:{Q}:expect`` of every
                         queue with a declared group, all with score 0 (sorted by name)
+    P:protocol   string the protocol version (PROTOCOL_VERSION, docs/protocol.md), written
+                        ``SET NX`` by writers and checked by every reader and writer
     P:index      set    the index of release 0.1 ("Q:G" members); only
                         ``redis-presence migrate`` reads it, and empties it
 
@@ -50,6 +52,10 @@ from urllib.parse import quote, unquote
 from ._json import loads_flat
 from .errors import PresenceDataError
 from .validation import MAX_META_BYTES, MAX_META_KEYS, check_prefix
+
+PROTOCOL_VERSION = "1"
+"""The version of the wire format (docs/protocol.md) this package reads and writes, stored
+in ``P:protocol``: a client that finds another one refuses the prefix."""
 
 INDEX_MARK_MS = 60_000
 """Lifetime of a group's index mark: how often a live group re-asserts its index entry."""
@@ -176,6 +182,7 @@ class Keyspace:
         "groups",
         "legacy_index",
         "prefix",
+        "protocol",
         "stuck",
         "ttl",
     )
@@ -189,6 +196,7 @@ class Keyspace:
         self.stuck = f"{prefix}:stuck"
         self.expects = f"{prefix}:expects"
         self.legacy_index = f"{prefix}:index"
+        self.protocol = f"{prefix}:protocol"
 
     def queue_expect(self, queue: str) -> str:
         """The declared groups of one queue (validated name)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import secrets
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Sequence
 from functools import partial
@@ -31,8 +32,10 @@ from typing import Any, NamedTuple, TypeVar
 from .errors import (
     PresenceBatchError,
     PresenceDataError,
+    PresenceDataWarning,
     PresenceError,
     PresenceMetaError,
+    PresenceProtocolError,
     PresenceReadOnlyError,
     PresenceResyncRequired,
     refusal,
@@ -59,7 +62,14 @@ from .events import (
     stream_id,
     window,
 )
-from .keys import INDEX_MARK_MS, GroupKeys, Keyspace, decode_meta, encode_meta
+from .keys import (
+    INDEX_MARK_MS,
+    PROTOCOL_VERSION,
+    GroupKeys,
+    Keyspace,
+    decode_meta,
+    encode_meta,
+)
 from .model import (
     DEFAULT_MAX_FUTURE_MS,
     DEFAULT_PRESENCE_TTL_MS,
@@ -68,8 +78,11 @@ from .model import (
     NS_PER_MS,
     ConsumerMeta,
     ConsumerPresence,
+    Counts,
     GroupPresence,
     PresenceState,
+    Rows,
+    Skipped,
     gc_paused,
 )
 from .replies import Columns, server_now_ns, stored_columns, stored_heartbeat_ns
@@ -267,6 +280,8 @@ class RowStream(NamedTuple):
 
     plan: Plan[None]
     groups: list[tuple[GroupKeys, list[ConsumerPresence]]]
+    skipped: list[Skipped]
+    """What the read set aside (docs/protocol.md, section 9), complete once `plan` is done."""
     unreadable: dict[ConsumerKey, str] | None = None
     """With metadata: each consumer whose metadata this package did not write, and why (its
     row's `meta` is empty); a driver raises `PresenceMetaError` once every row is out."""
@@ -360,12 +375,14 @@ class Planner:
     __slots__ = (
         "_beat_calls",
         "_beat_script",
+        "_claimed",
         "_clock",
         "_codec",
         "_encode",
         "_guard",
         "_pack",
         "_packed",
+        "_protocol_at",
         "_stucks",
         "_ttls",
         "clustered",
@@ -416,6 +433,9 @@ class Planner:
         self._ttls: dict[str | None, tuple[int | None, int]] = {}
         # The shared progress budgets, read with the TTLs: (the stored ms or None, when).
         self._stucks: dict[str | None, tuple[int | None, int]] = {}
+        # When this planner last checked ``P:protocol`` (monotonic ns; None: never).
+        self._protocol_at: int | None = None
+        self._claimed = False  # whether a beat of this planner claimed it (SET NX)
 
     @property
     def prefix(self) -> str:
@@ -482,6 +502,7 @@ class Planner:
             yield from self._beat_on_cluster(call, queue, group)
         else:
             yield [call]
+        yield from self._claim()
 
     def _beat_on_cluster(self, call: ScriptCall, queue: str, group: str) -> Plan[None]:
         (reply,) = yield [call]
@@ -623,6 +644,8 @@ class Planner:
                 logged.append((group_of[names[0]].events, int(reply[1])))
         if self.clustered:
             yield from self._list_on_cluster(unlisted, logged)
+        if len(unwritten) < len(beats):
+            yield from self._claim()
         if len(unwritten) == len(beats) and all(isinstance(r, PresenceError) for r in replies):
             raise replies[0]  # every call was refused whole (out of memory, say)
         if failed:
@@ -734,9 +757,10 @@ class Planner:
         removed = 0
         failed: dict[tuple[str, str], PresenceError] = {}
         left: list[ConsumerKey] = []  # expired, but left in place for a spoilt value
-        after: str | None = None
+        after: Any = None
+        aside: list[Skipped] = []
         while True:
-            groups, after = yield from self._listed(queue, group, after)
+            groups, after = yield from self._listed(queue, group, after, aside)
             ttl_of = dict(zip(groups, (yield from self._ttls_for(groups, ttl_ms)), strict=True))
             # Per queue on a cluster (one slot a call): each part goes on from where the
             # budget of its last call ran out (a group, and an offset among its ties).
@@ -791,6 +815,7 @@ class Planner:
                     # not forget the logs that hold this very prune's events.
                     server_ns = int(now) if now_ns is None else (yield from self._now(None))
                     yield from self._forget_logs(server_ns // NS_PER_MS - EVENT_LOG_TTL_MS)
+                _report(aside)
                 if failed:
                     raise PresenceBatchError(failed, removed, left)
                 return removed
@@ -851,10 +876,11 @@ class Planner:
     @staticmethod
     def _collect(stream: RowStream) -> Plan[list[ConsumerPresence]]:
         yield from stream.plan
-        rows: list[ConsumerPresence] = []
+        rows: Rows[ConsumerPresence] = Rows()
         with gc_paused():
             for _, part in sorted(stream.groups, key=_by_names):
                 rows += part
+        rows.skipped = _unique(stream.skipped)
         if stream.unreadable:  # every row was read: the error hands them out
             raise PresenceMetaError(stream.unreadable, rows)
         return rows
@@ -890,9 +916,10 @@ class Planner:
             raise TypeError(f"with_meta must be a bool, got {type(with_meta).__name__}")
         queue, group = check_filter("queue", queue), check_filter("group", group)
         groups: list[tuple[GroupKeys, list[ConsumerPresence]]] = []
+        skipped: list[Skipped] = []
         unreadable: dict[ConsumerKey, str] | None = {} if with_meta else None
-        plan = self._stream(now, ttl, queue, group, groups, stuck, unreadable)
-        return RowStream(plan, groups, unreadable)
+        plan = self._stream(now, ttl, queue, group, groups, skipped, stuck, unreadable)
+        return RowStream(plan, groups, skipped, unreadable)
 
     def _stream(
         self,
@@ -901,19 +928,27 @@ class Planner:
         queue: str | None,
         group: str | None,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
+        skipped: list[Skipped],
         stuck_after_ms: int | None = None,
         unreadable: dict[ConsumerKey, str] | None = None,
     ) -> Plan[None]:
         now = yield from self._now(now_ns)
-        after: str | None = None
+        after: Any = None
+        # A read of one named group fails on its bad data; a fleet read sets it aside.
+        aside = None if queue is not None and group is not None else skipped
         while True:
-            groups, after = yield from self._listed(queue, group, after)
+            groups, after = yield from self._listed(queue, group, after, skipped)
             if groups:
+                sizes = yield from self._sound(
+                    groups, [Command("HLEN", (gk.data,)) for gk in groups], aside
+                )
+                kept = [i for i, n in enumerate(sizes) if n is not None]
+                groups = [groups[i] for i in kept]
                 ttls, stucks = yield from self._ttls_and_stucks(groups, ttl_ms, stuck_after_ms)
-                sizes = yield [Command("HLEN", (gk.data,)) for gk in groups]
-                sized = [int(n) for n in sizes]
-                yield from self._read(groups, sized, ttls, now, out, stucks, unreadable)
+                sized = [int(sizes[i]) for i in kept]
+                yield from self._read(groups, sized, ttls, now, out, stucks, unreadable, aside)
             if after is None:
+                _report(skipped)
                 return
 
     def _read(
@@ -925,11 +960,14 @@ class Planner:
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
         stucks: list[int] | None = None,
         unreadable: dict[tuple[str, str, str], str] | None = None,
+        aside: list[Skipped] | None = None,
     ) -> Plan[None]:
         """Read groups of known sizes in order, a window of them per round trip: each small
         group in one ``HGETALL``, each large one in ``HSCAN`` steps; a group goes to `out`
         once it is complete and every group before it is out. With `unreadable` (a dict),
-        each row's metadata is read too, and what cannot be decoded is noted there."""
+        each row's metadata is read too, and what cannot be decoded is noted there. With
+        `aside`, a group whose stored values this package cannot decode is set aside there
+        instead of failing."""
         most = self.limits.consumers
         ttl_of = dict(zip(groups, ttls, strict=True))
         stuck_of = dict(zip(groups, stucks or [DEFAULT_STUCK_AFTER_MS] * len(groups), strict=True))
@@ -970,7 +1008,12 @@ class Planner:
                 finished = []
                 while window and window[0].done:
                     done = window.popleft()
-                    finished.append((done.gk, stored_columns(done.gk, done.table)))
+                    try:
+                        finished.append((done.gk, stored_columns(done.gk, done.table)))
+                    except PresenceDataError as error:
+                        if aside is None:
+                            raise
+                        aside.append(Skipped(done.gk.data, str(error)))
                     done.table = {}
             metas = None if unreadable is None else (yield from self._metas(finished, unreadable))
             with gc_paused():
@@ -1033,17 +1076,23 @@ class Planner:
         self, now_ns: int | None, ttl_ms: int | None, queue: str | None, group: str | None
     ) -> Plan[dict[tuple[str, str], int]]:
         now = yield from self._now(now_ns)
-        counts: dict[tuple[str, str], int] = {}
-        after: str | None = None
+        counts: Counts = Counts()
+        skipped: list[Skipped] = []
+        aside = None if queue is not None and group is not None else skipped
+        after: Any = None
         while True:
-            groups, after = yield from self._listed(queue, group, after)
+            groups, after = yield from self._listed(queue, group, after, skipped)
             if groups:
                 ttls = yield from self._ttls_for(groups, ttl_ms)
-                found = yield from self._active(groups, now, ttls)
+                found = yield from self._active(groups, now, ttls, aside)
                 counts.update(
-                    ((gk.queue, gk.group), n) for gk, n in zip(groups, found, strict=True) if n
+                    ((gk.queue, gk.group), n)
+                    for gk, n in zip(groups, found, strict=True)
+                    if n is not None and n
                 )
             if after is None:
+                counts.skipped = _unique(skipped)
+                _report(skipped)
                 return counts
 
     def count_active(
@@ -1102,20 +1151,30 @@ class Planner:
         now = yield from self._now(now_ns)
         ttls = yield from self._ttls_for([gk], ttl_ms)
         (found,) = yield from self._active([gk], now, ttls)
-        return found
+        return found or 0
 
-    def _active(self, groups: list[GroupKeys], now_ns: int, ttls: list[int]) -> Plan[list[int]]:
+    def _active(
+        self,
+        groups: list[GroupKeys],
+        now_ns: int,
+        ttls: list[int],
+        aside: list[Skipped] | None = None,
+    ) -> Plan[list[int | None]]:
         """Active consumers of each group under its TTL (`_above` its active horizon)."""
         horizons = [PresenceState.horizons_ns(now_ns, ttl)[0] for ttl in ttls]
-        return (yield from self._above(groups, horizons))
+        return (yield from self._above(groups, horizons, aside))
 
-    def _above(self, groups: list[GroupKeys], horizons: list[int]) -> Plan[list[int]]:
+    def _above(
+        self, groups: list[GroupKeys], horizons: list[int], aside: list[Skipped] | None = None
+    ) -> Plan[list[int | None]]:
         """Consumers of each group whose last beat is after its horizon (ns): ``ZCOUNT`` of
         the scores above the horizon's microsecond, plus those on it whose nanosecond rest is
-        above the horizon's (read from their stored values, `Limits.consumers` at a time)."""
+        above the horizon's (read from their stored values, `Limits.consumers` at a time).
+        With `aside`, a group with a key or a value this package cannot decode counts None
+        and is set aside there instead of failing."""
         edges = [horizon // 1_000 for horizon in horizons]
         most = self.limits.consumers
-        replies = yield [
+        requests = [
             request
             for gk, edge in zip(groups, edges, strict=True)
             for request in (
@@ -1123,8 +1182,17 @@ class Planner:
                 Command("ZRANGEBYSCORE", (gk.hb, edge, edge, "LIMIT", 0, most)),
             )
         ]
-        counts = [int(n) for n in replies[0::2]]
-        ties = {i: (0, list(names)) for i, names in enumerate(replies[1::2]) if names}
+        pairs = [gk for gk in groups for _ in (0, 1)]
+        replies = yield from self._sound(pairs, requests, aside)
+        counts: list[int | None] = [
+            None if n is None or t is None else int(n)
+            for n, t in zip(replies[0::2], replies[1::2], strict=True)
+        ]
+        ties = {
+            i: (0, list(names))
+            for i, names in enumerate(replies[1::2])
+            if names and counts[i] is not None
+        }
         while ties:  # consumers on the horizon's microsecond: rare, and read a page at a time
             order = list(ties)
             batch: list[Request] = []
@@ -1139,10 +1207,18 @@ class Planner:
             for i in order:
                 offset, names = ties[i]
                 for name, value in zip(names, next(answers), strict=True):
-                    if value is None:
+                    if value is None or counts[i] is None:
                         continue
-                    if stored_heartbeat_ns(groups[i], name, value) > horizons[i]:
-                        counts[i] += 1
+                    try:
+                        beat = stored_heartbeat_ns(groups[i], name, value)
+                    except PresenceDataError as error:
+                        if aside is None:
+                            raise
+                        aside.append(Skipped(groups[i].data, str(error)))
+                        counts[i] = None
+                        continue
+                    if beat > horizons[i]:
+                        counts[i] = (counts[i] or 0) + 1
                 if len(names) == most:
                     more = list(next(answers))
                     if more:
@@ -1151,15 +1227,19 @@ class Planner:
         return counts
 
     def size(self) -> Plan[int]:
-        """How many consumers are tracked, in every state."""
+        """How many consumers are tracked, in every state (groups this package cannot
+        decode set aside)."""
         total = 0
-        after: str | None = None
+        skipped: list[Skipped] = []
+        after: Any = None
         while True:
-            groups, after = yield from self._listed(None, None, after)
+            groups, after = yield from self._listed(None, None, after, skipped)
             if groups:
-                cards = yield [Command("ZCARD", (gk.hb,)) for gk in groups]
-                total += sum(int(n) for n in cards)
+                asks = [Command("ZCARD", (gk.hb,)) for gk in groups]
+                cards = yield from self._sound(groups, asks, skipped)
+                total += sum(int(n) for n in cards if n is not None)
             if after is None:
+                _report(skipped)
                 return total
 
     # -- declared groups ------------------------------------------------------------
@@ -1200,7 +1280,14 @@ class Planner:
     def expected(self) -> Plan[dict[tuple[str, str], int]]:
         """Every declared group and its `min_active`: the index a page of `Limits.groups`
         queues at a time, each queue's declarations ``HSCAN``ned `Limits.consumers` at a time."""
-        return self._expected()
+        return self._reported(self._expected)
+
+    def _reported(self, read: Callable[[list[Skipped]], Plan[T]]) -> Plan[T]:
+        """`read` with its own list of what it sets aside, reported when it is done."""
+        skipped: list[Skipped] = []
+        result = yield from read(skipped)
+        _report(skipped)
+        return result
 
     def min_active(self, queue: str, group: str) -> Plan[int | None]:
         """The minimum one group was declared with (None: not declared): one ``HMGET``."""
@@ -1212,7 +1299,7 @@ class Planner:
         ((value,),) = yield [Command("HMGET", (key, group))]  # the reader role's
         return None if value is None else _stored_min(key, group, value)
 
-    def _expected(self) -> Plan[dict[tuple[str, str], int]]:
+    def _expected(self, skipped: list[Skipped]) -> Plan[dict[tuple[str, str], int]]:
         found: dict[tuple[str, str], int] = {}
         low = "-"
         page = self.limits.groups
@@ -1220,8 +1307,14 @@ class Planner:
             (members,) = yield [
                 Command("ZRANGEBYLEX", (self.keys.expects, low, "+", "LIMIT", 0, page))
             ]
-            keys = [_text(member) for member in members]
-            queues = [self.keys.queue_of_expect(key) for key in keys]
+            every = [_text(member) for member in members]
+            keys, queues = [], []
+            for key in every:
+                try:
+                    queues.append(self.keys.queue_of_expect(key))
+                    keys.append(key)
+                except PresenceDataError as error:
+                    skipped.append(Skipped(key, str(error)))
             cursors: dict[int, int] = dict.fromkeys(range(len(keys)), 0)
             while cursors:
                 order = list(cursors)
@@ -1237,13 +1330,16 @@ class Planner:
                         else dict(zip(part[::2], part[1::2], strict=True))
                     )
                     for name, least in table.items():
-                        found[(queues[i], _text(name))] = _stored_min(keys[i], name, least)
+                        try:
+                            found[(queues[i], _text(name))] = _stored_min(keys[i], name, least)
+                        except PresenceDataError as error:
+                            skipped.append(Skipped(keys[i], str(error)))
                     if int(cursor):
                         going_on[i] = int(cursor)
                 cursors = going_on
-            if len(keys) < page:
+            if len(every) < page:
                 return dict(sorted(found.items()))
-            low = f"({keys[-1]}"
+            low = f"({every[-1]}"
 
     def groups(
         self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
@@ -1268,12 +1364,13 @@ class Planner:
         self, now_ns: int | None, ttl_ms: int | None, details: bool = False
     ) -> Plan[list[GroupPresence]]:
         now = yield from self._now(now_ns)
-        declared = yield from self._expected()
+        skipped: list[Skipped] = []
+        declared = yield from self._expected(skipped)
         counts: dict[tuple[str, str], tuple[int, int, int]] = {}
         extra: dict[tuple[str, str], tuple[int | None, int]] = {}
-        after: str | None = None
+        after: Any = None
         while True:
-            groups, after = yield from self._listed(None, None, after)
+            groups, after = yield from self._listed(None, None, after, skipped)
             if groups:
                 ttls = yield from self._ttls_for(groups, ttl_ms)
                 horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
@@ -1291,19 +1388,26 @@ class Planner:
                     ]
                     cards, firsts = replies[0::2], replies[1::2]
                 else:
-                    cards = yield [Command("ZCARD", (gk.hb,)) for gk in groups]
-                active = yield from self._above(groups, [h[0] for h in horizons])
-                alive = yield from self._above(groups, [h[1] for h in horizons])
+                    cards = yield from self._sound(
+                        groups, [Command("ZCARD", (gk.hb,)) for gk in groups], skipped
+                    )
+                active = yield from self._above(groups, [h[0] for h in horizons], skipped)
+                alive = yield from self._above(groups, [h[1] for h in horizons], skipped)
                 for gk, card, a, b in zip(groups, cards, active, alive, strict=True):
-                    counts[(gk.queue, gk.group)] = (a, b - a, int(card) - b)
+                    if card is not None and a is not None and b is not None:
+                        counts[(gk.queue, gk.group)] = (a, b - a, int(card) - b)
                 if details:
-                    dead = [int(card) > b for card, b in zip(cards, alive, strict=True)]
+                    dead = [
+                        card is not None and b is not None and int(card) > b
+                        for card, b in zip(cards, alive, strict=True)
+                    ]
                     lost = yield from self._expired_leases(groups, [h[1] for h in horizons], dead)
                     for gk, first, held in zip(groups, firsts, lost, strict=True):
                         extra[(gk.queue, gk.group)] = (_lowest_score_ns(first), held)
             if after is None:
                 break
-        out = []
+        _report(skipped)
+        out: Rows[GroupPresence] = Rows()
         nothing: tuple[int | None, int] = (None, 0)
         for key in sorted(counts.keys() | declared.keys()):
             n_active, n_stale, n_expired = counts.get(key, (0, 0, 0))
@@ -1313,6 +1417,7 @@ class Planner:
             out.append(
                 GroupPresence.of(*key, n_active, n_stale, n_expired, declared.get(key), *more)
             )
+        out.skipped = _unique(skipped)
         return out
 
     def _expired_leases(
@@ -1722,8 +1827,11 @@ class Planner:
         member, kind_at, score_at, skip_at = at.derived
         most = min(self.limits.consumers, limit)
         kinds = (EventKind.STALE, EventKind.EXPIRED)
+        skipped: list[Skipped] = []
         while True:
-            groups, going_on = yield from self._listed(queue, group, None, start=member or None)
+            groups, going_on = yield from self._listed(
+                queue, group, None, skipped, start=member or None
+            )
             ttls = yield from self._ttls_for(groups, None)
             # (group, kind number, ttl, low, high, first score, how many at it to skip), in
             # the order events are given: a round reads them all at once, and the first
@@ -1765,15 +1873,18 @@ class Planner:
                     if event is not None and low < heartbeat_of(event) <= high:
                         events.append(order(event))
                         if len(events) >= limit:
+                            _report(skipped)
                             return at._replace(derived=(gk.member, number, score, ties))
                 if len(part) == most:  # more of this one: the next round goes on from it
                     member, kind_at, score_at, skip_at = gk.member, number, score, ties
                     break
             else:
                 if going_on is None:
+                    _report(skipped)
                     return None
                 # `start` is inclusive: the next page begins after this page's last group
-                member, kind_at, score_at, skip_at = going_on + "\x00", 0, 0, 0
+                after_last = going_on + (b"\x00" if isinstance(going_on, bytes) else "\x00")
+                member, kind_at, score_at, skip_at = after_last, 0, 0, 0
 
     # -- storage ----------------------------------------------------------------------
 
@@ -1869,7 +1980,11 @@ class Planner:
         return ttls, (yield from self._shared_stucks(groups))
 
     def _refresh_shared(
-        self, groups: Sequence[GroupKeys], *, ttls: bool = True, stucks: bool = False
+        self,
+        groups: Sequence[GroupKeys],
+        *,
+        ttls: bool = True,
+        stucks: bool = False,
     ) -> Plan[None]:
         """Read, in one batch, the shared TTLs (and with `stucks` the progress budgets) of
         the prefix and of each group that this planner did not read in the last
@@ -1889,11 +2004,26 @@ class Planner:
                 if entry is None or entry[1] < limit:
                     place = self.keys if member is None else self.keys.from_member(member)
                     asks.append((cache, member, getattr(place, kind)))
-        if asks:
-            replies = yield [Command("GET", (key,)) for _, _, key in asks]
+        protocol: list[Request] = []
+        if self._protocol_at is None or self._protocol_at < limit:
+            # The protocol version, with the shared settings (docs/protocol.md): every read
+            # of the settings checks it (and a heartbeat claims it, `_claim`).
+            protocol.append(Command("GET", (self.keys.protocol,)))
+        if asks or protocol:
+            replies = yield [*protocol, *(Command("GET", (key,)) for _, _, key in asks)]
             read_at = self._clock()
-            for (cache, member, key), reply in zip(asks, replies, strict=True):
+            if protocol:
+                _check_protocol(self.keys.protocol, replies[len(protocol) - 1])
+                self._protocol_at = read_at
+            for (cache, member, key), reply in zip(asks, replies[len(protocol) :], strict=True):
                 cache[member] = (_stored_ttl(key, reply), read_at)
+
+    def _claim(self) -> Plan[None]:
+        """After this planner's first beat that wrote: claim the prefix for this protocol
+        version (``SET NX``; once, and never for a beat that was refused)."""
+        if not self._claimed:
+            yield [Command("SET", (self.keys.protocol, PROTOCOL_VERSION, "NX"))]
+            self._claimed = True
 
     def _trusted_until(self, gk: GroupKeys) -> int:  # the TTL cache is refreshed as a whole
         """Until when (monotonic ns) the TTL this planner read for `gk` may be trusted."""
@@ -1916,28 +2046,56 @@ class Planner:
         self,
         queue: str | None,
         group: str | None,
-        after: str | None,
+        after: Any,
+        skipped: list[Skipped],
         *,
-        start: str | None = None,
-    ) -> Plan[tuple[list[GroupKeys], str | None]]:
+        start: Any = None,
+    ) -> Plan[tuple[list[GroupKeys], Any]]:
         """One page of indexed groups (of one queue, or one group) after the member `after`
         (None: from the first), or from the member `start` on, and the member the next page
         starts after (None: the last page). One group named by queue and group is read
-        without the index."""
+        without the index. A member this package did not write (a foreign spelling of a
+        name) is set aside in `skipped`."""
         if queue is not None and group is not None:
             return [self.keys.group(queue, group)], None
+        low: Any
         low, high = self.keys.queue_range(queue) if queue is not None else ("-", "+")
         if after is not None:
-            low = f"({after}"
+            low = b"(" + after if isinstance(after, bytes) else f"({after}"
         elif start is not None:
-            low = f"[{start}"  # a member of this listing, so within its range
+            # a member of this listing, so within its range
+            low = b"[" + start if isinstance(start, bytes) else f"[{start}"
         page = self.limits.groups
         (members,) = yield [Command("ZRANGEBYLEX", (self.keys.groups, low, high, "LIMIT", 0, page))]
-        groups = [self.keys.from_member(member) for member in members]
-        last = groups[-1].member if len(groups) == page else None
+        groups = []
+        for member in members:
+            try:
+                groups.append(self.keys.from_member(member))
+            except PresenceDataError as error:
+                skipped.append(Skipped(_text(member), str(error)))
+        last = members[-1] if len(members) == page else None
         if group is not None:
             groups = [gk for gk in groups if gk.group == group]
         return groups, last
+
+    def _sound(
+        self, groups: Sequence[GroupKeys], requests: Sequence[Request], aside: list[Skipped] | None
+    ) -> Plan[list[Any]]:
+        """The replies to `requests` (one per entry of `groups`); with `aside`, a data error
+        (a key of another type) is None in place and its group set aside there."""
+        if aside is None:
+            return (yield list(requests))
+        replies = yield Partial(requests)
+        out: list[Any] = []
+        for gk, reply in zip(groups, replies, strict=True):
+            if isinstance(reply, PresenceDataError):
+                aside.append(Skipped(gk.data, str(reply)))
+                out.append(None)
+            elif isinstance(reply, PresenceError):
+                raise reply
+            else:
+                out.append(reply)
+        return out
 
     def _per_queue(self, groups: list[GroupKeys]) -> list[list[GroupKeys]]:
         """Standalone: one script call for everything; cluster: one per queue (one slot)."""
@@ -1946,6 +2104,20 @@ class Planner:
         if not self.clustered:
             return [groups]
         return [list(part) for _, part in groupby(groups, key=attrgetter("queue"))]
+
+
+def _unique(skipped: list[Skipped]) -> tuple[Skipped, ...]:
+    """What a read set aside, once per key (the first reason found for it)."""
+    return tuple({item.key: item for item in reversed(skipped)}.values())[::-1]
+
+
+def _report(skipped: list[Skipped]) -> None:
+    """One `PresenceDataWarning` for each key a read set aside."""
+    for item in _unique(skipped):
+        warnings.warn(
+            PresenceDataWarning(f"redis-presence set aside {item.key}: {item.reason}"),
+            stacklevel=2,
+        )
 
 
 def _meta_of(
@@ -2008,6 +2180,16 @@ def _stored_min(key: str, name: Any, value: Any) -> int:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _check_protocol(key: str, reply: Any) -> None:
+    """Refuse a prefix whose ``P:protocol`` names another version (none yet is fine: a
+    reader of a prefix no writer of this release claimed)."""
+    if reply is not None and _text(reply) != PROTOCOL_VERSION:
+        raise PresenceProtocolError(
+            f"{key} says this prefix speaks protocol version {_text(reply)!r:.40}; this "
+            f"package speaks version {PROTOCOL_VERSION} (docs/protocol.md)"
+        )
 
 
 def _stored_ttl(key: str, reply: Any) -> int | None:
