@@ -10,6 +10,9 @@
   ``PresenceMiddleware`` of a Dramatiq broker.
 - `redis_presence.integrations.faststream` (``redis-presence[faststream]``): the
   ``PresenceMiddleware`` of a FastStream broker, with ``presence.install(app)``.
+- `redis_presence.integrations.rq` (``redis-presence[rq]``): ``PresenceWorker``, an RQ
+  worker class (``rq worker -w ...``, django-rq's ``RQ['WORKER_CLASS']``), and its
+  scheduler with ``--with-scheduler``.
 
 Importing this package imports no framework; each module imports its framework only
 when it is itself imported.

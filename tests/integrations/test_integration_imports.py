@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-FRAMEWORKS = ("celery", "kombu", "dramatiq", "faststream")
+FRAMEWORKS = ("celery", "kombu", "dramatiq", "faststream", "rq")
 
 CHECK = """
 import importlib, json, sys
@@ -40,6 +40,7 @@ def test_the_package_the_cli_and_streams_import_no_framework() -> None:
         ("redis_presence.integrations.celery", {"celery", "kombu"}),
         ("redis_presence.integrations.dramatiq", {"dramatiq"}),
         ("redis_presence.integrations.faststream", {"faststream"}),
+        ("redis_presence.integrations.rq", {"rq"}),
     ],
 )
 def test_each_integration_imports_its_own_framework_only(module: str, frameworks: set[str]) -> None:
