@@ -13,6 +13,8 @@
 - `redis_presence.integrations.rq` (``redis-presence[rq]``): ``PresenceWorker``, an RQ
   worker class (``rq worker -w ...``, django-rq's ``RQ['WORKER_CLASS']``), and its
   scheduler with ``--with-scheduler``.
+- `redis_presence.integrations.huey` (``redis-presence[huey]``): ``install(huey, url=...)``
+  makes every worker of a ``huey_consumer`` report itself.
 
 Importing this package imports no framework; each module imports its framework only
 when it is itself imported.
