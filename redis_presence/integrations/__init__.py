@@ -15,6 +15,9 @@
   scheduler with ``--with-scheduler``.
 - `redis_presence.integrations.huey` (``redis-presence[huey]``): ``install(huey, url=...)``
   makes every worker of a ``huey_consumer`` report itself.
+- `redis_presence.integrations.taskiq` (``redis-presence[taskiq]``): the
+  ``PresenceMiddleware`` of a Taskiq broker (taskiq-redis's brokers), which wraps the
+  broker's ``listen()`` so that idle workers beat too.
 
 Importing this package imports no framework; each module imports its framework only
 when it is itself imported.

@@ -17,6 +17,7 @@ import pytest
 import redis
 from huey import RedisHuey
 
+from integrations.held import wait_one_ttl
 from integrations.workers import (
     Presence,
     WorkerProcess,
@@ -122,12 +123,7 @@ def test_a_row_per_worker_thread_with_its_task_as_lease(
     wait_for(lambda: leases() == [0, 1], timeout=10, what="the running task as a lease")
     (busy,) = [c for c, (lease, _) in rows_of(presence, "reader").items() if lease]
     # The task runs for more than a TTL: its worker's row stays active, without progress.
-    beat_ns = presence.row(queue("reader"), busy).last_heartbeat_ns  # type: ignore[union-attr]
-    wait_for(
-        lambda: presence.server_now_ns() - beat_ns > TTL_MS * 1_000_000,
-        timeout=10,
-        what="one TTL to pass",
-    )
+    wait_one_ttl(presence, TTL_MS)
     assert rows_of(presence, "reader")[busy] == (1, "active")
     assert presence.row(queue("reader"), busy).last_progress_ns is None  # type: ignore[union-attr]
 

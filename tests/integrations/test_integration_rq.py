@@ -16,6 +16,7 @@ import pytest
 import redis
 from rq import Queue
 
+from integrations.held import wait_one_ttl
 from integrations.workers import (
     Presence,
     WorkerProcess,
@@ -135,12 +136,7 @@ def test_rows_leases_and_progress_of_a_real_worker(
         seen=lambda: rows_of(presence, "reader"),
     )
     # The job runs for more than a TTL: the rows stay active meanwhile.
-    beat_ns = presence.row("reader-a", consumer("reader")).last_heartbeat_ns  # type: ignore[union-attr]
-    wait_for(
-        lambda: presence.server_now_ns() - beat_ns > TTL_MS * 1_000_000,
-        timeout=10,
-        what="one TTL to pass",
-    )
+    wait_one_ttl(presence, TTL_MS)
     assert rows_of(presence, "reader") == {"reader-a": (1, "active"), "reader-b": (0, "active")}
     assert presence.row("reader-a", consumer("reader")).last_progress_ns is None  # type: ignore[union-attr]
 
