@@ -42,7 +42,7 @@ from rq.worker import Worker
 from redis_presence.redis import RedisPresenceRegistry
 from redis_presence.reporter import PresenceReporter
 
-from ._common import Settings, host_pid
+from ._common import SCHEDULER_GROUP, Settings, host_pid
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -53,9 +53,6 @@ __all__ = [
 
 DEFAULT_GROUP = "rq"
 """The group of a worker's rows unless `PresenceWorker.configured(group=...)` names another."""
-
-SCHEDULER_GROUP = "scheduler"
-"""The group of every scheduler's rows (RQ's, Celery beat's, taskiq's)."""
 
 URL_ENV, PREFIX_ENV, INTERVAL_ENV = (
     "REDIS_PRESENCE_URL",

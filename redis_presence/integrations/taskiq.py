@@ -20,6 +20,13 @@ asks the broker for a message only when the worker asks for one. At the worker's
 shutdown (after its running tasks) every row is deregistered; a killed worker process
 goes stale after the TTL and expired after twice the TTL. Processes that only send tasks
 (``broker.startup()`` in a web application) never connect.
+
+In a ``taskiq scheduler`` process (the broker's ``is_scheduler_process``), the scheduler
+is the consumer: one row per queue of the broker, group ``"scheduler"``, consumer
+``host:pid``. Its loop offers no hook of its own, so a task in its event loop beats once
+per interval (a blocked loop goes stale), and each task it sends is progress. Its
+shutdown (SIGINT; taskiq's scheduler leaves SIGTERM to Python's default, which ends the
+process without one) deregisters the rows.
 """
 
 from __future__ import annotations
@@ -35,9 +42,9 @@ from taskiq import TaskiqMessage, TaskiqMiddleware, TaskiqResult
 from redis_presence.aio import AsyncRedisPresenceRegistry
 from redis_presence.reporter import AsyncPresenceReporter
 
-from ._common import Settings, host_pid
+from ._common import SCHEDULER_GROUP, Settings, host_pid
 
-__all__ = ["DEFAULT_GROUP", "PresenceMiddleware"]
+__all__ = ["DEFAULT_GROUP", "SCHEDULER_GROUP", "PresenceMiddleware"]
 
 DEFAULT_GROUP = "taskiq"
 """The group of a broker without a consumer group of its own, unless ``group=`` names one."""
@@ -66,6 +73,7 @@ class PresenceMiddleware(TaskiqMiddleware):
         self._queues: tuple[str, ...] = ()
         self.group = self._settings.group or DEFAULT_GROUP
         self.consumer = ""
+        self._ticker: asyncio.Task[None] | None = None
 
     # -- the worker's life cycle -----------------------------------------------------
 
@@ -73,18 +81,34 @@ class PresenceMiddleware(TaskiqMiddleware):
         """A worker process starts (producers' startups are left alone): open the
         reporter, wrap ``listen()`` and beat."""
         broker: Any = self.broker
-        if not broker.is_worker_process or self._reporter is not None:
+        if self._reporter is not None:
             return
         self._queues = _queues(broker)
-        self.group = self._settings.group or _own(broker, "consumer_group_name") or DEFAULT_GROUP
-        self.consumer = _own(broker, "consumer_name") or host_pid()
-        self._reporter = self._settings.async_reporter()
-        broker.listen = _BeatingListen(broker.listen, self.beat, self._settings.interval_ms)
+        if broker.is_worker_process:
+            self.group = (
+                self._settings.group or _own(broker, "consumer_group_name") or DEFAULT_GROUP
+            )
+            self.consumer = _own(broker, "consumer_name") or host_pid()
+            self._reporter = self._settings.async_reporter()
+            broker.listen = _BeatingListen(broker.listen, self.beat, self._settings.interval_ms)
+        elif getattr(broker, "is_scheduler_process", False):
+            self.group, self.consumer = SCHEDULER_GROUP, host_pid()
+            self._reporter = self._settings.async_reporter()
+            self._ticker = asyncio.get_running_loop().create_task(
+                self._tick(), name="redis-presence-taskiq-scheduler"
+            )
+        else:
+            return
         self.beat()
 
     async def shutdown(self) -> None:
         """The worker is done (its running tasks too): deregister every row and close."""
         reporter, self._reporter = self._reporter, None
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
         if reporter is None:
             return
         registry: AsyncRedisPresenceRegistry = reporter.registry
@@ -102,6 +126,17 @@ class PresenceMiddleware(TaskiqMiddleware):
         queue = self._queue_of(message)
         self._running[queue] -= 1
         self.beat(progressed=queue)
+
+    def post_send(self, message: TaskiqMessage) -> None:
+        """A task was sent: in the scheduler process, that is its progress."""
+        if self._ticker is not None:
+            self.beat(progressed=self._queue_of(message))
+
+    async def _tick(self) -> None:
+        """The scheduler process's beat, once per interval, from its event loop."""
+        while True:
+            await asyncio.sleep(self._settings.interval_ms / 1000)
+            self.beat()
 
     def _queue_of(self, message: TaskiqMessage) -> str:
         queue = message.labels.get("queue_name")

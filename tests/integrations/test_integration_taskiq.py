@@ -30,7 +30,7 @@ from integrations.workers import (
     worker_env,
 )
 from redis_presence import ConsumerPresence
-from redis_presence.integrations.taskiq import DEFAULT_GROUP, PresenceMiddleware
+from redis_presence.integrations.taskiq import DEFAULT_GROUP, SCHEDULER_GROUP, PresenceMiddleware
 
 pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
 
@@ -186,6 +186,35 @@ def test_warm_shutdown_deregisters_after_the_running_task(
         timeout=10,
         what="the rows to be deregistered",
     )
+
+
+def test_the_scheduler_is_a_consumer_of_group_scheduler(
+    broker_url: str, presence_url: str, presence: Presence, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
+    command = [python_tool("taskiq"), "scheduler", "taskiq_app:scheduler"]
+    specs = {"scheduler": (command, {**env, "RP_NAME": queue("sched")})}
+    with started_workers(specs, logs=tmp_path_factory.mktemp("taskiq-scheduler")) as started:
+        process = started["scheduler"]
+        consumer = f"{socket.gethostname()}:{process.pid}"
+
+        def progressed() -> ConsumerPresence | None:
+            found = presence.row(queue("sched"), consumer, ttl_ms=TTL_MS)
+            if found is None or found.last_progress_ns is None:
+                return None
+            return found
+
+        row = wait_for(progressed, timeout=30, what="the scheduler's row, with progress")
+        assert (row.group, row.state.value) == (SCHEDULER_GROUP, "active")
+        first = row.last_progress_ns
+        wait_for(
+            lambda: (progressed() or row).last_progress_ns != first,  # a task sent each second
+            timeout=10,
+            what="more progress",
+        )
+        os.kill(process.pid, signal.SIGINT)  # taskiq scheduler's graceful stop
+        process.wait(20)
+        assert presence.rows(consumer=consumer) == []
 
 
 def test_middleware_checks_its_arguments_where_the_broker_is_defined() -> None:

@@ -4,7 +4,8 @@
 (``RedisStreamBroker``, consumer group ``rp-stream-group``, consumer ``<RP_NAME>-consumer``)
 on ``RP_BROKER_URL``, reading the queue ``RP_NAME``; presence goes to ``RP_PRESENCE_URL``
 (unset: no presence, the benchmark's baseline) under ``RP_PREFIX`` every
-``RP_INTERVAL_MS``.
+``RP_INTERVAL_MS``. ``scheduler`` (for ``taskiq scheduler``) sends ``scheduled`` every
+second.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 import os
 
 import redis.asyncio
-from taskiq import AsyncBroker
+from taskiq import AsyncBroker, TaskiqScheduler
+from taskiq.schedule_sources import LabelScheduleSource
 from taskiq_redis import ListQueueBroker, RedisStreamBroker
 
 from redis_presence.integrations.taskiq import PresenceMiddleware
@@ -56,3 +58,12 @@ async def hold(token: str) -> None:
 async def tick(key: str) -> None:
     """Count one run in ``key`` (the benchmark's task)."""
     await control.incr(key)
+
+
+@broker.task(task_name="scheduled", schedule=[{"interval": 1, "args": ["rp:taskiq-scheduled"]}])
+async def scheduled(key: str) -> None:
+    """What the scheduler sends every second (no worker reads its queue in the test)."""
+    await control.incr(key)
+
+
+scheduler = TaskiqScheduler(broker, [LabelScheduleSource(broker)])
