@@ -6,6 +6,8 @@
   then removes it.
 - `redis_presence.integrations.celery` (``pip install 'redis-presence[celery]'``):
   ``install(app, url=...)`` makes every Celery worker report itself.
+- `redis_presence.integrations.celery_beat` (``redis-presence[celery]``):
+  ``install_beat(app, url=...)`` makes ``celery beat`` a consumer of group ``scheduler``.
 - `redis_presence.integrations.dramatiq` (``redis-presence[dramatiq]``): the
   ``PresenceMiddleware`` of a Dramatiq broker.
 - `redis_presence.integrations.faststream` (``redis-presence[faststream]``): the

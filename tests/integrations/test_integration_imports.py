@@ -38,6 +38,7 @@ def test_the_package_the_cli_and_streams_import_no_framework() -> None:
     ("module", "frameworks"),
     [
         ("redis_presence.integrations.celery", {"celery", "kombu"}),
+        ("redis_presence.integrations.celery_beat", {"celery", "kombu"}),
         ("redis_presence.integrations.dramatiq", {"dramatiq"}),
         ("redis_presence.integrations.faststream", {"faststream"}),
         ("redis_presence.integrations.rq", {"rq"}),
