@@ -13,10 +13,10 @@ one ``XINFO CONSUMERS`` shows), else ``host:pid``, and ``lease_count`` the tasks
 process is running. Each task it finishes (succeeded or failed) is progress.
 
 A middleware only sees messages, so at the worker's startup it wraps this broker's
-``listen()``: the worker's prefetcher, waiting for the next message, wakes at least once
-per interval and beats, and beats again on each message, so an idle worker beats too and
-a worker whose event loop is blocked goes stale. Nothing else reads ahead: the wrapper
-asks the broker for a message only when the worker asks for one. At the worker's
+``listen()``: each message beats, and while the worker's prefetcher waits in it for the
+next one (an idle worker: ``ListQueueBroker`` waits on a ``BRPOP`` with no timeout), a
+task of the worker's event loop beats once per interval, so an idle worker beats too and
+a worker whose event loop is blocked goes stale. The wrapper reads nothing ahead. At the worker's
 shutdown (after its running tasks) every row is deregistered; a killed worker process
 goes stale after the TTL and expired after twice the TTL. Processes that only send tasks
 (``broker.startup()`` in a web application) never connect.
@@ -74,6 +74,8 @@ class PresenceMiddleware(TaskiqMiddleware):
         self.group = self._settings.group or DEFAULT_GROUP
         self.consumer = ""
         self._ticker: asyncio.Task[None] | None = None
+        self._listen: _BeatingListen | None = None  # a worker's; None in a scheduler
+        self._scheduler = False
 
     # -- the worker's life cycle -----------------------------------------------------
 
@@ -89,16 +91,16 @@ class PresenceMiddleware(TaskiqMiddleware):
                 self._settings.group or _own(broker, "consumer_group_name") or DEFAULT_GROUP
             )
             self.consumer = _own(broker, "consumer_name") or host_pid()
-            self._reporter = self._settings.async_reporter()
-            broker.listen = _BeatingListen(broker.listen, self.beat, self._settings.interval_ms)
+            self._listen = broker.listen = _BeatingListen(broker.listen, self.beat)
         elif getattr(broker, "is_scheduler_process", False):
             self.group, self.consumer = SCHEDULER_GROUP, host_pid()
-            self._reporter = self._settings.async_reporter()
-            self._ticker = asyncio.get_running_loop().create_task(
-                self._tick(), name="redis-presence-taskiq-scheduler"
-            )
+            self._scheduler = True
         else:
             return
+        self._reporter = self._settings.async_reporter()
+        self._ticker = asyncio.get_running_loop().create_task(
+            self._tick(), name="redis-presence-taskiq"
+        )
         self.beat()
 
     async def shutdown(self) -> None:
@@ -129,14 +131,18 @@ class PresenceMiddleware(TaskiqMiddleware):
 
     def post_send(self, message: TaskiqMessage) -> None:
         """A task was sent: in the scheduler process, that is its progress."""
-        if self._ticker is not None:
+        if self._scheduler:
             self.beat(progressed=self._queue_of(message))
 
     async def _tick(self) -> None:
-        """The scheduler process's beat, once per interval, from its event loop."""
+        """Once per interval, from the process's event loop: the scheduler beats; a worker
+        beats while its prefetcher waits in ``listen()`` (an idle worker's poll) or tasks
+        run (a warm shutdown drains them after the prefetcher stopped)."""
         while True:
             await asyncio.sleep(self._settings.interval_ms / 1000)
-            self.beat()
+            listen = self._listen
+            if listen is None or listen.listening or any(self._running.values()):
+                self.beat()
 
     def _queue_of(self, message: TaskiqMessage) -> str:
         queue = message.labels.get("queue_name")
@@ -172,45 +178,23 @@ def _queues(broker: Any) -> tuple[str, ...]:
 
 
 class _BeatingListen:
-    """A broker's ``listen()`` that beats each time a message comes and at least once per
-    interval while none does; it asks the broker for a message only when asked for one."""
+    """A broker's ``listen()`` that beats on each message and says whether the worker's
+    prefetcher is in it (waiting for a message: the middleware's ticker beats then); it
+    reads nothing ahead."""
 
-    def __init__(
-        self,
-        listen: Callable[[], AsyncIterator[Any]],
-        beat: Callable[[], None],
-        interval_ms: int,
-    ) -> None:
+    def __init__(self, listen: Callable[[], AsyncIterator[Any]], beat: Callable[[], None]) -> None:
         self._listen = listen
         self._beat = beat
-        self._interval_s = interval_ms / 1000
+        self.listening = 0
 
     def __call__(self) -> AsyncGenerator[Any, None]:
         return self._messages()
 
     async def _messages(self) -> AsyncGenerator[Any, None]:
-        inner = self._listen()
-        pending: asyncio.Future[Any] | None = None
+        self.listening += 1
         try:
-            while True:
-                if pending is None:
-                    pending = asyncio.ensure_future(inner.__anext__())
-                done, _ = await asyncio.wait({pending}, timeout=self._interval_s)
+            async for message in self._listen():
                 self._beat()
-                if not done:
-                    continue
-                future, pending = pending, None
-                try:
-                    message = future.result()
-                except StopAsyncIteration:
-                    return
                 yield message
         finally:
-            if pending is not None:
-                pending.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await pending
-            aclose = getattr(inner, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(Exception):
-                    await aclose()
+            self.listening -= 1
