@@ -132,14 +132,20 @@ class _Presence:
         return name
 
     def beat(self, *, holding: bool, progressed: bool = False) -> None:
-        """Beat this worker's row (O(1), no I/O)."""
-        reporter, consumer = self._reporter_here(), self._consumer()
-        self._local.holding = holding
-        with self._lock:
-            if holding:
-                self._holding.add(consumer)
-            else:
-                self._holding.discard(consumer)
+        """Beat this worker's row (O(1), no I/O; the lock only when it takes or drops a
+        task)."""
+        reporter = self._reporter
+        if reporter is None or self._pid != os.getpid():
+            reporter = self._reporter_here()
+        local = self._local
+        consumer = getattr(local, "consumer", None) or self._consumer()
+        if getattr(local, "holding", False) is not holding:
+            local.holding = holding
+            with self._lock:
+                if holding:
+                    self._holding.add(consumer)
+                else:
+                    self._holding.discard(consumer)
         reporter.beat(self.queue, self.group, consumer, 1 if holding else 0, progressed=progressed)
 
     def before_dequeue(self) -> None:

@@ -70,8 +70,8 @@ def _settings(
 ) -> tuple[Settings, bool]:
     """Checked settings, from the arguments else the environment; whether a URL was found
     (without one the worker writes presence to its own Redis, under the same prefix)."""
-    url = url if url is not None else os.environ.get(URL_ENV)
-    prefix = prefix if prefix is not None else os.environ.get(PREFIX_ENV, "presence")
+    url = url if url is not None else os.environ.get(URL_ENV) or None  # empty: unset
+    prefix = prefix if prefix is not None else os.environ.get(PREFIX_ENV) or "presence"
     if interval_ms is None and os.environ.get(INTERVAL_ENV):
         raw = os.environ[INTERVAL_ENV]
         if not raw.isdigit():
@@ -82,18 +82,32 @@ def _settings(
     return checked, url is not None
 
 
+class _ParentOnlyReporter(PresenceReporter):
+    """A `PresenceReporter` that stays with the process that made it: in a forked child
+    (RQ forks a work horse per job, and the horse never beats) it is closed at once,
+    instead of starting a thread of its own in every horse (a thread start per job, which
+    on a loaded machine waits for the scheduler to run the new thread). Overrides the
+    private `_crossed_fork` of `PresenceReporter`."""
+
+    def _crossed_fork(self) -> None:
+        self._pid = os.getpid()
+        self._closed = True
+        self._core.closed = True  # beats made here are dropped, never written
+
+
 def _reporter(settings: Settings, has_url: bool, connection: Any) -> PresenceReporter:
     """A reporter on `settings.url`, or on a new client of `connection`'s server."""
     if has_url:
-        return settings.reporter()
-    pool = connection.connection_pool
-    client = redis.Redis(
-        connection_pool=redis.ConnectionPool(
-            connection_class=pool.connection_class, **pool.connection_kwargs
+        registry = RedisPresenceRegistry.from_url(settings.url, prefix=settings.prefix)
+    else:
+        pool = connection.connection_pool
+        client = redis.Redis(
+            connection_pool=redis.ConnectionPool(
+                connection_class=pool.connection_class, **pool.connection_kwargs
+            )
         )
-    )
-    registry = RedisPresenceRegistry(client, prefix=settings.prefix)
-    return PresenceReporter(registry, settings.interval_ms, deregister_on_close=True)
+        registry = RedisPresenceRegistry(client, prefix=settings.prefix)
+    return _ParentOnlyReporter(registry, settings.interval_ms, deregister_on_close=True)
 
 
 def _close(reporter: PresenceReporter | None) -> None:

@@ -4,7 +4,8 @@ real redis-server broker, configured from the environment only (as with django-r
 Four workers start at once, each reading queues of its own: ``reader`` (rows, leases,
 progress), ``crash`` (SIGKILLed), ``drain`` (SIGTERM during a job: a warm shutdown) and
 ``sched`` (``--with-scheduler``: its scheduler process is a consumer of group
-``scheduler``).
+``scheduler``), and ``own`` (no ``REDIS_PRESENCE_URL``: presence goes to the worker's own
+Redis, the broker).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ PREFIX = "it-rq"
 INTERVAL_MS = 200
 TTL_MS = 3_000
 """RQ watches a running job with a whole-second alarm: a beat at least once a second."""
-NAMES = ("reader", "crash", "drain", "sched")
+NAMES = ("reader", "crash", "drain", "sched", "own")
 
 
 def queues(name: str) -> set[str]:
@@ -71,7 +72,7 @@ def workers(
                 consumer(name),
                 *sorted(queues(name)),
             ],
-            env,
+            env if name != "own" else {**env, "REDIS_PRESENCE_URL": ""},  # empty: unset
         )
         for name in NAMES
     }
@@ -224,6 +225,14 @@ def test_the_scheduler_is_a_consumer_of_group_scheduler(
     assert worker.terminate(30) == 0, worker.log_tail()
     assert presence.rows(consumer=scheduler) == []
     assert presence.rows(consumer=consumer("sched")) == []
+
+
+def test_without_a_url_presence_goes_to_the_workers_own_redis(
+    workers: dict[str, WorkerProcess], control: redis.Redis, presence: Presence
+) -> None:
+    in_broker = Presence(control, PREFIX)
+    wait_rows(in_broker, workers["own"], "own")
+    assert presence.rows(consumer=consumer("own")) == []
 
 
 def test_configured_checks_its_arguments_where_the_worker_class_is_defined() -> None:
