@@ -20,19 +20,17 @@ import asyncio
 import contextlib
 import importlib.util
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from .integrations import APPS, BROKER_DB, PRESENCE_DB, ROOT, START_TIMEOUT_S
+from .integrations import APPS, BROKER_DB, PRESENCE_DB, ROOT, START_TIMEOUT_S, worker_processes
 from .server import BenchServer
 from .stats import CaseResult, Check, Measure
 
@@ -112,39 +110,29 @@ def _argv(framework: str, variant: str, broker_url: str) -> list[str]:
     ]
 
 
-@contextlib.contextmanager
-def _workers(broker_url: str, presence_url: str) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+def _workers(
+    broker_url: str, presence_url: str
+) -> contextlib.AbstractContextManager[dict[str, subprocess.Popen[bytes]]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(APPS), str(ROOT)])}
     for name in ("RP_PRESENCE_URL", "REDIS_PRESENCE_URL"):
         env.pop(name, None)
     env.update(RP_BROKER_URL=broker_url, RP_PREFIX="bench", RP_INTERVAL_MS="5000")
-    started: dict[str, subprocess.Popen[bytes]] = {}
-    try:
-        for framework in FRAMEWORKS:
-            for variant in ("plain", "presence"):
-                queue = f"bench-{variant}"
-                extra = {"RP_HUEY_NAME": queue, "RP_NAME": queue}
-                if variant == "presence":
-                    extra.update(
-                        RP_PRESENCE_URL=presence_url,
-                        REDIS_PRESENCE_URL=presence_url,
-                        REDIS_PRESENCE_PREFIX="bench",
-                    )
-                started[f"{framework}, {variant}"] = subprocess.Popen(
-                    _argv(framework, variant, broker_url),
-                    cwd=APPS,
-                    env={**env, **extra},
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    start_new_session=True,
+    specs = {}
+    for framework in FRAMEWORKS:
+        for variant in ("plain", "presence"):
+            queue = f"bench-{variant}"
+            extra = {"RP_HUEY_NAME": queue, "RP_NAME": queue}
+            if variant == "presence":
+                extra.update(
+                    RP_PRESENCE_URL=presence_url,
+                    REDIS_PRESENCE_URL=presence_url,
+                    REDIS_PRESENCE_PREFIX="bench",
                 )
-        yield started
-    finally:
-        for proc in started.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+            specs[f"{framework}, {variant}"] = (
+                _argv(framework, variant, broker_url),
+                {**env, **extra},
+            )
+    return worker_processes(specs)
 
 
 def _run(
