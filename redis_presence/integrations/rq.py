@@ -28,7 +28,6 @@ deregistered when it stops.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 from collections.abc import Callable
@@ -61,8 +60,6 @@ URL_ENV, PREFIX_ENV, INTERVAL_ENV = (
 )
 """Where a worker started as ``-w redis_presence.integrations.rq.PresenceWorker`` (no
 configuration in code) finds its settings: the URL and prefix are the CLI's variables."""
-
-logger = logging.getLogger("redis_presence.integrations.rq")
 
 
 def _settings(
