@@ -926,6 +926,9 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "node": lambda server, sizes: importlib.import_module("benchmarks.node").case_node(
         server, sizes
     ),
+    "queues": lambda server, sizes: importlib.import_module("benchmarks.queues").case_queues(
+        server, sizes
+    ),
 }
 """Every case, in the order of issue 6, then the CLI's startup; the keys are the JSON's ``cases``
 keys."""

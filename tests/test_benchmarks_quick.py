@@ -27,6 +27,7 @@ CASES = (
     "events",
     "metadata",
     "node",
+    "queues",
 )
 
 
