@@ -11,11 +11,14 @@ import re
 import signal
 import socket
 import subprocess
+import sys
+from pathlib import Path
 
 import httpx
 import pytest
 from click.testing import CliRunner
-from test_demo import CLI, PID, alive, assert_all_gone, cli_env, demo_process
+from test_demo import PID, alive, assert_all_gone, cli_env, demo_process, run_demo_process
+from webservers import ROOT, need_tool
 
 from redis_presence.cli import cli
 from redis_presence.cli.embedded import free_port
@@ -97,14 +100,7 @@ def test_a_busy_port_is_one_error_line_and_stops_everything() -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        proc = subprocess.run(
-            [*CLI, "demo", "--no-tui", "--serve", "--port", str(port)],
-            env=cli_env(),
-            capture_output=True,
-            text=True,
-            timeout=90,
-            check=False,
-        )
+        proc = run_demo_process("--serve", "--port", str(port))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stderr.splitlines() == [
         f"Error: the demo's dashboard did not start: cannot listen on 127.0.0.1:{port}: "
@@ -118,3 +114,27 @@ def test_port_without_serve_is_a_usage_error() -> None:
     result = CliRunner().invoke(cli, ["demo", "--port", "8000"])
     assert result.exit_code == 2
     assert "'--port' is the dashboard's: it needs '--serve'" in result.output
+
+
+@pytest.mark.redis_server
+def test_the_readme_screenshots_come_from_a_real_run(tmp_path: Path) -> None:
+    """docs/screenshots.py: a demo with its dashboard, in Chromium at 1280 and 390 px."""
+    chromium = need_tool("chromium", "chromium")
+    script = [sys.executable, str(ROOT / "docs" / "screenshots.py"), "--out", str(tmp_path)]
+    proc = subprocess.run(
+        [*script, "--chromium", chromium, "--ttl-ms", "3000"],
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shots = {"dashboard", "dashboard-group", "dashboard-phone", "dashboard-group-phone"}
+    assert {p.stem for p in tmp_path.glob("*.png")} == shots
+    for shot in tmp_path.glob("*.png"):
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert shot.stat().st_size > 10_000
+    readme = (ROOT / "README.md").read_text()
+    assert all(f"docs/img/{name}.png" in readme for name in shots)
