@@ -29,7 +29,13 @@ from ._executor import (
     slot_moving,
 )
 from .deployment import adrive, memory_policy
-from .errors import DRIVER_ERRORS, PresenceError, PresenceResyncRequired, translate
+from .errors import (
+    DRIVER_ERRORS,
+    PresenceError,
+    PresenceMetaError,
+    PresenceResyncRequired,
+    translate,
+)
 from .events import (
     DEFAULT_EVENTS_KEPT,
     DEFAULT_FOLLOW_INTERVAL_S,
@@ -186,6 +192,23 @@ class AsyncRedisPresenceRegistry(Executor):
         """Active consumers of one group (0 when it has none)."""
         return await self.execute(self.plans.count_active(queue, group, now_ns, ttl_ms))
 
+    async def consumer(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        stuck_after_ms: int | None = None,
+    ) -> ConsumerPresence | None:
+        """One consumer's row, or None when it is not tracked (one ``HMGET``: a probe)."""
+        return await self.execute(
+            self.plans.consumer(
+                queue, group, consumer, now_ns, ttl_ms, stuck_after_ms=stuck_after_ms
+            )
+        )
+
     async def prune_expired(
         self,
         now_ns: int | None = None,
@@ -222,12 +245,17 @@ class AsyncRedisPresenceRegistry(Executor):
         """Every declared group and its `min_active`, ordered by (queue, group)."""
         return await self.execute(self.plans.expected())
 
+    async def min_active(self, queue: str, group: str) -> int | None:
+        """The minimum one group was declared with (None: not declared)."""
+        return await self.execute(self.plans.min_active(queue, group))
+
     async def groups(
-        self, now_ns: int | None = None, ttl_ms: int | None = None
+        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
     ) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
-        (None: not declared) and whether it has fewer active consumers."""
-        return await self.execute(self.plans.groups(now_ns, ttl_ms))
+        (None: not declared) and whether it has fewer active consumers (`details`: and its
+        oldest heartbeat and leases, see `Planner.groups`)."""
+        return await self.execute(self.plans.groups(now_ns, ttl_ms, details=details))
 
     async def set_stuck_after(
         self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None
@@ -264,6 +292,12 @@ class AsyncRedisPresenceRegistry(Executor):
     ) -> tuple[int, str]:
         """`ttl` and where it comes from: ``"group"``, ``"prefix"`` or ``"default"``."""
         return await self.execute(self.plans.ttl(queue, group))
+
+    async def ttl_sources(
+        self, groups: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str]]:
+        """`ttl_source` of each `(queue, group)`, read in batches."""
+        return dict(await self.execute(self.plans.ttl_sources(groups)))
 
     async def changes(
         self,
@@ -380,6 +414,8 @@ class AsyncRedisPresenceRegistry(Executor):
             stream.groups.clear()
         if self.policy_check.due:
             await self._check_policy()
+        if stream.unreadable:  # metadata another program wrote, once every row is out
+            raise PresenceMetaError(stream.unreadable)
 
     async def _transport(self, batch: list[Request]) -> list[Any]:
         """`_send`, with a failed connection raised as a `PresenceError`."""

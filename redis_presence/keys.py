@@ -43,8 +43,9 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import quote, unquote
 
+from ._json import loads_flat
 from .errors import PresenceDataError
-from .validation import check_prefix
+from .validation import MAX_META_BYTES, MAX_META_KEYS, check_prefix
 
 INDEX_MARK_MS = 60_000
 """Lifetime of a group's index mark: how often a live group re-asserts its index entry."""
@@ -80,18 +81,27 @@ def encode_meta(meta: dict[str, str]) -> str:
     return json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+MAX_STORED_META_CHARS = 6 * MAX_META_BYTES + 6 * MAX_META_KEYS + 2
+"""The longest stored metadata `encode_meta` makes of a valid mapping (each byte of its
+keys and values at most six JSON characters, six more a pair, and the braces): a longer
+value is refused unread."""
+
+
 def decode_meta(key: str, consumer: Any, value: Any) -> dict[str, str]:
-    """The mapping a stored metadata value spells; anything else is a data error."""
+    """The mapping a stored metadata value spells; anything else (another type, an
+    oversized or nested document: refused before JSON parsing recurses) is a
+    `PresenceDataError` naming `key` and `consumer`."""
     try:
         text = value.decode() if isinstance(value, bytes) else value
-        meta = json.loads(text)
+        meta = loads_flat(text, opening="{", max_chars=MAX_STORED_META_CHARS)
         if not isinstance(meta, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
         ):
             raise ValueError
     except (ValueError, TypeError, UnicodeDecodeError, AttributeError):
+        name = consumer.decode("utf-8", "replace") if isinstance(consumer, bytes) else consumer
         raise PresenceDataError(
-            f"redis-presence key {key} field {consumer!r:.80} holds metadata this package did "
+            f"redis-presence key {key} field {name!r:.80} holds metadata this package did "
             f"not write: {value!r:.80}"
         ) from None
     return meta

@@ -281,6 +281,23 @@ class ConsumerPresenceRegistry:
             )
         )
 
+    def consumer(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        stuck_after_ms: int | None = None,
+    ) -> ConsumerPresence | None:
+        """One consumer's row, or None when it is not tracked."""
+        queue, group, consumer = check_consumer_key(queue, group, consumer)
+        rows = self.snapshot(
+            now_ns, ttl_ms, queue=queue, group=group, stuck_after_ms=stuck_after_ms
+        )
+        return next((row for row in rows if row.consumer == consumer), None)
+
     def count_active_by_group(
         self,
         now_ns: int | None = None,
@@ -328,18 +345,40 @@ class ConsumerPresenceRegistry:
         with self._lock:
             return dict(sorted(self._expected.items()))
 
-    def groups(self, now_ns: int | None = None, ttl_ms: int | None = None) -> list[GroupPresence]:
+    def min_active(self, queue: str, group: str) -> int | None:
+        """The minimum one group was declared with (None: not declared)."""
+        queue, group = check_name("queue", queue), check_name("group", group)
+        with self._lock:
+            return self._expected.get((queue, group))
+
+    def groups(
+        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
+    ) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
-        (None: not declared) and whether it has fewer active consumers."""
+        (None: not declared) and whether it has fewer active consumers (`details`: and its
+        oldest heartbeat, to the microsecond as Redis keeps it, and its expired leases)."""
+        if type(details) is not bool:
+            raise TypeError(f"details must be a bool, got {type(details).__name__}")
         counts: dict[tuple[str, str], list[int]] = {}
+        oldest: dict[tuple[str, str], int] = {}
         index = {PresenceState.ACTIVE: 0, PresenceState.STALE: 1, PresenceState.EXPIRED: 2}
         for row in self.snapshot(now_ns, ttl_ms):
-            counts.setdefault((row.queue, row.group), [0, 0, 0])[index[row.state]] += 1
+            key = (row.queue, row.group)
+            tally = counts.setdefault(key, [0, 0, 0, 0])
+            tally[index[row.state]] += 1
+            tally[3] += row.lease_count if row.state is PresenceState.EXPIRED else 0
+            beat_us = row.last_heartbeat_ns // NS_PER_US
+            oldest[key] = min(oldest.get(key, beat_us), beat_us)
         declared = self.expected()
         out = []
         for key in sorted(counts.keys() | declared.keys()):
-            active, stale, expired = counts.get(key, [0, 0, 0])
-            out.append(GroupPresence.of(*key, active, stale, expired, declared.get(key)))
+            active, stale, expired, lost = counts.get(key, [0, 0, 0, 0])
+            more = (
+                (None if key not in oldest else oldest[key] * NS_PER_US, lost)
+                if details
+                else (None, None)
+            )
+            out.append(GroupPresence.of(*key, active, stale, expired, declared.get(key), *more))
         return out
 
     def __len__(self) -> int:
@@ -377,6 +416,12 @@ class ConsumerPresenceRegistry:
             if None in self._ttls:
                 return self._ttls[None], "prefix"
         return DEFAULT_PRESENCE_TTL_MS, "default"
+
+    def ttl_sources(
+        self, groups: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str]]:
+        """`ttl_source` of each `(queue, group)`."""
+        return {(q, g): self.ttl_source(q, g) for q, g in groups}
 
     @staticmethod
     def _ttl_key(queue: str | None, group: str | None) -> tuple[str, str] | None:

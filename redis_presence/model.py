@@ -309,7 +309,8 @@ def is_stuck(
 class GroupPresence(NamedTuple):
     """One tracked or declared group (`groups()`): its consumers by state, the minimum of
     active consumers it was declared with (`expect`; None: not declared) and whether it has
-    fewer active consumers than that."""
+    fewer active consumers than that; with ``groups(details=True)``, also its least recent
+    heartbeat and the leases its expired consumers hold (None: not read)."""
 
     queue: str
     group: str
@@ -318,13 +319,36 @@ class GroupPresence(NamedTuple):
     expired: int
     min_active: int | None
     below: bool
+    oldest_heartbeat_ns: int | None = None
+    """The least recent heartbeat of a tracked consumer (to the microsecond; None: no
+    consumer, or not read)."""
+    leases_expired: int | None = None
+    """The lease counts of its expired consumers, summed: work nobody will finish."""
 
     @classmethod
     def of(
-        cls, queue: str, group: str, active: int, stale: int, expired: int, min_active: int | None
+        cls,
+        queue: str,
+        group: str,
+        active: int,
+        stale: int,
+        expired: int,
+        min_active: int | None,
+        oldest_heartbeat_ns: int | None = None,
+        leases_expired: int | None = None,
     ) -> GroupPresence:
         below = min_active is not None and active < min_active
-        return cls(queue, group, active, stale, expired, min_active, below)
+        return cls(
+            queue,
+            group,
+            active,
+            stale,
+            expired,
+            min_active,
+            below,
+            oldest_heartbeat_ns,
+            leases_expired,
+        )
 
     @property
     def key(self) -> tuple[str, str]:

@@ -31,6 +31,7 @@ from .errors import (
     PresenceBatchError,
     PresenceDataError,
     PresenceError,
+    PresenceMetaError,
     PresenceReadOnlyError,
     PresenceResyncRequired,
     refusal,
@@ -259,6 +260,9 @@ class RowStream(NamedTuple):
 
     plan: Plan[None]
     groups: list[tuple[GroupKeys, list[ConsumerPresence]]]
+    unreadable: dict[ConsumerKey, str] | None = None
+    """With metadata: each consumer whose metadata this package did not write, and why (its
+    row's `meta` is empty); a driver raises `PresenceMetaError` once every row is out."""
 
 
 def bulk(value: bytes) -> bytes:
@@ -841,6 +845,8 @@ class Planner:
         with gc_paused():
             for _, part in sorted(stream.groups, key=_by_names):
                 rows += part
+        if stream.unreadable:  # every row was read: the error hands them out
+            raise PresenceMetaError(stream.unreadable, rows)
         return rows
 
     def iter_snapshot(
@@ -859,7 +865,9 @@ class Planner:
         and classified with `ttl_ms`, or with each group's shared TTL when it is None; `stuck`
         is judged with `stuck_after_ms`, or each group's shared budget when it is None
         (`set_stuck_after`). With `with_meta`, each row's `meta` is read too (``HMGET`` of at
-        most `Limits.consumers` names a command); without it, no metadata is read.
+        most `Limits.consumers` names a command); without it, no metadata is read. Metadata
+        this package did not write is a `PresenceMetaError` once every row was read (those
+        consumers' `meta` empty; `snapshot` hands every row to the error).
         The index is read a page of `Limits.groups` groups at a time; a group of at most
         `Limits.consumers` consumers is read by one ``HGETALL`` (one instant), a larger one by
         ``HSCAN`` steps of that many (each row consistent, the group not one instant); one
@@ -872,8 +880,9 @@ class Planner:
             raise TypeError(f"with_meta must be a bool, got {type(with_meta).__name__}")
         queue, group = check_filter("queue", queue), check_filter("group", group)
         groups: list[tuple[GroupKeys, list[ConsumerPresence]]] = []
-        plan = self._stream(now, ttl, queue, group, groups, stuck, with_meta)
-        return RowStream(plan, groups)
+        unreadable: dict[ConsumerKey, str] | None = {} if with_meta else None
+        plan = self._stream(now, ttl, queue, group, groups, stuck, unreadable)
+        return RowStream(plan, groups, unreadable)
 
     def _stream(
         self,
@@ -883,7 +892,7 @@ class Planner:
         group: str | None,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
         stuck_after_ms: int | None = None,
-        with_meta: bool = False,
+        unreadable: dict[ConsumerKey, str] | None = None,
     ) -> Plan[None]:
         now = yield from self._now(now_ns)
         after: str | None = None
@@ -893,7 +902,7 @@ class Planner:
                 ttls, stucks = yield from self._ttls_and_stucks(groups, ttl_ms, stuck_after_ms)
                 sizes = yield [Command("HLEN", (gk.data,)) for gk in groups]
                 sized = [int(n) for n in sizes]
-                yield from self._read(groups, sized, ttls, now, out, stucks, with_meta)
+                yield from self._read(groups, sized, ttls, now, out, stucks, unreadable)
             if after is None:
                 return
 
@@ -905,11 +914,12 @@ class Planner:
         now_ns: int,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
         stucks: list[int] | None = None,
-        with_meta: bool = False,
+        unreadable: dict[tuple[str, str, str], str] | None = None,
     ) -> Plan[None]:
         """Read groups of known sizes in order, a window of them per round trip: each small
         group in one ``HGETALL``, each large one in ``HSCAN`` steps; a group goes to `out`
-        once it is complete and every group before it is out."""
+        once it is complete and every group before it is out. With `unreadable` (a dict),
+        each row's metadata is read too, and what cannot be decoded is noted there."""
         most = self.limits.consumers
         ttl_of = dict(zip(groups, ttls, strict=True))
         stuck_of = dict(zip(groups, stucks or [DEFAULT_STUCK_AFTER_MS] * len(groups), strict=True))
@@ -952,7 +962,7 @@ class Planner:
                     done = window.popleft()
                     finished.append((done.gk, stored_columns(done.gk, done.table)))
                     done.table = {}
-            metas = (yield from self._metas(finished)) if with_meta else None
+            metas = None if unreadable is None else (yield from self._metas(finished, unreadable))
             with gc_paused():
                 for i, (gk, columns) in enumerate(finished):
                     rows = ConsumerPresence.columns(
@@ -966,9 +976,12 @@ class Planner:
                     )
                     out.append((gk, list(rows)))
 
-    def _metas(self, finished: list[tuple[GroupKeys, Columns]]) -> Plan[list[list[ConsumerMeta]]]:
+    def _metas(
+        self, finished: list[tuple[GroupKeys, Columns]], unreadable: dict[ConsumerKey, str]
+    ) -> Plan[list[list[ConsumerMeta]]]:
         """The metadata of every consumer of the finished groups, in their order: ``HMGET``
-        of at most `Limits.consumers` names a command, `Limits.rows` names a round trip."""
+        of at most `Limits.consumers` names a command, `Limits.rows` names a round trip. A
+        value this package did not write is `NO_META`, and why is noted in `unreadable`."""
         most, per_trip = self.limits.consumers, self.limits.rows
         asks = [
             (i, start)
@@ -986,7 +999,7 @@ class Planner:
             for (i, start), values in zip(part, replies, strict=True):
                 gk, names = finished[i][0], finished[i][1][0][start : start + most]
                 found[i] += (
-                    NO_META if value is None else ConsumerMeta(decode_meta(gk.meta, name, value))
+                    NO_META if value is None else _meta_of(gk, name, value, unreadable)
                     for name, value in zip(names, values, strict=True)
                 )
         return found
@@ -1035,6 +1048,45 @@ class Planner:
         ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
         return self._count_one(self.keys.group(queue, group), now, ttl)
+
+    def consumer(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        stuck_after_ms: int | None = None,
+    ) -> Plan[ConsumerPresence | None]:
+        """One consumer's row (None: not tracked), aged at `now_ns` and classified with
+        `ttl_ms` and `stuck_after_ms` (None: the group's shared ones): one ``HMGET`` (a
+        command of the reader role), and no other consumer of its group is read."""
+        queue, group, consumer = check_consumer_key(queue, group, consumer)
+        ttl = check_optional_ttl_ms(ttl_ms)
+        now = check_now_ns(now_ns)
+        stuck = check_optional_stuck_after_ms(stuck_after_ms)
+        return self._consumer(self.keys.group(queue, group), consumer, now, ttl, stuck)
+
+    def _consumer(
+        self,
+        gk: GroupKeys,
+        consumer: str,
+        now_ns: int | None,
+        ttl_ms: int | None,
+        stuck_after_ms: int | None,
+    ) -> Plan[ConsumerPresence | None]:
+        now = yield from self._now(now_ns)
+        (ttl,), (stuck,) = yield from self._ttls_and_stucks([gk], ttl_ms, stuck_after_ms)
+        ((value,),) = yield [Command("HMGET", (gk.data, consumer))]  # the reader role's
+        if value is None:
+            return None
+        name = consumer.encode() if isinstance(value, bytes) else consumer
+        columns = stored_columns(gk, {name: value})
+        (row,) = ConsumerPresence.columns(
+            gk.queue, gk.group, *columns, now_ns=now, ttl_ms=ttl, stuck_after_ms=stuck
+        )
+        return row
 
     def _count_one(self, gk: GroupKeys, now_ns: int | None, ttl_ms: int | None) -> Plan[int]:
         now = yield from self._now(now_ns)
@@ -1140,6 +1192,16 @@ class Planner:
         queues at a time, each queue's declarations ``HSCAN``ned `Limits.consumers` at a time."""
         return self._expected()
 
+    def min_active(self, queue: str, group: str) -> Plan[int | None]:
+        """The minimum one group was declared with (None: not declared): one ``HMGET``."""
+        queue, group = check_name("queue", queue), check_name("group", group)
+        return self._min_active(queue, group)
+
+    def _min_active(self, queue: str, group: str) -> Plan[int | None]:
+        key = self.keys.queue_expect(queue)
+        ((value,),) = yield [Command("HMGET", (key, group))]  # the reader role's
+        return None if value is None else _stored_min(key, group, value)
+
     def _expected(self) -> Plan[dict[tuple[str, str], int]]:
         found: dict[tuple[str, str], int] = {}
         low = "-"
@@ -1174,37 +1236,106 @@ class Planner:
             low = f"({keys[-1]}"
 
     def groups(
-        self, now_ns: int | None = None, ttl_ms: int | None = None
+        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
     ) -> Plan[list[GroupPresence]]:
         """Every tracked or declared group, ordered by (queue, group), with its active, stale
         and expired consumers (at `now_ns`, under `ttl_ms` or each group's shared TTL), its
-        `min_active` (None: not declared) and whether it has fewer active consumers."""
+        `min_active` (None: not declared) and whether it has fewer active consumers.
+
+        With `details`, also each group's oldest heartbeat (its sorted set's lowest score:
+        O(log n) a group, in the same batch as its size) and the leases its expired
+        consumers hold: the expired ones are a range of its sorted set, read
+        `Limits.consumers` names at a time, and only their stored values (``HMGET``), so
+        this costs what the expired consumers are, not the group (a group's leases in total
+        would need every stored value: a snapshot's cost)."""
         ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
-        return self._groups(now, ttl)
+        if type(details) is not bool:
+            raise TypeError(f"details must be a bool, got {type(details).__name__}")
+        return self._groups(now, ttl, details)
 
-    def _groups(self, now_ns: int | None, ttl_ms: int | None) -> Plan[list[GroupPresence]]:
+    def _groups(
+        self, now_ns: int | None, ttl_ms: int | None, details: bool = False
+    ) -> Plan[list[GroupPresence]]:
         now = yield from self._now(now_ns)
         declared = yield from self._expected()
         counts: dict[tuple[str, str], tuple[int, int, int]] = {}
+        extra: dict[tuple[str, str], tuple[int | None, int]] = {}
         after: str | None = None
         while True:
             groups, after = yield from self._listed(None, None, after)
             if groups:
                 ttls = yield from self._ttls_for(groups, ttl_ms)
                 horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
-                cards = yield [Command("ZCARD", (gk.hb,)) for gk in groups]
+                if details:
+                    replies = yield [
+                        request
+                        for gk in groups
+                        for request in (
+                            Command("ZCARD", (gk.hb,)),
+                            Command(
+                                "ZRANGEBYSCORE",
+                                (gk.hb, "-inf", "+inf", "WITHSCORES", "LIMIT", 0, 1),
+                            ),
+                        )
+                    ]
+                    cards, firsts = replies[0::2], replies[1::2]
+                else:
+                    cards = yield [Command("ZCARD", (gk.hb,)) for gk in groups]
                 active = yield from self._above(groups, [h[0] for h in horizons])
                 alive = yield from self._above(groups, [h[1] for h in horizons])
                 for gk, card, a, b in zip(groups, cards, active, alive, strict=True):
                     counts[(gk.queue, gk.group)] = (a, b - a, int(card) - b)
+                if details:
+                    dead = [int(card) > b for card, b in zip(cards, alive, strict=True)]
+                    lost = yield from self._expired_leases(groups, [h[1] for h in horizons], dead)
+                    for gk, first, held in zip(groups, firsts, lost, strict=True):
+                        extra[(gk.queue, gk.group)] = (_lowest_score_ns(first), held)
             if after is None:
                 break
         out = []
+        nothing: tuple[int | None, int] = (None, 0)
         for key in sorted(counts.keys() | declared.keys()):
             n_active, n_stale, n_expired = counts.get(key, (0, 0, 0))
-            out.append(GroupPresence.of(*key, n_active, n_stale, n_expired, declared.get(key)))
+            more: tuple[int | None, int | None] = (
+                extra.get(key, nothing) if details else (None, None)
+            )
+            out.append(
+                GroupPresence.of(*key, n_active, n_stale, n_expired, declared.get(key), *more)
+            )
         return out
+
+    def _expired_leases(
+        self, groups: list[GroupKeys], horizons: list[int], dead: list[bool]
+    ) -> Plan[list[int]]:
+        """The leases held by each group's consumers whose last beat is at or before its
+        horizon (ns), for the groups with an expired consumer (`dead`; the others hold
+        none): the names up to the horizon's microsecond, `Limits.consumers` a command, and
+        their stored values (``HMGET``), which say the beat to the nanosecond."""
+        most = self.limits.consumers
+        edges = [horizon // 1_000 for horizon in horizons]
+        held = [0] * len(groups)
+        reads = {i: 0 for i, any_dead in enumerate(dead) if any_dead}  # offset of next page
+        while reads:
+            order = list(reads)
+            pages = yield [
+                Command("ZRANGEBYSCORE", (groups[i].hb, "-inf", edges[i], "LIMIT", reads[i], most))
+                for i in order
+            ]
+            found = [(i, list(names)) for i, names in zip(order, pages, strict=True) if names]
+            if not found:
+                break
+            values = yield [Command("HMGET", (groups[i].data, *names)) for i, names in found]
+            going_on: dict[int, int] = {}
+            for (i, names), stored in zip(found, values, strict=True):
+                table = {n: v for n, v in zip(names, stored, strict=True) if v is not None}
+                _, _, beats, leases, _ = stored_columns(groups[i], table)
+                edge = horizons[i]
+                held[i] += sum(n for beat, n in zip(beats, leases, strict=True) if beat <= edge)
+                if len(names) == most:
+                    going_on[i] = reads[i] + most
+            reads = going_on
+        return held
 
     # -- the shared TTL -------------------------------------------------------------
 
@@ -1254,6 +1385,35 @@ class Planner:
         (DEFAULT_PRESENCE_TTL_MS, nothing stored)."""
         key = self._ttl_key(queue, group)
         return self._read_ttl(key)
+
+    def ttl_sources(
+        self, groups: Iterable[tuple[str, str]]
+    ) -> Plan[dict[tuple[str, str], tuple[int, TtlSource]]]:
+        """`ttl` of each `(queue, group)`, read now: one ``GET`` a group (and one of the
+        prefix), `Limits.rows` of them a round trip."""
+        pairs = list(
+            dict.fromkeys((check_name("queue", q), check_name("group", g)) for q, g in groups)
+        )
+        return self._ttl_sources(pairs)
+
+    def _ttl_sources(
+        self, pairs: list[tuple[str, str]]
+    ) -> Plan[dict[tuple[str, str], tuple[int, TtlSource]]]:
+        (prefix,) = yield [Command("GET", (self.keys.ttl,))]
+        shared = _stored_ttl(self.keys.ttl, prefix)
+        found: dict[tuple[str, str], tuple[int, TtlSource]] = {}
+        fallback: tuple[int, TtlSource] = (
+            (DEFAULT_PRESENCE_TTL_MS, "default") if shared is None else (shared, "prefix")
+        )
+        step = self.limits.rows
+        for start in range(0, len(pairs), step):
+            part = pairs[start : start + step]
+            keys = [self.keys.group(q, g).ttl for q, g in part]
+            replies = yield [Command("GET", (key,)) for key in keys]
+            for pair, key, reply in zip(part, keys, replies, strict=True):
+                own = _stored_ttl(key, reply)
+                found[pair] = fallback if own is None else (own, "group")
+        return found
 
     def _read_ttl(self, key: str) -> Plan[tuple[int, TtlSource]]:
         return self._read_setting(key, self.keys.ttl, DEFAULT_PRESENCE_TTL_MS)
@@ -1639,6 +1799,18 @@ class Planner:
         return [list(part) for _, part in groupby(groups, key=attrgetter("queue"))]
 
 
+def _meta_of(
+    gk: GroupKeys, name: str, value: Any, unreadable: dict[ConsumerKey, str]
+) -> ConsumerMeta:
+    """A stored metadata value as `ConsumerMeta`; one this package did not write is
+    `NO_META`, with why in `unreadable`."""
+    try:
+        return ConsumerMeta(decode_meta(gk.meta, name, value))
+    except PresenceDataError as error:
+        unreadable[gk.queue, gk.group, name] = str(error)
+        return NO_META
+
+
 def _by_names(item: tuple[GroupKeys, list[ConsumerPresence]]) -> tuple[str, str]:
     return item[0].queue, item[0].group
 
@@ -1662,6 +1834,16 @@ def _refusals(flat: Sequence[Any]) -> list[_Refusal]:
         _Refusal(int(flat[i]), _text(flat[i + 1]) or None, refusal(_text(flat[i + 2])))
         for i in range(0, len(flat) - 2, 3)
     ]
+
+
+def _lowest_score_ns(reply: Any) -> int | None:
+    """The nanoseconds of a ``ZRANGE key 0 0 WITHSCORES`` reply's score (whole microseconds;
+    None: an empty set): a flat ``[member, score]`` or, with RESP3, ``[[member, score]]``."""
+    if not reply:
+        return None
+    first = reply[0]
+    score = first[1] if isinstance(first, list | tuple) else reply[1]
+    return int(float(score)) * 1_000
 
 
 def _stored_min(key: str, name: Any, value: Any) -> int:

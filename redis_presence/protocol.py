@@ -78,6 +78,17 @@ class PresenceRegistry(Protocol):
         ttl_ms: int | None = None,
     ) -> int: ...
 
+    def consumer(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        stuck_after_ms: int | None = None,
+    ) -> ConsumerPresence | None: ...
+
     def prune_expired(
         self,
         now_ns: int | None = None,
@@ -99,8 +110,10 @@ class PresenceRegistry(Protocol):
 
     def expected(self) -> dict[tuple[str, str], int]: ...
 
+    def min_active(self, queue: str, group: str) -> int | None: ...
+
     def groups(
-        self, now_ns: int | None = None, ttl_ms: int | None = None
+        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
     ) -> list[GroupPresence]: ...
 
     def set_stuck_after(
@@ -120,6 +133,10 @@ class PresenceRegistry(Protocol):
     def ttl(self, queue: str | None = None, group: str | None = None) -> int: ...
 
     def ttl_source(self, queue: str | None = None, group: str | None = None) -> tuple[int, str]: ...
+
+    def ttl_sources(
+        self, groups: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str]]: ...
 
     def changes(
         self,

@@ -24,7 +24,13 @@ from ._executor import (
     slot_moving,
 )
 from .deployment import drive, memory_policy
-from .errors import DRIVER_ERRORS, PresenceError, PresenceResyncRequired, translate
+from .errors import (
+    DRIVER_ERRORS,
+    PresenceError,
+    PresenceMetaError,
+    PresenceResyncRequired,
+    translate,
+)
 from .events import (
     DEFAULT_EVENTS_KEPT,
     DEFAULT_FOLLOW_INTERVAL_S,
@@ -195,6 +201,23 @@ class RedisPresenceRegistry(Executor):
         """Active consumers of one group (0 when it has none)."""
         return self.execute(self.plans.count_active(queue, group, now_ns, ttl_ms))
 
+    def consumer(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        stuck_after_ms: int | None = None,
+    ) -> ConsumerPresence | None:
+        """One consumer's row, or None when it is not tracked (one ``HMGET``: a probe)."""
+        return self.execute(
+            self.plans.consumer(
+                queue, group, consumer, now_ns, ttl_ms, stuck_after_ms=stuck_after_ms
+            )
+        )
+
     def prune_expired(
         self,
         now_ns: int | None = None,
@@ -227,10 +250,17 @@ class RedisPresenceRegistry(Executor):
         """Every declared group and its `min_active`, ordered by (queue, group)."""
         return self.execute(self.plans.expected())
 
-    def groups(self, now_ns: int | None = None, ttl_ms: int | None = None) -> list[GroupPresence]:
+    def min_active(self, queue: str, group: str) -> int | None:
+        """The minimum one group was declared with (None: not declared)."""
+        return self.execute(self.plans.min_active(queue, group))
+
+    def groups(
+        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
+    ) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
-        (None: not declared) and whether it has fewer active consumers."""
-        return self.execute(self.plans.groups(now_ns, ttl_ms))
+        (None: not declared) and whether it has fewer active consumers (`details`: and its
+        oldest heartbeat and leases, see `Planner.groups`)."""
+        return self.execute(self.plans.groups(now_ns, ttl_ms, details=details))
 
     def set_stuck_after(
         self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None
@@ -263,6 +293,12 @@ class RedisPresenceRegistry(Executor):
     def ttl_source(self, queue: str | None = None, group: str | None = None) -> tuple[int, str]:
         """`ttl` and where it comes from: ``"group"``, ``"prefix"`` or ``"default"``."""
         return self.execute(self.plans.ttl(queue, group))
+
+    def ttl_sources(
+        self, groups: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str]]:
+        """`ttl_source` of each `(queue, group)`, read in batches."""
+        return dict(self.execute(self.plans.ttl_sources(groups)))
 
     def changes(
         self,
@@ -388,6 +424,8 @@ class RedisPresenceRegistry(Executor):
             stream.groups.clear()
         if self.policy_check.due:
             self._check_policy()
+        if stream.unreadable:  # metadata another program wrote, once every row is out
+            raise PresenceMetaError(stream.unreadable)
 
     def _transport(self, batch: list[Request]) -> list[Any]:
         """`_send`, with a failed connection raised as a `PresenceError`."""

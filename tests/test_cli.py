@@ -34,7 +34,7 @@ from redis_presence.protocol import PresenceRegistry
 
 S = 1_000_000_000
 NOW = 1_750_000_000 * S
-DEFAULT_TTL_NOTE = "TTL 30000 ms (the default: none stored; see 'redis-presence ttl set')"
+DEFAULT_TTL_NOTE = "TTL 30000 ms (the default; 'redis-presence ttl set' stores one)"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 COLOUR = re.compile(r"\x1b\[[0-9;]*(3[0-7]|38;|9[0-7])[0-9;]*m")
 CLEAN_ENV: dict[str, str | None] = dict.fromkeys(

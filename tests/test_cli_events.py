@@ -228,9 +228,9 @@ def test_ttl_get_set_unset_and_where_each_read_takes_it_from(backend: Backend) -
     ls = backend.run("ls", "--format", "json", "--queue", "fast", "--group", "any")
     assert [row["state"] for row in json.loads(ls.stdout)] == ["expired"]  # under 5 s
     assert ls.stderr == "redis-presence: TTL 5000 ms (stored for prefix 'presence')\n"
-    assert backend.run("counts").stderr == (
-        "redis-presence: TTL 5000 ms (stored for prefix 'presence'; a group's own stored TTL "
-        "wins for that group)\n"
+    assert backend.run("counts").stderr == (  # each group with the TTL it was read with
+        "redis-presence: TTL 60000 ms for queue 'slow' group 'batch' (its own)\n"
+        "redis-presence: TTL 5000 ms for the other groups (stored for prefix 'presence')\n"
     )
     counted = backend.run("counts", "--queue", "slow", "--group", "batch")
     assert (

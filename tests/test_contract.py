@@ -159,6 +159,41 @@ def test_counts_only_active_and_omit_groups_without_any(registry: Any) -> None:
     }
 
 
+def test_consumer_is_its_snapshot_row_or_none(registry: Any) -> None:
+    registry.heartbeat("orders", "billing", "w1", 2, now_ns=T0 - 5_000 * MS)
+    registry.heartbeat("orders", "billing", "w1", 2, now_ns=T0 - 1_000 * MS + 7)
+    registry.heartbeat("orders", "billing", "w2", now_ns=T0 - 31_000 * MS)
+    registry.heartbeat("orders", "audit", "w1", now_ns=T0)
+    rows = {
+        row.consumer: row
+        for row in registry.snapshot(
+            now_ns=T0, ttl_ms=TTL, queue="orders", group="billing", stuck_after_ms=2_000
+        )
+    }
+    for name in ("w1", "w2"):
+        found = registry.consumer(
+            "orders", "billing", name, now_ns=T0, ttl_ms=TTL, stuck_after_ms=2_000
+        )
+        assert found == rows[name]
+    assert rows["w1"].stuck
+    assert rows["w2"].state is PresenceState.STALE
+    assert registry.consumer("orders", "billing", "w3", now_ns=T0) is None
+    assert registry.consumer("orders", "nobody", "w1", now_ns=T0) is None
+
+
+def test_ttl_sources_are_each_groups_ttl_source(registry: Any) -> None:
+    registry.set_ttl(60_000, queue="slow", group="batch")
+    pairs = [("slow", "batch"), ("fast", "any"), ("slow", "other")]
+    assert registry.ttl_sources(pairs) == {pair: registry.ttl_source(*pair) for pair in pairs}
+    registry.set_ttl(5_000)
+    assert registry.ttl_sources(pairs) == {
+        ("slow", "batch"): (60_000, "group"),
+        ("fast", "any"): (5_000, "prefix"),
+        ("slow", "other"): (5_000, "prefix"),
+    }
+    assert registry.ttl_sources([]) == {}
+
+
 def test_prune_removes_exactly_what_snapshot_calls_expired(registry: Any) -> None:
     ages_ms = [0, 1, 29_999, 30_000, 30_001, 59_999, 60_000, 60_001, 60_002, 120_000]
     for i, age in enumerate(ages_ms):

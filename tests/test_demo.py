@@ -399,7 +399,7 @@ def test_the_live_demo_logs_each_event_once_on_the_same_clock_as_its_title() -> 
     out = on_terminal(args)
     for text in ("operator runs prune", "crashes (SIGKILL)", "the story begins"):
         assert sum(text in line for line in out.splitlines()) == 1, (text, out)
-    titles = [float(t) for t in re.findall(r"redis-presence demo\s+(\d+\.\d)s \(ends at", out)]
+    titles = [float(t) for t in re.findall(r"demo\s+(\d+\.\d)s \(ends at", out)]
     assert titles, out
     assert titles == sorted(titles)
     assert titles[-1] >= at(out, "operator runs prune")

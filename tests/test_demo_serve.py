@@ -25,7 +25,7 @@ from redis_presence.cli.embedded import free_port
 
 pytestmark = [pytest.mark.slow]
 
-DASHBOARD = re.compile(r"dashboard: (http://127\.0\.0\.1:(\d+)) \(redis-presence serve pid (\d+)\)")
+DASHBOARD = re.compile(r"dashboard: (http://127\.0\.0\.1:(\d+)) \(pid (\d+)\)")
 
 
 def dashboard_of(lines: list[str]) -> re.Match[str]:

@@ -244,6 +244,37 @@ def test_unexpect_forgets_and_says_whether_it_was_declared(registry: Any) -> Non
     assert registry.groups(now_ns=T0) == []
 
 
+def test_group_details_oldest_heartbeat_and_leases(registry: Any) -> None:
+    registry.expect("q", "declared")
+    registry.heartbeat("q", "g", "fresh", 2, now_ns=T0 - 1_000 * MS + 789)
+    registry.heartbeat("q", "g", "dead", 5, now_ns=T0 - (2 * TTL + 1) * MS)  # expired, just
+    registry.heartbeat("q", "g", "edge", 7, now_ns=T0 - 2 * TTL * MS - 999_999)  # stale, just
+    beats = [("q", "big", f"w{i:04d}", i % 3) for i in range(1_200)]  # pages of expired
+    registry.heartbeat_many(beats, now_ns=T0 - 3 * TTL * MS)
+    registry.heartbeat("q", "big", "live", 4, now_ns=T0)
+    plain = registry.groups(now_ns=T0, ttl_ms=TTL)
+    detailed = registry.groups(now_ns=T0, ttl_ms=TTL, details=True)
+    assert [g[:7] for g in detailed] == [g[:7] for g in plain]
+    assert all(g.leases_expired is None and g.oldest_heartbeat_ns is None for g in plain)
+    found = {g.group: (g.oldest_heartbeat_ns, g.leases_expired) for g in detailed}
+    assert found == {
+        "big": ((T0 - 3 * TTL * MS) // 1_000 * 1_000, 1_200),
+        "declared": (None, 0),
+        "g": ((T0 - (2 * TTL + 1) * MS) // 1_000 * 1_000, 5),
+    }
+    with pytest.raises(TypeError):
+        registry.groups(now_ns=T0, details="yes")
+
+
+def test_min_active_reads_one_declaration(registry: Any) -> None:
+    registry.expect("q", "a", 3)
+    registry.expect("q", "zero", 0)
+    assert registry.min_active("q", "a") == 3
+    assert registry.min_active("q", "zero") == 0
+    assert registry.min_active("q", "b") is None
+    assert registry.min_active("other", "a") is None
+
+
 def test_many_declared_groups_are_read_across_pages(registry: Any) -> None:
     wanted = {(f"q{i % 3}", f"g{i}"): i % 4 for i in range(7)}
     for (queue, group), least in wanted.items():

@@ -154,7 +154,10 @@ READS: dict[str, Operation] = {
     "len": len,
     "snapshot with_meta": lambda r: r.snapshot(now_ns=T0, stuck_after_ms=1, with_meta=True),
     "groups": lambda r: r.groups(now_ns=T0),
+    "groups details": lambda r: r.groups(now_ns=T0, details=True),
     "expected": lambda r: r.expected(),
+    "min_active": lambda r: (r.min_active("mail", "send"), r.min_active("orders", "billing")),
+    "consumer": lambda r: r.consumer("orders", "billing", "w2", now_ns=T0),
 }
 PRUNE: dict[str, Operation] = {
     "prune_expired": lambda r: r.prune_expired(now_ns=T0 + 10**15),
@@ -213,6 +216,8 @@ def test_reader_role_may_snapshot_and_count_only(
         for name, op in READS.items():
             admin.script_flush()
             assert op(registry) == op(owner), name
+    pairs = [("orders", "billing"), ("mail", "send")]
+    assert reader.ttl_sources(pairs) == owner.ttl_sources(pairs)  # GET, which brokers have too
     assert {r.consumer: r.state for r in reader.snapshot(now_ns=T0)} == {
         "w1": PresenceState.ACTIVE,
         "w2": PresenceState.EXPIRED,

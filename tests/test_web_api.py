@@ -63,12 +63,18 @@ def writer(redis_url: str) -> Iterator[RedisPresenceRegistry]:
         registry.close()
 
 
+BASE_URL = "http://127.0.0.1"
+
+
 def make_client(
     url: str, clock: Clock | None = None, *, ttl_ms: int | None = TTL_MS, **options: object
 ) -> TestClient:
     """A test client of the app (`ttl_ms` None: the shared TTL, as without ``--ttl-ms``)."""
     config = WebConfig(url=url, ttl_ms=ttl_ms, read_cache_s=0, **options)  # type: ignore[arg-type]
-    return TestClient(create_app(config, clock=clock), raise_server_exceptions=False)
+    # A Host the service answers to (the test client's default, ``testserver``, gets 421).
+    return TestClient(
+        create_app(config, clock=clock), base_url=BASE_URL, raise_server_exceptions=False
+    )
 
 
 @pytest.fixture
@@ -157,6 +163,32 @@ def test_every_route_answers_from_the_snapshot(
     }
 
 
+def test_below_minimum_says_which_number_it_is(
+    client: TestClient, writer: RedisPresenceRegistry
+) -> None:
+    """'3 below minimum' read as 'minimum is 3' on one page and '3 groups' on another."""
+    writer.expect("orders", "billing", min_active=3)
+    writer.heartbeat("orders", "billing", "w1", now_ns=T0)
+    overview = client.get("/").text
+    assert "groups below minimum" in overview  # the totals card counts groups
+    assert "below its minimum of 3" in overview  # the row's badge names the minimum
+    page = client.get("/group", params={"queue": "orders", "group": "billing"}).text
+    assert "below its minimum of 3" in page
+    assert not re.search(r'class="n">\s*3\s*</span><span class="label">below', page)
+    script = client.get("/static/dashboard.js").text
+    assert "below its minimum of ${" in script
+    assert "`below minimum ${" not in script
+
+
+def test_error_pages_name_no_read_instant(client: TestClient) -> None:
+    """A 404 page read nothing: it must not say 'Read at 1970-01-01'."""
+    for path in ("/nowhere", "/group?queue=x&group=y"):
+        page = client.get(path, headers={"Accept": "text/html"})
+        assert page.status_code == 404
+        assert "1970" not in page.text
+        assert "Read at" not in page.text
+
+
 def test_declared_groups_metadata_and_stuck_consumers(
     redis_url: str, client: TestClient, writer: RedisPresenceRegistry, clock: Clock
 ) -> None:
@@ -186,7 +218,7 @@ def test_declared_groups_metadata_and_stuck_consumers(
     assert ["payments", "ledger", 0, 0, 0, 1] in twin["counts"]
     overview = client.get("/").text
     assert "nobody is reading" in overview
-    assert "below minimum 3" in overview
+    assert "below its minimum of 3" in overview
     idle = client.get("/", params={"idle": "1"}, headers={"Accept": "application/json"}).json()
     assert [g["group"] for g in idle["groups"]] == ["ledger", "billing"]
 
@@ -261,6 +293,46 @@ def test_declared_groups_metadata_and_stuck_consumers(
     samples = metric_samples(client.get("/metrics").text)
     assert samples["redis_presence_group_below_min"] == {billing: 0.0}
     assert client.get(group_path("payments", "ledger")).status_code == 404
+
+
+def test_metrics_export_oldest_heartbeat_and_leases_by_default(
+    redis_url: str, client: TestClient, writer: RedisPresenceRegistry, clock: Clock
+) -> None:
+    """Issue 24 item 2: without --stuck-metrics, each group's oldest heartbeat age and the
+    leases its expired consumers hold (work nobody will finish)."""
+    writer.expect("payments", "ledger")  # declared, no consumer: no lease, no heartbeat
+    writer.heartbeat("orders", "billing", "fresh", 2, now_ns=T0 - 1_000 * MS)
+    writer.heartbeat("orders", "billing", "quiet", 3, now_ns=T0 - 15_000 * MS)  # stale
+    writer.heartbeat("orders", "billing", "dead", 5, now_ns=T0 - 20_001 * MS)  # expired
+    writer.heartbeat("orders", "billing", "edge", 7, now_ns=T0 - 20_000 * MS)  # stale, just
+    # A group larger than one read command (500 consumers): read in HSCAN steps.
+    writer.heartbeat_many([("bulk", "g", f"w{i:03d}", 1) for i in range(600)], now_ns=T0)
+    writer.heartbeat_many(
+        [("bulk", "g", f"x{i:03d}", 2) for i in range(50)], now_ns=T0 - 60_000 * MS
+    )
+    samples = metric_samples(client.get("/metrics").text)
+    billing = (("group", "billing"), ("queue", "orders"))
+    ledger = (("group", "ledger"), ("queue", "payments"))
+    bulk = (("group", "g"), ("queue", "bulk"))
+    assert samples["redis_presence_oldest_heartbeat_age_seconds"] == {
+        billing: 20.001,
+        bulk: 60.0,
+    }
+    assert samples["redis_presence_group_leases_expired"] == {
+        billing: 5.0,
+        ledger: 0.0,
+        bulk: 100.0,
+    }
+    # A group's leases in total need every stored value: only where the scrape reads every
+    # consumer anyway.
+    assert "redis_presence_group_leases" not in samples
+    with make_client(redis_url, clock, stuck_metrics=True) as counting:
+        reading = metric_samples(counting.get("/metrics").text)
+    assert reading["redis_presence_group_leases"] == {billing: 17.0, ledger: 0.0, bulk: 700.0}
+    assert (
+        reading["redis_presence_group_leases_expired"]
+        == (samples["redis_presence_group_leases_expired"])
+    )
 
 
 def test_filters_and_search(client: TestClient, writer: RedisPresenceRegistry) -> None:
@@ -574,6 +646,7 @@ def test_openmetrics_when_the_scraper_asks(client: TestClient) -> None:
 
 def test_redis_down_gives_503_json_and_up_0(clock: Clock) -> None:
     url = f"redis://:s3cret-pass@127.0.0.1:{free_port()}/0"
+    sinces: set[int] = set()
     with make_client(url, clock) as down:
         for path in [
             "/api/v1/groups",
@@ -589,6 +662,14 @@ def test_redis_down_gives_503_json_and_up_0(clock: Clock) -> None:
             assert "cannot reach Redis" in body["message"]
             assert "s3cret-pass" not in response.text
             assert "Traceback" not in response.text
+            if path != "/readyz":  # one instant for the whole outage: since when
+                sinces.add(body["since_ns"])
+        # A page's JSON twin (the page's script refreshing itself) errs as JSON too.
+        twin = down.get("/group?queue=q&group=g", headers={"Accept": "application/json"})
+        assert (twin.status_code, twin.json()["error"]) == (503, "redis_unavailable")
+        sinces.add(twin.json()["since_ns"])
+        assert len(sinces) == 1
+        assert abs(time.time_ns() - sinces.pop()) < 60 * 10**9
         page = down.get("/")
         assert page.status_code == 503
         assert "text/html" in page.headers["content-type"]

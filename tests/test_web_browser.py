@@ -8,17 +8,29 @@ Waits are Playwright's auto-retrying expectations with a deadline, never fixed s
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Dialog, Error, Locator, Page, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    ConsoleMessage,
+    Dialog,
+    Error,
+    Locator,
+    Page,
+    expect,
+    sync_playwright,
+)
 from servers import RedisServer
 from webservers import ROOT, Broker, ServeProcess, need_tool, poll
 
 from redis_presence import RedisPresenceRegistry
+from redis_presence.web.security import CONTENT_SECURITY_POLICY
 
 TTL_MS = 2_000
 MS = 1_000_000
@@ -81,10 +93,13 @@ def browser() -> Iterator[Browser]:
             chromium.close()
 
 
-@pytest.fixture
-def page(browser: Browser, service: ServeProcess) -> Iterator[Page]:
+@contextlib.contextmanager
+def open_page(browser: Browser, base_url: str) -> Iterator[Page]:
+    """A page in a fresh browser context on `base_url` that fails its test when a name ran
+    as code, the page's script failed, or the browser refused anything under the page's
+    Content-Security-Policy."""
     context = browser.new_context(
-        base_url=service.base_url,
+        base_url=base_url,
         http_credentials={"username": "ops", "password": TOKEN},
         viewport={"width": 1280, "height": 860},
     )
@@ -92,13 +107,19 @@ def page(browser: Browser, service: ServeProcess) -> Iterator[Page]:
     page = context.new_page()
     dialogs: list[str] = []
     errors: list[str] = []
+    refused: list[str] = []
 
     def refuse(dialog: Dialog) -> None:
         dialogs.append(dialog.message)
         dialog.dismiss()
 
+    def console(message: ConsoleMessage) -> None:
+        if message.type == "error" and "Content Security Policy" in message.text:
+            refused.append(message.text)
+
     page.on("dialog", refuse)
     page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", console)
     reads: list[str] = []
     page.on(
         "request",
@@ -109,12 +130,20 @@ def page(browser: Browser, service: ServeProcess) -> Iterator[Page]:
         ),
     )
     page.__dict__["json_reads"] = reads
+    page.__dict__["csp_refused"] = refused
     try:
         yield page
     finally:
         context.close()
     assert dialogs == [], "a name ran as code"
     assert errors == [], "the page's script failed"
+    assert refused == [], "the browser refused something under the page's CSP"
+
+
+@pytest.fixture
+def page(browser: Browser, service: ServeProcess) -> Iterator[Page]:
+    with open_page(browser, service.base_url) as opened:
+        yield opened
 
 
 def live(page: Page, path: str) -> None:
@@ -428,3 +457,174 @@ def test_declared_groups_stuck_consumers_and_metadata(
         writer.deregister("vault", "guards", consumer)
     writer.unexpect("vault", "keepers")
     writer.unexpect("vault", "porters")
+
+
+# -- Redis going away under an open page, and coming back empty ------------------------------
+
+
+@pytest.fixture(scope="module")
+def outage_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A server of its own that the outage tests stop and start again (empty: no
+    persistence) under an open page, on the same port."""
+    with RedisServer(dir=tmp_path_factory.mktemp("redis-outage")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def outage_service(outage_server: RedisServer) -> Iterator[ServeProcess]:
+    with ServeProcess(outage_server.url, env={"REDIS_PRESENCE_AUTH_TOKEN": TOKEN}) as serve:
+        _SERVICES.append(serve)
+        yield serve
+
+
+@pytest.fixture
+def outage(outage_server: RedisServer) -> Iterator[RedisPresenceRegistry]:
+    """A writer on the outage server, which is running (and empty) again afterwards."""
+    if not outage_server.is_running:
+        outage_server.restart()
+    outage_server.client().flushall()
+    registry = RedisPresenceRegistry.from_url(outage_server.url, max_future_ms=None)
+    try:
+        yield registry
+    finally:
+        registry.close()
+        if not outage_server.is_running:
+            outage_server.restart()
+
+
+def ghosts(writer: RedisPresenceRegistry) -> None:
+    """Two consumers beating from the future (active however long the test takes)."""
+    future = 4_000_000_000_000 * MS
+    writer.heartbeat("orders", "ghosts", "ghost-1", 2, now_ns=future)
+    writer.heartbeat("orders", "ghosts", "ghost-2", 0, now_ns=future)
+
+
+UNREACHABLE = re.compile(r"Redis unreachable since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+
+
+def test_a_page_never_shows_rows_as_live_while_redis_is_unreachable(
+    browser: Browser,
+    outage_server: RedisServer,
+    outage_service: ServeProcess,
+    outage: RedisPresenceRegistry,
+    tmp_path: Path,
+) -> None:
+    ghosts(outage)
+    with (
+        open_page(browser, outage_service.base_url) as group,
+        open_page(browser, outage_service.base_url) as overview,
+    ):
+        live(group, "/group?queue=orders&group=ghosts")
+        live(overview, "/")
+        expect(row(group, "ghost-1").locator(".pill")).to_have_text("active")
+        settled(group)
+        outage_server.stop()
+        for page in (group, overview):
+            expect(page.locator("#banner")).to_be_visible()
+            expect(page.locator("#banner")).to_have_text(UNREACHABLE)
+            expect(page.locator("#live")).to_have_attribute("data-state", "down")
+            expect(page.locator("#live")).not_to_have_text("live")
+        # No row, pill or count still claims to be active: each is marked unknown.
+        for consumer in ("ghost-1", "ghost-2"):
+            expect(row(group, consumer)).to_have_class(re.compile(r"\bunknown\b"))
+            expect(row(group, consumer).locator(".pill")).to_have_text("unknown")
+        expect(group.locator("#consumers .pill.active")).to_have_count(0)
+        expect(group.locator("#group-stats")).to_have_class(re.compile(r"\bunknown\b"))
+        ghosts_row = overview.locator("#groups tbody tr").filter(has_text="ghosts")
+        expect(ghosts_row).to_have_class(re.compile(r"\bunknown\b"))
+        expect(overview.locator("#totals")).to_have_class(re.compile(r"\bunknown\b"))
+        keep_screenshot(group, tmp_path, "dashboard-unreachable.png")
+        # The page's own reads (503: Redis is down) keep it so.
+        group.reload()
+        expect(group.locator("#banner")).to_have_text(UNREACHABLE)
+        expect(group.locator("#live")).to_have_attribute("data-state", "down")
+
+
+def test_a_page_drops_consumers_lost_in_an_empty_restart(
+    browser: Browser,
+    outage_server: RedisServer,
+    outage_service: ServeProcess,
+    outage: RedisPresenceRegistry,
+) -> None:
+    ghosts(outage)
+    outage.heartbeat("orders", "ghosts", "survivor", 0, now_ns=4_000_000_000_000 * MS)
+    outage.heartbeat("orders", "vanished", "ghost-3", 0, now_ns=4_000_000_000_000 * MS)
+    with (
+        open_page(browser, outage_service.base_url) as group,
+        open_page(browser, outage_service.base_url) as gone,
+        open_page(browser, outage_service.base_url) as overview,
+    ):
+        live(group, "/group?queue=orders&group=ghosts")
+        live(gone, "/group?queue=orders&group=vanished")
+        live(overview, "/")
+        expect(row(group, "ghost-1")).to_have_count(1)
+        expect(row(gone, "ghost-3")).to_have_count(1)
+        ghosts_row = overview.locator("#groups tbody tr").filter(has_text="ghosts")
+        expect(ghosts_row.locator("td.num.active")).to_have_text("3")
+        settled(group)
+        outage_server.stop()
+        for page in (group, gone, overview):
+            expect(page.locator("#banner")).to_have_text(UNREACHABLE)
+        expect(row(gone, "ghost-3").locator(".pill")).to_have_text("unknown")
+        outage_server.restart()  # the same port, no data: every consumer is gone
+        again = RedisPresenceRegistry.from_url(outage_server.url, max_future_ms=None)
+        try:
+            again.heartbeat("orders", "ghosts", "survivor", 0, now_ns=4_000_000_000_000 * MS)
+        finally:
+            again.close()
+        deadline_ms = 10_000
+        for page in (group, overview):
+            expect(page.locator("#live")).to_have_attribute(
+                "data-state", "live", timeout=deadline_ms
+            )
+            expect(page.locator("#banner")).to_be_hidden(timeout=deadline_ms)
+        expect(row(group, "ghost-1")).to_have_count(0, timeout=deadline_ms)
+        expect(row(group, "ghost-2")).to_have_count(0)
+        expect(row(group, "survivor").locator(".pill")).to_have_text("active")
+        expect(group.locator(".unknown")).to_have_count(0)
+        expect(ghosts_row.locator("td.num.active")).to_have_text("1", timeout=deadline_ms)
+        expect(overview.locator(".unknown")).to_have_count(0)
+        # A group that lost every consumer: its page empties (it no longer exists).
+        expect(row(gone, "ghost-3")).to_have_count(0, timeout=deadline_ms)
+        expect(gone.locator("#consumers-empty")).to_be_visible()
+        expect(gone.locator('[data-total="nobody_reading"]')).to_be_visible()
+        expect(gone.locator("#live")).to_have_attribute("data-state", "live")
+        expect(overview.locator("#groups tbody tr").filter(has_text="vanished")).to_have_count(0)
+        for page in (group, gone, overview):
+            assert same_document(page)
+
+
+def test_the_dashboard_works_under_its_content_security_policy(
+    page: Page, writer: RedisPresenceRegistry
+) -> None:
+    future = 4_000_000_000_000 * MS
+    writer.heartbeat("csp", "strict", "first", 0, now_ns=future)
+    for path in ("/", "/group?queue=csp&group=strict"):
+        response = page.goto(path)
+        assert response is not None
+        assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert response.headers["x-frame-options"] == "DENY"
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "no-referrer"
+    live(page, "/group?queue=csp&group=strict")
+    # The stylesheet applies (a same-origin file), and live updates arrive.
+    expect(row(page, "first").locator(".pill")).to_have_css("font-weight", "600")
+    writer.heartbeat("csp", "strict", "second", 3, now_ns=future)
+    expect(row(page, "second").locator("td.num")).to_have_text("3", timeout=5_000)
+    writer.deregister("csp", "strict", "first")
+    expect(row(page, "first")).to_have_count(0, timeout=5_000)
+    assert same_document(page)
+    # The policy is enforced: an inline script is refused (and says so on the console).
+    page.evaluate(
+        """() => {
+            const script = document.createElement("script");
+            script.textContent = "window.__inline_ran = true";
+            document.head.append(script);
+        }"""
+    )
+    refused: list[str] = page.__dict__["csp_refused"]
+    poll(lambda: refused, timeout=5, what="the browser to refuse the inline script")
+    assert page.evaluate("window.__inline_ran === undefined")
+    assert "inline script" in refused[0]
+    refused.clear()  # what the fixture checks: nothing else was refused
+    writer.deregister("csp", "strict", "second")

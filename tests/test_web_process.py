@@ -350,3 +350,29 @@ def test_routes_names_and_the_token_over_uvicorn(redis_url: str) -> None:
     assert token not in serve.stderr
     assert "%0Atwo" in serve.stderr  # the access log keeps the raw, percent-encoded path
     assert "\ntwo" not in serve.stderr
+
+
+def test_the_hosts_it_answers_to_over_uvicorn(redis_url: str) -> None:
+    def status(serve: ServeProcess, host: str) -> int:
+        response = httpx.get(serve.base_url + "/healthz", headers={"Host": host}, timeout=10)
+        return response.status_code
+
+    with ServeProcess(
+        redis_url,
+        serve_options=["--host", "127.0.0.2", "--allowed-host", "presence.internal"],
+        env={"REDIS_PRESENCE_ALLOWED_HOSTS": "ignored.internal"},  # the option wins
+    ) as serve:
+        port = serve.base_url.rsplit(":", 1)[1]
+        for host in [f"127.0.0.2:{port}", "presence.internal", f"localhost:{port}", "[::1]"]:
+            assert status(serve, host) == 200, host
+        for host in ["ignored.internal", "evil.example", f"127.0.0.3:{port}"]:
+            assert status(serve, host) == 421, host
+        refused = httpx.get(serve.base_url + "/", headers={"Host": "evil.example"}, timeout=10)
+        assert refused.json()["error"] == "misdirected_request"
+        assert refused.headers["x-frame-options"] == "DENY"
+    with ServeProcess(
+        redis_url, env={"REDIS_PRESENCE_ALLOWED_HOSTS": "a.internal, b.internal *.c.internal"}
+    ) as serve:
+        for host in ["a.internal", "b.internal:80", "x.c.internal"]:
+            assert status(serve, host) == 200, host
+        assert status(serve, "d.internal") == 421

@@ -184,6 +184,18 @@ def test_prometheus_scrapes_the_snapshot_and_drops_a_deregistered_consumer(
         ("payments", "ledger"): 0.0,
     }
     assert by_labels(prometheus.query("redis_presence_up"), "job") == {("redis-presence",): 1.0}
+    leases = {("orders", "billing"): 2.0, ("orders", "shipping"): 5.0}
+    leases |= {("emails", 'send "quoted"\nline'): 0.0, ("emails", "bounces"): 3.0}
+    assert by_labels(prometheus.query("redis_presence_group_leases"), "queue", "group") == {
+        **leases,
+        ("payments", "ledger"): 0.0,
+    }
+    lost = by_labels(prometheus.query("redis_presence_group_leases_expired"), "queue", "group")
+    assert lost == {
+        **dict.fromkeys(leases, 0.0),
+        ("orders", "shipping"): 5.0,
+        ("payments", "ledger"): 0.0,
+    }
     ages = by_labels(prometheus.query("redis_presence_consumer_last_seen_age_seconds"), "consumer")
     assert set(ages) == {(r.consumer,) for r in snapshot}
     assert ages[("w-active",)] == 0.0
@@ -202,6 +214,7 @@ def test_prometheus_scrapes_the_snapshot_and_drops_a_deregistered_consumer(
         "RedisPresenceDeclaredGroupBelowMinimum",
         "RedisPresenceGroupVanished",
         "RedisPresenceConsumersNotHeartbeating",
+        "RedisPresenceExpiredConsumersHoldLeases",
         "RedisPresenceRedisUnreachable",
         "RedisPresenceExporterDown",
     }

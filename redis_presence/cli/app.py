@@ -8,7 +8,7 @@ one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 
     from redis_presence.model import ConsumerPresence
     from redis_presence.protocol import PresenceRegistry
+
+HOW_TO_STORE = "'redis-presence ttl set' stores one"
+
+OWN_TTLS_NAMED = 3
+"""Most groups with a TTL of their own that the TTL note names one by one."""
 
 RegistryFactory = Callable[[str, str, bool], "PresenceRegistry"]
 """`(url, prefix, read_only) -> registry`; tests pass their own as `obj=` to click's runner."""
@@ -130,33 +135,84 @@ class App:
         group: str | None = None,
         *,
         short: bool = False,
+        own_known: bool = False,
     ) -> str:
         """`TTL 5000 ms (stored for prefix 'presence'; ...)`: the TTL in use and where it came
-        from (`short`: `TTL 5000 ms (stored for the prefix)`, for a title)."""
+        from (`short`: `TTL 5000 ms (stored for the prefix)`, for a title). For a read of
+        many groups, it says that a group's own TTL wins unless `own_known` (the groups that
+        have one were named apart: `ttl_lines`)."""
         if short:
             brief = {"group": "stored for the group", "prefix": "stored for the prefix"}
             return f"TTL {ttl_ms} ms ({brief.get(source, source)})"
+        many = (queue is None or group is None) and not own_known
         if source == "group":
             where = f"stored for queue {queue!r}, group {group!r}"
         elif source == "prefix":
-            where = f"stored for prefix {self.prefix!r}"
-            if queue is None or group is None:
-                where += "; a group's own stored TTL wins for that group"
+            where = f"stored for prefix {self.prefix!r}" + ("; a group's own wins" if many else "")
         elif source == "default":
-            where = "the default: none stored; see 'redis-presence ttl set'"
+            where = "the default; " + ("a group's own wins" if many else HOW_TO_STORE)
         else:
             where = source
         return f"TTL {ttl_ms} ms ({where})"
 
-    def note_ttl(self, queue: str | None = None, group: str | None = None) -> tuple[int, str]:
-        """`ttl_in_use`, said on stderr (one line, which stdout's formats never carry)."""
+    def ttl_lines(
+        self,
+        ttl_ms: int,
+        source: str,
+        queue: str | None,
+        group: str | None,
+        own: Mapping[tuple[str, str], int] | None = None,
+    ) -> list[str]:
+        """What `note_ttl` says: with `own` (the groups read that have a TTL of their own),
+        each one's TTL (by value past OWN_TTLS_NAMED groups), then the TTL of the others."""
+        if own is None:
+            return [self.ttl_words(ttl_ms, source, queue, group)]
+        from collections import Counter
+
+        from .render import plural
+
+        if len(own) <= OWN_TTLS_NAMED:
+            lines = [
+                f"TTL {own_ms} ms for queue {q!r} group {g!r} (its own)"
+                for (q, g), own_ms in sorted(own.items())
+            ]
+        else:
+            lines = [
+                f"TTL {own_ms} ms for {plural(n, 'group')} (their own)"
+                for own_ms, n in sorted(Counter(own.values()).items())
+            ]
+        words = self.ttl_words(ttl_ms, source, queue, group, own_known=True)
+        if own:  # kept short: the line before it is about the groups' own
+            words = words.replace(f"; {HOW_TO_STORE}", "")
+            words = words.replace(" ms (", " ms for the other groups (", 1)
+        return [*lines, words]
+
+    def note_ttl(
+        self,
+        queue: str | None = None,
+        group: str | None = None,
+        groups: Iterable[tuple[str, str]] | None = None,
+    ) -> tuple[int, str]:
+        """`ttl_in_use`, said on stderr (lines which stdout's formats never carry); `groups`,
+        the groups a read of many used, are each said with the TTL they were read with."""
         ttl, source = self.ttl_in_use(queue, group)
-        self.say_ttl(ttl, source, queue, group)
+        own: dict[tuple[str, str], int] | None = None
+        if groups is not None and self.ttl_ms is None and (queue is None or group is None):
+            sources = self.registry().ttl_sources(groups)
+            own = {pair: ms for pair, (ms, where) in sources.items() if where == "group"}
+        for line in self.ttl_lines(ttl, source, queue, group, own):
+            self.note(line)
         return ttl, source
 
     def say_ttl(self, ttl_ms: int, source: str, queue: str | None, group: str | None) -> None:
         """The line of `note_ttl`, for a TTL already read."""
-        click.echo(f"redis-presence: {self.ttl_words(ttl_ms, source, queue, group)}", err=True)
+        self.note(self.ttl_words(ttl_ms, source, queue, group))
+
+    def note(self, text: str) -> None:
+        """`redis-presence: TEXT` on stderr, wrapped at 80 columns (names stay whole)."""
+        from .render import LINE_WIDTH, wrapped
+
+        click.echo(wrapped(text, LINE_WIDTH, indent=4, first="redis-presence: "), err=True)
 
     # ------------------------------------------------------------ reads
 

@@ -110,6 +110,27 @@ def iso_utc_ms(timestamp_ns: int) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{rest // 1_000_000:03d}Z"
 
 
+LINE_WIDTH = 80
+"""The width of the lines the CLI wraps (messages, doctor, the demo's log) off a terminal."""
+
+
+def wrapped(text: str, width: int = LINE_WIDTH, indent: int = 0, first: str = "") -> str:
+    """`first` + `text` broken at spaces into lines of at most `width` columns (a word
+    longer than a line, say a URL, stays whole), the lines after the first indented by
+    `indent` spaces; no newline at the end."""
+    import textwrap
+
+    lines = textwrap.wrap(
+        text,
+        width=max(width, indent + 20),
+        initial_indent=first,
+        subsequent_indent=" " * indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return "\n".join(lines) if lines else first
+
+
 def plural(count: int, noun: str) -> str:
     """`1 consumer`, `2 consumers`."""
     return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -3,7 +3,9 @@
 API clients and Prometheus send ``Authorization: Bearer <token>``; a browser sends the
 token as the password of HTTP Basic authentication (any user name), which it asks for by
 itself when a page answers 401 with a ``Basic`` challenge. Every route but `/healthz`
-needs it. Tokens are compared in constant time and never logged.
+needs it. Both schemes compare the token's UTF-8 bytes (a non-ASCII token works over
+either), in constant time; a token Bearer could not carry as it is (whitespace at an
+end, a control character) is refused at startup. Tokens are never logged.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import json
+import unicodedata
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .security import send_json_error
 
 REALM = "redis-presence"
 OPEN_PATHS = frozenset({"/healthz"})
@@ -25,18 +29,41 @@ CHALLENGES = (
 )
 
 
-def presented_token(authorization: str) -> str | None:
-    """The token in an ``Authorization`` header value (Bearer, or a Basic password)."""
-    scheme, _, credentials = authorization.strip().partition(" ")
+def check_token(token: str) -> bytes:
+    """The token's UTF-8 bytes, what both schemes must present; `ValueError` (naming no part
+    of it) for a token that Bearer could not carry as it is: empty, with whitespace at
+    either end (HTTP strips it from a header value), or with a control character."""
+    if not token:
+        raise ValueError("the auth token must not be empty")
+    if token != token.strip():
+        raise ValueError(
+            "the auth token begins or ends with whitespace (a newline from a file or a "
+            "secret, say), which an Authorization: Bearer header cannot carry: remove it"
+        )
+    if any(unicodedata.category(c) == "Cc" for c in token):
+        raise ValueError(
+            "the auth token holds a control character, which an Authorization: Bearer "
+            "header cannot carry: remove it"
+        )
+    return token.encode("utf-8")
+
+
+def presented_token(authorization: bytes | str) -> bytes | None:
+    """The token an ``Authorization`` header value presents, as bytes (a Bearer token as
+    sent: UTF-8 for a non-ASCII one; a Basic password as decoded from base64), so both
+    schemes compare the same bytes; a str is taken as its UTF-8."""
+    if isinstance(authorization, str):
+        authorization = authorization.encode("utf-8")
+    scheme, _, credentials = authorization.strip().partition(b" ")
     credentials = credentials.strip()
-    if scheme.lower() == "bearer" and credentials:
+    if scheme.lower() == b"bearer" and credentials:
         return credentials
-    if scheme.lower() == "basic" and credentials:
+    if scheme.lower() == b"basic" and credentials:
         try:
-            decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
+            decoded = base64.b64decode(credentials, validate=True)
+        except binascii.Error:
             return None
-        _, sep, password = decoded.partition(":")
+        _, sep, password = decoded.partition(b":")
         return password if sep else None
     return None
 
@@ -45,36 +72,22 @@ class TokenAuth:
     """ASGI middleware: refuse every HTTP request without the token with a 401."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
-        if not token:
-            raise ValueError("auth token must not be empty")
         self.app = app
-        self._token = token.encode("utf-8")
+        self._token = check_token(token)
 
     def allows(self, scope: Scope) -> bool:
         if scope["path"] in OPEN_PATHS:
             return True
         for name, value in scope.get("headers", ()):
             if name == b"authorization":
-                token = presented_token(value.decode("latin-1"))
-                return token is not None and hmac.compare_digest(token.encode("utf-8"), self._token)
+                token = presented_token(value)
+                return token is not None and hmac.compare_digest(token, self._token)
         return False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self.allows(scope):
             await self.app(scope, receive, send)
             return
-        body = json.dumps(
-            {"error": "unauthorized", "message": "this service needs its auth token"}
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    *CHALLENGES,
-                ],
-            }
+        await send_json_error(
+            send, 401, "unauthorized", "this service needs its auth token", CHALLENGES
         )
-        await send({"type": "http.response.body", "body": body})

@@ -7,17 +7,22 @@ what replaces it:
 * `PresenceData.groups` (the groups page, `/api/v1/groups`, `/metrics`) is one
   `registry.groups(now_ns, ttl_ms)`: every tracked or declared group with its counts under
   its own shared TTL (or ``--ttl-ms``), its `min_active` and `below`; it visits groups,
-  never consumers. A per-group oldest heartbeat (or stuck count) in its rows would let
-  `/metrics` report them without reading consumers.
+  never consumers. `/metrics` reads it with ``details=True``: each group's oldest
+  heartbeat too (its sorted set's lowest score) and the leases its expired consumers hold
+  (their range of the sorted set and their stored values alone); a stuck count and a
+  group's leases in total need a read of every consumer (`--stuck-metrics`).
 * `PresenceData.group` and `consumers` with a queue (the group page, filtered consumer
   lists and API) read `snapshot(queue=, group=)`: the library reads that queue's or that
   group's keys alone, so they cost what they return. The group views read each row's
   metadata too (`with_meta=True`, one ``HMGET`` per chunk of the group), and the group's
   declared minimum (`expected()`, the declared groups alone); the consumer lists read
-  metadata only when asked (``meta=1``). Without a queue (the fleet-wide
-  consumer list, a name search) and for `metrics` with per-consumer metrics on,
-  `PresenceData.rows` is one whole snapshot, shared by every request for `read_cache_s`
-  and read by one caller at a time (the others await it); pages filter it here.
+  metadata only when asked (``meta=1``). Without a queue (the fleet-wide consumer list, a
+  name search) `consumers` reads `groups()` (by name, with counts), then one group at a
+  time (`iter_snapshot`, in the package's bounded chunks) from the cursor's group until
+  its `PageCollector` holds the page, which is all it keeps (at most FLEET_READS such reads
+  at once). For `metrics` with per-consumer metrics on,
+  `PresenceData.rows` is one whole snapshot, shared by every caller for `read_cache_s`
+  and read by one caller at a time (the others await it).
 * `PresenceData.changes` (each open event stream once per interval, and each cursor poll)
   is `registry.changes(cursor)`: the event logs written since the cursor and, per group,
   the heartbeats that crossed a line in the interval; what it costs grows with the
@@ -30,18 +35,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import count, groupby
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from redis.exceptions import RedisError
 
 from redis_presence import AsyncRedisPresenceRegistry, ConsumerPresence, PresenceState
-from redis_presence.errors import translate
+from redis_presence.errors import PresenceMetaError, translate
 from redis_presence.events import PresenceEvent
 from redis_presence.model import GroupPresence
 
-from .pages import ConsumerFilter, Cursor, Page, page_of
+from .pages import ConsumerFilter, Cursor, Page, PageCollector, page_of
 
 NS_PER_S = 1_000_000_000
 
@@ -60,6 +67,10 @@ class GroupStats(NamedTuple):
     """The minimum it was declared with (`expect`); None: not declared."""
     stuck: int | None = None
     """Its stuck consumers, where the read in use knows them (a read of its consumers)."""
+    leases: int | None = None
+    """The leases its consumers hold, where the read in use knows them."""
+    leases_expired: int | None = None
+    """The leases its expired consumers hold (work nobody will finish), likewise."""
 
     @property
     def total(self) -> int:
@@ -104,13 +115,19 @@ class TtlInUse(NamedTuple):
         return {"ttl_ms": self.ttl_ms, "ttl_source": self.source}
 
 
+NO_META_ERRORS: Mapping[tuple[str, str, str], str] = MappingProxyType({})
+
+
 class Reading(NamedTuple):
-    """One snapshot, the instant its ages were computed at and the TTL it reports."""
+    """One snapshot, the instant its ages were computed at and the TTL it reports; for a
+    read of metadata, why each consumer whose metadata could not be read (another
+    program's) has none (`PresenceMetaError.unreadable`)."""
 
     serial: int
     now_ns: int
     rows: list[ConsumerPresence]
     ttl: TtlInUse
+    meta_errors: Mapping[tuple[str, str, str], str] = NO_META_ERRORS
 
 
 class GroupReading(NamedTuple):
@@ -139,10 +156,13 @@ def stats_from_rows(
     for (queue, group), part in groupby(rows, key=lambda row: (row.queue, row.group)):
         tally = dict.fromkeys(PresenceState, 0)
         oldest: int | None = None
-        stuck = 0
+        stuck = leases = lost = 0
         for row in part:
             tally[row.state] += 1
             stuck += row.stuck
+            leases += row.lease_count
+            if row.state is PresenceState.EXPIRED:
+                lost += row.lease_count
             if oldest is None or row.last_heartbeat_ns < oldest:
                 oldest = row.last_heartbeat_ns
         stats.append(
@@ -155,12 +175,14 @@ def stats_from_rows(
                 oldest,
                 None if declared is None else declared.get((queue, group)),
                 stuck,
+                leases,
+                lost,
             )
         )
     if declared:
         seen = {(s.queue, s.group) for s in stats}
         stats += [
-            GroupStats(queue, group, 0, 0, 0, None, minimum, 0)
+            GroupStats(queue, group, 0, 0, 0, None, minimum, 0, 0, 0)
             for (queue, group), minimum in declared.items()
             if (queue, group) not in seen
         ]
@@ -171,7 +193,18 @@ def stats_from_rows(
 def stats_from_groups(groups: Iterable[GroupPresence]) -> list[GroupStats]:
     """`registry.groups()` rows as `GroupStats` (the order kept: by `(queue, group)`)."""
     return [
-        GroupStats(g.queue, g.group, g.active, g.stale, g.expired, None, g.min_active)
+        GroupStats(
+            g.queue,
+            g.group,
+            g.active,
+            g.stale,
+            g.expired,
+            g.oldest_heartbeat_ns,
+            g.min_active,
+            None,
+            None,
+            g.leases_expired,
+        )
         for g in groups
     ]
 
@@ -183,6 +216,22 @@ def server_time_ns(reply: Any) -> int:
     seconds, micros = reply
     return int(seconds) * NS_PER_S + int(micros) * 1_000
 
+
+def _may_match(stats: GroupPresence, where: ConsumerFilter) -> bool:
+    """Whether a group's counts leave room for a consumer matching `where`'s states."""
+    counts = {
+        PresenceState.ACTIVE: stats.active,
+        PresenceState.STALE: stats.stale,
+        PresenceState.EXPIRED: stats.expired,
+    }
+    return any(counts[s] for s in where.states or counts)
+
+
+FLEET_READS = 2
+"""Streaming reads of the whole fleet (consumer lists without a queue) at once; the others
+wait, so memory stays a few chunks whatever the number of requests."""
+STREAM_CHUNK = 1_000
+"""Rows handed to a page collector at a time."""
 
 TTL_REFRESH_S = 5.0
 """How long the service trusts a shared TTL it read (a `set_ttl` shows within this)."""
@@ -215,6 +264,7 @@ class PresenceData:
         self._serials = count(1)
         self._ttls: dict[tuple[str | None, str | None], tuple[TtlInUse, float]] = {}
         self._stucks: dict[tuple[str, str], tuple[int, float]] = {}
+        self._fleet_reads = asyncio.Semaphore(FLEET_READS)
         self.last_ttl = TtlInUse(ttl_ms, "option") if ttl_ms is not None else None
         """The TTL of the prefix the last read used (None before the first)."""
 
@@ -270,13 +320,14 @@ class PresenceData:
 
     # -- whole groups -----------------------------------------------------------------
 
-    async def groups(self) -> GroupsReading:
+    async def groups(self, *, details: bool = False) -> GroupsReading:
         """Every tracked or declared group with its active, stale and expired counts (each
         under its own shared TTL, or ``--ttl-ms``), its `min_active` and `below`; `ttl` is
-        the prefix's, what a group without a TTL of its own uses."""
+        the prefix's, what a group without a TTL of its own uses. With `details` (the
+        metrics), also its oldest heartbeat and leases (`registry.groups(details=True)`)."""
         ttl = await self.ttl()
         now = await self.now_ns()
-        groups = await self.registry.groups(now_ns=now, ttl_ms=self._read_ttl_ms)
+        groups = await self.registry.groups(now_ns=now, ttl_ms=self._read_ttl_ms, details=details)
         return GroupsReading(now, stats_from_groups(groups), ttl)
 
     async def declared(self, queue: str, group: str) -> int | None:
@@ -309,19 +360,17 @@ class PresenceData:
         rows = await self.registry.snapshot(now_ns=now, ttl_ms=self._read_ttl_ms)
         return Reading(next(self._serials), now, rows, ttl)
 
-    async def _selected(
-        self, queue: str | None, group: str | None, *, with_meta: bool = False
-    ) -> Reading:
+    async def _selected(self, queue: str, group: str | None, *, with_meta: bool = False) -> Reading:
         """The consumers of one queue (or one group): read by the library from that part of
-        the index alone, fresh each time; the whole fleet comes from the shared snapshot
-        (or, `with_meta`, from a read of its own)."""
-        if queue is None and not with_meta:
-            return await self.rows()
+        the index alone, fresh each time."""
         ttl = await self.ttl(queue, group) if group is not None else await self.ttl()
         now = await self.now_ns()
-        rows = await self.registry.snapshot(
-            now_ns=now, ttl_ms=self._read_ttl_ms, queue=queue, group=group, with_meta=with_meta
-        )
+        try:
+            rows = await self.registry.snapshot(
+                now_ns=now, ttl_ms=self._read_ttl_ms, queue=queue, group=group, with_meta=with_meta
+            )
+        except PresenceMetaError as exc:  # shown without those consumers' metadata, marked
+            return Reading(0, now, exc.rows, ttl, exc.unreadable)
         return Reading(0, now, rows, ttl)
 
     async def consumers(
@@ -333,9 +382,80 @@ class PresenceData:
         with_meta: bool = False,
     ) -> tuple[Reading, Page]:
         """One page of consumers matching `where`, and the read it comes from (`with_meta`:
-        their metadata read too)."""
+        their metadata read too). Without a queue (the whole fleet, a name search) the rows
+        are streamed and only the page is kept (`Reading.rows` holds just it)."""
+        if where.queue is None:
+            return await self._streamed(where, cursor=cursor, limit=limit, with_meta=with_meta)
         reading = await self._selected(where.queue, where.group, with_meta=with_meta)
         return reading, page_of(reading.rows, where, cursor=cursor, limit=limit)
+
+    async def _streamed(
+        self, where: ConsumerFilter, *, cursor: Cursor | None, limit: int, with_meta: bool
+    ) -> tuple[Reading, Page]:
+        """A page of the whole fleet, holding the page and one chunk of one group, never the
+        fleet: the groups (`registry.groups()`, by name, with their counts) are read one at a
+        time (`iter_snapshot` of that group, in the package's bounded chunks) from the
+        cursor's group towards the page's side until the page is full, then the other way
+        until a match shows there is a page beyond the cursor (known from the counts alone
+        unless a name is searched). At most FLEET_READS of them at once."""
+        ttl = await self.ttl()
+        now = await self.now_ns()
+        collector = PageCollector(where, cursor=cursor, limit=limit)
+        meta_errors: dict[tuple[str, str, str], str] = {}
+        async with self._fleet_reads:
+            groups = [
+                g
+                for g in await self.registry.groups(now_ns=now, ttl_ms=self._read_ttl_ms)
+                if (where.group is None or g.group == where.group) and _may_match(g, where)
+            ]
+            keys = [(g.queue, g.group) for g in groups]
+            start = 0 if cursor is None else bisect_left(keys, cursor.key[:2])
+            if collector.before:
+                page_side, other_side = groups[start::-1] if groups else [], groups[start + 1 :]
+            else:
+                page_side, other_side = groups[start:], groups[start - 1 :: -1] if start else []
+            for stats in page_side:
+                await self._feed(collector, stats, now, with_meta, meta_errors)
+                if collector.full:
+                    break
+            for stats in other_side:
+                if collector.beyond:
+                    break
+                if where.search is None:  # its counts say whether it holds a match
+                    collector.mark_beyond()
+                    break
+                await self._feed(collector, stats, now, with_meta, meta_errors)
+        page = collector.page()
+        shown = {row.key for row in page.rows}
+        errors = {key: why for key, why in meta_errors.items() if key in shown}
+        return Reading(0, now, page.rows, ttl, errors or NO_META_ERRORS), page
+
+    async def _feed(
+        self,
+        collector: PageCollector,
+        stats: GroupPresence,
+        now: int,
+        with_meta: bool,
+        meta_errors: dict[tuple[str, str, str], str],
+    ) -> None:
+        """Every row of one group to `collector`, STREAM_CHUNK rows at a time."""
+        rows = self.registry.iter_snapshot(
+            now_ns=now,
+            ttl_ms=self._read_ttl_ms,
+            queue=stats.queue,
+            group=stats.group,
+            with_meta=with_meta,
+        )
+        chunk: list[ConsumerPresence] = []
+        try:
+            async for row in rows:
+                chunk.append(row)
+                if len(chunk) >= STREAM_CHUNK:
+                    collector.feed(chunk)
+                    chunk = []
+        except PresenceMetaError as exc:  # raised once every row was handed out
+            meta_errors.update(exc.unreadable)
+        collector.feed(chunk)
 
     async def group(
         self,
@@ -375,7 +495,7 @@ class PresenceData:
         groups): the stuck counts and oldest heartbeats too, and the rows of per-consumer
         metrics."""
         if not read_consumers:
-            now, groups, ttl = await self.groups()
+            now, groups, ttl = await self.groups(details=True)
             return now, ttl, groups, ()
         reading, declared = await asyncio.gather(self.rows(max_age_s=0), self.registry.expected())
         stats = stats_from_rows(reading.rows, declared)

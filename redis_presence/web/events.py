@@ -15,7 +15,9 @@ closes. The messages a stream sends:
   `now_ns` was sent, so a reconnecting `EventSource` goes on from there; after each read
   that found events, and every CURSOR_EVERY_S otherwise;
 * ``status`` ``{"redis_up", "message", "since_ns"}``: Redis cannot be reached (since
-  `since_ns`, the service's clock), or answers again;
+  `since_ns`, the service's clock: one instant for every stream of the service), or
+  answers again (then a ``snapshot`` follows: the page reads what it shows again, and
+  consumers lost meanwhile, say in a restart without persistence, disappear);
 * ``snapshot`` ``{"reason", "cursor"}``: what the stream knew cannot go on (the cursor's log
   was trimmed or Redis lost its data, Redis answers again after an outage, or the stream
   fell behind): take a fresh read of what you show, then apply the events after `cursor`.
@@ -55,6 +57,8 @@ HISTORY_BATCHES = 240
 """How many of its last reads a poller remembers, for streams resumed from their cursors."""
 HISTORY_EVENTS = 10_000
 """At most this many events in a poller's memory (older reads are forgotten first)."""
+OUTAGE_GAP_S = 15.0
+"""Failures further apart than this, with no stream watching between, are two outages."""
 DEFAULT_MAX_STREAMS = 1_000
 """Open event streams one service serves at most (``--max-streams``)."""
 
@@ -335,12 +339,13 @@ class _Poller:
                         {
                             "redis_up": False,
                             "message": feed.scrub(str(exc)),
-                            "since_ns": time.time_ns(),
+                            "since_ns": feed.unreachable_since_ns(),
                         },
                     )
                     self._send_status(self.down)
                 await asyncio.sleep(feed.interval_s)
                 continue
+            feed.down_since_ns = None
             if self.down is not None:
                 # Back after an outage: whatever happened meanwhile (a restart that lost
                 # the data, say), every view reads itself again, from a fresh cursor.
@@ -450,6 +455,22 @@ class LiveFeed:
         self.max_streams = max_streams
         self._pollers: dict[tuple[str | None, str | None], _Poller] = {}
         self._limit = _takes_limit(data.registry)
+        self.down_since_ns: int | None = None
+        """Since when (the service's clock) Redis cannot be reached, as the pollers and
+        the routes saw it; None once a poller's read succeeds."""
+        self._down_seen_ns = 0
+
+    def unreachable_since_ns(self) -> int:
+        """Since when Redis cannot be reached (one instant for every stream and error page
+        of this outage): a failure after OUTAGE_GAP_S without one, while no poller is down
+        (a route's failure, with no stream open to see Redis come back), starts a new one."""
+        now = time.time_ns()
+        gap = now - self._down_seen_ns > OUTAGE_GAP_S * 1e9
+        ongoing = any(poller.down is not None for poller in self._pollers.values())
+        if self.down_since_ns is None or (gap and not ongoing):
+            self.down_since_ns = now
+        self._down_seen_ns = now
+        return self.down_since_ns
 
     @property
     def streams(self) -> int:

@@ -45,6 +45,13 @@ METRICS: dict[str, str] = {
     "redis_presence_oldest_heartbeat_age_seconds": (
         "Seconds since the least recent heartbeat among the group's tracked consumers."
     ),
+    "redis_presence_group_leases": (
+        "Leases held by the group's tracked consumers (every state), summed (only with "
+        "--stuck-metrics or --per-consumer-metrics)."
+    ),
+    "redis_presence_group_leases_expired": (
+        "Leases held by the group's expired consumers: work nobody will finish."
+    ),
     "redis_presence_consumer_last_seen_age_seconds": (
         "Seconds since each consumer's last heartbeat (only with --per-consumer-metrics)."
     ),
@@ -103,6 +110,8 @@ class PresenceCollector(Collector):
         below = _gauge("redis_presence_group_below_min", ("queue", "group"))
         stuck = _gauge("redis_presence_consumers_stuck", ("queue", "group"))
         oldest = _gauge("redis_presence_oldest_heartbeat_age_seconds", ("queue", "group"))
+        leases = _gauge("redis_presence_group_leases", ("queue", "group"))
+        lost = _gauge("redis_presence_group_leases_expired", ("queue", "group"))
         for stats in reading.groups:
             names = [stats.queue, stats.group]
             for state, value in (
@@ -119,11 +128,15 @@ class PresenceCollector(Collector):
                 stuck.add_metric(names, stats.stuck)
             if stats.oldest_heartbeat_ns is not None:
                 oldest.add_metric(names, _age_s(reading.now_ns, stats.oldest_heartbeat_ns))
+            if stats.leases is not None:
+                leases.add_metric(names, stats.leases)
+            if stats.leases_expired is not None:
+                lost.add_metric(names, stats.leases_expired)
         yield consumers
         yield active
         yield minimum
         yield below
-        for family in (stuck, oldest):
+        for family in (stuck, oldest, leases, lost):
             if family.samples:
                 yield family
         if self.per_consumer:
@@ -194,6 +207,8 @@ def render_text(reading: ScrapeReading, *, per_consumer: bool) -> bytes:
     below = [_head("redis_presence_group_below_min")]
     stuck = [_head("redis_presence_consumers_stuck")]
     oldest = [_head("redis_presence_oldest_heartbeat_age_seconds")]
+    leases = [_head("redis_presence_group_leases")]
+    lost = [_head("redis_presence_group_leases_expired")]
     for stats in reading.groups:
         names = f'group="{_label(stats.group)}",queue="{_label(stats.queue)}"'
         series = f"redis_presence_consumers{{{names},state="
@@ -214,8 +229,14 @@ def render_text(reading: ScrapeReading, *, per_consumer: bool) -> bytes:
         if stats.oldest_heartbeat_ns is not None:
             age = _age_s(reading.now_ns, stats.oldest_heartbeat_ns)
             oldest.append(f"redis_presence_oldest_heartbeat_age_seconds{{{names}}} {_float(age)}\n")
+        if stats.leases is not None:
+            leases.append(f"redis_presence_group_leases{{{names}}} {_number(stats.leases)}\n")
+        if stats.leases_expired is not None:
+            held = _number(stats.leases_expired)
+            lost.append(f"redis_presence_group_leases_expired{{{names}}} {held}\n")
     out += consumers + active + minimum + below
-    out += (stuck if len(stuck) > 1 else []) + (oldest if len(oldest) > 1 else [])
+    for family in (stuck, oldest, leases, lost):  # a family without a sample is left out
+        out += family if len(family) > 1 else []
     if per_consumer:
         out.append(_head("redis_presence_consumer_last_seen_age_seconds"))
         now = reading.now_ns

@@ -1,22 +1,31 @@
-"""`redis-presence check`: exit 0 when every named group has enough active consumers.
+"""`redis-presence check`: exit 0 when every named group has enough active consumers, or
+(`--consumer`) when one consumer is active.
 
-For probes, cron and Nagios-style monitors: one line per group on stdout, exit 1 when a
-group has fewer active consumers than asked for, 3 when Redis cannot be reached (and the
-CLI's other codes for the other failures).
+For probes, cron and Nagios-style monitors: one line per group (or for the consumer) on
+stdout, exit 1 when a group has fewer active consumers than asked for (or the consumer is
+not active, or stuck with `--stuck`), 3 when Redis cannot be reached (0 with
+`--unreachable ok`), and the CLI's other codes for the other failures.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import click
 
 from ..app import App, pass_app
-from ..errors import UsageProblem
+from ..errors import UsageProblem, translate
 
 if TYPE_CHECKING:
+    from redis_presence.model import ConsumerPresence
     from redis_presence.protocol import PresenceRegistry
+
+T = TypeVar("T")
+
+UNREACHABLE = ("fail", "ok")
+"""`--unreachable`: exit 3 when Redis cannot be reached, or exit 0 (with a line on stderr)."""
 
 
 class Verdict(NamedTuple):
@@ -42,11 +51,76 @@ class Verdict(NamedTuple):
         )
 
 
+class ConsumerVerdict(NamedTuple):
+    """One consumer's probe: its row (None: not tracked) and whether `stuck` fails it."""
+
+    queue: str
+    group: str
+    consumer: str
+    row: ConsumerPresence | None
+    stuck_fails: bool
+
+    @property
+    def ok(self) -> bool:
+        row = self.row
+        return (
+            row is not None and row.state.value == "active" and not (self.stuck_fails and row.stuck)
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        row = self.row
+        return {
+            "queue": self.queue,
+            "group": self.group,
+            "consumer": self.consumer,
+            "state": None if row is None else row.state.value,
+            "last_seen_age_ms": None if row is None else row.last_seen_age_ms,
+            "lease_count": None if row is None else row.lease_count,
+            "stuck": None if row is None else row.stuck,
+            "ok": self.ok,
+        }
+
+    def line(self) -> str:
+        from ..render import shown
+
+        row = self.row
+        if row is None:
+            what = "not tracked"
+        else:
+            what = f"{row.state.value}, last beat {row.last_seen_age_ms} ms ago"
+            if row.stuck:
+                what += f", stuck with {row.lease_count} leases"
+        status = "OK  " if self.ok else "FAIL"
+        return (
+            f"{status} consumer {shown(self.consumer)!r} of queue {shown(self.queue)!r} "
+            f"group {shown(self.group)!r}: {what}"
+        )
+
+
+def reachable(app: App, unreachable: str, read: Callable[[], T]) -> T:
+    """`read()`; with `--unreachable ok`, Redis out of reach ends the command with exit 0
+    and one line on stderr (a probe that must not restart a healthy worker)."""
+    try:
+        return read()
+    except Exception as exc:
+        errors = sys.modules.get("redis_presence.errors")
+        if (
+            unreachable == "ok"
+            and errors is not None
+            and isinstance(exc, errors.PresenceConnectionError)
+        ):
+            failed = translate(exc, app.url, app.timeout_s)
+            click.echo(f"redis-presence: {failed.message}; --unreachable ok: exit 0", err=True)
+            raise click.exceptions.Exit(0) from None
+        raise
+
+
 def pairs_of(
     queues: Sequence[str], groups: Sequence[str], minimums: Sequence[int]
-) -> list[tuple[str, str, int]]:
+) -> list[tuple[str, str, int | None]]:
     """`(queue, group, min_active)` from repeated options: the n-th `--queue` goes with the
-    n-th `--group`; `--min-active` is given never (1), once (for every pair) or per pair."""
+    n-th `--group`; `--min-active` is given never (None: the group's declared minimum,
+    else 1), once (for every pair) or per pair."""
     if not queues or len(queues) != len(groups):
         raise UsageProblem(
             "name each group to check as a --queue/--group pair (got "
@@ -59,9 +133,15 @@ def pairs_of(
         )
     wanted = list(minimums) * len(queues) if len(minimums) == 1 else list(minimums)
     return [
-        (q, g, wanted[i] if wanted else 1)
+        (q, g, wanted[i] if wanted else None)
         for i, (q, g) in enumerate(zip(queues, groups, strict=True))
     ]
+
+
+def declared_or_one(registry: PresenceRegistry, queue: str, group: str) -> int:
+    """The minimum the group was declared with (`expect`), else 1: one ``HMGET``."""
+    least = registry.min_active(queue, group)
+    return 1 if least is None else least
 
 
 def active_counts(
@@ -87,7 +167,26 @@ def active_counts(
     type=click.IntRange(0),
     multiple=True,
     metavar="N",
-    help="Active consumers wanted (default 1): once for all pairs, or once per pair.",
+    help="Active consumers wanted (default: the group's declared minimum, else 1): once "
+    "for all pairs, or once per pair.",
+)
+@click.option(
+    "--consumer",
+    metavar="NAME",
+    help="Check this consumer of the one --queue/--group: exit 0 when it is active.",
+)
+@click.option(
+    "--stuck",
+    is_flag=True,
+    help="With --consumer: also fail when it is stuck (holding leases without progress "
+    "for longer than the group's shared budget).",
+)
+@click.option(
+    "--unreachable",
+    type=click.Choice(UNREACHABLE, case_sensitive=False),
+    default="fail",
+    show_default=True,
+    help="Redis cannot be reached: fail (exit 3) or ok (exit 0, one line on stderr).",
 )
 @click.option(
     "--format",
@@ -102,14 +201,21 @@ def command(
     queues: tuple[str, ...],
     groups: tuple[str, ...],
     minimums: tuple[int, ...],
+    consumer: str | None,
+    stuck: bool,
+    unreachable: str,
     fmt: str,
 ) -> None:
     """Check that every named group has at least N active consumers.
 
-    Exit 0 when all do, 1 when one does not, 3 when Redis cannot be reached (2 for bad
-    usage, 4 for refused credentials). One line per group on stdout. Without --queue and
-    --group, every declared group (`redis-presence expect`) is checked against its own
-    minimum.
+    Exit 0 when all do, 1 when one does not, 3 when Redis cannot be reached (0 with
+    --unreachable ok; 2 for bad usage, 4 for refused credentials). One line per group on
+    stdout. Without --queue and --group, every declared group (`redis-presence expect`)
+    is checked against its own minimum.
+
+    With --consumer (and one --queue/--group): exit 0 when that consumer is active (and,
+    with --stuck, not stuck), 1 when it is stale, expired, stuck or not tracked: a
+    liveness probe for a worker, reading that consumer alone.
 
     \b
     Examples:
@@ -118,7 +224,62 @@ def command(
       redis-presence check --queue orders --group billing --queue emails --group sender
       redis-presence check --queue orders --group billing --format json
       redis-presence check
+      redis-presence check --consumer w1 --queue orders --group billing --unreachable ok
     """
+    unreachable = unreachable.lower()
+    if consumer is not None:
+        probe(app, consumer, queues, groups, minimums, stuck, unreachable, fmt)
+        return
+    if stuck:
+        raise UsageProblem("--stuck goes with --consumer only")
+    reachable(app, unreachable, lambda: groups_check(app, queues, groups, minimums, fmt))
+
+
+def probe(
+    app: App,
+    consumer: str,
+    queues: Sequence[str],
+    groups: Sequence[str],
+    minimums: Sequence[int],
+    stuck: bool,
+    unreachable: str,
+    fmt: str,
+) -> None:
+    """`check --consumer`: one consumer's row, read alone (one ``HMGET`` and its group's
+    shared TTL and budget)."""
+    if len(queues) != 1 or len(groups) != 1:
+        raise UsageProblem(
+            "--consumer needs exactly one --queue and one --group (got "
+            f"{len(queues)} --queue and {len(groups)} --group)"
+        )
+    if minimums:
+        raise UsageProblem("--min-active goes with group checks, not with --consumer")
+    queue, group = queues[0], groups[0]
+
+    def read() -> ConsumerPresence | None:
+        row = app.registry().consumer(queue, group, consumer, now_ns=app.now_ns, ttl_ms=app.ttl_ms)
+        app.note_ttl(queue, group)
+        return row
+
+    verdict = ConsumerVerdict(queue, group, consumer, reachable(app, unreachable, read), stuck)
+    if fmt.lower() == "json":
+        import json
+
+        click.echo(json.dumps(verdict.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        click.echo(verdict.line())
+    if not verdict.ok:
+        raise click.exceptions.Exit(1)
+
+
+def groups_check(
+    app: App,
+    queues: Sequence[str],
+    groups: Sequence[str],
+    minimums: Sequence[int],
+    fmt: str,
+) -> None:
+    """`check` of named (or declared) groups: one `count_active` each."""
     if not queues and not groups:  # every declared group, each with its own minimum
         registry = app.registry()
         declared = registry.expected()
@@ -131,7 +292,10 @@ def command(
             raise UsageProblem("--min-active goes with --queue/--group pairs only")
         wanted = [(q, g, least) for (q, g), least in declared.items()]
     else:
-        wanted = pairs_of(queues, groups, minimums)
+        wanted = [
+            (q, g, least if least is not None else declared_or_one(app.registry(), q, g))
+            for q, g, least in pairs_of(queues, groups, minimums)
+        ]
     active = active_counts(
         app.registry(), [(q, g) for q, g, _ in wanted], now_ns=app.now_ns, ttl_ms=app.ttl_ms
     )
@@ -139,7 +303,7 @@ def command(
     if len({(q, g) for q, g, _ in wanted}) == 1:
         app.note_ttl(*wanted[0][:2])
     else:
-        app.note_ttl()
+        app.note_ttl(groups=[(q, g) for q, g, _ in wanted])
     if fmt.lower() == "json":
         import json
 

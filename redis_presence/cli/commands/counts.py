@@ -26,5 +26,6 @@ def command(app: App, queue: str | None, group: str | None, fmt: str) -> None:
       redis-presence counts --format csv
     """
     selection = Selection.of(queue, group)
-    app.show_counts(app.active_counts(selection), fmt, selection=selection)
-    app.note_ttl(queue, group)
+    counts = app.active_counts(selection)
+    app.show_counts(counts, fmt, selection=selection)
+    app.note_ttl(queue, group, sorted(counts))

@@ -61,16 +61,21 @@ def command(app: App, fmt: str) -> None:
     else:
         style = render.Styler(app.console)
         colours = {Status.FAIL: "bold red", Status.WARN: "yellow", Status.OK: "green"}
-        lines = [f"redis-presence doctor: {app.where}"]
+        lines = [render.wrapped(f"redis-presence doctor: {app.where}", render.LINE_WIDTH, 4)]
         width = max(len(f.check) for f in findings)
+        # Summaries and advice wrap under their column: 80 columns (or a narrower terminal).
+        fit = render.LINE_WIDTH
+        if app.console.is_terminal:
+            fit = min(fit, app.console.width)
+        hang = 4 + 2 + width + 2
         for finding in findings:
             node = f"[{finding.node}] " if finding.node else ""
             label = style(f"{finding.status.value.upper():<4}", colours.get(finding.status, ""))
-            lines.append(
-                f"{label}  {finding.check:<{width}}  {node}{render.shown(finding.summary)}"
-            )
+            text = render.wrapped(f"{node}{render.shown(finding.summary)}", fit, hang, " " * hang)
+            lines.append(f"{label}  {finding.check:<{width}}  {text[hang:]}")
             if finding.advice:
-                lines.append(f"{'':<4}  {'':<{width}}  -> {render.shown(finding.advice)}")
+                advice = render.shown(finding.advice)
+                lines.append(render.wrapped(advice, fit, hang + 3, " " * hang + "-> "))
         fails, warns = (sum(f.status is s for f in findings) for s in (Status.FAIL, Status.WARN))
         tally = f"{render.plural(fails, 'failure')}, {render.plural(warns, 'warning')}"
         lines.append(tally if verdict.rank else "nothing wrong found")

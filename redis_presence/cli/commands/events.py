@@ -144,4 +144,4 @@ def note_ttl(app: App, queue: str | None, group: str | None) -> None:
     words = app.ttl_words(ttl, source, queue, group)
     if app.ttl_ms is not None:
         words += f"; {app.ttl_from} is not used: events follow the shared TTL"
-    click.echo(f"redis-presence: events: {words}", err=True)
+    app.note(f"events: {words}")

@@ -50,8 +50,9 @@ def command(
     selection = Selection.of(queue, group, states)
     now = app.clock_ns()  # one clock for the rows and for the AHEAD marks
     rows = app.consumers(selection, now_ns=now, with_meta=wide or fmt.lower() != "table")
+    read = {(row.queue, row.group) for row in rows}
     if stuck:
         rows = [row for row in rows if row.stuck]
     chosen = arrange(rows, sort.lower(), limit, row=lambda row: row)
     app.show_consumers(chosen, fmt, selection=selection, wide=wide, total=len(rows), now_ns=now)
-    app.note_ttl(queue, group)
+    app.note_ttl(queue, group, sorted(read))

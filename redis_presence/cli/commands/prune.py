@@ -36,7 +36,7 @@ def command(app: App, queue: str | None, group: str | None, dry_run: bool, fmt: 
         app.show_consumers(doomed, fmt, selection=expired)
         if fmt == "table":
             app.emit(f"would prune {len(doomed)} expired consumer(s)\n")
-        app.note_ttl(queue, group)
+        app.note_ttl(queue, group, sorted({(row.queue, row.group) for row in doomed}))
         return
     registry = app.writer("prune")
     # Not given, --ttl-ms is each group's shared TTL: what the brokers beat under.

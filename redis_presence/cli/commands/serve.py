@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 
 import click
 
 from ..app import App, pass_app
-from ..errors import CliError
+from ..errors import CliError, UsageProblem
 
 DEFAULT_PORT = 8321
 
@@ -103,6 +104,16 @@ def web_extra_missing(command: str, exc: ImportError) -> CliError:
     help="How long a read waits for a free connection when all are in use (then 503 "
     "service_busy, not 'Redis unreachable'). Env: REDIS_PRESENCE_POOL_TIMEOUT.",
 )
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer to this Host name (repeatable; '*.example.com' for its subdomains, "
+    "'*' for any). Always answered: localhost, 127.0.0.1, [::1], --host and the address a "
+    "request arrives at; any other Host gets 421. Env (without --allowed-host): "
+    "REDIS_PRESENCE_ALLOWED_HOSTS, separated by commas or spaces.",
+)
 @click.option("--read-cache-ms", type=click.IntRange(0, 60_000), default=500, hidden=True)
 @click.option("--live-interval-ms", type=click.IntRange(50, 60_000), default=500, hidden=True)
 @pass_app
@@ -117,6 +128,7 @@ def command(
     max_streams: int,
     max_connections: int,
     pool_timeout: float,
+    allowed_hosts: tuple[str, ...],
     read_cache_ms: int,
     live_interval_ms: int,
 ) -> None:
@@ -136,9 +148,16 @@ def command(
 
     try:  # the web extra is optional: import it only when serving
         from redis_presence.web.app import WebConfig
+        from redis_presence.web.auth import check_token
+        from redis_presence.web.security import ALLOWED_HOSTS_ENV, parse_allowed_hosts
         from redis_presence.web.server import bind, run, url_of
     except ImportError as exc:
         raise web_extra_missing("serve", exc) from None
+    if auth_token:
+        try:
+            check_token(auth_token)
+        except ValueError as exc:
+            raise UsageProblem(f"--auth-token / REDIS_PRESENCE_AUTH_TOKEN: {exc}") from None
     config = WebConfig(
         url=app.url,
         prefix=app.prefix,
@@ -153,6 +172,10 @@ def command(
         max_streams=max_streams,
         max_connections=max_connections,
         pool_timeout_s=pool_timeout,
+        allowed_hosts=(
+            host,
+            *(allowed_hosts or parse_allowed_hosts(os.environ.get(ALLOWED_HOSTS_ENV, ""))),
+        ),
     )
     config.open_registry()  # a malformed URL or option fails here, before anything listens
     try:

@@ -8,6 +8,7 @@ import click
 from redis_presence.validation import MAX_TTL_MS
 
 from ..app import App, pass_app
+from ..errors import UsageProblem
 from ..options import format_option
 
 _formats = format_option(
@@ -22,8 +23,10 @@ def _where(f: click.decorators.FC) -> click.decorators.FC:
 
 
 @click.group("ttl", invoke_without_command=True, short_help="Show or store the shared TTL.")
+@_where
+@_formats
 @click.pass_context
-def command(ctx: click.Context) -> None:
+def command(ctx: click.Context, queue: str | None, group: str | None, fmt: str) -> None:
     """Show (get, the default), store (set) or forget (unset) the TTL that brokers and
     readers share: for the prefix (every group's default) or for one group.
 
@@ -33,13 +36,26 @@ def command(ctx: click.Context) -> None:
     \b
     Examples:
       redis-presence ttl
+      redis-presence ttl --queue reports --group nightly --format json
       redis-presence ttl set 60000
       redis-presence ttl set 120000 --queue reports --group nightly
       redis-presence ttl get --queue reports --group nightly --format json
       redis-presence ttl unset --queue reports --group nightly
     """
-    if ctx.invoked_subcommand is None:
-        ctx.invoke(get)
+    if ctx.invoked_subcommand is None:  # `ttl [--queue Q --group G] [--format F]` is `get`
+        ctx.invoke(get, queue=queue, group=group, fmt=fmt)
+        return
+    given = [
+        f"--{name}"
+        for name in ("queue", "group", "format")
+        if ctx.get_parameter_source("fmt" if name == "format" else name)
+        is click.core.ParameterSource.COMMANDLINE
+    ]
+    if given:
+        raise UsageProblem(
+            f"put {'/'.join(given)} after '{ctx.invoked_subcommand}' "
+            f"(redis-presence ttl {ctx.invoked_subcommand} ... {given[0]} ...)"
+        )
 
 
 def _document(app: App, queue: str | None, group: str | None) -> dict[str, object]:
@@ -59,7 +75,11 @@ def _show(app: App, queue: str | None, group: str | None, fmt: str, before: str 
     if fmt.lower() == "json":
         app.emit_json(data)
         return
-    words = app.ttl_words(int(str(data["ttl_ms"])), str(data["source"]), queue, group)
+    source = str(data["source"])
+    # Nothing stored: say how to store one (rather than that a group's own would win).
+    words = app.ttl_words(
+        int(str(data["ttl_ms"])), source, queue, group, own_known=source == "default"
+    )
     scope = f"queue {queue!r}, group {group!r}" if queue is not None else f"prefix {app.prefix!r}"
     app.emit(f"{before}{scope}: {words}\n")
 

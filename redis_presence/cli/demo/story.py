@@ -128,7 +128,9 @@ class Log:
         return self.clock() - self.origin
 
     def say(self, text: str) -> None:
-        line = f"demo: [{self.now():5.1f}s] {text}"
+        stamp = f"demo: [{self.now():5.1f}s] "
+        width = min(render.LINE_WIDTH, self.console.width)
+        line = render.wrapped(text, width, len(stamp), stamp)
         if self.sink is not None:
             self.sink.say(line)
         else:
@@ -176,7 +178,7 @@ def run_demo(
             if serve_port is not None:
                 registry.set_ttl(ttl_ms)  # the TTL the dashboard reads and its events follow
                 dashboard = start_dashboard(server, prefix, serve_port)
-                say(f"dashboard: {dashboard.url} (redis-presence serve pid {dashboard.pid})")
+                say(f"dashboard: {dashboard.url} (pid {dashboard.pid})")
             fleet = brokers * consumers
             _wait_for_fleet(registry, fleet, ttl_ms, timeout_s=15.0)
             everyone = f"all {fleet} consumers are" if fleet > 1 else "the one consumer is"
@@ -249,11 +251,7 @@ def _play(
                 frame = watcher.refresh(registry.snapshot(ttl_ms=ttl_ms))
                 now = log.now()
                 if live_view:
-                    title = (
-                        f"redis-presence demo  {now:4.1f}s (ends at {end:.1f}s)  "
-                        f"TTL {ttl_ms} ms (stale after {ttl_ms / 1000:g}s, "
-                        f"expired after {2 * ttl_ms / 1000:g}s)  Ctrl-C stops"
-                    )
+                    title = demo_title(now, end, ttl_ms, sink.width or render.LINE_WIDTH)
                     view = render.View(frame.rows, width=sink.width, height=sink.height)
                     sink.show(frame, title, view)
                 else:
@@ -264,6 +262,22 @@ def _play(
                 time.sleep(max(0.0, min(next_tick, end) - log.now()))
         finally:
             log.sink = None
+
+
+def demo_title(now_s: float, end_s: float, ttl_ms: int, width: int) -> str:
+    """The live view's title: the clock, the end, the TTL and its horizons and how to stop,
+    shortened (the least useful words first) until it fits `width` columns."""
+    clock = f"{now_s:4.1f}s (ends at {end_s:.1f}s)"
+    ttl = f"TTL {ttl_ms} ms"
+    rule = f"stale after {ttl_ms / 1000:g}s, expired after {2 * ttl_ms / 1000:g}s"
+    titles = (
+        f"redis-presence demo  {clock}  {ttl} ({rule})  Ctrl-C stops",
+        f"redis-presence demo  {clock}  {ttl} ({rule})",
+        f"demo  {clock}  {ttl}: {rule}",
+        f"demo  {clock}  {ttl}",
+        f"demo {now_s:.1f}s/{end_s:.1f}s",
+    )
+    return next((title for title in titles if len(title) <= width), titles[-1])
 
 
 def _plain_frame(frame: Frame, elapsed: float) -> str:

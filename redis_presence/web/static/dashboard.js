@@ -5,11 +5,20 @@
 (() => {
   const dataNode = document.getElementById("page-data");
   const page = dataNode ? JSON.parse(dataNode.textContent || "{}") : {};
-  if (!page.view) return; // an error page: it reloads itself
-
-  const root = page.root || "";
   const live = document.getElementById("live");
   const banner = document.getElementById("banner");
+  if (!page.view) {
+    // An error page (it reloads itself): say since when Redis cannot be reached.
+    if (page.since_ns !== undefined && page.since_ns !== null) {
+      live.dataset.state = "down";
+      live.textContent = "Redis unreachable";
+      banner.textContent = `Redis unreachable since ${isoUtc(page.since_ns)} (${page.message}); retrying`;
+      banner.hidden = false;
+    }
+    return;
+  }
+
+  const root = page.root || "";
   let offsetMs = Number(page.now_ns) / 1e6 - Date.now(); // the server's clock minus ours
 
   // -- formatting (as the CLI prints them) -------------------------------------------------
@@ -54,9 +63,17 @@
     span.title = "holds leases without progress for longer than the progress budget";
     return span;
   }
-  // A consumer's metadata as `key=value` pairs, sorted by key, written as text.
-  function metaCell(meta) {
+  // A consumer's metadata as `key=value` pairs, sorted by key, written as text; metadata
+  // another program wrote, which the service could not read, is marked as such.
+  function metaCell(meta, error) {
     const td = cell("", "meta");
+    if (error) {
+      const mark = document.createElement("span");
+      mark.className = "meta-error";
+      mark.title = error;
+      mark.textContent = "metadata unreadable";
+      td.append(mark);
+    }
     for (const key of Object.keys(meta || {}).sort()) {
       const kv = document.createElement("span");
       kv.className = "kv";
@@ -91,6 +108,46 @@
     banner.hidden = !text;
   }
 
+  // -- when the page cannot read: nothing it shows is claimed to be live ---------------------
+  // Redis unreachable (the stream's `status`, or a 503 of the page's own read) or the service
+  // gone: every row, count and card is marked unknown (greyed, its state pill "unknown") and
+  // the badge is not live, until the stream says Redis answers again and a fresh read of
+  // the page (which drops whatever vanished meanwhile) has landed.
+  let downSince = null; // ns (the server's clock): since when the page cannot read
+  let streamDown = false; // the stream's last status said Redis is unreachable
+  const nowNs = () => Math.round((Date.now() + offsetMs) * 1e6);
+  function cannotRead(sinceNs, text) {
+    if (downSince === null) downSince = Number(sinceNs ?? nowNs());
+    showBanner(
+      `${text[0]} since ${isoUtc(downSince)} (${text[1]}); retrying. ` +
+        `What this page shows was read at ${isoUtc(lastReadNs)} and may be out of date.`,
+    );
+    setLive("down", text[0]);
+    markUnknown();
+  }
+  function markUnknown() {
+    for (const tr of document.querySelectorAll("#consumers tbody tr, #groups tbody tr")) {
+      tr.classList.add("unknown");
+      const state = tr.querySelector(".pill:not(.stuck)");
+      if (state && !state.classList.contains("unknown")) {
+        state.title = `last read: ${state.textContent}`;
+        state.className = "pill unknown";
+        state.textContent = "unknown";
+      }
+    }
+    for (const cards of document.querySelectorAll("#totals, #group-stats")) {
+      cards.classList.add("unknown");
+    }
+  }
+  function canRead() {
+    downSince = null;
+    for (const node of document.querySelectorAll(".unknown:not(.pill)")) {
+      node.classList.remove("unknown");
+    }
+    showBanner("");
+    if (source.readyState === EventSource.OPEN) setLive("live", "live");
+  }
+
   // -- rendering from the page's JSON twin ---------------------------------------------------
   function rowsByKey(tbody) {
     const rows = new Map();
@@ -123,7 +180,7 @@
       cell(thousands(c.lease_count), "num"),
       cell(isoUtc(c.registered_at_ns), "when"),
     );
-    if (page.with_meta) tr.append(metaCell(c.meta));
+    if (page.with_meta) tr.append(metaCell(c.meta, c.meta_error));
     return tr;
   }
   // The instant a consumer's progress budget counts from: its last progress, else its
@@ -146,7 +203,7 @@
       span.className = "badge";
       span.textContent = g.nobody_reading
         ? "nobody is reading"
-        : `below minimum ${thousands(g.min_active)}`;
+        : `below its minimum of ${thousands(g.min_active)}`;
       badge.append(span);
     }
     const declared = g.min_active !== null && g.min_active !== undefined;
@@ -303,12 +360,29 @@
         cache: "no-store",
       });
       const model = await response.json();
-      if (!response.ok) {
-        showBanner(`${model.message || response.statusText} (retrying)`);
+      if (response.status === 404 && page.view === "consumers") {
+        // The group is gone (its consumers left, or Redis lost them): nothing to show.
+        model.now_ns = nowNs();
+        model.consumers = [];
+        model.next_cursor = model.prev_cursor = null;
+        if (page.group_page) {
+          model.group = {
+            active: 0, stale: 0, expired: 0, min_active: null, nobody_reading: true, below: false,
+          };
+        }
+      } else if (!response.ok) {
+        const unreachable = model.since_ns !== undefined;
+        if (response.status === 503 || unreachable) {
+          cannotRead(model.since_ns, [
+            unreachable ? "Redis unreachable" : "Cannot read Redis",
+            model.message || response.statusText,
+          ]);
+        } else {
+          showBanner(`${model.message || response.statusText} (retrying)`);
+        }
         again = true;
         return;
       }
-      showBanner("");
       lastReadNs = Number(model.now_ns);
       known.clear();
       offsetMs = lastReadNs / 1e6 - Date.now();
@@ -327,8 +401,11 @@
       pending = [];
       for (const event of queued) applyEvent(event);
       tick();
+      // A fresh read: true again, unless the stream still says Redis cannot be reached.
+      if (streamDown) markUnknown();
+      else canRead();
     } catch (error) {
-      showBanner(`The dashboard cannot reach its server (${error.message}); retrying`);
+      cannotRead(null, ["The dashboard cannot reach its server", error.message]);
       again = true;
     } finally {
       refreshing = false;
@@ -590,23 +667,28 @@
   if (page.group) params.set("group", page.group);
   const source = new EventSource(`${root}/api/v1/events?${params}`);
   source.addEventListener("hello", () => {
-    setLive("live", "live");
+    // A new stream: a `status` follows at once if Redis cannot be reached.
+    streamDown = false;
+    if (downSince === null) setLive("live", "live");
     scheduleRefresh(0); // the page was read before the stream began: read once more
   });
   source.addEventListener("presence", (message) => applyEvent(JSON.parse(message.data)));
-  source.addEventListener("snapshot", () => scheduleRefresh(0)); // events were lost
+  // Events were lost (a trimmed log, Redis lost its data, an outage): a fresh read.
+  source.addEventListener("snapshot", () => scheduleRefresh(0));
   source.addEventListener("status", (message) => {
     const status = JSON.parse(message.data);
     if (status.redis_up) {
-      setLive("live", "live");
-      showBanner("");
+      streamDown = false;
+      scheduleRefresh(0); // live again once this read lands (a `snapshot` follows too)
     } else {
-      setLive("down", "Redis unreachable");
-      showBanner(`Redis cannot be reached: ${status.message} (retrying)`);
+      streamDown = true;
+      cannotRead(status.since_ns, ["Redis unreachable", status.message]);
     }
   });
   source.addEventListener("error", () => {
-    if (source.readyState !== EventSource.OPEN) setLive("static", "reconnecting…");
+    if (source.readyState === EventSource.OPEN) return;
+    if (downSince === null) setLive("static", "reconnecting…");
+    scheduleRefresh(0); // can the page still read? (if not, its rows turn unknown)
   });
   planStuckRead();
   tick();
