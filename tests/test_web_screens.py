@@ -1,4 +1,4 @@
-"""Every page on a phone (390 px) and on a desktop (1280 px), in Debian's chromium.
+"""Every page on a phone (390 px), a tablet (800 px) and a desktop (1280 px), in chromium.
 
 The document never scrolls sideways, the key figures (the counts, the live badge, the
 names) are on screen and not clipped, ordinary words are never broken mid-word, and a
@@ -34,10 +34,10 @@ LONG = (HOSTILE + "billing.eu-west-1.orders-v2.priority-high-" * 5)[:200]
 """A 200-character name: markup first, then one long unbreakable token."""
 FUTURE_NS = 4_000_000_000_000 * MS  # beats from the future stay active
 PAST_NS = 1_700_000_000_000 * MS  # long expired
-WIDTHS = [pytest.param(390, id="390px"), pytest.param(1280, id="1280px")]
+WIDTHS = [pytest.param(w, id=f"{w}px") for w in (390, 800, 1280)]  # phone, tablet, desktop
 
 # In the page: where the document and an element lie against the viewport, and which
-# ordinary words (up to 20 characters) the layout broke across lines.
+# ordinary words (up to 24 characters, a timestamp included) the layout broke across lines.
 GEOMETRY = """() => ({
   scrollWidth: document.documentElement.scrollWidth,
   innerWidth: window.innerWidth,
@@ -73,7 +73,7 @@ BROKEN_WORDS = """(selector) => {
     const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
     for (let node = walker.nextNode(); node; node = walker.nextNode()) {
       for (const m of node.data.matchAll(/\\S+/g)) {
-        if (m[0].length < 2 || m[0].length > 20) continue;
+        if (m[0].length < 2 || m[0].length > 24) continue;
         const range = document.createRange();
         range.setStart(node, m.index);
         range.setEnd(node, m.index + m[0].length);
