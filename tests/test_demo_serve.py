@@ -138,3 +138,15 @@ def test_the_readme_screenshots_come_from_a_real_run(tmp_path: Path) -> None:
         assert shot.stat().st_size > 10_000
     readme = (ROOT / "README.md").read_text()
     assert all(f"docs/img/{name}.png" in readme for name in shots)
+
+
+def test_serve_without_the_web_extra_is_one_line_before_anything_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "redis_presence.web.server", None)  # import fails
+    result = CliRunner().invoke(cli, ["demo", "--serve", "--no-tui"])
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        "Error: redis-presence demo --serve needs the web extra: pip install "
+        "'redis-presence[web]' (missing: redis_presence.web.server)"
+    ]
