@@ -22,6 +22,7 @@ from test_web_browser import (  # the fixtures, shared by name
     page,  # noqa: F401
     redis_url_module,  # noqa: F401
     service,  # noqa: F401
+    settled,
     writer,  # noqa: F401
 )
 
@@ -110,8 +111,10 @@ def fleet(writer: RedisPresenceRegistry) -> Iterator[list[tuple[str, str, str]]]
 
 
 def visit(page: Page, width: int, path: str) -> None:  # noqa: F811
+    """Open `path` live, after the catch-up read: the rows shown are the script's."""
     page.set_viewport_size({"width": width, "height": 844 if width < 500 else 860})
     live(page, path)
+    settled(page)
 
 
 def fits(page: Page) -> None:  # noqa: F811
