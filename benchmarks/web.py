@@ -83,7 +83,9 @@ async def _run(server: BenchServer, n: int, rounds: int, result: CaseResult) -> 
     async with (
         plain.router.lifespan_context(plain),
         detailed.router.lifespan_context(detailed),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=plain), base_url="http://127.0.0.1") as web,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=plain), base_url="http://127.0.0.1"
+        ) as web,
         httpx.AsyncClient(
             transport=httpx.ASGITransport(app=detailed), base_url="http://127.0.0.1"
         ) as web_detailed,
