@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SYNCED_FROM = "c540b0ec5ec6ed8402af0a83ea91f4bf86f8a7f1"
+SYNCED_FROM = "dbc1461f41f7bd2c3a9ccab59bf6b2f5d5fb4da0"
 
 # page -> its parts: (first heading, heading it stops before or None, levels to lift)
 Part = tuple[str, str | None, int]
