@@ -53,7 +53,7 @@ from redis_presence.urls import (
 )
 
 from . import events as live_events
-from . import metrics
+from . import history, metrics
 from .auth import TokenAuth, check_token
 from .data import GroupStats, PresenceData, TtlInUse
 from .pages import (
@@ -76,6 +76,7 @@ PAGE_SIZE = 50
 """Consumers per dashboard page (the API's `limit` defaults to 100, at most 1,000)."""
 GROUPS_PER_PAGE = 200
 GROUP_API = "/api/v1/groups/"
+CONSUMER_API = "/api/v1/consumers/"
 NO_GROUP = "queue {queue!r} has no tracked or declared group {group!r}"
 SSE_PING_S = 15
 SSE_RETRY_MS = 2000
@@ -362,6 +363,21 @@ def _path_names(request: Request, prefix: str) -> tuple[str, str]:
     return queue, group
 
 
+def _path_segments(request: Request, prefix: str, count: int) -> list[str]:
+    """Exactly `count` percent-encoded names from the raw path after `prefix`."""
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    path = raw.decode("latin-1").partition("?")[0]
+    start = request.scope.get("root_path", "").rstrip("/") + prefix
+    parts = path[len(start) :].split("/")
+    if not path.startswith(start) or len(parts) != count or not all(parts):
+        where = "/".join(["<queue>", "<group>", "<consumer>"][:count])
+        raise HTTPException(404, f"expected {prefix}{where} (percent-encoded)")
+    try:
+        return [unquote(part, errors="strict") for part in parts]
+    except UnicodeDecodeError:
+        raise BadRequest("names must be percent-encoded UTF-8") from None
+
+
 def _json_view(request: Request) -> bool:
     """Whether a page was asked for as JSON (the page's script refreshing itself)."""
     accept = request.headers.get("accept", "")
@@ -457,9 +473,11 @@ def create_app(
         Route("/", views.overview, name="overview"),
         Route("/group", views.group_page, name="group"),
         Route("/consumers", views.consumers_page, name="consumers"),
+        Route("/consumer", views.consumer_page, name="consumer"),
         Route("/api/v1/groups", views.api_groups),
         PrefixRoute(GROUP_API, views.api_group),
         Route("/api/v1/consumers", views.api_consumers),
+        PrefixRoute(CONSUMER_API, views.api_consumer),
         Route("/api/v1/events", views.api_events),
         Route("/metrics", views.metrics),
         Route("/healthz", views.healthz),
@@ -667,6 +685,56 @@ class Views:
             },
         )
         return _page(service.templates.TemplateResponse(request, "consumers.html", context))
+
+    async def consumer_page(self, request: Request) -> Response:
+        names = (_text(request, "queue"), _text(request, "group"), _text(request, "consumer"))
+        queue, group, consumer = names
+        if queue is None or group is None or consumer is None:
+            raise BadRequest("a consumer page needs queue=, group= and consumer=")
+        view, model = await self._consumer(queue, group, consumer)
+        if _json_view(request):
+            return _json(model)
+        service = self.service
+        stuck_after_ms = await service.reads.stuck_after_ms(queue, group)
+        context = service.context(
+            request,
+            now_ns=view.log.now_ns,
+            queue=queue,
+            group=group,
+            consumer=consumer,
+            row=view.row,
+            meta=view.meta,
+            log=view.log,
+            timeline=view.timeline,
+            stuck_after_ms=stuck_after_ms,
+            live={},
+        )
+        return _page(service.templates.TemplateResponse(request, "consumer.html", context))
+
+    async def api_consumer(self, request: Request) -> Response:
+        queue, group, consumer = _path_segments(request, CONSUMER_API, 3)
+        _, model = await self._consumer(queue, group, consumer)
+        return JSONResponse(model, headers={"Cache-Control": "no-store"})
+
+    async def _consumer(
+        self, queue: str, group: str, consumer: str
+    ) -> tuple[history.ConsumerView, dict[str, Any]]:
+        """One consumer's page model; 404 when it is neither tracked nor in the history."""
+        try:
+            view = await history.consumer_view(self.service.reads, queue, group, consumer)
+        except (TypeError, ValueError) as exc:
+            raise BadRequest(str(exc)) from None
+        if view.row is None and not view.timeline:
+            raise HTTPException(
+                404, f"group {queue!r}/{group!r} has no consumer {consumer!r} (nor had this hour)"
+            )
+        model = view.log.to_dict() | {
+            "consumer": consumer,
+            "row": None if view.row is None else consumer_json(view.row, with_meta=False),
+            "meta": dict(view.meta),
+            "timeline": [t.to_dict() for t in view.timeline],
+        }
+        return view, model
 
     # -- the JSON API
 

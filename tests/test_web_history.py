@@ -1,0 +1,88 @@
+"""The dashboard's pictures of the recent past (`redis_presence.web.history`) over
+Starlette's test client, against a real redis-server: the consumer page and its JSON twin,
+the group page's timeline and chart, the groups page's sparklines.
+
+Time is the app's fixed `clock` and the writes' `now_ns`, never a sleep.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import pytest
+from test_web_api import HOSTILE, MS, T0, Clock, make_client
+
+from redis_presence import RedisPresenceRegistry
+
+TTL_MS = 10_000
+S = 1_000 * MS
+
+
+@pytest.fixture
+def writer(redis_url: str) -> Iterator[RedisPresenceRegistry]:
+    with RedisPresenceRegistry.from_url(redis_url, max_future_ms=None) as registry:
+        registry.set_ttl(TTL_MS)  # what the service (no --ttl-ms) and the events use
+        yield registry
+
+
+def q(name: str) -> str:
+    return quote(name, safe="")
+
+
+def consumer_url(queue: str, group: str, consumer: str) -> str:
+    return f"/consumer?queue={q(queue)}&group={q(group)}&consumer={q(consumer)}"
+
+
+def test_consumer_page_shows_state_metadata_and_history(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    queue, group, name = "orders", HOSTILE, f"w-{HOSTILE}"
+    writer.heartbeat(queue, group, name, 3, now_ns=T0 - 1_200 * S)
+    writer.describe(queue, group, name, {"host": f"h-{HOSTILE}", "pid": "4242", "version": "1.2"})
+    writer.heartbeat(queue, group, name, 5, now_ns=T0 - 2 * S, progressed=True)  # recovered
+    with make_client(redis_url, Clock(T0), ttl_ms=None) as client:
+        page = client.get(consumer_url(queue, group, name))
+        assert page.status_code == 200, page.text
+        html = page.text
+        assert HOSTILE not in html
+        assert "&lt;img src=x onerror=alert(1)&gt;" in html
+        assert "4242" in html
+        assert "h-&lt;img" in html
+        assert "leases held" in html
+        rows = re.findall(r'data-kind="(\w+)"', html)
+        assert rows == ["recovered", "joined"]  # when it went stale before: not logged
+        assert "not active just before" in html
+        model = client.get(f"/api/v1/consumers/{q(queue)}/{q(group)}/{q(name)}").json()
+        assert model["row"]["state"] == "active"
+        assert model["row"]["lease_count"] == 5
+        assert model["meta"] == {"host": f"h-{HOSTILE}", "pid": "4242", "version": "1.2"}
+        assert [t["kind"] for t in model["timeline"]] == rows
+        assert model["reaches_back"] is True
+        twin = client.get(consumer_url(queue, group, name), headers={"Accept": "application/json"})
+        assert twin.json() == model
+        # linked from the group page's rows
+        group_page = client.get(f"/group?queue={q(queue)}&group={q(group)}").text
+        assert f'href="/consumer?queue={q(queue)}&amp;group={q(group)}&amp;consumer={q(name)}"' in (
+            group_page
+        )
+
+
+def test_consumer_that_left_keeps_its_history_and_an_unknown_one_is_404(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    writer.heartbeat("q", "g", "gone", now_ns=T0 - 100 * S)
+    writer.deregister("q", "g", "gone", now_ns=T0 - 50 * S)
+    with make_client(redis_url, Clock(T0), ttl_ms=None) as client:
+        page = client.get(consumer_url("q", "g", "gone"))
+        assert page.status_code == 200
+        assert 'id="not-tracked"' in page.text
+        # it went stale and expired (by the rule, from its last beat) before it left
+        kinds = re.findall(r'data-kind="(\w+)"', page.text)
+        assert kinds == ["left", "expired", "stale", "joined"]
+        missing = client.get("/api/v1/consumers/q/g/nobody")
+        assert missing.status_code == 404
+        assert missing.json()["error"] == "not_found"
+        assert client.get("/api/v1/consumers/q/g").status_code == 404
+        assert client.get("/consumer?queue=q&group=g").status_code == 400
