@@ -15,6 +15,7 @@ import pytest
 from test_web_api import HOSTILE, MS, T0, Clock, make_client
 
 from redis_presence import RedisPresenceRegistry
+from redis_presence.web import history
 
 TTL_MS = 10_000
 S = 1_000 * MS
@@ -86,3 +87,31 @@ def test_consumer_that_left_keeps_its_history_and_an_unknown_one_is_404(
         assert missing.json()["error"] == "not_found"
         assert client.get("/api/v1/consumers/q/g").status_code == 404
         assert client.get("/consumer?queue=q&group=g").status_code == 400
+
+
+def group_url(queue: str, group: str) -> str:
+    return f"/group?queue={q(queue)}&group={q(group)}"
+
+
+def test_group_page_lists_its_newest_transitions_bounded(
+    redis_url: str, writer: RedisPresenceRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(60):  # 60 joined, of which the page lists the newest TIMELINE_LIMIT
+        writer.heartbeat("q", HOSTILE, f"{HOSTILE}-{i:02}", now_ns=T0 - 600 * S + i * S)
+    writer.heartbeat("q", "other", "elsewhere", now_ns=T0 - S)  # another group's: not listed
+    writer.deregister("q", HOSTILE, f"{HOSTILE}-59", now_ns=T0 - 60 * S)
+    with make_client(redis_url, Clock(T0), ttl_ms=None) as client:
+        html = client.get(group_url("q", HOSTILE)).text
+        assert HOSTILE not in html
+        section = html[html.index('id="timeline"') :]
+        kinds = re.findall(r'data-kind="(\w+)"', section)
+        assert len(kinds) == history.TIMELINE_LIMIT
+        # newest first: the left, then the crossings of the consumers still there, ...
+        assert kinds[0] == "left"
+        assert "elsewhere" not in section
+        assert "&lt;img src=x onerror=alert(1)&gt;-58" in section
+        assert 'id="log-reach"' not in html
+        monkeypatch.setattr(history, "GROUP_ENTRIES", 10)  # a read that cannot reach back
+        html = client.get(group_url("q", HOSTILE)).text
+        assert 'id="log-reach"' in html
+        assert "does not reach back an hour" in html

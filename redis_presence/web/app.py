@@ -654,11 +654,15 @@ class Views:
                     "prev_cursor": page.prev_cursor,
                 }
             )
+        past = None
+        if group_page and queue is not None and group is not None:
+            past = await history.group_history(service.reads, queue, group)
         context = service.context(
             request,
             now_ns=now_ns,
             ttl=ttl,
             stats=stats,
+            past=past,
             group_page=group_page,
             with_meta=with_meta,
             rows=page.rows,
