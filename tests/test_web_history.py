@@ -115,3 +115,42 @@ def test_group_page_lists_its_newest_transitions_bounded(
         html = client.get(group_url("q", HOSTILE)).text
         assert 'id="log-reach"' in html
         assert "does not reach back an hour" in html
+
+
+def test_groups_page_sparklines_and_group_chart_walk_back_from_now(
+    redis_url: str, writer: RedisPresenceRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for beat in range(T0 - 3_700 * S, T0 - 3_000 * S, 5 * S):  # from before the hour on
+        writer.heartbeat("q", HOSTILE, "old", now_ns=beat)  # ... to stale 50 min ago
+    for name in ("a", "b"):  # joined 20 min ago, active now (beat a second ago)
+        writer.heartbeat("q", HOSTILE, name, now_ns=T0 - 1_200 * S)
+        writer.heartbeat("q", HOSTILE, name, now_ns=T0 - 1_200 * S + 5 * S)
+    for name in ("a", "b"):
+        for beat in range(T0 - 1_200 * S + 10 * S, T0, 5 * S):
+            writer.heartbeat("q", HOSTILE, name, now_ns=beat)
+    with make_client(redis_url, Clock(T0), ttl_ms=None) as client:
+        html = client.get("/").text
+        assert HOSTILE not in html
+        cells = re.findall(r'<td class="spark"[^>]*>.*?</td>', html, re.S)
+        assert len(cells) == 2  # the row's, and the one history.js keeps for re-renders
+        label = re.search(r'aria-label="([^"]*)"', cells[0])
+        assert label is not None
+        assert "1 then, 2 now, at most 2" in label.group(1)
+        page = client.get(group_url("q", HOSTILE)).text
+        chart = page[page.index('id="active-chart"') :]
+        points = re.search(r'class="sure" points="([^"]*)"', chart)
+        assert points is not None
+        ys = [float(p.split(",")[1]) for p in points.group(1).split()]
+        assert len(ys) == history.CHART_POINTS
+        # one consumer (old) for the first ten minutes, none until a and b joined, two now
+        assert ys[0] == ys[5] < ys[15]  # y grows downwards
+        assert ys[-1] < ys[0]
+        assert "no-log" not in chart
+        monkeypatch.setattr(history, "SPARK_ENTRIES", 2)  # the log read cannot reach back
+        html = client.get("/").text
+        assert 'class="trimmed"' in html
+        assert "the event log does not reach back an hour" in html
+        monkeypatch.setattr(history, "SPARK_GROUPS", 0)  # past the page's bound: not drawn
+        assert 'class="no-spark"' in client.get("/").text
+        model = client.get("/", headers={"Accept": "application/json"}).json()
+        assert "sparks" not in model  # the page's JSON twin (its script's refresh) reads none

@@ -578,11 +578,13 @@ class Views:
             "states": sorted(s.value for s in states),
             "idle": idle_only,
         }
+        sparks = await history.sparklines(service.reads, [(g.queue, g.group) for g in shown_groups])
         context = service.context(
             request,
             now_ns=now_ns,
             ttl=ttl,
             groups=shown_groups,
+            sparks=sparks,
             shown=len(picked),
             totals=totals,
             page=page,
