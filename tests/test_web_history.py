@@ -7,8 +7,10 @@ Time is the app's fixed `clock` and the writes' `now_ns`, never a sleep.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
+from html import unescape as html_unescape
 from urllib.parse import quote
 
 import pytest
@@ -133,6 +135,10 @@ def test_groups_page_sparklines_and_group_chart_walk_back_from_now(
         assert HOSTILE not in html
         cells = re.findall(r'<td class="spark"[^>]*>.*?</td>', html, re.S)
         assert len(cells) == 2  # the row's, and the one history.js keeps for re-renders
+        for cell in cells:  # the key history.js finds the row's cell by
+            key = re.search(r"data-key='([^']*)'", cell)
+            assert key is not None
+            assert json.loads(html_unescape(key.group(1))) == ["q", HOSTILE]
         label = re.search(r'aria-label="([^"]*)"', cells[0])
         assert label is not None
         assert "1 then, 2 now, at most 2" in label.group(1)
@@ -146,6 +152,8 @@ def test_groups_page_sparklines_and_group_chart_walk_back_from_now(
         assert ys[0] == ys[5] < ys[15]  # y grows downwards
         assert ys[-1] < ys[0]
         assert "no-log" not in chart
+        monkeypatch.setattr(history, "SPARK_PAGE_ENTRIES", 0)  # at least 20 a queue: enough
+        assert 'class="trimmed"' not in client.get("/").text
         monkeypatch.setattr(history, "SPARK_ENTRIES", 2)  # the log read cannot reach back
         html = client.get("/").text
         assert 'class="trimmed"' in html

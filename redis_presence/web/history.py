@@ -4,10 +4,10 @@ the groups page).
 
 Each picture is rebuilt from the transition events (`redis_presence.history`) by one
 bounded read (`Planner.group_logs`): at most `GROUP_ENTRIES` entries of the queue's event
-log for a group or consumer page, `SPARK_ENTRIES` per queue for the groups page, and
-sparklines for at most `SPARK_GROUPS` groups a page. Nothing is written to draw them.
-The SVG is drawn here as numbers (coordinates) and rendered by the templates, where every
-name is autoescaped text.
+log for a group or consumer page; for the groups page, sparklines for at most
+`SPARK_GROUPS` groups, `SPARK_ENTRIES` entries per queue and `SPARK_PAGE_ENTRIES` in all.
+Nothing is written to draw them. The SVG is drawn here as numbers (coordinates) and
+rendered by the templates, where every name is autoescaped text.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from .data import PresenceData
 GROUP_ENTRIES = 2_000
 """Event log entries read (newest first) for one group's or one consumer's page."""
 SPARK_ENTRIES = 500
-"""Event log entries read per queue for the groups page's sparklines."""
+"""Event log entries read per queue for the groups page's sparklines at most..."""
+SPARK_PAGE_ENTRIES = 5_000
+"""... and per groups page at most (shared by its queues, at least 20 each)."""
 SPARK_GROUPS = 50
 """Sparklines drawn per groups page at most (the first groups shown)."""
 TIMELINE_LIMIT = 50
@@ -131,7 +133,9 @@ async def sparklines(
     shown = list(groups)[:SPARK_GROUPS]
     if not shown:
         return {}
-    logs = await _logs(reads, shown, SPARK_ENTRIES)
+    queues = len({queue for queue, _ in shown})
+    entries = min(SPARK_ENTRIES, max(20, SPARK_PAGE_ENTRIES // queues))
+    logs = await _logs(reads, shown, entries)
     return {
         (log.queue, log.group): chart(active_series(log, SPARK_POINTS), 120, 24) for log in logs
     }
