@@ -211,3 +211,24 @@ def test_group_logs_says_when_the_log_does_not_reach_back(
     (trimmed,) = writer.execute(plans.group_logs([("q", "g")], since_ns=T0 - HOUR, now_ns=T0))
     assert len(trimmed.logged) == 5
     assert trimmed.reach_ns == T0 - 1_200 * S + 25 * S
+
+
+def test_group_logs_on_a_cluster(cluster_client: redis.cluster.RedisCluster) -> None:
+    """Each queue's log, group and metadata are read on the node holding them."""
+    registry = RedisPresenceRegistry(cluster_client, max_future_ms=None)
+    registry.set_ttl(TTL_MS)
+    queues = [f"queue-{i}" for i in range(6)]  # spread over the nodes by their hash tags
+    for queue in queues:
+        registry.heartbeat(queue, "g", "a", now_ns=T0 - 600 * S)
+        registry.heartbeat(queue, "g", "b", now_ns=T0 - S)
+        registry.describe(queue, "g", "b", {"host": queue})
+    plans = registry.plans
+    logs = registry.execute(
+        plans.group_logs([(q, "g") for q in queues], since_ns=T0 - HOUR, now_ns=T0)
+    )
+    for queue, got in zip(queues, logs, strict=True):
+        assert (got.queue, got.active_now, got.reach_ns) == (queue, 1, None)
+        assert [e.consumer for e in got.logged] == ["a", "b"]
+        assert [e.kind for e in got.crossed] == [EventKind.STALE, EventKind.EXPIRED]
+        assert active_series(got, points=2).low == (0, 1)  # a had gone, b not yet come
+        assert dict(registry.execute(plans.consumer_meta(queue, "g", "b"))) == {"host": queue}

@@ -89,6 +89,9 @@ def test_consumer_that_left_keeps_its_history_and_an_unknown_one_is_404(
         assert missing.json()["error"] == "not_found"
         assert client.get("/api/v1/consumers/q/g").status_code == 404
         assert client.get("/consumer?queue=q&group=g").status_code == 400
+        too_long = client.get(consumer_url("q", "g", "x" * 600))
+        assert too_long.status_code == 400
+        assert "512" in too_long.text  # the page says which limit the name broke
 
 
 def group_url(queue: str, group: str) -> str:

@@ -51,6 +51,7 @@ from redis_presence.urls import (
     parse_url,
     redact,
 )
+from redis_presence.validation import check_consumer_key
 
 from . import events as live_events
 from . import history, metrics
@@ -727,9 +728,10 @@ class Views:
     ) -> tuple[history.ConsumerView, dict[str, Any]]:
         """One consumer's page model; 404 when it is neither tracked nor in the history."""
         try:
-            view = await history.consumer_view(self.service.reads, queue, group, consumer)
+            check_consumer_key(queue, group, consumer)
         except (TypeError, ValueError) as exc:
             raise BadRequest(str(exc)) from None
+        view = await history.consumer_view(self.service.reads, queue, group, consumer)
         if view.row is None and not view.timeline:
             raise HTTPException(
                 404, f"group {queue!r}/{group!r} has no consumer {consumer!r} (nor had this hour)"
