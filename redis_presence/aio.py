@@ -29,14 +29,21 @@ from ._executor import (
     slot_moving,
 )
 from .deployment import adrive, memory_policy
-from .errors import DRIVER_ERRORS, PresenceError, PresenceResyncRequired, translate
+from .errors import (
+    DRIVER_ERRORS,
+    PresenceError,
+    PresenceMetaError,
+    PresenceResyncRequired,
+    translate,
+)
 from .events import (
+    DEFAULT_CHANGES_LIMIT,
     DEFAULT_EVENTS_KEPT,
     DEFAULT_FOLLOW_INTERVAL_S,
+    Changes,
     Cursor,
     FollowCursor,
     FollowMessage,
-    PresenceEvent,
     check_interval_s,
 )
 from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence, GroupPresence
@@ -300,11 +307,12 @@ class AsyncRedisPresenceRegistry(Executor):
         now_ns: int | None = None,
         queue: str | None = None,
         group: str | None = None,
-    ) -> tuple[list[PresenceEvent], str]:
+        limit: int = DEFAULT_CHANGES_LIMIT,
+    ) -> Changes:
         """Every event after `cursor` up to `now_ns`, and the cursor to go on from (see
         `Planner.changes`); `cursor` None starts now."""
         return await self.execute(
-            self.plans.changes(cursor, now_ns=now_ns, queue=queue, group=group)
+            self.plans.changes(cursor, now_ns=now_ns, queue=queue, group=group, limit=limit)
         )
 
     async def migrate(self) -> int:
@@ -333,8 +341,9 @@ class AsyncRedisPresenceRegistry(Executor):
                 while True:
                     if wait:
                         await asyncio.sleep(interval)
-                    wait = True
-                    events, cursor = await self.changes(cursor, queue=queue, group=group)
+                    page = await self.changes(cursor, queue=queue, group=group)
+                    events, cursor = page
+                    wait = not page.more  # a window given in pages goes on at once
                     for event in events:
                         yield event
                     yield FollowCursor(cursor, Cursor.decode(cursor).now_ns)
@@ -408,6 +417,8 @@ class AsyncRedisPresenceRegistry(Executor):
             stream.groups.clear()
         if self.policy_check.due:
             await self._check_policy()
+        if stream.unreadable:  # metadata another program wrote, once every row is out
+            raise PresenceMetaError(stream.unreadable)
 
     async def _transport(self, batch: list[Request]) -> list[Any]:
         """`_send`, with a failed connection raised as a `PresenceError`."""

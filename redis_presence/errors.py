@@ -37,6 +37,24 @@ class PresenceDataError(PresenceError):
     """A key under the prefix holds data this package did not write (e.g. WRONGTYPE)."""
 
 
+class PresenceMetaError(PresenceDataError):
+    """`snapshot(with_meta=True)` met metadata this package did not write (not a flat JSON
+    object of str to str, oversized, or nested): `unreadable` maps each such
+    ``(queue, group, consumer)`` to what is wrong with it, and `rows` holds every row of
+    the read, those consumers' `meta` empty (for a caller that shows the others anyway;
+    empty from `iter_snapshot`, which raises it once every row was handed out)."""
+
+    def __init__(self, unreadable: dict[tuple[str, str, str], str], rows: Sequence[Any] = ()):
+        self.unreadable = unreadable
+        self.rows = list(rows)
+        first = next(iter(unreadable.values()), "")
+        more = f"; and {len(unreadable) - 1} more" if len(unreadable) > 1 else ""
+        super().__init__(f"{first}{more}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.unreadable, self.rows)
+
+
 class PresenceConfigError(PresenceError, ValueError):
     """A connection URL or option cannot be used (malformed URL, unknown scheme)."""
 

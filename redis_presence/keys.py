@@ -22,6 +22,10 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
     P:events     zset   the event log of every queue that logged an event, scored by the
                         server's clock (ms) when it last logged one (readers take the
                         recent ones; a full prune forgets logs idle for EVENT_LOG_TTL_MS)
+    P:{P:events}:epoch
+                 string the epoch marker (EPOCH_VALUE): in the slot of ``P:events`` (its
+                        hash tag), written once (SET NX) by the first event logged into
+                        an empty keyspace; a cursor carries it, so a reader tells data loss
     P:ttl        string the prefix's shared TTL in ms (`set_ttl()`), if set
     P:stuck      string the prefix's shared progress budget in ms (`set_stuck_after()`)
     P:expects    zset   the index of declared groups: the key ``P:{Q}:expect`` of every
@@ -43,8 +47,9 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import quote, unquote
 
+from ._json import loads_flat
 from .errors import PresenceDataError
-from .validation import check_prefix
+from .validation import MAX_META_BYTES, MAX_META_KEYS, check_prefix
 
 INDEX_MARK_MS = 60_000
 """Lifetime of a group's index mark: how often a live group re-asserts its index entry."""
@@ -75,23 +80,38 @@ writes one entry per (kind, group), so a prune of a thousand consumers is one en
 reader."""
 
 
+EPOCH_VALUE = "the server's TIME 'seconds.microseconds' and ':' + the stream id of the event"
+"""The epoch marker's value on a standalone server (``mark_epoch`` in ``lua/lib.lua``); on
+a cluster, a random token of the caller's, written with the event index. Only compared for
+equality: a reader never parses it."""
+
+
 def encode_meta(meta: dict[str, str]) -> str:
     """The stored spelling of a (validated) metadata mapping (META_VALUE)."""
     return json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+MAX_STORED_META_CHARS = 6 * MAX_META_BYTES + 6 * MAX_META_KEYS + 2
+"""The longest stored metadata `encode_meta` makes of a valid mapping (each byte of its
+keys and values at most six JSON characters, six more a pair, and the braces): a longer
+value is refused unread."""
+
+
 def decode_meta(key: str, consumer: Any, value: Any) -> dict[str, str]:
-    """The mapping a stored metadata value spells; anything else is a data error."""
+    """The mapping a stored metadata value spells; anything else (another type, an
+    oversized or nested document: refused before JSON parsing recurses) is a
+    `PresenceDataError` naming `key` and `consumer`."""
     try:
         text = value.decode() if isinstance(value, bytes) else value
-        meta = json.loads(text)
+        meta = loads_flat(text, opening="{", max_chars=MAX_STORED_META_CHARS)
         if not isinstance(meta, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
         ):
             raise ValueError
     except (ValueError, TypeError, UnicodeDecodeError, AttributeError):
+        name = consumer.decode("utf-8", "replace") if isinstance(consumer, bytes) else consumer
         raise PresenceDataError(
-            f"redis-presence key {key} field {consumer!r:.80} holds metadata this package did "
+            f"redis-presence key {key} field {name!r:.80} holds metadata this package did "
             f"not write: {value!r:.80}"
         ) from None
     return meta
@@ -149,12 +169,22 @@ def _group_keys(prefix: str, queue: str, group: str) -> GroupKeys:
 class Keyspace:
     """Key names under one prefix."""
 
-    __slots__ = ("events", "expects", "groups", "legacy_index", "prefix", "stuck", "ttl")
+    __slots__ = (
+        "epoch",
+        "events",
+        "expects",
+        "groups",
+        "legacy_index",
+        "prefix",
+        "stuck",
+        "ttl",
+    )
 
     def __init__(self, prefix: str) -> None:
         self.prefix = check_prefix(prefix)
         self.groups = f"{prefix}:groups"
         self.events = f"{prefix}:events"
+        self.epoch = f"{prefix}:{{{self.events}}}:epoch"  # in the slot of P:events
         self.ttl = f"{prefix}:ttl"
         self.stuck = f"{prefix}:stuck"
         self.expects = f"{prefix}:expects"

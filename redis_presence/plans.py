@@ -18,6 +18,7 @@ without losing a live group, is written down with its proof in ``docs/index-prot
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Sequence
@@ -31,19 +32,26 @@ from .errors import (
     PresenceBatchError,
     PresenceDataError,
     PresenceError,
+    PresenceMetaError,
     PresenceReadOnlyError,
     PresenceResyncRequired,
     refusal,
 )
 from .events import (
+    DEFAULT_CHANGES_LIMIT,
     DEFAULT_EVENTS_KEPT,
     EVENT_LOG_TTL_MS,
     LOG_LAG_MS,
+    Changes,
     Cursor,
     EventKind,
     FollowSnapshot,
     Ordered,
     PresenceEvent,
+    Window,
+    check_changes_limit,
+    check_cursor_filter,
+    check_epoch,
     group_event,
     logged_events,
     order,
@@ -260,6 +268,9 @@ class RowStream(NamedTuple):
 
     plan: Plan[None]
     groups: list[tuple[GroupKeys, list[ConsumerPresence]]]
+    unreadable: dict[ConsumerKey, str] | None = None
+    """With metadata: each consumer whose metadata this package did not write, and why (its
+    row's `meta` is empty); a driver raises `PresenceMetaError` once every row is out."""
 
 
 def bulk(value: bytes) -> bytes:
@@ -491,6 +502,9 @@ class Planner:
         logs = [item for log, ms in logged if ms for item in (ms, log)]
         if logs:
             batch.append(Command("ZADD", (self.keys.events, "GT", *logs)))
+            # A cluster's epoch marker (a standalone script writes its own: mark_epoch), a
+            # new token each time: a registry that wrote the one lost must not bring it back.
+            batch.append(Command("SET", (self.keys.epoch, secrets.token_hex(16), "NX")))
         if batch:
             yield batch
 
@@ -842,6 +856,8 @@ class Planner:
         with gc_paused():
             for _, part in sorted(stream.groups, key=_by_names):
                 rows += part
+        if stream.unreadable:  # every row was read: the error hands them out
+            raise PresenceMetaError(stream.unreadable, rows)
         return rows
 
     def iter_snapshot(
@@ -860,7 +876,9 @@ class Planner:
         and classified with `ttl_ms`, or with each group's shared TTL when it is None; `stuck`
         is judged with `stuck_after_ms`, or each group's shared budget when it is None
         (`set_stuck_after`). With `with_meta`, each row's `meta` is read too (``HMGET`` of at
-        most `Limits.consumers` names a command); without it, no metadata is read.
+        most `Limits.consumers` names a command); without it, no metadata is read. Metadata
+        this package did not write is a `PresenceMetaError` once every row was read (those
+        consumers' `meta` empty; `snapshot` hands every row to the error).
         The index is read a page of `Limits.groups` groups at a time; a group of at most
         `Limits.consumers` consumers is read by one ``HGETALL`` (one instant), a larger one by
         ``HSCAN`` steps of that many (each row consistent, the group not one instant); one
@@ -873,8 +891,9 @@ class Planner:
             raise TypeError(f"with_meta must be a bool, got {type(with_meta).__name__}")
         queue, group = check_filter("queue", queue), check_filter("group", group)
         groups: list[tuple[GroupKeys, list[ConsumerPresence]]] = []
-        plan = self._stream(now, ttl, queue, group, groups, stuck, with_meta)
-        return RowStream(plan, groups)
+        unreadable: dict[ConsumerKey, str] | None = {} if with_meta else None
+        plan = self._stream(now, ttl, queue, group, groups, stuck, unreadable)
+        return RowStream(plan, groups, unreadable)
 
     def _stream(
         self,
@@ -884,7 +903,7 @@ class Planner:
         group: str | None,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
         stuck_after_ms: int | None = None,
-        with_meta: bool = False,
+        unreadable: dict[ConsumerKey, str] | None = None,
     ) -> Plan[None]:
         now = yield from self._now(now_ns)
         after: str | None = None
@@ -894,7 +913,7 @@ class Planner:
                 ttls, stucks = yield from self._ttls_and_stucks(groups, ttl_ms, stuck_after_ms)
                 sizes = yield [Command("HLEN", (gk.data,)) for gk in groups]
                 sized = [int(n) for n in sizes]
-                yield from self._read(groups, sized, ttls, now, out, stucks, with_meta)
+                yield from self._read(groups, sized, ttls, now, out, stucks, unreadable)
             if after is None:
                 return
 
@@ -906,11 +925,12 @@ class Planner:
         now_ns: int,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
         stucks: list[int] | None = None,
-        with_meta: bool = False,
+        unreadable: dict[tuple[str, str, str], str] | None = None,
     ) -> Plan[None]:
         """Read groups of known sizes in order, a window of them per round trip: each small
         group in one ``HGETALL``, each large one in ``HSCAN`` steps; a group goes to `out`
-        once it is complete and every group before it is out."""
+        once it is complete and every group before it is out. With `unreadable` (a dict),
+        each row's metadata is read too, and what cannot be decoded is noted there."""
         most = self.limits.consumers
         ttl_of = dict(zip(groups, ttls, strict=True))
         stuck_of = dict(zip(groups, stucks or [DEFAULT_STUCK_AFTER_MS] * len(groups), strict=True))
@@ -953,7 +973,7 @@ class Planner:
                     done = window.popleft()
                     finished.append((done.gk, stored_columns(done.gk, done.table)))
                     done.table = {}
-            metas = (yield from self._metas(finished)) if with_meta else None
+            metas = None if unreadable is None else (yield from self._metas(finished, unreadable))
             with gc_paused():
                 for i, (gk, columns) in enumerate(finished):
                     rows = ConsumerPresence.columns(
@@ -967,9 +987,12 @@ class Planner:
                     )
                     out.append((gk, list(rows)))
 
-    def _metas(self, finished: list[tuple[GroupKeys, Columns]]) -> Plan[list[list[ConsumerMeta]]]:
+    def _metas(
+        self, finished: list[tuple[GroupKeys, Columns]], unreadable: dict[ConsumerKey, str]
+    ) -> Plan[list[list[ConsumerMeta]]]:
         """The metadata of every consumer of the finished groups, in their order: ``HMGET``
-        of at most `Limits.consumers` names a command, `Limits.rows` names a round trip."""
+        of at most `Limits.consumers` names a command, `Limits.rows` names a round trip. A
+        value this package did not write is `NO_META`, and why is noted in `unreadable`."""
         most, per_trip = self.limits.consumers, self.limits.rows
         asks = [
             (i, start)
@@ -987,7 +1010,7 @@ class Planner:
             for (i, start), values in zip(part, replies, strict=True):
                 gk, names = finished[i][0], finished[i][1][0][start : start + most]
                 found[i] += (
-                    NO_META if value is None else ConsumerMeta(decode_meta(gk.meta, name, value))
+                    NO_META if value is None else _meta_of(gk, name, value, unreadable)
                     for name, value in zip(names, values, strict=True)
                 )
         return found
@@ -1077,13 +1100,18 @@ class Planner:
         return row
 
     def consumer_meta(self, queue: str, group: str, consumer: str) -> Plan[ConsumerMeta]:
-        """One consumer's metadata (`describe`; empty when none is stored): one ``HMGET``."""
+        """One consumer's metadata (`describe`; empty when none is stored): one ``HMGET``;
+        metadata this package did not write is a `PresenceMetaError`."""
         queue, group, consumer = check_consumer_key(queue, group, consumer)
         return self._consumer_meta(self.keys.group(queue, group), consumer)
 
     def _consumer_meta(self, gk: GroupKeys, consumer: str) -> Plan[ConsumerMeta]:
         ((value,),) = yield [Command("HMGET", (gk.meta, consumer))]  # the reader role's
-        return NO_META if value is None else ConsumerMeta(decode_meta(gk.meta, consumer, value))
+        unreadable: dict[ConsumerKey, str] = {}
+        meta = NO_META if value is None else _meta_of(gk, consumer, value, unreadable)
+        if unreadable:
+            raise PresenceMetaError(unreadable)
+        return meta
 
     def group_logs(
         self,
@@ -1553,15 +1581,64 @@ class Planner:
         now_ns: int | None = None,
         queue: str | None = None,
         group: str | None = None,
-    ) -> Plan[tuple[list[PresenceEvent], str]]:
-        """Every event after `cursor` up to `now_ns` (the server clock when None), in
-        `events.event_order`, and the cursor to go on from; `cursor` None starts now (no
-        events). Time-driven events (stale, expired) use each group's shared TTL. Raises
-        `PresenceResyncRequired` when the log was trimmed past the cursor."""
+        limit: int = DEFAULT_CHANGES_LIMIT,
+    ) -> Plan[Changes]:
+        """The events after `cursor` up to `now_ns` (the server clock when None), in
+        `events.order`, at most about `limit` of them (a log entry is never split), and the
+        cursor to go on from (`Changes`: ``events, cursor = ...``; its ``more`` says the
+        window is not done, so the caller should ask again at once); `cursor` None starts now
+        (no events). Time-driven events (stale, expired) use each group's shared TTL. Raises
+        `PresenceResyncRequired` when the log was trimmed past the cursor or the data it was
+        read from was lost (another epoch); a cursor that is not one `changes` returned for
+        this filter is a `ValueError`."""
         now = check_now_ns(now_ns)
         queue, group = check_filter("queue", queue), check_filter("group", group)
+        most = check_changes_limit(limit)
         since = None if cursor is None else Cursor.decode(cursor)
-        return self._changes(since, now, queue, group)
+        if since is not None:
+            check_cursor_filter(since, self.keys.prefix, queue, group)
+        return self._changes(since, now, queue, group, most)
+
+    def rows_of(
+        self, keys: Iterable[tuple[str, str, str]]
+    ) -> Plan[tuple[int, list[ConsumerPresence]]]:
+        """The server clock and the current rows, at it, of the named `(queue, group,
+        consumer)` that are still tracked, under each group's shared TTL (what a live view
+        re-reads of the rows it shows: events carry no beat of an active consumer). One
+        ``HMGET`` per group and `Limits.consumers` names, in one round trip."""
+        by_group: dict[tuple[str, str], list[str]] = {}
+        for queue, group, consumer in keys:
+            checked = check_consumer_key(queue, group, consumer)
+            by_group.setdefault(checked[:2], []).append(checked[2])
+        return self._rows_of(by_group)
+
+    def _rows_of(
+        self, by_group: dict[tuple[str, str], list[str]]
+    ) -> Plan[tuple[int, list[ConsumerPresence]]]:
+        (clock,) = yield [Command("TIME", node_key=self.keys.groups)]
+        now = server_now_ns(*clock)
+        if not by_group:
+            return now, []
+        groups = [self.keys.group(*name) for name in by_group]
+        ttls = yield from self._shared_ttls(groups)
+        most = self.limits.consumers
+        asked = [
+            (gk, names[start : start + most])
+            for gk, names in zip(groups, by_group.values(), strict=True)
+            for start in range(0, len(names), most)
+        ]
+        replies = yield [Command("HMGET", (gk.data, *names)) for gk, names in asked]
+        tables: dict[GroupKeys, dict[Any, Any]] = {}
+        for (gk, names), values in zip(asked, replies, strict=True):
+            table = tables.setdefault(gk, {})
+            for name, value in zip(names, values, strict=True):
+                if value is not None:  # a field spelled as the reply is (bytes or str)
+                    table[name.encode() if isinstance(value, bytes) else name] = value
+        out: list[ConsumerPresence] = []
+        for gk, ttl in zip(groups, ttls, strict=True):
+            columns = stored_columns(gk, tables.get(gk, {}))
+            out += ConsumerPresence.columns(gk.queue, gk.group, *columns, now_ns=now, ttl_ms=ttl)
+        return now, out
 
     def snapshot_cursor(
         self, *, queue: str | None = None, group: str | None = None
@@ -1572,82 +1649,139 @@ class Planner:
         return self._snapshot_cursor(queue, group)
 
     def _snapshot_cursor(self, queue: str | None, group: str | None) -> Plan[FollowSnapshot]:
-        _, cursor = yield from self._changes(None, None, queue, group)
+        _, cursor = yield from self._changes(None, None, queue, group, DEFAULT_CHANGES_LIMIT)
         now = Cursor.decode(cursor).now_ns
         rows = yield from self._collect(self.iter_snapshot(now, None, queue=queue, group=group))
         return FollowSnapshot(rows, cursor, now)
 
     def _changes(
-        self, since: Cursor | None, now_ns: int | None, queue: str | None, group: str | None
-    ) -> Plan[tuple[list[PresenceEvent], str]]:
-        (clock,) = yield [Command("TIME", node_key=self.keys.events)]
+        self,
+        since: Cursor | None,
+        now_ns: int | None,
+        queue: str | None,
+        group: str | None,
+        limit: int,
+    ) -> Plan[Changes]:
+        # The epoch marker lives in the slot of the event index: TIME and GET go to one node.
+        clock, marker = yield [
+            Command("TIME", node_key=self.keys.events),
+            Command("GET", (self.keys.epoch,)),
+        ]
+        epoch = None if marker is None else _text(marker)
         server_ns = server_now_ns(*clock)
         server_ms = server_ns // NS_PER_MS
         now = server_ns if now_ns is None else now_ns
         if since is None:
             ends = yield from self._log_ends(server_ms, queue)
-            return [], Cursor(now, server_ms, ends).encode()
+            return Changes(
+                [], Cursor(now, server_ms, ends, epoch, self.keys.prefix, queue, group).encode()
+            )
+        check_epoch(since, epoch)
+        if since.server_ms > server_ms + LOG_LAG_MS:
+            raise ValueError(
+                f"cursor is not one that changes() returned: its position ({since.server_ms} ms) "
+                f"is ahead of the server clock ({server_ms} ms)"
+            )
         if server_ms - since.server_ms > EVENT_LOG_TTL_MS - LOG_LAG_MS:
             raise PresenceResyncRequired(
                 "this cursor is older than the event logs last: take a fresh snapshot() and a "
                 "fresh cursor (changes(None))"
             )
-        events, positions = yield from self._logged(since, server_ms, queue, group)
-        if now > since.now_ns:
-            events += yield from self._crossed(since.now_ns, now, queue, group)
-        return sorted_events(events), Cursor(max(now, since.now_ns), server_ms, positions).encode()
+        at = since.window or Window(max(now, since.now_ns), server_ms, {}, ("", ""), None)
+        events: list[Ordered] = []
+        recent = dict(at.recent)
+        step: Window | None = at
+        if at.log is not None:
+            step = yield from self._logged(since, at, recent, events, queue, group, limit)
+        if step is not None and step.derived is not None and at.now_ns > since.now_ns:
+            step = yield from self._crossed(since.now_ns, step, events, queue, group, limit)
+        else:
+            step = step if step is not None and step.log is not None else None
+        if step is not None:
+            middle = Cursor(
+                since.now_ns,
+                since.server_ms,
+                since.positions,
+                epoch,
+                self.keys.prefix,
+                queue,
+                group,
+            )
+            cursor = middle._replace(window=step._replace(recent=recent))
+            return Changes(sorted_events(events), cursor.encode(), True)
+        # Places still within the lag that this window did not move keep their value.
+        for log_queue, kept in since.positions.items():
+            if log_queue not in recent and stream_id(kept)[0] >= at.server_ms - LOG_LAG_MS:
+                recent[log_queue] = kept
+        after = Cursor(at.now_ns, at.server_ms, recent, epoch, self.keys.prefix, queue, group)
+        return Changes(sorted_events(events), after.encode())
 
     def _logged(
-        self, since: Cursor, server_ms: int, queue: str | None, group: str | None
-    ) -> Plan[tuple[list[Ordered], dict[str, str]]]:
-        """The logged events after the cursor's place in each log, and the places to keep."""
+        self,
+        since: Cursor,
+        at: Window,
+        recent: dict[str, str],
+        events: list[Ordered],
+        queue: str | None,
+        group: str | None,
+        limit: int,
+    ) -> Plan[Window | None]:
+        """The logged events after the cursor's place in each log, up to the window's
+        millisecond, a log at a time in the order of their queues, into `events` until it
+        holds `limit`; the places within the lag go into `recent`. Returns where the window
+        stands then: in a log (not done), at the derived events (the logs are done), or None
+        (the logs are done and the window needs no derived events)."""
+        assert at.log is not None
         oldest = since.server_ms - LOG_LAG_MS
-        logs = yield from self._recent_logs(oldest, queue)
-        events: list[Ordered] = []
-        positions: dict[str, str] = {}
-        pending = {log: self._log_start(log, since, oldest) for log in logs}
-        checked: set[str] = set()
-        while pending:
-            order = list(pending)
+        listed = yield from self._recent_logs(oldest, queue)
+        logs = sorted((self.keys.queue_of_events(log), log) for log in set(listed))
+        reached, after = at.log
+        logs = [(q, log) for q, log in logs if q >= reached]
+        most = min(self.limits.consumers, limit)
+        while logs:
+            batch = logs[: self.limits.groups]
+            starts = [
+                f"({after}" if q == reached and after else self._log_start(log, since, oldest)
+                for q, log in batch
+            ]
             replies = yield [
-                Command("XRANGE", (log, pending[log], "+", "COUNT", self.limits.consumers))
-                for log in order
+                Command("XRANGE", (log, start, str(at.server_ms), "COUNT", most))
+                for (_, log), start in zip(batch, starts, strict=True)
             ]
             fresh = [
-                log
-                for log, entries in zip(order, replies, strict=True)
-                if entries and log not in checked
+                (log, start)
+                for (_, log), start, entries in zip(batch, starts, replies, strict=True)
+                if entries
             ]
             if fresh:  # was the log trimmed past where this reader goes on?
-                infos = yield [Command("XINFO STREAM", (log,)) for log in fresh]
-                for log, info in zip(fresh, infos, strict=True):
-                    checked.add(log)
-                    if _trimmed_past(info, pending[log]):
+                infos = yield [Command("XINFO STREAM", (log,)) for log, _ in fresh]
+                for (log, start), info in zip(fresh, infos, strict=True):
+                    if _trimmed_past(info, start):
                         raise PresenceResyncRequired(
                             f"the event log {log} was trimmed past this cursor: take a fresh "
                             "snapshot() and a fresh cursor (changes(None))"
                         )
-            going_on: dict[str, str] = {}
-            for log, entries in zip(order, replies, strict=True):
-                log_queue = self.keys.queue_of_events(log)
+            for (log_queue, _), entries in zip(batch, replies, strict=True):
+                last = ""
                 for entry_id, fields in entries:
+                    last = _text(entry_id)
                     for item in logged_events(self.keys, log_queue, entry_id, fields):
                         if group is None or item[1].group == group:
                             events.append(item)
-                if entries:
-                    last = _text(entries[-1][0])
-                    if stream_id(last)[0] >= server_ms - LOG_LAG_MS:
-                        positions[log_queue] = last
-                    if len(entries) == self.limits.consumers:
-                        going_on[log] = f"({last}"
-            pending = going_on
-        # Places still within the lag that this read did not move keep their value.
-        for log in logs:
-            log_queue = self.keys.queue_of_events(log)
-            kept = since.positions.get(log_queue)
-            if log_queue not in positions and kept and stream_id(kept)[0] >= server_ms - LOG_LAG_MS:
-                positions[log_queue] = kept
-        return events, positions
+                    if stream_id(last)[0] >= at.server_ms - LOG_LAG_MS:
+                        recent[log_queue] = last
+                    if len(events) >= limit:
+                        return at._replace(log=(log_queue, last))
+                if len(entries) == most:  # more of this log: go on from its last entry
+                    reached, after = log_queue, last
+                    break
+            else:
+                reached, after = "", ""
+                done = {q for q, _ in batch}
+                logs = [(q, log) for q, log in logs if q not in done]
+                continue
+            logs = [(q, log) for q, log in logs if q >= reached]
+        return at._replace(log=None, derived=("", 0, 0, 0))
 
     def _recent_logs(self, oldest_ms: int, queue: str | None) -> Plan[list[str]]:
         """The event logs with an event since `oldest_ms` (one queue's, when given)."""
@@ -1693,49 +1827,74 @@ class Planner:
         return f"({entry}" if entry else f"{max(oldest, 0)}-0"
 
     def _crossed(
-        self, since_ns: int, now_ns: int, queue: str | None, group: str | None
-    ) -> Plan[list[Ordered]]:
-        """The stale and expired events of ``(since_ns, now_ns]``, derived from each group's
-        sorted set: a consumer whose last beat, shifted by the horizon, lies in the window."""
-        events: list[Ordered] = []
-        most = self.limits.consumers
-        after: str | None = None
+        self,
+        since_ns: int,
+        at: Window,
+        events: list[Ordered],
+        queue: str | None,
+        group: str | None,
+        limit: int,
+    ) -> Plan[Window | None]:
+        """The stale and expired events of ``(since_ns, at.now_ns]``, derived from each
+        group's sorted set (a consumer whose last beat, shifted by the horizon, lies in the
+        window), a group at a time in the order of the index, into `events` until it holds
+        `limit`. Returns where the window stands then, or None when it is done."""
+        assert at.derived is not None
+        member, kind_at, score_at, skip_at = at.derived
+        most = min(self.limits.consumers, limit)
+        kinds = (EventKind.STALE, EventKind.EXPIRED)
         while True:
-            groups, after = yield from self._listed(queue, group, after)
+            groups, going_on = yield from self._listed(queue, group, None, start=member or None)
             ttls = yield from self._ttls_for(groups, None)
-            # (group, kind, ttl, low, high, offset) for each window still being read
-            reads = [
-                (gk, kind, ttl, *window(kind, since_ns, now_ns, ttl), 0)
-                for gk, ttl in zip(groups, ttls, strict=True)
-                for kind in (EventKind.STALE, EventKind.EXPIRED)
+            # (group, kind number, ttl, low, high, first score, how many at it to skip), in
+            # the order events are given: a round reads them all at once, and the first
+            # that has more than a page (or the limit) is where the next round goes on.
+            reads = []
+            for gk, ttl in zip(groups, ttls, strict=True):
+                for number, kind in enumerate(kinds):
+                    here = gk.member == member
+                    if here and number < kind_at:
+                        continue
+                    low, high = window(kind, since_ns, at.now_ns, ttl)
+                    resumed = here and number == kind_at and skip_at > 0
+                    first, skip = (score_at, skip_at) if resumed else (low // 1_000, 0)
+                    reads.append((gk, number, ttl, low, high, first, skip))
+            found = yield [
+                Command(
+                    "ZRANGEBYSCORE",
+                    (gk.hb, first, high // 1_000, "WITHSCORES", "LIMIT", skip, most),
+                )
+                for gk, _, _, _, high, first, skip in reads
             ]
-            while reads:
-                names = yield [
-                    Command(
-                        "ZRANGEBYSCORE",
-                        (gk.hb, low // 1_000, high // 1_000, "LIMIT", offset, most),
-                    )
-                    for gk, _, _, low, high, offset in reads
-                ]
-                asked = [
-                    (read, list(found)) for read, found in zip(reads, names, strict=True) if found
-                ]
-                values = yield [Command("HMGET", (read[0].data, *found)) for read, found in asked]
-                for (read, found), stored in zip(asked, values, strict=True):
-                    gk, kind, ttl, low, high, _ = read
-                    for consumer, value in zip(found, stored, strict=True):
-                        if value is None:
-                            continue
-                        event = group_event(kind, gk, _text(consumer), value, ttl)
-                        if event is not None and low < heartbeat_of(event) <= high:
-                            events.append(order(event))
-                reads = [
-                    (gk, kind, ttl, low, high, offset + most)
-                    for (gk, kind, ttl, low, high, offset), found in zip(reads, names, strict=True)
-                    if len(found) == most
-                ]
-            if after is None:
-                return events
+            pairs = [[(_text(c), int(float(s))) for c, s in part] for part in found]
+            values = yield [
+                Command("HMGET", (read[0].data, *(c for c, _ in part)))
+                for read, part in zip(reads, pairs, strict=True)
+                if part
+            ]
+            stored = iter(values)
+            for read, part in zip(reads, pairs, strict=True):
+                if not part:
+                    continue
+                gk, number, ttl, low, high, first, skip = read
+                score, ties = first, skip
+                for (consumer, at_score), value in zip(part, next(stored), strict=True):
+                    score, ties = (score, ties + 1) if at_score == score else (at_score, 1)
+                    if value is None:
+                        continue
+                    event = group_event(kinds[number], gk, consumer, value, ttl)
+                    if event is not None and low < heartbeat_of(event) <= high:
+                        events.append(order(event))
+                        if len(events) >= limit:
+                            return at._replace(derived=(gk.member, number, score, ties))
+                if len(part) == most:  # more of this one: the next round goes on from it
+                    member, kind_at, score_at, skip_at = gk.member, number, score, ties
+                    break
+            else:
+                if going_on is None:
+                    return None
+                # `start` is inclusive: the next page begins after this page's last group
+                member, kind_at, score_at, skip_at = going_on + "\x00", 0, 0, 0
 
     # -- storage ----------------------------------------------------------------------
 
@@ -1793,7 +1952,7 @@ class Planner:
         else:
             keys = [key for gk in groups for key in (gk.hb, gk.data, gk.mark, gk.events)]
         if not self.clustered:
-            keys += (self.keys.groups, self.keys.events)
+            keys += (self.keys.groups, self.keys.events, self.keys.epoch)
         return keys
 
     def _ttls_for(self, groups: list[GroupKeys], ttl_ms: int | None) -> Plan[list[int]]:
@@ -1875,16 +2034,24 @@ class Planner:
         return server_now_ns(*reply)
 
     def _listed(
-        self, queue: str | None, group: str | None, after: str | None
+        self,
+        queue: str | None,
+        group: str | None,
+        after: str | None,
+        *,
+        start: str | None = None,
     ) -> Plan[tuple[list[GroupKeys], str | None]]:
         """One page of indexed groups (of one queue, or one group) after the member `after`
-        (None: from the first), and the member the next page starts after (None: the last
-        page). One group named by queue and group is read without the index."""
+        (None: from the first), or from the member `start` on, and the member the next page
+        starts after (None: the last page). One group named by queue and group is read
+        without the index."""
         if queue is not None and group is not None:
             return [self.keys.group(queue, group)], None
         low, high = self.keys.queue_range(queue) if queue is not None else ("-", "+")
         if after is not None:
             low = f"({after}"
+        elif start is not None:
+            low = f"[{start}"  # a member of this listing, so within its range
         page = self.limits.groups
         (members,) = yield [Command("ZRANGEBYLEX", (self.keys.groups, low, high, "LIMIT", 0, page))]
         groups = [self.keys.from_member(member) for member in members]
@@ -1900,6 +2067,18 @@ class Planner:
         if not self.clustered:
             return [groups]
         return [list(part) for _, part in groupby(groups, key=attrgetter("queue"))]
+
+
+def _meta_of(
+    gk: GroupKeys, name: str, value: Any, unreadable: dict[ConsumerKey, str]
+) -> ConsumerMeta:
+    """A stored metadata value as `ConsumerMeta`; one this package did not write is
+    `NO_META`, with why in `unreadable`."""
+    try:
+        return ConsumerMeta(decode_meta(gk.meta, name, value))
+    except PresenceDataError as error:
+        unreadable[gk.queue, gk.group, name] = str(error)
+        return NO_META
 
 
 def _by_names(item: tuple[GroupKeys, list[ConsumerPresence]]) -> tuple[str, str]:

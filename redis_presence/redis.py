@@ -24,14 +24,21 @@ from ._executor import (
     slot_moving,
 )
 from .deployment import drive, memory_policy
-from .errors import DRIVER_ERRORS, PresenceError, PresenceResyncRequired, translate
+from .errors import (
+    DRIVER_ERRORS,
+    PresenceError,
+    PresenceMetaError,
+    PresenceResyncRequired,
+    translate,
+)
 from .events import (
+    DEFAULT_CHANGES_LIMIT,
     DEFAULT_EVENTS_KEPT,
     DEFAULT_FOLLOW_INTERVAL_S,
+    Changes,
     Cursor,
     FollowCursor,
     FollowMessage,
-    PresenceEvent,
     check_interval_s,
 )
 from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence, GroupPresence
@@ -301,10 +308,13 @@ class RedisPresenceRegistry(Executor):
         now_ns: int | None = None,
         queue: str | None = None,
         group: str | None = None,
-    ) -> tuple[list[PresenceEvent], str]:
+        limit: int = DEFAULT_CHANGES_LIMIT,
+    ) -> Changes:
         """Every event after `cursor` up to `now_ns`, and the cursor to go on from (see
         `Planner.changes`); `cursor` None starts now."""
-        return self.execute(self.plans.changes(cursor, now_ns=now_ns, queue=queue, group=group))
+        return self.execute(
+            self.plans.changes(cursor, now_ns=now_ns, queue=queue, group=group, limit=limit)
+        )
 
     def migrate(self) -> int:
         """Move the index of release 0.1 into this release's (see `Planner.migrate`)."""
@@ -336,8 +346,9 @@ class RedisPresenceRegistry(Executor):
                 while True:
                     if wait:
                         time.sleep(interval)
-                    wait = True
-                    events, cursor = self.changes(cursor, queue=queue, group=group)
+                    page = self.changes(cursor, queue=queue, group=group)
+                    events, cursor = page
+                    wait = not page.more  # a window given in pages goes on at once
                     yield from events
                     yield FollowCursor(cursor, Cursor.decode(cursor).now_ns)
             except PresenceResyncRequired:
@@ -418,6 +429,8 @@ class RedisPresenceRegistry(Executor):
             stream.groups.clear()
         if self.policy_check.due:
             self._check_policy()
+        if stream.unreadable:  # metadata another program wrote, once every row is out
+            raise PresenceMetaError(stream.unreadable)
 
     def _transport(self, batch: list[Request]) -> list[Any]:
         """`_send`, with a failed connection raised as a `PresenceError`."""

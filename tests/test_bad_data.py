@@ -22,11 +22,13 @@ from conftest import RUN_COUNTS
 from webservers import ROOT, cli_argv
 
 from redis_presence import (
+    ConsumerPresence,
     PresenceBatchError,
     PresenceDataError,
     PresenceReporter,
     RedisPresenceRegistry,
 )
+from redis_presence.errors import PresenceMetaError
 from redis_presence.keys import Keyspace
 from redis_presence.plans import Limits
 
@@ -315,3 +317,81 @@ def test_the_cli_names_the_key_and_exits_5(
         assert done.stderr.count("\n") == 1, done.stderr  # one line, no traceback
         assert re.search(corruption.message(), done.stderr), done.stderr
         assert dump(client) == before
+
+
+# -- metadata another program wrote (issue 22, item 5) ------------------------------------
+
+NESTED_META = {
+    "nested-arrays": b"[" * 100_000 + b"]" * 100_000,
+    "nested-objects": b'{"a":' * 50_000 + b'"b"' + b"}" * 50_000,
+    "nested-in-a-value": b'{"a":{"b":"c"}}',
+    "oversized": b'{"a":"' + b"x" * 100_000 + b'"}',
+    "not-an-object": b'["a","b"]',
+}
+
+
+@pytest.mark.redis_server
+@pytest.mark.parametrize("name", list(NESTED_META))
+def test_metadata_nested_or_oversized_is_a_data_error_confined_to_its_consumer(
+    request: pytest.FixtureRequest, name: str
+) -> None:
+    """`decode_meta` refuses it before JSON parsing recurses: `snapshot(with_meta=True)`
+    raises a `PresenceMetaError` (a `PresenceDataError`) naming the key and the consumer,
+    which carries every row read (that consumer's `meta` empty); every other read works."""
+    client = raw_client(request, "redis")
+    registry = RedisPresenceRegistry(client)
+    registry.heartbeat_many([(q, g, "old", 1) for q, g in GOOD], now_ns=T0 - MS)
+    registry.heartbeat("bad", "g", "w", 2, now_ns=T0 - MS)
+    registry.heartbeat("bad", "g", "x", 1, now_ns=T0 - MS)
+    assert registry.describe("bad", "g", "x", {"host": "h1"})
+    assert registry.describe("orders", "billing", "old", {"host": "h2"})
+    client.hset(BAD.meta, "w", NESTED_META[name])
+    before = dump(client)
+    for queue, group in ((None, None), ("bad", "g")):
+        with pytest.raises(PresenceMetaError) as info:
+            registry.snapshot(now_ns=T0, with_meta=True, queue=queue, group=group)
+        assert isinstance(info.value, PresenceDataError)
+        message = str(info.value)
+        assert f"redis-presence key {BAD.meta} field 'w' holds metadata" in message, message
+        assert len(message) < 400
+        assert list(info.value.unreadable) == [("bad", "g", "w")]
+        rows = {row.key: dict(row.meta) for row in info.value.rows}
+        assert rows[("bad", "g", "w")] == {}
+        assert rows[("bad", "g", "x")] == {"host": "h1"}
+    assert len(info.value.rows) == 2
+    seen: list[ConsumerPresence] = []  # a streaming read hands out every row first, then raises
+    with pytest.raises(PresenceMetaError, match=re.escape(BAD.meta)):
+        seen.extend(registry.iter_snapshot(now_ns=T0, with_meta=True))
+    assert len(seen) == len(GOOD) + 2
+    sound = registry.snapshot(now_ns=T0, with_meta=True, queue="orders", group="billing")
+    assert [dict(row.meta) for row in sound] == [{"host": "h2"}]
+    assert len(registry.snapshot(now_ns=T0, queue="bad")) == 2  # without metadata: sound
+    assert dump(client) == before
+
+
+@pytest.mark.redis_server
+def test_the_group_page_and_api_show_unreadable_metadata_as_such(
+    request: pytest.FixtureRequest, redis_url: str
+) -> None:
+    from test_web_api import Clock, group_path, make_client
+
+    client = raw_client(request, "redis")
+    registry = RedisPresenceRegistry(client)
+    registry.heartbeat("bad", "g", "w", 2, now_ns=T0 - MS)
+    registry.heartbeat("bad", "g", "x", 1, now_ns=T0 - MS)
+    assert registry.describe("bad", "g", "x", {"host": "h1"})
+    client.hset(BAD.meta, "w", NESTED_META["nested-arrays"])
+    with make_client(redis_url, Clock(T0)) as web:
+        body = web.get(group_path("bad", "g")).json()
+        assert body["group"]["active"] == 2
+        consumers = {row["consumer"]: row for row in body["consumers"]}
+        assert consumers["w"]["meta"] == {}
+        assert "holds metadata this package did not write" in consumers["w"]["meta_error"]
+        assert consumers["x"]["meta"] == {"host": "h1"}
+        assert "meta_error" not in consumers["x"]
+        listed = web.get("/api/v1/consumers", params={"queue": "bad", "meta": "1"}).json()
+        assert [row.get("meta_error") is not None for row in listed["consumers"]] == [True, False]
+        page = web.get("/group", params={"queue": "bad", "group": "g"})
+        assert page.status_code == 200, page.text[:300]
+        assert "metadata unreadable" in page.text
+        assert "h1" in page.text

@@ -235,8 +235,9 @@ def test_per_queue_scripts_go_in_one_pipeline_per_node(
     spy.pipelines = 0
     assert registry.prune_expired(now_ns=T0 + 3_600_000 * MS) == len(beats)
     # prune.lua in one pipeline per node, then the re-checks of the emptied groups (EXISTS)
-    # likewise; the index's SREM goes on its own to the index's node.
-    assert spy.pipelines == 6
+    # likewise; the index's SREM goes on its own to the index's node, and the event index's
+    # ZADD with the epoch marker's SET NX (one slot) in one pipeline.
+    assert spy.pipelines == 7
     assert spy.single_calls == []
     assert without_logs(all_keys(cluster_client)) == []
 

@@ -11,9 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from redis_presence import ConsumerPresence, PresenceDataError, PresenceState
-from redis_presence.keys import Keyspace
+from redis_presence.keys import MAX_STORED_META_CHARS, Keyspace, decode_meta, encode_meta
 from redis_presence.model import gc_paused
 from redis_presence.replies import stored_columns
+from redis_presence.validation import MAX_META_BYTES, check_meta
 
 T0 = 1_796_000_000_123_456_000
 MS = 1_000_000
@@ -186,3 +187,24 @@ def test_gc_paused_leaves_a_disabled_collector_disabled() -> None:
     rows = ConsumerPresence.many([("q", "g", "c", T0, T0, 0)], now_ns=T0, ttl_ms=1)
     assert len(rows) == 1
     assert not gc.isenabled()
+
+
+def test_metadata_decodes_flat_objects_and_refuses_nested_or_oversized_ones() -> None:
+    """`decode_meta` never recurses: nested or oversized values are data errors naming the
+    key and the consumer; the largest mapping `describe` accepts, escaped six characters a
+    byte, still decodes (and so does a bracket inside a string)."""
+    largest = check_meta({chr(14 + i) * 6: "\x01" * 58 for i in range(16)})  # 1,024 bytes
+    assert sum(len(k) + len(v) for k, v in largest.items()) == MAX_META_BYTES
+    assert len(encode_meta(largest)) == MAX_STORED_META_CHARS - 1  # no comma after the last
+    assert decode_meta("k", "c", encode_meta(largest).encode()) == largest
+    assert decode_meta("k", "c", b'{"a":"[{\\"}]"}') == {"a": '[{"}]'}
+    for value in [
+        b"[" * 100_000,
+        b'{"a":' * 100_000,
+        b'{"a":{"b":"c"}}',
+        b'{"a":["b"]}',
+        b'{"a":"' + b"x" * MAX_STORED_META_CHARS + b'"}',
+        b'"a"',
+    ]:
+        with pytest.raises(PresenceDataError, match=r"^redis-presence key k field 'c' holds"):
+            decode_meta("k", b"c", value)

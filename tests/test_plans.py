@@ -77,13 +77,14 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
         (call,) = batch
         assert isinstance(call, ScriptCall)
         assert call.script == script("heartbeat")
-        # KEYS: the group's sorted set, hash, mark and event log, then the indexes on a
-        # standalone server; ARGV: the TTL, the log's length and lifetime, the clock guard
-        # (DEFAULT_MAX_FUTURE_MS), now, the beat, then the mark's lifetime on a cluster.
+        # KEYS: the group's sorted set, hash, mark and event log, then the indexes and the
+        # epoch marker on a standalone server; ARGV: the TTL, the log's length and lifetime,
+        # the clock guard (DEFAULT_MAX_FUTURE_MS), now, the beat, then the mark's lifetime on
+        # a cluster.
         now_arg = "" if now is None else str(now)
         keys: tuple[str, ...] = (gk.hb, gk.data, gk.mark, gk.events)
         if not clustered:
-            keys += (planner.keys.groups, planner.keys.events)
+            keys += (planner.keys.groups, planner.keys.events, planner.keys.epoch)
         tail = (INDEX_MARK_MS,) if clustered else ()
         expected = (
             "EVALSHA",

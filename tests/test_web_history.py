@@ -165,3 +165,18 @@ def test_groups_page_sparklines_and_group_chart_walk_back_from_now(
         assert 'class="no-spark"' in client.get("/").text
         model = client.get("/", headers={"Accept": "application/json"}).json()
         assert "sparks" not in model  # the page's JSON twin (its script's refresh) reads none
+
+
+def test_consumer_page_with_another_programs_metadata_is_shown_without_it(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    writer.heartbeat("q", "g", "w", 1, now_ns=T0 - S)
+    writer.client.hset(writer.plans.keys.group("q", "g").meta, "w", b"[" * 50_000)
+    with make_client(redis_url, Clock(T0), ttl_ms=None) as client:
+        page = client.get(consumer_url("q", "g", "w"))
+        assert page.status_code == 200
+        assert 'id="meta-unreadable"' in page.text
+        model = client.get("/api/v1/consumers/q/g/w").json()
+        assert model["meta"] == {}
+        assert "did not write" in model["meta_error"]
+        assert model["row"]["lease_count"] == 1

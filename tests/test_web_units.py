@@ -4,6 +4,9 @@ parser and the metrics collector, checked against the package's own rule."""
 from __future__ import annotations
 
 import base64
+import random
+from itertools import groupby
+from typing import Literal
 
 import pytest
 from hypothesis import given
@@ -18,6 +21,7 @@ from redis_presence.web.metrics import ScrapeReading, registry_for
 from redis_presence.web.pages import (
     ConsumerFilter,
     Cursor,
+    PageCollector,
     groups_page,
     page_of,
     parse_limit,
@@ -87,6 +91,52 @@ def test_pages_walk_every_match_once_in_order_both_ways(
         assert len(page.rows) == limit
         back = page.rows + back
     assert back == expected
+
+
+FEW = st.sampled_from(["a", "b", "é"])
+"""Few queues and groups: groups of many rows, which the collector trims in mid-group."""
+
+
+@given(
+    st.lists(
+        st.tuples(FEW, FEW, st.text("xyz", min_size=1, max_size=3), st.integers(0, 3_000)),
+        min_size=12,
+        max_size=80,
+        unique_by=lambda t: t[:3],
+    ),
+    st.integers(1, 4),  # small: the collector trims (past 2 * limit + 1 rows) often
+    st.sampled_from([None, None, "a", "é"]),
+    st.sampled_from([None, None, "b"]),
+    st.sampled_from([None, None, "x", "Y"]),
+    st.lists(st.tuples(NAMES, NAMES, st.text("xyz", max_size=3)), max_size=4),
+    st.booleans(),
+    st.randoms(use_true_random=False),
+)
+def test_a_streamed_page_is_the_page_of_the_sorted_rows(
+    raw: list[tuple[str, str, str, int]],
+    limit: int,
+    queue: str | None,
+    group: str | None,
+    search: str | None,
+    keys: list[tuple[str, str, str]],
+    before: bool,
+    shuffle: random.Random,
+) -> None:
+    """`PageCollector`, fed whole groups in any order (as a streaming read hands them out,
+    each group's rows sorted), gives exactly `page_of` of the sorted rows, for every cursor:
+    the cursors pages give and keys of rows or between them."""
+    rows = sorted(_row(c, hb, 3_000, q, g) for q, g, c, hb in raw)
+    where = ConsumerFilter(queue, group, frozenset(), search)
+    groups = [list(part) for _, part in groupby(rows, key=lambda r: (r.queue, r.group))]
+    shuffle.shuffle(groups)
+    direction: Literal["after", "before"] = "before" if before else "after"
+    ends = [r.key for r in rows[:2] + rows[-2:]] + [("", "", ""), ("\U0010ffff", "", "")]
+    cursors = [None, *(Cursor(direction, key) for key in keys + ends)]
+    for cursor in cursors:
+        collector = PageCollector(where, cursor=cursor, limit=limit)
+        for part in groups:
+            collector.feed(part)
+        assert collector.page() == page_of(rows, where, cursor=cursor, limit=limit)
 
 
 def test_cursors_are_opaque_and_checked() -> None:

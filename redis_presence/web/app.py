@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote, urlencode
+from urllib.parse import quote, urlencode
 
 import jinja2
 from prometheus_client import exposition
@@ -51,20 +51,14 @@ from redis_presence.urls import (
     parse_url,
     redact,
 )
-from redis_presence.validation import check_consumer_key
 
 from . import events as live_events
-from . import history, metrics
+from . import history, metrics, params
 from .auth import TokenAuth, check_token
-from .data import GroupStats, PresenceData, TtlInUse
-from .pages import (
-    MAX_LIMIT,
-    ConsumerFilter,
-    Cursor,
-    groups_page,
-    parse_limit,
-    parse_states,
-)
+from .data import NO_META_ERRORS, GroupStats, PresenceData, TtlInUse
+from .guard import CatchAll
+from .pages import MAX_LIMIT, ConsumerFilter, groups_page
+from .params import BadRequest
 from .security import HostCheck, SecurityHeaders
 
 log = logging.getLogger("redis_presence.web")
@@ -79,6 +73,7 @@ GROUPS_PER_PAGE = 200
 GROUP_API = "/api/v1/groups/"
 CONSUMER_API = "/api/v1/consumers/"
 NO_GROUP = "queue {queue!r} has no tracked or declared group {group!r}"
+NEEDS_BOTH = "a group page needs queue= and group="
 SSE_PING_S = 15
 SSE_RETRY_MS = 2000
 BUSY_RETRY_AFTER_S = 5
@@ -152,11 +147,16 @@ def segment(name: str) -> str:
     return quote(name, safe="")
 
 
-def consumer_json(row: ConsumerPresence, *, with_meta: bool) -> dict[str, object]:
-    """A row's JSON: its `ConsumerPresence` fields; `meta` is null when it was not read."""
+def consumer_json(
+    row: ConsumerPresence, *, with_meta: bool, meta_errors: Mapping[Any, str] = NO_META_ERRORS
+) -> dict[str, object]:
+    """A row's JSON: its `ConsumerPresence` fields; `meta` is null when it was not read, and
+    `meta_error` says why it is empty when another program's metadata could not be read."""
     fields = row.to_dict()
     if not with_meta:
         fields["meta"] = None
+    elif row.key in meta_errors:
+        fields["meta_error"] = meta_errors[row.key]
     return fields
 
 
@@ -192,10 +192,6 @@ def _status_of(exc: PresenceError) -> tuple[int, str]:
     if isinstance(exc, PresenceDataError):
         return 502, "redis_foreign_data"
     return 502, "redis_error"
-
-
-class BadRequest(ValueError):
-    """A query parameter the route cannot use (400)."""
 
 
 def _wants_json(request: Request) -> bool:
@@ -248,13 +244,20 @@ class _Service:
     # -- error responses
 
     def error(
-        self, request: Request, status: int, code: str, message: str, since_ns: int | None = None
+        self,
+        request: Request,
+        status: int,
+        code: str,
+        message: str,
+        since_ns: int | None = None,
+        **extra: str,
     ) -> Response:
         """A JSON error (the API, the probes, a page's JSON twin) or an error page; with
-        `since_ns`, since when Redis cannot be reached (the page's script shows it)."""
+        `since_ns`, since when Redis cannot be reached (the page's script shows it); `extra`
+        goes into the JSON (a 400's `parameter`)."""
         since = {} if since_ns is None else {"since_ns": since_ns}
         if _wants_json(request) or _json_view(request):
-            body = {"error": code, "message": message} | since
+            body = {"error": code, "message": message} | since | extra
             return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
         live = {"error": code, "message": message} | since
         return self.templates.TemplateResponse(
@@ -276,7 +279,8 @@ class _Service:
         return response
 
     async def on_bad_request(self, request: Request, exc: Exception) -> Response:
-        return self.error(request, 400, "bad_request", str(exc))
+        assert isinstance(exc, BadRequest)
+        return self.error(request, 400, "bad_request", str(exc), parameter=exc.parameter)
 
     async def on_http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -284,10 +288,6 @@ class _Service:
         response = self.error(request, exc.status_code, code, str(exc.detail))
         response.headers.update(exc.headers or {})
         return response
-
-    async def on_crash(self, request: Request, exc: Exception) -> Response:
-        log.error("%s %s failed: %s", request.method, request.url.path, repr(exc))
-        return self.error(request, 500, "internal_error", "internal error (see the service log)")
 
     # -- shared pieces
 
@@ -307,76 +307,10 @@ class _Service:
         return base | values
 
 
-# -- query parameters -------------------------------------------------------------------
+# -- query parameters (checked in .params) ----------------------------------------------
 
-
-def _text(request: Request, name: str) -> str | None:
-    value = request.query_params.get(name)
-    return value if value else None
-
-
-def _cursor(request: Request) -> Cursor | None:
-    text = _text(request, "cursor")
-    try:
-        return Cursor.decode(text) if text else None
-    except ValueError as exc:
-        raise BadRequest(str(exc)) from None
-
-
-def _limit(request: Request, default: int) -> int:
-    try:
-        return parse_limit(request.query_params.get("limit"), default)
-    except ValueError as exc:
-        raise BadRequest(str(exc)) from None
-
-
-def _flag(request: Request, name: str) -> bool:
-    """A boolean query parameter: ``1``/``true``/``yes`` or ``0``/``false``/``no`` (absent:
-    false)."""
-    value = (request.query_params.get(name) or "").lower()
-    if value in ("", "0", "false", "no"):
-        return False
-    if value in ("1", "true", "yes"):
-        return True
-    raise BadRequest(f"{name} must be 1 or 0, got {value!r}")
-
-
-def _states(request: Request) -> frozenset[PresenceState]:
-    try:
-        return parse_states(request.query_params.getlist("state"))
-    except ValueError as exc:
-        raise BadRequest(str(exc)) from None
-
-
-def _path_names(request: Request, prefix: str) -> tuple[str, str]:
-    """`(queue, group)` from the raw path after `prefix`: exactly two percent-encoded
-    segments, so names may hold ``/``, ``%``, spaces and newlines."""
-    raw = request.scope.get("raw_path") or request.url.path.encode()
-    path = raw.decode("latin-1").partition("?")[0]
-    start = request.scope.get("root_path", "").rstrip("/") + prefix
-    parts = path[len(start) :].split("/")
-    if not path.startswith(start) or len(parts) != 2 or not all(parts):
-        raise HTTPException(404, "expected /api/v1/groups/<queue>/<group> (percent-encoded)")
-    try:
-        queue, group = (unquote(part, errors="strict") for part in parts)
-    except UnicodeDecodeError:
-        raise BadRequest("queue and group must be percent-encoded UTF-8") from None
-    return queue, group
-
-
-def _path_segments(request: Request, prefix: str, count: int) -> list[str]:
-    """Exactly `count` percent-encoded names from the raw path after `prefix`."""
-    raw = request.scope.get("raw_path") or request.url.path.encode()
-    path = raw.decode("latin-1").partition("?")[0]
-    start = request.scope.get("root_path", "").rstrip("/") + prefix
-    parts = path[len(start) :].split("/")
-    if not path.startswith(start) or len(parts) != count or not all(parts):
-        where = "/".join(["<queue>", "<group>", "<consumer>"][:count])
-        raise HTTPException(404, f"expected {prefix}{where} (percent-encoded)")
-    try:
-        return [unquote(part, errors="strict") for part in parts]
-    except UnicodeDecodeError:
-        raise BadRequest("names must be percent-encoded UTF-8") from None
+_text, _cursor, _limit, _flag = params.text, params.cursor, params.limit, params.flag
+_states, _path_names = params.states, params.path_names
 
 
 def _json_view(request: Request) -> bool:
@@ -493,6 +427,7 @@ def create_app(
     if config.auth_token:
         check_token(config.auth_token)  # now, not at the first request
         middleware.append(Middleware(TokenAuth, token=config.auth_token))
+    middleware.append(Middleware(CatchAll))  # innermost: below the log and the checks
     app = Starlette(
         routes=routes,
         middleware=middleware,
@@ -501,7 +436,6 @@ def create_app(
             PresenceError: service.on_presence_error,
             BadRequest: service.on_bad_request,
             HTTPException: service.on_http_error,
-            Exception: service.on_crash,
         },
     )
     app.state.service = service
@@ -522,7 +456,7 @@ class Views:
         queue_text = (_text(request, "queue") or "").casefold()
         group_text = (_text(request, "group") or "").casefold()
         states = _states(request)
-        idle_only = request.query_params.get("idle") == "1"
+        idle_only = _flag(request, "idle")
 
         def shown(stats: GroupStats) -> bool:
             counts = {
@@ -541,10 +475,7 @@ class Views:
             (g for g in groups if shown(g)),
             key=lambda g: (not g.below, not g.nobody_reading, g.queue, g.group),
         )
-        try:
-            page = max(1, int(request.query_params.get("page") or 1))
-        except ValueError:
-            raise BadRequest("page must be a positive integer") from None
+        page = params.page_number(request)
         pages = max(1, -(-len(picked) // GROUPS_PER_PAGE))
         page = min(page, pages)
         totals = {
@@ -608,7 +539,7 @@ class Views:
     async def group_page(self, request: Request) -> Response:
         queue, group = _text(request, "queue"), _text(request, "group")
         if queue is None or group is None:
-            raise BadRequest("a group page needs queue= and group=")
+            raise BadRequest("queue" if queue is None else "group", NEEDS_BOTH)
         return await self._consumers_view(request, queue, group, group_page=True)
 
     async def consumers_page(self, request: Request) -> Response:
@@ -652,7 +583,10 @@ class Views:
                 | {
                     "group": group_json(stats) if stats else None,
                     "stuck_after_ms": stuck_after_ms,
-                    "consumers": [consumer_json(row, with_meta=with_meta) for row in page.rows],
+                    "consumers": [
+                        consumer_json(row, with_meta=with_meta, meta_errors=reading.meta_errors)
+                        for row in page.rows
+                    ],
                     "next_cursor": page.next_cursor,
                     "prev_cursor": page.prev_cursor,
                 }
@@ -668,6 +602,7 @@ class Views:
             past=past,
             group_page=group_page,
             with_meta=with_meta,
+            meta_errors=reading.meta_errors,
             rows=page.rows,
             next_cursor=page.next_cursor,
             prev_cursor=page.prev_cursor,
@@ -694,10 +629,11 @@ class Views:
         return _page(service.templates.TemplateResponse(request, "consumers.html", context))
 
     async def consumer_page(self, request: Request) -> Response:
-        names = (_text(request, "queue"), _text(request, "group"), _text(request, "consumer"))
-        queue, group, consumer = names
+        fields = ("queue", "group", "consumer")
+        queue, group, consumer = (_text(request, field) for field in fields)
         if queue is None or group is None or consumer is None:
-            raise BadRequest("a consumer page needs queue=, group= and consumer=")
+            missing = next(field for field in fields if _text(request, field) is None)
+            raise BadRequest(missing, "a consumer page needs queue=, group= and consumer=")
         view, model = await self._consumer(queue, group, consumer)
         if _json_view(request):
             return _json(model)
@@ -711,6 +647,7 @@ class Views:
             consumer=consumer,
             row=view.row,
             meta=view.meta,
+            meta_error=view.meta_error,
             log=view.log,
             timeline=view.timeline,
             stuck_after_ms=stuck_after_ms,
@@ -719,7 +656,9 @@ class Views:
         return _page(service.templates.TemplateResponse(request, "consumer.html", context))
 
     async def api_consumer(self, request: Request) -> Response:
-        queue, group, consumer = _path_segments(request, CONSUMER_API, 3)
+        queue, group, consumer = params.path_parts(
+            request, CONSUMER_API, ("queue", "group", "consumer")
+        )
         _, model = await self._consumer(queue, group, consumer)
         return JSONResponse(model, headers={"Cache-Control": "no-store"})
 
@@ -727,10 +666,6 @@ class Views:
         self, queue: str, group: str, consumer: str
     ) -> tuple[history.ConsumerView, dict[str, Any]]:
         """One consumer's page model; 404 when it is neither tracked nor in the history."""
-        try:
-            check_consumer_key(queue, group, consumer)
-        except (TypeError, ValueError) as exc:
-            raise BadRequest(str(exc)) from None
         view = await history.consumer_view(self.service.reads, queue, group, consumer)
         if view.row is None and not view.timeline:
             raise HTTPException(
@@ -740,6 +675,7 @@ class Views:
             "consumer": consumer,
             "row": None if view.row is None else consumer_json(view.row, with_meta=False),
             "meta": dict(view.meta),
+            "meta_error": view.meta_error,
             "timeline": [t.to_dict() for t in view.timeline],
         }
         return view, model
@@ -786,7 +722,10 @@ class Views:
             | {
                 "group": stats.to_dict(),
                 "stuck_after_ms": found.stuck_after_ms,
-                "consumers": [consumer_json(row, with_meta=True) for row in page.rows],
+                "consumers": [
+                    consumer_json(row, with_meta=True, meta_errors=reading.meta_errors)
+                    for row in page.rows
+                ],
                 "next_cursor": page.next_cursor,
                 "prev_cursor": page.prev_cursor,
             }
@@ -806,7 +745,10 @@ class Views:
         return JSONResponse(
             self._meta(reading.now_ns, reading.ttl)
             | {
-                "consumers": [consumer_json(row, with_meta=with_meta) for row in page.rows],
+                "consumers": [
+                    consumer_json(row, with_meta=with_meta, meta_errors=reading.meta_errors)
+                    for row in page.rows
+                ],
                 "next_cursor": page.next_cursor,
                 "prev_cursor": page.prev_cursor,
             }
@@ -816,11 +758,7 @@ class Views:
         """The events of the registry: a server-sent event stream for ``Accept:
         text/event-stream``, else one poll (`cursor` None: no events, a cursor from now)."""
         queue, group = _text(request, "queue"), _text(request, "group")
-        cursor = _text(request, "cursor") or request.headers.get("last-event-id") or None
-        try:
-            live_events.check_cursor(cursor)
-        except (TypeError, ValueError) as exc:
-            raise BadRequest(str(exc)) from None
+        cursor, source = params.event_cursor(request)
         reads = self.service.reads
         if "text/event-stream" in request.headers.get("accept", ""):
             feed = self.service.live
@@ -854,7 +792,7 @@ class Views:
                 headers={"Cache-Control": "no-store"},
             )
         except (TypeError, ValueError) as exc:
-            raise BadRequest(str(exc)) from None
+            raise BadRequest(source, params.refused(source, exc)) from None
         return JSONResponse(
             {
                 "events": [event.to_dict() for event in events],

@@ -16,10 +16,13 @@ what replaces it:
   group's keys alone, so they cost what they return. The group views read each row's
   metadata too (`with_meta=True`, one ``HMGET`` per chunk of the group), and the group's
   declared minimum (`expected()`, the declared groups alone); the consumer lists read
-  metadata only when asked (``meta=1``). Without a queue (the fleet-wide
-  consumer list, a name search) and for `metrics` with per-consumer metrics on,
-  `PresenceData.rows` is one whole snapshot, shared by every request for `read_cache_s`
-  and read by one caller at a time (the others await it); pages filter it here.
+  metadata only when asked (``meta=1``). Without a queue (the fleet-wide consumer list, a
+  name search) `consumers` reads `groups()` (by name, with counts), then one group at a
+  time (`iter_snapshot`, in the package's bounded chunks) from the cursor's group until
+  its `PageCollector` holds the page, which is all it keeps (at most FLEET_READS such reads
+  at once). For `metrics` with per-consumer metrics on,
+  `PresenceData.rows` is one whole snapshot, shared by every caller for `read_cache_s`
+  and read by one caller at a time (the others await it).
 * `PresenceData.changes` (each open event stream once per interval, and each cursor poll)
   is `registry.changes(cursor)`: the event logs written since the cursor and, per group,
   the heartbeats that crossed a line in the interval; what it costs grows with the
@@ -32,18 +35,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import count, groupby
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from redis.exceptions import RedisError
 
 from redis_presence import AsyncRedisPresenceRegistry, ConsumerPresence, PresenceState
-from redis_presence.errors import translate
+from redis_presence.errors import PresenceMetaError, translate
 from redis_presence.events import PresenceEvent
 from redis_presence.model import GroupPresence
 
-from .pages import ConsumerFilter, Cursor, Page, page_of
+from .pages import ConsumerFilter, Cursor, Page, PageCollector, page_of
 
 NS_PER_S = 1_000_000_000
 
@@ -110,13 +115,19 @@ class TtlInUse(NamedTuple):
         return {"ttl_ms": self.ttl_ms, "ttl_source": self.source}
 
 
+NO_META_ERRORS: Mapping[tuple[str, str, str], str] = MappingProxyType({})
+
+
 class Reading(NamedTuple):
-    """One snapshot, the instant its ages were computed at and the TTL it reports."""
+    """One snapshot, the instant its ages were computed at and the TTL it reports; for a
+    read of metadata, why each consumer whose metadata could not be read (another
+    program's) has none (`PresenceMetaError.unreadable`)."""
 
     serial: int
     now_ns: int
     rows: list[ConsumerPresence]
     ttl: TtlInUse
+    meta_errors: Mapping[tuple[str, str, str], str] = NO_META_ERRORS
 
 
 class GroupReading(NamedTuple):
@@ -206,6 +217,22 @@ def server_time_ns(reply: Any) -> int:
     return int(seconds) * NS_PER_S + int(micros) * 1_000
 
 
+def _may_match(stats: GroupPresence, where: ConsumerFilter) -> bool:
+    """Whether a group's counts leave room for a consumer matching `where`'s states."""
+    counts = {
+        PresenceState.ACTIVE: stats.active,
+        PresenceState.STALE: stats.stale,
+        PresenceState.EXPIRED: stats.expired,
+    }
+    return any(counts[s] for s in where.states or counts)
+
+
+FLEET_READS = 2
+"""Streaming reads of the whole fleet (consumer lists without a queue) at once; the others
+wait, so memory stays a few chunks whatever the number of requests."""
+STREAM_CHUNK = 1_000
+"""Rows handed to a page collector at a time."""
+
 TTL_REFRESH_S = 5.0
 """How long the service trusts a shared TTL it read (a `set_ttl` shows within this)."""
 MAX_CACHED_TTLS = 1_000
@@ -237,6 +264,7 @@ class PresenceData:
         self._serials = count(1)
         self._ttls: dict[tuple[str | None, str | None], tuple[TtlInUse, float]] = {}
         self._stucks: dict[tuple[str, str], tuple[int, float]] = {}
+        self._fleet_reads = asyncio.Semaphore(FLEET_READS)
         self.last_ttl = TtlInUse(ttl_ms, "option") if ttl_ms is not None else None
         """The TTL of the prefix the last read used (None before the first)."""
 
@@ -332,19 +360,17 @@ class PresenceData:
         rows = await self.registry.snapshot(now_ns=now, ttl_ms=self._read_ttl_ms)
         return Reading(next(self._serials), now, rows, ttl)
 
-    async def _selected(
-        self, queue: str | None, group: str | None, *, with_meta: bool = False
-    ) -> Reading:
+    async def _selected(self, queue: str, group: str | None, *, with_meta: bool = False) -> Reading:
         """The consumers of one queue (or one group): read by the library from that part of
-        the index alone, fresh each time; the whole fleet comes from the shared snapshot
-        (or, `with_meta`, from a read of its own)."""
-        if queue is None and not with_meta:
-            return await self.rows()
+        the index alone, fresh each time."""
         ttl = await self.ttl(queue, group) if group is not None else await self.ttl()
         now = await self.now_ns()
-        rows = await self.registry.snapshot(
-            now_ns=now, ttl_ms=self._read_ttl_ms, queue=queue, group=group, with_meta=with_meta
-        )
+        try:
+            rows = await self.registry.snapshot(
+                now_ns=now, ttl_ms=self._read_ttl_ms, queue=queue, group=group, with_meta=with_meta
+            )
+        except PresenceMetaError as exc:  # shown without those consumers' metadata, marked
+            return Reading(0, now, exc.rows, ttl, exc.unreadable)
         return Reading(0, now, rows, ttl)
 
     async def consumers(
@@ -356,9 +382,80 @@ class PresenceData:
         with_meta: bool = False,
     ) -> tuple[Reading, Page]:
         """One page of consumers matching `where`, and the read it comes from (`with_meta`:
-        their metadata read too)."""
+        their metadata read too). Without a queue (the whole fleet, a name search) the rows
+        are streamed and only the page is kept (`Reading.rows` holds just it)."""
+        if where.queue is None:
+            return await self._streamed(where, cursor=cursor, limit=limit, with_meta=with_meta)
         reading = await self._selected(where.queue, where.group, with_meta=with_meta)
         return reading, page_of(reading.rows, where, cursor=cursor, limit=limit)
+
+    async def _streamed(
+        self, where: ConsumerFilter, *, cursor: Cursor | None, limit: int, with_meta: bool
+    ) -> tuple[Reading, Page]:
+        """A page of the whole fleet, holding the page and one chunk of one group, never the
+        fleet: the groups (`registry.groups()`, by name, with their counts) are read one at a
+        time (`iter_snapshot` of that group, in the package's bounded chunks) from the
+        cursor's group towards the page's side until the page is full, then the other way
+        until a match shows there is a page beyond the cursor (known from the counts alone
+        unless a name is searched). At most FLEET_READS of them at once."""
+        ttl = await self.ttl()
+        now = await self.now_ns()
+        collector = PageCollector(where, cursor=cursor, limit=limit)
+        meta_errors: dict[tuple[str, str, str], str] = {}
+        async with self._fleet_reads:
+            groups = [
+                g
+                for g in await self.registry.groups(now_ns=now, ttl_ms=self._read_ttl_ms)
+                if (where.group is None or g.group == where.group) and _may_match(g, where)
+            ]
+            keys = [(g.queue, g.group) for g in groups]
+            start = 0 if cursor is None else bisect_left(keys, cursor.key[:2])
+            if collector.before:
+                page_side, other_side = groups[start::-1] if groups else [], groups[start + 1 :]
+            else:
+                page_side, other_side = groups[start:], groups[start - 1 :: -1] if start else []
+            for stats in page_side:
+                await self._feed(collector, stats, now, with_meta, meta_errors)
+                if collector.full:
+                    break
+            for stats in other_side:
+                if collector.beyond:
+                    break
+                if where.search is None:  # its counts say whether it holds a match
+                    collector.mark_beyond()
+                    break
+                await self._feed(collector, stats, now, with_meta, meta_errors)
+        page = collector.page()
+        shown = {row.key for row in page.rows}
+        errors = {key: why for key, why in meta_errors.items() if key in shown}
+        return Reading(0, now, page.rows, ttl, errors or NO_META_ERRORS), page
+
+    async def _feed(
+        self,
+        collector: PageCollector,
+        stats: GroupPresence,
+        now: int,
+        with_meta: bool,
+        meta_errors: dict[tuple[str, str, str], str],
+    ) -> None:
+        """Every row of one group to `collector`, STREAM_CHUNK rows at a time."""
+        rows = self.registry.iter_snapshot(
+            now_ns=now,
+            ttl_ms=self._read_ttl_ms,
+            queue=stats.queue,
+            group=stats.group,
+            with_meta=with_meta,
+        )
+        chunk: list[ConsumerPresence] = []
+        try:
+            async for row in rows:
+                chunk.append(row)
+                if len(chunk) >= STREAM_CHUNK:
+                    collector.feed(chunk)
+                    chunk = []
+        except PresenceMetaError as exc:  # raised once every row was handed out
+            meta_errors.update(exc.unreadable)
+        collector.feed(chunk)
 
     async def group(
         self,

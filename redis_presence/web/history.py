@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from redis_presence import ConsumerPresence
+from redis_presence.errors import PresenceMetaError
 from redis_presence.history import (
     HISTORY_WINDOW_NS,
     GroupLog,
@@ -106,6 +107,8 @@ class ConsumerView(NamedTuple):
     meta: ConsumerMeta
     log: GroupLog
     timeline: list[Transition]
+    meta_error: str | None = None
+    """Why its metadata is not shown (another program's, unreadable); None: it is."""
 
 
 async def _logs(
@@ -146,9 +149,15 @@ async def consumer_view(reads: PresenceData, queue: str, group: str, consumer: s
     registry = reads.registry
     now = await reads.now_ns()
     row = await registry.consumer(queue, group, consumer, now, reads.explicit_ttl_ms)
-    meta = await registry.execute(registry.plans.consumer_meta(queue, group, consumer))
+    meta_error = None
+    try:
+        meta = await registry.execute(registry.plans.consumer_meta(queue, group, consumer))
+    except PresenceMetaError as exc:  # another program's: shown as unreadable, not a 502
+        meta, meta_error = NO_META, str(exc)
     (log,) = await _logs(reads, [(queue, group)], GROUP_ENTRIES)
-    return ConsumerView(row, meta or NO_META, log, timeline(log, TIMELINE_LIMIT, consumer))
+    return ConsumerView(
+        row, meta, log, timeline(log, TIMELINE_LIMIT, consumer), meta_error=meta_error
+    )
 
 
 __all__ = [

@@ -11,15 +11,20 @@ import base64
 import binascii
 import json
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal
 
+from redis_presence._json import loads_flat
 from redis_presence.model import ConsumerPresence, PresenceState
+from redis_presence.validation import MAX_NAME_BYTES
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+MAX_CURSOR_CHARS = 4 * (3 * 6 * MAX_NAME_BYTES + 32) // 3 + 4
+"""The longest cursor `Cursor.encode` makes (three names of at most 512 UTF-8 bytes, each
+byte at most six JSON characters, in base64); anything longer is refused unread."""
 
 Key = tuple[str, str, str]
 _key = itemgetter(0, 1, 2)
@@ -37,11 +42,14 @@ class Cursor:
         return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
     @classmethod
-    def decode(cls, text: str) -> Cursor:
-        """The cursor `encode` made, or `ValueError` naming the argument."""
+    def decode(cls, text: str, argument: str = "cursor") -> Cursor:
+        """The cursor `encode` made, or `ValueError` naming `argument`: an oversized or
+        nested document is refused before JSON parsing (no `RecursionError`)."""
+        if len(text) > MAX_CURSOR_CHARS:
+            raise ValueError(f"{argument} must be a cursor this API returned (too long)")
         try:
             raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-            value = json.loads(raw.decode())
+            value = loads_flat(raw.decode(), opening="[", max_chars=MAX_CURSOR_CHARS)
         except (binascii.Error, ValueError, UnicodeDecodeError):
             value = None
         if (
@@ -51,7 +59,7 @@ class Cursor:
             and all(isinstance(part, str) for part in value)
         ):
             return cls("after" if value[0] == "a" else "before", (value[1], value[2], value[3]))
-        raise ValueError("cursor must be a cursor this API returned")
+        raise ValueError(f"{argument} must be a cursor this API returned")
 
 
 @dataclass(frozen=True)
@@ -112,8 +120,9 @@ def parse_limit(value: str | None, default: int = DEFAULT_LIMIT) -> int:
     """The `limit` query value: an integer in [1, MAX_LIMIT]; `ValueError` else."""
     if value is None or value == "":
         return default
-    if not value.isdigit() or not 1 <= int(value) <= MAX_LIMIT:
-        raise ValueError(f"limit must be an integer from 1 to {MAX_LIMIT}, got {value!r}")
+    digits = value.isascii() and value.isdigit() and len(value) <= len(str(MAX_LIMIT))
+    if not (digits and 1 <= int(value) <= MAX_LIMIT):
+        raise ValueError(f"limit must be an integer from 1 to {MAX_LIMIT}, got {value!r:.60}")
     return int(value)
 
 
@@ -161,6 +170,81 @@ def page_of(
         Cursor("after", _key(picked[-1])).encode() if picked and more_after else None,
         Cursor("before", _key(picked[0])).encode() if picked and more_before else None,
     )
+
+
+class PageCollector:
+    """`page_of` over rows fed in any order of groups (a streaming read hands them out in
+    the index's order), holding at most about twice `limit` rows: the page being built and
+    whether a match lies on the cursor's other side, never the rows it skipped."""
+
+    __slots__ = ("_beyond", "_bound", "_kept", "before", "cursor", "limit", "where")
+
+    def __init__(self, where: ConsumerFilter, *, cursor: Cursor | None, limit: int) -> None:
+        self.where, self.cursor, self.limit = where, cursor, limit
+        self.before = cursor is not None and cursor.direction == "before"
+        self._kept: list[ConsumerPresence] = []
+        self._bound: Key | None = None
+        """Once `limit` + 1 rows are kept: the key past which a row can no longer be on the
+        page (and the page is known to have a neighbour on that side)."""
+        self._beyond = False
+        """A match lies on the cursor's other side (a neighbour page on that side)."""
+
+    @property
+    def full(self) -> bool:
+        """The page's side holds more than a page: rows further from the cursor cannot be on
+        it (so a reader going away from the cursor may stop)."""
+        return len(self._kept) > self.limit
+
+    @property
+    def beyond(self) -> bool:
+        """A match on the cursor's other side was fed (the neighbour page there exists)."""
+        return self._beyond
+
+    def mark_beyond(self) -> None:
+        """A match on the cursor's other side is known without feeding it (from counts)."""
+        self._beyond = True
+
+    def feed(self, rows: Iterable[ConsumerPresence]) -> None:
+        where, cursor, before, bound = self.where, self.cursor, self.before, self._bound
+        kept = self._kept
+        for row in rows:
+            if not where.matches(row):
+                continue
+            key = _key(row)
+            if cursor is not None and (key >= cursor.key if before else key <= cursor.key):
+                self._beyond = True
+            elif bound is None or (key > bound if before else key < bound):
+                kept.append(row)
+                if len(kept) > 2 * self.limit + 1:
+                    bound = self._trim()
+
+    def _trim(self) -> Key | None:
+        """Keep the `limit` + 1 rows nearest the cursor; the bound they set."""
+        self._kept.sort(key=_key)
+        most = self.limit + 1
+        if self.before:
+            del self._kept[:-most]  # in place: `feed` holds the list
+        else:
+            del self._kept[most:]
+        if len(self._kept) == most:
+            self._bound = _key(self._kept[0] if self.before else self._kept[-1])
+        return self._bound
+
+    def page(self) -> Page:
+        """The page `page_of` gives for every row fed so far."""
+        self._trim()
+        kept, limit = self._kept, self.limit
+        if self.before:
+            more_before, more_after = len(kept) > limit, self._beyond
+            picked = kept[-limit:] if len(kept) > limit else kept
+        else:
+            more_before, more_after = self._beyond, len(kept) > limit
+            picked = kept[:limit]
+        return Page(
+            picked,
+            Cursor("after", _key(picked[-1])).encode() if picked and more_after else None,
+            Cursor("before", _key(picked[0])).encode() if picked and more_before else None,
+        )
 
 
 @dataclass(frozen=True)

@@ -517,7 +517,7 @@ STREAM_REAPER_ACL = (
 PRESENCE_REAPER_ACL = (
     "ACL SETUSER presence-stream-reaper reset on >change-me-stream-reaper ~presence:* "
     "resetchannels -@all +evalsha +script|load +select +time +type +get +hget +zrangebylex +hlen "
-    "+hgetall +hscan +zadd +zrem +hdel +exists +del +xadd +pexpire"
+    "+hgetall +hscan +zadd +zrem +hdel +exists +del +xadd +pexpire +set"
 )
 
 

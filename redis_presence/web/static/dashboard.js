@@ -63,9 +63,17 @@
     span.title = "holds leases without progress for longer than the progress budget";
     return span;
   }
-  // A consumer's metadata as `key=value` pairs, sorted by key, written as text.
-  function metaCell(meta) {
+  // A consumer's metadata as `key=value` pairs, sorted by key, written as text; metadata
+  // another program wrote, which the service could not read, is marked as such.
+  function metaCell(meta, error) {
     const td = cell("", "meta");
+    if (error) {
+      const mark = document.createElement("span");
+      mark.className = "meta-error";
+      mark.title = error;
+      mark.textContent = "metadata unreadable";
+      td.append(mark);
+    }
     for (const key of Object.keys(meta || {}).sort()) {
       const kv = document.createElement("span");
       kv.className = "kv";
@@ -172,7 +180,7 @@
       cell(thousands(c.lease_count), "num"),
       cell(isoUtc(c.registered_at_ns), "when"),
     );
-    if (page.with_meta) tr.append(metaCell(c.meta));
+    if (page.with_meta) tr.append(metaCell(c.meta, c.meta_error));
     return tr;
   }
   // The instant a consumer's progress budget counts from: its last progress, else its
