@@ -62,6 +62,7 @@ from .events import (
     stream_id,
     window,
 )
+from .history import GroupLog
 from .keys import (
     INDEX_MARK_MS,
     PROTOCOL_VERSION,
@@ -1147,6 +1148,128 @@ class Planner:
         )
         return row
 
+    def consumer_meta(self, queue: str, group: str, consumer: str) -> Plan[ConsumerMeta]:
+        """One consumer's metadata (`describe`; empty when none is stored): one ``HMGET``;
+        metadata this package did not write is a `PresenceMetaError`."""
+        queue, group, consumer = check_consumer_key(queue, group, consumer)
+        return self._consumer_meta(self.keys.group(queue, group), consumer)
+
+    def _consumer_meta(self, gk: GroupKeys, consumer: str) -> Plan[ConsumerMeta]:
+        ((value,),) = yield [Command("HMGET", (gk.meta, consumer))]  # the reader role's
+        unreadable: dict[ConsumerKey, str] = {}
+        meta = NO_META if value is None else _meta_of(gk, consumer, value, unreadable)
+        if unreadable:
+            raise PresenceMetaError(unreadable)
+        return meta
+
+    def group_logs(
+        self,
+        groups: Sequence[tuple[str, str]],
+        *,
+        since_ns: int,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        entries: int = 1_000,
+    ) -> Plan[list[GroupLog]]:
+        """What `history` rebuilds each group's recent past from: its active count now, the
+        newest `entries` entries (at most) of each queue's event log (``XREVRANGE ...
+        COUNT``, one per queue), the heartbeats now of the consumers they name, and the
+        crossings in ``(since_ns, now]`` of its consumers (``Limits.consumers`` at most per
+        line). Bounded: it never reads a whole log or a whole group."""
+        gks = [self.keys.group(check_name("queue", q), check_name("group", g)) for q, g in groups]
+        ttl = check_optional_ttl_ms(ttl_ms)
+        now = check_now_ns(now_ns)
+        if isinstance(entries, bool) or not isinstance(entries, int) or entries < 1:
+            raise ValueError(f"entries must be a positive int, got {entries!r}")
+        since = check_now_ns(since_ns, "since_ns")
+        return self._group_logs(gks, since or 0, now, ttl, entries)
+
+    def _group_logs(
+        self, gks: list[GroupKeys], since_ns: int, now_ns: int | None, ttl_ms: int | None, most: int
+    ) -> Plan[list[GroupLog]]:
+        now = yield from self._now(now_ns)
+        ttls = yield from self._ttls_for(gks, ttl_ms)
+        actives = yield from self._active(gks, now, ttls)
+        queues = list(dict.fromkeys(gk.queue for gk in gks))
+        logs = [self.keys.queue_events(q) for q in queues]
+        reads = yield [Command("XREVRANGE", (log, "+", "-", "COUNT", most)) for log in logs]
+        read = [list(entries) for entries in reads]
+        asked = [log for log, entries in zip(logs, read, strict=True) if entries]
+        infos = (yield Partial(Command("XINFO STREAM", (log,)) for log in asked)) if asked else []
+        infos_of = iter(infos)
+        events: dict[str, list[PresenceEvent]] = {}
+        reach: dict[str, int | None] = {}
+        for queue, entries in zip(queues, read, strict=True):
+            found = [
+                item
+                for entry_id, fields in entries
+                for item in logged_events(self.keys, queue, entry_id, fields)
+            ]
+            events[queue] = sorted_events(found)
+            info = next(infos_of) if entries else None
+            added, length = _log_counts(info)
+            trimmed = added > length or len(entries) >= most
+            oldest = min((e.at_ns for e in events[queue]), default=None)
+            if not trimmed or oldest is None or oldest <= since_ns:
+                reach[queue] = None
+            else:
+                reach[queue] = oldest
+        mine = [[e for e in events[gk.queue] if e.group == gk.group] for gk in gks]
+        line = self.limits.consumers
+        windows = [
+            (gk, kind, ttl, *window(kind, since_ns, now, ttl))
+            for gk, ttl in zip(gks, ttls, strict=True)
+            for kind in (EventKind.STALE, EventKind.EXPIRED)
+        ]
+        names = yield [
+            Command("ZRANGEBYSCORE", (gk.hb, low // 1_000, high // 1_000, "LIMIT", 0, line))
+            for gk, _, _, low, high in windows
+        ]
+        touched = [
+            list(dict.fromkeys([e.consumer for e in own] + [_text(n) for n in crossing]))
+            for own, crossing in zip(mine, names[0::2], strict=True)
+        ]
+        asks = [(i, part) for i, all_ in enumerate(touched) for part in _chunks(all_, line)]
+        values = (
+            (yield [Command("HMGET", (gks[i].data, *part)) for i, part in asks]) if asks else []
+        )
+        beats: list[dict[str, int | None]] = [{} for _ in gks]
+        stored: list[dict[str, object]] = [{} for _ in gks]
+        for (i, part), got in zip(asks, values, strict=True):
+            for name, value in zip(part, got, strict=True):
+                hb = None if value is None else stored_heartbeat_ns(gks[i], name, value)
+                beats[i][name] = hb
+                if value is not None:
+                    stored[i][name] = value
+        out = []
+        for i, gk in enumerate(gks):
+            active = actives[i]
+            assert active is not None  # read without `aside`: a group it cannot read raises
+            crossings = []
+            for j in (2 * i, 2 * i + 1):
+                _, kind, ttl, low, high = windows[j]
+                for name in map(_text, names[j]):
+                    value = stored[i].get(name)
+                    event = None if value is None else group_event(kind, gk, name, value, ttl)
+                    if event is not None and low < heartbeat_of(event) <= high:
+                        crossings.append(event)
+            out.append(
+                GroupLog(
+                    gk.queue,
+                    gk.group,
+                    now,
+                    since_ns,
+                    ttls[i],
+                    active,
+                    tuple(mine[i]),
+                    beats[i],
+                    tuple(sorted(crossings, key=attrgetter("at_ns"))),
+                    reach[gk.queue],
+                    capped=any(len(names[j]) >= line for j in (2 * i, 2 * i + 1)),
+                )
+            )
+        return out
+
     def _count_one(self, gk: GroupKeys, now_ns: int | None, ttl_ms: int | None) -> Plan[int]:
         now = yield from self._now(now_ns)
         ttls = yield from self._ttls_for([gk], ttl_ms)
@@ -2134,6 +2257,18 @@ def _meta_of(
 
 def _by_names(item: tuple[GroupKeys, list[ConsumerPresence]]) -> tuple[str, str]:
     return item[0].queue, item[0].group
+
+
+def _chunks(names: list[str], size: int) -> list[list[str]]:
+    return [names[i : i + size] for i in range(0, len(names), size)]
+
+
+def _log_counts(info: Any) -> tuple[int, int]:
+    """``(entries-added, length)`` of a log's ``XINFO STREAM`` (zeros when it is gone)."""
+    if not isinstance(info, dict):
+        return 0, 0
+    fields = {_text(k): v for k, v in info.items()}
+    return int(fields.get("entries-added", 0)), int(fields.get("length", 0))
 
 
 def heartbeat_of(event: PresenceEvent) -> int:

@@ -51,6 +51,14 @@ ROUTES: dict[str, dict[str, Any]] = {
         "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _LIMIT, _CURSOR],
         "kind": "text/html",
     },
+    "/consumer": {
+        "summary": "One consumer's page: its state, leases, progress, metadata and history",
+        "description": "Its state history over the last hour (transition events, newest "
+        "first) from one bounded read of the queue's event log; 400 without `queue`, `group` "
+        "and `consumer`; 404 when it is neither tracked nor in the history read.",
+        "query": [_QUEUE, _GROUP, ("consumer", "exact consumer name")],
+        "kind": "text/html",
+    },
     "/api/v1/groups": {
         "summary": "Every tracked or declared group with its counts",
         "description": "`groups`: `queue`, `group`, `active`, `stale`, `expired`, "
@@ -83,6 +91,20 @@ ROUTES: dict[str, dict[str, Any]] = {
             ("limit", "rows per page, 1 to 1,000 (default 100)"),
             _CURSOR,
             ("meta", "`1`: read each row's metadata too"),
+        ],
+        "kind": "application/json",
+    },
+    "/api/v1/consumers/": {
+        "path": "/api/v1/consumers/{queue}/{group}/{consumer}",
+        "summary": "One consumer: its row now, metadata and transitions of the last hour",
+        "description": "`row` (null when not tracked now), `meta`, `timeline` (newest "
+        "first; `derived`: stale/expired by the rule), `start_ns` and `reaches_back` (false "
+        "when the event log does not reach back an hour); 404 when it is neither tracked "
+        "nor in the history read.",
+        "path_params": [
+            ("queue", "the queue, percent-encoded"),
+            ("group", "the group, percent-encoded"),
+            ("consumer", "the consumer, percent-encoded"),
         ],
         "kind": "application/json",
     },
