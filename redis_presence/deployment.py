@@ -83,7 +83,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "reader": tuple(_READER.split()),
     "janitor": tuple(_JANITOR.split()),
 }
-"""The commands of the README's ACL roles ("Least privilege with ACL"), in their order
+"""The commands of the ACL roles of docs/production.md ("Least privilege with ACL"), in order
 there; the tests hold these to the tested ``ACL SETUSER`` lines."""
 
 
@@ -476,7 +476,7 @@ def persistence_finding(
             )
         fsync = f" (appendfsync {appendfsync})" if appendfsync else ""
         return Finding("persistence", Status.OK, f"AOF is on{fsync}: a restart keeps presence")
-    advice = "CONFIG SET appendonly yes, then CONFIG REWRITE (README: Persistence)"
+    advice = "CONFIG SET appendonly yes, then CONFIG REWRITE (docs/production.md: Persistence)"
     if save is None:
         return Finding(
             "persistence",
@@ -586,7 +586,7 @@ def role_findings(
                     f"acl-{role}",
                     Status.NOTE,
                     f"user {user!r} cannot act as a {role}: it lacks {' '.join(lacking)} ({how})",
-                    f"for a {role}, use the README's {role} line (ACL SETUSER ... "
+                    f"for a {role}, use the {role} line of docs/production.md (ACL SETUSER ... "
                     f"{' '.join('+' + c for c in lacking)})",
                 )
             )
@@ -597,7 +597,7 @@ def role_findings(
                 Status.WARN,
                 f"user {user!r} can act as none of the roles (broker, reader, janitor): every "
                 "operation it tries is refused",
-                "give it one of the README's ACL lines (Least privilege with ACL)",
+                "give it one of the ACL lines of docs/production.md (Least privilege with ACL)",
             )
         )
     return found

@@ -136,8 +136,9 @@ def test_the_readme_screenshots_come_from_a_real_run(tmp_path: Path) -> None:
     for shot in tmp_path.glob("*.png"):
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert shot.stat().st_size > 10_000
-    readme = (ROOT / "README.md").read_text()
-    assert all(f"docs/img/{name}.png" in readme for name in shots)
+    web = (ROOT / "docs" / "web.md").read_text(encoding="utf-8")
+    assert all(f"img/{name}.png" in web for name in shots)
+    assert "docs/img/dashboard.png" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_serve_without_the_web_extra_is_one_line_before_anything_starts(

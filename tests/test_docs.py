@@ -8,7 +8,7 @@ binds the names a page's prose assumes: ``redis``, the public names of `redis_pr
 ``url``, ``client`` and ``registry``. A top-level line ``expression  # literal`` (a comment
 that is a Python literal, as in ``len(registry)  # 2``) is checked: the expression must
 equal the literal. A block that cannot run here says why in a
-``<!-- no-run: reason -->`` line just before it (README.md's: `README_NO_RUN` below).
+``<!-- no-run: reason -->`` line just before it.
 """
 
 from __future__ import annotations
@@ -41,20 +41,6 @@ URL = re.compile(r"redis://(?:[^@/\"'\s]*@)?[^/\"'\s?]+(?P<db>/\d+)?")
 HOST_PORT = re.compile(r"host=\"[^\"]*\", port=6379")
 SHOWN = re.compile(r"^(?P<expr>\S.*?)  # (?P<value>.+)$")
 
-# README.md is rewritten at the end of issue 26 (docs/README-outline.md); until then its
-# blocks that cannot run are named here by a line they contain, with the reason. Once the
-# README carries `<!-- no-run: ... -->` markers of its own, drop the entries (a stale entry
-# fails `test_readme_no_run_entries_are_used`).
-README_NO_RUN = {
-    'registry.describe("orders", "billing", "host-1:4242:0"': "a fragment of the prose; "
-    "docs/concepts.md runs it whole",
-    "reap_stream_consumers(broker, presence": "needs consumers silent on the stream past "
-    "the horizon; tests/integrations/test_integration_streams_reap.py",
-    "for message in registry.follow(": "follow() runs until stopped; docs/concepts.md runs it",
-    "ssl_ca_certs=/etc/ssl/redis-ca.crt": "needs the TLS files; tests/test_urls.py runs TLS",
-    "redis+sentinel://": "needs Sentinel; tests/test_sentinel.py runs it",
-}
-
 PRELUDE = """\
 import redis
 from redis_presence import *
@@ -82,8 +68,6 @@ def _examples() -> list[Example]:
             example = found.setdefault(code, Example(code))
             example.where.append(f"{path.relative_to(ROOT)}:{line}")
             reason = match.group("reason")
-            if path == README and reason is None:
-                reason = next((why for key, why in README_NO_RUN.items() if key in code), None)
             if reason is not None:
                 example.skip = example.skip or reason
     return list(found.values())
@@ -133,12 +117,6 @@ def test_the_docs_have_examples() -> None:
     assert len(EXAMPLES) >= 10
     in_docs = [e for e in EXAMPLES if any(w.startswith("docs") for w in e.where)]
     assert sum(e.skip is not None for e in in_docs) <= 5, "keep the no-run list short"
-
-
-def test_readme_no_run_entries_are_used() -> None:
-    readme = README.read_text(encoding="utf-8")
-    for key in README_NO_RUN:
-        assert key in readme, f"README.md no longer has {key!r}: drop it from README_NO_RUN"
 
 
 @pytest.mark.parametrize(
@@ -198,9 +176,8 @@ def test_openapi_document() -> None:
         assert params == set(names), path
 
 
-# -- the README's front door (docs/README-outline.md, README.md once it replaces it) ------
+# -- the README's front door ---------------------------------------------------------------
 
-OUTLINE = DOCS / "README-outline.md"
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 MAX_FRONT_DOOR_LINES = 300
 
@@ -217,10 +194,10 @@ def _slugs(page: Path) -> set[str]:
     return slugs
 
 
-@pytest.mark.parametrize("page", [OUTLINE, README], ids=lambda p: p.name)
-def test_front_door_links_resolve(page: Path) -> None:
-    """Every relative link of the README (and its proposed outline) names a file of the
-    repository, and a `page.md#anchor` one of that page's headings."""
+def test_front_door_links_resolve() -> None:
+    """Every relative link of the README names a file of the repository, and a
+    `page.md#anchor` one of that page's headings."""
+    page = README
     for match in LINK.finditer(page.read_text(encoding="utf-8")):
         target = match.group("target")
         if "://" in target or target.startswith(("#", "mailto:")):
@@ -232,6 +209,6 @@ def test_front_door_links_resolve(page: Path) -> None:
             assert anchor in _slugs(file), f"{page.name} links to {target}: no such heading"
 
 
-def test_front_door_outline_is_short() -> None:
-    lines = OUTLINE.read_text(encoding="utf-8").splitlines()
+def test_front_door_is_short() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
     assert len(lines) <= MAX_FRONT_DOOR_LINES

@@ -521,8 +521,9 @@ PRESENCE_REAPER_ACL = (
 )
 
 
-def test_the_readme_acl_roles_are_enough(make_redis_server: MakeRedisServer) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+def test_the_documented_acl_roles_are_enough(make_redis_server: MakeRedisServer) -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "integrations" / "streams.md"
+    readme = page.read_text(encoding="utf-8")
     assert STREAM_REAPER_ACL in readme
     assert PRESENCE_REAPER_ACL in readme
     streams_server, presence_server = make_redis_server(), make_redis_server()
