@@ -62,6 +62,7 @@ from .model import (
     ConsumerMeta,
     ConsumerPresence,
     GroupPresence,
+    GroupsPage,
     PresenceState,
     gc_paused,
 )
@@ -1267,25 +1268,9 @@ class Planner:
             if groups:
                 ttls = yield from self._ttls_for(groups, ttl_ms)
                 horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
-                if details:
-                    replies = yield [
-                        request
-                        for gk in groups
-                        for request in (
-                            Command("ZCARD", (gk.hb,)),
-                            Command(
-                                "ZRANGEBYSCORE",
-                                (gk.hb, "-inf", "+inf", "WITHSCORES", "LIMIT", 0, 1),
-                            ),
-                        )
-                    ]
-                    cards, firsts = replies[0::2], replies[1::2]
-                else:
-                    cards = yield [Command("ZCARD", (gk.hb,)) for gk in groups]
-                active = yield from self._above(groups, [h[0] for h in horizons])
-                alive = yield from self._above(groups, [h[1] for h in horizons])
+                cards, firsts, active, alive = yield from self._tally(groups, horizons, details)
                 for gk, card, a, b in zip(groups, cards, active, alive, strict=True):
-                    counts[(gk.queue, gk.group)] = (a, b - a, int(card) - b)
+                    counts[(gk.queue, gk.group)] = (a, b - a, card - b)
                 if details:
                     dead = [int(card) > b for card, b in zip(cards, alive, strict=True)]
                     lost = yield from self._expired_leases(groups, [h[1] for h in horizons], dead)
@@ -1304,6 +1289,148 @@ class Planner:
                 GroupPresence.of(*key, n_active, n_stale, n_expired, declared.get(key), *more)
             )
         return out
+
+    def _tally(
+        self, groups: list[GroupKeys], horizons: list[tuple[int, int]], firsts: bool = False
+    ) -> Plan[tuple[list[int], list[Any], list[int], list[int]]]:
+        """Each group's size, (with `firsts`) its lowest-scored entry, and its consumers above
+        its active and its stale horizon: ``ZCARD`` and ``ZCOUNT``s, O(log n) a group."""
+        if firsts:
+            replies = yield [
+                request
+                for gk in groups
+                for request in (
+                    Command("ZCARD", (gk.hb,)),
+                    Command("ZRANGEBYSCORE", (gk.hb, "-inf", "+inf", "WITHSCORES", "LIMIT", 0, 1)),
+                )
+            ]
+            cards, lowest = replies[0::2], replies[1::2]
+        else:
+            cards, lowest = (yield [Command("ZCARD", (gk.hb,)) for gk in groups]), []
+        active = yield from self._above(groups, [h[0] for h in horizons])
+        alive = yield from self._above(groups, [h[1] for h in horizons])
+        return [int(n) for n in cards], lowest, active, alive
+
+    def group_page(
+        self,
+        *,
+        after: tuple[str, str] | None = None,
+        before: tuple[str, str] | None = None,
+        limit: int = 100,
+        queue: str | None = None,
+        names: Callable[[str, str], bool] | None = None,
+        match: Callable[[GroupPresence], bool] | None = None,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+    ) -> Plan[GroupsPage]:
+        """Up to `limit` tracked or declared groups in the index's order (`group_order`),
+        strictly after the group `after` (or before `before`, still given in that order), of
+        one `queue` when given, whose names pass `names` and whose counts pass `match`; and
+        whether more of them lie beyond on that side. The index is read from the cursor a
+        page (`Limits.groups`) at a time and only the groups whose names pass are counted,
+        as `groups()` counts them; declared groups come from `expected()`."""
+        if after is not None and before is not None:
+            raise ValueError("a page of groups starts after one group or ends before one, not both")
+        if type(limit) is not int or not 1 <= limit <= 10_000:
+            raise ValueError(f"limit must be an integer from 1 to 10,000, got {limit!r:.40}")
+        edge = after if after is not None else before
+        bound = None
+        if edge is not None:
+            bound = self.group_order(*edge)
+        return self._group_page(
+            bound,
+            before is not None,
+            limit,
+            check_filter("queue", queue),
+            names,
+            match,
+            check_now_ns(now_ns),
+            check_optional_ttl_ms(ttl_ms),
+        )
+
+    def group_order(self, queue: str, group: str) -> str:
+        """What `group_page` orders groups by: their index member (the percent-encoded
+        queue, then group, names: byte order for names of ASCII letters, digits, ``-``,
+        ``_``, ``.``, ``~`` where neither name extends another)."""
+        return self.keys.group(check_name("queue", queue), check_name("group", group)).member
+
+    def _group_page(
+        self,
+        bound: str | None,
+        reverse: bool,
+        limit: int,
+        queue: str | None,
+        names: Callable[[str, str], bool] | None,
+        match: Callable[[GroupPresence], bool] | None,
+        now_ns: int | None,
+        ttl_ms: int | None,
+    ) -> Plan[GroupsPage]:
+        now = yield from self._now(now_ns)
+        declared = yield from self._expected()
+        lonely = sorted(
+            (self.keys.group(q, g) for q, g in declared if queue is None or q == queue),
+            key=attrgetter("member"),
+            reverse=reverse,
+        )
+        low, high = self.keys.queue_range(queue) if queue is not None else ("-", "+")
+        step = self.limits.groups
+        picked: list[GroupPresence] = []
+
+        def past(member: str, mark: str | None) -> bool:  # beyond `mark` in reading order
+            return mark is None or (member < mark if reverse else member > mark)
+
+        while True:
+            if reverse:
+                top = high if bound is None or (queue and bound >= high[1:]) else f"({bound}"
+                command = Command("ZREVRANGEBYLEX", (self.keys.groups, top, low, "LIMIT", 0, step))
+            else:
+                bottom = low if bound is None or (queue and bound < low[1:]) else f"({bound}"
+                command = Command("ZRANGEBYLEX", (self.keys.groups, bottom, high, "LIMIT", 0, step))
+            (members,) = yield [command]
+            listed = [self.keys.from_member(member) for member in members]
+            last = listed[-1].member if len(listed) == step else None  # None: the index's end
+            seen = {gk.member for gk in listed}
+            alone = [
+                gk
+                for gk in lonely
+                if past(gk.member, bound)
+                and (last is None or not past(gk.member, last))
+                and gk.member not in seen
+            ]
+            wanted = sorted(
+                (
+                    gk
+                    for gk in (*listed, *alone)
+                    if (queue is None or gk.queue == queue)
+                    and (names is None or names(gk.queue, gk.group))
+                ),
+                key=attrgetter("member"),
+                reverse=reverse,
+            )
+            while wanted and len(picked) <= limit:
+                chunk, wanted = wanted[: limit + 1 - len(picked)], wanted[limit + 1 - len(picked) :]
+                tracked = [gk for gk in chunk if gk.member in seen]
+                counted: dict[str, tuple[int, int, int]] = {}
+                if tracked:
+                    ttls = yield from self._ttls_for(tracked, ttl_ms)
+                    horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
+                    cards, _, active, alive = yield from self._tally(tracked, horizons)
+                    for gk, card, a, b in zip(tracked, cards, active, alive, strict=True):
+                        counted[gk.member] = (a, b - a, card - b)
+                for gk in chunk:
+                    row = GroupPresence.of(
+                        gk.queue,
+                        gk.group,
+                        *counted.get(gk.member, (0, 0, 0)),
+                        declared.get((gk.queue, gk.group)),
+                    )
+                    if match is None or match(row):
+                        picked.append(row)
+            if len(picked) > limit or last is None:
+                break
+            bound = last
+        shown = picked[:limit]
+        return GroupsPage(shown[::-1] if reverse else shown, len(picked) > limit)
 
     def _expired_leases(
         self, groups: list[GroupKeys], horizons: list[int], dead: list[bool]
