@@ -249,6 +249,11 @@ class AsyncRedisPresenceRegistry(Executor):
         """The minimum one group was declared with (None: not declared)."""
         return await self.execute(self.plans.min_active(queue, group))
 
+    async def group_names(self, queue: str | None = None) -> list[tuple[str, str]]:
+        """Every indexed (queue, group) (of one `queue`), ordered by name, from the index
+        alone (see `Planner.group_names`)."""
+        return await self.execute(self.plans.group_names(queue))
+
     async def group_page(
         self,
         *,

@@ -1348,6 +1348,20 @@ class Planner:
             check_optional_ttl_ms(ttl_ms),
         )
 
+    def group_names(self, queue: str | None = None) -> Plan[list[tuple[str, str]]]:
+        """Every indexed (queue, group) (of one `queue`), ordered by name: the index alone,
+        `Limits.groups` members a command; no group is counted or read."""
+        return self._group_names(check_filter("queue", queue))
+
+    def _group_names(self, queue: str | None) -> Plan[list[tuple[str, str]]]:
+        found: list[tuple[str, str]] = []
+        after: str | None = None
+        while True:
+            groups, after = yield from self._listed(queue, None, after)
+            found += [(gk.queue, gk.group) for gk in groups]
+            if after is None:
+                return sorted(found)
+
     def group_order(self, queue: str, group: str) -> str:
         """What `group_page` orders groups by: their index member (the percent-encoded
         queue, then group, names: byte order for names of ASCII letters, digits, ``-``,

@@ -254,6 +254,11 @@ class RedisPresenceRegistry(Executor):
         """The minimum one group was declared with (None: not declared)."""
         return self.execute(self.plans.min_active(queue, group))
 
+    def group_names(self, queue: str | None = None) -> list[tuple[str, str]]:
+        """Every indexed (queue, group) (of one `queue`), ordered by name, from the index
+        alone (see `Planner.group_names`)."""
+        return self.execute(self.plans.group_names(queue))
+
     def group_page(
         self,
         *,

@@ -9,6 +9,7 @@ threshold of 0, lists every command it ran).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -184,3 +185,195 @@ def test_a_first_page_counts_the_groups_it_shows(redis_client: redis.Redis) -> N
     assert tally(paged, "ZRANGEBYLEX") == 2  # the declared groups, then one index page
     assert tally(whole, "ZCARD") == FLEET_GROUPS
     assert len(paged) * 30 < len(whole)
+
+
+# -- the routes -------------------------------------------------------------------------------
+
+
+def api_walk(client: Any, path: str, limit: int, **params: Any) -> list[tuple[str, str]]:
+    """Every group `path` lists, following `next_cursor`; each page checked as it goes."""
+    found: list[tuple[str, str]] = []
+    cursor = None
+    while True:
+        query = {**params, "limit": str(limit)} | ({"cursor": cursor} if cursor else {})
+        body = client.get(path, params=query, headers={"Accept": "application/json"}).json()
+        found += [(g["queue"], g["group"]) for g in body["groups"]]
+        assert len(body["groups"]) <= limit
+        if body["next_cursor"] is None:
+            return found
+        assert len(body["groups"]) == limit
+        cursor = body["next_cursor"]
+
+
+@pytest.fixture
+def web(redis_url: str, redis_client: redis.Redis) -> Iterator[Any]:
+    from test_web_api import Clock, make_client
+
+    fill(RedisPresenceRegistry(redis_client))
+    with make_client(redis_url, Clock(T0), ttl_ms=TTL) as client:
+        yield client
+
+
+def test_the_routes_page_through_every_group_for_every_page_size(
+    web: Any, redis_client: redis.Redis
+) -> None:
+    registry = RedisPresenceRegistry(redis_client)
+    everything = ordered(registry, registry.groups(now_ns=T0, ttl_ms=TTL))
+    keys = [g.key for g in everything]
+    for limit in range(1, len(keys) + 1):
+        assert api_walk(web, "/api/v1/groups", limit) == keys, limit
+        assert api_walk(web, "/", limit) == keys, limit
+
+    # Back from the last page to the first, by prev_cursor.
+    def get(cursor: str | None) -> Any:
+        return web.get("/api/v1/groups", params={"limit": "4", "cursor": cursor or ""}).json()
+
+    body = get(None)
+    first = body["groups"]
+    while body["next_cursor"]:
+        body = get(body["next_cursor"])
+    walked = [(g["queue"], g["group"]) for g in body["groups"]]
+    while body["prev_cursor"]:
+        body = get(body["prev_cursor"])
+        walked = [(g["queue"], g["group"]) for g in body["groups"]] + walked
+    assert walked == keys
+    assert body["groups"] == first  # the first page, prev_cursor null
+
+
+@pytest.mark.parametrize(
+    ("params", "keep"),
+    [
+        ({"state": "stale"}, lambda g: g.stale > 0),
+        ({"state": "expired,stale"}, lambda g: g.stale > 0 or g.expired > 0),
+        ({"idle": "1"}, lambda g: g.active == 0 or g.below),
+        ({"queue": "A"}, lambda g: "a" in g.queue),
+        ({"group": "DECL", "queue": "a"}, lambda g: "decl" in g.group and "a" in g.queue),
+    ],
+)
+def test_the_dashboard_filters_pick_what_the_whole_list_holds(
+    web: Any, redis_client: redis.Redis, params: dict[str, str], keep: Any
+) -> None:
+    registry = RedisPresenceRegistry(redis_client)
+    wanted = [g.key for g in ordered(registry, registry.groups(now_ns=T0, ttl_ms=TTL)) if keep(g)]
+    assert wanted
+    for limit in (1, 3, 200):
+        assert api_walk(web, "/", limit, **params) == wanted
+
+
+def test_the_api_filters_exactly_and_totals_cover_every_group(web: Any) -> None:
+    assert api_walk(web, "/api/v1/groups", 2, queue="a") == [
+        ("a", g) for g in ("0-declared", "g0", "g1", "g2", "g3")
+    ]
+    assert api_walk(web, "/api/v1/groups", 2, queue="a", group="g2") == [("a", "g2")]
+    assert api_walk(web, "/api/v1/groups", 2, queue="nowhere") == []
+    totals = web.get("/", params={"limit": "1"}, headers={"Accept": "application/json"}).json()
+    assert totals["totals"] == {
+        "groups": 23,
+        "active": sum(g + 1 for g in range(4)) * len(QUEUES),
+        "stale": 2,
+        "expired": 1,
+        "nobody_reading": 3,
+        "below": 4,
+        "read_at_ns": T0,
+    }
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "x",
+        "W10",  # []
+        # A consumer cursor of names no group has: an empty queue, a 600-byte group.
+        "WyJhIiwgIiIsICJnIiwgIiJd",
+        None,
+    ],
+)
+def test_bad_group_cursors_are_400s(web: Any, cursor: str | None) -> None:
+    import base64
+    import json
+
+    if cursor is None:
+        raw = json.dumps(["a", "q", "g" * 600, ""]).encode()
+        cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    for path in ("/api/v1/groups", "/"):
+        response = web.get(path, params={"cursor": cursor}, headers={"Accept": "application/json"})
+        assert response.status_code == 400, (path, response.text)
+        assert response.json()["parameter"] == "cursor"
+
+
+def test_route_cursors_hold_while_groups_come_and_go(web: Any, redis_client: redis.Redis) -> None:
+    registry = RedisPresenceRegistry(redis_client)
+    order = registry.plans.group_order
+    body = web.get("/api/v1/groups", params={"limit": "5"}).json()
+    seen = [(g["queue"], g["group"]) for g in body["groups"]]
+    cursor_key = seen[-1]
+    registry.heartbeat_many([("a b", "0-new", "c", 0), ("z~", "zz-new", "c", 0)], now_ns=T0)
+    for row in registry.snapshot(now_ns=T0, queue="é"):
+        registry.deregister(row.queue, row.group, row.consumer)
+    while body["next_cursor"]:
+        body = web.get("/api/v1/groups", params={"limit": "5", "cursor": body["next_cursor"]})
+        body = body.json()
+        seen += [(g["queue"], g["group"]) for g in body["groups"]]
+    assert len(seen) == len(set(seen))  # nothing twice
+    now = [g.key for g in ordered(registry, registry.groups(now_ns=T0, ttl_ms=TTL))]
+    assert seen[5:] == [key for key in now if order(*key) > order(*cursor_key)]
+    assert ("z~", "zz-new") in seen
+    assert not any(q == "é" for q, _ in seen[5:])
+
+
+def commandstats(client: redis.Redis, name: str) -> int:
+    stats: dict[str, Any] = client.info("commandstats")
+    return int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+
+
+def test_a_dashboard_page_counts_its_groups_while_the_totals_are_fresh(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """2,000 groups: the first page reads the totals (every group) once; the next pages,
+    while the totals are fresh, count their 50 groups and one more (INFO commandstats)."""
+    from test_web_api import Clock, make_client
+
+    registry = RedisPresenceRegistry(redis_client)
+    beats = [(f"q{g % 40:02d}", f"g{g:04d}", "c", 0) for g in range(FLEET_GROUPS)]
+    registry.heartbeat_many(beats, now_ns=T0)
+    with make_client(redis_url, Clock(T0), ttl_ms=TTL, totals_cache_s=3600.0) as client:
+        json = {"Accept": "application/json"}
+        before = commandstats(redis_client, "zcard")
+        first = client.get("/", params={"limit": "50"}, headers=json).json()
+        assert commandstats(redis_client, "zcard") - before == FLEET_GROUPS + 51
+        assert first["totals"]["groups"] == FLEET_GROUPS
+        for _ in range(3):
+            before = commandstats(redis_client, "zcard")
+            cursor = first["next_cursor"]
+            page = client.get("/", params={"limit": "50", "cursor": cursor}, headers=json).json()
+            assert commandstats(redis_client, "zcard") - before == 51
+            assert len(page["groups"]) == 50
+            first = page
+        before = commandstats(redis_client, "zcard")
+        client.get("/api/v1/groups", params={"limit": "100"})
+        assert commandstats(redis_client, "zcard") - before == 101
+
+
+def test_a_fleet_wide_consumer_page_reads_the_index_not_every_group(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    """2,000 groups: a first page of 50 consumers of the whole fleet lists the groups from
+    the index (20 pages of 100) and reads the groups it shows; no group is counted."""
+    from test_web_api import Clock, make_client
+
+    registry = RedisPresenceRegistry(redis_client)
+    beats = [
+        (f"q{g % 40:02d}", f"g{g:04d}", f"c{c}", 0) for g in range(FLEET_GROUPS) for c in (1, 2)
+    ]
+    registry.heartbeat_many(beats, now_ns=T0)
+    everything = registry.snapshot(now_ns=T0, ttl_ms=TTL)
+    with make_client(redis_url, Clock(T0), ttl_ms=TTL) as client:
+        before = {name: commandstats(redis_client, name) for name in ("zcard", "zrangebylex")}
+        page = client.get("/api/v1/consumers", params={"limit": "50"}).json()
+        assert commandstats(redis_client, "zcard") == before["zcard"]
+        assert commandstats(redis_client, "zrangebylex") - before["zrangebylex"] == 21
+        assert [c["consumer"] for c in page["consumers"]] == [r.consumer for r in everything[:50]]
+        nxt = client.get("/api/v1/consumers", params={"limit": "50", "cursor": page["next_cursor"]})
+        assert [c["consumer"] for c in nxt.json()["consumers"]] == [
+            r.consumer for r in everything[50:100]
+        ]

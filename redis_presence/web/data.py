@@ -23,7 +23,7 @@ what replaces it:
   metadata too (`with_meta=True`, one ``HMGET`` per chunk of the group), and the group's
   declared minimum (`expected()`, the declared groups alone); the consumer lists read
   metadata only when asked (``meta=1``). Without a queue (the fleet-wide consumer list, a
-  name search) `consumers` reads `groups()` (by name, with counts), then one group at a
+  name search) `consumers` reads `group_names()` (the index alone), then one group at a
   time (`iter_snapshot`, in the package's bounded chunks) from the cursor's group until
   its `PageCollector` holds the page, which is all it keeps (at most FLEET_READS such reads
   at once). For `metrics` with per-consumer metrics on,
@@ -260,16 +260,6 @@ def server_time_ns(reply: Any) -> int:
     return int(seconds) * NS_PER_S + int(micros) * 1_000
 
 
-def _may_match(stats: GroupPresence, where: ConsumerFilter) -> bool:
-    """Whether a group's counts leave room for a consumer matching `where`'s states."""
-    counts = {
-        PresenceState.ACTIVE: stats.active,
-        PresenceState.STALE: stats.stale,
-        PresenceState.EXPIRED: stats.expired,
-    }
-    return any(counts[s] for s in where.states or counts)
-
-
 FLEET_READS = 2
 """Streaming reads of the whole fleet (consumer lists without a queue) at once; the others
 wait, so memory stays a few chunks whatever the number of requests."""
@@ -387,7 +377,7 @@ class PresenceData:
         minimum): one read of every group (`groups()`, bounded per command), shared by every
         caller. Younger than `totals_cache_s`, the last one is the answer; younger than
         TOTALS_STALE_S, it is too while a fresh one is read in the background; else (or
-        before the first) the caller awaits the read."""
+        before the first, or with `totals_cache_s` 0) the caller awaits the read."""
         age = time.monotonic() - self._totals_at
         known = self._totals
         if known is not None and age <= self._totals_cache_s:
@@ -396,7 +386,7 @@ class PresenceData:
         if task is None:
             task = self._totals_task = asyncio.ensure_future(self._read_totals())
             task.add_done_callback(self._totals_done)
-        if known is not None and age <= max(TOTALS_STALE_S, self._totals_cache_s):
+        if known is not None and self._totals_cache_s > 0 and age <= TOTALS_STALE_S:
             return known
         return await asyncio.shield(task)
 
@@ -517,38 +507,38 @@ class PresenceData:
         self, where: ConsumerFilter, *, cursor: Cursor | None, limit: int, with_meta: bool
     ) -> tuple[Reading, Page]:
         """A page of the whole fleet, holding the page and one chunk of one group, never the
-        fleet: the groups (`registry.groups()`, by name, with their counts) are read one at a
-        time (`iter_snapshot` of that group, in the package's bounded chunks) from the
-        cursor's group towards the page's side until the page is full, then the other way
-        until a match shows there is a page beyond the cursor (known from the counts alone
-        unless a name is searched). At most FLEET_READS of them at once."""
+        fleet: the groups' names (`registry.group_names()`: the index alone, no group
+        counted) are read, then the groups one at a time (`iter_snapshot` of that group, in
+        the package's bounded chunks) from the cursor's group towards the page's side until
+        the page is full, then the other way until a match shows there is a page beyond the
+        cursor (any listed group has a consumer, so without a filter of states or names the
+        first one does). At most FLEET_READS of them at once."""
         ttl = await self.ttl()
         now = await self.now_ns()
         collector = PageCollector(where, cursor=cursor, limit=limit)
         meta_errors: dict[tuple[str, str, str], str] = {}
         async with self._fleet_reads:
-            groups = [
-                g
-                for g in await self.registry.groups(now_ns=now, ttl_ms=self._read_ttl_ms)
-                if (where.group is None or g.group == where.group) and _may_match(g, where)
+            keys = [
+                key
+                for key in await self.registry.group_names()
+                if where.group is None or key[1] == where.group
             ]
-            keys = [(g.queue, g.group) for g in groups]
             start = 0 if cursor is None else bisect_left(keys, cursor.key[:2])
             if collector.before:
-                page_side, other_side = groups[start::-1] if groups else [], groups[start + 1 :]
+                page_side, other_side = keys[start::-1] if keys else [], keys[start + 1 :]
             else:
-                page_side, other_side = groups[start:], groups[start - 1 :: -1] if start else []
-            for stats in page_side:
-                await self._feed(collector, stats, now, with_meta, meta_errors)
+                page_side, other_side = keys[start:], keys[start - 1 :: -1] if start else []
+            for key in page_side:
+                await self._feed(collector, key, now, with_meta, meta_errors)
                 if collector.full:
                     break
-            for stats in other_side:
+            for key in other_side:
                 if collector.beyond:
                     break
-                if where.search is None:  # its counts say whether it holds a match
+                if where.search is None and not where.states:
                     collector.mark_beyond()
                     break
-                await self._feed(collector, stats, now, with_meta, meta_errors)
+                await self._feed(collector, key, now, with_meta, meta_errors)
         page = collector.page()
         shown = {row.key for row in page.rows}
         errors = {key: why for key, why in meta_errors.items() if key in shown}
@@ -557,7 +547,7 @@ class PresenceData:
     async def _feed(
         self,
         collector: PageCollector,
-        stats: GroupPresence,
+        key: tuple[str, str],
         now: int,
         with_meta: bool,
         meta_errors: dict[tuple[str, str, str], str],
@@ -566,8 +556,8 @@ class PresenceData:
         rows = self.registry.iter_snapshot(
             now_ns=now,
             ttl_ms=self._read_ttl_ms,
-            queue=stats.queue,
-            group=stats.group,
+            queue=key[0],
+            group=key[1],
             with_meta=with_meta,
         )
         chunk: list[ConsumerPresence] = []
