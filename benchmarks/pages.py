@@ -23,7 +23,7 @@ from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
 from .fleet import NOW_NS, TTL_MS, Beat, write_fleet
 from .server import HOST, BenchServer
 from .stats import CaseResult, Check, Measure
-from .web import MISSING, _longest_usec, _measure
+from .web import MISSING, _measure, longest_each
 
 if MISSING is None:
     import httpx
@@ -100,13 +100,7 @@ async def _run(server: BenchServer, n: int, groups: int, rounds: int, result: Ca
             ),
             "one count_active(q, g)": one_count_active,
         }
-        await _measure(variants, 2)  # warm-up: scripts loaded, connections open
-        longest: dict[str, str] = {}
-        for name, call in variants.items():
-            probe.config_resetstat()
-            await call()
-            command, usec = _longest_usec(probe)
-            longest[name] = f"{command} {usec / 1000:.2f} ms"
+        longest = await longest_each(variants, probe)
         samples = await _measure(variants, rounds)
         # One count_active on its own is a round trip: measured many times, for its median.
         singles = []

@@ -26,6 +26,7 @@ CASES = (
     "fleets",
     "events",
     "metadata",
+    "pages",
 )
 
 
