@@ -8,6 +8,7 @@ Redis URL never reach a response or a log line.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -464,11 +465,11 @@ class Views:
             attention=_flag(request, "idle"),
         )
         limit = _limit(request, GROUPS_PER_PAGE)
-        # One page of groups (read and counted from the cursor on) and the fleet's totals
-        # (one shared read of every group, at most `totals_cache_s` old).
-        totals = await service.reads.totals()
-        now_ns, page, ttl = await service.reads.group_page(
-            where, cursor=params.group_cursor(request), limit=limit
+        # One page of groups (read and counted from the cursor on) and, meanwhile, the
+        # fleet's totals (one shared read of every group, at most `totals_cache_s` old).
+        cursor = params.group_cursor(request)
+        totals, (now_ns, page, ttl) = await asyncio.gather(
+            service.reads.totals(), service.reads.group_page(where, cursor=cursor, limit=limit)
         )
         if _json_view(request):
             return _json(
