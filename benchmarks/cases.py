@@ -923,6 +923,12 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "metadata": lambda server, sizes: importlib.import_module("benchmarks.metadata").case_metadata(
         server, sizes
     ),
+    "node": lambda server, sizes: importlib.import_module("benchmarks.node").case_node(
+        server, sizes
+    ),
+    "queues": lambda server, sizes: importlib.import_module("benchmarks.queues").case_queues(
+        server, sizes
+    ),
     "pages": lambda server, sizes: importlib.import_module("benchmarks.pages").case_pages(
         server, sizes
     ),

@@ -222,23 +222,18 @@ def _tasks(result: CaseResult, server: BenchServer, *, tasks: int, rounds: int) 
 
 
 @contextlib.contextmanager
-def _processes(
-    workers: dict[str, tuple[list[str], str | None]],
-    options: dict[str, list[str]],
-    broker_url: str,
+def worker_processes(
+    specs: dict[str, tuple[list[str], dict[str, str]]],
 ) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    """Start ``{name: (argv, env)}`` in the apps' folder, each in a session of its own with
+    its output discarded; kill every process group at the end, also on errors."""
     started: dict[str, subprocess.Popen[bytes]] = {}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(APPS), str(ROOT)])}
-    env.update(RP_BROKER_URL=broker_url, RP_PREFIX="bench")
-    env.pop("RP_PRESENCE_URL", None)
     try:
-        for name, (argv, presence_url) in workers.items():
-            framework = name.split(",")[0]
-            extra = {"RP_PRESENCE_URL": presence_url} if presence_url else {}
+        for name, (argv, env) in specs.items():
             started[name] = subprocess.Popen(
-                [*argv, *options[framework]],
+                argv,
                 cwd=APPS,
-                env={**env, **extra, "RP_INTERVAL_MS": "5000"},
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -250,6 +245,22 @@ def _processes(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+def _processes(
+    workers: dict[str, tuple[list[str], str | None]],
+    options: dict[str, list[str]],
+    broker_url: str,
+) -> contextlib.AbstractContextManager[dict[str, subprocess.Popen[bytes]]]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(APPS), str(ROOT)])}
+    env.update(RP_BROKER_URL=broker_url, RP_PREFIX="bench")
+    env.pop("RP_PRESENCE_URL", None)
+    specs = {}
+    for name, (argv, presence_url) in workers.items():
+        framework = name.split(",")[0]
+        extra = {"RP_PRESENCE_URL": presence_url} if presence_url else {}
+        specs[name] = ([*argv, *options[framework]], {**env, **extra, "RP_INTERVAL_MS": "5000"})
+    return worker_processes(specs)
 
 
 def _wait_ready(

@@ -1,6 +1,6 @@
 """``python -m benchmarks.markdown [results.json]``: the tables of a run as Markdown.
 
-Used to paste a full run into the README's Performance section, so the published numbers
+Used to paste a full run into docs/performance.md, so the published numbers
 are exactly those of the committed ``benchmarks/reference/results.json``.
 """
 

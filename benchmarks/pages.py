@@ -160,7 +160,7 @@ def case_pages(server: BenchServer, sizes: Any) -> CaseResult:
     quick = max(sizes.snapshot_sizes) < 100_000
     n, groups = QUICK_FLEET if quick else FULL_FLEET
     rounds = 5 if quick else 7
-    result = CaseResult("pages", f"13. pages of groups @ {n:,} consumers, {groups:,} groups")
+    result = CaseResult("pages", f"15. pages of groups @ {n:,} consumers, {groups:,} groups")
     if MISSING is not None:
         result.skipped = MISSING
         return result

@@ -191,17 +191,20 @@ async def _live_ticks(
     found: dict[str, tuple[list[float], str]] = {}
     try:
         await registry.set_ttl(TTL_MS)
-        for name, where in [
+        ticks: list[tuple[str, dict[str, str | None]]] = [
             ("live tick: changes(cursor), 20 transitions", {}),
             (
                 "live tick of a group page: changes(cursor, queue, group)",
                 {"queue": queue, "group": group},
             ),
-        ]:
+        ]
+        for name, where in ticks:
             samples: list[float] = []
             command = ""
             for round_number in range(rounds + 2):
-                _, cursor = await registry.changes(now_ns=now, **where)
+                _, cursor = await registry.changes(
+                    now_ns=now, queue=where.get("queue"), group=where.get("group")
+                )
                 tag = f"{name[:9]}-{round_number}"
                 joined = [(queue, group, f"tick-{tag}-{i}", 0) for i in range(5)]
                 lapsing = [(queue, group, f"lapse-{tag}-{i}", 0) for i in range(5)]
@@ -216,7 +219,9 @@ async def _live_ticks(
                 if round_number == 0:
                     probe.config_resetstat()
                 started = time.perf_counter()
-                events, cursor = await registry.changes(cursor, now_ns=now, **where)
+                events, cursor = await registry.changes(
+                    cursor, now_ns=now, queue=where.get("queue"), group=where.get("group")
+                )
                 spent = (time.perf_counter() - started) * 1000
                 if round_number == 0:
                     name_found, usec = _longest_usec(probe)

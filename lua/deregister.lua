@@ -1,7 +1,8 @@
 -- deregister.lua: forget one consumer (graceful shutdown) and its metadata, and log that it
 -- left.
 -- KEYS: group_keys(1) and meta_key(1) of lib.lua (sorted set, hash, index mark, event log,
---       metadata), then INDEX and EVENTS on a standalone server
+--       metadata), then INDEX, EVENTS and EPOCH on a
+--       standalone server
 -- ARGV[1] consumer, ARGV[2] now_ns as a decimal string, or '' for the server clock (the
 -- instant of the `left` event), ARGV[3] how many entries the event log keeps, ARGV[4] how
 -- long it lasts after its last entry, in ms
@@ -12,7 +13,7 @@
 -- did not write.
 meta_layout()
 local err = expect_types(1, KEYS_PER_GROUP, {'zset', 'hash', 'string', 'stream', 'hash'})
-  or (INDEX and expect_types(#KEYS - 1, #KEYS, {'zset', 'zset'}))
+  or (INDEX and check_indexes())
 if err then return err end
 
 local zset, data, mark = group_keys(1)

@@ -2,7 +2,8 @@
 -- reporter's flush send for the consumers whose metadata is new or changed; nothing else
 -- writes metadata).
 -- KEYS: group_keys(g) and meta_key(g) of lib.lua for each group g = 1..GROUPS (sorted set,
---       hash, index mark, event log, metadata), then INDEX and EVENTS on a standalone server
+--       hash, index mark, event log, metadata), then INDEX, EVENTS and EPOCH on a
+--       standalone server
 --       (not used here)
 -- ARGV: one triple per consumer: group number, consumer, its metadata (META_VALUE of
 --       redis_presence/keys.py), or '' to remove it

@@ -1,7 +1,7 @@
 -- heartbeat.lua: record or refresh one consumer (what heartbeat() sends: the hot path of
 -- every broker, so it does the least that keeps the contract, the index and the events).
--- KEYS: group_keys(1) of lib.lua (sorted set, hash, index mark, event log), then INDEX and
---       EVENTS on a standalone server
+-- KEYS: group_keys(1) of lib.lua (sorted set, hash, index mark, event log), then INDEX, EVENTS
+--       and EPOCH on a standalone server
 -- ARGV[1] the group's shared TTL in ms, ARGV[2] how many entries the event log keeps,
 --         ARGV[3] how long it lasts after its last entry, in ms
 -- ARGV[4] the clock guard: the most ms an explicit now_ns may be ahead of the server clock

@@ -1,7 +1,7 @@
 -- heartbeat_many.lua: record or refresh a batch of consumers of one queue (or of every
 -- queue on a standalone server), each beat applied atomically. heartbeat_many() and the
 -- reporters' flushes send it; a single heartbeat() sends heartbeat.lua.
--- KEYS: group_keys(g) of lib.lua for each group g = 1..GROUPS, then INDEX and EVENTS on a
+-- KEYS: group_keys(g) of lib.lua for each group g = 1..GROUPS, then INDEX, EVENTS and EPOCH on a
 --       standalone server
 -- ARGV[1] now_ns as a decimal string, or '' for the server clock (TIME)
 -- ARGV[2] lifetime of an index mark in milliseconds (used on a cluster only)
@@ -33,7 +33,7 @@ local first = 6 + GROUPS  -- ARGV position of the first beat
 local future = future_problem(ARGV[1], max_future)
 if future then return redis.error_reply(future) end
 if INDEX then
-  local err = expect_types(#KEYS - 1, #KEYS, {'zset', 'zset'})
+  local err = check_indexes()
   if err then return err end
 end
 local problem, marked = {}, {}

@@ -5,7 +5,8 @@
 -- a fifth, meta_key(g) (its hash of metadata), in the scripts that call meta_layout() first
 -- (describe, deregister, prune: the heartbeats never touch metadata), and,
 -- on a standalone server only, the index of groups (INDEX: a sorted set whose members, all
--- of score 0, are the groups' hash keys) and the index of event logs (EVENTS) last. A
+-- of score 0, are the groups' hash keys), the index of event logs (EVENTS) and the epoch
+-- marker (EPOCH, a string: see mark_epoch) last. A
 -- script runs on a Redis Cluster exactly when it receives no INDEX: both indexes live in
 -- other slots there, and the caller maintains them (docs/index-protocol.md).
 --
@@ -16,6 +17,7 @@ local KEYS_PER_GROUP = 4
 local GROUPS = math.floor(#KEYS / KEYS_PER_GROUP)
 local INDEX = KEYS[GROUPS * KEYS_PER_GROUP + 1]
 local EVENTS = KEYS[GROUPS * KEYS_PER_GROUP + 2]
+local EPOCH = KEYS[GROUPS * KEYS_PER_GROUP + 3]
 
 -- The keys of group g: (sorted set, hash, index mark, event log) and the position of the
 -- first in KEYS.
@@ -30,6 +32,7 @@ local function meta_layout()
   GROUPS = math.floor(#KEYS / KEYS_PER_GROUP)
   INDEX = KEYS[GROUPS * KEYS_PER_GROUP + 1]
   EVENTS = KEYS[GROUPS * KEYS_PER_GROUP + 2]
+  EPOCH = KEYS[GROUPS * KEYS_PER_GROUP + 3]
 end
 
 -- The hash of metadata of group g (consumer -> META_VALUE of redis_presence/keys.py), in a
@@ -104,6 +107,12 @@ local function expect_types(first, last, kinds)
   local problem = type_problem(first, last, kinds)
   if problem then return redis.error_reply(problem) end
   return nil
+end
+
+-- Refuse indexes (INDEX, EVENTS) of another type than a sorted set (standalone only).
+local function check_indexes()
+  local first = GROUPS * KEYS_PER_GROUP + 1
+  return expect_types(first, first + 1, {'zset', 'zset'})
 end
 
 -- The stored value of one consumer is 'registered_ns last_heartbeat_ns lease_count', and
@@ -208,6 +217,20 @@ local function check_log(g)
   return expect_types(first + 3, first + 3, {'stream'})
 end
 
+-- The epoch marker (redis_presence/keys.py, EPOCH_VALUE): written once, with SET NX, by
+-- the first event logged into an empty keyspace, so that a reader whose cursor names
+-- another epoch (or one while the marker is gone) knows the data it read was lost (a
+-- restart without persistence, FLUSHALL). Its value is the server's clock and the event's
+-- id, which no earlier epoch of this server had. On a standalone server only: a cluster's
+-- caller writes it with the event index (docs/index-protocol.md).
+-- A caller whose ACL lacks SET (a role of an earlier release) still makes its change: the
+-- marker is then written by the next one that may (pcall), and only EXISTS runs once it is.
+local function mark_epoch(id)
+  if not EPOCH or redis.call('EXISTS', EPOCH) == 1 then return end
+  local t = redis.call('TIME')
+  redis.pcall('SET', EPOCH, t[1] .. '.' .. t[2] .. ':' .. id, 'NX')
+end
+
 -- Append one entry to group g's event log (redis_presence/keys.py, EVENT_FIELDS): the kind,
 -- the group's hash key, then `fields`, a flat list of 'c' .. consumer (so no name meets
 -- 'k' or 'g'), 'at_ns registered_ns last_heartbeat_ns lease_count'. The log keeps about
@@ -219,5 +242,6 @@ local function append_event(g, kept, log_ms, kind, fields)
   redis.call('PEXPIRE', log, log_ms)
   local ms = string.match(id, '^%d+')
   if EVENTS then redis.call('ZADD', EVENTS, ms, log) end
+  mark_epoch(id)
   return tonumber(ms)
 end

@@ -19,9 +19,11 @@ if TYPE_CHECKING:
     from .errors import PresenceConfigError as PresenceConfigError
     from .errors import PresenceConnectionError as PresenceConnectionError
     from .errors import PresenceDataError as PresenceDataError
+    from .errors import PresenceDataWarning as PresenceDataWarning
     from .errors import PresenceError as PresenceError
     from .errors import PresenceOutOfMemoryError as PresenceOutOfMemoryError
     from .errors import PresencePoolExhausted as PresencePoolExhausted
+    from .errors import PresenceProtocolError as PresenceProtocolError
     from .errors import PresenceReadOnlyError as PresenceReadOnlyError
     from .errors import PresenceResyncRequired as PresenceResyncRequired
     from .events import DEFAULT_EVENTS_KEPT as DEFAULT_EVENTS_KEPT
@@ -69,7 +71,9 @@ _EXPORTS: dict[str, str] = {
     "PresenceConfigError": "errors",
     "PresenceConnectionError": "errors",
     "PresencePoolExhausted": "errors",
+    "PresenceProtocolError": "errors",
     "PresenceDataError": "errors",
+    "PresenceDataWarning": "errors",
     "PresenceError": "errors",
     "PresenceOutOfMemoryError": "errors",
     "PresenceReadOnlyError": "errors",

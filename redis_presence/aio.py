@@ -37,12 +37,13 @@ from .errors import (
     translate,
 )
 from .events import (
+    DEFAULT_CHANGES_LIMIT,
     DEFAULT_EVENTS_KEPT,
     DEFAULT_FOLLOW_INTERVAL_S,
+    Changes,
     Cursor,
     FollowCursor,
     FollowMessage,
-    PresenceEvent,
     check_interval_s,
 )
 from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence, GroupPresence, GroupsPage
@@ -338,11 +339,12 @@ class AsyncRedisPresenceRegistry(Executor):
         now_ns: int | None = None,
         queue: str | None = None,
         group: str | None = None,
-    ) -> tuple[list[PresenceEvent], str]:
+        limit: int = DEFAULT_CHANGES_LIMIT,
+    ) -> Changes:
         """Every event after `cursor` up to `now_ns`, and the cursor to go on from (see
         `Planner.changes`); `cursor` None starts now."""
         return await self.execute(
-            self.plans.changes(cursor, now_ns=now_ns, queue=queue, group=group)
+            self.plans.changes(cursor, now_ns=now_ns, queue=queue, group=group, limit=limit)
         )
 
     async def migrate(self) -> int:
@@ -371,8 +373,9 @@ class AsyncRedisPresenceRegistry(Executor):
                 while True:
                     if wait:
                         await asyncio.sleep(interval)
-                    wait = True
-                    events, cursor = await self.changes(cursor, queue=queue, group=group)
+                    page = await self.changes(cursor, queue=queue, group=group)
+                    events, cursor = page
+                    wait = not page.more  # a window given in pages goes on at once
                     for event in events:
                         yield event
                     yield FollowCursor(cursor, Cursor.decode(cursor).now_ns)

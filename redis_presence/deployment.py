@@ -25,6 +25,7 @@ import secrets
 import statistics
 import threading
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from enum import Enum
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -33,11 +34,13 @@ from .errors import (
     DRIVER_ERRORS,
     PresenceAuthError,
     PresenceConnectionError,
+    PresenceDataWarning,
     PresenceError,
     is_login_refusal,
     server_answered,
 )
 from .keys import Keyspace
+from .model import DEFAULT_PRESENCE_TTL_MS, Skipped
 from .plans import Command, Plan
 
 T = TypeVar("T")
@@ -80,7 +83,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "reader": tuple(_READER.split()),
     "janitor": tuple(_JANITOR.split()),
 }
-"""The commands of the README's ACL roles ("Least privilege with ACL"), in their order
+"""The commands of the ACL roles of docs/production.md ("Least privilege with ACL"), in order
 there; the tests hold these to the tested ``ACL SETUSER`` lines."""
 
 
@@ -473,7 +476,7 @@ def persistence_finding(
             )
         fsync = f" (appendfsync {appendfsync})" if appendfsync else ""
         return Finding("persistence", Status.OK, f"AOF is on{fsync}: a restart keeps presence")
-    advice = "CONFIG SET appendonly yes, then CONFIG REWRITE (README: Persistence)"
+    advice = "CONFIG SET appendonly yes, then CONFIG REWRITE (docs/production.md: Persistence)"
     if save is None:
         return Finding(
             "persistence",
@@ -583,7 +586,7 @@ def role_findings(
                     f"acl-{role}",
                     Status.NOTE,
                     f"user {user!r} cannot act as a {role}: it lacks {' '.join(lacking)} ({how})",
-                    f"for a {role}, use the README's {role} line (ACL SETUSER ... "
+                    f"for a {role}, use the {role} line of docs/production.md (ACL SETUSER ... "
                     f"{' '.join('+' + c for c in lacking)})",
                 )
             )
@@ -594,7 +597,7 @@ def role_findings(
                 Status.WARN,
                 f"user {user!r} can act as none of the roles (broker, reader, janitor): every "
                 "operation it tries is refused",
-                "give it one of the README's ACL lines (Least privilege with ACL)",
+                "give it one of the ACL lines of docs/production.md (Least privilege with ACL)",
             )
         )
     return found
@@ -619,6 +622,35 @@ def legacy_index_finding(key: str, groups: int | None, present: bool | None) -> 
         "run redis-presence migrate (as the janitor plus +srandmember +srem, or an "
         "administrator), once every broker runs this release",
     )
+
+
+def undecodable_finding(skipped: Iterable[Skipped] | None, why: str = "") -> Finding:
+    """The keys under the prefix that this package cannot decode (docs/protocol.md, section
+    9): fleet reads set them aside, so their consumers are missing from every answer.
+    `skipped` None: the data could not be read (`why`)."""
+    if skipped is None:
+        return Finding(
+            "undecodable",
+            Status.SKIP,
+            f"the prefix's data not read: {why or 'the user may not read the index'}",
+        )
+    keys = [item.key for item in skipped]
+    if not keys:
+        return Finding("undecodable", Status.OK, "every indexed group decodes")
+    shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+    return Finding(
+        "undecodable",
+        Status.WARN,
+        f"{len(keys)} key(s) this package cannot decode, set aside by every read: {shown}; "
+        f"first: {skipped_reason(skipped)}",
+        "a client that does not follow docs/protocol.md wrote them (a name encoded with "
+        "JavaScript's encodeURIComponent, say): fix that client, then delete the keys",
+    )
+
+
+def skipped_reason(skipped: Iterable[Skipped]) -> str:
+    """Why the first key was set aside."""
+    return next(iter(skipped)).reason
 
 
 def latency_finding(samples_ms: list[float], command: str) -> Finding:
@@ -869,4 +901,24 @@ def diagnose(registry: Any) -> list[Finding]:
         checks = server_checks(keys, db=int(kwargs.get("db") or 0), login=login, clustered=False)
         found += drive(checks, registry.execute)
     found.append(drive(legacy_index(keys), registry.execute))
+    found.append(_undecodable(registry))
     return found
+
+
+def _undecodable(registry: Any) -> Finding:
+    """What a fleet snapshot and count set aside (skipped when they cannot be read)."""
+    plans = registry.plans
+    skipped: list[Skipped] = []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PresenceDataWarning)
+            for plan in (
+                plans.snapshot(ttl_ms=DEFAULT_PRESENCE_TTL_MS, stuck_after_ms=1),
+                plans.count_active_by_group(ttl_ms=DEFAULT_PRESENCE_TTL_MS),
+            ):
+                skipped += registry.execute(plan).skipped
+    except PresenceAuthError:
+        return undecodable_finding(None)
+    except PresenceError as error:  # a replica without its primary, say
+        return undecodable_finding(None, str(error))
+    return undecodable_finding(list({item.key: item for item in reversed(skipped)}.values())[::-1])

@@ -37,6 +37,18 @@ class PresenceDataError(PresenceError):
     """A key under the prefix holds data this package did not write (e.g. WRONGTYPE)."""
 
 
+class PresenceDataWarning(UserWarning):
+    """A fleet read (snapshot, counts, prune, len, groups) set aside a key it cannot decode
+    (an index member another program spelled, a group with a foreign value or a key of
+    another type) and read every other group; the message names the key."""
+
+
+class PresenceProtocolError(PresenceDataError):
+    """The prefix's ``P:protocol`` key names a protocol version this package does not speak
+    (docs/protocol.md): another client, of another release or language, writes this prefix
+    in a format this one cannot read or write safely. Nothing was written."""
+
+
 class PresenceMetaError(PresenceDataError):
     """`snapshot(with_meta=True)` met metadata this package did not write (not a flat JSON
     object of str to str, oversized, or nested): `unreadable` maps each such

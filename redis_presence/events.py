@@ -13,9 +13,11 @@ import base64
 import binascii
 import enum
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from .errors import PresenceResyncRequired
 from .keys import STORED_FIELDS, GroupKeys, Keyspace
 from .model import NS_PER_MS
 
@@ -164,47 +166,295 @@ def group_event(
     return PresenceEvent(kind, gk.queue, gk.group, consumer, at, lease, registered, heartbeat)
 
 
+MAX_CURSOR_CHARS = 1_000_000
+"""The longest cursor `changes` decodes (its positions grow with the logs written within
+`LOG_LAG_MS`, a few dozen bytes each); a longer one is refused before it is parsed."""
+
+_BRACKETS = re.compile(rb"[\[\]{}]")
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_MAX_BRACKETS = 16
+"""A cursor's JSON nests at most three deep, in a handful of brackets: anything with more is
+refused before ``json.loads`` (which would recurse into it)."""
+
+
+def cursor_document(cursor: str) -> dict[str, Any]:
+    """The JSON object a cursor string spells (base64url), checked for size and nesting
+    before it is parsed, so no cursor makes ``json.loads`` recurse deep; anything else is a
+    `ValueError` naming `cursor`."""
+    if len(cursor) > MAX_CURSOR_CHARS:
+        raise ValueError(
+            f"cursor is not one that changes() returned: {len(cursor)} characters "
+            f"(at most {MAX_CURSOR_CHARS})"
+        )
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        if len(_BRACKETS.findall(_STRINGS.sub(b"", raw))) > _MAX_BRACKETS:
+            raise ValueError
+        document = json.loads(raw)
+    except (ValueError, TypeError, binascii.Error, UnicodeError, RecursionError):
+        document = None
+    if not isinstance(document, dict):
+        raise ValueError(f"cursor is not one that changes() returned: {cursor!r:.60}")
+    return document
+
+
+class Window(NamedTuple):
+    """Where a paged `changes` read stands inside one window (``(since, now_ns]`` of the
+    events, the logs read up to the server's millisecond `server_ms`): the places reached
+    in recently written logs (`recent`), then either the log being read (`log`: its queue
+    and the last entry given, '' for none; logs of queues sorting before it are done) or,
+    once every log is done, the group being derived (`derived`: its index member, the kind
+    (0 stale, 1 expired), and the score and how many members at that score were given)."""
+
+    now_ns: int
+    server_ms: int
+    recent: dict[str, str]
+    log: tuple[str, str] | None
+    derived: tuple[str, int, int, int] | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "n": self.now_ns,
+            "u": self.server_ms,
+            "r": self.recent,
+            "l": None if self.log is None else list(self.log),
+            "d": None if self.derived is None else list(self.derived),
+        }
+
+
 class Cursor(NamedTuple):
     """Where `changes` goes on from: the instant up to which events were given (`now_ns`),
     the server's millisecond when the logs were read (`server_ms`), and, for the logs read
-    within `LOG_LAG_MS` of it, the last entry read of each (queue -> stream entry id)."""
+    within `LOG_LAG_MS` of it, the last entry read of each (queue -> stream entry id); the
+    epoch marker read with them (`epoch`, None when there was none), the prefix and the
+    filter it was made for (`prefix`, `queue`, `group`), and, in the middle of a paged
+    window, where it stands (`window`)."""
 
     now_ns: int
     server_ms: int
     positions: dict[str, str]
+    epoch: str | None = None
+    prefix: str | None = None
+    queue: str | None = None
+    group: str | None = None
+    window: Window | None = None
 
     def encode(self) -> str:
         """The opaque string a caller keeps (it survives a restart)."""
-        document = {"v": 1, "t": self.now_ns, "s": self.server_ms, "q": self.positions}
+        document: dict[str, object] = {
+            "v": CURSOR_VERSION,
+            "t": self.now_ns,
+            "s": self.server_ms,
+            "q": self.positions,
+            "e": self.epoch,
+            "f": [self.prefix, self.queue, self.group],
+        }
+        if self.window is not None:
+            document["w"] = self.window.to_json()
         raw = json.dumps(document, separators=(",", ":"), ensure_ascii=True).encode()
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
     @classmethod
     def decode(cls, cursor: Any) -> Cursor:
-        """The cursor a string names; anything else is a `ValueError` naming `cursor`."""
+        """The cursor a string names; anything else (too long, nested, forged, of another
+        release) is a `ValueError` naming `cursor`. Parsed without deep recursion: its size
+        and bracket count are checked first."""
         if not isinstance(cursor, str):
             raise TypeError(f"cursor must be a str or None, got {type(cursor).__name__}")
+        document = cursor_document(cursor)
         try:
-            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-            document = json.loads(raw)
-            if document.get("v") != 1:
+            if document.get("v") == 1:
+                now, server, positions = document["t"], document["s"], _positions(document["q"])
+                if not (_is_int(now) and _is_int(server) and now >= 0 and server >= 0):
+                    raise ValueError
+                return cls(now, server, positions, LEGACY_EPOCH)
+            if document.get("v") != CURSOR_VERSION:
                 raise ValueError
-            now, server = document["t"], document["s"]
-            positions = document["q"]
-            if not (
-                isinstance(now, int) and isinstance(server, int) and isinstance(positions, dict)
-            ):
+            now, server, positions = document["t"], document["s"], _positions(document["q"])
+            epoch, (prefix, queue, group) = document["e"], document["f"]
+            if not (_is_int(now) and _is_int(server) and now >= 0 and server >= 0):
                 raise ValueError
-            if not all(isinstance(k, str) and isinstance(v, str) for k, v in positions.items()):
+            if not (epoch is None or isinstance(epoch, str)):
                 raise ValueError
-        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error, UnicodeError):
+            if not all(name is None or isinstance(name, str) for name in (queue, group)):
+                raise ValueError
+            if not (prefix is None or isinstance(prefix, str)):
+                raise ValueError
+            window = _window(document["w"]) if "w" in document else None
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+            binascii.Error,
+            UnicodeError,
+            RecursionError,
+        ):
             raise ValueError(f"cursor is not one that changes() returned: {cursor!r:.60}") from None
-        return cls(now, server, positions)
+        return cls(now, server, positions, epoch, prefix, queue, group, window)
+
+
+CURSOR_VERSION = 2
+"""The version a cursor carries (1: before the epoch marker; such a cursor asks for a
+resync)."""
+
+
+LEGACY_EPOCH = "\x00"
+"""The epoch of a cursor of version 1 (made before the epoch marker): `changes` answers it
+with `PresenceResyncRequired`, so a `follow` or a live view re-reads a snapshot."""
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _positions(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValueError
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ValueError
+    for entry in value.values():
+        stream_id(entry)  # a ValueError unless 'ms-seq'
+    return value
+
+
+def _window(value: Any) -> Window:
+    if not isinstance(value, dict):
+        raise ValueError
+    now, server, recent = value["n"], value["u"], _positions(value["r"])
+    log, derived = value["l"], value["d"]
+    if not (_is_int(now) and _is_int(server)):
+        raise ValueError
+    if log is not None:
+        if not (isinstance(log, list) and len(log) == 2 and all(isinstance(x, str) for x in log)):
+            raise ValueError
+        if log[1]:
+            stream_id(log[1])
+        log = (log[0], log[1])
+    if derived is not None:
+        if not (
+            isinstance(derived, list)
+            and len(derived) == 4
+            and isinstance(derived[0], str)
+            and all(_is_int(x) and x >= 0 for x in derived[1:])
+            and derived[1] in (0, 1)
+        ):
+            raise ValueError
+        derived = (derived[0], derived[1], derived[2], derived[3])
+    if (log is None) == (derived is None):
+        raise ValueError
+    return Window(now, server, recent, log, derived)
+
+
+def check_cursor_filter(cursor: Cursor, prefix: str, queue: str | None, group: str | None) -> None:
+    """A `ValueError` naming `cursor` unless it was made under this prefix for a filter this
+    one overlaps: a cursor of every queue may go on for one queue and back, but one of
+    queue (or group) A never goes on for queue (or group) B, whose events it never read."""
+    if cursor.epoch == LEGACY_EPOCH:
+        return  # an earlier release's cursor names no filter: `check_epoch` asks a resync
+    if cursor.prefix is not None and cursor.prefix != prefix:
+        raise ValueError(
+            f"cursor was returned under the prefix {cursor.prefix!r}, not {prefix!r}: take a "
+            "fresh one (changes(None))"
+        )
+    for mine, asked in ((cursor.queue, queue), (cursor.group, group)):
+        if mine is not None and asked is not None and mine != asked:
+            raise ValueError(
+                f"cursor was returned for queue={cursor.queue!r} group={cursor.group!r}, not "
+                f"for queue={queue!r} group={group!r}: take a fresh one (changes(None)) for "
+                "this filter"
+            )
+    places = dict(cursor.positions)
+    if cursor.window is not None:
+        places.update(cursor.window.recent)
+    if cursor.queue is not None and set(places) - {cursor.queue}:
+        raise ValueError(
+            f"cursor is not one that changes() returned: it holds places in logs of other "
+            f"queues than queue={cursor.queue!r}"
+        )
+    # A place is kept only within LOG_LAG_MS of the cursor's read: an older one (say
+    # '0-0') would replay a whole log.
+    low, high = cursor.server_ms - 2 * LOG_LAG_MS, cursor.server_ms + 2 * LOG_LAG_MS
+    window = cursor.window
+    if window is not None:
+        high = max(high, window.server_ms + 2 * LOG_LAG_MS)
+        if window.server_ms < cursor.server_ms or window.now_ns < cursor.now_ns:
+            raise ValueError("cursor is not one that changes() returned: its window is forged")
+        if window.log is not None and window.log[1]:
+            places[""] = window.log[1]
+    if not all(low <= stream_id(place)[0] <= high for place in places.values()):
+        raise ValueError(
+            "cursor is not one that changes() returned: it holds a place in a log far from "
+            "where it was read"
+        )
+
+
+def check_epoch(cursor: Cursor, epoch: str | None) -> None:
+    """`PresenceResyncRequired` unless the data a cursor was read from is still there: the
+    epoch marker it carries is the one Redis holds (a marker gone or changed means Redis
+    lost its data: restarted without persistence, flushed, or failed over to an empty
+    node). A cursor made before any marker existed goes on."""
+    if cursor.epoch == LEGACY_EPOCH:
+        raise PresenceResyncRequired(
+            "this cursor was made by an earlier release (without the epoch marker): take a "
+            "fresh snapshot() and a fresh cursor (changes(None))"
+        )
+    if cursor.epoch is not None and cursor.epoch != epoch:
+        lost = "is gone" if epoch is None else "changed"
+        raise PresenceResyncRequired(
+            f"Redis lost the data this cursor was read from (its epoch marker {lost}: a "
+            "restart without persistence, a flush, or a failover to an empty node): take a "
+            "fresh snapshot() and a fresh cursor (changes(None))"
+        )
+
+
+DEFAULT_CHANGES_LIMIT = 1_000
+"""About how many events one `changes` call gives at most (a log entry is never split)."""
+
+MAX_CHANGES_LIMIT = 100_000
+"""The largest `limit` `changes` takes."""
+
+
+def check_changes_limit(value: Any) -> int:
+    """A positive int `limit`, at most MAX_CHANGES_LIMIT."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"limit must be an int, got {type(value).__name__}")
+    if not 1 <= value <= MAX_CHANGES_LIMIT:
+        raise ValueError(f"limit must be in [1, {MAX_CHANGES_LIMIT}], got {value!r}")
+    return value
+
+
+class Changes(tuple[list[PresenceEvent], str]):
+    """What `changes` returns: the pair ``(events, cursor)`` (so ``events, cursor =
+    changes(...)`` unpacks it), and `more`: True when the answer stopped at its `limit` in
+    the middle of its window, so the caller should ask again at once (from `cursor`)."""
+
+    more: bool
+
+    def __new__(cls, events: list[PresenceEvent], cursor: str, more: bool = False) -> Changes:
+        self = super().__new__(cls, (events, cursor))
+        self.more = more
+        return self
+
+    def __repr__(self) -> str:
+        return f"Changes({len(self[0])} events, more={self.more})"
+
+    @property
+    def events(self) -> list[PresenceEvent]:
+        """The events, in `order`."""
+        return self[0]
+
+    @property
+    def cursor(self) -> str:
+        """Where the next call goes on from."""
+        return self[1]
 
 
 def stream_id(value: Any) -> tuple[int, int]:
-    """A stream entry id as `(milliseconds, sequence)`."""
+    """A stream entry id as `(milliseconds, sequence)` (a `ValueError` unless it is one)."""
     ms, _, seq = (value.decode() if isinstance(value, bytes) else str(value)).partition("-")
+    if not (ms.isdigit() and (seq.isdigit() or not seq)) or len(ms) > 20 or len(seq) > 20:
+        raise ValueError(f"not a stream id: {value!r:.40}")
     return int(ms), int(seq or 0)
 
 

@@ -22,10 +22,16 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
     P:events     zset   the event log of every queue that logged an event, scored by the
                         server's clock (ms) when it last logged one (readers take the
                         recent ones; a full prune forgets logs idle for EVENT_LOG_TTL_MS)
+    P:{P:events}:epoch
+                 string the epoch marker (EPOCH_VALUE): in the slot of ``P:events`` (its
+                        hash tag), written once (SET NX) by the first event logged into
+                        an empty keyspace; a cursor carries it, so a reader tells data loss
     P:ttl        string the prefix's shared TTL in ms (`set_ttl()`), if set
     P:stuck      string the prefix's shared progress budget in ms (`set_stuck_after()`)
     P:expects    zset   the index of declared groups: the key ``P:{Q}:expect`` of every
                         queue with a declared group, all with score 0 (sorted by name)
+    P:protocol   string the protocol version (PROTOCOL_VERSION, docs/protocol.md), written
+                        ``SET NX`` by writers and checked by every reader and writer
     P:index      set    the index of release 0.1 ("Q:G" members); only
                         ``redis-presence migrate`` reads it, and empties it
 
@@ -46,6 +52,10 @@ from urllib.parse import quote, unquote
 from ._json import loads_flat
 from .errors import PresenceDataError
 from .validation import MAX_META_BYTES, MAX_META_KEYS, check_prefix
+
+PROTOCOL_VERSION = "1"
+"""The version of the wire format (docs/protocol.md) this package reads and writes, stored
+in ``P:protocol``: a client that finds another one refuses the prefix."""
 
 INDEX_MARK_MS = 60_000
 """Lifetime of a group's index mark: how often a live group re-asserts its index entry."""
@@ -74,6 +84,12 @@ one field per consumer the event is about, valued by four decimal integers. One 
 writes one entry per (kind, group), so a prune of a thousand consumers is one entry.
 ``append_event`` in ``lua/lib.lua`` is the only writer; `redis_presence.events` the only
 reader."""
+
+
+EPOCH_VALUE = "the server's TIME 'seconds.microseconds' and ':' + the stream id of the event"
+"""The epoch marker's value on a standalone server (``mark_epoch`` in ``lua/lib.lua``); on
+a cluster, a random token of the caller's, written with the event index. Only compared for
+equality: a reader never parses it."""
 
 
 def encode_meta(meta: dict[str, str]) -> str:
@@ -159,16 +175,28 @@ def _group_keys(prefix: str, queue: str, group: str) -> GroupKeys:
 class Keyspace:
     """Key names under one prefix."""
 
-    __slots__ = ("events", "expects", "groups", "legacy_index", "prefix", "stuck", "ttl")
+    __slots__ = (
+        "epoch",
+        "events",
+        "expects",
+        "groups",
+        "legacy_index",
+        "prefix",
+        "protocol",
+        "stuck",
+        "ttl",
+    )
 
     def __init__(self, prefix: str) -> None:
         self.prefix = check_prefix(prefix)
         self.groups = f"{prefix}:groups"
         self.events = f"{prefix}:events"
+        self.epoch = f"{prefix}:{{{self.events}}}:epoch"  # in the slot of P:events
         self.ttl = f"{prefix}:ttl"
         self.stuck = f"{prefix}:stuck"
         self.expects = f"{prefix}:expects"
         self.legacy_index = f"{prefix}:index"
+        self.protocol = f"{prefix}:protocol"
 
     def queue_expect(self, queue: str) -> str:
         """The declared groups of one queue (validated name)."""

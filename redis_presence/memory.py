@@ -13,15 +13,19 @@ from typing import Any
 
 from .errors import PresenceClockError, PresenceResyncRequired
 from .events import (
+    DEFAULT_CHANGES_LIMIT,
     DEFAULT_EVENTS_KEPT,
     DEFAULT_FOLLOW_INTERVAL_S,
+    Changes,
     EventKind,
     FollowCursor,
     FollowMessage,
     FollowSnapshot,
     PresenceEvent,
+    check_changes_limit,
     check_interval_s,
     crossed,
+    cursor_document,
     order,
     sorted_events,
     window,
@@ -494,17 +498,20 @@ class ConsumerPresenceRegistry:
         now_ns: int | None = None,
         queue: str | None = None,
         group: str | None = None,
-    ) -> tuple[list[PresenceEvent], str]:
+        limit: int = DEFAULT_CHANGES_LIMIT,
+    ) -> Changes:
         """Every event after `cursor` up to `now_ns`, and the cursor to go on from; `cursor`
         None starts now. Stale and expired events are derived, under each group's shared
-        TTL, for the window since the cursor."""
+        TTL, for the window since the cursor. The in-process model checks `limit` but gives
+        each window whole (its ``more`` is always False)."""
         now = check_now_ns(now_ns)
         queue, group = check_filter("queue", queue), check_filter("group", group)
+        check_changes_limit(limit)
         since = None if cursor is None else _decode(cursor)
         stamp = time.time_ns() if now is None else now
         with self._lock:
             if since is None:
-                return [], _encode(stamp, self._logged)
+                return Changes([], _encode(stamp, self._logged))
             since_ns, seen = since
             if seen < self._trimmed:
                 raise PresenceResyncRequired(
@@ -528,7 +535,7 @@ class ConsumerPresenceRegistry:
                             events.append(
                                 order(PresenceEvent(kind, *key, at, lease, registered, heartbeat))
                             )
-            return sorted_events(events), _encode(max(stamp, since_ns), self._logged)
+            return Changes(sorted_events(events), _encode(max(stamp, since_ns), self._logged))
 
     def follow(
         self,
@@ -554,8 +561,9 @@ class ConsumerPresenceRegistry:
                 while True:
                     if wait:
                         time.sleep(interval)
-                    wait = True
-                    events, cursor = self.changes(cursor, queue=queue, group=group)
+                    page = self.changes(cursor, queue=queue, group=group)
+                    events, cursor = page
+                    wait = not page.more  # a window given in pages goes on at once
                     yield from events
                     yield FollowCursor(cursor, _decode(cursor)[0])
             except PresenceResyncRequired:
@@ -570,8 +578,8 @@ def _encode(now_ns: int, seen: int) -> str:
 def _decode(cursor: Any) -> tuple[int, int]:
     if not isinstance(cursor, str):
         raise TypeError(f"cursor must be a str or None, got {type(cursor).__name__}")
+    document = cursor_document(cursor)
     try:
-        document = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         now, seen = document["t"], document["n"]
         if document.get("m") != 1 or not isinstance(now, int) or not isinstance(seen, int):
             raise ValueError

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import groupby, repeat
 from operator import and_, eq, floordiv, gt, itemgetter, le, sub
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 DEFAULT_PRESENCE_TTL_MS = 30_000
 """Default heartbeat budget: a consumer is active for this long after its last beat."""
@@ -304,6 +304,31 @@ def is_stuck(
     return (
         state is PresenceState.ACTIVE and lease_count > 0 and age_ms(now_ns, since) > stuck_after_ms
     )
+
+
+class Skipped(NamedTuple):
+    """What a fleet read set aside instead of failing (docs/protocol.md, section 9): the
+    key (an index member, or a group's hash) it could not decode, and why."""
+
+    key: str
+    reason: str
+
+
+_Row = TypeVar("_Row")
+
+
+class Rows(list[_Row]):
+    """The rows of a fleet read (`snapshot`, `groups`): a list, with `skipped`, the keys the
+    read set aside (empty when it read everything)."""
+
+    skipped: tuple[Skipped, ...] = ()
+
+
+class Counts(dict[tuple[str, str], int]):
+    """`count_active_by_group`'s answer: a dict, with `skipped`, the keys the read set
+    aside (empty when it read everything)."""
+
+    skipped: tuple[Skipped, ...] = ()
 
 
 class GroupPresence(NamedTuple):

@@ -18,7 +18,9 @@ without losing a live group, is written down with its proof in ``docs/index-prot
 
 from __future__ import annotations
 
+import secrets
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Sequence
 from functools import partial
@@ -30,21 +32,29 @@ from typing import Any, NamedTuple, TypeVar
 from .errors import (
     PresenceBatchError,
     PresenceDataError,
+    PresenceDataWarning,
     PresenceError,
     PresenceMetaError,
+    PresenceProtocolError,
     PresenceReadOnlyError,
     PresenceResyncRequired,
     refusal,
 )
 from .events import (
+    DEFAULT_CHANGES_LIMIT,
     DEFAULT_EVENTS_KEPT,
     EVENT_LOG_TTL_MS,
     LOG_LAG_MS,
+    Changes,
     Cursor,
     EventKind,
     FollowSnapshot,
     Ordered,
     PresenceEvent,
+    Window,
+    check_changes_limit,
+    check_cursor_filter,
+    check_epoch,
     group_event,
     logged_events,
     order,
@@ -52,7 +62,15 @@ from .events import (
     stream_id,
     window,
 )
-from .keys import INDEX_MARK_MS, GroupKeys, Keyspace, decode_meta, encode_meta
+from .history import GroupLog
+from .keys import (
+    INDEX_MARK_MS,
+    PROTOCOL_VERSION,
+    GroupKeys,
+    Keyspace,
+    decode_meta,
+    encode_meta,
+)
 from .model import (
     DEFAULT_MAX_FUTURE_MS,
     DEFAULT_PRESENCE_TTL_MS,
@@ -61,9 +79,12 @@ from .model import (
     NS_PER_MS,
     ConsumerMeta,
     ConsumerPresence,
+    Counts,
     GroupPresence,
     GroupsPage,
     PresenceState,
+    Rows,
+    Skipped,
     gc_paused,
 )
 from .replies import Columns, server_now_ns, stored_columns, stored_heartbeat_ns
@@ -261,6 +282,8 @@ class RowStream(NamedTuple):
 
     plan: Plan[None]
     groups: list[tuple[GroupKeys, list[ConsumerPresence]]]
+    skipped: list[Skipped]
+    """What the read set aside (docs/protocol.md, section 9), complete once `plan` is done."""
     unreadable: dict[ConsumerKey, str] | None = None
     """With metadata: each consumer whose metadata this package did not write, and why (its
     row's `meta` is empty); a driver raises `PresenceMetaError` once every row is out."""
@@ -354,12 +377,14 @@ class Planner:
     __slots__ = (
         "_beat_calls",
         "_beat_script",
+        "_claimed",
         "_clock",
         "_codec",
         "_encode",
         "_guard",
         "_pack",
         "_packed",
+        "_protocol_at",
         "_stucks",
         "_ttls",
         "clustered",
@@ -410,6 +435,9 @@ class Planner:
         self._ttls: dict[str | None, tuple[int | None, int]] = {}
         # The shared progress budgets, read with the TTLs: (the stored ms or None, when).
         self._stucks: dict[str | None, tuple[int | None, int]] = {}
+        # When this planner last checked ``P:protocol`` (monotonic ns; None: never).
+        self._protocol_at: int | None = None
+        self._claimed = False  # whether a beat of this planner claimed it (SET NX)
 
     @property
     def prefix(self) -> str:
@@ -476,6 +504,7 @@ class Planner:
             yield from self._beat_on_cluster(call, queue, group)
         else:
             yield [call]
+        yield from self._claim()
 
     def _beat_on_cluster(self, call: ScriptCall, queue: str, group: str) -> Plan[None]:
         (reply,) = yield [call]
@@ -495,6 +524,9 @@ class Planner:
         logs = [item for log, ms in logged if ms for item in (ms, log)]
         if logs:
             batch.append(Command("ZADD", (self.keys.events, "GT", *logs)))
+            # A cluster's epoch marker (a standalone script writes its own: mark_epoch), a
+            # new token each time: a registry that wrote the one lost must not bring it back.
+            batch.append(Command("SET", (self.keys.epoch, secrets.token_hex(16), "NX")))
         if batch:
             yield batch
 
@@ -614,6 +646,8 @@ class Planner:
                 logged.append((group_of[names[0]].events, int(reply[1])))
         if self.clustered:
             yield from self._list_on_cluster(unlisted, logged)
+        if len(unwritten) < len(beats):
+            yield from self._claim()
         if len(unwritten) == len(beats) and all(isinstance(r, PresenceError) for r in replies):
             raise replies[0]  # every call was refused whole (out of memory, say)
         if failed:
@@ -725,9 +759,10 @@ class Planner:
         removed = 0
         failed: dict[tuple[str, str], PresenceError] = {}
         left: list[ConsumerKey] = []  # expired, but left in place for a spoilt value
-        after: str | None = None
+        after: Any = None
+        aside: list[Skipped] = []
         while True:
-            groups, after = yield from self._listed(queue, group, after)
+            groups, after = yield from self._listed(queue, group, after, aside)
             ttl_of = dict(zip(groups, (yield from self._ttls_for(groups, ttl_ms)), strict=True))
             # Per queue on a cluster (one slot a call): each part goes on from where the
             # budget of its last call ran out (a group, and an offset among its ties).
@@ -782,6 +817,7 @@ class Planner:
                     # not forget the logs that hold this very prune's events.
                     server_ns = int(now) if now_ns is None else (yield from self._now(None))
                     yield from self._forget_logs(server_ns // NS_PER_MS - EVENT_LOG_TTL_MS)
+                _report(aside)
                 if failed:
                     raise PresenceBatchError(failed, removed, left)
                 return removed
@@ -842,10 +878,11 @@ class Planner:
     @staticmethod
     def _collect(stream: RowStream) -> Plan[list[ConsumerPresence]]:
         yield from stream.plan
-        rows: list[ConsumerPresence] = []
+        rows: Rows[ConsumerPresence] = Rows()
         with gc_paused():
             for _, part in sorted(stream.groups, key=_by_names):
                 rows += part
+        rows.skipped = _unique(stream.skipped)
         if stream.unreadable:  # every row was read: the error hands them out
             raise PresenceMetaError(stream.unreadable, rows)
         return rows
@@ -881,9 +918,10 @@ class Planner:
             raise TypeError(f"with_meta must be a bool, got {type(with_meta).__name__}")
         queue, group = check_filter("queue", queue), check_filter("group", group)
         groups: list[tuple[GroupKeys, list[ConsumerPresence]]] = []
+        skipped: list[Skipped] = []
         unreadable: dict[ConsumerKey, str] | None = {} if with_meta else None
-        plan = self._stream(now, ttl, queue, group, groups, stuck, unreadable)
-        return RowStream(plan, groups, unreadable)
+        plan = self._stream(now, ttl, queue, group, groups, skipped, stuck, unreadable)
+        return RowStream(plan, groups, skipped, unreadable)
 
     def _stream(
         self,
@@ -892,19 +930,27 @@ class Planner:
         queue: str | None,
         group: str | None,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
+        skipped: list[Skipped],
         stuck_after_ms: int | None = None,
         unreadable: dict[ConsumerKey, str] | None = None,
     ) -> Plan[None]:
         now = yield from self._now(now_ns)
-        after: str | None = None
+        after: Any = None
+        # A read of one named group fails on its bad data; a fleet read sets it aside.
+        aside = None if queue is not None and group is not None else skipped
         while True:
-            groups, after = yield from self._listed(queue, group, after)
+            groups, after = yield from self._listed(queue, group, after, skipped)
             if groups:
+                sizes = yield from self._sound(
+                    groups, [Command("HLEN", (gk.data,)) for gk in groups], aside
+                )
+                kept = [i for i, n in enumerate(sizes) if n is not None]
+                groups = [groups[i] for i in kept]
                 ttls, stucks = yield from self._ttls_and_stucks(groups, ttl_ms, stuck_after_ms)
-                sizes = yield [Command("HLEN", (gk.data,)) for gk in groups]
-                sized = [int(n) for n in sizes]
-                yield from self._read(groups, sized, ttls, now, out, stucks, unreadable)
+                sized = [int(sizes[i]) for i in kept]
+                yield from self._read(groups, sized, ttls, now, out, stucks, unreadable, aside)
             if after is None:
+                _report(skipped)
                 return
 
     def _read(
@@ -916,11 +962,14 @@ class Planner:
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
         stucks: list[int] | None = None,
         unreadable: dict[tuple[str, str, str], str] | None = None,
+        aside: list[Skipped] | None = None,
     ) -> Plan[None]:
         """Read groups of known sizes in order, a window of them per round trip: each small
         group in one ``HGETALL``, each large one in ``HSCAN`` steps; a group goes to `out`
         once it is complete and every group before it is out. With `unreadable` (a dict),
-        each row's metadata is read too, and what cannot be decoded is noted there."""
+        each row's metadata is read too, and what cannot be decoded is noted there. With
+        `aside`, a group whose stored values this package cannot decode is set aside there
+        instead of failing."""
         most = self.limits.consumers
         ttl_of = dict(zip(groups, ttls, strict=True))
         stuck_of = dict(zip(groups, stucks or [DEFAULT_STUCK_AFTER_MS] * len(groups), strict=True))
@@ -961,7 +1010,12 @@ class Planner:
                 finished = []
                 while window and window[0].done:
                     done = window.popleft()
-                    finished.append((done.gk, stored_columns(done.gk, done.table)))
+                    try:
+                        finished.append((done.gk, stored_columns(done.gk, done.table)))
+                    except PresenceDataError as error:
+                        if aside is None:
+                            raise
+                        aside.append(Skipped(done.gk.data, str(error)))
                     done.table = {}
             metas = None if unreadable is None else (yield from self._metas(finished, unreadable))
             with gc_paused():
@@ -1024,17 +1078,23 @@ class Planner:
         self, now_ns: int | None, ttl_ms: int | None, queue: str | None, group: str | None
     ) -> Plan[dict[tuple[str, str], int]]:
         now = yield from self._now(now_ns)
-        counts: dict[tuple[str, str], int] = {}
-        after: str | None = None
+        counts: Counts = Counts()
+        skipped: list[Skipped] = []
+        aside = None if queue is not None and group is not None else skipped
+        after: Any = None
         while True:
-            groups, after = yield from self._listed(queue, group, after)
+            groups, after = yield from self._listed(queue, group, after, skipped)
             if groups:
                 ttls = yield from self._ttls_for(groups, ttl_ms)
-                found = yield from self._active(groups, now, ttls)
+                found = yield from self._active(groups, now, ttls, aside)
                 counts.update(
-                    ((gk.queue, gk.group), n) for gk, n in zip(groups, found, strict=True) if n
+                    ((gk.queue, gk.group), n)
+                    for gk, n in zip(groups, found, strict=True)
+                    if n is not None and n
                 )
             if after is None:
+                counts.skipped = _unique(skipped)
+                _report(skipped)
                 return counts
 
     def count_active(
@@ -1089,24 +1149,156 @@ class Planner:
         )
         return row
 
+    def consumer_meta(self, queue: str, group: str, consumer: str) -> Plan[ConsumerMeta]:
+        """One consumer's metadata (`describe`; empty when none is stored): one ``HMGET``;
+        metadata this package did not write is a `PresenceMetaError`."""
+        queue, group, consumer = check_consumer_key(queue, group, consumer)
+        return self._consumer_meta(self.keys.group(queue, group), consumer)
+
+    def _consumer_meta(self, gk: GroupKeys, consumer: str) -> Plan[ConsumerMeta]:
+        ((value,),) = yield [Command("HMGET", (gk.meta, consumer))]  # the reader role's
+        unreadable: dict[ConsumerKey, str] = {}
+        meta = NO_META if value is None else _meta_of(gk, consumer, value, unreadable)
+        if unreadable:
+            raise PresenceMetaError(unreadable)
+        return meta
+
+    def group_logs(
+        self,
+        groups: Sequence[tuple[str, str]],
+        *,
+        since_ns: int,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        entries: int = 1_000,
+    ) -> Plan[list[GroupLog]]:
+        """What `history` rebuilds each group's recent past from: its active count now, the
+        newest `entries` entries (at most) of each queue's event log (``XREVRANGE ...
+        COUNT``, one per queue), the heartbeats now of the consumers they name, and the
+        crossings in ``(since_ns, now]`` of its consumers (``Limits.consumers`` at most per
+        line). Bounded: it never reads a whole log or a whole group."""
+        gks = [self.keys.group(check_name("queue", q), check_name("group", g)) for q, g in groups]
+        ttl = check_optional_ttl_ms(ttl_ms)
+        now = check_now_ns(now_ns)
+        if isinstance(entries, bool) or not isinstance(entries, int) or entries < 1:
+            raise ValueError(f"entries must be a positive int, got {entries!r}")
+        since = check_now_ns(since_ns, "since_ns")
+        return self._group_logs(gks, since or 0, now, ttl, entries)
+
+    def _group_logs(
+        self, gks: list[GroupKeys], since_ns: int, now_ns: int | None, ttl_ms: int | None, most: int
+    ) -> Plan[list[GroupLog]]:
+        now = yield from self._now(now_ns)
+        ttls = yield from self._ttls_for(gks, ttl_ms)
+        actives = yield from self._active(gks, now, ttls)
+        queues = list(dict.fromkeys(gk.queue for gk in gks))
+        logs = [self.keys.queue_events(q) for q in queues]
+        reads = yield [Command("XREVRANGE", (log, "+", "-", "COUNT", most)) for log in logs]
+        read = [list(entries) for entries in reads]
+        asked = [log for log, entries in zip(logs, read, strict=True) if entries]
+        infos = (yield Partial(Command("XINFO STREAM", (log,)) for log in asked)) if asked else []
+        infos_of = iter(infos)
+        events: dict[str, list[PresenceEvent]] = {}
+        reach: dict[str, int | None] = {}
+        for queue, entries in zip(queues, read, strict=True):
+            found = [
+                item
+                for entry_id, fields in entries
+                for item in logged_events(self.keys, queue, entry_id, fields)
+            ]
+            events[queue] = sorted_events(found)
+            info = next(infos_of) if entries else None
+            added, length = _log_counts(info)
+            trimmed = added > length or len(entries) >= most
+            oldest = min((e.at_ns for e in events[queue]), default=None)
+            if not trimmed or oldest is None or oldest <= since_ns:
+                reach[queue] = None
+            else:
+                reach[queue] = oldest
+        mine = [[e for e in events[gk.queue] if e.group == gk.group] for gk in gks]
+        line = self.limits.consumers
+        windows = [
+            (gk, kind, ttl, *window(kind, since_ns, now, ttl))
+            for gk, ttl in zip(gks, ttls, strict=True)
+            for kind in (EventKind.STALE, EventKind.EXPIRED)
+        ]
+        names = yield [
+            Command("ZRANGEBYSCORE", (gk.hb, low // 1_000, high // 1_000, "LIMIT", 0, line))
+            for gk, _, _, low, high in windows
+        ]
+        touched = [
+            list(dict.fromkeys([e.consumer for e in own] + [_text(n) for n in crossing]))
+            for own, crossing in zip(mine, names[0::2], strict=True)
+        ]
+        asks = [(i, part) for i, all_ in enumerate(touched) for part in _chunks(all_, line)]
+        values = (
+            (yield [Command("HMGET", (gks[i].data, *part)) for i, part in asks]) if asks else []
+        )
+        beats: list[dict[str, int | None]] = [{} for _ in gks]
+        stored: list[dict[str, object]] = [{} for _ in gks]
+        for (i, part), got in zip(asks, values, strict=True):
+            for name, value in zip(part, got, strict=True):
+                hb = None if value is None else stored_heartbeat_ns(gks[i], name, value)
+                beats[i][name] = hb
+                if value is not None:
+                    stored[i][name] = value
+        out = []
+        for i, gk in enumerate(gks):
+            active = actives[i]
+            assert active is not None  # read without `aside`: a group it cannot read raises
+            crossings = []
+            for j in (2 * i, 2 * i + 1):
+                _, kind, ttl, low, high = windows[j]
+                for name in map(_text, names[j]):
+                    value = stored[i].get(name)
+                    event = None if value is None else group_event(kind, gk, name, value, ttl)
+                    if event is not None and low < heartbeat_of(event) <= high:
+                        crossings.append(event)
+            out.append(
+                GroupLog(
+                    gk.queue,
+                    gk.group,
+                    now,
+                    since_ns,
+                    ttls[i],
+                    active,
+                    tuple(mine[i]),
+                    beats[i],
+                    tuple(sorted(crossings, key=attrgetter("at_ns"))),
+                    reach[gk.queue],
+                    capped=any(len(names[j]) >= line for j in (2 * i, 2 * i + 1)),
+                )
+            )
+        return out
+
     def _count_one(self, gk: GroupKeys, now_ns: int | None, ttl_ms: int | None) -> Plan[int]:
         now = yield from self._now(now_ns)
         ttls = yield from self._ttls_for([gk], ttl_ms)
         (found,) = yield from self._active([gk], now, ttls)
-        return found
+        return found or 0
 
-    def _active(self, groups: list[GroupKeys], now_ns: int, ttls: list[int]) -> Plan[list[int]]:
+    def _active(
+        self,
+        groups: list[GroupKeys],
+        now_ns: int,
+        ttls: list[int],
+        aside: list[Skipped] | None = None,
+    ) -> Plan[list[int | None]]:
         """Active consumers of each group under its TTL (`_above` its active horizon)."""
         horizons = [PresenceState.horizons_ns(now_ns, ttl)[0] for ttl in ttls]
-        return (yield from self._above(groups, horizons))
+        return (yield from self._above(groups, horizons, aside))
 
-    def _above(self, groups: list[GroupKeys], horizons: list[int]) -> Plan[list[int]]:
+    def _above(
+        self, groups: list[GroupKeys], horizons: list[int], aside: list[Skipped] | None = None
+    ) -> Plan[list[int | None]]:
         """Consumers of each group whose last beat is after its horizon (ns): ``ZCOUNT`` of
         the scores above the horizon's microsecond, plus those on it whose nanosecond rest is
-        above the horizon's (read from their stored values, `Limits.consumers` at a time)."""
+        above the horizon's (read from their stored values, `Limits.consumers` at a time).
+        With `aside`, a group with a key or a value this package cannot decode counts None
+        and is set aside there instead of failing."""
         edges = [horizon // 1_000 for horizon in horizons]
         most = self.limits.consumers
-        replies = yield [
+        requests = [
             request
             for gk, edge in zip(groups, edges, strict=True)
             for request in (
@@ -1114,8 +1306,17 @@ class Planner:
                 Command("ZRANGEBYSCORE", (gk.hb, edge, edge, "LIMIT", 0, most)),
             )
         ]
-        counts = [int(n) for n in replies[0::2]]
-        ties = {i: (0, list(names)) for i, names in enumerate(replies[1::2]) if names}
+        pairs = [gk for gk in groups for _ in (0, 1)]
+        replies = yield from self._sound(pairs, requests, aside)
+        counts: list[int | None] = [
+            None if n is None or t is None else int(n)
+            for n, t in zip(replies[0::2], replies[1::2], strict=True)
+        ]
+        ties = {
+            i: (0, list(names))
+            for i, names in enumerate(replies[1::2])
+            if names and counts[i] is not None
+        }
         while ties:  # consumers on the horizon's microsecond: rare, and read a page at a time
             order = list(ties)
             batch: list[Request] = []
@@ -1130,10 +1331,18 @@ class Planner:
             for i in order:
                 offset, names = ties[i]
                 for name, value in zip(names, next(answers), strict=True):
-                    if value is None:
+                    if value is None or counts[i] is None:
                         continue
-                    if stored_heartbeat_ns(groups[i], name, value) > horizons[i]:
-                        counts[i] += 1
+                    try:
+                        beat = stored_heartbeat_ns(groups[i], name, value)
+                    except PresenceDataError as error:
+                        if aside is None:
+                            raise
+                        aside.append(Skipped(groups[i].data, str(error)))
+                        counts[i] = None
+                        continue
+                    if beat > horizons[i]:
+                        counts[i] = (counts[i] or 0) + 1
                 if len(names) == most:
                     more = list(next(answers))
                     if more:
@@ -1142,15 +1351,19 @@ class Planner:
         return counts
 
     def size(self) -> Plan[int]:
-        """How many consumers are tracked, in every state."""
+        """How many consumers are tracked, in every state (groups this package cannot
+        decode set aside)."""
         total = 0
-        after: str | None = None
+        skipped: list[Skipped] = []
+        after: Any = None
         while True:
-            groups, after = yield from self._listed(None, None, after)
+            groups, after = yield from self._listed(None, None, after, skipped)
             if groups:
-                cards = yield [Command("ZCARD", (gk.hb,)) for gk in groups]
-                total += sum(int(n) for n in cards)
+                asks = [Command("ZCARD", (gk.hb,)) for gk in groups]
+                cards = yield from self._sound(groups, asks, skipped)
+                total += sum(int(n) for n in cards if n is not None)
             if after is None:
+                _report(skipped)
                 return total
 
     # -- declared groups ------------------------------------------------------------
@@ -1191,7 +1404,14 @@ class Planner:
     def expected(self) -> Plan[dict[tuple[str, str], int]]:
         """Every declared group and its `min_active`: the index a page of `Limits.groups`
         queues at a time, each queue's declarations ``HSCAN``ned `Limits.consumers` at a time."""
-        return self._expected()
+        return self._reported(self._expected)
+
+    def _reported(self, read: Callable[[list[Skipped]], Plan[T]]) -> Plan[T]:
+        """`read` with its own list of what it sets aside, reported when it is done."""
+        skipped: list[Skipped] = []
+        result = yield from read(skipped)
+        _report(skipped)
+        return result
 
     def min_active(self, queue: str, group: str) -> Plan[int | None]:
         """The minimum one group was declared with (None: not declared): one ``HMGET``."""
@@ -1203,7 +1423,7 @@ class Planner:
         ((value,),) = yield [Command("HMGET", (key, group))]  # the reader role's
         return None if value is None else _stored_min(key, group, value)
 
-    def _expected(self) -> Plan[dict[tuple[str, str], int]]:
+    def _expected(self, skipped: list[Skipped]) -> Plan[dict[tuple[str, str], int]]:
         found: dict[tuple[str, str], int] = {}
         low = "-"
         page = self.limits.groups
@@ -1211,8 +1431,14 @@ class Planner:
             (members,) = yield [
                 Command("ZRANGEBYLEX", (self.keys.expects, low, "+", "LIMIT", 0, page))
             ]
-            keys = [_text(member) for member in members]
-            queues = [self.keys.queue_of_expect(key) for key in keys]
+            every = [_text(member) for member in members]
+            keys, queues = [], []
+            for key in every:
+                try:
+                    queues.append(self.keys.queue_of_expect(key))
+                    keys.append(key)
+                except PresenceDataError as error:
+                    skipped.append(Skipped(key, str(error)))
             cursors: dict[int, int] = dict.fromkeys(range(len(keys)), 0)
             while cursors:
                 order = list(cursors)
@@ -1228,13 +1454,16 @@ class Planner:
                         else dict(zip(part[::2], part[1::2], strict=True))
                     )
                     for name, least in table.items():
-                        found[(queues[i], _text(name))] = _stored_min(keys[i], name, least)
+                        try:
+                            found[(queues[i], _text(name))] = _stored_min(keys[i], name, least)
+                        except PresenceDataError as error:
+                            skipped.append(Skipped(keys[i], str(error)))
                     if int(cursor):
                         going_on[i] = int(cursor)
                 cursors = going_on
-            if len(keys) < page:
+            if len(every) < page:
                 return dict(sorted(found.items()))
-            low = f"({keys[-1]}"
+            low = f"({every[-1]}"
 
     def groups(
         self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
@@ -1259,26 +1488,50 @@ class Planner:
         self, now_ns: int | None, ttl_ms: int | None, details: bool = False
     ) -> Plan[list[GroupPresence]]:
         now = yield from self._now(now_ns)
-        declared = yield from self._expected()
+        skipped: list[Skipped] = []
+        declared = yield from self._expected(skipped)
         counts: dict[tuple[str, str], tuple[int, int, int]] = {}
         extra: dict[tuple[str, str], tuple[int | None, int]] = {}
-        after: str | None = None
+        after: Any = None
         while True:
-            groups, after = yield from self._listed(None, None, after)
+            groups, after = yield from self._listed(None, None, after, skipped)
             if groups:
                 ttls = yield from self._ttls_for(groups, ttl_ms)
                 horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
-                cards, firsts, active, alive = yield from self._tally(groups, horizons, details)
-                for gk, card, a, b in zip(groups, cards, active, alive, strict=True):
-                    counts[(gk.queue, gk.group)] = (a, b - a, card - b)
                 if details:
-                    dead = [int(card) > b for card, b in zip(cards, alive, strict=True)]
+                    replies = yield [
+                        request
+                        for gk in groups
+                        for request in (
+                            Command("ZCARD", (gk.hb,)),
+                            Command(
+                                "ZRANGEBYSCORE",
+                                (gk.hb, "-inf", "+inf", "WITHSCORES", "LIMIT", 0, 1),
+                            ),
+                        )
+                    ]
+                    cards, firsts = replies[0::2], replies[1::2]
+                else:
+                    cards = yield from self._sound(
+                        groups, [Command("ZCARD", (gk.hb,)) for gk in groups], skipped
+                    )
+                active = yield from self._above(groups, [h[0] for h in horizons], skipped)
+                alive = yield from self._above(groups, [h[1] for h in horizons], skipped)
+                for gk, card, a, b in zip(groups, cards, active, alive, strict=True):
+                    if card is not None and a is not None and b is not None:
+                        counts[(gk.queue, gk.group)] = (a, b - a, int(card) - b)
+                if details:
+                    dead = [
+                        card is not None and b is not None and int(card) > b
+                        for card, b in zip(cards, alive, strict=True)
+                    ]
                     lost = yield from self._expired_leases(groups, [h[1] for h in horizons], dead)
                     for gk, first, held in zip(groups, firsts, lost, strict=True):
                         extra[(gk.queue, gk.group)] = (_lowest_score_ns(first), held)
             if after is None:
                 break
-        out = []
+        _report(skipped)
+        out: Rows[GroupPresence] = Rows()
         nothing: tuple[int | None, int] = (None, 0)
         for key in sorted(counts.keys() | declared.keys()):
             n_active, n_stale, n_expired = counts.get(key, (0, 0, 0))
@@ -1288,28 +1541,23 @@ class Planner:
             out.append(
                 GroupPresence.of(*key, n_active, n_stale, n_expired, declared.get(key), *more)
             )
+        out.skipped = _unique(skipped)
         return out
 
     def _tally(
-        self, groups: list[GroupKeys], horizons: list[tuple[int, int]], firsts: bool = False
-    ) -> Plan[tuple[list[int], list[Any], list[int], list[int]]]:
-        """Each group's size, (with `firsts`) its lowest-scored entry, and its consumers above
-        its active and its stale horizon: ``ZCARD`` and ``ZCOUNT``s, O(log n) a group."""
-        if firsts:
-            replies = yield [
-                request
-                for gk in groups
-                for request in (
-                    Command("ZCARD", (gk.hb,)),
-                    Command("ZRANGEBYSCORE", (gk.hb, "-inf", "+inf", "WITHSCORES", "LIMIT", 0, 1)),
-                )
-            ]
-            cards, lowest = replies[0::2], replies[1::2]
-        else:
-            cards, lowest = (yield [Command("ZCARD", (gk.hb,)) for gk in groups]), []
-        active = yield from self._above(groups, [h[0] for h in horizons])
-        alive = yield from self._above(groups, [h[1] for h in horizons])
-        return [int(n) for n in cards], lowest, active, alive
+        self, groups: list[GroupKeys], horizons: list[tuple[int, int]], skipped: list[Skipped]
+    ) -> Plan[list[tuple[int, int, int] | None]]:
+        """Each group's active, stale and expired consumers (``ZCARD`` and ``ZCOUNT``s,
+        O(log n) a group); None for a group set aside in `skipped` (data it cannot read)."""
+        cards = yield from self._sound(
+            groups, [Command("ZCARD", (gk.hb,)) for gk in groups], skipped
+        )
+        active = yield from self._above(groups, [h[0] for h in horizons], skipped)
+        alive = yield from self._above(groups, [h[1] for h in horizons], skipped)
+        return [
+            None if card is None or a is None or b is None else (a, b - a, int(card) - b)
+            for card, a, b in zip(cards, active, alive, strict=True)
+        ]
 
     def group_page(
         self,
@@ -1355,11 +1603,13 @@ class Planner:
 
     def _group_names(self, queue: str | None) -> Plan[list[tuple[str, str]]]:
         found: list[tuple[str, str]] = []
-        after: str | None = None
+        skipped: list[Skipped] = []
+        after: Any = None
         while True:
-            groups, after = yield from self._listed(queue, None, after)
+            groups, after = yield from self._listed(queue, None, after, skipped)
             found += [(gk.queue, gk.group) for gk in groups]
             if after is None:
+                _report(skipped)
                 return sorted(found)
 
     def group_order(self, queue: str, group: str) -> str:
@@ -1380,7 +1630,8 @@ class Planner:
         ttl_ms: int | None,
     ) -> Plan[GroupsPage]:
         now = yield from self._now(now_ns)
-        declared = yield from self._expected()
+        skipped: list[Skipped] = []
+        declared = yield from self._expected(skipped)
         lonely = sorted(
             (self.keys.group(q, g) for q, g in declared if queue is None or q == queue),
             key=attrgetter("member"),
@@ -1401,8 +1652,13 @@ class Planner:
                 bottom = low if bound is None or (queue and bound < low[1:]) else f"({bound}"
                 command = Command("ZRANGEBYLEX", (self.keys.groups, bottom, high, "LIMIT", 0, step))
             (members,) = yield [command]
-            listed = [self.keys.from_member(member) for member in members]
-            last = listed[-1].member if len(listed) == step else None  # None: the index's end
+            listed = []
+            for member in members:
+                try:
+                    listed.append(self.keys.from_member(member))
+                except PresenceDataError as error:
+                    skipped.append(Skipped(_text(member), str(error)))
+            last = _text(members[-1]) if len(members) == step else None  # None: the end
             seen = {gk.member for gk in listed}
             alone = [
                 gk
@@ -1424,18 +1680,19 @@ class Planner:
             while wanted and len(picked) <= limit:
                 chunk, wanted = wanted[: limit + 1 - len(picked)], wanted[limit + 1 - len(picked) :]
                 tracked = [gk for gk in chunk if gk.member in seen]
-                counted: dict[str, tuple[int, int, int]] = {}
+                counted: dict[str, tuple[int, int, int] | None] = {}
                 if tracked:
                     ttls = yield from self._ttls_for(tracked, ttl_ms)
                     horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
-                    cards, _, active, alive = yield from self._tally(tracked, horizons)
-                    for gk, card, a, b in zip(tracked, cards, active, alive, strict=True):
-                        counted[gk.member] = (a, b - a, card - b)
+                    found = yield from self._tally(tracked, horizons, skipped)
+                    counted.update(zip((gk.member for gk in tracked), found, strict=True))
                 for gk in chunk:
+                    if gk.member in counted and counted[gk.member] is None:
+                        continue  # set aside: its data cannot be read
                     row = GroupPresence.of(
                         gk.queue,
                         gk.group,
-                        *counted.get(gk.member, (0, 0, 0)),
+                        *(counted.get(gk.member) or (0, 0, 0)),
                         declared.get((gk.queue, gk.group)),
                     )
                     if match is None or match(row):
@@ -1443,6 +1700,7 @@ class Planner:
             if len(picked) > limit or last is None:
                 break
             bound = last
+        _report(skipped)
         shown = picked[:limit]
         return GroupsPage(shown[::-1] if reverse else shown, len(picked) > limit)
 
@@ -1591,15 +1849,64 @@ class Planner:
         now_ns: int | None = None,
         queue: str | None = None,
         group: str | None = None,
-    ) -> Plan[tuple[list[PresenceEvent], str]]:
-        """Every event after `cursor` up to `now_ns` (the server clock when None), in
-        `events.event_order`, and the cursor to go on from; `cursor` None starts now (no
-        events). Time-driven events (stale, expired) use each group's shared TTL. Raises
-        `PresenceResyncRequired` when the log was trimmed past the cursor."""
+        limit: int = DEFAULT_CHANGES_LIMIT,
+    ) -> Plan[Changes]:
+        """The events after `cursor` up to `now_ns` (the server clock when None), in
+        `events.order`, at most about `limit` of them (a log entry is never split), and the
+        cursor to go on from (`Changes`: ``events, cursor = ...``; its ``more`` says the
+        window is not done, so the caller should ask again at once); `cursor` None starts now
+        (no events). Time-driven events (stale, expired) use each group's shared TTL. Raises
+        `PresenceResyncRequired` when the log was trimmed past the cursor or the data it was
+        read from was lost (another epoch); a cursor that is not one `changes` returned for
+        this filter is a `ValueError`."""
         now = check_now_ns(now_ns)
         queue, group = check_filter("queue", queue), check_filter("group", group)
+        most = check_changes_limit(limit)
         since = None if cursor is None else Cursor.decode(cursor)
-        return self._changes(since, now, queue, group)
+        if since is not None:
+            check_cursor_filter(since, self.keys.prefix, queue, group)
+        return self._changes(since, now, queue, group, most)
+
+    def rows_of(
+        self, keys: Iterable[tuple[str, str, str]]
+    ) -> Plan[tuple[int, list[ConsumerPresence]]]:
+        """The server clock and the current rows, at it, of the named `(queue, group,
+        consumer)` that are still tracked, under each group's shared TTL (what a live view
+        re-reads of the rows it shows: events carry no beat of an active consumer). One
+        ``HMGET`` per group and `Limits.consumers` names, in one round trip."""
+        by_group: dict[tuple[str, str], list[str]] = {}
+        for queue, group, consumer in keys:
+            checked = check_consumer_key(queue, group, consumer)
+            by_group.setdefault(checked[:2], []).append(checked[2])
+        return self._rows_of(by_group)
+
+    def _rows_of(
+        self, by_group: dict[tuple[str, str], list[str]]
+    ) -> Plan[tuple[int, list[ConsumerPresence]]]:
+        (clock,) = yield [Command("TIME", node_key=self.keys.groups)]
+        now = server_now_ns(*clock)
+        if not by_group:
+            return now, []
+        groups = [self.keys.group(*name) for name in by_group]
+        ttls = yield from self._shared_ttls(groups)
+        most = self.limits.consumers
+        asked = [
+            (gk, names[start : start + most])
+            for gk, names in zip(groups, by_group.values(), strict=True)
+            for start in range(0, len(names), most)
+        ]
+        replies = yield [Command("HMGET", (gk.data, *names)) for gk, names in asked]
+        tables: dict[GroupKeys, dict[Any, Any]] = {}
+        for (gk, names), values in zip(asked, replies, strict=True):
+            table = tables.setdefault(gk, {})
+            for name, value in zip(names, values, strict=True):
+                if value is not None:  # a field spelled as the reply is (bytes or str)
+                    table[name.encode() if isinstance(value, bytes) else name] = value
+        out: list[ConsumerPresence] = []
+        for gk, ttl in zip(groups, ttls, strict=True):
+            columns = stored_columns(gk, tables.get(gk, {}))
+            out += ConsumerPresence.columns(gk.queue, gk.group, *columns, now_ns=now, ttl_ms=ttl)
+        return now, out
 
     def snapshot_cursor(
         self, *, queue: str | None = None, group: str | None = None
@@ -1610,82 +1917,139 @@ class Planner:
         return self._snapshot_cursor(queue, group)
 
     def _snapshot_cursor(self, queue: str | None, group: str | None) -> Plan[FollowSnapshot]:
-        _, cursor = yield from self._changes(None, None, queue, group)
+        _, cursor = yield from self._changes(None, None, queue, group, DEFAULT_CHANGES_LIMIT)
         now = Cursor.decode(cursor).now_ns
         rows = yield from self._collect(self.iter_snapshot(now, None, queue=queue, group=group))
         return FollowSnapshot(rows, cursor, now)
 
     def _changes(
-        self, since: Cursor | None, now_ns: int | None, queue: str | None, group: str | None
-    ) -> Plan[tuple[list[PresenceEvent], str]]:
-        (clock,) = yield [Command("TIME", node_key=self.keys.events)]
+        self,
+        since: Cursor | None,
+        now_ns: int | None,
+        queue: str | None,
+        group: str | None,
+        limit: int,
+    ) -> Plan[Changes]:
+        # The epoch marker lives in the slot of the event index: TIME and GET go to one node.
+        clock, marker = yield [
+            Command("TIME", node_key=self.keys.events),
+            Command("GET", (self.keys.epoch,)),
+        ]
+        epoch = None if marker is None else _text(marker)
         server_ns = server_now_ns(*clock)
         server_ms = server_ns // NS_PER_MS
         now = server_ns if now_ns is None else now_ns
         if since is None:
             ends = yield from self._log_ends(server_ms, queue)
-            return [], Cursor(now, server_ms, ends).encode()
+            return Changes(
+                [], Cursor(now, server_ms, ends, epoch, self.keys.prefix, queue, group).encode()
+            )
+        check_epoch(since, epoch)
+        if since.server_ms > server_ms + LOG_LAG_MS:
+            raise ValueError(
+                f"cursor is not one that changes() returned: its position ({since.server_ms} ms) "
+                f"is ahead of the server clock ({server_ms} ms)"
+            )
         if server_ms - since.server_ms > EVENT_LOG_TTL_MS - LOG_LAG_MS:
             raise PresenceResyncRequired(
                 "this cursor is older than the event logs last: take a fresh snapshot() and a "
                 "fresh cursor (changes(None))"
             )
-        events, positions = yield from self._logged(since, server_ms, queue, group)
-        if now > since.now_ns:
-            events += yield from self._crossed(since.now_ns, now, queue, group)
-        return sorted_events(events), Cursor(max(now, since.now_ns), server_ms, positions).encode()
+        at = since.window or Window(max(now, since.now_ns), server_ms, {}, ("", ""), None)
+        events: list[Ordered] = []
+        recent = dict(at.recent)
+        step: Window | None = at
+        if at.log is not None:
+            step = yield from self._logged(since, at, recent, events, queue, group, limit)
+        if step is not None and step.derived is not None and at.now_ns > since.now_ns:
+            step = yield from self._crossed(since.now_ns, step, events, queue, group, limit)
+        else:
+            step = step if step is not None and step.log is not None else None
+        if step is not None:
+            middle = Cursor(
+                since.now_ns,
+                since.server_ms,
+                since.positions,
+                epoch,
+                self.keys.prefix,
+                queue,
+                group,
+            )
+            cursor = middle._replace(window=step._replace(recent=recent))
+            return Changes(sorted_events(events), cursor.encode(), True)
+        # Places still within the lag that this window did not move keep their value.
+        for log_queue, kept in since.positions.items():
+            if log_queue not in recent and stream_id(kept)[0] >= at.server_ms - LOG_LAG_MS:
+                recent[log_queue] = kept
+        after = Cursor(at.now_ns, at.server_ms, recent, epoch, self.keys.prefix, queue, group)
+        return Changes(sorted_events(events), after.encode())
 
     def _logged(
-        self, since: Cursor, server_ms: int, queue: str | None, group: str | None
-    ) -> Plan[tuple[list[Ordered], dict[str, str]]]:
-        """The logged events after the cursor's place in each log, and the places to keep."""
+        self,
+        since: Cursor,
+        at: Window,
+        recent: dict[str, str],
+        events: list[Ordered],
+        queue: str | None,
+        group: str | None,
+        limit: int,
+    ) -> Plan[Window | None]:
+        """The logged events after the cursor's place in each log, up to the window's
+        millisecond, a log at a time in the order of their queues, into `events` until it
+        holds `limit`; the places within the lag go into `recent`. Returns where the window
+        stands then: in a log (not done), at the derived events (the logs are done), or None
+        (the logs are done and the window needs no derived events)."""
+        assert at.log is not None
         oldest = since.server_ms - LOG_LAG_MS
-        logs = yield from self._recent_logs(oldest, queue)
-        events: list[Ordered] = []
-        positions: dict[str, str] = {}
-        pending = {log: self._log_start(log, since, oldest) for log in logs}
-        checked: set[str] = set()
-        while pending:
-            order = list(pending)
+        listed = yield from self._recent_logs(oldest, queue)
+        logs = sorted((self.keys.queue_of_events(log), log) for log in set(listed))
+        reached, after = at.log
+        logs = [(q, log) for q, log in logs if q >= reached]
+        most = min(self.limits.consumers, limit)
+        while logs:
+            batch = logs[: self.limits.groups]
+            starts = [
+                f"({after}" if q == reached and after else self._log_start(log, since, oldest)
+                for q, log in batch
+            ]
             replies = yield [
-                Command("XRANGE", (log, pending[log], "+", "COUNT", self.limits.consumers))
-                for log in order
+                Command("XRANGE", (log, start, str(at.server_ms), "COUNT", most))
+                for (_, log), start in zip(batch, starts, strict=True)
             ]
             fresh = [
-                log
-                for log, entries in zip(order, replies, strict=True)
-                if entries and log not in checked
+                (log, start)
+                for (_, log), start, entries in zip(batch, starts, replies, strict=True)
+                if entries
             ]
             if fresh:  # was the log trimmed past where this reader goes on?
-                infos = yield [Command("XINFO STREAM", (log,)) for log in fresh]
-                for log, info in zip(fresh, infos, strict=True):
-                    checked.add(log)
-                    if _trimmed_past(info, pending[log]):
+                infos = yield [Command("XINFO STREAM", (log,)) for log, _ in fresh]
+                for (log, start), info in zip(fresh, infos, strict=True):
+                    if _trimmed_past(info, start):
                         raise PresenceResyncRequired(
                             f"the event log {log} was trimmed past this cursor: take a fresh "
                             "snapshot() and a fresh cursor (changes(None))"
                         )
-            going_on: dict[str, str] = {}
-            for log, entries in zip(order, replies, strict=True):
-                log_queue = self.keys.queue_of_events(log)
+            for (log_queue, _), entries in zip(batch, replies, strict=True):
+                last = ""
                 for entry_id, fields in entries:
+                    last = _text(entry_id)
                     for item in logged_events(self.keys, log_queue, entry_id, fields):
                         if group is None or item[1].group == group:
                             events.append(item)
-                if entries:
-                    last = _text(entries[-1][0])
-                    if stream_id(last)[0] >= server_ms - LOG_LAG_MS:
-                        positions[log_queue] = last
-                    if len(entries) == self.limits.consumers:
-                        going_on[log] = f"({last}"
-            pending = going_on
-        # Places still within the lag that this read did not move keep their value.
-        for log in logs:
-            log_queue = self.keys.queue_of_events(log)
-            kept = since.positions.get(log_queue)
-            if log_queue not in positions and kept and stream_id(kept)[0] >= server_ms - LOG_LAG_MS:
-                positions[log_queue] = kept
-        return events, positions
+                    if stream_id(last)[0] >= at.server_ms - LOG_LAG_MS:
+                        recent[log_queue] = last
+                    if len(events) >= limit:
+                        return at._replace(log=(log_queue, last))
+                if len(entries) == most:  # more of this log: go on from its last entry
+                    reached, after = log_queue, last
+                    break
+            else:
+                reached, after = "", ""
+                done = {q for q, _ in batch}
+                logs = [(q, log) for q, log in logs if q not in done]
+                continue
+            logs = [(q, log) for q, log in logs if q >= reached]
+        return at._replace(log=None, derived=("", 0, 0, 0))
 
     def _recent_logs(self, oldest_ms: int, queue: str | None) -> Plan[list[str]]:
         """The event logs with an event since `oldest_ms` (one queue's, when given)."""
@@ -1731,49 +2095,80 @@ class Planner:
         return f"({entry}" if entry else f"{max(oldest, 0)}-0"
 
     def _crossed(
-        self, since_ns: int, now_ns: int, queue: str | None, group: str | None
-    ) -> Plan[list[Ordered]]:
-        """The stale and expired events of ``(since_ns, now_ns]``, derived from each group's
-        sorted set: a consumer whose last beat, shifted by the horizon, lies in the window."""
-        events: list[Ordered] = []
-        most = self.limits.consumers
-        after: str | None = None
+        self,
+        since_ns: int,
+        at: Window,
+        events: list[Ordered],
+        queue: str | None,
+        group: str | None,
+        limit: int,
+    ) -> Plan[Window | None]:
+        """The stale and expired events of ``(since_ns, at.now_ns]``, derived from each
+        group's sorted set (a consumer whose last beat, shifted by the horizon, lies in the
+        window), a group at a time in the order of the index, into `events` until it holds
+        `limit`. Returns where the window stands then, or None when it is done."""
+        assert at.derived is not None
+        member, kind_at, score_at, skip_at = at.derived
+        most = min(self.limits.consumers, limit)
+        kinds = (EventKind.STALE, EventKind.EXPIRED)
+        skipped: list[Skipped] = []
         while True:
-            groups, after = yield from self._listed(queue, group, after)
+            groups, going_on = yield from self._listed(
+                queue, group, None, skipped, start=member or None
+            )
             ttls = yield from self._ttls_for(groups, None)
-            # (group, kind, ttl, low, high, offset) for each window still being read
-            reads = [
-                (gk, kind, ttl, *window(kind, since_ns, now_ns, ttl), 0)
-                for gk, ttl in zip(groups, ttls, strict=True)
-                for kind in (EventKind.STALE, EventKind.EXPIRED)
+            # (group, kind number, ttl, low, high, first score, how many at it to skip), in
+            # the order events are given: a round reads them all at once, and the first
+            # that has more than a page (or the limit) is where the next round goes on.
+            reads = []
+            for gk, ttl in zip(groups, ttls, strict=True):
+                for number, kind in enumerate(kinds):
+                    here = gk.member == member
+                    if here and number < kind_at:
+                        continue
+                    low, high = window(kind, since_ns, at.now_ns, ttl)
+                    resumed = here and number == kind_at and skip_at > 0
+                    first, skip = (score_at, skip_at) if resumed else (low // 1_000, 0)
+                    reads.append((gk, number, ttl, low, high, first, skip))
+            found = yield [
+                Command(
+                    "ZRANGEBYSCORE",
+                    (gk.hb, first, high // 1_000, "WITHSCORES", "LIMIT", skip, most),
+                )
+                for gk, _, _, _, high, first, skip in reads
             ]
-            while reads:
-                names = yield [
-                    Command(
-                        "ZRANGEBYSCORE",
-                        (gk.hb, low // 1_000, high // 1_000, "LIMIT", offset, most),
-                    )
-                    for gk, _, _, low, high, offset in reads
-                ]
-                asked = [
-                    (read, list(found)) for read, found in zip(reads, names, strict=True) if found
-                ]
-                values = yield [Command("HMGET", (read[0].data, *found)) for read, found in asked]
-                for (read, found), stored in zip(asked, values, strict=True):
-                    gk, kind, ttl, low, high, _ = read
-                    for consumer, value in zip(found, stored, strict=True):
-                        if value is None:
-                            continue
-                        event = group_event(kind, gk, _text(consumer), value, ttl)
-                        if event is not None and low < heartbeat_of(event) <= high:
-                            events.append(order(event))
-                reads = [
-                    (gk, kind, ttl, low, high, offset + most)
-                    for (gk, kind, ttl, low, high, offset), found in zip(reads, names, strict=True)
-                    if len(found) == most
-                ]
-            if after is None:
-                return events
+            pairs = [[(_text(c), int(float(s))) for c, s in part] for part in found]
+            values = yield [
+                Command("HMGET", (read[0].data, *(c for c, _ in part)))
+                for read, part in zip(reads, pairs, strict=True)
+                if part
+            ]
+            stored = iter(values)
+            for read, part in zip(reads, pairs, strict=True):
+                if not part:
+                    continue
+                gk, number, ttl, low, high, first, skip = read
+                score, ties = first, skip
+                for (consumer, at_score), value in zip(part, next(stored), strict=True):
+                    score, ties = (score, ties + 1) if at_score == score else (at_score, 1)
+                    if value is None:
+                        continue
+                    event = group_event(kinds[number], gk, consumer, value, ttl)
+                    if event is not None and low < heartbeat_of(event) <= high:
+                        events.append(order(event))
+                        if len(events) >= limit:
+                            _report(skipped)
+                            return at._replace(derived=(gk.member, number, score, ties))
+                if len(part) == most:  # more of this one: the next round goes on from it
+                    member, kind_at, score_at, skip_at = gk.member, number, score, ties
+                    break
+            else:
+                if going_on is None:
+                    _report(skipped)
+                    return None
+                # `start` is inclusive: the next page begins after this page's last group
+                after_last = going_on + (b"\x00" if isinstance(going_on, bytes) else "\x00")
+                member, kind_at, score_at, skip_at = after_last, 0, 0, 0
 
     # -- storage ----------------------------------------------------------------------
 
@@ -1831,7 +2226,7 @@ class Planner:
         else:
             keys = [key for gk in groups for key in (gk.hb, gk.data, gk.mark, gk.events)]
         if not self.clustered:
-            keys += (self.keys.groups, self.keys.events)
+            keys += (self.keys.groups, self.keys.events, self.keys.epoch)
         return keys
 
     def _ttls_for(self, groups: list[GroupKeys], ttl_ms: int | None) -> Plan[list[int]]:
@@ -1869,7 +2264,11 @@ class Planner:
         return ttls, (yield from self._shared_stucks(groups))
 
     def _refresh_shared(
-        self, groups: Sequence[GroupKeys], *, ttls: bool = True, stucks: bool = False
+        self,
+        groups: Sequence[GroupKeys],
+        *,
+        ttls: bool = True,
+        stucks: bool = False,
     ) -> Plan[None]:
         """Read, in one batch, the shared TTLs (and with `stucks` the progress budgets) of
         the prefix and of each group that this planner did not read in the last
@@ -1889,11 +2288,26 @@ class Planner:
                 if entry is None or entry[1] < limit:
                     place = self.keys if member is None else self.keys.from_member(member)
                     asks.append((cache, member, getattr(place, kind)))
-        if asks:
-            replies = yield [Command("GET", (key,)) for _, _, key in asks]
+        protocol: list[Request] = []
+        if self._protocol_at is None or self._protocol_at < limit:
+            # The protocol version, with the shared settings (docs/protocol.md): every read
+            # of the settings checks it (and a heartbeat claims it, `_claim`).
+            protocol.append(Command("GET", (self.keys.protocol,)))
+        if asks or protocol:
+            replies = yield [*protocol, *(Command("GET", (key,)) for _, _, key in asks)]
             read_at = self._clock()
-            for (cache, member, key), reply in zip(asks, replies, strict=True):
+            if protocol:
+                _check_protocol(self.keys.protocol, replies[len(protocol) - 1])
+                self._protocol_at = read_at
+            for (cache, member, key), reply in zip(asks, replies[len(protocol) :], strict=True):
                 cache[member] = (_stored_ttl(key, reply), read_at)
+
+    def _claim(self) -> Plan[None]:
+        """After this planner's first beat that wrote: claim the prefix for this protocol
+        version (``SET NX``; once, and never for a beat that was refused)."""
+        if not self._claimed:
+            yield [Command("SET", (self.keys.protocol, PROTOCOL_VERSION, "NX"))]
+            self._claimed = True
 
     def _trusted_until(self, gk: GroupKeys) -> int:  # the TTL cache is refreshed as a whole
         """Until when (monotonic ns) the TTL this planner read for `gk` may be trusted."""
@@ -1913,23 +2327,59 @@ class Planner:
         return server_now_ns(*reply)
 
     def _listed(
-        self, queue: str | None, group: str | None, after: str | None
-    ) -> Plan[tuple[list[GroupKeys], str | None]]:
+        self,
+        queue: str | None,
+        group: str | None,
+        after: Any,
+        skipped: list[Skipped],
+        *,
+        start: Any = None,
+    ) -> Plan[tuple[list[GroupKeys], Any]]:
         """One page of indexed groups (of one queue, or one group) after the member `after`
-        (None: from the first), and the member the next page starts after (None: the last
-        page). One group named by queue and group is read without the index."""
+        (None: from the first), or from the member `start` on, and the member the next page
+        starts after (None: the last page). One group named by queue and group is read
+        without the index. A member this package did not write (a foreign spelling of a
+        name) is set aside in `skipped`."""
         if queue is not None and group is not None:
             return [self.keys.group(queue, group)], None
+        low: Any
         low, high = self.keys.queue_range(queue) if queue is not None else ("-", "+")
         if after is not None:
-            low = f"({after}"
+            low = b"(" + after if isinstance(after, bytes) else f"({after}"
+        elif start is not None:
+            # a member of this listing, so within its range
+            low = b"[" + start if isinstance(start, bytes) else f"[{start}"
         page = self.limits.groups
         (members,) = yield [Command("ZRANGEBYLEX", (self.keys.groups, low, high, "LIMIT", 0, page))]
-        groups = [self.keys.from_member(member) for member in members]
-        last = groups[-1].member if len(groups) == page else None
+        groups = []
+        for member in members:
+            try:
+                groups.append(self.keys.from_member(member))
+            except PresenceDataError as error:
+                skipped.append(Skipped(_text(member), str(error)))
+        last = members[-1] if len(members) == page else None
         if group is not None:
             groups = [gk for gk in groups if gk.group == group]
         return groups, last
+
+    def _sound(
+        self, groups: Sequence[GroupKeys], requests: Sequence[Request], aside: list[Skipped] | None
+    ) -> Plan[list[Any]]:
+        """The replies to `requests` (one per entry of `groups`); with `aside`, a data error
+        (a key of another type) is None in place and its group set aside there."""
+        if aside is None:
+            return (yield list(requests))
+        replies = yield Partial(requests)
+        out: list[Any] = []
+        for gk, reply in zip(groups, replies, strict=True):
+            if isinstance(reply, PresenceDataError):
+                aside.append(Skipped(gk.data, str(reply)))
+                out.append(None)
+            elif isinstance(reply, PresenceError):
+                raise reply
+            else:
+                out.append(reply)
+        return out
 
     def _per_queue(self, groups: list[GroupKeys]) -> list[list[GroupKeys]]:
         """Standalone: one script call for everything; cluster: one per queue (one slot)."""
@@ -1938,6 +2388,20 @@ class Planner:
         if not self.clustered:
             return [groups]
         return [list(part) for _, part in groupby(groups, key=attrgetter("queue"))]
+
+
+def _unique(skipped: list[Skipped]) -> tuple[Skipped, ...]:
+    """What a read set aside, once per key (the first reason found for it)."""
+    return tuple({item.key: item for item in reversed(skipped)}.values())[::-1]
+
+
+def _report(skipped: list[Skipped]) -> None:
+    """One `PresenceDataWarning` for each key a read set aside."""
+    for item in _unique(skipped):
+        warnings.warn(
+            PresenceDataWarning(f"redis-presence set aside {item.key}: {item.reason}"),
+            stacklevel=2,
+        )
 
 
 def _meta_of(
@@ -1954,6 +2418,18 @@ def _meta_of(
 
 def _by_names(item: tuple[GroupKeys, list[ConsumerPresence]]) -> tuple[str, str]:
     return item[0].queue, item[0].group
+
+
+def _chunks(names: list[str], size: int) -> list[list[str]]:
+    return [names[i : i + size] for i in range(0, len(names), size)]
+
+
+def _log_counts(info: Any) -> tuple[int, int]:
+    """``(entries-added, length)`` of a log's ``XINFO STREAM`` (zeros when it is gone)."""
+    if not isinstance(info, dict):
+        return 0, 0
+    fields = {_text(k): v for k, v in info.items()}
+    return int(fields.get("entries-added", 0)), int(fields.get("length", 0))
 
 
 def heartbeat_of(event: PresenceEvent) -> int:
@@ -2000,6 +2476,16 @@ def _stored_min(key: str, name: Any, value: Any) -> int:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _check_protocol(key: str, reply: Any) -> None:
+    """Refuse a prefix whose ``P:protocol`` names another version (none yet is fine: a
+    reader of a prefix no writer of this release claimed)."""
+    if reply is not None and _text(reply) != PROTOCOL_VERSION:
+        raise PresenceProtocolError(
+            f"{key} says this prefix speaks protocol version {_text(reply)!r:.40}; this "
+            f"package speaks version {PROTOCOL_VERSION} (docs/protocol.md)"
+        )
 
 
 def _stored_ttl(key: str, reply: Any) -> int | None:

@@ -32,12 +32,13 @@ from .errors import (
     translate,
 )
 from .events import (
+    DEFAULT_CHANGES_LIMIT,
     DEFAULT_EVENTS_KEPT,
     DEFAULT_FOLLOW_INTERVAL_S,
+    Changes,
     Cursor,
     FollowCursor,
     FollowMessage,
-    PresenceEvent,
     check_interval_s,
 )
 from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence, GroupPresence, GroupsPage
@@ -339,10 +340,13 @@ class RedisPresenceRegistry(Executor):
         now_ns: int | None = None,
         queue: str | None = None,
         group: str | None = None,
-    ) -> tuple[list[PresenceEvent], str]:
+        limit: int = DEFAULT_CHANGES_LIMIT,
+    ) -> Changes:
         """Every event after `cursor` up to `now_ns`, and the cursor to go on from (see
         `Planner.changes`); `cursor` None starts now."""
-        return self.execute(self.plans.changes(cursor, now_ns=now_ns, queue=queue, group=group))
+        return self.execute(
+            self.plans.changes(cursor, now_ns=now_ns, queue=queue, group=group, limit=limit)
+        )
 
     def migrate(self) -> int:
         """Move the index of release 0.1 into this release's (see `Planner.migrate`)."""
@@ -374,8 +378,9 @@ class RedisPresenceRegistry(Executor):
                 while True:
                     if wait:
                         time.sleep(interval)
-                    wait = True
-                    events, cursor = self.changes(cursor, queue=queue, group=group)
+                    page = self.changes(cursor, queue=queue, group=group)
+                    events, cursor = page
+                    wait = not page.more  # a window given in pages goes on at once
                     yield from events
                     yield FollowCursor(cursor, Cursor.decode(cursor).now_ns)
             except PresenceResyncRequired:

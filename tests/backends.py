@@ -153,14 +153,13 @@ def raw_client(request: pytest.FixtureRequest, backend: str) -> Any:
 
 
 def without_logs(keys: Any) -> list[bytes]:
-    """The keys that are not event logs (``P:{Q}:events``) nor their index (``P:events``):
+    """The keys that are not event logs (``P:{Q}:events``), their index (``P:events``), the
+    epoch marker (``P:{P:events}:epoch``) nor the prefix's protocol version (``P:protocol``):
     a queue's log outlives its last consumer (readers of `changes` must still see who left)
-    and expires a day after its last event."""
-    return sorted(
-        k
-        for k in keys
-        if not (k.endswith(b":events") if isinstance(k, bytes) else k.endswith(":events"))
-    )
+    and expires a day after its last event; the marker stays (readers tell data loss by it),
+    and the version stays as long as the prefix is used."""
+    ends = (":events", "events}:epoch", ":protocol")
+    return sorted(k for k in keys if not (k.decode() if isinstance(k, bytes) else k).endswith(ends))
 
 
 def all_keys(client: Any) -> list[Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import subprocess
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -25,6 +26,7 @@ from redis_presence import (
     ConsumerPresence,
     PresenceBatchError,
     PresenceDataError,
+    PresenceDataWarning,
     PresenceReporter,
     RedisPresenceRegistry,
 )
@@ -202,18 +204,19 @@ def test_every_operation_on_the_bad_group_alone_changes_nothing(
     registry = make_registry(request, backend)
     seed(registry, client, corruption)
     before = dump(client)
+    # (A fleet read sets the group aside instead: test_a_fleet_read_sets_the_bad_group_aside.)
     calls: dict[str, Callable[[], object]] = {
         "heartbeat": lambda: registry.heartbeat("bad", "g", "w", now_ns=T0),
         "deregister": lambda: registry.deregister("bad", "g", "w", now_ns=T0),
-        "snapshot": lambda: registry.snapshot(now_ns=T0),
         "snapshot of the group": lambda: registry.snapshot(now_ns=T0, queue="bad", group="g"),
-        "iter_snapshot": lambda: list(registry.iter_snapshot(now_ns=T0)),
     }
     if corruption.field is None and corruption.key != BAD.data:
         # A reader never reads a log, and meets the sorted set only in the counts.
-        del calls["snapshot"], calls["snapshot of the group"], calls["iter_snapshot"]
+        del calls["snapshot of the group"]
         if corruption.key == BAD.hb:
-            calls["count_active_by_group"] = lambda: registry.count_active_by_group(now_ns=T0)
+            calls["count_active_by_group"] = lambda: registry.count_active_by_group(
+                now_ns=T0, queue="bad", group="g"
+            )
     if corruption.key == BAD.events:
         del calls["heartbeat"]  # "w" is active: its beat logs nothing, so never meets the log
     for name, call in calls.items():
@@ -221,6 +224,43 @@ def test_every_operation_on_the_bad_group_alone_changes_nothing(
             call()
         assert dump(client) == before, name
         RUN_COUNTS["bad data: refusals confined to their own group"] += 1
+
+
+def test_a_fleet_read_sets_the_bad_group_aside_and_reads_every_other(
+    request: pytest.FixtureRequest, backend: str, corruption: Corruption
+) -> None:
+    """Issue 23, item 3: a fleet-wide read warns about the bad group (naming its key), lists
+    it in `skipped`, and reads every other group; it writes nothing."""
+    client = raw_client(request, backend)
+    registry = make_registry(request, backend)
+    seed(registry, client, corruption)
+    before = dump(client)
+    # A reader never reads a log, and meets the sorted set only in the counts.
+    reads_it = corruption.field is not None or corruption.key == BAD.data
+    counts_it = corruption.field is None and corruption.key == BAD.hb
+    good = {(q, g, "old") for q, g in GOOD}
+    with pytest.warns(PresenceDataWarning, match=re.escape(BAD.data)) as caught:  # noqa: PT031
+        rows = registry.snapshot(now_ns=T0)
+        streamed = list(registry.iter_snapshot(now_ns=T0))
+        counts = registry.count_active_by_group(now_ns=T0, ttl_ms=10)
+        size = len(registry)
+        groups = registry.groups(now_ns=T0, ttl_ms=10)
+        if not (reads_it or counts_it):
+            warnings.warn(PresenceDataWarning(BAD.data), stacklevel=1)  # this one reads it all
+    assert all(BAD.data in str(w.message) for w in caught)
+    assert {row.key for row in rows} == {row.key for row in streamed}
+    assert {row.key for row in rows} >= good
+    assert ("bad", "g", "w") not in {row.key for row in rows} or not reads_it
+    if reads_it:
+        assert [s.key for s in getattr(rows, "skipped", [BAD.data])] == [BAD.data]
+    assert set(counts) >= {(q, g) for q, g in GOOD}
+    assert ("bad", "g") not in counts or not counts_it
+    if counts_it:
+        assert [s.key for s in getattr(counts, "skipped", [BAD.data])] == [BAD.data]
+        assert size == len(GOOD)
+    assert {(g.queue, g.group) for g in groups} >= set(GOOD)
+    assert dump(client) == before
+    RUN_COUNTS["bad data: fleet reads that set one group aside"] += 1
 
 
 def test_a_prune_removes_every_other_group_s_expired_and_names_the_bad_one(
@@ -304,7 +344,21 @@ def test_the_cli_names_the_key_and_exits_5(
     corruption = CORRUPTIONS[name]
     seed(RedisPresenceRegistry(client), client, corruption)
     before = dump(client)
-    for argv in (["heartbeat", "bad", "g", "w"], ["ls"], ["deregister", "bad", "g", "w"]):
+    done = subprocess.run(
+        cli_argv("--url", redis_url, "ls", "--format", "json"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    # A fleet read sets the group aside with one warning line naming the key, and lists the rest.
+    assert done.returncode == 0, done.stderr
+    (warning,) = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert warning.startswith("redis-presence: warning: redis-presence set aside presence:{bad}")
+    assert "Traceback" not in done.stderr
+    assert '"orders"' in done.stdout
+    for argv in (["heartbeat", "bad", "g", "w"], ["deregister", "bad", "g", "w"]):
         done = subprocess.run(
             cli_argv("--url", redis_url, *argv),
             cwd=ROOT,

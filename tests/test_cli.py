@@ -696,9 +696,10 @@ def test_strict_reader_role_reads_with_or_without_read_only(
 
 
 def test_readme_documents_every_exit_code() -> None:
-    """The README's exit-code table names exactly the codes the CLI's errors use."""
-    readme = (Path(redis_presence.__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("### Errors and exit codes") :]
+    """The CLI guide's exit-code table names exactly the codes the CLI's errors use."""
+    guide = Path(redis_presence.__file__).resolve().parents[1] / "docs" / "cli.md"
+    readme = guide.read_text(encoding="utf-8")
+    section = readme[readme.index("## Errors and exit codes") :]
     table = section[: section.index("```")]
     documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.M)}
     pending = [CliError]

@@ -9,6 +9,7 @@ terminal, a pipe or /dev/full is.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import socket
@@ -358,10 +359,16 @@ def test_watch_rides_out_an_outage_and_carries_on(backend: Backend) -> None:
     assert result.exit_code == 0, result.output
     assert made[0].reads == 6
     assert result.stdout.count("redis-presence watch") == 3  # reads 0, 4 and 5
-    assert result.stderr.splitlines() == [
-        "watch: cannot reach Redis: Error 111 connecting. Refused.; retrying",
-        "watch: Redis is back after 0s",
-    ]
+    down, back = result.stderr.splitlines()
+    assert re.fullmatch(
+        r"watch: Redis unreachable since \d\d:\d\d:\d\d: cannot reach Redis: Error 111 "
+        r"connecting\. Refused\.; the table is as read at \d\d:\d\d:\d\d; retrying",
+        down,
+    )
+    assert re.fullmatch(
+        r"watch: Redis is back after 0s \(unreachable since \d\d:\d\d:\d\d\): reading it again",
+        back,
+    )
 
 
 def test_watch_ends_with_the_error_when_its_last_read_fails(backend: Backend) -> None:
@@ -414,6 +421,6 @@ def test_watch_survives_a_real_redis_restart(make_redis_server: MakeRedisServer)
             proc.send_signal(signal.SIGINT)
             code = proc.wait(timeout=30)
     assert code == 0
-    assert errors[0].startswith("watch: cannot reach Redis")
+    assert errors[0].startswith("watch: Redis unreachable since")
     assert errors[1].startswith("watch: Redis is back after")
     assert len(errors) == 2, errors

@@ -49,9 +49,11 @@ def on_terminal(
     env: dict[str, str] | None = None,
     when: tuple[str, Callable[[], None]] | None = None,
     timeout_s: float = 60,
+    exit_code: int = 0,
 ) -> str:
-    """Run the CLI on a `columns` x `rows` pseudo-terminal until it exits; return what it
-    printed, escapes removed. `when=(text, action)` runs `action` once `text` was printed."""
+    """Run the CLI on a `columns` x `rows` pseudo-terminal until it exits (with
+    `exit_code`); return what it printed, escapes removed. `when=(text, action)` runs
+    `action` once `text` was printed."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     clean = ("REDIS_PRESENCE", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TTY_")
@@ -81,7 +83,7 @@ def on_terminal(
                 break
             chunks.append(data)
         output = b"".join(chunks).decode(errors="replace")
-        assert proc.wait(timeout=10) == 0, output
+        assert proc.wait(timeout=10) == exit_code, output
     finally:
         if proc.poll() is None:
             proc.kill()

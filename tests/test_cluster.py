@@ -27,6 +27,7 @@ from redis_presence import (
     PresenceBatchError,
     PresenceConfigError,
     PresenceDataError,
+    PresenceDataWarning,
     PresenceError,
     RedisPresenceRegistry,
 )
@@ -235,8 +236,9 @@ def test_per_queue_scripts_go_in_one_pipeline_per_node(
     spy.pipelines = 0
     assert registry.prune_expired(now_ns=T0 + 3_600_000 * MS) == len(beats)
     # prune.lua in one pipeline per node, then the re-checks of the emptied groups (EXISTS)
-    # likewise; the index's SREM goes on its own to the index's node.
-    assert spy.pipelines == 6
+    # likewise; the index's SREM goes on its own to the index's node, and the event index's
+    # ZADD with the epoch marker's SET NX (one slot) in one pipeline.
+    assert spy.pipelines == 7
     assert spy.single_calls == []
     assert without_logs(all_keys(cluster_client)) == []
 
@@ -296,8 +298,11 @@ def test_foreign_data_in_one_queue_costs_that_queue_only(
     foreign = Keyspace("presence").group(queues[1], "g").hb
     cluster_client.delete(foreign)
     cluster_client.rpush(foreign, "written by another program")
+    with pytest.warns(PresenceDataWarning, match=f"WRONGTYPE.*key {re.escape(foreign)}, ZCOUNT"):
+        counts = registry.count_active_by_group(now_ns=T0)
+    assert counts == {(q, "g"): 1 for q in queues if q != queues[1]}  # the others, read
     with pytest.raises(PresenceDataError, match=f"WRONGTYPE.*key {re.escape(foreign)}, ZCOUNT"):
-        registry.count_active_by_group(now_ns=T0)
+        registry.count_active_by_group(now_ns=T0, queue=queues[1], group="g")
     with pytest.raises(PresenceBatchError) as batch:
         registry.heartbeat_many([(q, "g", "d", 2) for q in queues], now_ns=T0 + 1)
     assert list(batch.value.failed) == [(queues[1], "g")]

@@ -110,6 +110,7 @@ def test_a_healthy_deployment_has_nothing_wrong(healthy: RedisServer) -> None:
         "latency": Status.OK,
         "replication": Status.OK,
         "legacy-index": Status.OK,
+        "undecodable": Status.OK,
     }
     assert (
         found["persistence"].summary == "AOF is on (appendfsync everysec): a restart keeps presence"
@@ -129,7 +130,7 @@ def test_cli_doctor_prints_each_finding_and_exits_0_when_nothing_is_wrong(
     assert lines[0] == f"redis-presence doctor: prefix 'presence' at {healthy.url}"
     assert lines[-1] == "nothing wrong found"
     findings = [line for line in lines[1:-1] if not line.startswith(" ")]  # not wrapped
-    assert [line.split()[0] for line in findings] == ["OK"] * 10
+    assert [line.split()[0] for line in findings] == ["OK"] * 11
     assert result.stderr == ""
     as_json = invoke(["--url", healthy.url, "doctor", "--format", "json"])
     report = json.loads(as_json.stdout)
@@ -446,6 +447,45 @@ def test_a_leftover_0_1_index_is_a_warning_until_migrated(acl_server: RedisServe
         assert "presence:index, the index of release 0.1, exists" in seen.summary
     assert invoke(["--url", acl_server.url, "migrate"]).exit_code == 0
     assert findings_of(acl_server)["legacy-index"].status is Status.OK
+
+
+def test_a_key_no_read_can_decode_is_a_warning_naming_it(acl_server: RedisServer) -> None:
+    """Issue 23, item 3: a queue named by JavaScript's encodeURIComponent ("x!y" left
+    unescaped) and a hand-spoilt value: doctor names both keys; the CLI's counts read the
+    rest and warn on one line each."""
+    foreign = "presence:{x!y}:g:c"
+    with client_of(acl_server) as admin:
+        admin.zadd("presence:groups", {foreign: 0})
+        admin.zadd("presence:{x!y}:g:hb", {"w": T0 // 1_000})
+        admin.hset(foreign, "w", f"{T0} {T0} 1")
+        admin.hset("presence:{orders}:billing:c", "spoilt", "garbage")
+        before = dump(admin)
+    found = findings_of(acl_server)["undecodable"]
+    assert found.status is Status.WARN
+    assert foreign in found.summary
+    assert "presence:{orders}:billing:c" in found.summary
+    assert "encodeURIComponent" in found.advice
+    reader = findings_of(acl_server, username=READER_USER, password=READER_PASSWORD)
+    assert reader["undecodable"].status is Status.WARN
+    broker = findings_of(acl_server, username=BROKER_USER, password=BROKER_PASSWORD)
+    assert broker["undecodable"].status is Status.SKIP  # a broker may not read the index
+    with client_of(acl_server) as admin:
+        admin.hdel("presence:{orders}:billing:c", "spoilt")
+        RedisPresenceRegistry(admin).heartbeat("mail", "send", "w2", 1, now_ns=T0)
+    result = invoke(["--url", acl_server.url, "counts", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"orders": {"billing": 1}, "mail": {"send": 1}} or (
+        '"billing"' in result.stdout and '"send"' in result.stdout
+    )
+    lines = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert lines == [
+        f"redis-presence: warning: redis-presence set aside {foreign}: the index "
+        f"presence:groups holds a member this package did not write: '{foreign}'"
+    ], result.stderr
+    with client_of(acl_server) as admin:
+        assert {k: v for k, v in dump(admin).items() if b"x!y" in k} == {
+            k: v for k, v in before.items() if b"x!y" in k
+        }
 
 
 # -- latency ------------------------------------------------------------------------------

@@ -99,15 +99,25 @@ class EventsMachine(RuleBasedStateMachine):
         for key in [k for k, at in self.beats.items() if age_ms(self.now, at) > 2 * TTL]:
             del self.beats[key]
 
-    @rule()
-    def changes(self) -> None:
-        events, self.cursor = self.registry.changes(self.cursor, now_ns=self.now)
-        previous = 0
-        for event in events:
-            self.check_instant(event)
-            assert previous <= event.at_ns, f"out of order: {events}"
-            previous = event.at_ns
-            self.apply(event)
+    @rule(limit=st.sampled_from([None, 1, 2, 5]))
+    def changes(self, limit: int | None) -> None:
+        """One read, or (with `limit`) a window in pages, each applied as it comes: each
+        page in order, and each consumer's events in order across pages."""
+        more, pages = True, 0
+        while more:
+            options = {} if limit is None else {"limit": limit}
+            page = self.registry.changes(self.cursor, now_ns=self.now, **options)
+            events, self.cursor = page
+            more = bool(getattr(page, "more", False))
+            pages += 1
+            assert pages < 500
+            assert limit is None or not more or len(events) >= limit
+            previous = 0
+            for event in events:
+                self.check_instant(event)
+                assert previous <= event.at_ns, f"out of order: {events}"
+                previous = event.at_ns
+                self.apply(event)
         expected = {
             row.key: (row.registered_at_ns, row.state)
             for row in self.registry.snapshot(now_ns=self.now)

@@ -234,10 +234,11 @@ def test_on_a_cluster_a_lost_deregister_leaves_at_most_an_index_entry_prune_remo
 
 
 def test_the_readme_says_what_a_caller_sees_after_a_lost_reply() -> None:
-    """What the tests above show, as the README's production section tells it."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    start = readme.index("### Lost replies: deregister and prune are safe to retry")
-    section = " ".join(readme[start : readme.index("\n### ", start + 1)].split())
+    """What the tests above show, as the production page tells it."""
+    page = Path(__file__).resolve().parent.parent / "docs" / "production.md"
+    readme = page.read_text(encoding="utf-8")
+    start = readme.index("## Lost replies: deregister and prune are safe to retry")
+    section = " ".join(readme[start : readme.index("\n## ", start + 1)].split())
     for words in (
         "`deregister` and `prune_expired` raise `PresenceConnectionError`, although",
         "`deregister` returns `False`",

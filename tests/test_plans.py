@@ -65,25 +65,31 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
     planner = Planner("präsenz", clustered=clustered, encode=ENCODERS[encoding])
     sha = script("heartbeat").sha
     seen: set[tuple[str, str]] = set()
+    claim = [Command("SET", (planner.keys.protocol, "1", "NX"))]  # after the first beat only
     for queue, group, consumer, lease in BEATS:
         gk = planner.keys.group(queue, group)
         plan = planner.heartbeat(queue, group, consumer, lease, now)
         batch = next(plan)
         if (queue, group) not in seen:  # a new group: its shared TTL is read first, once
-            seen.add((queue, group))
+            seen.add((queue, group))  # (with the protocol version's, first checked)
             assert all(isinstance(request, Command) and request.name == "GET" for request in batch)
-            assert {request.args[0] for request in batch} <= {planner.keys.ttl, gk.ttl}
+            assert {request.args[0] for request in batch} <= {
+                planner.keys.ttl,
+                gk.ttl,
+                planner.keys.protocol,
+            }
             batch = plan.send([None] * len(batch))  # nothing stored: the default TTL
         (call,) = batch
         assert isinstance(call, ScriptCall)
         assert call.script == script("heartbeat")
-        # KEYS: the group's sorted set, hash, mark and event log, then the indexes on a
-        # standalone server; ARGV: the TTL, the log's length and lifetime, the clock guard
-        # (DEFAULT_MAX_FUTURE_MS), now, the beat, then the mark's lifetime on a cluster.
+        # KEYS: the group's sorted set, hash, mark and event log, then the indexes and the
+        # epoch marker on a standalone server; ARGV: the TTL, the log's length and lifetime,
+        # the clock guard (DEFAULT_MAX_FUTURE_MS), now, the beat, then the mark's lifetime on
+        # a cluster.
         now_arg = "" if now is None else str(now)
         keys: tuple[str, ...] = (gk.hb, gk.data, gk.mark, gk.events)
         if not clustered:
-            keys += (planner.keys.groups, planner.keys.events)
+            keys += (planner.keys.groups, planner.keys.events, planner.keys.epoch)
         tail = (INDEX_MARK_MS,) if clustered else ()
         expected = (
             "EVALSHA",
@@ -104,9 +110,15 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
         if clustered:
             # A reply of [1, 0] (a group without a mark, no event) lists the group.
             assert plan.send([[1, 0]]) == [Command("ZADD", (planner.keys.groups, 0, gk.member))]
+            if claim:
+                assert plan.send([1]) == claim
+                claim = []
             with pytest.raises(StopIteration):
                 plan.send([1])
         else:
+            if claim:
+                assert plan.send([0]) == claim
+                claim = []
             with pytest.raises(StopIteration):
                 plan.send([0])
             again = planner.heartbeat(queue, group, consumer, lease, now)

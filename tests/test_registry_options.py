@@ -16,7 +16,7 @@ from redis_presence.keys import Keyspace
 from redis_presence.validation import MAX_META_BYTES, MAX_NAME_BYTES
 
 T0 = 1_796_000_000_123_456_000
-README = Path(__file__).resolve().parent.parent / "README.md"
+CONCEPTS = Path(__file__).resolve().parent.parent / "docs" / "concepts.md"
 
 
 def test_from_url_takes_events_kept_like_the_constructor(
@@ -79,7 +79,7 @@ def test_a_metadata_value_over_512_bytes_is_refused_naming_the_field_and_the_lim
             assert row.meta == {"pod": "x" * MAX_NAME_BYTES}, case  # nothing written
 
 
-def test_the_readme_states_the_limits_of_metadata() -> None:
-    text = " ".join(README.read_text().split())
+def test_the_docs_state_the_limits_of_metadata() -> None:
+    text = " ".join(CONCEPTS.read_text(encoding="utf-8").split())
     assert "each key and each value at most 512 UTF-8 bytes" in text
     assert "at most 16 keys and 1 KiB" in text

@@ -46,12 +46,12 @@ from redis_presence.urls import redact, secrets_of
 
 MS = 1_000_000
 T0 = 1_796_000_000_123_456_000
-PRODUCTION_DOC = Path(__file__).resolve().parent.parent / "README.md"
+PRODUCTION_DOC = Path(__file__).resolve().parent.parent / "docs" / "production.md"
 
 pytestmark = pytest.mark.timeout(60)
 
 # --- ACL ------------------------------------------------------------------------------------
-# The one source of truth for the roles: README.md must contain these lines verbatim,
+# The one source of truth for the roles: docs/production.md must contain these lines verbatim,
 # and the tests below run exactly them. Commands are those the scripts and plans send:
 #   broker: heartbeat.lua (ZSCORE HGET TIME ZADD HSET, and XADD PEXPIRE for an event;
 #           TYPE SET on a cluster), heartbeat_many.lua (TYPE TIME HGET HSET ZADD SET XADD
@@ -105,7 +105,7 @@ ACL_LINES = (ACL_BROKER, ACL_READER, ACL_STRICT_READER, ACL_JANITOR, ACL_OPERATO
 def test_production_doc_carries_the_tested_acl_lines() -> None:
     text = PRODUCTION_DOC.read_text(encoding="utf-8")
     for line in ACL_LINES:
-        assert line in text.splitlines(), f"README.md lacks the tested line:\n{line}"
+        assert line in text.splitlines(), f"docs/production.md lacks the tested line:\n{line}"
     assert Keyspace("presence").acl_pattern == "~presence:*"
 
 
@@ -361,7 +361,8 @@ def test_nested_prefixes_need_exact_key_patterns(
     nested = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD, prefix="presence:staging")
     nested.heartbeat("orders", "billing", "w1", now_ns=T0)  # allowed by ~presence:*
     exact = ACL_BROKER.replace(
-        "~presence:*", "~presence:groups ~presence:events ~presence:ttl ~presence:{*"
+        "~presence:*",
+        "~presence:groups ~presence:events ~presence:ttl ~presence:protocol ~presence:{*",
     )
     admin.execute_command(*shlex.split(exact))  # type: ignore[no-untyped-call]
     own = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD)
@@ -631,7 +632,7 @@ def test_production_doc_shows_the_tested_tls_directives(
     tested = {flag.removeprefix("--"): value for flag, value in pairs if flag[:6] == "--tls-"}
     lines = PRODUCTION_DOC.read_text(encoding="utf-8").splitlines()
     shown = dict(line.split() for line in lines if line.startswith("tls-"))
-    assert shown.keys() <= tested.keys(), f"README.md shows untested directives: {shown}"
+    assert shown.keys() <= tested.keys(), f"docs/production.md shows untested directives: {shown}"
     assert shown["tls-auth-clients"] == tested["tls-auth-clients"] == "yes"
 
 

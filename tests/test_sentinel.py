@@ -101,6 +101,7 @@ def test_the_database_in_a_sentinel_url_is_used(
     assert {key.decode() for key in stored} == {
         SPACE.groups,
         SPACE.events,
+        SPACE.epoch,
         BILLING.hb,
         BILLING.data,
         BILLING.events,

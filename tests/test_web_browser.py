@@ -14,6 +14,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import (
@@ -632,3 +633,36 @@ def test_the_dashboard_works_under_its_content_security_policy(
     assert "inline script" in refused[0]
     refused.clear()  # what the fixture checks: nothing else was refused
     writer.deregister("csp", "strict", "second")
+
+
+def test_history_pictures_show_hostile_names_as_text(
+    page: Page, writer: RedisPresenceRegistry
+) -> None:
+    """The consumer page, the group page's timeline and chart, and the groups page's
+    sparkline, with hostile names: text everywhere, kept on the rows the page's script
+    re-renders, and nothing refused under the Content-Security-Policy."""
+    queue, group = "<i>hq</i>", "g\"'><svg onload=alert(5)>"
+    writer.heartbeat(queue, group, HOSTILE, 2)  # joined now (the server's clock)
+    writer.describe(queue, group, HOSTILE, {"host": HOSTILE, "pid": "77", "version": "<b>9</b>"})
+    writer.heartbeat(queue, group, "leaver", 0)
+    writer.deregister(queue, group, "leaver")
+    live(page, f"/?queue={quote(queue, safe='')}")
+    settled(page)  # the page's script has re-rendered its rows
+    spark = page.locator("#groups tbody tr td.spark svg.spark")
+    expect(spark).to_have_count(1)
+    assert "active consumers over the last hour" in (spark.get_attribute("aria-label") or "")
+    page.get_by_role("link", name=group).click()
+    expect(page.locator("#active-chart svg polyline.sure")).to_have_count(1)
+    timeline = page.locator("#timeline tbody tr")
+    expect(timeline.filter(has_text="left")).to_have_count(1)
+    expect(page.locator("#timeline td.consumer", has_text=HOSTILE)).to_have_count(1)
+    live(page, page.url)
+    settled(page)
+    link = row(page, HOSTILE).locator("td.consumer a")
+    expect(link).to_have_text(HOSTILE)  # kept on the row the script re-rendered
+    link.click()
+    expect(page.locator("#consumer-name")).to_have_text(HOSTILE)
+    expect(page.locator("#consumer-meta dd")).to_have_text([HOSTILE, "77", "<b>9</b>"])
+    expect(page.locator("#consumer-stats [data-total=leases] .n")).to_have_text("2")
+    expect(page.locator("#timeline tbody tr").last).to_contain_text("joined")
+    assert page.locator("main img, main b, main i, main svg[onload]").count() == 0

@@ -45,9 +45,11 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/": ("queue", "group", "state", "idle", "page"),
     "/group": ("queue", "group", "state", "search", "cursor", "limit", "meta"),
     "/consumers": ("queue", "group", "state", "search", "cursor", "limit", "meta"),
+    "/consumer": ("queue", "group", "consumer"),
     "/api/v1/groups": ("queue", "group", "cursor", "limit"),
     "/api/v1/groups/{queue}/{group}": ("state", "search", "cursor", "limit"),
     "/api/v1/consumers": ("queue", "group", "state", "search", "cursor", "limit", "meta"),
+    "/api/v1/consumers/{queue}/{group}/{consumer}": (),
     "/api/v1/events": ("queue", "group", "cursor"),
     "/metrics": (),
     "/healthz": (),
@@ -56,7 +58,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
 }
 
 
-REQUIRED = {"/group": {"queue", "group"}}
+REQUIRED = {"/group": {"queue", "group"}, "/consumer": {"queue", "group", "consumer"}}
 """Parameters a route needs: a 400 may name one the request did not send."""
 
 
@@ -154,6 +156,7 @@ def seeded(redis_url: str) -> Iterator[Seeded]:
             "idle": ["1", "0"],
             "page": ["1", "2"],
             "search": ["w", "<img"],
+            "consumer": ["w1", "<img src=x>", "w", "w9"],
             "cursor": [pages["next_cursor"], events["cursor"]],
             "limit": ["1", "1000"],
             "meta": ["1", "0"],
@@ -185,7 +188,7 @@ def requests(draw: st.DrawFn, route: str, valid: dict[str, list[str]]) -> dict[s
 
     sent: set[str] = set()
     path = route
-    for name in ("queue", "group", "name"):
+    for name in ("queue", "group", "consumer", "name"):
         if "{" + name + "}" in path:
             segment = value(name) or draw(st.sampled_from(valid[name]))
             path = path.replace("{" + name + "}", encoded(segment))

@@ -105,7 +105,7 @@ def auth_hint(message: str) -> str:
         return "pass the user name and password in the URL or REDIS_PRESENCE_URL"
     if "'select' command" in message:
         return "the ACL user may not SELECT this database: add +select to its role"
-    return "the ACL role lacks this command or key: see the README's ACL roles"
+    return "the ACL role lacks this command or key: see the ACL roles in docs/production.md"
 
 
 def translate(exc: BaseException, url: str | None, timeout_s: float | None = None) -> CliError:

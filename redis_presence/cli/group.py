@@ -4,6 +4,9 @@ command), one-line errors, aliases, and the commands listed in `commands.COMMAND
 from __future__ import annotations
 
 import importlib
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -42,7 +45,8 @@ class PresenceGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with data_warnings_on_one_line():
+                return super().invoke(ctx)
         except Exception:
             # Read the App at failure: options after the command may have changed it.
             app = ctx.obj if isinstance(ctx.obj, App) else None
@@ -51,6 +55,29 @@ class PresenceGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return super().get_command(ctx, self.aliases.get(cmd_name, cmd_name))
+
+
+@contextmanager
+def data_warnings_on_one_line() -> Iterator[None]:
+    """Show what a read set aside (`PresenceDataWarning`) as one line on stderr, once a
+    command, the way errors are shown; other warnings keep Python's own display."""
+    with warnings.catch_warnings():
+        # By the message and the class name: importing the class loads the driver, which
+        # `--help` must not.
+        warnings.filterwarnings("always", message="redis-presence set aside ")
+        shown = warnings.showwarning
+        said: set[str] = set()
+
+        def show(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
+            if category.__name__ == "PresenceDataWarning":
+                if str(message) not in said:
+                    said.add(str(message))
+                    click.echo(f"redis-presence: warning: {message}", err=True)
+            else:
+                shown(message, category, *args, **kwargs)
+
+        warnings.showwarning = show
+        yield
 
 
 def _accept_global_options(cmd: click.Command) -> None:

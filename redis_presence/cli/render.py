@@ -679,6 +679,8 @@ class View:
     empty: str = "(no consumers)"
     status: str | None = None
     """A line about the connection (an outage being retried), shown under the counts."""
+    read: bool = True
+    """Whether anything was read yet (a watch that never reached Redis shows no counts)."""
 
 
 def _lines_of(text: str, width: int | None) -> int:
@@ -689,7 +691,7 @@ def _lines_of(text: str, width: int | None) -> int:
 def frame_lines(frame: Frame, title: str, view: View | None = None) -> list[Line]:
     """One refresh: title, table, the rows left out, per-group counts, connection status."""
     view = view or View(frame.rows)
-    counts = f"counts: {tally_line(frame.tallies)}"
+    counts = f"counts: {tally_line(frame.tallies) if view.read else 'unknown (nothing read yet)'}"
     footer: list[Line] = []
     if view.hidden:
         footer.append([(f"... and {view.hidden} more (--limit)", "dim")])

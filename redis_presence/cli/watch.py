@@ -139,6 +139,10 @@ class Watcher:
         return Frame(tuple(items), tally(rows), changes)
 
 
+REREAD_MAX = 1_000
+"""How many active rows `watch` re-reads each refresh, at most (their real age and leases:
+one ``HMGET`` per group); beyond them an active row's age reads as a bound."""
+
 MARK_REFRESHES = 5
 """How many refreshes of `watch` a change stays marked (with its time) after it happened."""
 
@@ -165,9 +169,10 @@ class EventWatcher:
     each in time linear in what it is given; `frame` lays out a refresh.
 
     Events carry no beat of an active consumer (it writes none), so after the first
-    snapshot an active row's age and leases are those of its last event: the age is shown
-    as a bound (`WatchRow.age_bound`). Stale and expired rows are exact (they have not
-    beaten since, or there would be an event).
+    snapshot an active row's age and leases are those of its last event, unless `update`
+    gave it as re-read since: the age of a row not re-read is shown as a bound
+    (`WatchRow.age_bound`). Stale and expired rows are exact (they have not beaten since, or
+    there would be an event).
     """
 
     def __init__(self, keep: int = MARK_REFRESHES) -> None:
@@ -180,6 +185,8 @@ class EventWatcher:
         self.counts: dict[tuple[str, str], list[int]] = {}
         self.started_ns: int | None = None
         self.now_ns = 0
+        self.reread: set[_Key] = set()
+        """The rows `update` gave since the last events: their age and leases are exact."""
 
     def _count(self, row: ConsumerPresence, step: int) -> None:
         counts = self.counts.setdefault((row.queue, row.group), [0, 0, 0])
@@ -201,6 +208,26 @@ class EventWatcher:
         for row in fresh.values():
             self._count(row, 1)
         self.started_ns = self.now_ns = now_ns
+        self.reread = set()
+
+    def active_keys(self) -> list[_Key]:
+        """The consumers this watcher holds as active (whose rows `update` may refresh)."""
+        return [key for key, row in self.rows.items() if row.state is PresenceState.ACTIVE]
+
+    def update(self, rows: Iterable[ConsumerPresence], now_ns: int) -> None:
+        """Rows re-read at `now_ns` (`Planner.rows_of`): each replaces the one held for the
+        same registration, with its real last beat, leases and state; the others keep
+        theirs (an event tells what happened to them)."""
+        self.reread = set()
+        for row in rows:
+            old = self.rows.get(row.key)
+            if old is None or old.registered_at_ns != row.registered_at_ns:
+                continue
+            self._count(old, -1)
+            self.rows[row.key] = row
+            self._count(row, 1)
+            self.reread.add(row.key)
+        self.now_ns = max(self.now_ns, now_ns)
 
     def apply(self, events: Iterable[PresenceEvent], now_ns: int) -> None:
         """The events up to `now_ns`, in order: each changes one row and marks it."""
@@ -216,6 +243,7 @@ class EventWatcher:
                     self.gone[key] = old
                 continue
             self.gone.pop(key, None)
+            self.reread.discard(key)
             registered = event.registered_at_ns
             heartbeat = event.last_heartbeat_ns
             row = ConsumerPresence(
@@ -241,7 +269,11 @@ class EventWatcher:
         for key, row in self.rows.items():
             age = max(0, (now - row.last_heartbeat_ns) // NS_PER_MS)
             mark = marks.get(key)
-            bound = row.state is PresenceState.ACTIVE and now != self.started_ns
+            bound = (
+                row.state is PresenceState.ACTIVE
+                and now != self.started_ns
+                and key not in self.reread
+            )
             items.append(
                 WatchRow(
                     row._replace(last_seen_age_ms=age),

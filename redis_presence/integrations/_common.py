@@ -22,7 +22,11 @@ from redis_presence.reporter import (
 from redis_presence.urls import open_async_client
 from redis_presence.validation import check_name, check_prefix
 
-__all__ = ["Settings", "host_pid"]
+__all__ = ["SCHEDULER_GROUP", "Settings", "host_pid"]
+
+SCHEDULER_GROUP = "scheduler"
+"""The group of every scheduler's rows (Celery beat, RQ's and Taskiq's schedulers): "is
+anyone scheduling?" is then the same ``check`` and dashboard question as for workers."""
 
 
 def host_pid() -> str:

@@ -54,7 +54,7 @@ from redis_presence.urls import (
 )
 
 from . import events as live_events
-from . import metrics, params
+from . import history, metrics, params
 from .auth import TokenAuth, check_token
 from .data import NO_META_ERRORS, GroupStats, PresenceData, TtlInUse
 from .guard import CatchAll
@@ -72,6 +72,7 @@ PAGE_SIZE = 50
 """Consumers per dashboard page (the API's `limit` defaults to 100, at most 1,000)."""
 GROUPS_PER_PAGE = 200
 GROUP_API = "/api/v1/groups/"
+CONSUMER_API = "/api/v1/consumers/"
 NO_GROUP = "queue {queue!r} has no tracked or declared group {group!r}"
 NEEDS_BOTH = "a group page needs queue= and group="
 SSE_PING_S = 15
@@ -416,9 +417,11 @@ def create_app(
         Route("/", views.overview, name="overview"),
         Route("/group", views.group_page, name="group"),
         Route("/consumers", views.consumers_page, name="consumers"),
+        Route("/consumer", views.consumer_page, name="consumer"),
         Route("/api/v1/groups", views.api_groups),
         PrefixRoute(GROUP_API, views.api_group),
         Route("/api/v1/consumers", views.api_consumers),
+        PrefixRoute(CONSUMER_API, views.api_consumer),
         Route("/api/v1/events", views.api_events),
         Route("/metrics", views.metrics),
         Route("/healthz", views.healthz),
@@ -488,11 +491,13 @@ class Views:
             "states": sorted(s.value for s in where.states),
             "idle": where.attention,
         }
+        sparks = await history.sparklines(service.reads, [(g.queue, g.group) for g in page.groups])
         context = service.context(
             request,
             now_ns=now_ns,
             ttl=ttl,
             groups=page.groups,
+            sparks=sparks,
             totals=totals,
             prev_cursor=page.prev_cursor,
             next_cursor=page.next_cursor,
@@ -568,11 +573,15 @@ class Views:
                     "prev_cursor": page.prev_cursor,
                 }
             )
+        past = None
+        if group_page and queue is not None and group is not None:
+            past = await history.group_history(service.reads, queue, group)
         context = service.context(
             request,
             now_ns=now_ns,
             ttl=ttl,
             stats=stats,
+            past=past,
             group_page=group_page,
             with_meta=with_meta,
             meta_errors=reading.meta_errors,
@@ -600,6 +609,58 @@ class Views:
             },
         )
         return _page(service.templates.TemplateResponse(request, "consumers.html", context))
+
+    async def consumer_page(self, request: Request) -> Response:
+        fields = ("queue", "group", "consumer")
+        queue, group, consumer = (_text(request, field) for field in fields)
+        if queue is None or group is None or consumer is None:
+            missing = next(field for field in fields if _text(request, field) is None)
+            raise BadRequest(missing, "a consumer page needs queue=, group= and consumer=")
+        view, model = await self._consumer(queue, group, consumer)
+        if _json_view(request):
+            return _json(model)
+        service = self.service
+        stuck_after_ms = await service.reads.stuck_after_ms(queue, group)
+        context = service.context(
+            request,
+            now_ns=view.log.now_ns,
+            queue=queue,
+            group=group,
+            consumer=consumer,
+            row=view.row,
+            meta=view.meta,
+            meta_error=view.meta_error,
+            log=view.log,
+            timeline=view.timeline,
+            stuck_after_ms=stuck_after_ms,
+            live={},
+        )
+        return _page(service.templates.TemplateResponse(request, "consumer.html", context))
+
+    async def api_consumer(self, request: Request) -> Response:
+        queue, group, consumer = params.path_parts(
+            request, CONSUMER_API, ("queue", "group", "consumer")
+        )
+        _, model = await self._consumer(queue, group, consumer)
+        return JSONResponse(model, headers={"Cache-Control": "no-store"})
+
+    async def _consumer(
+        self, queue: str, group: str, consumer: str
+    ) -> tuple[history.ConsumerView, dict[str, Any]]:
+        """One consumer's page model; 404 when it is neither tracked nor in the history."""
+        view = await history.consumer_view(self.service.reads, queue, group, consumer)
+        if view.row is None and not view.timeline:
+            raise HTTPException(
+                404, f"group {queue!r}/{group!r} has no consumer {consumer!r} (nor had this hour)"
+            )
+        model = view.log.to_dict() | {
+            "consumer": consumer,
+            "row": None if view.row is None else consumer_json(view.row, with_meta=False),
+            "meta": dict(view.meta),
+            "meta_error": view.meta_error,
+            "timeline": [t.to_dict() for t in view.timeline],
+        }
+        return view, model
 
     # -- the JSON API
 

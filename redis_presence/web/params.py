@@ -21,7 +21,7 @@ from redis_presence.validation import check_name
 from . import events as live_events
 from .pages import Cursor, parse_limit, parse_states
 
-NAMES = frozenset({"queue", "group", "search"})
+NAMES = frozenset({"queue", "group", "consumer", "search"})
 """The query parameters that hold a name (or a part of one), checked as names."""
 MAX_TEXT_CHARS = 16_384
 """The longest value of any other text parameter (a cursor is far shorter)."""
@@ -108,21 +108,29 @@ def page_number(request: Request) -> int:
 def path_names(request: Request, prefix: str) -> tuple[str, str]:
     """`(queue, group)` from the raw path after `prefix`: exactly two percent-encoded
     segments, so names may hold ``/``, ``%``, spaces and newlines; each a valid name."""
+    queue, group = path_parts(request, prefix, ("queue", "group"))
+    return queue, group
+
+
+def path_parts(request: Request, prefix: str, parameters: tuple[str, ...]) -> list[str]:
+    """One valid name per parameter from the raw path after `prefix`, each one
+    percent-encoded segment (404 for another number of segments)."""
     raw = request.scope.get("raw_path") or request.url.path.encode()
     path = raw.decode("latin-1").partition("?")[0]
     start = request.scope.get("root_path", "").rstrip("/") + prefix
     parts = path[len(start) :].split("/")
-    if not path.startswith(start) or len(parts) != 2 or not all(parts):
-        raise HTTPException(404, "expected /api/v1/groups/<queue>/<group> (percent-encoded)")
+    if not path.startswith(start) or len(parts) != len(parameters) or not all(parts):
+        where = "/".join(f"<{parameter}>" for parameter in parameters)
+        raise HTTPException(404, f"expected {prefix}{where} (percent-encoded)")
     names = []
-    for parameter, part in zip(("queue", "group"), parts, strict=True):
+    for parameter, part in zip(parameters, parts, strict=True):
         try:
             names.append(check_name(parameter, unquote(part, errors="strict")))
         except UnicodeDecodeError:
             raise BadRequest(parameter, f"{parameter} must be percent-encoded UTF-8") from None
         except ValueError as exc:
             raise BadRequest(parameter, str(exc)) from None
-    return names[0], names[1]
+    return names
 
 
 def event_cursor(request: Request) -> tuple[str | None, str]:
@@ -158,6 +166,7 @@ __all__ = [
     "limit",
     "page_number",
     "path_names",
+    "path_parts",
     "states",
     "text",
 ]

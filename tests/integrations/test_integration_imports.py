@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-FRAMEWORKS = ("celery", "kombu", "dramatiq", "faststream")
+FRAMEWORKS = ("celery", "kombu", "dramatiq", "faststream", "rq", "huey", "taskiq", "taskiq_redis")
 
 CHECK = """
 import importlib, json, sys
@@ -38,8 +38,12 @@ def test_the_package_the_cli_and_streams_import_no_framework() -> None:
     ("module", "frameworks"),
     [
         ("redis_presence.integrations.celery", {"celery", "kombu"}),
+        ("redis_presence.integrations.celery_beat", {"celery", "kombu"}),
         ("redis_presence.integrations.dramatiq", {"dramatiq"}),
         ("redis_presence.integrations.faststream", {"faststream"}),
+        ("redis_presence.integrations.rq", {"rq"}),
+        ("redis_presence.integrations.huey", {"huey"}),
+        ("redis_presence.integrations.taskiq", {"taskiq"}),
     ],
 )
 def test_each_integration_imports_its_own_framework_only(module: str, frameworks: set[str]) -> None:

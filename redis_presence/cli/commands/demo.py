@@ -6,12 +6,17 @@ import click
 
 from ..app import App, pass_app
 from ..errors import UsageProblem
+from .serve import web_extra_missing
 
 DEFAULT_DEMO_TTL_MS = 2000
 """The demo's heartbeat budget unless --ttl-ms or REDIS_PRESENCE_TTL_MS says otherwise:
 short, so states change while you watch."""
 
 DEMO_TTL_RANGE_MS = (100, 60_000)
+
+SERVE_DURATION_S = 600.0
+"""How long `demo --serve` runs unless --duration says otherwise (Ctrl-C ends it sooner):
+long enough to open the dashboard and watch the story and the fleet after it."""
 
 SERVER_CHOICES = ("auto", "redis-server", "embedded")
 """`--server`: the values of `embedded.ServerChoice` (spelled here to keep `--help` light)."""
@@ -42,6 +47,17 @@ SERVER_CHOICES = ("auto", "redis-server", "embedded")
     show_default=True,
     help="Local Redis to start: redis-server from PATH, or the embedded fakeredis.",
 )
+@click.option(
+    "--serve",
+    is_flag=True,
+    help="Also serve the dashboard on loopback (redis-presence serve) and print its URL; "
+    "runs until Ctrl-C (at most --duration, default 10 minutes).",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    help="The dashboard's TCP port with --serve  [default: a free one]",
+)
 @pass_app
 def command(
     app: App,
@@ -50,6 +66,8 @@ def command(
     consumers: int,
     no_tui: bool,
     server: str,
+    serve: bool,
+    port: int | None,
 ) -> None:
     """Run a self-contained demo: a local Redis, broker processes, and the watch view.
 
@@ -66,6 +84,7 @@ def command(
       redis-presence demo
       redis-presence demo --brokers 4 --consumers 2 --duration 30
       redis-presence demo --no-tui --ttl-ms 1000
+      redis-presence demo --serve
     """
     from ..demo import run_demo
 
@@ -76,6 +95,15 @@ def command(
             f"Invalid value for '--ttl-ms': the demo needs {low} to {high} ms, got {ttl_ms} "
             "(see 'redis-presence demo --help')"
         )
+    if port is not None and not serve:
+        raise UsageProblem("'--port' is the dashboard's: it needs '--serve'")
+    if serve:
+        try:  # the web extra is optional: say so before starting anything
+            import redis_presence.web.server  # noqa: F401
+        except ImportError as exc:
+            raise web_extra_missing("demo --serve", exc) from None
+        if duration is None:
+            duration = SERVE_DURATION_S
     run_demo(
         app.console,
         duration_s=duration,
@@ -84,4 +112,5 @@ def command(
         ttl_ms=ttl_ms,
         tui=not no_tui,
         server_choice=server,  # type: ignore[arg-type]
+        serve_port=(port or 0) if serve else None,
     )

@@ -27,8 +27,8 @@ def command(app: App, fmt: str) -> None:
 
     It checks the maxmemory-policy (one that may evict presence keys) and how full memory
     is, persistence (AOF, RDB), the server version against the tested ones, which of the
-    README's ACL roles (broker, reader, janitor) the current user can play and what it lacks
-    for the others, a leftover index of release 0.1, latency (a few round trips) and
+    ACL roles of docs/production.md (broker, reader, janitor) the current user can play and
+    what it lacks for the others, a leftover index of release 0.1, latency (a few round trips) and
     replication; on a Redis Cluster, its state and each primary. It writes nothing: ACL
     rights come from ACL DRYRUN where the user may run it, else from commands sent in forms
     that change nothing. Checks the user may not run are skipped, not failed.

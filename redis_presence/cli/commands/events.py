@@ -47,7 +47,7 @@ def command(
 
     Stale and expired events use the TTL the brokers share ('redis-presence ttl').
     With --format json every line is one JSON object, flushed as it is written, and the
-    last line (at the end, or on Ctrl-C) is {"cursor": "..."}. When the event log was
+    last line (at the end, or on Ctrl-C or SIGTERM) is {"cursor": "..."}. When the event log was
     trimmed past the cursor, --follow prints a "resync" line and goes on from a fresh
     cursor (the events in between are lost: read 'ls' again if you keep a state);
     without --follow it is an error (exit code 1).
@@ -58,9 +58,10 @@ def command(
       redis-presence events --follow --format json | jq -r 'select(.kind == "expired") | .consumer'
       redis-presence events --since "$(cat cursor)" --format json
     """
-    from redis_presence.events import FollowSnapshot, PresenceEvent
+    from redis_presence.events import FollowMessage, FollowSnapshot, PresenceEvent
 
     from .. import render
+    from ..demo.broker import interrupt_on_sigterm
     from ..errors import UsageProblem
     from ..reads import Selection
 
@@ -75,7 +76,15 @@ def command(
 
     if not follow:
         with bad_cursor():
-            events, cursor = registry.changes(since, now_ns=app.now_ns, queue=queue, group=group)
+            page = registry.changes(since, now_ns=app.now_ns, queue=queue, group=group)
+        events, cursor = list(page[0]), page[1]
+        while getattr(page, "more", False):  # a long window, in pages: JSON as they come
+            if json_out:
+                app.emit("".join(map(render.event_json, events)))
+                events = []
+            page = registry.changes(cursor, now_ns=app.now_ns, queue=queue, group=group)
+            events += page[0]
+            cursor = page[1]
         if json_out:
             app.emit("".join(map(render.event_json, events)))
         elif since is None:
@@ -89,30 +98,46 @@ def command(
 
     first = since is None
     noted = False
+    owed = [False]  # events printed whose cursor is not yet known
+
+    def handle(message: FollowMessage) -> None:
+        nonlocal cursor, noted, first
+        if isinstance(message, PresenceEvent):
+            line = render.event_json(message) if json_out else None
+            app.emit(line or render.event_line(message, styler))
+            owed[0] = True
+            return
+        owed[0] = False
+        cursor = message.cursor
+        if not noted:  # on stderr, once following (the cursor is known)
+            noted = True
+            note_ttl(app, queue, group)
+        if isinstance(message, FollowSnapshot):
+            if first:  # the state at the start: events go on from its cursor
+                first = False
+                return
+            reason = "the event log was trimmed past the cursor or Redis lost its data: " + (
+                "events were lost"
+            )
+            if json_out:
+                app.emit(render.json_line({"resync": reason, "cursor": cursor}))
+            else:
+                app.emit(f"resync: {reason}; going on from now\n")
+
+    stream = registry.follow(cursor=since, interval_s=interval, queue=queue, group=group)
     try:
-        with bad_cursor():
-            for message in registry.follow(
-                cursor=since, interval_s=interval, queue=queue, group=group
-            ):
-                if isinstance(message, PresenceEvent):
-                    line = render.event_json(message) if json_out else None
-                    app.emit(line or render.event_line(message, styler))
-                    continue
-                cursor = message.cursor
-                if not noted:  # on stderr, once following (the cursor is known)
-                    noted = True
-                    note_ttl(app, queue, group)
-                if isinstance(message, FollowSnapshot):
-                    if first:  # the state at the start: events go on from its cursor
-                        first = False
-                        continue
-                    reason = "the event log was trimmed past the cursor: events were lost"
-                    if json_out:
-                        app.emit(render.json_line({"resync": reason, "cursor": cursor}))
-                    else:
-                        app.emit(f"resync: {reason}; going on from now\n")
-    except KeyboardInterrupt:
-        pass
+        # SIGTERM (a container runtime's stop, systemd's) ends it as Ctrl-C does.
+        with bad_cursor(), interrupt_on_sigterm():
+            for message in stream:
+                handle(message)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
+        # The rest of a read's events and its cursor come without I/O: print them, so the
+        # cursor printed last covers every event printed.
+        while owed[0]:
+            rest = next(stream, None)
+            if rest is None:
+                break
+            handle(rest)
     except UsageProblem:  # a bad --since: there is no cursor to resume from
         cursor = None
         raise
@@ -128,8 +153,11 @@ def bad_cursor() -> Iterator[None]:
     try:
         yield
     except ValueError as exc:
-        if "cursor" not in str(exc):
+        reason = str(exc)
+        if "cursor" not in reason:
             raise
+        if reason.startswith("cursor was returned"):  # a real cursor, of another filter
+            raise UsageProblem(f"Invalid value for '--since': {reason}") from None
         raise UsageProblem(
             "Invalid value for '--since': not a cursor that 'redis-presence events' printed"
         ) from None

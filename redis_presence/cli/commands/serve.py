@@ -23,6 +23,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def web_extra_missing(command: str, exc: ImportError) -> CliError:
+    """The one-line error of a command that needs the optional web extra."""
+    return CliError(
+        f"redis-presence {command} needs the web extra: pip install 'redis-presence[web]' "
+        f"(missing: {exc.name})"
+    )
+
+
 @click.command("serve", short_help="Dashboard, JSON API and Prometheus metrics over HTTP.")
 @click.option(
     "--host",
@@ -144,10 +152,7 @@ def command(
         from redis_presence.web.security import ALLOWED_HOSTS_ENV, parse_allowed_hosts
         from redis_presence.web.server import bind, run, url_of
     except ImportError as exc:
-        raise CliError(
-            "redis-presence serve needs the web extra: pip install 'redis-presence[web]' "
-            f"(missing: {exc.name})"
-        ) from None
+        raise web_extra_missing("serve", exc) from None
     if auth_token:
         try:
             check_token(auth_token)

@@ -42,11 +42,12 @@ def command(
     """Live table that marks who joined, went stale, expired or left. Ctrl-C quits.
 
     The first refresh reads a snapshot; then each refresh reads only the events since the
-    one before (what changed), and each change stays marked, with its time, for a few
-    refreshes. Events carry no beat of an active consumer, so its age then reads as a
-    bound (<=). With --ttl-ms, every refresh reads a whole snapshot instead (events follow
-    the shared TTL). When Redis cannot be reached, watch says so, keeps the last table,
-    retries with backoff and carries on when Redis is back; only Ctrl-C ends it.
+    one before (what changed) and the rows of the active consumers it shows (their real
+    age and leases), and each change stays marked, with its time, for a few refreshes.
+    With --ttl-ms, every refresh reads a whole snapshot instead (events follow the shared
+    TTL). When Redis cannot be reached, watch says since when, keeps the last table,
+    retries with backoff and reads a fresh snapshot when Redis is back (so consumers a
+    Redis restarted empty lost are shown as gone); only Ctrl-C ends it.
 
     \b
     Examples:
@@ -55,11 +56,12 @@ def command(
       redis-presence --ttl-ms 5000 watch --interval 0.5
     """
     from redis_presence.errors import PresenceConnectionError
-    from redis_presence.events import FollowCursor, FollowMessage, FollowSnapshot, PresenceEvent
+    from redis_presence.events import FollowMessage, FollowSnapshot, PresenceEvent
+    from redis_presence.redis import RedisPresenceRegistry
 
     from .. import render
     from ..errors import one_line
-    from ..watch import EventWatcher
+    from ..watch import REREAD_MAX, EventWatcher
 
     console = app.console
     selection = Selection.of(queue, group, states)
@@ -73,12 +75,15 @@ def command(
     # A fixed clock (--now-ns) or an explicit TTL cannot follow the events: full reads.
     follow = app.now_ns is None and app.ttl_ms is None
     watcher = EventWatcher()
-    follower: list[Iterator[FollowMessage]] = []
+    follower: list[Iterator[FollowMessage]] = []  # the `follow` going on, if any
     cursor: list[str] = []
 
-    def read_changes() -> list[FollowMessage]:
-        """The next batch of `follow`: its snapshot, or the events up to a cursor. After a
-        failure, a new `follow` goes on from the last cursor."""
+    def read_changes() -> None:
+        """The next batch of `follow` (its snapshot, or the events up to a cursor) into the
+        watcher, then the real rows of the active consumers it holds (events carry no beat
+        of an active consumer). After a failure (Redis unreachable), a new `follow` starts
+        from a fresh snapshot: what Redis holds when it answers again, which may be nothing
+        (a restart without persistence)."""
         registry = app.registry()
         if not follower:
             follower.append(
@@ -89,21 +94,29 @@ def command(
                     group=group,
                 )
             )
-        batch: list[FollowMessage] = []
+        events: list[PresenceEvent] = []
         try:
             for message in follower[0]:
-                batch.append(message)
-                if isinstance(message, FollowSnapshot | FollowCursor):
-                    cursor[:] = [message.cursor]
-                    if isinstance(message, FollowSnapshot):
-                        one = queue is not None and group is not None
-                        ttl, source = registry.ttl_source(*((queue, group) if one else ()))
-                        ttl_words[0] = app.ttl_words(ttl, source, short=True)
-                    return batch
+                if isinstance(message, PresenceEvent):
+                    events.append(message)
+                    continue
+                cursor[:] = [message.cursor]
+                if isinstance(message, FollowSnapshot):
+                    watcher.start(message.rows, message.now_ns)
+                    one = queue is not None and group is not None
+                    ttl, source = registry.ttl_source(*((queue, group) if one else ()))
+                    ttl_words[0] = app.ttl_words(ttl, source, short=True)
+                    return
+                watcher.apply(events, message.now_ns)
+                active = sorted(watcher.active_keys())[:REREAD_MAX]
+                if active and isinstance(registry, RedisPresenceRegistry):
+                    now_ns, rows = registry.execute(registry.plans.rows_of(active))
+                    watcher.update(rows, now_ns)
+                return
         except BaseException:
             follower.clear()
+            cursor.clear()
             raise
-        return batch
 
     def read_snapshot() -> list[ConsumerPresence]:
         rows = app.consumers(selection, states=False)
@@ -111,24 +124,18 @@ def command(
             ttl_words[0] = app.ttl_words(*app.ttl_in_use(queue, group), short=True)
         return rows
 
-    def refresh(batch: list[FollowMessage]) -> Frame:
-        events: list[PresenceEvent] = []
-        for message in batch:
-            if isinstance(message, FollowSnapshot):
-                watcher.start(message.rows, message.now_ns)
-            elif isinstance(message, FollowCursor):
-                watcher.apply(events, message.now_ns)
-                events = []
-            else:
-                events.append(message)
+    def refresh(_: None) -> Frame:
         return watcher.frame()
 
     empty = app.nothing("no consumers", selection)
-    last: list[tuple[Frame, str]] = []
+    unreachable = "(cannot reach Redis: nothing read yet)"
+    last: list[tuple[Frame, str, str]] = []  # the last frame shown, its title and time
     try:
         with render.frame_sink(console, live=True) as sink:
 
-            def view(frame: Frame, status: str | None = None) -> render.View:
+            def view(
+                frame: Frame, status: str | None = None, nothing: str | None = None
+            ) -> render.View:
                 items = [item for item in frame.rows if selection.holds_state(item.row.state)]
                 chosen = arrange(items, sort.lower(), limit, row=lambda item: item.row)
                 return render.View(
@@ -136,8 +143,9 @@ def command(
                     width=None if wide else sink.width,
                     height=sink.height,
                     hidden=len(items) - len(chosen),
-                    empty=empty,
+                    empty=nothing or empty,
                     status=status,
+                    read=nothing is None,
                 )
 
             def reason(error: Exception) -> str:
@@ -145,25 +153,42 @@ def command(
 
             def show(frame: Frame) -> None:
                 stamp = time.strftime("%H:%M:%S", time.localtime())
-                last[:] = [(frame, f"{titled()}  {stamp}")]
+                last[:] = [(frame, f"{titled()}  {stamp}", stamp)]
                 sink.show(frame, last[0][1], view(frame))
 
+            def since_words(outage: Outage) -> str:
+                started = time.time() - (time.monotonic() - outage.since_s)
+                return time.strftime("%H:%M:%S", time.localtime(started))
+
             def on_outage(outage: Outage) -> None:
+                read_at = f"the table is as read at {last[0][2]}" if last else "nothing read yet"
                 status = (
-                    f"Redis unreachable for {time.monotonic() - outage.since_s:.0f}s "
+                    f"Redis unreachable since {since_words(outage)} "
                     f"({render.plural(outage.failures, 'failed read')}): "
-                    f"{reason(outage.error)}; retrying in {outage.retry_in_s:g}s"
+                    f"{reason(outage.error)}; {read_at}; retrying in {outage.retry_in_s:g}s"
                 )
                 if sink.live is not None:
-                    frame, stamp = last[0] if last else (Frame((), {}, {}), title)
-                    sink.show(frame, stamp, view(frame, status))
+                    if last:
+                        frame, stamp, _ = last[0]
+                        sink.show(frame, stamp, view(frame, status))
+                    else:  # never reached: no table to show, not an empty registry
+                        frame = Frame((), {}, {})
+                        sink.show(frame, title, view(frame, status, unreachable))
                 elif outage.failures == 1:
-                    click.echo(f"watch: {reason(outage.error)}; retrying", err=True)
+                    click.echo(
+                        f"watch: Redis unreachable since {since_words(outage)}: "
+                        f"{reason(outage.error)}; {read_at}; retrying",
+                        err=True,
+                    )
 
             def on_recovered(outage: Outage) -> None:
                 if sink.live is None:
                     gone = time.monotonic() - outage.since_s
-                    click.echo(f"watch: Redis is back after {gone:.0f}s", err=True)
+                    click.echo(
+                        f"watch: Redis is back after {gone:.0f}s (unreachable since "
+                        f"{since_words(outage)}): reading it again",
+                        err=True,
+                    )
 
             run_watch(
                 read_changes if follow else read_snapshot,

@@ -157,10 +157,8 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[3])
 
 
-def broker_argv(
-    url: str, prefix: str, ttl_ms: int, name: str, consumers: int, offset: int
-) -> list[str]:
-    """The command line of one broker process: this Python, the hidden CLI command."""
+def cli_argv(url: str, prefix: str, *args: str) -> list[str]:
+    """A command line of this package's CLI in this Python, on the demo's Redis and prefix."""
     return [
         sys.executable,
         "-c",
@@ -168,6 +166,17 @@ def broker_argv(
         "--url",
         url,
         "--prefix",
+        prefix,
+        *args,
+    ]
+
+
+def broker_argv(
+    url: str, prefix: str, ttl_ms: int, name: str, consumers: int, offset: int
+) -> list[str]:
+    """The command line of one broker process: this Python, the hidden CLI command."""
+    return cli_argv(
+        url,
         prefix,
         "--ttl-ms",
         str(ttl_ms),
@@ -180,7 +189,7 @@ def broker_argv(
         str(offset),
         "--stdin-control",
         "--quiet",
-    ]
+    )
 
 
 @dataclass

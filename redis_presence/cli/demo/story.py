@@ -19,6 +19,7 @@ from .. import render
 from ..embedded import LocalRedis, ServerChoice, start_local_redis
 from ..watch import Frame, Watcher
 from .broker import BrokerProcess, interrupt_on_sigterm, start_broker, stop_brokers
+from .dashboard import Dashboard, start_dashboard
 
 DEFAULT_DEMO_PREFIX = "presence-demo"
 STORY_TTLS = 5.0
@@ -146,9 +147,11 @@ def run_demo(
     tui: bool,
     server_choice: ServerChoice = "auto",
     prefix: str = DEFAULT_DEMO_PREFIX,
+    serve_port: int | None = None,
 ) -> None:
     """Run the whole demo for `duration_s` seconds after the story begins (default: until
-    it ends, `STORY_TTLS` TTLs); every child is stopped on any exit."""
+    it ends, `STORY_TTLS` TTLs), with the dashboard on `serve_port` (0: a free port) unless
+    it is None; every child is stopped on any exit."""
     live_view = tui and console.is_terminal
     log = Log(console)
     say = log.say
@@ -160,6 +163,7 @@ def run_demo(
     server: LocalRedis | None = None
     story: Story | None = None
     registry: RedisPresenceRegistry | None = None
+    dashboard: Dashboard | None = None
     try:
         with interrupt_on_sigterm():
             server = start_local_redis(server_choice)
@@ -171,6 +175,10 @@ def run_demo(
             for index in range(brokers):
                 story.add_broker(index + 1, index * consumers)
             registry = RedisPresenceRegistry.from_url(server.url, prefix=prefix)
+            if serve_port is not None:
+                registry.set_ttl(ttl_ms)  # the TTL the dashboard reads and its events follow
+                dashboard = start_dashboard(server, prefix, serve_port)
+                say(f"dashboard: {dashboard.url} (pid {dashboard.pid})")
             fleet = brokers * consumers
             _wait_for_fleet(registry, fleet, ttl_ms, timeout_s=15.0)
             everyone = f"all {fleet} consumers are" if fleet > 1 else "the one consumer is"
@@ -180,6 +188,10 @@ def run_demo(
     except KeyboardInterrupt:
         say("interrupted: stopping everything")
     finally:
+        if dashboard is not None:
+            status = dashboard.stop()
+            how = "" if status == 0 else f" (exit status {status})"
+            say(f"stopped the dashboard pid {dashboard.pid}{how}")
         if registry is not None:
             registry.close()
         if story is not None:

@@ -1,0 +1,172 @@
+// The repository's language-neutral conformance cases (conformance/*.json, the same files
+// the Python suite runs) against this client and a redis-server of the test's own.
+import assert from "node:assert/strict";
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import * as presence from "../dist/index.js";
+import { startRedis } from "./harness.mjs";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const folder = join(here, "..", "..", "..", "conformance");
+const files = readdirSync(folder).filter((name) => name.endsWith(".json")).sort();
+
+let server;
+let client;
+before(async () => {
+  server = await startRedis();
+  client = server.client();
+});
+after(async () => {
+  client.disconnect();
+  await server.stop();
+});
+
+const ns = (value) => (value === null || value === undefined ? null : String(value));
+
+function neutralRow(row) {
+  return {
+    queue: row.queue,
+    group: row.group,
+    consumer: row.consumer,
+    registered_at_ns: ns(row.registeredAtNs),
+    last_heartbeat_ns: ns(row.lastHeartbeatNs),
+    last_seen_age_ms: row.lastSeenAgeMs,
+    lease_count: row.leaseCount,
+    state: row.state,
+    last_progress_ns: ns(row.lastProgressNs),
+    stuck: row.stuck,
+    meta: row.meta,
+  };
+}
+
+function read(args) {
+  const out = {};
+  if (args.now_ns !== undefined) out.nowNs = args.now_ns;
+  if (args.ttl_ms !== undefined && args.ttl_ms !== null) out.ttlMs = args.ttl_ms;
+  if (args.queue !== undefined && args.queue !== null) out.queue = args.queue;
+  if (args.group !== undefined && args.group !== null) out.group = args.group;
+  if (args.with_meta) out.withMeta = true;
+  return out;
+}
+
+const where = (args) => (args.queue === undefined ? {} : { queue: args.queue, group: args.group });
+
+/** One operation of a case, as the Python registry's method of the same name. */
+const OPS = {
+  heartbeat: async (r, a) => (await r.heartbeat(a.queue, a.group, a.consumer, a.lease_count ?? 0, { nowNs: a.now_ns })) ?? null,
+  heartbeat_many: (r, a) => r.heartbeatMany(a.beats, { nowNs: a.now_ns }),
+  deregister: (r, a) => r.deregister(a.queue, a.group, a.consumer, { nowNs: a.now_ns }),
+  describe: (r, a) => r.describe(a.queue, a.group, a.consumer, a.meta),
+  snapshot: async (r, a) => (await r.snapshot(read(a))).map(neutralRow),
+  count_active_by_group: async (r, a) => (await r.countActiveByGroup(read(a))).map((c) => [c.queue, c.group, c.active]),
+  count_active: async (r, a) => (await r.countActiveByGroup(read(a))).reduce((n, c) => n + c.active, 0),
+  prune_expired: (r, a) => r.pruneExpired(read(a)),
+  len: (r) => r.size(),
+  set_ttl: async (r, a) => (await r.setTtl(a.ttl_ms, where(a))) ?? null,
+  ttl_source: (r, a) => r.ttlSource(where(a)),
+  expect: async (r, a) => (await r.expect(a.queue, a.group, a.min_active ?? 1)) ?? null,
+  unexpect: (r, a) => r.unexpect(a.queue, a.group),
+  expected: (r) => r.expected(),
+  groups: async (r, a) =>
+    (await r.groups(read(a))).map((g) => ({
+      queue: g.queue,
+      group: g.group,
+      active: g.active,
+      stale: g.stale,
+      expired: g.expired,
+      min_active: g.minActive,
+      below: g.below,
+    })),
+};
+
+function subset(expected, actual) {
+  if (Array.isArray(expected) && Array.isArray(actual) && expected.length === actual.length) {
+    return expected.map((e, i) => subset(e, actual[i]));
+  }
+  if (expected && actual && typeof expected === "object" && typeof actual === "object" && !Array.isArray(expected)) {
+    return Object.fromEntries(Object.keys(expected).map((k) => [k, k in actual ? actual[k] : "<missing>"]));
+  }
+  return actual;
+}
+
+async function store(prefix) {
+  const out = {};
+  for (const key of await client.keys(`${prefix}:*`)) {
+    if (key.endsWith(":ix")) continue;
+    const type = await client.type(key);
+    let value;
+    if (type === "zset") {
+      const flat = await client.zrange(key, 0, -1, "WITHSCORES");
+      value = [];
+      for (let i = 0; i < flat.length; i += 2) value.push([flat[i], Number(flat[i + 1]).toFixed(0)]);
+    } else if (type === "hash") {
+      value = await client.hgetall(key);
+    } else if (type === "stream") {
+      value = (await client.xrange(key, "-", "+")).map(([, fields]) => {
+        const entry = {};
+        for (let i = 0; i < fields.length; i += 2) entry[fields[i]] = fields[i + 1];
+        return entry;
+      });
+    } else if (type === "set") {
+      value = (await client.smembers(key)).sort();
+    } else {
+      value = await client.get(key);
+    }
+    out[key] = { type, value };
+  }
+  return out;
+}
+
+function storeView(keys, found, partial) {
+  const names = partial ? Object.keys(keys) : [...new Set([...Object.keys(found), ...Object.keys(keys)])];
+  const actual = {};
+  const expected = {};
+  for (const key of names) {
+    const spec = keys[key];
+    let have = found[key] ?? null;
+    if (have && spec && "members" in spec && have.type === "zset") have = { type: "zset", value: have.value.map(([m]) => m).sort() };
+    else if (have && spec && spec.present) have = { type: have.type, present: true };
+    actual[key] = have;
+    expected[key] = spec === undefined || spec === null ? null : "members" in spec ? { type: spec.type, value: [...spec.members].sort() } : spec.present ? { type: spec.type, present: true } : { type: spec.type, value: spec.value };
+  }
+  return [actual, expected];
+}
+
+for (const file of files) {
+  const c = JSON.parse(readFileSync(join(folder, file), "utf8"));
+  test(`conformance ${file}`, async () => {
+    assert.equal(c.protocol_version, presence.PROTOCOL_VERSION);
+    await client.flushall();
+    const prefix = c.prefix ?? "presence";
+    let skipped = [];
+    const registry = new presence.PresenceRegistry(server.client(), { prefix, onSkipped: (item) => skipped.push(item) });
+    try {
+      for (const [number, step] of c.steps.entries()) {
+        const label = `${c.name} step ${number + 1} (${step.op})`;
+        if (step.op === "redis") {
+          for (const command of step.commands) await client.call(...command);
+          continue;
+        }
+        if (step.op === "store") {
+          const [actual, expected] = storeView(step.keys, await store(prefix), step.partial);
+          assert.deepStrictEqual(actual, expected, label);
+          continue;
+        }
+        const op = OPS[step.op];
+        assert.ok(op, `${label}: no such operation`);
+        skipped = [];
+        if ("error" in step) {
+          await assert.rejects(op(registry, step.args ?? {}), presence[step.error], label);
+          continue;
+        }
+        const reply = await op(registry, step.args ?? {});
+        if ("reply" in step) assert.deepStrictEqual(subset(step.reply, reply), step.reply, label);
+        assert.deepStrictEqual(skipped.map((s) => s.key).sort(), [...(step.skipped ?? [])].sort(), `${label}: skipped`);
+      }
+    } finally {
+      registry.redis.disconnect();
+    }
+  });
+}

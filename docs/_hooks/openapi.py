@@ -1,0 +1,228 @@
+"""The web service's routes, documented once: the OpenAPI document and the routes table of
+docs/web.md are built from `ROUTES`, and tests/test_docs.py checks that it names exactly the
+routes of `redis_presence.web.app.create_app` (so a new route cannot go undocumented).
+
+Importable without mkdocs (the test imports it); the mkdocs hook is `hooks.py` beside it.
+The document has an operation for each route the app serves (`served_routes`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from redis_presence.web import WebConfig, create_app
+
+Param = tuple[str, str]  # (name, description)
+
+_QUEUE = ("queue", "exact queue name")
+_GROUP = ("group", "exact group name")
+_STATE = ("state", "`active`, `stale` or `expired`; repeatable or comma-separated")
+_SEARCH = ("search", "case-insensitive substring of the consumer name")
+_LIMIT = ("limit", "rows per page, 1 to 1,000")
+_CURSOR = ("cursor", "opaque, from `next_cursor` / `prev_cursor` (names a row, not an offset)")
+_JSON = ("Accept", "`application/json` answers the page's JSON twin")
+
+# app route path -> what it serves. `path` (optional) is the OpenAPI path when the app's
+# route matches a prefix; `kind` is the response's media type.
+ROUTES: dict[str, dict[str, Any]] = {
+    "/": {
+        "summary": "The dashboard: a page of the tracked or declared groups, and totals",
+        "description": "Groups in the index's order, a page at a time (each page reads and "
+        "counts the groups it shows), those below their declared minimum or that nobody "
+        "reads marked; the totals from one shared read of every group, with its time; live "
+        "counts per state, updated from the event stream.",
+        "query": [
+            ("queue", "queue name contains"),
+            ("group", "group name contains"),
+            _STATE,
+            ("idle", "`1`: only the groups nobody reads or below their minimum"),
+            ("limit", "groups per page, 1 to 1,000 (default 200)"),
+            _CURSOR,
+        ],
+        "kind": "text/html",
+    },
+    "/group": {
+        "summary": "One group's page: its consumers, their metadata and progress",
+        "description": "400 without `queue` and `group`; 404 when the group is neither "
+        "tracked nor declared.",
+        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _LIMIT, _CURSOR],
+        "kind": "text/html",
+    },
+    "/consumers": {
+        "summary": "Consumers across groups, searchable by name",
+        "description": "The same filters as `/api/v1/consumers`.",
+        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _LIMIT, _CURSOR],
+        "kind": "text/html",
+    },
+    "/consumer": {
+        "summary": "One consumer's page: its state, leases, progress, metadata and history",
+        "description": "Its state history over the last hour (transition events, newest "
+        "first) from one bounded read of the queue's event log; 400 without `queue`, `group` "
+        "and `consumer`; 404 when it is neither tracked nor in the history read.",
+        "query": [_QUEUE, _GROUP, ("consumer", "exact consumer name")],
+        "kind": "text/html",
+    },
+    "/api/v1/groups": {
+        "summary": "Every tracked or declared group with its counts",
+        "description": "`groups`: `queue`, `group`, `active`, `stale`, `expired`, "
+        "`min_active` (null: not declared) and `below`, ordered by (queue, group); "
+        "default limit 1,000.",
+        "query": [_QUEUE, _GROUP, _LIMIT, _CURSOR],
+        "kind": "application/json",
+    },
+    "/api/v1/groups/": {
+        "path": "/api/v1/groups/{queue}/{group}",
+        "summary": "One group: its counts, progress budget and a page of its consumers",
+        "description": "Each name is one percent-encoded path segment (`a/b` is `a%2Fb`); "
+        "404 when the group is neither tracked nor declared.",
+        "path_params": [
+            ("queue", "the queue, percent-encoded"),
+            ("group", "the group, percent-encoded"),
+        ],
+        "query": [_STATE, _SEARCH, _LIMIT, _CURSOR],
+        "kind": "application/json",
+    },
+    "/api/v1/consumers": {
+        "summary": "Consumer rows, ordered by (queue, group, consumer)",
+        "description": "`consumers`: rows with the `ConsumerPresence` field names; "
+        "`next_cursor` / `prev_cursor` (null at either end).",
+        "query": [
+            _QUEUE,
+            _GROUP,
+            _STATE,
+            _SEARCH,
+            ("limit", "rows per page, 1 to 1,000 (default 100)"),
+            _CURSOR,
+            ("meta", "`1`: read each row's metadata too"),
+        ],
+        "kind": "application/json",
+    },
+    "/api/v1/consumers/": {
+        "path": "/api/v1/consumers/{queue}/{group}/{consumer}",
+        "summary": "One consumer: its row now, metadata and transitions of the last hour",
+        "description": "`row` (null when not tracked now), `meta`, `timeline` (newest "
+        "first; `derived`: stale/expired by the rule), `start_ns` and `reaches_back` (false "
+        "when the event log does not reach back an hour); 404 when it is neither tracked "
+        "nor in the history read.",
+        "path_params": [
+            ("queue", "the queue, percent-encoded"),
+            ("group", "the group, percent-encoded"),
+            ("consumer", "the consumer, percent-encoded"),
+        ],
+        "kind": "application/json",
+    },
+    "/api/v1/events": {
+        "summary": "The registry's events: one poll, or a server-sent event stream",
+        "description": "With `Accept: text/event-stream`, a stream (`hello`, `presence`, "
+        "`cursor`, `status`, `snapshot` messages); otherwise the `events` after `cursor` "
+        "and the cursor to go on from. 410 `resync_required` for a cursor that cannot go on.",
+        "query": [
+            _QUEUE,
+            _GROUP,
+            ("cursor", "go on from this cursor (no cursor: no events, a cursor from now)"),
+        ],
+        "headers": [("Last-Event-ID", "a stream's cursor, as `EventSource` resends it")],
+        "kind": "application/json",
+    },
+    "/metrics": {
+        "summary": "Prometheus metrics, computed at scrape time",
+        "description": "Per-group gauges; per-consumer series with `--per-consumer-metrics`.",
+        "kind": "text/plain",
+    },
+    "/healthz": {
+        "summary": "Liveness: 200 whenever the process runs (no token, no Redis call)",
+        "kind": "application/json",
+    },
+    "/readyz": {
+        "summary": "Readiness: one `TIME` to Redis; 200 with its clock, or 503 with the reason",
+        "kind": "application/json",
+    },
+    "/static": {
+        "path": "/static/{file}",
+        "summary": "The dashboard's script and stylesheet (shipped in the wheel)",
+        "path_params": [("file", "a file name")],
+        "kind": "application/octet-stream",
+    },
+}
+
+ERRORS = {
+    "400": "a bad parameter",
+    "401": "the auth token is missing or wrong",
+    "404": "no such group",
+    "405": "any method but GET",
+    "410": "an event cursor that cannot go on: resync",
+    "421": "a `Host` the service does not answer to",
+    "502": "foreign data under the prefix",
+    "503": "Redis cannot be reached, refused the credentials, or the pool is busy",
+}
+
+
+def _parameter(where: str, param: Param) -> dict[str, Any]:
+    name, description = param
+    return {
+        "name": name,
+        "in": where,
+        "required": where == "path",
+        "description": description,
+        "schema": {"type": "string"},
+    }
+
+
+def served_routes() -> list[str]:
+    """The paths of the routes `create_app` serves, in its order."""
+    return [getattr(route, "path", "") for route in create_app(WebConfig()).routes]
+
+
+def openapi(version: str, served: list[str] | None = None) -> dict[str, Any]:
+    """The service's OpenAPI 3.1 document: one operation per route of `served` (default:
+    every documented route), each described by `ROUTES`; LookupError for an undocumented one."""
+    paths: dict[str, Any] = {}
+    for route in served if served is not None else list(ROUTES):
+        info = ROUTES.get(route)
+        if info is None:
+            raise LookupError(f"the app serves {route!r}: describe it in ROUTES ({__file__})")
+        parameters = [_parameter("path", p) for p in info.get("path_params", [])]
+        parameters += [_parameter("query", p) for p in info.get("query", [])]
+        parameters += [_parameter("header", p) for p in info.get("headers", [])]
+        if info["kind"] == "text/html":
+            parameters.append(_parameter("header", _JSON))
+        responses: dict[str, Any] = {
+            "200": {"description": "OK", "content": {info["kind"]: {}}},
+        }
+        responses.update({code: {"description": text} for code, text in ERRORS.items()})
+        operation: dict[str, Any] = {
+            "summary": info["summary"],
+            "parameters": parameters,
+            "responses": responses,
+        }
+        if "description" in info:
+            operation["description"] = info["description"]
+        paths[info.get("path", route)] = {"get": operation}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "redis-presence serve", "version": version},
+        "components": {
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "basic": {"type": "http", "scheme": "basic"},
+            }
+        },
+        "paths": paths,
+    }
+
+
+def openapi_json(version: str, served: list[str] | None = None) -> str:
+    return json.dumps(openapi(version, served), indent=2) + "\n"
+
+
+def routes_table() -> str:
+    """The routes as a Markdown table (docs/web.md)."""
+    rows = ["| route | parameters | returns |", "| --- | --- | --- |"]
+    for route, info in ROUTES.items():
+        names = [p[0] for p in info.get("query", [])]
+        params = ", ".join(f"`{n}`" for n in names) or "none"
+        summary = info["summary"]
+        if "description" in info:
+            summary += ". " + info["description"]
+        rows.append(f"| `{info.get('path', route)}` | {params} | {summary} |")
+    return "\n".join(rows) + "\n"

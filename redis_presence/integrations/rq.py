@@ -1,0 +1,300 @@
+"""RQ: ``PresenceWorker``, an RQ ``Worker`` that reports its presence on every poll.
+
+Run it with RQ's own command line (or django-rq's ``RQ['WORKER_CLASS']``)::
+
+    $ REDIS_PRESENCE_URL=redis://presence:6379/0 \\
+        rq worker -w redis_presence.integrations.rq.PresenceWorker invoices refunds
+
+or configure a subclass in code: ``Worker = PresenceWorker.configured(url=...)``.
+
+Each worker keeps one row per queue it reads: ``queue`` is the RQ queue, ``group``
+``"rq"`` unless told otherwise, ``consumer`` the worker's name (RQ's ``--name``, a random
+hex name by default: the one ``rq info`` shows) and ``lease_count`` 1 on the queue of the
+job it is running (0 elsewhere). Each job it finishes (succeeded, failed or stopped) is
+progress on its queue's row. The beats come from the worker's own loop, at each of RQ's
+own heartbeats: before and after every dequeue poll (idle or not: the blocking dequeue
+waits at most one interval, instead of RQ's default of the worker TTL less 15 s) and,
+while a job runs in the work horse, each time the worker wakes to watch it (at most
+once per interval, and at least once a second: RQ's job monitoring interval is lowered
+to that). A warm shutdown deregisters the rows once the running job is done; a killed
+worker goes stale after the TTL and expired after twice the TTL.
+
+With ``--with-scheduler``, the worker's scheduler process (RQ's ``RQScheduler``, which
+enqueues the jobs scheduled with ``enqueue_at`` / ``enqueue_in``) is a consumer too: one
+row per queue whose scheduler lock it holds, group ``"scheduler"``, consumer ``host:pid``
+of the scheduler process, beaten at each of its ticks (each finished tick is progress),
+deregistered when it stops.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import redis
+from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
+from rq.scheduler import RQScheduler
+from rq.worker import Worker
+
+from redis_presence.redis import RedisPresenceRegistry
+from redis_presence.reporter import PresenceReporter
+
+from ._common import SCHEDULER_GROUP, Settings, host_pid
+
+__all__ = [
+    "DEFAULT_GROUP",
+    "SCHEDULER_GROUP",
+    "PresenceScheduler",
+    "PresenceWorker",
+]
+
+DEFAULT_GROUP = "rq"
+"""The group of a worker's rows unless `PresenceWorker.configured(group=...)` names another."""
+
+URL_ENV, PREFIX_ENV, INTERVAL_ENV = (
+    "REDIS_PRESENCE_URL",
+    "REDIS_PRESENCE_PREFIX",
+    "REDIS_PRESENCE_INTERVAL_MS",
+)
+"""Where a worker started as ``-w redis_presence.integrations.rq.PresenceWorker`` (no
+configuration in code) finds its settings: the URL and prefix are the CLI's variables."""
+
+
+def _settings(
+    url: str | None, prefix: str | None, group: str | None, interval_ms: int | None
+) -> tuple[Settings, bool]:
+    """Checked settings, from the arguments else the environment; whether a URL was found
+    (without one the worker writes presence to its own Redis, under the same prefix)."""
+    url = url if url is not None else os.environ.get(URL_ENV) or None  # empty: unset
+    prefix = prefix if prefix is not None else os.environ.get(PREFIX_ENV) or "presence"
+    if interval_ms is None and os.environ.get(INTERVAL_ENV):
+        raw = os.environ[INTERVAL_ENV]
+        if not raw.isdigit():
+            raise ValueError(f"{INTERVAL_ENV} must be a number of milliseconds, got {raw!r}")
+        interval_ms = int(raw)
+    # The worker's own Redis, when no URL is given, is checked by RQ itself.
+    checked = Settings.checked(url or "redis://localhost:6379/0", prefix, group, interval_ms)
+    return checked, url is not None
+
+
+class _ParentOnlyReporter(PresenceReporter):
+    """A `PresenceReporter` that stays with the process that made it: in a forked child
+    (RQ forks a work horse per job, and the horse never beats) it is closed at once,
+    instead of starting a thread of its own in every horse (a thread start per job, which
+    on a loaded machine waits for the scheduler to run the new thread). Overrides the
+    private `_crossed_fork` of `PresenceReporter`."""
+
+    def _crossed_fork(self) -> None:
+        self._pid = os.getpid()
+        self._closed = True
+        self._core.closed = True  # beats made here are dropped, never written
+
+
+def _reporter(settings: Settings, has_url: bool, connection: Any) -> PresenceReporter:
+    """A reporter on `settings.url`, or on a new client of `connection`'s server."""
+    if has_url:
+        registry = RedisPresenceRegistry.from_url(settings.url, prefix=settings.prefix)
+    else:
+        pool = connection.connection_pool
+        client = redis.Redis(
+            connection_pool=redis.ConnectionPool(
+                connection_class=pool.connection_class, **pool.connection_kwargs
+            )
+        )
+        registry = RedisPresenceRegistry(client, prefix=settings.prefix)
+    return _ParentOnlyReporter(registry, settings.interval_ms, deregister_on_close=True)
+
+
+def _close(reporter: PresenceReporter | None) -> None:
+    """Deregister what `reporter` reported, then close its connection."""
+    if reporter is not None:
+        reporter.close()
+        reporter.registry.close()
+
+
+class PresenceWorker(Worker):
+    """An RQ ``Worker`` (forking a work horse per job) that beats on each poll.
+
+    Settings: the class attributes, set by `configured`, else the environment
+    (``REDIS_PRESENCE_URL``, ``REDIS_PRESENCE_PREFIX``, ``REDIS_PRESENCE_INTERVAL_MS``),
+    else the worker's own Redis, prefix ``presence`` and `DEFAULT_REPORT_INTERVAL_MS`.
+    """
+
+    presence_url: ClassVar[str | None] = None
+    presence_prefix: ClassVar[str | None] = None
+    presence_group: ClassVar[str | None] = None
+    presence_interval_ms: ClassVar[int | None] = None
+
+    @classmethod
+    def configured(
+        cls,
+        *,
+        url: str | None = None,
+        prefix: str | None = None,
+        group: str | None = None,
+        interval_ms: int | None = None,
+    ) -> type[PresenceWorker]:
+        """A subclass with these settings, checked here (where it is defined): bad ones
+        raise `TypeError` / `ValueError`."""
+        _settings(url, prefix, group, interval_ms)
+        attrs = {
+            "presence_url": url,
+            "presence_prefix": prefix,
+            "presence_group": group,
+            "presence_interval_ms": interval_ms,
+            "__module__": cls.__module__,
+        }
+        return type(cls.__name__, (cls,), attrs)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        settings, has_url = _settings(
+            self.presence_url, self.presence_prefix, self.presence_group, self.presence_interval_ms
+        )
+        self._presence_settings, self._presence_has_url = settings, has_url
+        self._presence_group = settings.group or DEFAULT_GROUP
+        self._presence_reporter: PresenceReporter | None = None
+        self._presence_job_queue: str | None = None
+        super().__init__(*args, **kwargs)
+        # While a job runs, the worker wakes every job_monitoring_interval seconds (a
+        # SIGALRM, whole seconds) to watch it: at least once per beat interval.
+        every_s = max(1, math.floor(settings.interval_ms / 1000))
+        self.job_monitoring_interval = min(self.job_monitoring_interval, every_s)
+
+    @property
+    def dequeue_timeout(self) -> float:  # type: ignore[override]  # BLPOP takes seconds as a float
+        """How long one blocking dequeue waits: at most one beat interval."""
+        return min(super().dequeue_timeout, self._presence_settings.interval_ms / 1000)
+
+    def bootstrap(
+        self,
+        logging_level: str | None = "INFO",
+        date_format: str = DEFAULT_LOGGING_DATE_FORMAT,
+        log_format: str = DEFAULT_LOGGING_FORMAT,
+    ) -> None:
+        """The worker starts its loop: open the reporter (it beats at the first poll)."""
+        if self._presence_reporter is None:
+            self._presence_reporter = _reporter(
+                self._presence_settings, self._presence_has_url, self.connection
+            )
+        super().bootstrap(logging_level, date_format, log_format)
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        """RQ's own heartbeat (each poll, each job, each wake while a job runs), and a beat
+        of every queue with its lease."""
+        super().heartbeat(timeout, pipeline)
+        self._presence_beat()
+
+    def execute_job(self, job: Any, queue: Any) -> None:
+        """Run one job (in a work horse): its queue holds a lease meanwhile, and its end,
+        whatever the outcome, is progress on that queue."""
+        self._presence_job_queue = queue.name
+        self._presence_beat()
+        try:
+            super().execute_job(job, queue)
+        finally:
+            self._presence_job_queue = None
+            self._presence_beat(progressed=queue.name)
+
+    def teardown(self) -> None:
+        """The loop ended (warm shutdown, after the running job): deregister every row."""
+        super().teardown()  # type: ignore[no-untyped-call]
+        if not self.is_horse:
+            reporter, self._presence_reporter = self._presence_reporter, None
+            _close(reporter)
+
+    def _presence_beat(self, *, progressed: str | None = None) -> None:
+        reporter = self._presence_reporter
+        if reporter is None or self.is_horse:  # the horse's copy never beats
+            return
+        current = self._presence_job_queue
+        for name in self.queue_names():
+            lease = 1 if name == current else 0
+            reporter.beat(
+                name, self._presence_group, self.name, lease, progressed=name == progressed
+            )
+
+    def _start_scheduler(
+        self,
+        burst: bool = False,
+        logging_level: str | None = "INFO",
+        date_format: str = DEFAULT_LOGGING_DATE_FORMAT,
+        log_format: str = DEFAULT_LOGGING_FORMAT,
+    ) -> None:
+        """RQ's own ``_start_scheduler`` (rq 3.0), with a `PresenceScheduler`."""
+        scheduler_class = PresenceScheduler.bound(
+            lambda: _reporter(self._presence_settings, self._presence_has_url, self.connection)
+        )
+        self.scheduler = scheduler_class(
+            self.queues,
+            connection=self.connection,
+            logging_level=logging_level if logging_level is not None else self.log.level,
+            date_format=date_format,
+            log_format=log_format,
+            serializer=self.serializer,
+        )
+        self.scheduler.acquire_locks()  # type: ignore[no-untyped-call]
+        if self.scheduler.acquired_locks:
+            if burst:
+                try:
+                    self.scheduler.register_birth()
+                    self.scheduler.enqueue_scheduled_jobs()
+                finally:
+                    self.scheduler.release_locks()  # type: ignore[no-untyped-call]
+                    self.scheduler.register_death()
+            else:
+                self.scheduler.start()  # type: ignore[no-untyped-call]
+
+
+class PresenceScheduler(RQScheduler):
+    """RQ's scheduler, beating one row per queue whose lock it holds (group
+    `SCHEDULER_GROUP`), in its own process; `PresenceWorker` starts it."""
+
+    presence_open: ClassVar[Callable[[], PresenceReporter] | None] = None
+
+    @classmethod
+    def bound(cls, open_reporter: Callable[[], PresenceReporter]) -> type[PresenceScheduler]:
+        """A subclass that opens its reporter with `open_reporter` (in its own process)."""
+        return type(cls.__name__, (cls,), {"presence_open": staticmethod(open_reporter)})
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._presence_reporter: PresenceReporter | None = None
+        self._presence_consumer = ""
+        self._presence_queues: set[str] = set()
+
+    def register_birth(self) -> None:
+        """The scheduler process starts: open the reporter there."""
+        super().register_birth()
+        opener = type(self).presence_open
+        if opener is not None and self._presence_reporter is None:
+            self._presence_consumer = host_pid()
+            self._presence_reporter = opener()
+
+    def heartbeat(self) -> None:
+        """RQ's heartbeat of the scheduler (each tick), and a beat per locked queue."""
+        super().heartbeat()  # type: ignore[no-untyped-call]
+        self._presence_beat()
+
+    def enqueue_scheduled_jobs(self) -> None:
+        """One tick's work; its end is progress."""
+        super().enqueue_scheduled_jobs()  # type: ignore[no-untyped-call]
+        self._presence_beat(progressed=True)
+
+    def stop(self) -> None:
+        """The scheduler stops (the worker's warm shutdown): deregister its rows."""
+        super().stop()  # type: ignore[no-untyped-call]
+        reporter, self._presence_reporter = self._presence_reporter, None
+        _close(reporter)
+
+    def _presence_beat(self, *, progressed: bool = False) -> None:
+        reporter = self._presence_reporter
+        if reporter is None:
+            return
+        held = set(self.acquired_locks)
+        for name in sorted(held):
+            reporter.beat(name, SCHEDULER_GROUP, self._presence_consumer, progressed=progressed)
+        for gone in self._presence_queues - held:
+            reporter.deregister(gone, SCHEDULER_GROUP, self._presence_consumer)
+        self._presence_queues = held

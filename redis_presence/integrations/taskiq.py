@@ -1,0 +1,200 @@
+"""Taskiq: ``PresenceMiddleware`` makes every ``taskiq worker`` process report itself.
+
+Add it to the broker where the broker is defined (the module every worker imports)::
+
+    broker = ListQueueBroker("redis://broker:6379/0", queue_name="invoices")
+    broker.add_middlewares(PresenceMiddleware(url="redis://presence:6379/0"))
+
+Each worker process keeps one row per queue its broker reads: ``queue`` is the broker's
+``queue_name`` (and, for taskiq-redis's ``RedisStreamBroker``, each of its
+``additional_streams``), ``group`` the stream broker's consumer group, else ``"taskiq"``
+(``group=`` sets one for every row), ``consumer`` the stream broker's consumer name (the
+one ``XINFO CONSUMERS`` shows), else ``host:pid``, and ``lease_count`` the tasks the
+process is running. Each task it finishes (succeeded or failed) is progress.
+
+A middleware only sees messages, so at the worker's startup it wraps this broker's
+``listen()``: each message beats, and while the worker's prefetcher waits in it for the
+next one (an idle worker: ``ListQueueBroker`` waits on a ``BRPOP`` with no timeout), a
+task of the worker's event loop beats once per interval, so an idle worker beats too and
+a worker whose event loop is blocked goes stale. The wrapper reads nothing ahead. At the worker's
+shutdown (after its running tasks) every row is deregistered; a killed worker process
+goes stale after the TTL and expired after twice the TTL. Processes that only send tasks
+(``broker.startup()`` in a web application) never connect.
+
+In a ``taskiq scheduler`` process (the broker's ``is_scheduler_process``), the scheduler
+is the consumer: one row per queue of the broker, group ``"scheduler"``, consumer
+``host:pid``. Its loop offers no hook of its own, so a task in its event loop beats once
+per interval (a blocked loop goes stale), and each task it sends is progress. Its
+shutdown (SIGINT; taskiq's scheduler leaves SIGTERM to Python's default, which ends the
+process without one) deregisters the rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+from taskiq import TaskiqMessage, TaskiqMiddleware, TaskiqResult
+
+from redis_presence.aio import AsyncRedisPresenceRegistry
+from redis_presence.reporter import AsyncPresenceReporter
+
+from ._common import SCHEDULER_GROUP, Settings, host_pid
+
+__all__ = ["DEFAULT_GROUP", "SCHEDULER_GROUP", "PresenceMiddleware"]
+
+DEFAULT_GROUP = "taskiq"
+"""The group of a broker without a consumer group of its own, unless ``group=`` names one."""
+
+
+class PresenceMiddleware(TaskiqMiddleware):
+    """Reports each worker process of a Taskiq broker to the presence Redis.
+
+    `interval_ms` (how often the process writes, and the longest wait between two beats
+    of an idle worker) defaults to `DEFAULT_REPORT_INTERVAL_MS` (5,000 ms). Bad arguments
+    raise `TypeError` / `ValueError` here, where the broker is defined.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        prefix: str = "presence",
+        group: str | None = None,
+        interval_ms: int | None = None,
+    ) -> None:
+        super().__init__()
+        self._settings = Settings.checked(url, prefix, group, interval_ms)
+        self._reporter: AsyncPresenceReporter | None = None
+        self._running: Counter[str] = Counter()
+        self._queues: tuple[str, ...] = ()
+        self.group = self._settings.group or DEFAULT_GROUP
+        self.consumer = ""
+        self._ticker: asyncio.Task[None] | None = None
+        self._listen: _BeatingListen | None = None  # a worker's; None in a scheduler
+        self._scheduler = False
+
+    # -- the worker's life cycle -----------------------------------------------------
+
+    async def startup(self) -> None:
+        """A worker process starts (producers' startups are left alone): open the
+        reporter, wrap ``listen()`` and beat."""
+        broker: Any = self.broker
+        if self._reporter is not None:
+            return
+        self._queues = _queues(broker)
+        if broker.is_worker_process:
+            self.group = (
+                self._settings.group or _own(broker, "consumer_group_name") or DEFAULT_GROUP
+            )
+            self.consumer = _own(broker, "consumer_name") or host_pid()
+            self._listen = broker.listen = _BeatingListen(broker.listen, self.beat)
+        elif getattr(broker, "is_scheduler_process", False):
+            self.group, self.consumer = SCHEDULER_GROUP, host_pid()
+            self._scheduler = True
+        else:
+            return
+        self._reporter = self._settings.async_reporter()
+        self._ticker = asyncio.get_running_loop().create_task(
+            self._tick(), name="redis-presence-taskiq"
+        )
+        self.beat()
+
+    async def shutdown(self) -> None:
+        """The worker is done (its running tasks too): deregister every row and close."""
+        reporter, self._reporter = self._reporter, None
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+        if reporter is None:
+            return
+        registry: AsyncRedisPresenceRegistry = reporter.registry
+        await reporter.aclose()
+        await registry.aclose()
+
+    # -- tasks ------------------------------------------------------------------------
+
+    def pre_execute(self, message: TaskiqMessage) -> TaskiqMessage:
+        self._running[self._queue_of(message)] += 1
+        self.beat()
+        return message
+
+    def post_execute(self, message: TaskiqMessage, result: TaskiqResult[Any]) -> None:
+        queue = self._queue_of(message)
+        self._running[queue] -= 1
+        self.beat(progressed=queue)
+
+    def post_send(self, message: TaskiqMessage) -> None:
+        """A task was sent: in the scheduler process, that is its progress."""
+        if self._scheduler:
+            self.beat(progressed=self._queue_of(message))
+
+    async def _tick(self) -> None:
+        """Once per interval, from the process's event loop: the scheduler beats; a worker
+        beats while its prefetcher waits in ``listen()`` (an idle worker's poll) or tasks
+        run (a warm shutdown drains them after the prefetcher stopped)."""
+        while True:
+            await asyncio.sleep(self._settings.interval_ms / 1000)
+            listen = self._listen
+            if listen is None or listen.listening or any(self._running.values()):
+                self.beat()
+
+    def _queue_of(self, message: TaskiqMessage) -> str:
+        queue = message.labels.get("queue_name")
+        if isinstance(queue, str) and queue in self._queues:
+            return queue
+        return self._queues[0]
+
+    # -- beats ------------------------------------------------------------------------
+
+    def beat(self, *, progressed: str | None = None) -> None:
+        """Beat every queue with its running tasks (O(queues), no I/O)."""
+        reporter = self._reporter
+        if reporter is None:
+            return
+        for queue in self._queues:
+            leases = max(0, self._running[queue])
+            reporter.beat(queue, self.group, self.consumer, leases, progressed=queue == progressed)
+
+
+def _own(broker: Any, attribute: str) -> str | None:
+    """A broker's own consumer group or consumer name (taskiq-redis's stream brokers)."""
+    value = getattr(broker, attribute, None)
+    return value if isinstance(value, str) and value else None
+
+
+def _queues(broker: Any) -> tuple[str, ...]:
+    """The queues (lists, channels, streams) a broker reads."""
+    main = getattr(broker, "queue_name", None)
+    queues = [main if isinstance(main, str) and main else DEFAULT_GROUP]
+    extra = getattr(broker, "additional_streams", None) or {}
+    queues.extend(str(name) for name in extra if str(name) not in queues)
+    return tuple(queues)
+
+
+class _BeatingListen:
+    """A broker's ``listen()`` that beats on each message and says whether the worker's
+    prefetcher is in it (waiting for a message: the middleware's ticker beats then); it
+    reads nothing ahead."""
+
+    def __init__(self, listen: Callable[[], AsyncIterator[Any]], beat: Callable[[], None]) -> None:
+        self._listen = listen
+        self._beat = beat
+        self.listening = 0
+
+    def __call__(self) -> AsyncGenerator[Any, None]:
+        return self._messages()
+
+    async def _messages(self) -> AsyncGenerator[Any, None]:
+        self.listening += 1
+        try:
+            async for message in self._listen():
+                self._beat()
+                yield message
+        finally:
+            self.listening -= 1

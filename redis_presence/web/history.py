@@ -1,0 +1,171 @@
+"""The dashboard's pictures of the recent past: a consumer's page, a group's timeline and
+its active count over the last hour (a chart on the group page, a sparkline per group on
+the groups page).
+
+Each picture is rebuilt from the transition events (`redis_presence.history`) by one
+bounded read (`Planner.group_logs`): at most `GROUP_ENTRIES` entries of the queue's event
+log for a group or consumer page; for the groups page, sparklines for at most
+`SPARK_GROUPS` groups, `SPARK_ENTRIES` entries per queue and `SPARK_PAGE_ENTRIES` in all.
+Nothing is written to draw them. The SVG is drawn here as numbers (coordinates) and
+rendered by the templates, where every name is autoescaped text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from redis_presence import ConsumerPresence
+from redis_presence.errors import PresenceMetaError
+from redis_presence.history import (
+    HISTORY_WINDOW_NS,
+    GroupLog,
+    Series,
+    Transition,
+    active_series,
+    timeline,
+)
+from redis_presence.model import NO_META, ConsumerMeta
+
+from .data import PresenceData
+
+GROUP_ENTRIES = 2_000
+"""Event log entries read (newest first) for one group's or one consumer's page."""
+SPARK_ENTRIES = 500
+"""Event log entries read per queue for the groups page's sparklines at most..."""
+SPARK_PAGE_ENTRIES = 5_000
+"""... and per groups page at most (shared by its queues, at least 20 each)."""
+SPARK_GROUPS = 50
+"""Sparklines drawn per groups page at most (the first groups shown)."""
+TIMELINE_LIMIT = 50
+"""Transitions listed on a group or consumer page at most."""
+CHART_POINTS = 61
+"""Instants of the group page's chart (one a minute over the hour)."""
+SPARK_POINTS = 31
+
+
+class Chart(NamedTuple):
+    """An active-count series as SVG coordinates in a `width` x `height` box."""
+
+    width: int
+    height: int
+    sure: str
+    """Polyline points of the surely-active count (``"x,y x,y ..."``)."""
+    band: str
+    """Polygon points between the sure and the maybe count ('' when they agree)."""
+    gap: float
+    """The x where the line starts (> 0 when the log does not reach back)."""
+    peak: int
+    series: Series
+    ticks: tuple[tuple[float, str], ...] = ()
+    """``(x, label)`` of the time axis (minutes ago)."""
+
+
+def chart(series: Series, width: int, height: int, *, pad: int = 2) -> Chart:
+    """`series` drawn over the whole window (``since_ns`` at x = 0, ``now_ns`` at the
+    right): a trimmed log leaves the start blank."""
+    span = max(1, series.now_ns - series.since_ns)
+    peak = max(1, series.peak)
+
+    def x(at_ns: int) -> float:
+        return round((at_ns - series.since_ns) * width / span, 1)
+
+    def y(count: int) -> float:
+        return round(height - pad - count * (height - 2 * pad) / peak, 1)
+
+    sure = " ".join(f"{x(t)},{y(n)}" for t, n in zip(series.times_ns, series.low, strict=True))
+    band = ""
+    if series.unsure:
+        top = [f"{x(t)},{y(n)}" for t, n in zip(series.times_ns, series.high, strict=True)]
+        band = " ".join(top + sure.split()[::-1])
+    minutes = span // 60_000_000_000
+    ticks = tuple(
+        (round(width * (minutes - ago) / max(1, minutes), 1), f"-{ago} min" if ago else "now")
+        for ago in range(minutes, -1, -15)
+    )
+    return Chart(width, height, sure, band, x(series.start_ns), series.peak, series, ticks)
+
+
+class GroupHistory(NamedTuple):
+    """What a group page shows of the past: its chart and its newest transitions."""
+
+    log: GroupLog
+    chart: Chart
+    timeline: list[Transition]
+
+    def to_dict(self) -> dict[str, object]:
+        return self.log.to_dict() | {
+            "series": self.chart.series.to_dict(),
+            "timeline": [t.to_dict() for t in self.timeline],
+        }
+
+
+class ConsumerView(NamedTuple):
+    """A consumer page: its row now (None: not tracked now), metadata and history."""
+
+    row: ConsumerPresence | None
+    meta: ConsumerMeta
+    log: GroupLog
+    timeline: list[Transition]
+    meta_error: str | None = None
+    """Why its metadata is not shown (another program's, unreadable); None: it is."""
+
+
+async def _logs(
+    reads: PresenceData, groups: Sequence[tuple[str, str]], entries: int
+) -> list[GroupLog]:
+    now = await reads.now_ns()
+    ttl_ms = reads.explicit_ttl_ms  # None: each group's shared TTL, as its events use
+    plan = reads.registry.plans.group_logs(
+        groups, since_ns=max(0, now - HISTORY_WINDOW_NS), now_ns=now, ttl_ms=ttl_ms, entries=entries
+    )
+    return await reads.registry.execute(plan)
+
+
+async def group_history(reads: PresenceData, queue: str, group: str) -> GroupHistory:
+    """One group's last hour: the chart of its active count and its newest transitions."""
+    (log,) = await _logs(reads, [(queue, group)], GROUP_ENTRIES)
+    series = active_series(log, CHART_POINTS)
+    return GroupHistory(log, chart(series, 600, 120), timeline(log, TIMELINE_LIMIT))
+
+
+async def sparklines(
+    reads: PresenceData, groups: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], Chart]:
+    """The first `SPARK_GROUPS` of `groups`' active counts over the last hour."""
+    shown = list(groups)[:SPARK_GROUPS]
+    if not shown:
+        return {}
+    queues = len({queue for queue, _ in shown})
+    entries = min(SPARK_ENTRIES, max(20, SPARK_PAGE_ENTRIES // queues))
+    logs = await _logs(reads, shown, entries)
+    return {
+        (log.queue, log.group): chart(active_series(log, SPARK_POINTS), 120, 24) for log in logs
+    }
+
+
+async def consumer_view(reads: PresenceData, queue: str, group: str, consumer: str) -> ConsumerView:
+    """One consumer now (its row, metadata) and its transitions over the last hour."""
+    registry = reads.registry
+    now = await reads.now_ns()
+    row = await registry.consumer(queue, group, consumer, now, reads.explicit_ttl_ms)
+    meta_error = None
+    try:
+        meta = await registry.execute(registry.plans.consumer_meta(queue, group, consumer))
+    except PresenceMetaError as exc:  # another program's: shown as unreadable, not a 502
+        meta, meta_error = NO_META, str(exc)
+    (log,) = await _logs(reads, [(queue, group)], GROUP_ENTRIES)
+    return ConsumerView(
+        row, meta, log, timeline(log, TIMELINE_LIMIT, consumer), meta_error=meta_error
+    )
+
+
+__all__ = [
+    "Chart",
+    "ConsumerView",
+    "GroupHistory",
+    "chart",
+    "consumer_view",
+    "group_history",
+    "sparklines",
+]

@@ -1,0 +1,191 @@
+"""Run one language-neutral conformance case (`conformance/*.json`) against a registry.
+
+The format is `conformance/README.md`'s. Nanosecond values are decimal strings in the
+cases (JavaScript numbers are doubles); a step's `args` are the registry method's keyword
+arguments, with every ``*_ns`` string made an int here. `store` and `redis` steps need the
+store itself: on the in-process registry (`client` None) they are skipped, and a case with
+``"needs_store": true`` is not run there at all.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import redis_presence.errors
+
+CONFORMANCE = Path(__file__).resolve().parent.parent / "conformance"
+CASES = sorted(CONFORMANCE.glob("*.json"))
+
+
+def load(path: Path) -> dict[str, Any]:
+    case: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return case
+
+
+def _args(args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        name: int(value) if name.endswith("_ns") and isinstance(value, str) else value
+        for name, value in args.items()
+    }
+
+
+def _ns(value: int | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _row(row: Any) -> dict[str, Any]:
+    out: dict[str, Any] = row.to_dict()
+    for name in ("registered_at_ns", "last_heartbeat_ns", "last_progress_ns"):
+        out[name] = _ns(out[name])
+    return out
+
+
+def _reply(op: str, result: Any) -> Any:
+    """A registry's answer in the cases' neutral form."""
+    if op == "snapshot":
+        return [_row(row) for row in result]
+    if op in ("count_active_by_group", "expected"):
+        return [[q, g, n] for (q, g), n in sorted(result.items())]
+    if op == "groups":
+        return [group.to_dict() for group in result]
+    return list(result) if isinstance(result, tuple) else result
+
+
+def _subset(expected: Any, actual: Any) -> Any:
+    """`actual` restricted to the fields `expected` names, row by row (rows are compared
+    whole in count and order, each on the fields the case gives)."""
+    if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
+        return [_subset(e, a) for e, a in zip(expected, actual, strict=True)]
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return {k: actual.get(k, "<missing>") for k in expected}
+    return actual
+
+
+def raw_call(registry: Any, op: str, args: dict[str, Any]) -> Any:
+    """Run one operation of a case on `registry` and return its answer."""
+    kwargs = _args(args)
+    if op == "len":
+        return len(registry)
+    if op == "heartbeat_many":
+        beats = [tuple(beat) for beat in kwargs.pop("beats")]
+        return registry.heartbeat_many(beats, **kwargs)
+    return getattr(registry, op)(**kwargs)
+
+
+def call(registry: Any, op: str, args: dict[str, Any]) -> Any:
+    """Run one operation of a case on `registry` and return its neutral reply."""
+    return _reply(op, raw_call(registry, op, args))
+
+
+def _text(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    if isinstance(value, list | tuple):
+        return [_text(v) for v in value]
+    return value
+
+
+def store(client: Any, prefix: str) -> dict[str, Any]:
+    """Every key under `prefix` in the cases' neutral form (index marks, which only a
+    cluster keeps, left out)."""
+    from backends import all_keys
+
+    out: dict[str, Any] = {}
+    for raw in all_keys(client):
+        key = _text(raw)
+        if not key.startswith(prefix + ":") or key.endswith(":ix"):
+            continue
+        kind = _text(client.type(raw))
+        if kind == "zset":
+            value: Any = [
+                [_text(m), str(int(s))] for m, s in client.zrange(raw, 0, -1, withscores=True)
+            ]
+        elif kind == "hash":
+            value = {_text(k): _text(v) for k, v in sorted(client.hgetall(raw).items())}
+        elif kind == "stream":
+            value = [
+                {_text(k): _text(v) for k, v in fields.items()} for _, fields in client.xrange(raw)
+            ]
+        elif kind == "set":
+            value = sorted(_text(m) for m in client.smembers(raw))
+        else:
+            value = _text(client.get(raw))
+        out[key] = {"type": kind, "value": value}
+    return out
+
+
+def _expected_store(keys: dict[str, Any]) -> dict[str, Any]:
+    """The case's key contents (a key given as null: absent), where a zset given by
+    ``members`` is compared on its sorted members only (scores that are a server clock) and
+    a key given as ``present`` on its type only (a value no client can predict)."""
+    out: dict[str, Any] = {}
+    for key, spec in keys.items():
+        if spec is None:
+            out[key] = None
+        elif "members" in spec:
+            out[key] = {"type": spec["type"], "value": sorted(spec["members"])}
+        elif spec.get("present"):
+            out[key] = {"type": spec["type"], "present": True}
+        else:
+            out[key] = {"type": spec["type"], "value": spec["value"]}
+    return out
+
+
+def _actual_store(keys: dict[str, Any], found: dict[str, Any], partial: bool) -> dict[str, Any]:
+    """What the store holds, in the form of `_expected_store`: every key under the prefix,
+    or (`partial`) only the keys the case names."""
+    out: dict[str, Any] = {}
+    names = keys if partial else found.keys() | keys.keys()
+    for key in names:
+        have = found.get(key)
+        spec = keys.get(key) or {}
+        if have is not None and "members" in spec and have["type"] == "zset":
+            have = {"type": "zset", "value": sorted(m for m, _ in have["value"])}
+        elif have is not None and spec.get("present"):
+            have = {"type": have["type"], "present": True}
+        out[key] = have
+    return out
+
+
+def run(case: dict[str, Any], registry: Any, client: Any | None) -> None:
+    """Every step of `case`, in order, on `registry` (and `client`, its store, or None)."""
+    prefix = case.get("prefix", "presence")
+    for number, step in enumerate(case["steps"], 1):
+        op = step["op"]
+        where = f"{case['name']} step {number} ({op})"
+        if op in ("store", "redis"):
+            if client is None:
+                continue
+            if op == "redis":
+                for command in step["commands"]:
+                    client.execute_command(*command)
+                continue
+            found = store(client, prefix)
+            actual = _actual_store(step["keys"], found, bool(step.get("partial")))
+            assert actual == _expected_store(step["keys"]), where
+            continue
+        args = step.get("args", {})
+        if "error" in step:
+            error = getattr(redis_presence.errors, step["error"])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with pytest.raises(error):
+                    call(registry, op, args)
+            continue
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            reply_of = raw_call(registry, op, args)
+        reply = _reply(op, reply_of)
+        if "reply" in step:
+            assert _subset(step["reply"], reply) == step["reply"], where
+        messages = [str(w.message) for w in caught]
+        skipped = step.get("skipped", [])
+        named = sorted(key for key in skipped for message in messages if f" {key}: " in message)
+        assert (len(messages), named) == (len(skipped), sorted(skipped)), (where, messages)
+        if skipped and hasattr(reply_of, "skipped"):
+            assert sorted(s.key for s in reply_of.skipped) == sorted(skipped), where

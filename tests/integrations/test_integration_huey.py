@@ -1,0 +1,192 @@
+"""Huey: real ``huey_consumer`` processes (Redis storage) on a real redis-server broker.
+
+Three consumers start at once, each with a Huey instance (a queue) of its own: ``reader``
+(two worker threads: rows, leases, progress), ``crash`` (SIGKILLed) and ``drain`` (one
+worker process, ``-k process``; SIGINT, Huey's graceful signal, during a task).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from huey import RedisHuey
+
+from integrations.held import wait_one_ttl
+from integrations.workers import (
+    Presence,
+    WorkerProcess,
+    check_dies_on_time,
+    python_tool,
+    started_workers,
+    wait_for,
+    worker_env,
+)
+from redis_presence.integrations.huey import DEFAULT_GROUP, install
+
+pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
+
+PREFIX = "it-huey"
+INTERVAL_MS = 200
+TTL_MS = 2_000
+"""An idle worker beats at each blocking read (Huey's Redis storage: 1 s)."""
+WORKERS = {"reader": ["-w", "2"], "crash": ["-w", "1"], "drain": ["-w", "1", "-k", "process"]}
+
+
+def queue(name: str) -> str:
+    return f"huey-{name}"
+
+
+@pytest.fixture(scope="module")
+def workers(
+    broker_url: str, presence_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, WorkerProcess]]:
+    env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
+    specs = {
+        name: (
+            [python_tool("huey_consumer"), "huey_app.huey", *options],
+            {**env, "RP_HUEY_NAME": queue(name)},
+        )
+        for name, options in WORKERS.items()
+    }
+    with started_workers(specs, logs=tmp_path_factory.mktemp("huey")) as started:
+        yield started
+
+
+def producer(broker_url: str, name: str) -> RedisHuey:
+    """An instance enqueueing ``huey_app.hold`` on worker `name`'s queue: the task's
+    identifier is its module and name, so the stand-in says it is ``huey_app``'s."""
+    huey = RedisHuey(queue(name), url=broker_url, results=False)
+
+    def hold(token: str) -> None:  # pragma: no cover - runs in the consumer
+        raise AssertionError
+
+    hold.__module__ = "huey_app"
+    huey.task()(hold)
+    return huey
+
+
+def enqueue_hold(broker_url: str, name: str) -> str:
+    token = uuid.uuid4().hex
+    huey = producer(broker_url, name)
+    huey.enqueue(huey._registry.string_to_task("huey_app.hold")(args=(token,)))
+    return token
+
+
+def rows_of(presence: Presence, name: str) -> dict[str, tuple[int, str]]:
+    """consumer -> (lease_count, state) of the rows of `name`'s queue."""
+    return {
+        row.consumer: (row.lease_count, row.state.value)
+        for row in presence.rows(ttl_ms=TTL_MS)
+        if row.queue == queue(name)
+    }
+
+
+def wait_rows(presence: Presence, worker: WorkerProcess, name: str, count: int) -> set[str]:
+    def ready() -> set[str] | None:
+        rows = rows_of(presence, name)
+        if len(rows) == count and all(state == "active" for _, state in rows.values()):
+            return set(rows)
+        return None
+
+    return wait_for(ready, timeout=60, what=f"rows of {name}", alive=worker.check_alive)
+
+
+def test_a_row_per_worker_thread_with_its_task_as_lease(
+    workers: dict[str, WorkerProcess], presence: Presence, broker_url: str, control: redis.Redis
+) -> None:
+    worker = workers["reader"]
+    consumers = wait_rows(presence, worker, "reader", 2)
+    prefix = f"{socket.gethostname()}:{worker.pid}/"
+    assert consumers == {f"{prefix}Worker-1", f"{prefix}Worker-2"}
+    rows = [row for row in presence.rows() if row.queue == queue("reader")]
+    assert {row.group for row in rows} == {DEFAULT_GROUP}
+    first = {row.consumer: row.last_heartbeat_ns for row in rows}
+
+    def refreshed() -> bool:
+        now = {r.consumer: r.last_heartbeat_ns for r in presence.rows() if r.consumer in first}
+        return all(now[c] > beat for c, beat in first.items())
+
+    wait_for(refreshed, timeout=10, what="idle workers' rows to be refreshed")
+
+    token = enqueue_hold(broker_url, "reader")
+    assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+
+    def leases() -> list[int]:
+        return sorted(lease for lease, state in rows_of(presence, "reader").values())
+
+    wait_for(lambda: leases() == [0, 1], timeout=10, what="the running task as a lease")
+    (busy,) = [c for c, (lease, _) in rows_of(presence, "reader").items() if lease]
+    # The task runs for more than a TTL: its worker's row stays active, without progress.
+    wait_one_ttl(presence, TTL_MS)
+    assert rows_of(presence, "reader")[busy] == (1, "active")
+    assert presence.row(queue("reader"), busy).last_progress_ns is None  # type: ignore[union-attr]
+
+    released_ns = presence.server_now_ns()
+    control.rpush(f"rp:release:{token}", 1)
+
+    def progressed() -> bool:
+        row = presence.row(queue("reader"), busy, ttl_ms=TTL_MS)
+        done = row is not None and (row.last_progress_ns or 0) > released_ns
+        return done and row is not None and row.lease_count == 0
+
+    wait_for(progressed, timeout=20, what="the finished task as progress")
+    assert rows_of(presence, "reader")[busy] == (0, "active")
+
+
+def test_sigkill_goes_stale_then_expired_on_time(
+    workers: dict[str, WorkerProcess], presence: Presence
+) -> None:
+    worker = workers["crash"]
+    (consumer,) = wait_rows(presence, worker, "crash", 1)
+    worker.kill()
+    killed_at = presence.server_now_ns()
+    check_dies_on_time(
+        presence,
+        consumer,
+        {queue("crash")},
+        killed_at_ns=killed_at,
+        interval_ms=1_000 + INTERVAL_MS,  # a beat per blocking read of 1 s
+        ttl_ms=TTL_MS,
+    )
+
+
+def test_graceful_shutdown_deregisters_after_the_running_task(
+    workers: dict[str, WorkerProcess], presence: Presence, broker_url: str, control: redis.Redis
+) -> None:
+    worker = workers["drain"]
+    (consumer,) = wait_rows(presence, worker, "drain", 1)
+    assert not consumer.startswith(f"{socket.gethostname()}:{worker.pid}/")  # its own process
+    token = enqueue_hold(broker_url, "drain")
+    assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+    wait_for(
+        lambda: rows_of(presence, "drain").get(consumer, (0, ""))[0] == 1,
+        timeout=10,
+        what="the task as a lease",
+    )
+    os.kill(worker.pid, signal.SIGINT)  # Huey's graceful signal
+    wait_for(
+        lambda: "Shutting down gracefully" in worker.log.read_text(errors="replace"),
+        timeout=20,
+        what="the graceful shutdown to begin",
+    )
+    assert consumer in rows_of(presence, "drain")  # until the task is done
+    control.rpush(f"rp:release:{token}", 1)
+    assert worker.wait(30) == 0, worker.log_tail()
+    assert presence.rows(consumer=consumer) == []
+
+
+def test_install_checks_its_arguments_where_the_instance_is_defined() -> None:
+    huey = RedisHuey("rp-args", url="redis://h:6379/0")
+    with pytest.raises(ValueError, match="interval_ms must be in"):
+        install(huey, url="redis://h:6379/0", interval_ms=0)
+    with pytest.raises(TypeError, match=r"huey must be a huey\.Huey"):
+        install(object(), url="redis://h:6379/0")
+    install(huey, url="redis://h:6379/0")
+    with pytest.raises(ValueError, match="already installed"):
+        install(huey, url="redis://h:6379/0")

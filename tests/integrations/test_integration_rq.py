@@ -1,0 +1,245 @@
+"""RQ: real ``rq worker -w redis_presence.integrations.rq.PresenceWorker`` processes on a
+real redis-server broker, configured from the environment only (as with django-rq).
+
+Four workers start at once, each reading queues of its own: ``reader`` (rows, leases,
+progress), ``crash`` (SIGKILLed), ``drain`` (SIGTERM during a job: a warm shutdown) and
+``sched`` (``--with-scheduler``: its scheduler process is a consumer of group
+``scheduler``), and ``own`` (no ``REDIS_PRESENCE_URL``: presence goes to the worker's own
+Redis, the broker).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from rq import Queue
+
+from integrations.held import wait_one_ttl
+from integrations.workers import (
+    Presence,
+    WorkerProcess,
+    check_dies_on_time,
+    python_tool,
+    started_workers,
+    wait_for,
+)
+from redis_presence.integrations.rq import DEFAULT_GROUP, SCHEDULER_GROUP, PresenceWorker
+
+pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
+
+PREFIX = "it-rq"
+INTERVAL_MS = 200
+TTL_MS = 3_000
+"""RQ watches a running job with a whole-second alarm: a beat at least once a second."""
+NAMES = ("reader", "crash", "drain", "sched", "own")
+
+
+def queues(name: str) -> set[str]:
+    return {f"{name}-a", f"{name}-b"}
+
+
+def consumer(name: str) -> str:
+    return f"rq-{name}"
+
+
+@pytest.fixture(scope="module")
+def workers(
+    broker_url: str, presence_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, WorkerProcess]]:
+    env = {
+        "RP_BROKER_URL": broker_url,
+        "REDIS_PRESENCE_URL": presence_url,
+        "REDIS_PRESENCE_PREFIX": PREFIX,
+        "REDIS_PRESENCE_INTERVAL_MS": str(INTERVAL_MS),
+    }
+    command = [
+        python_tool("rq"),
+        "worker",
+        "--url",
+        broker_url,
+        "-w",
+        "redis_presence.integrations.rq.PresenceWorker",
+    ]
+    specs = {
+        name: (
+            [
+                *command,
+                *(["--with-scheduler"] if name == "sched" else []),
+                "-n",
+                consumer(name),
+                *sorted(queues(name)),
+            ],
+            env if name != "own" else {**env, "REDIS_PRESENCE_URL": ""},  # empty: unset
+        )
+        for name in NAMES
+    }
+    with started_workers(specs, logs=tmp_path_factory.mktemp("rq")) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def broker(broker_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(broker_url)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def rows_of(presence: Presence, name: str) -> dict[str, tuple[int, str]]:
+    """queue -> (lease_count, state) of worker `name`'s rows."""
+    return {
+        row.queue: (row.lease_count, row.state.value)
+        for row in presence.rows(consumer=consumer(name), ttl_ms=TTL_MS)
+    }
+
+
+def wait_rows(presence: Presence, worker: WorkerProcess, name: str) -> None:
+    def ready() -> bool:
+        rows = rows_of(presence, name)
+        return set(rows) == queues(name) and all(s == "active" for _, s in rows.values())
+
+    wait_for(ready, timeout=60, what=f"rows of {name}", alive=worker.check_alive)
+
+
+def hold(broker: redis.Redis, queue: str) -> str:
+    token = uuid.uuid4().hex
+    Queue(queue, connection=broker).enqueue("rq_jobs.hold", token, job_timeout=120)
+    return token
+
+
+def test_rows_leases_and_progress_of_a_real_worker(
+    workers: dict[str, WorkerProcess], presence: Presence, broker: redis.Redis
+) -> None:
+    worker = workers["reader"]
+    wait_rows(presence, worker, "reader")
+    rows = presence.rows(consumer=consumer("reader"), ttl_ms=TTL_MS)
+    assert {row.group for row in rows} == {DEFAULT_GROUP}
+    first = {row.queue: row.last_heartbeat_ns for row in rows}
+
+    def refreshed() -> bool:
+        now = {r.queue: r.last_heartbeat_ns for r in presence.rows(consumer=consumer("reader"))}
+        return all(now[queue] > beat for queue, beat in first.items())
+
+    wait_for(refreshed, timeout=10, what="an idle worker's rows to be refreshed")
+
+    token = hold(broker, "reader-a")
+    assert broker.blpop([f"rp:started:{token}"], timeout=20) is not None
+    wait_for(
+        lambda: (
+            rows_of(presence, "reader") == {"reader-a": (1, "active"), "reader-b": (0, "active")}
+        ),
+        timeout=10,
+        what="the running job as a lease",
+        seen=lambda: rows_of(presence, "reader"),
+    )
+    # The job runs for more than a TTL: the rows stay active meanwhile.
+    wait_one_ttl(presence, TTL_MS)
+    assert rows_of(presence, "reader") == {"reader-a": (1, "active"), "reader-b": (0, "active")}
+    assert presence.row("reader-a", consumer("reader")).last_progress_ns is None  # type: ignore[union-attr]
+
+    released_ns = presence.server_now_ns()
+    broker.rpush(f"rp:release:{token}", 1)
+
+    def progressed() -> bool:
+        row = presence.row("reader-a", consumer("reader"), ttl_ms=TTL_MS)
+        return (
+            row is not None and row.lease_count == 0 and (row.last_progress_ns or 0) > released_ns
+        )
+
+    wait_for(progressed, timeout=20, what="the finished job as progress")
+    other = presence.row("reader-b", consumer("reader"))
+    assert other is not None
+    assert other.last_progress_ns is None
+
+
+def test_sigkill_goes_stale_then_expired_on_time(
+    workers: dict[str, WorkerProcess], presence: Presence
+) -> None:
+    worker = workers["crash"]
+    wait_rows(presence, worker, "crash")
+    worker.kill()
+    killed_at = presence.server_now_ns()
+    check_dies_on_time(
+        presence,
+        consumer("crash"),
+        queues("crash"),
+        killed_at_ns=killed_at,
+        interval_ms=INTERVAL_MS,
+        ttl_ms=TTL_MS,
+    )
+
+
+def test_warm_shutdown_deregisters_after_the_running_job(
+    workers: dict[str, WorkerProcess], presence: Presence, broker: redis.Redis
+) -> None:
+    worker = workers["drain"]
+    wait_rows(presence, worker, "drain")
+    token = hold(broker, "drain-b")
+    assert broker.blpop([f"rp:started:{token}"], timeout=20) is not None
+    busy = {"drain-a": (0, "active"), "drain-b": (1, "active")}
+    wait_for(lambda: rows_of(presence, "drain") == busy, timeout=10, what="the job as a lease")
+    worker.send_sigterm()
+    wait_for(
+        lambda: "warm shut down requested" in worker.log.read_text(errors="replace"),
+        timeout=20,
+        what="the warm shutdown to begin",
+    )
+    # RQ finishes the running job first: the rows stay meanwhile.
+    assert rows_of(presence, "drain") == busy
+    broker.rpush(f"rp:release:{token}", 1)
+    assert worker.wait(30) == 0, worker.log_tail()
+    assert presence.rows(consumer=consumer("drain")) == []
+
+
+def test_the_scheduler_is_a_consumer_of_group_scheduler(
+    workers: dict[str, WorkerProcess], presence: Presence
+) -> None:
+    worker = workers["sched"]
+    wait_rows(presence, worker, "sched")
+
+    def scheduler_rows() -> dict[str, str]:
+        return {
+            row.queue: row.consumer
+            for row in presence.rows(ttl_ms=TTL_MS)
+            if row.group == SCHEDULER_GROUP and row.queue in queues("sched")
+        }
+
+    wait_for(
+        lambda: set(scheduler_rows()) == queues("sched"),
+        timeout=20,
+        what="the scheduler's rows",
+        alive=worker.check_alive,
+    )
+    (scheduler,) = set(scheduler_rows().values())
+    _, _, pid = scheduler.rpartition(":")
+    assert pid.isdigit()
+    assert int(pid) != worker.pid  # the scheduler's own process
+    row = presence.row("sched-a", scheduler, ttl_ms=TTL_MS)
+    assert row is not None
+    assert row.state.value == "active"
+    assert row.last_progress_ns is not None  # each finished tick
+    assert worker.terminate(30) == 0, worker.log_tail()
+    assert presence.rows(consumer=scheduler) == []
+    assert presence.rows(consumer=consumer("sched")) == []
+
+
+def test_without_a_url_presence_goes_to_the_workers_own_redis(
+    workers: dict[str, WorkerProcess], control: redis.Redis, presence: Presence
+) -> None:
+    in_broker = Presence(control, PREFIX)
+    wait_rows(in_broker, workers["own"], "own")
+    assert presence.rows(consumer=consumer("own")) == []
+
+
+def test_configured_checks_its_arguments_where_the_worker_class_is_defined() -> None:
+    with pytest.raises(ValueError, match="interval_ms must be in"):
+        PresenceWorker.configured(url="redis://h:6379/0", interval_ms=0)
+    with pytest.raises(ValueError, match="group must be a non-empty string"):
+        PresenceWorker.configured(url="redis://h:6379/0", group="")
+    worker_class = PresenceWorker.configured(url="redis://h:6379/0", group="billing")
+    assert issubclass(worker_class, PresenceWorker)
+    assert worker_class.presence_group == "billing"

@@ -1,0 +1,225 @@
+"""Taskiq: real ``taskiq worker`` processes on taskiq-redis brokers and a real redis-server.
+
+Four workers start at once, each reading a queue of its own: ``reader``, ``crash`` and
+``drain`` on ``ListQueueBroker`` (rows and leases; SIGKILL of the worker process;
+SIGTERM to ``taskiq worker``, a warm shutdown), ``stream`` on ``RedisStreamBroker`` (its
+consumer group and consumer name are the row's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from taskiq_redis import ListQueueBroker, RedisStreamBroker
+
+from integrations.held import wait_one_ttl
+from integrations.workers import (
+    Presence,
+    WorkerProcess,
+    check_dies_on_time,
+    python_tool,
+    started_workers,
+    wait_for,
+    worker_env,
+)
+from redis_presence import ConsumerPresence
+from redis_presence.integrations.taskiq import DEFAULT_GROUP, SCHEDULER_GROUP, PresenceMiddleware
+
+pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
+
+PREFIX = "it-taskiq"
+INTERVAL_MS = 200
+TTL_MS = 1_000
+KINDS = {"reader": "list", "crash": "list", "drain": "list", "stream": "stream"}
+STREAM_GROUP = "rp-stream-group"
+
+
+def queue(name: str) -> str:
+    return f"taskiq-{name}"
+
+
+@pytest.fixture(scope="module")
+def workers(
+    broker_url: str, presence_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, WorkerProcess]]:
+    env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
+    command = [python_tool("taskiq"), "worker", "taskiq_app:broker", "--workers", "1"]
+    specs = {
+        name: (command, {**env, "RP_NAME": queue(name), "RP_TASKIQ_BROKER": kind})
+        for name, kind in KINDS.items()
+    }
+    with started_workers(specs, logs=tmp_path_factory.mktemp("taskiq")) as started:
+        yield started
+
+
+def send_hold(broker_url: str, name: str) -> str:
+    """Send the ``hold`` task to worker `name`'s queue, as a producer would."""
+    token = uuid.uuid4().hex
+    producer: ListQueueBroker | RedisStreamBroker
+    if KINDS[name] == "stream":
+        producer = RedisStreamBroker(broker_url, queue_name=queue(name))
+    else:
+        producer = ListQueueBroker(broker_url, queue_name=queue(name))
+
+    @producer.task(task_name="hold")
+    async def hold(token: str) -> None:  # pragma: no cover - runs in the worker
+        raise AssertionError
+
+    async def send() -> None:
+        await producer.startup()
+        try:
+            await hold.kiq(token)
+        finally:
+            await producer.shutdown()
+
+    asyncio.run(send())
+    return token
+
+
+def row_of(presence: Presence, name: str) -> ConsumerPresence | None:
+    rows = [row for row in presence.rows(ttl_ms=TTL_MS) if row.queue == queue(name)]
+    live = [row for row in rows if row.state.value == "active"]
+    return live[0] if len(live) == 1 else None
+
+
+def wait_row(presence: Presence, worker: WorkerProcess, name: str) -> ConsumerPresence:
+    return wait_for(
+        lambda: row_of(presence, name), timeout=60, what=f"{name}'s row", alive=worker.check_alive
+    )
+
+
+def test_rows_leases_and_progress_of_a_real_worker(
+    workers: dict[str, WorkerProcess], presence: Presence, broker_url: str, control: redis.Redis
+) -> None:
+    worker = workers["reader"]
+    row = wait_row(presence, worker, "reader")
+    host, _, pid = row.consumer.rpartition(":")
+    assert host == socket.gethostname()
+    assert int(pid) != worker.pid  # the worker process, not its manager
+    assert row.group == DEFAULT_GROUP
+    assert row.lease_count == 0
+    first = row.last_heartbeat_ns
+    # Idle (a BRPOP without timeout under the wrapper): the wrapper beats anyway.
+    wait_for(
+        lambda: presence.row(queue("reader"), row.consumer).last_heartbeat_ns > first,  # type: ignore[union-attr]
+        timeout=10,
+        what="an idle worker's row to be refreshed",
+    )
+
+    token = send_hold(broker_url, "reader")
+    assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+
+    def leases() -> int | None:
+        found = row_of(presence, "reader")
+        return None if found is None else found.lease_count
+
+    wait_for(lambda: leases() == 1, timeout=10, what="the running task as a lease")
+    wait_one_ttl(presence, TTL_MS)
+    held = row_of(presence, "reader")
+    assert held is not None
+    assert (held.lease_count, held.last_progress_ns) == (1, None)
+
+    released_ns = presence.server_now_ns()
+    control.rpush(f"rp:release:{token}", 1)
+
+    def progressed() -> bool:
+        found = row_of(presence, "reader")
+        done = found is not None and (found.last_progress_ns or 0) > released_ns
+        return done and found is not None and found.lease_count == 0
+
+    wait_for(progressed, timeout=20, what="the finished task as progress")
+
+
+def test_a_stream_broker_reports_its_group_and_consumer(
+    workers: dict[str, WorkerProcess], presence: Presence
+) -> None:
+    row = wait_row(presence, workers["stream"], "stream")
+    assert (row.group, row.consumer) == (STREAM_GROUP, f"{queue('stream')}-consumer")
+
+
+def test_sigkill_goes_stale_then_expired_on_time(
+    workers: dict[str, WorkerProcess], presence: Presence
+) -> None:
+    row = wait_row(presence, workers["crash"], "crash")
+    os.kill(int(row.consumer.rpartition(":")[2]), signal.SIGKILL)
+    killed_at = presence.server_now_ns()
+    check_dies_on_time(
+        presence,
+        row.consumer,
+        {queue("crash")},
+        killed_at_ns=killed_at,
+        interval_ms=INTERVAL_MS,
+        ttl_ms=TTL_MS,
+    )
+
+
+def test_warm_shutdown_deregisters_after_the_running_task(
+    workers: dict[str, WorkerProcess], presence: Presence, broker_url: str, control: redis.Redis
+) -> None:
+    worker = workers["drain"]
+    row = wait_row(presence, worker, "drain")
+    token = send_hold(broker_url, "drain")
+    assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+    wait_for(
+        lambda: (row_of(presence, "drain") or row).lease_count == 1,
+        timeout=10,
+        what="the task as a lease",
+    )
+    worker.send_sigterm()
+    wait_for(
+        lambda: "Waiting for 1 running tasks" in worker.log.read_text(errors="replace"),
+        timeout=20,
+        what="the warm shutdown to begin",
+    )
+    assert presence.rows(consumer=row.consumer) != []  # until the task is done
+    control.rpush(f"rp:release:{token}", 1)
+    assert worker.wait(30) == 0, worker.log_tail()
+    wait_for(
+        lambda: presence.rows(consumer=row.consumer) == [],
+        timeout=10,
+        what="the rows to be deregistered",
+    )
+
+
+def test_the_scheduler_is_a_consumer_of_group_scheduler(
+    broker_url: str, presence_url: str, presence: Presence, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
+    command = [python_tool("taskiq"), "scheduler", "taskiq_app:scheduler"]
+    specs = {"scheduler": (command, {**env, "RP_NAME": queue("sched")})}
+    with started_workers(specs, logs=tmp_path_factory.mktemp("taskiq-scheduler")) as started:
+        process = started["scheduler"]
+        consumer = f"{socket.gethostname()}:{process.pid}"
+
+        def progressed() -> ConsumerPresence | None:
+            found = presence.row(queue("sched"), consumer, ttl_ms=TTL_MS)
+            if found is None or found.last_progress_ns is None:
+                return None
+            return found
+
+        row = wait_for(progressed, timeout=30, what="the scheduler's row, with progress")
+        assert (row.group, row.state.value) == (SCHEDULER_GROUP, "active")
+        first = row.last_progress_ns
+        wait_for(
+            lambda: (progressed() or row).last_progress_ns != first,  # a task sent each second
+            timeout=10,
+            what="more progress",
+        )
+        os.kill(process.pid, signal.SIGINT)  # taskiq scheduler's graceful stop
+        process.wait(20)
+        assert presence.rows(consumer=consumer) == []
+
+
+def test_middleware_checks_its_arguments_where_the_broker_is_defined() -> None:
+    with pytest.raises(ValueError, match="interval_ms must be in"):
+        PresenceMiddleware(url="redis://h:6379/0", interval_ms=0)
+    with pytest.raises(TypeError, match="url must be a str"):
+        PresenceMiddleware(url=None)  # type: ignore[arg-type]
+    assert PresenceMiddleware(url="redis://h:6379/0", group="billing").group == "billing"
