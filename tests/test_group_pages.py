@@ -377,3 +377,20 @@ def test_a_fleet_wide_consumer_page_reads_the_index_not_every_group(
         assert [c["consumer"] for c in nxt.json()["consumers"]] == [
             r.consumer for r in everything[50:100]
         ]
+
+
+def test_a_member_this_package_did_not_write_is_set_aside(small: RedisPresenceRegistry) -> None:
+    """A foreign member of the index of groups is set aside (a warning), not a failed page,
+    as `groups()` sets it aside."""
+    from redis_presence.errors import PresenceDataWarning
+
+    small.client.zadd(small.plans.keys.groups, {"presence:{a}:not-ours": 0})
+    with pytest.warns(PresenceDataWarning, match="not-ours"):
+        everything = ordered(small, small.groups(now_ns=T0, ttl_ms=TTL))
+    with pytest.warns(PresenceDataWarning, match="not-ours"):
+        pages = walk(small, 4)
+    assert [g for page in pages for g in page] == everything
+    tracked = sorted(g.key for g in everything if g.active + g.stale + g.expired)
+    with pytest.warns(PresenceDataWarning, match="not-ours"):
+        names = small.group_names()
+    assert names == tracked
