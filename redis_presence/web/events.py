@@ -27,9 +27,10 @@ closes. The messages a stream sends:
   its rows from these, never from the event that made them active.
 
 A poller watches the consumers of its filter that the pages read lately (`LiveFeed.shown`)
-or that its events made active, at most WATCHED_ROWS of them, and reads their rows again
-(`Planner.rows_of`, one round trip) after each read of its events: what it costs depends
-on the rows shown, never on the number of open streams.
+and, once such a page showed rows, those its events made active, at most WATCHED_ROWS,
+and reads their rows again (`Planner.rows_of`, one round trip) after each read of its
+events: what it costs depends on the rows shown, never on the number of open streams (a
+poller whose pages show no rows, the groups page's, reads none).
 
 A stream resumed with a cursor (``Last-Event-ID``) that its poller sent in the last
 `HISTORY_BATCHES` reads gets the messages after it from the poller's memory; an older or
@@ -243,9 +244,13 @@ class _Poller:
         self._last_cursor_at = time.monotonic()
         self.watched: dict[_Key, _Beat | None] = {}
         """The consumers whose rows it reads again, with what its streams last got of them."""
+        self.shows_rows = False
+        """Whether a page of its filter showed rows (the groups page shows none): only then
+        does it watch the consumers its events make active."""
 
     def watch(self, rows: Sequence[ConsumerPresence]) -> None:
         """Read these rows again at each interval (the most recently shown WATCHED_ROWS)."""
+        self.shows_rows = True
         for row in rows:
             beat = self.watched.pop(row.key, None)
             if beat is not None and beat[0] != row.registered_at_ns:
@@ -406,6 +411,8 @@ class _Poller:
     def _deliver(self, page: _Page) -> None:
         messages = [StreamMessage("presence", event.to_dict()) for event in page.events]
         for event in page.events:
+            if not self.shows_rows:
+                break
             if event.kind.value in _WATCHING and event.registered_at_ns is not None:
                 self.watched.pop(event.key, None)
                 beat = event.last_heartbeat_ns
@@ -576,7 +583,7 @@ class LiveFeed:
         """A page of the filter `queue` / `group` read `rows`: its poller, if one runs,
         reads them again at each interval for its streams."""
         poller = self._pollers.get((queue, group))
-        if poller is not None and rows:
+        if poller is not None:
             poller.watch(rows)
 
     def _stopped(self, poller: _Poller) -> None:
