@@ -128,9 +128,10 @@
     const shown = rowsByKey(tbody);
     for (const r of read.rows) {
       const tr = shown.get(keyOf(r.queue, r.group, r.consumer));
-      if (!tr || tr.dataset.registered !== String(r.registered_at_ns)) continue;
+      // Numbers on both sides (JSON's nanoseconds are doubles here): one rounding.
+      if (!tr || Number(tr.dataset.registered) !== Number(r.registered_at_ns)) continue;
       const age = tr.querySelector("td.age");
-      if (BigInt(r.last_heartbeat_ns) < BigInt(age.dataset.hb)) continue;
+      if (Number(r.last_heartbeat_ns) < Number(age.dataset.hb)) continue;
       age.dataset.hb = String(r.last_heartbeat_ns);
       tr.querySelector("td.num").textContent = thousands(r.lease_count);
       tr.dataset.leases = String(r.lease_count);
