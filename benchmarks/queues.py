@@ -36,13 +36,21 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from .integrations import APPS, BROKER_DB, PRESENCE_DB, ROOT, START_TIMEOUT_S, worker_processes
+from .integrations import (
+    APPS,
+    BROKER_DB,
+    PRESENCE_DB,
+    ROOT,
+    START_TIMEOUT_S,
+    cpu_ns,
+    rss_mb,
+    worker_processes,
+)
 from .server import BenchServer
 from .stats import CaseResult, Check, Measure
 
@@ -79,7 +87,7 @@ def case_queues(server: BenchServer, sizes: Any) -> CaseResult:
                 _run(control, producers, name, 1, proc)  # up and consuming
                 _run(control, producers, name, 1, proc)  # ... with its modules imported
             samples, cpu = _rounds(control, producers, started, tasks=tasks, rounds=rounds)
-            rss = {name: _rss_mb(proc.pid) for name, proc in started.items()}
+            rss = {name: rss_mb(proc.pid) for name, proc in started.items()}
     finally:
         producers.close()
         control.flushdb()
@@ -217,57 +225,12 @@ def _rounds(
             pair = [f"{framework}, plain", f"{framework}, presence"]
             for name in pair if r % 2 == 0 else [*reversed(pair)]:
                 pid = started[name].pid
-                before = _cpu_ns(pid)
+                before = cpu_ns(pid)
                 samples[name].append(
                     _run(control, producers, name, tasks[framework], started[name])
                 )
-                cpu[name].append((_cpu_ns(pid) - before) / 1e6)
+                cpu[name].append((cpu_ns(pid) - before) / 1e6)
     return samples, cpu
-
-
-_TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 10_000_000
-
-
-def _tree(root: int) -> Iterator[int]:
-    """`root` and every live descendant of it (from ``/proc/*/stat``)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                with open(f"/proc/{entry}/stat") as stat:
-                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry))
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        yield pid
-        todo.extend(children.get(pid, ()))
-
-
-def _cpu_ns(root: int) -> int:
-    """CPU time of `root`'s process tree so far: each live thread's (``schedstat``, ns)
-    and the children each process reaped (``cutime + cstime`` of ``stat``, clock ticks)."""
-    total = 0
-    for pid in _tree(root):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as schedstat:
-                    total += int(schedstat.read().split()[0])
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            total += (int(fields[13]) + int(fields[14])) * _TICK_NS  # cutime, cstime
-    return total
-
-
-def _rss_mb(root: int) -> float:
-    """``VmRSS`` of `root`'s process tree, in MB."""
-    total_kb = 0
-    for pid in _tree(root):
-        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    total_kb += int(line.split()[1])
-    return round(total_kb / 1024, 1)
 
 
 class _Producers:
