@@ -225,23 +225,7 @@ def _tasks(result: CaseResult, server: BenchServer, *, tasks: int, rounds: int) 
                 f"median time for {tasks} tasks, with / without presence",
             )
         )
-        cpu_plain, cpu_presence = cpu[f"{framework}, plain"], cpu[f"{framework}, presence"]
-        result.checks.append(
-            Check(
-                f"{framework} task throughput: CPU with / without presence",
-                statistics.median(b / a for a, b in zip(cpu_plain, cpu_presence, strict=True)),
-                "<=",
-                TASK_TARGET,
-                f"median over rounds of (the worker's CPU time for {tasks} tasks with presence "
-                "/ without)",
-            )
-        )
-        per_task = [statistics.median(v) * 1000 / tasks for v in (cpu_plain, cpu_presence)]
-        result.facts[f"{framework}: worker CPU per task, us (median of rounds)"] = {
-            "plain": round(per_task[0], 1),
-            "presence": round(per_task[1], 1),
-            "difference": round(per_task[1] - per_task[0], 1),
-        }
+        add_cpu_check(result, f"{framework} task throughput", cpu, framework, tasks, TASK_TARGET)
     result.facts["task rounds"] = {"rounds": rounds, "tasks per round": tasks}
 
 
@@ -288,6 +272,42 @@ def _tree(root: int) -> Iterator[int]:
         pid = todo.pop()
         yield pid
         todo.extend(children.get(pid, ()))
+
+
+CPU_MEASURED = os.path.isdir("/proc/self/task")
+"""Whether this system tells each thread's CPU time (Linux's ``/proc``): elsewhere the task
+cases measure wall time only."""
+
+
+def add_cpu_check(
+    result: CaseResult,
+    what: str,
+    cpu: dict[str, list[float]],
+    framework: str,
+    tasks: int,
+    target: float,
+) -> None:
+    """The check on `framework`'s CPU ratio (median over rounds) and its CPU per task, from
+    ``cpu[f"{framework}, plain"]`` and ``cpu[f"{framework}, presence"]`` (ms per round)."""
+    if not cpu:
+        return
+    plain, with_presence = cpu[f"{framework}, plain"], cpu[f"{framework}, presence"]
+    result.checks.append(
+        Check(
+            f"{what}: CPU with / without presence",
+            statistics.median(b / a for a, b in zip(plain, with_presence, strict=True)),
+            "<=",
+            target,
+            f"median over rounds of (the worker's CPU time for {tasks} tasks with presence / "
+            "without)",
+        )
+    )
+    per_task = [statistics.median(v) * 1000 / tasks for v in (plain, with_presence)]
+    result.facts[f"{framework}: worker CPU per task, us (median of rounds)"] = {
+        "plain": round(per_task[0], 1),
+        "presence": round(per_task[1], 1),
+        "difference": round(per_task[1] - per_task[0], 1),
+    }
 
 
 def cpu_ns(root: int) -> int:
@@ -358,18 +378,19 @@ def _throughput(
     the CPU ms the worker's process tree spent meanwhile."""
     names = ["celery, plain", "celery, presence", "dramatiq, plain", "dramatiq, presence"]
     samples: dict[str, list[float]] = {name: [] for name in names}
-    cpu: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names} if CPU_MEASURED else {}
     for r in range(rounds):
         order = names if r % 2 == 0 else [*reversed(names)]
         for name in order:
             key = f"bench:done:{uuid.uuid4().hex}"
-            cpu_before = cpu_ns(workers[name].pid)
+            cpu_before = cpu_ns(workers[name].pid) if cpu else 0
             started = time.perf_counter()
             producers.send(name, key, tasks)
             while int(control.get(key) or 0) < tasks:
                 time.sleep(0.002)
             samples[name].append((time.perf_counter() - started) * 1000)
-            cpu[name].append((cpu_ns(workers[name].pid) - cpu_before) / 1e6)
+            if cpu:
+                cpu[name].append((cpu_ns(workers[name].pid) - cpu_before) / 1e6)
     return samples, cpu
 
 

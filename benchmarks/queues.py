@@ -44,9 +44,11 @@ import redis
 from .integrations import (
     APPS,
     BROKER_DB,
+    CPU_MEASURED,
     PRESENCE_DB,
     ROOT,
     START_TIMEOUT_S,
+    add_cpu_check,
     cpu_ns,
     rss_mb,
     worker_processes,
@@ -87,7 +89,7 @@ def case_queues(server: BenchServer, sizes: Any) -> CaseResult:
                 _run(control, producers, name, 1, proc)  # up and consuming
                 _run(control, producers, name, 1, proc)  # ... with its modules imported
             samples, cpu = _rounds(control, producers, started, tasks=tasks, rounds=rounds)
-            rss = {name: rss_mb(proc.pid) for name, proc in started.items()}
+            rss = {name: rss_mb(proc.pid) for name, proc in started.items()} if CPU_MEASURED else {}
     finally:
         producers.close()
         control.flushdb()
@@ -111,30 +113,10 @@ def case_queues(server: BenchServer, sizes: Any) -> CaseResult:
                 f"median over rounds of (time for {n} tasks with presence / without, back to back)",
             )
         )
-        cpu_plain, cpu_presence = cpu[f"{framework}, plain"], cpu[f"{framework}, presence"]
-        cpu_ratios = [b / a for a, b in zip(cpu_plain, cpu_presence, strict=True)]
-        result.checks.append(
-            Check(
-                f"{framework} worker loop: CPU with / without presence",
-                statistics.median(cpu_ratios),
-                "<=",
-                TARGET,
-                f"median over rounds of (the worker's CPU time for {n} tasks with presence / "
-                "without)",
-            )
-        )
+        add_cpu_check(result, f"{framework} worker loop", cpu, framework, n, TARGET)
         result.facts[f"{framework}: ratio of the medians"] = round(
             statistics.median(with_presence) / statistics.median(plain), 3
         )
-        per_task = {
-            variant: statistics.median(values) * 1000 / n
-            for variant, values in (("plain", cpu_plain), ("presence", cpu_presence))
-        }
-        result.facts[f"{framework}: worker CPU per task, us (median of rounds)"] = {
-            "plain": round(per_task["plain"], 1),
-            "presence": round(per_task["presence"], 1),
-            "difference": round(per_task["presence"] - per_task["plain"], 1),
-        }
         result.facts[f"{framework}: worker VmRSS, MB (after the rounds)"] = {
             variant: rss.get(f"{framework}, {variant}", 0.0) for variant in ("plain", "presence")
         }
@@ -219,17 +201,18 @@ def _rounds(
     """Per round and framework: its two workers back to back, in turn first; the wall ms
     of each worker's round, and the CPU ms its process tree spent on it."""
     samples: dict[str, list[float]] = {name: [] for name in started}
-    cpu: dict[str, list[float]] = {name: [] for name in started}
+    cpu: dict[str, list[float]] = {name: [] for name in started} if CPU_MEASURED else {}
     for r in range(rounds):
         for framework in FRAMEWORKS:
             pair = [f"{framework}, plain", f"{framework}, presence"]
             for name in pair if r % 2 == 0 else [*reversed(pair)]:
                 pid = started[name].pid
-                before = cpu_ns(pid)
+                before = cpu_ns(pid) if cpu else 0
                 samples[name].append(
                     _run(control, producers, name, tasks[framework], started[name])
                 )
-                cpu[name].append((cpu_ns(pid) - before) / 1e6)
+                if cpu:
+                    cpu[name].append((cpu_ns(pid) - before) / 1e6)
     return samples, cpu
 
 
