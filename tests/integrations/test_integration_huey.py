@@ -230,5 +230,6 @@ def test_a_task_costs_its_worker_two_beats(
         assert row.consumer.endswith(":" + str(os.getpid()) + "/MainProcess")
         assert row.last_progress_ns is not None
     finally:
+        dequeue._presence._stopping.set()  # its ticker thread ends
         reporter.close()
         reporter.registry.close()
