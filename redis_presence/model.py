@@ -384,6 +384,10 @@ class GroupPresence(NamedTuple):
         """Whether the group was declared with `expect`."""
         return self.min_active is not None
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready mapping with the field names of this class."""
+        return self._asdict()
+
 
 class GroupsPage(NamedTuple):
     """A page of `group_page`: its groups in the index's order and whether more groups
@@ -393,8 +397,9 @@ class GroupsPage(NamedTuple):
     more: bool
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready mapping with the field names of this class."""
-        return self._asdict()
+        """Plain JSON-ready mapping with the field names of this class (each group as its
+        own mapping)."""
+        return {"groups": [group.to_dict() for group in self.groups], "more": self.more}
 
 
 StoredConsumer = tuple[str, str, str, int, int, int]

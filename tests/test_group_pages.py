@@ -16,7 +16,7 @@ import pytest
 import redis
 from test_bounded import logged
 
-from redis_presence import GroupPresence, RedisPresenceRegistry
+from redis_presence import GroupPresence, GroupsPage, RedisPresenceRegistry
 from redis_presence.plans import Limits
 
 MS = 1_000_000
@@ -394,3 +394,9 @@ def test_a_member_this_package_did_not_write_is_set_aside(small: RedisPresenceRe
     with pytest.warns(PresenceDataWarning, match="not-ours"):
         names = small.group_names()
     assert names == tracked
+
+
+def test_a_page_and_its_groups_are_json_ready() -> None:
+    group = GroupPresence.of("orders", "billing", 2, 1, 0, 3)
+    assert group.to_dict()["below"] is True
+    assert GroupsPage([group], True).to_dict() == {"groups": [group._asdict()], "more": True}
