@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import PresenceDataError
+from ..errors import PresenceDataError, PresenceError
 from ..keys import GroupKeys
 from ..model import GroupPresence, PresenceState, Rows, Skipped
 from ..replies import stored_columns
 from ..validation import check_min_active, check_name, check_now_ns, check_optional_ttl_ms
 from .core import T, _report, _text, _unique
 from .reads import ReadPlans
-from .requests import Command, Plan
+from .requests import Command, Partial, Plan
 
 
 def _stored_min(key: str, name: Any, value: Any) -> int:
@@ -173,8 +173,14 @@ class DeclaredPlans(ReadPlans):
             if groups:
                 ttls = yield from self._ttls_for(groups, ttl_ms)
                 horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
+                # Each group's size (and, with details, its oldest beat) with both counts'
+                # first requests, in one batch.
+                lows, highs = [h[0] for h in horizons], [h[1] for h in horizons]
+                pairs = [gk for gk in groups for _ in (0, 1)]
+                counting = [*self._above_asks(groups, lows), *self._above_asks(groups, highs)]
+                n = len(groups)
                 if details:
-                    replies = yield [
+                    sizes = [
                         request
                         for gk in groups
                         for request in (
@@ -185,13 +191,21 @@ class DeclaredPlans(ReadPlans):
                             ),
                         )
                     ]
-                    cards, firsts = replies[0::2], replies[1::2]
+                    replies = yield Partial([*sizes, *counting])
+                    for reply in replies[: 2 * n]:  # these raise, as in a batch of their own
+                        if isinstance(reply, PresenceError):
+                            raise reply
+                    cards, firsts = replies[0 : 2 * n : 2], replies[1 : 2 * n : 2]
+                    counted = replies[2 * n :]
                 else:
-                    cards = yield from self._sound(
-                        groups, [Command("ZCARD", (gk.hb,)) for gk in groups], skipped
+                    replies = yield Partial(
+                        [*(Command("ZCARD", (gk.hb,)) for gk in groups), *counting]
                     )
-                active = yield from self._above(groups, [h[0] for h in horizons], skipped)
-                alive = yield from self._above(groups, [h[1] for h in horizons], skipped)
+                    cards = self._set_aside(groups, replies[:n], skipped)
+                    counted = replies[n:]
+                counted = self._set_aside([*pairs, *pairs], counted, skipped)
+                active = yield from self._above_rest(groups, lows, counted[: 2 * n], skipped)
+                alive = yield from self._above_rest(groups, highs, counted[2 * n :], skipped)
                 for gk, card, a, b in zip(groups, cards, active, alive, strict=True):
                     if card is not None and a is not None and b is not None:
                         counts[(gk.queue, gk.group)] = (a, b - a, int(card) - b)
@@ -200,7 +214,7 @@ class DeclaredPlans(ReadPlans):
                         card is not None and b is not None and int(card) > b
                         for card, b in zip(cards, alive, strict=True)
                     ]
-                    lost = yield from self._expired_leases(groups, [h[1] for h in horizons], dead)
+                    lost = yield from self._expired_leases(groups, highs, dead)
                     for gk, first, held in zip(groups, firsts, lost, strict=True):
                         extra[(gk.queue, gk.group)] = (_lowest_score_ns(first), held)
             if after is None:

@@ -106,7 +106,14 @@ class IndexPlans(PlannerCore):
         (a key of another type) is None in place and its group set aside there."""
         if aside is None:
             return (yield list(requests))
-        replies = yield Partial(requests)
+        return self._set_aside(groups, (yield Partial(requests)), aside)
+
+    @staticmethod
+    def _set_aside(
+        groups: Sequence[GroupKeys], replies: Sequence[Any], aside: list[Skipped]
+    ) -> list[Any]:
+        """`_sound`'s replies from a `Partial` batch's: a data error None in place and its
+        group set aside in `aside`, any other error raised."""
         out: list[Any] = []
         for gk, reply in zip(groups, replies, strict=True):
             if isinstance(reply, PresenceDataError):

@@ -14,6 +14,7 @@ from ..events import EventKind, PresenceEvent, group_event, logged_events, sorte
 from ..history import GroupLog
 from ..keys import GroupKeys, decode_meta
 from ..model import (
+    DEFAULT_PRESENCE_TTL_MS,
     DEFAULT_STUCK_AFTER_MS,
     NO_META,
     ConsumerMeta,
@@ -174,12 +175,32 @@ class ReadPlans(SettingsPlans):
         while True:
             groups, after = yield from self._listed(queue, group, after, skipped)
             if groups:
-                sizes = yield from self._sound(
-                    groups, [Command("HLEN", (gk.data,)) for gk in groups], aside
-                )
-                kept = [i for i, n in enumerate(sizes) if n is not None]
+                # Each group's size with the shared settings the page needs, in one batch.
+                shared = ttl_ms is None or stuck_after_ms is None
+                asks = self._shared_asks(groups, stucks=stuck_after_ms is None) if shared else None
+                also = asks.requests if asks is not None else ()
+                n = len(groups)
+                lengths = [Command("HLEN", (gk.data,)) for gk in groups]
+                if aside is None:
+                    replies = yield [*lengths, *also]
+                    sizes = replies[:n]
+                else:
+                    replies = yield Partial([*lengths, *also])
+                    sizes = self._set_aside(groups, replies[:n], aside)
+                kept = [i for i, size in enumerate(sizes) if size is not None]
                 groups = [groups[i] for i in kept]
-                ttls, stucks = yield from self._ttls_and_stucks(groups, ttl_ms, stuck_after_ms)
+                if asks is not None and also:
+                    self._take_shared(asks, replies[n:], {gk.data for gk in groups})
+                ttls = (
+                    [ttl_ms] * len(groups)
+                    if ttl_ms is not None
+                    else self._cached(self._ttls, DEFAULT_PRESENCE_TTL_MS, groups)
+                )
+                stucks = (
+                    [stuck_after_ms] * len(groups)
+                    if stuck_after_ms is not None
+                    else self._cached(self._stucks, DEFAULT_STUCK_AFTER_MS, groups)
+                )
                 sized = [int(sizes[i]) for i in kept]
                 yield from self._read(groups, sized, ttls, now, out, stucks, unreadable, aside)
             if after is None:
@@ -529,18 +550,32 @@ class ReadPlans(SettingsPlans):
         above the horizon's (read from their stored values, `Limits.consumers` at a time).
         With `aside`, a group with a key or a value this package cannot decode counts None
         and is set aside there instead of failing."""
-        edges = [horizon // 1_000 for horizon in horizons]
+        pairs = [gk for gk in groups for _ in (0, 1)]
+        replies = yield from self._sound(pairs, self._above_asks(groups, horizons), aside)
+        return (yield from self._above_rest(groups, horizons, replies, aside))
+
+    def _above_asks(self, groups: list[GroupKeys], horizons: list[int]) -> list[Request]:
+        """The first requests of `_above`: two per group (``ZCOUNT``, then the ties)."""
         most = self.limits.consumers
-        requests = [
+        return [
             request
-            for gk, edge in zip(groups, edges, strict=True)
+            for gk, edge in zip(groups, (horizon // 1_000 for horizon in horizons), strict=True)
             for request in (
                 Command("ZCOUNT", (gk.hb, f"({edge}", "+inf")),
                 Command("ZRANGEBYSCORE", (gk.hb, edge, edge, "LIMIT", 0, most)),
             )
         ]
-        pairs = [gk for gk in groups for _ in (0, 1)]
-        replies = yield from self._sound(pairs, requests, aside)
+
+    def _above_rest(
+        self,
+        groups: list[GroupKeys],
+        horizons: list[int],
+        replies: list[Any],
+        aside: list[Skipped] | None,
+    ) -> Plan[list[int | None]]:
+        """`_above` from the replies to its first requests (None for a group set aside)."""
+        edges = [horizon // 1_000 for horizon in horizons]
+        most = self.limits.consumers
         counts: list[int | None] = [
             None if n is None or t is None else int(n)
             for n, t in zip(replies[0::2], replies[1::2], strict=True)

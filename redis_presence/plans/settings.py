@@ -5,7 +5,9 @@ and the cache of them every write and read consults (`TTL_CACHE_MS`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
+from ..errors import PresenceError
 from ..keys import GroupKeys
 from ..model import DEFAULT_PRESENCE_TTL_MS, DEFAULT_STUCK_AFTER_MS, NS_PER_MS
 from ..validation import (
@@ -18,6 +20,16 @@ from .core import TtlSource, _check_protocol, _stored_ttl
 from .index import IndexPlans
 from .limits import MAX_CACHED_GROUPS, TTL_CACHE_MS
 from .requests import Command, Plan, Request
+
+
+class SharedAsks(NamedTuple):
+    """The reads of shared settings a plan has to send (`SettingsPlans._shared_asks`)."""
+
+    requests: tuple[Request, ...]
+    protocol: bool
+    """Whether the first request reads ``P:protocol``."""
+    asks: list[tuple[dict[str | None, tuple[int | None, int]], str | None, str]]
+    """Each other request's cache, member (None: the prefix's) and key."""
 
 
 class SettingsPlans(IndexPlans):
@@ -137,16 +149,21 @@ class SettingsPlans(IndexPlans):
         """Each group's shared TTL (its own, else the prefix's, else the default), from what
         this planner read in the last TTL_CACHE_MS, reading the rest in one batch."""
         yield from self._refresh_shared(groups, stucks=False)
-        known = self._ttls
-        default = known[None][0] or DEFAULT_PRESENCE_TTL_MS
-        return [known[gk.data][0] or default for gk in groups]
+        return self._cached(self._ttls, DEFAULT_PRESENCE_TTL_MS, groups)
 
     def _shared_stucks(self, groups: Sequence[GroupKeys]) -> Plan[list[int]]:
         """Each group's shared progress budget (its own, else the prefix's, else
         DEFAULT_STUCK_AFTER_MS), cached and read as the TTLs are."""
         yield from self._refresh_shared(groups, stucks=True)
-        known = self._stucks
-        default = known[None][0] or DEFAULT_STUCK_AFTER_MS
+        return self._cached(self._stucks, DEFAULT_STUCK_AFTER_MS, groups)
+
+    @staticmethod
+    def _cached(
+        known: dict[str | None, tuple[int | None, int]], default: int, groups: Sequence[GroupKeys]
+    ) -> list[int]:
+        """Each group's setting from a cache just refreshed: its own, else the prefix's,
+        else `default`."""
+        default = known[None][0] or default
         return [known[gk.data][0] or default for gk in groups]
 
     def _ttls_and_stucks(
@@ -171,6 +188,19 @@ class SettingsPlans(IndexPlans):
         """Read, in one batch, the shared TTLs (and with `stucks` the progress budgets) of
         the prefix and of each group that this planner did not read in the last
         TTL_CACHE_MS."""
+        asks = self._shared_asks(groups, ttls=ttls, stucks=stucks)
+        if asks.requests:
+            self._take_shared(asks, (yield list(asks.requests)))
+
+    def _shared_asks(
+        self,
+        groups: Sequence[GroupKeys],
+        *,
+        ttls: bool = True,
+        stucks: bool = False,
+    ) -> SharedAsks:
+        """The requests `_refresh_shared` sends (none when all is fresh), so that a plan may
+        send them with requests of its own and hand their replies to `_take_shared`."""
         limit = self._clock() - TTL_CACHE_MS * NS_PER_MS
         caches = [(self._ttls, "ttl")] if ttls else []
         if stucks:
@@ -191,13 +221,29 @@ class SettingsPlans(IndexPlans):
             # The protocol version, with the shared settings (docs/protocol.md): every read
             # of the settings checks it (and a heartbeat claims it, `_claim`).
             protocol.append(Command("GET", (self.keys.protocol,)))
-        if asks or protocol:
-            replies = yield [*protocol, *(Command("GET", (key,)) for _, _, key in asks)]
-            read_at = self._clock()
-            if protocol:
-                _check_protocol(self.keys.protocol, replies[len(protocol) - 1])
-                self._protocol_at = read_at
-            for (cache, member, key), reply in zip(asks, replies[len(protocol) :], strict=True):
+        requests = (*protocol, *(Command("GET", (key,)) for _, _, key in asks))
+        return SharedAsks(requests, bool(protocol), asks)
+
+    def _take_shared(
+        self, asks: SharedAsks, replies: Sequence[Any], only: set[str] | None = None
+    ) -> None:
+        """Keep the replies to `asks` (with `only`, of those groups' members and the
+        prefix's only: what the plan went on to read; an error reply among them raises)."""
+        read_at = self._clock()
+        skip = 1 if asks.protocol else 0
+        kept = [
+            reply
+            for i, reply in enumerate(replies)
+            if i < skip or only is None or asks.asks[i - skip][1] in (None, *only)
+        ]
+        for reply in kept:  # error replies come back in place from a `Partial` batch
+            if isinstance(reply, PresenceError):
+                raise reply
+        if asks.protocol:
+            _check_protocol(self.keys.protocol, replies[0])
+            self._protocol_at = read_at
+        for (cache, member, key), reply in zip(asks.asks, replies[skip:], strict=True):
+            if only is None or member is None or member in only:
                 cache[member] = (_stored_ttl(key, reply), read_at)
 
     def _trusted_until(self, gk: GroupKeys) -> int:  # the TTL cache is refreshed as a whole
