@@ -44,6 +44,7 @@ from .limits import (
 )
 from .requests import (
     Command,
+    Packing,
     Partial,
     Plan,
     Request,
@@ -51,9 +52,6 @@ from .requests import (
     ScriptCall,
     Single,
     alongside,
-    bulk,
-    bulks,
-    resp,
 )
 from .writes import WritePlans
 
@@ -68,6 +66,7 @@ __all__ = [
     "TTL_CACHE_MS",
     "Command",
     "Limits",
+    "Packing",
     "Partial",
     "Plan",
     "Planner",
@@ -77,9 +76,6 @@ __all__ = [
     "Single",
     "TtlSource",
     "alongside",
-    "bulk",
-    "bulks",
-    "resp",
 ]
 
 
@@ -87,13 +83,11 @@ class Planner(WritePlans, DeclaredPlans, ChangePlans):
     """Plans every operation for one key prefix, on a standalone server or a cluster.
 
     `read_only` refuses writes (`PresenceReadOnlyError`, before anything is planned); reads
-    need no script at all. `encode` is the client's argument encoder
-    (``client.get_encoder().encode``), which the single-beat call applies once per group to
-    what it keeps ready; with `packed` (and `encode`), a single beat also carries its whole
-    command in RESP (`Single.packed`), and so does every call of a batched heartbeat
-    (`ScriptCall.packed`, its text encoded with `codec`: the client's encoding and error
-    handler; written by `pack_command` when given, which is how the client's connections
-    write a whole command, else by `resp`). `limits` bounds the work of every request;
+    need no script at all. `wire` is how the client writes commands (the executor's
+    `Packing`; the planner knows no wire format): the single-beat call encodes with it,
+    once per group, what it keeps ready; with `packed` (and `wire`), a single beat also
+    carries its whole command as the client writes it (`Single.packed`), and so does every
+    call of a batched heartbeat (`ScriptCall.packed`). `limits` bounds the work of every request;
     `events_kept` is about how many entries each queue's event log keeps; `max_future_ms`
     is the clock guard (a beat whose explicit ``now_ns`` is further ahead of the server
     clock is refused with `PresenceClockError`; None: no guard); `clock` (monotonic

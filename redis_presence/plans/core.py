@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from functools import partial
 from operator import itemgetter
 from typing import Any, NamedTuple, TypeVar
 
@@ -26,7 +25,7 @@ from ..replies import server_now_ns
 from ..scripts import script
 from ..validation import check_max_future_ms, check_ttl_ms
 from .limits import Limits
-from .requests import Command, Plan, ScriptCall, resp
+from .requests import Command, Packing, Plan, ScriptCall
 
 T = TypeVar("T")
 
@@ -125,14 +124,13 @@ class PlannerCore:
         "_beat_script",
         "_claimed",
         "_clock",
-        "_codec",
         "_encode",
         "_guard",
-        "_pack",
         "_packed",
         "_protocol_at",
         "_stucks",
         "_ttls",
+        "_wire",
         "clustered",
         "events_kept",
         "keys",
@@ -147,9 +145,7 @@ class PlannerCore:
         *,
         clustered: bool = False,
         read_only: bool = False,
-        encode: Callable[[Any], Any] | None = None,
-        codec: tuple[str, str] = ("utf-8", "strict"),
-        pack_command: Callable[[tuple[Any, ...]], bytes] | None = None,
+        wire: Packing | None = None,
         packed: bool = False,
         limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
         events_kept: int = DEFAULT_EVENTS_KEPT,
@@ -170,10 +166,9 @@ class PlannerCore:
         self.max_future_ms = check_max_future_ms(max_future_ms)
         self._guard: int | str = "" if self.max_future_ms is None else self.max_future_ms
         self._clock = clock
-        self._encode: Callable[[Any], Any] = encode or _same
-        self._codec = codec
-        self._pack: Callable[[tuple[Any, ...]], bytes] = pack_command or partial(resp, codec=codec)
-        self._packed = packed and encode is not None and not clustered
+        self._encode: Callable[[Any], Any] = wire.encode if wire is not None else _same
+        self._wire = wire
+        self._packed = packed and wire is not None and not clustered
         self._beat_calls: dict[tuple[str, str], _BeatArgs] = {}
         self._beat_script = script("heartbeat")
         # Shared TTLs read from Redis: None (the prefix's) or a group's hash key -> (the
@@ -204,7 +199,8 @@ class PlannerCore:
         RESP too (`ScriptCall.packed`)."""
         found = script(name)
         command = ("EVALSHA", found.sha, len(keys), *keys, *args)
-        return ScriptCall(found, command, self._pack(command) if pack else None)
+        wire = self._wire
+        return ScriptCall(found, command, wire.command(command) if pack and wire else None)
 
     def _write_keys(self, groups: Sequence[GroupKeys], *, meta: bool = False) -> list[str]:
         """The KEYS of a script: each group's sorted set, hash, index mark and event log

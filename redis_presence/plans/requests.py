@@ -4,9 +4,9 @@ protocol itself (`Plan`, `Partial`, `Single`, `alongside`, `RowStream`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from types import TracebackType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from ..keys import GroupKeys
 from ..model import ConsumerPresence, Skipped
@@ -14,6 +14,23 @@ from ..scripts import Script
 from ..validation import ConsumerKey
 
 T = TypeVar("T")
+
+
+class Packing(Protocol):
+    """How the client writes a command, which only the executor knows (the wire format):
+    a planner asked to prebuild calls keeps what they share per group as this gives it."""
+
+    def encode(self, value: Any) -> Any:
+        """One argument as the client encodes it."""
+
+    def command(self, args: tuple[Any, ...]) -> bytes:
+        """A whole command, as the client's connections write it."""
+
+    def head(self, args: tuple[Any, ...], count: int) -> bytes:
+        """The start of a command of `count` arguments: `args`, its first ones."""
+
+    def beat(self, head: bytes, now: str, consumer: str, lease: int) -> bytes:
+        """A single beat's whole command: its `head`, then the beat."""
 
 
 class ScriptCall(NamedTuple):
@@ -138,35 +155,3 @@ class RowStream(NamedTuple):
     unreadable: dict[ConsumerKey, str] | None = None
     """With metadata: each consumer whose metadata this package did not write, and why (its
     row's `meta` is empty); a driver raises `PresenceMetaError` once every row is out."""
-
-
-def bulk(value: bytes) -> bytes:
-    """One RESP bulk string."""
-    return b"$%d\r\n%s\r\n" % (len(value), value)
-
-
-def resp(command: Sequence[Any], codec: tuple[str, str]) -> bytes:
-    """A whole command in RESP, as redis-py's own packing writes it (`bulks` of its
-    arguments after the array's length). A few times faster than the client's packing in
-    pure Python, which matters for a script call carrying a thousand beats (five arguments
-    each)."""
-    return b"*%d\r\n" % len(command) + bulks(command, codec)
-
-
-def bulks(args: Iterable[Any], codec: tuple[str, str]) -> bytes:
-    """Arguments as RESP bulk strings, one after the other: `str` (encoded with `codec`, the
-    client's encoding and its error handler), `int` or `bytes`."""
-    encoding, errors = codec
-    parts = []
-    for arg in args:
-        kind = type(arg)
-        if kind is str:
-            data = arg.encode(encoding, errors)
-        elif kind is int:
-            data = b"%d" % arg
-        elif kind is bytes:
-            data = arg
-        else:
-            raise TypeError(f"cannot pack a {kind.__name__} argument: {arg!r:.40}")
-        parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
-    return b"".join(parts)

@@ -27,7 +27,7 @@ from ..validation import (
 )
 from .core import _BeatArgs, _none, _now_arg, _queue, _refusals, _report
 from .limits import MAX_CACHED_GROUPS
-from .requests import Command, Partial, Plan, Request, ScriptCall, Single, bulk, bulks
+from .requests import Command, Partial, Plan, Request, ScriptCall, Single
 from .settings import SettingsPlans
 
 
@@ -69,9 +69,8 @@ class WritePlans(SettingsPlans):
             return self._beat_on_cluster(ScriptCall(self._beat_script, args), queue, group)
         if resp is None:
             return Single(self._beat_script, args, _none)
-        packed = b"".join(
-            (resp, bulk(now.encode()), bulk(self._encode(consumer)), bulk(b"%d" % lease))
-        )
+        wire = self._wire
+        packed = wire.beat(resp, now, consumer, lease) if wire is not None else None
         return Single(self._beat_script, args, _none, packed)
 
     def _progressed(self, beat: DelayedBeat, now_ns: int | None) -> Plan[None]:
@@ -120,9 +119,8 @@ class WritePlans(SettingsPlans):
             *map(encode, (len(keys), *keys, ttl, self.events_kept, EVENT_LOG_TTL_MS, self._guard)),
         )
         resp = None
-        if self._packed:
-            count = len(head) + 3  # now, consumer, lease
-            resp = b"*%d\r\n" % count + bulks(head, self._codec)
+        if self._packed and self._wire is not None:
+            resp = self._wire.head(head, len(head) + 3)  # then now, consumer, lease
         trusted = self._trusted_until(gk)
         cached = self._beat_calls[(queue, group)] = (
             head,
