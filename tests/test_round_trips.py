@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+import pytest
 import redis
 
-from redis_presence import RedisPresenceRegistry
+from redis_presence import PresenceDataError, PresenceDataWarning, RedisPresenceRegistry
 from redis_presence.plans import Plan
 
 T = TypeVar("T")
@@ -55,3 +56,24 @@ def test_round_trips_per_snapshot_and_per_scrape_at_1000_groups(
     # oldest beats for the metrics) with both counts. Before: 52 each, as the sizes and the
     # two counts went in a round trip each.
     assert (groups, scrape) == (32, 32)
+
+
+def test_a_group_set_aside_in_the_batch_has_its_settings_ignored(
+    redis_client: redis.Redis,
+) -> None:
+    """A page's sizes and shared settings go in one batch, but a group set aside by its
+    size (a key of another type) is read no further: its stored TTL, here not one this
+    package wrote, fails nothing (as when the settings were read after the sizes); a read
+    of that one group fails on its size, the batch's first error, as it did."""
+    registry = RedisPresenceRegistry(redis_client)
+    registry.heartbeat("q", "good", "c", now_ns=T0)
+    bad = registry.plans.keys.group("q", "bad")
+    redis_client.zadd(registry.plans.keys.groups, {bad.member: 0})
+    redis_client.set(bad.data, "not a hash")
+    redis_client.set(bad.ttl, "not a ttl")
+    with pytest.warns(PresenceDataWarning, match="set aside"):
+        rows = registry.snapshot(now_ns=T0)
+    assert [(row.group, row.consumer) for row in rows] == [("good", "c")]
+    assert [item.key for item in rows.skipped] == [bad.data]
+    with pytest.raises(PresenceDataError, match="WRONGTYPE"):  # the first error of the batch
+        registry.snapshot(queue="q", group="bad", now_ns=T0)
