@@ -929,6 +929,9 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "queues": lambda server, sizes: importlib.import_module("benchmarks.queues").case_queues(
         server, sizes
     ),
+    "pages": lambda server, sizes: importlib.import_module("benchmarks.pages").case_pages(
+        server, sizes
+    ),
 }
 """Every case, in the order of issue 6, then the CLI's startup; the keys are the JSON's ``cases``
 keys."""

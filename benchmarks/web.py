@@ -72,6 +72,21 @@ async def _measure(
     return {name: [v / 1_000 for v in values] for name, values in samples.items()}
 
 
+async def longest_each(
+    variants: dict[str, Callable[[], Awaitable[object]]], probe: Any
+) -> dict[str, str]:
+    """Two warm-up rounds (scripts loaded, connections open), then each variant once with
+    the longest server command of that call."""
+    await _measure(variants, 2)
+    longest: dict[str, str] = {}
+    for name, call in variants.items():
+        probe.config_resetstat()
+        await call()
+        command, usec = _longest_usec(probe)
+        longest[name] = f"{command} {usec / 1000:.2f} ms"
+    return longest
+
+
 async def _run(server: BenchServer, n: int, rounds: int, result: CaseResult) -> None:
     url = f"redis://{HOST}:{server.port}/0"
     plain = create_app(WebConfig(url=url, prefix=PREFIX, ttl_ms=TTL_MS, read_cache_s=0))
@@ -111,13 +126,7 @@ async def _run(server: BenchServer, n: int, rounds: int, result: CaseResult) -> 
                 ttl_ms=TTL_MS
             ),
         }
-        await _measure(variants, 2)  # warm-up: scripts loaded, connections open
-        longest: dict[str, str] = {}
-        for name, call in variants.items():
-            probe.config_resetstat()
-            await call()
-            command, usec = _longest_usec(probe)
-            longest[name] = f"{command} {usec / 1000:.2f} ms"
+        longest = await longest_each(variants, probe)
         samples = await _measure(variants, rounds)
         await registry.aclose()
     probe.close()

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .model import ConsumerMeta as ConsumerMeta
     from .model import ConsumerPresence as ConsumerPresence
     from .model import GroupPresence as GroupPresence
+    from .model import GroupsPage as GroupsPage
     from .model import PresenceState as PresenceState
     from .plans import MAX_BEATS_PER_CALL as MAX_BEATS_PER_CALL
     from .plans import MAX_CONSUMERS_PER_CALL as MAX_CONSUMERS_PER_CALL
@@ -57,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "DEFAULT_STUCK_AFTER_MS": "model",
     "ConsumerMeta": "model",
     "GroupPresence": "model",
+    "GroupsPage": "model",
     "DEFAULT_REPORT_INTERVAL_MS": "reporter",
     "AsyncPresenceReporter": "reporter",
     "AsyncRedisPresenceRegistry": "aio",

@@ -7,7 +7,7 @@ It shares its planner, scripts, routing, NOSCRIPT reload and error translation w
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -46,7 +46,7 @@ from .events import (
     FollowMessage,
     check_interval_s,
 )
-from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence, GroupPresence
+from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence, GroupPresence, GroupsPage
 from .plans import Limits, Plan, Request, RowStream, ScriptCall, Single
 from .urls import open_async_client
 from .validation import Beat
@@ -249,6 +249,38 @@ class AsyncRedisPresenceRegistry(Executor):
     async def min_active(self, queue: str, group: str) -> int | None:
         """The minimum one group was declared with (None: not declared)."""
         return await self.execute(self.plans.min_active(queue, group))
+
+    async def group_names(self, queue: str | None = None) -> list[tuple[str, str]]:
+        """Every indexed (queue, group) (of one `queue`), ordered by name, from the index
+        alone (see `Planner.group_names`)."""
+        return await self.execute(self.plans.group_names(queue))
+
+    async def group_page(
+        self,
+        *,
+        after: tuple[str, str] | None = None,
+        before: tuple[str, str] | None = None,
+        limit: int = 100,
+        queue: str | None = None,
+        names: Callable[[str, str], bool] | None = None,
+        match: Callable[[GroupPresence], bool] | None = None,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+    ) -> GroupsPage:
+        """One page of `groups()` after (or before) a group, in the index's order, read and
+        counted from that group on (see `Planner.group_page`)."""
+        return await self.execute(
+            self.plans.group_page(
+                after=after,
+                before=before,
+                limit=limit,
+                queue=queue,
+                names=names,
+                match=match,
+                now_ns=now_ns,
+                ttl_ms=ttl_ms,
+            )
+        )
 
     async def groups(
         self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False

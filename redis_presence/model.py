@@ -384,6 +384,14 @@ class GroupPresence(NamedTuple):
         """Whether the group was declared with `expect`."""
         return self.min_active is not None
 
+
+class GroupsPage(NamedTuple):
+    """A page of `group_page`: its groups in the index's order and whether more groups
+    lie beyond them on the side it was read towards."""
+
+    groups: list[GroupPresence]
+    more: bool
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready mapping with the field names of this class."""
         return self._asdict()

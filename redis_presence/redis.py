@@ -41,7 +41,7 @@ from .events import (
     FollowMessage,
     check_interval_s,
 )
-from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence, GroupPresence
+from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence, GroupPresence, GroupsPage
 from .plans import Limits, Plan, Request, RowStream, ScriptCall, Single
 from .urls import open_client
 from .validation import Beat
@@ -254,6 +254,38 @@ class RedisPresenceRegistry(Executor):
     def min_active(self, queue: str, group: str) -> int | None:
         """The minimum one group was declared with (None: not declared)."""
         return self.execute(self.plans.min_active(queue, group))
+
+    def group_names(self, queue: str | None = None) -> list[tuple[str, str]]:
+        """Every indexed (queue, group) (of one `queue`), ordered by name, from the index
+        alone (see `Planner.group_names`)."""
+        return self.execute(self.plans.group_names(queue))
+
+    def group_page(
+        self,
+        *,
+        after: tuple[str, str] | None = None,
+        before: tuple[str, str] | None = None,
+        limit: int = 100,
+        queue: str | None = None,
+        names: Callable[[str, str], bool] | None = None,
+        match: Callable[[GroupPresence], bool] | None = None,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+    ) -> GroupsPage:
+        """One page of `groups()` after (or before) a group, in the index's order, read and
+        counted from that group on (see `Planner.group_page`)."""
+        return self.execute(
+            self.plans.group_page(
+                after=after,
+                before=before,
+                limit=limit,
+                queue=queue,
+                names=names,
+                match=match,
+                now_ns=now_ns,
+                ttl_ms=ttl_ms,
+            )
+        )
 
     def groups(
         self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False

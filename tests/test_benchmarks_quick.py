@@ -28,6 +28,7 @@ CASES = (
     "metadata",
     "node",
     "queues",
+    "pages",
 )
 
 

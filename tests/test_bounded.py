@@ -149,6 +149,11 @@ def test_no_command_does_more_than_the_bounds_with_20000_groups(
         for name, operation in (
             ("counts", lambda: registry.count_active_by_group(now_ns=T0)),
             ("snapshot", lambda: registry.snapshot(now_ns=T0)),
+            # A page of groups whose filter nobody passes: every index page and group read.
+            (
+                "group_page",
+                lambda: registry.group_page(limit=1_000, match=lambda g: g.stale > 0, now_ns=T0),
+            ),
             ("prune", lambda: registry.prune_expired(now_ns=T0)),
         ):
             client.slowlog_reset()
@@ -173,6 +178,9 @@ def test_no_command_does_more_than_the_bounds_with_20000_groups(
                 assert len(result) == GROUPS // 2 + len(BIG)
             elif name == "snapshot":
                 assert len(result) == GROUPS + sum(BIG.values())
+            elif name == "group_page":
+                assert result.groups == []
+                assert not result.more
             else:  # exactly what a snapshot at the same instant called expired
                 assert result == expired == GROUPS // 2 + sum(n // 2 for n in BIG.values())
     finally:

@@ -102,6 +102,7 @@ def test_the_database_in_a_sentinel_url_is_used(
         SPACE.groups,
         SPACE.events,
         SPACE.epoch,
+        SPACE.protocol,
         BILLING.hb,
         BILLING.data,
         BILLING.events,

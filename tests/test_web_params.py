@@ -131,8 +131,8 @@ def test_a_nested_last_event_id_is_a_400_naming_it(
 @pytest.mark.parametrize(
     ("path", "parameter", "value"),
     [
-        ("/", "page", "9" * 5000),
-        ("/", "page", "x"),
+        ("/", "limit", "9" * 5000),
+        ("/", "cursor", "x"),
         ("/", "state", "gone"),
         ("/", "idle", "maybe"),
         ("/consumers", "limit", "9" * 5000),
@@ -166,7 +166,7 @@ def test_an_unexpected_exception_is_one_json_500_logged_once(
     config_client = make_client(redis_url, Clock())
     with TestClient(config_client.app, base_url=BASE_URL, raise_server_exceptions=True) as client:
         service = client.app.state.service
-        monkeypatch.setattr(service.reads, "groups", broken)
+        monkeypatch.setattr(service.reads, "group_page", broken)
         caplog.clear()
         for path in ("/api/v1/groups", "/"):
             response = client.get(path)

@@ -21,8 +21,8 @@ from redis_presence.web.metrics import ScrapeReading, registry_for
 from redis_presence.web.pages import (
     ConsumerFilter,
     Cursor,
+    GroupFilter,
     PageCollector,
-    groups_page,
     page_of,
     parse_limit,
     parse_states,
@@ -158,29 +158,18 @@ def test_limits_and_states_are_checked() -> None:
         parse_states(["sleeping"])
 
 
-def test_group_pages() -> None:
-    groups = [GroupStats(q, g, 0, 0, 1) for q in "abc" for g in "xy"]
-    first = groups_page(groups, queue=None, group=None, cursor=None, limit=4)
-    assert [(g.queue, g.group) for g in first.groups] == [
-        ("a", "x"),
-        ("a", "y"),
-        ("b", "x"),
-        ("b", "y"),
-    ]
-    assert first.next_cursor is not None
-    assert first.prev_cursor is None
-    second = groups_page(
-        groups, queue=None, group=None, cursor=Cursor.decode(first.next_cursor), limit=4
-    )
-    assert [(g.queue, g.group) for g in second.groups] == [("c", "x"), ("c", "y")]
-    assert second.next_cursor is None
-    assert second.prev_cursor is not None
-    back = groups_page(
-        groups, queue=None, group=None, cursor=Cursor.decode(second.prev_cursor), limit=4
-    )
-    assert back.groups == first.groups
-    only = groups_page(groups, queue="b", group="y", cursor=None, limit=4)
-    assert [(g.queue, g.group) for g in only.groups] == [("b", "y")]
+def test_group_filters() -> None:
+    idle = GroupStats("Orders", "Billing", 0, 2, 0)
+    busy = GroupStats("orders", "ship", 3, 0, 1, min_active=5)
+    fine = GroupStats("audit", "log", 1, 0, 0)
+    assert GroupFilter(queue_text="ORD").names("Orders", "x")
+    assert not GroupFilter(group_text="bill").names("q", "ship")
+    assert not GroupFilter(group="ship").names("orders", "shipping")
+    assert [g for g in (idle, busy, fine) if GroupFilter(attention=True).counts(g)] == [idle, busy]
+    stale = GroupFilter(states=frozenset({PresenceState.STALE}))
+    assert [g for g in (idle, busy, fine) if stale.counts(g)] == [idle]
+    assert not GroupFilter().by_counts
+    assert not GroupFilter().by_names
 
 
 # -- counts -----------------------------------------------------------------------------------

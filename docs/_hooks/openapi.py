@@ -26,15 +26,18 @@ _JSON = ("Accept", "`application/json` answers the page's JSON twin")
 # route matches a prefix; `kind` is the response's media type.
 ROUTES: dict[str, dict[str, Any]] = {
     "/": {
-        "summary": "The dashboard: every tracked or declared group",
-        "description": "Groups below their declared minimum first, then the groups nobody "
-        "reads; live counts per state, updated from the event stream.",
+        "summary": "The dashboard: a page of the tracked or declared groups, and totals",
+        "description": "Groups in the index's order, a page at a time (each page reads and "
+        "counts the groups it shows), those below their declared minimum or that nobody "
+        "reads marked; the totals from one shared read of every group, with its time; live "
+        "counts per state, updated from the event stream.",
         "query": [
             ("queue", "queue name contains"),
             ("group", "group name contains"),
             _STATE,
             ("idle", "`1`: only the groups nobody reads or below their minimum"),
-            ("page", "page number, from 1"),
+            ("limit", "groups per page, 1 to 1,000 (default 200)"),
+            _CURSOR,
         ],
         "kind": "text/html",
     },

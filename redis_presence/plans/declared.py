@@ -5,13 +5,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 from ..errors import PresenceDataError, PresenceError
 from ..keys import GroupKeys
-from ..model import GroupPresence, PresenceState, Rows, Skipped
+from ..model import GroupPresence, GroupsPage, PresenceState, Rows, Skipped
 from ..replies import stored_columns
-from ..validation import check_min_active, check_name, check_now_ns, check_optional_ttl_ms
+from ..validation import (
+    check_filter,
+    check_min_active,
+    check_name,
+    check_now_ns,
+    check_optional_ttl_ms,
+)
 from .core import T, _report, _text, _unique
 from .reads import ReadPlans
 from .requests import Command, Partial, Plan
@@ -232,6 +239,166 @@ class DeclaredPlans(ReadPlans):
             )
         out.skipped = _unique(skipped)
         return out
+
+    def _tally(
+        self, groups: list[GroupKeys], horizons: list[tuple[int, int]], skipped: list[Skipped]
+    ) -> Plan[list[tuple[int, int, int] | None]]:
+        """Each group's active, stale and expired consumers (``ZCARD`` and ``ZCOUNT``s,
+        O(log n) a group); None for a group set aside in `skipped` (data it cannot read)."""
+        cards = yield from self._sound(
+            groups, [Command("ZCARD", (gk.hb,)) for gk in groups], skipped
+        )
+        active = yield from self._above(groups, [h[0] for h in horizons], skipped)
+        alive = yield from self._above(groups, [h[1] for h in horizons], skipped)
+        return [
+            None if card is None or a is None or b is None else (a, b - a, int(card) - b)
+            for card, a, b in zip(cards, active, alive, strict=True)
+        ]
+
+    def group_page(
+        self,
+        *,
+        after: tuple[str, str] | None = None,
+        before: tuple[str, str] | None = None,
+        limit: int = 100,
+        queue: str | None = None,
+        names: Callable[[str, str], bool] | None = None,
+        match: Callable[[GroupPresence], bool] | None = None,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+    ) -> Plan[GroupsPage]:
+        """Up to `limit` tracked or declared groups in the index's order (`group_order`),
+        strictly after the group `after` (or before `before`, still given in that order), of
+        one `queue` when given, whose names pass `names` and whose counts pass `match`; and
+        whether more of them lie beyond on that side. The index is read from the cursor a
+        page (`Limits.groups`) at a time and only the groups whose names pass are counted,
+        as `groups()` counts them; declared groups come from `expected()`."""
+        if after is not None and before is not None:
+            raise ValueError("a page of groups starts after one group or ends before one, not both")
+        if type(limit) is not int or not 1 <= limit <= 10_000:
+            raise ValueError(f"limit must be an integer from 1 to 10,000, got {limit!r:.40}")
+        edge = after if after is not None else before
+        bound = None
+        if edge is not None:
+            bound = self.group_order(*edge)
+        return self._group_page(
+            bound,
+            before is not None,
+            limit,
+            check_filter("queue", queue),
+            names,
+            match,
+            check_now_ns(now_ns),
+            check_optional_ttl_ms(ttl_ms),
+        )
+
+    def group_names(self, queue: str | None = None) -> Plan[list[tuple[str, str]]]:
+        """Every indexed (queue, group) (of one `queue`), ordered by name: the index alone,
+        `Limits.groups` members a command; no group is counted or read."""
+        return self._group_names(check_filter("queue", queue))
+
+    def _group_names(self, queue: str | None) -> Plan[list[tuple[str, str]]]:
+        found: list[tuple[str, str]] = []
+        skipped: list[Skipped] = []
+        after: Any = None
+        while True:
+            groups, after = yield from self._listed(queue, None, after, skipped)
+            found += [(gk.queue, gk.group) for gk in groups]
+            if after is None:
+                _report(skipped)
+                return sorted(found)
+
+    def group_order(self, queue: str, group: str) -> str:
+        """What `group_page` orders groups by: their index member (the percent-encoded
+        queue, then group, names: byte order for names of ASCII letters, digits, ``-``,
+        ``_``, ``.``, ``~`` where neither name extends another)."""
+        return self.keys.group(check_name("queue", queue), check_name("group", group)).member
+
+    def _group_page(
+        self,
+        bound: str | None,
+        reverse: bool,
+        limit: int,
+        queue: str | None,
+        names: Callable[[str, str], bool] | None,
+        match: Callable[[GroupPresence], bool] | None,
+        now_ns: int | None,
+        ttl_ms: int | None,
+    ) -> Plan[GroupsPage]:
+        now = yield from self._now(now_ns)
+        skipped: list[Skipped] = []
+        declared = yield from self._expected(skipped)
+        lonely = sorted(
+            (self.keys.group(q, g) for q, g in declared if queue is None or q == queue),
+            key=attrgetter("member"),
+            reverse=reverse,
+        )
+        low, high = self.keys.queue_range(queue) if queue is not None else ("-", "+")
+        step = self.limits.groups
+        picked: list[GroupPresence] = []
+
+        def past(member: str, mark: str | None) -> bool:  # beyond `mark` in reading order
+            return mark is None or (member < mark if reverse else member > mark)
+
+        while True:
+            if reverse:
+                top = high if bound is None or (queue and bound >= high[1:]) else f"({bound}"
+                command = Command("ZREVRANGEBYLEX", (self.keys.groups, top, low, "LIMIT", 0, step))
+            else:
+                bottom = low if bound is None or (queue and bound < low[1:]) else f"({bound}"
+                command = Command("ZRANGEBYLEX", (self.keys.groups, bottom, high, "LIMIT", 0, step))
+            (members,) = yield [command]
+            listed = []
+            for member in members:
+                try:
+                    listed.append(self.keys.from_member(member))
+                except PresenceDataError as error:
+                    skipped.append(Skipped(_text(member), str(error)))
+            last = _text(members[-1]) if len(members) == step else None  # None: the end
+            seen = {gk.member for gk in listed}
+            alone = [
+                gk
+                for gk in lonely
+                if past(gk.member, bound)
+                and (last is None or not past(gk.member, last))
+                and gk.member not in seen
+            ]
+            wanted = sorted(
+                (
+                    gk
+                    for gk in (*listed, *alone)
+                    if (queue is None or gk.queue == queue)
+                    and (names is None or names(gk.queue, gk.group))
+                ),
+                key=attrgetter("member"),
+                reverse=reverse,
+            )
+            while wanted and len(picked) <= limit:
+                chunk, wanted = wanted[: limit + 1 - len(picked)], wanted[limit + 1 - len(picked) :]
+                tracked = [gk for gk in chunk if gk.member in seen]
+                counted: dict[str, tuple[int, int, int] | None] = {}
+                if tracked:
+                    ttls = yield from self._ttls_for(tracked, ttl_ms)
+                    horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
+                    found = yield from self._tally(tracked, horizons, skipped)
+                    counted.update(zip((gk.member for gk in tracked), found, strict=True))
+                for gk in chunk:
+                    if gk.member in counted and counted[gk.member] is None:
+                        continue  # set aside: its data cannot be read
+                    row = GroupPresence.of(
+                        gk.queue,
+                        gk.group,
+                        *(counted.get(gk.member) or (0, 0, 0)),
+                        declared.get((gk.queue, gk.group)),
+                    )
+                    if match is None or match(row):
+                        picked.append(row)
+            if len(picked) > limit or last is None:
+                break
+            bound = last
+        _report(skipped)
+        shown = picked[:limit]
+        return GroupsPage(shown[::-1] if reverse else shown, len(picked) > limit)
 
     def _expired_leases(
         self, groups: list[GroupKeys], horizons: list[int], dead: list[bool]

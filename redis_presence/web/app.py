@@ -8,6 +8,7 @@ Redis URL never reach a response or a log line.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -57,7 +58,7 @@ from . import history, metrics, params
 from .auth import TokenAuth, check_token
 from .data import NO_META_ERRORS, GroupStats, PresenceData, TtlInUse
 from .guard import CatchAll
-from .pages import MAX_LIMIT, ConsumerFilter, groups_page
+from .pages import MAX_LIMIT, ConsumerFilter, GroupFilter
 from .params import BadRequest
 from .security import HostCheck, SecurityHeaders
 
@@ -108,6 +109,9 @@ class WebConfig:
     """A fixed clock for every read (tests); None is the Redis server's clock."""
     read_cache_s: float = 0.5
     """How long one snapshot serves every page and API request (0: read each time)."""
+    totals_cache_s: float = 5.0
+    """How long one read of the fleet's totals (every group's counts) serves every groups
+    page (0: read each time); see `PresenceData.totals`."""
     live_interval_s: float = 0.5
     """How often each filter's poller asks `registry.changes` for what changed (one
     poller per distinct (queue, group) of the open event streams)."""
@@ -218,7 +222,11 @@ class _Service:
         fixed = self.config.now_ns
         clock = self.clock if fixed is None else (lambda: fixed)
         self.data = PresenceData(
-            registry, ttl_ms=self.config.ttl_ms, clock=clock, read_cache_s=self.config.read_cache_s
+            registry,
+            ttl_ms=self.config.ttl_ms,
+            clock=clock,
+            read_cache_s=self.config.read_cache_s,
+            totals_cache_s=self.config.totals_cache_s,
         )
         self.feed = live_events.LiveFeed(
             self.data,
@@ -229,6 +237,7 @@ class _Service:
             yield
         finally:
             await self.feed.close()
+            await self.data.aclose()
             await registry.aclose()
 
     @property
@@ -452,86 +461,59 @@ class Views:
 
     async def overview(self, request: Request) -> Response:
         service = self.service
-        now_ns, groups, ttl = await service.reads.groups()
-        queue_text = (_text(request, "queue") or "").casefold()
-        group_text = (_text(request, "group") or "").casefold()
-        states = _states(request)
-        idle_only = _flag(request, "idle")
-
-        def shown(stats: GroupStats) -> bool:
-            counts = {
-                PresenceState.ACTIVE: stats.active,
-                PresenceState.STALE: stats.stale,
-                PresenceState.EXPIRED: stats.expired,
-            }
-            return (
-                queue_text in stats.queue.casefold()
-                and group_text in stats.group.casefold()
-                and (not states or any(counts[s] for s in states))
-                and (not idle_only or stats.attention)
-            )
-
-        picked = sorted(
-            (g for g in groups if shown(g)),
-            key=lambda g: (not g.below, not g.nobody_reading, g.queue, g.group),
+        where = GroupFilter(
+            queue_text=_text(request, "queue") or "",
+            group_text=_text(request, "group") or "",
+            states=_states(request),
+            attention=_flag(request, "idle"),
         )
-        page = params.page_number(request)
-        pages = max(1, -(-len(picked) // GROUPS_PER_PAGE))
-        page = min(page, pages)
-        totals = {
-            "groups": len(groups),
-            "active": sum(g.active for g in groups),
-            "stale": sum(g.stale for g in groups),
-            "expired": sum(g.expired for g in groups),
-            "nobody_reading": sum(g.nobody_reading for g in groups),
-            "below": sum(g.below for g in groups),
-        }
-        # Every group's counts (and declared minimum), for the page's script to apply events
-        # to (a few numbers per group: the page shows one page of them, but its totals cover
-        # them all).
-        counts = [[g.queue, g.group, g.active, g.stale, g.expired, g.min_active] for g in groups]
-        shown_groups = picked[(page - 1) * GROUPS_PER_PAGE : page * GROUPS_PER_PAGE]
+        limit = _limit(request, GROUPS_PER_PAGE)
+        # One page of groups (read and counted from the cursor on) and, meanwhile, the
+        # fleet's totals (one shared read of every group, at most `totals_cache_s` old).
+        cursor = params.group_cursor(request)
+        totals, (now_ns, page, ttl) = await asyncio.gather(
+            service.reads.totals(), service.reads.group_page(where, cursor=cursor, limit=limit)
+        )
         if _json_view(request):
             return _json(
                 {"now_ns": now_ns}
                 | ttl.to_dict()
                 | {
-                    "totals": totals,
-                    "groups": [group_json(g) for g in shown_groups],
-                    "counts": counts,
-                    "shown": len(picked),
-                    "page": page,
-                    "pages": pages,
+                    "totals": totals.to_dict(),
+                    "groups": [group_json(g) for g in page.groups],
+                    "next_cursor": page.next_cursor,
+                    "prev_cursor": page.prev_cursor,
                 }
             )
         filters = {
-            "queue": _text(request, "queue") or "",
-            "group": _text(request, "group") or "",
-            "states": sorted(s.value for s in states),
-            "idle": idle_only,
+            "queue": where.queue_text,
+            "group": where.group_text,
+            "states": sorted(s.value for s in where.states),
+            "idle": where.attention,
         }
-        sparks = await history.sparklines(service.reads, [(g.queue, g.group) for g in shown_groups])
+        sparks = await history.sparklines(service.reads, [(g.queue, g.group) for g in page.groups])
         context = service.context(
             request,
             now_ns=now_ns,
             ttl=ttl,
-            groups=shown_groups,
+            groups=page.groups,
             sparks=sparks,
-            shown=len(picked),
             totals=totals,
-            page=page,
-            pages=pages,
-            prev_query=_query(request, cursor=str(page - 1), name="page"),
-            next_query=_query(request, cursor=str(page + 1), name="page"),
+            prev_cursor=page.prev_cursor,
+            next_cursor=page.next_cursor,
+            first_query=_query(request, cursor=None),
+            prev_query=_query(request, cursor=page.prev_cursor),
+            next_query=_query(request, cursor=page.next_cursor),
             filters=filters,
             live={
                 "view": "groups",
                 "now_ns": now_ns,
                 "ttl_ms": ttl.ttl_ms,
-                "page": page,
-                "per_page": GROUPS_PER_PAGE,
                 "filters": filters,
-                "counts": counts,
+                "groups": [group_json(g) for g in page.groups],
+                "totals": totals.to_dict(),
+                "next_cursor": page.next_cursor,
+                "prev_cursor": page.prev_cursor,
             },
         )
         return _page(service.templates.TemplateResponse(request, "overview.html", context))
@@ -687,13 +669,9 @@ class Views:
         return {"now_ns": now_ns} | ttl.to_dict()
 
     async def api_groups(self, request: Request) -> Response:
-        now_ns, groups, ttl = await self.service.reads.groups()
-        page = groups_page(
-            groups,
-            queue=_text(request, "queue"),
-            group=_text(request, "group"),
-            cursor=_cursor(request),
-            limit=_limit(request, MAX_LIMIT),
+        where = GroupFilter(queue=_text(request, "queue"), group=_text(request, "group"))
+        now_ns, page, ttl = await self.service.reads.group_page(
+            where, cursor=params.group_cursor(request), limit=_limit(request, MAX_LIMIT)
         )
         return JSONResponse(
             self._meta(now_ns, ttl)

@@ -4,7 +4,13 @@ Routes, the metrics collector and the live feed call only this module, so a bett
 in the library becomes a change here and nowhere else. What each read costs today, and
 what replaces it:
 
-* `PresenceData.groups` (the groups page, `/api/v1/groups`, `/metrics`) is one
+* `PresenceData.group_page` (the groups page, `/api/v1/groups`) is one
+  `registry.group_page`: the index of groups read from the page's cursor and only the
+  groups the page shows (and those its filters by counts refuse) counted. The groups
+  page's totals are `PresenceData.totals`: one `groups()` read shared by every page, read
+  again at most every `totals_cache_s` (in the background while the last one is younger
+  than TOTALS_STALE_S).
+* `PresenceData.groups` (the totals, `/metrics`) is one
   `registry.groups(now_ns, ttl_ms)`: every tracked or declared group with its counts under
   its own shared TTL (or ``--ttl-ms``), its `min_active` and `below`; it visits groups,
   never consumers. `/metrics` reads it with ``details=True``: each group's oldest
@@ -17,7 +23,7 @@ what replaces it:
   metadata too (`with_meta=True`, one ``HMGET`` per chunk of the group), and the group's
   declared minimum (`expected()`, the declared groups alone); the consumer lists read
   metadata only when asked (``meta=1``). Without a queue (the fleet-wide consumer list, a
-  name search) `consumers` reads `groups()` (by name, with counts), then one group at a
+  name search) `consumers` reads `group_names()` (the index alone), then one group at a
   time (`iter_snapshot`, in the package's bounded chunks) from the cursor's group until
   its `PageCollector` holds the page, which is all it keeps (at most FLEET_READS such reads
   at once). For `metrics` with per-consumer metrics on,
@@ -34,6 +40,7 @@ what replaces it:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -48,7 +55,7 @@ from redis_presence.errors import PresenceMetaError, translate
 from redis_presence.events import PresenceEvent
 from redis_presence.model import GroupPresence
 
-from .pages import ConsumerFilter, Cursor, Page, PageCollector, page_of
+from .pages import ConsumerFilter, Cursor, GroupFilter, GroupPage, Page, PageCollector, page_of
 
 NS_PER_S = 1_000_000_000
 
@@ -146,6 +153,42 @@ class GroupsReading(NamedTuple):
     ttl: TtlInUse
 
 
+class GroupTotals(NamedTuple):
+    """The fleet's totals from one read of every group (`registry.groups()`), and the
+    instant it was aged at (`read_at_ns`, the server's clock)."""
+
+    groups: int
+    active: int
+    stale: int
+    expired: int
+    nobody_reading: int
+    below: int
+    read_at_ns: int
+
+    @classmethod
+    def of(cls, groups: Sequence[GroupStats], read_at_ns: int) -> GroupTotals:
+        return cls(
+            len(groups),
+            sum(g.active for g in groups),
+            sum(g.stale for g in groups),
+            sum(g.expired for g in groups),
+            sum(g.nobody_reading for g in groups),
+            sum(g.below for g in groups),
+            read_at_ns,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return self._asdict()
+
+
+class GroupsPageReading(NamedTuple):
+    """One page of groups, the instant it was read at and the TTL of the prefix."""
+
+    now_ns: int
+    page: GroupPage
+    ttl: TtlInUse
+
+
 def stats_from_rows(
     rows: Iterable[ConsumerPresence], declared: Mapping[tuple[str, str], int] | None = None
 ) -> list[GroupStats]:
@@ -217,21 +260,15 @@ def server_time_ns(reply: Any) -> int:
     return int(seconds) * NS_PER_S + int(micros) * 1_000
 
 
-def _may_match(stats: GroupPresence, where: ConsumerFilter) -> bool:
-    """Whether a group's counts leave room for a consumer matching `where`'s states."""
-    counts = {
-        PresenceState.ACTIVE: stats.active,
-        PresenceState.STALE: stats.stale,
-        PresenceState.EXPIRED: stats.expired,
-    }
-    return any(counts[s] for s in where.states or counts)
-
-
 FLEET_READS = 2
 """Streaming reads of the whole fleet (consumer lists without a queue) at once; the others
 wait, so memory stays a few chunks whatever the number of requests."""
 STREAM_CHUNK = 1_000
 """Rows handed to a page collector at a time."""
+
+TOTALS_STALE_S = 60.0
+"""How old the fleet's totals may be and still be shown while a fresh read of them runs in
+the background; older (or none yet), a page waits for that read."""
 
 TTL_REFRESH_S = 5.0
 """How long the service trusts a shared TTL it read (a `set_ttl` shows within this)."""
@@ -253,6 +290,7 @@ class PresenceData:
         ttl_ms: int | None,
         clock: Callable[[], int] | None = None,
         read_cache_s: float = 0.5,
+        totals_cache_s: float = 5.0,
     ) -> None:
         self.registry = registry
         self.explicit_ttl_ms = ttl_ms
@@ -265,6 +303,10 @@ class PresenceData:
         self._ttls: dict[tuple[str | None, str | None], tuple[TtlInUse, float]] = {}
         self._stucks: dict[tuple[str, str], tuple[int, float]] = {}
         self._fleet_reads = asyncio.Semaphore(FLEET_READS)
+        self._totals_cache_s = totals_cache_s
+        self._totals: GroupTotals | None = None
+        self._totals_at = 0.0
+        self._totals_task: asyncio.Task[GroupTotals] | None = None
         self.last_ttl = TtlInUse(ttl_ms, "option") if ttl_ms is not None else None
         """The TTL of the prefix the last read used (None before the first)."""
 
@@ -330,6 +372,78 @@ class PresenceData:
         groups = await self.registry.groups(now_ns=now, ttl_ms=self._read_ttl_ms, details=details)
         return GroupsReading(now, stats_from_groups(groups), ttl)
 
+    async def totals(self) -> GroupTotals:
+        """The fleet's totals (groups, active, stale, expired, nobody reading, below their
+        minimum): one read of every group (`groups()`, bounded per command), shared by every
+        caller. Younger than `totals_cache_s`, the last one is the answer; younger than
+        TOTALS_STALE_S, it is too while a fresh one is read in the background; else (or
+        before the first, or with `totals_cache_s` 0) the caller awaits the read."""
+        age = time.monotonic() - self._totals_at
+        known = self._totals
+        if known is not None and age <= self._totals_cache_s:
+            return known
+        task = self._totals_task
+        if task is None:
+            task = self._totals_task = asyncio.ensure_future(self._read_totals())
+            task.add_done_callback(self._totals_done)
+        if known is not None and self._totals_cache_s > 0 and age <= TOTALS_STALE_S:
+            return known
+        return await asyncio.shield(task)
+
+    async def _read_totals(self) -> GroupTotals:
+        now, groups, _ = await self.groups()
+        return GroupTotals.of(groups, now)
+
+    def _totals_done(self, task: asyncio.Task[GroupTotals]) -> None:
+        if self._totals_task is task:
+            self._totals_task = None
+        if not task.cancelled() and task.exception() is None:
+            self._totals, self._totals_at = task.result(), time.monotonic()
+
+    async def aclose(self) -> None:
+        """Stop a background read of the totals (the app's end)."""
+        task, self._totals_task = self._totals_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def group_page(
+        self, where: GroupFilter, *, cursor: Cursor | None, limit: int
+    ) -> GroupsPageReading:
+        """One page of the tracked or declared groups matching `where`, in the index's
+        order, after (or before) the cursor's group: the index is read from there and only
+        the groups the page shows, and those `where` refuses by their counts, are counted
+        (`registry.group_page`). A page before the cursor that reaches the first group is
+        the first page."""
+        ttl = await self.ttl()
+        now = await self.now_ns()
+        options: dict[str, Any] = {
+            "limit": limit,
+            "queue": where.queue,
+            "names": where.names if where.by_names else None,
+            "match": where.counts if where.by_counts else None,
+            "now_ns": now,
+            "ttl_ms": self._read_ttl_ms,
+        }
+        edge = None if cursor is None else (cursor.key[0], cursor.key[1])
+        backwards = cursor is not None and cursor.direction == "before"
+        if backwards:
+            found = await self.registry.group_page(before=edge, **options)
+        else:
+            found = await self.registry.group_page(after=edge, **options)
+        if backwards and not found.more and len(found.groups) < limit:
+            found, backwards, edge = await self.registry.group_page(**options), False, None
+        shown = stats_from_groups(found.groups)
+        has_next = found.more if not backwards else bool(shown)
+        has_prev = (found.more if backwards else edge is not None) and bool(shown)
+        page = GroupPage(
+            shown,
+            Cursor("after", (shown[-1].queue, shown[-1].group, "")).encode() if has_next else None,
+            Cursor("before", (shown[0].queue, shown[0].group, "")).encode() if has_prev else None,
+        )
+        return GroupsPageReading(now, page, ttl)
+
     async def declared(self, queue: str, group: str) -> int | None:
         """The `min_active` the group was declared with (None: not declared)."""
         return (await self.registry.expected()).get((queue, group))
@@ -393,38 +507,38 @@ class PresenceData:
         self, where: ConsumerFilter, *, cursor: Cursor | None, limit: int, with_meta: bool
     ) -> tuple[Reading, Page]:
         """A page of the whole fleet, holding the page and one chunk of one group, never the
-        fleet: the groups (`registry.groups()`, by name, with their counts) are read one at a
-        time (`iter_snapshot` of that group, in the package's bounded chunks) from the
-        cursor's group towards the page's side until the page is full, then the other way
-        until a match shows there is a page beyond the cursor (known from the counts alone
-        unless a name is searched). At most FLEET_READS of them at once."""
+        fleet: the groups' names (`registry.group_names()`: the index alone, no group
+        counted) are read, then the groups one at a time (`iter_snapshot` of that group, in
+        the package's bounded chunks) from the cursor's group towards the page's side until
+        the page is full, then the other way until a match shows there is a page beyond the
+        cursor (any listed group has a consumer, so without a filter of states or names the
+        first one does). At most FLEET_READS of them at once."""
         ttl = await self.ttl()
         now = await self.now_ns()
         collector = PageCollector(where, cursor=cursor, limit=limit)
         meta_errors: dict[tuple[str, str, str], str] = {}
         async with self._fleet_reads:
-            groups = [
-                g
-                for g in await self.registry.groups(now_ns=now, ttl_ms=self._read_ttl_ms)
-                if (where.group is None or g.group == where.group) and _may_match(g, where)
+            keys = [
+                key
+                for key in await self.registry.group_names()
+                if where.group is None or key[1] == where.group
             ]
-            keys = [(g.queue, g.group) for g in groups]
             start = 0 if cursor is None else bisect_left(keys, cursor.key[:2])
             if collector.before:
-                page_side, other_side = groups[start::-1] if groups else [], groups[start + 1 :]
+                page_side, other_side = keys[start::-1] if keys else [], keys[start + 1 :]
             else:
-                page_side, other_side = groups[start:], groups[start - 1 :: -1] if start else []
-            for stats in page_side:
-                await self._feed(collector, stats, now, with_meta, meta_errors)
+                page_side, other_side = keys[start:], keys[start - 1 :: -1] if start else []
+            for key in page_side:
+                await self._feed(collector, key, now, with_meta, meta_errors)
                 if collector.full:
                     break
-            for stats in other_side:
+            for key in other_side:
                 if collector.beyond:
                     break
-                if where.search is None:  # its counts say whether it holds a match
+                if where.search is None and not where.states:
                     collector.mark_beyond()
                     break
-                await self._feed(collector, stats, now, with_meta, meta_errors)
+                await self._feed(collector, key, now, with_meta, meta_errors)
         page = collector.page()
         shown = {row.key for row in page.rows}
         errors = {key: why for key, why in meta_errors.items() if key in shown}
@@ -433,7 +547,7 @@ class PresenceData:
     async def _feed(
         self,
         collector: PageCollector,
-        stats: GroupPresence,
+        key: tuple[str, str],
         now: int,
         with_meta: bool,
         meta_errors: dict[tuple[str, str, str], str],
@@ -442,8 +556,8 @@ class PresenceData:
         rows = self.registry.iter_snapshot(
             now_ns=now,
             ttl_ms=self._read_ttl_ms,
-            queue=stats.queue,
-            group=stats.group,
+            queue=key[0],
+            group=key[1],
             with_meta=with_meta,
         )
         chunk: list[ConsumerPresence] = []
@@ -528,6 +642,7 @@ class PresenceData:
 __all__ = [
     "GroupReading",
     "GroupStats",
+    "GroupTotals",
     "PresenceData",
     "TtlInUse",
     "stats_from_rows",

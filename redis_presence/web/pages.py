@@ -248,39 +248,51 @@ class PageCollector:
 
 
 @dataclass(frozen=True)
+class GroupFilter:
+    """Which groups a page of groups shows: an exact queue and group (the API), names that
+    contain a text (the dashboard, case-folded), groups with consumers in one of `states`,
+    and (`attention`) only those nobody reads or below their declared minimum."""
+
+    queue: str | None = None
+    group: str | None = None
+    queue_text: str = ""
+    group_text: str = ""
+    states: frozenset[PresenceState] = frozenset()
+    attention: bool = False
+
+    def names(self, queue: str, group: str) -> bool:
+        """Whether the names pass (checked before the group is counted)."""
+        return (
+            (self.group is None or group == self.group)
+            and (not self.queue_text or self.queue_text.casefold() in queue.casefold())
+            and (not self.group_text or self.group_text.casefold() in group.casefold())
+        )
+
+    @property
+    def by_names(self) -> bool:
+        return self.group is not None or bool(self.queue_text or self.group_text)
+
+    def counts(self, stats: Any) -> bool:
+        """Whether a counted group (with `.active`, `.stale`, `.expired`, `.below`) passes."""
+        have = {
+            PresenceState.ACTIVE: stats.active,
+            PresenceState.STALE: stats.stale,
+            PresenceState.EXPIRED: stats.expired,
+        }
+        return (not self.states or any(have[s] for s in self.states)) and (
+            not self.attention or stats.active == 0 or stats.below
+        )
+
+    @property
+    def by_counts(self) -> bool:
+        return bool(self.states) or self.attention
+
+
+@dataclass(frozen=True)
 class GroupPage:
-    """One page of groups (ordered by `(queue, group)`) and its neighbours' cursors."""
+    """One page of groups (in the index's order, `Planner.group_order`) and its
+    neighbours' cursors (a group's cursor key is `(queue, group, "")`)."""
 
     groups: list[Any]
     next_cursor: str | None
     prev_cursor: str | None
-
-
-def groups_page(
-    groups: Sequence[Any],
-    *,
-    queue: str | None,
-    group: str | None,
-    cursor: Cursor | None,
-    limit: int,
-) -> GroupPage:
-    """Keyset pagination over items with `.queue` and `.group`, ordered by them; `queue`
-    and `group` filter exactly. A group's cursor key is `(queue, group, "")`."""
-    picked = [
-        g
-        for g in groups
-        if (queue is None or g.queue == queue) and (group is None or g.group == group)
-    ]
-    keys = [(g.queue, g.group, "") for g in picked]
-    if cursor is not None and cursor.direction == "before":
-        stop = bisect_left(keys, cursor.key)
-        start = max(0, stop - limit)
-    else:
-        start = bisect_right(keys, cursor.key) if cursor is not None else 0
-        stop = start + limit
-    shown = picked[start:stop]
-    return GroupPage(
-        shown,
-        Cursor("after", keys[stop - 1]).encode() if shown and stop < len(picked) else None,
-        Cursor("before", keys[start]).encode() if shown and start > 0 else None,
-    )

@@ -60,6 +60,18 @@ def cursor(request: Request) -> Cursor | None:
         raise BadRequest("cursor", str(exc)) from None
 
 
+def group_cursor(request: Request) -> Cursor | None:
+    """The page cursor of a list of groups: a cursor whose queue and group are names."""
+    found = cursor(request)
+    if found is not None:
+        try:
+            check_name("queue", found.key[0])
+            check_name("group", found.key[1])
+        except ValueError:
+            raise BadRequest("cursor", "cursor must be a cursor of a list of groups") from None
+    return found
+
+
 def limit(request: Request, default: int) -> int:
     try:
         return parse_limit(request.query_params.get("limit"), default)
@@ -150,6 +162,7 @@ __all__ = [
     "cursor",
     "event_cursor",
     "flag",
+    "group_cursor",
     "limit",
     "page_number",
     "path_names",

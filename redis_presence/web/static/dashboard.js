@@ -312,13 +312,21 @@
     tbody.replaceChildren(...model.groups.map(groupRow));
     document.getElementById("groups-empty").hidden = model.groups.length > 0;
     setCards(document.getElementById("totals"), model.totals);
-    const count = document.querySelector("#pager .count");
-    if (count) {
-      const pages = model.pages > 1 ? `, page ${model.page} of ${model.pages}` : "";
-      count.textContent = `${thousands(model.shown)} group(s)${pages}`;
+    const readAt = document.getElementById("totals-read-at");
+    if (readAt && model.totals) {
+      readAt.dataset.ns = String(model.totals.read_at_ns);
+      readAt.textContent = isoUtc(model.totals.read_at_ns);
     }
-    setPagerLink("prev", "← Previous", model.page > 1 ? model.page - 1 : null, "page");
-    setPagerLink("next", "Next →", model.page < model.pages ? model.page + 1 : null, "page");
+    const count = document.querySelector("#pager .count");
+    if (count && model.totals) {
+      count.textContent =
+        `${thousands(model.groups.length)} group(s) on this page, of ${thousands(model.totals.groups)}`;
+    }
+    const pager = document.getElementById("pager");
+    pager.dataset.next = model.next_cursor || "";
+    pager.dataset.prev = model.prev_cursor || "";
+    setPagerLink("prev", "← Previous", model.prev_cursor, "cursor");
+    setPagerLink("next", "Next →", model.next_cursor, "cursor");
   }
 
   // -- what the page knows: its last read, and every event after it ---------------------------
@@ -330,18 +338,6 @@
   let hasNext = page.next_cursor !== null && page.next_cursor !== undefined;
   const known = new Map(); // consumer key -> its state, from the events since the last read
   const metas = new Map(); // consumer key -> its metadata, from the reads (events carry none)
-  const groupCounts = new Map(); // the overview: group key -> {queue, group, active, stale, expired}
-  const groupKey = (queue, group) => JSON.stringify([queue, group]);
-  function loadCounts(counts) {
-    groupCounts.clear();
-    for (const [queue, group, active, stale, expired, min_active] of counts || []) {
-      groupCounts.set(groupKey(queue, group), {
-        queue, group, active, stale, expired, min_active: min_active ?? null,
-      });
-    }
-  }
-  if (page.view === "groups") loadCounts(page.counts);
-
   let refreshTimer = null;
   let refreshing = false;
   let again = false;
@@ -390,7 +386,7 @@
       const readAt = document.getElementById("read-at");
       if (readAt) readAt.textContent = isoUtc(model.now_ns);
       if (page.view === "groups") {
-        loadCounts(model.counts);
+        loadGroups(model.groups, model.totals);
         renderGroups(model);
       } else {
         hasPrev = model.prev_cursor !== null;
@@ -496,7 +492,22 @@
     else known.set(key, to);
   }
 
-  // The overview: every group's counts, re-rendered from the events.
+  // The overview shows one page of groups (read from the server a page at a time) and the
+  // fleet's totals (one shared read of every group, labelled with its time). An event of a
+  // group on the page moves its row and the totals; one of another group moves the
+  // totals' counts of consumers, and, when it may change what the page cannot count (a
+  // group that comes or goes, or that somebody starts or stops reading), reads the page
+  // again, at most once every GROUPS_REFRESH_MS: what the page shows costs the groups on it.
+  const GROUPS_REFRESH_MS = 1000;
+  const groupKey = (queue, group) => JSON.stringify([queue, group]);
+  let shownGroups = new Map(); // group key -> its counts, for the groups on the page
+  let totals = { ...(page.totals || {}) };
+  function loadGroups(groups, fresh) {
+    shownGroups = new Map(groups.map((g) => [groupKey(g.queue, g.group), { ...g }]));
+    totals = { ...fresh };
+  }
+  if (page.view === "groups") loadGroups(page.groups || [], page.totals || {});
+
   let renderTimer = null;
   function applyToGroups(event, key, to) {
     const from = before(event, key, null);
@@ -504,18 +515,17 @@
       scheduleRefresh();
       return;
     }
-    const gk = groupKey(event.queue, event.group);
-    let counts = groupCounts.get(gk);
-    if (!counts) {
-      counts = {
-        queue: event.queue, group: event.group, active: 0, stale: 0, expired: 0, min_active: null,
-      };
-      groupCounts.set(gk, counts);
+    move(totals, from, to);
+    const g = shownGroups.get(groupKey(event.queue, event.group));
+    if (g) {
+      const was = { nobody: g.active === 0, below: isBelow(g), gone: isGone(g) };
+      move(g, from, to);
+      totals.nobody_reading += (g.active === 0) - was.nobody;
+      totals.below += isBelow(g) - was.below;
+      totals.groups -= isGone(g) - was.gone;
+    } else if (from === null || to === null || from === "active" || to === "active") {
+      scheduleRefresh(GROUPS_REFRESH_MS);
     }
-    move(counts, from, to);
-    // A declared group stays listed without consumers: that is when it matters most.
-    const empty = counts.active + counts.stale + counts.expired === 0;
-    if (empty && counts.min_active === null) groupCounts.delete(gk);
     if (renderTimer === null) {
       renderTimer = setTimeout(() => {
         renderTimer = null;
@@ -523,48 +533,26 @@
       }, 50);
     }
   }
+  const isBelow = (g) => g.min_active !== null && g.min_active !== undefined
+    && g.active < g.min_active;
+  // A declared group stays listed without consumers: that is when it matters most.
+  const isGone = (g) => g.active + g.stale + g.expired === 0
+    && (g.min_active === null || g.min_active === undefined);
 
-  // The groups page's model (what its JSON twin says), from `groupCounts` and the filters.
+  // The groups page's model (what its JSON twin says), from what the events moved.
   function groupsModel() {
-    const f = page.filters || {};
-    const queueText = (f.queue || "").toLowerCase();
-    const groupText = (f.group || "").toLowerCase();
-    const states = f.states || [];
-    const all = [...groupCounts.values()].map((g) => ({
+    const groups = [...shownGroups.values()].filter((g) => !isGone(g)).map((g) => ({
       ...g,
       nobody_reading: g.active === 0,
-      below: g.min_active !== null && g.active < g.min_active,
+      below: isBelow(g),
     }));
-    const totals = {
-      groups: all.length, active: 0, stale: 0, expired: 0, nobody_reading: 0, below: 0,
+    const pager = document.getElementById("pager");
+    return {
+      groups,
+      totals,
+      next_cursor: pager.dataset.next || null,
+      prev_cursor: pager.dataset.prev || null,
     };
-    for (const g of all) {
-      totals.active += g.active;
-      totals.stale += g.stale;
-      totals.expired += g.expired;
-      totals.nobody_reading += g.nobody_reading ? 1 : 0;
-      totals.below += g.below ? 1 : 0;
-    }
-    const picked = all.filter(
-      (g) =>
-        g.queue.toLowerCase().includes(queueText) &&
-        g.group.toLowerCase().includes(groupText) &&
-        (!states.length || states.some((s) => g[s] > 0)) &&
-        (!f.idle || g.nobody_reading || g.below),
-    );
-    const order = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
-    picked.sort(
-      (a, b) =>
-        order(a.below ? 0 : 1, b.below ? 0 : 1) ||
-        order(a.nobody_reading ? 0 : 1, b.nobody_reading ? 0 : 1) ||
-        order(a.queue, b.queue) ||
-        order(a.group, b.group),
-    );
-    const perPage = page.per_page || 200;
-    const pages = Math.max(1, Math.ceil(picked.length / perPage));
-    const number = Math.min(page.page || 1, pages);
-    const groups = picked.slice((number - 1) * perPage, number * perPage);
-    return { groups, totals, shown: picked.length, page: number, pages };
   }
 
   // A consumer list: its rows, and the group's cards on a group page.
