@@ -6,7 +6,9 @@ without presence, in the same run.
   stream, and a read of 10 entries with their ``XACK``. Target: at most 1.05x.
 - **Celery** and **Dramatiq:** task throughput of a real worker process with presence
   installed against one without, both on this run's redis-server as broker, rounds
-  interleaved. Target: at most 1.02x (time with / time without).
+  interleaved. Target: at most 1.02x (time with / time without), checked on wall time
+  and on the CPU time of the worker's process tree (``cpu_ns``, far less moved by the
+  other work of a shared machine), with the CPU per task of each side as facts.
 
 The worker processes run the test suite's apps (``tests/integrations/apps``, configured
 from the environment), so this case needs a source checkout and the frameworks (the
@@ -20,6 +22,7 @@ import contextlib
 import importlib.util
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -200,12 +203,16 @@ def _tasks(result: CaseResult, server: BenchServer, *, tasks: int, rounds: int) 
     try:
         with _processes(workers, options, broker_url) as started:
             _wait_ready(control, producers, started)
-            samples = _throughput(control, producers, tasks=tasks, rounds=rounds)
+            samples, cpu = _throughput(control, producers, started, tasks=tasks, rounds=rounds)
     finally:
         producers.close()
         control.close()
     for name, values in samples.items():
         result.measures.append(Measure(f"{name}: {tasks} tasks", "ms", values, "round", tasks))
+    for name, values in cpu.items():
+        result.measures.append(
+            Measure(f"{name}: {tasks} tasks, worker CPU", "ms", values, "round", tasks)
+        )
     for framework in ("celery", "dramatiq"):
         plain = result.measure(f"{framework}, plain: {tasks} tasks").median
         with_presence = result.measure(f"{framework}, presence: {tasks} tasks").median
@@ -218,6 +225,7 @@ def _tasks(result: CaseResult, server: BenchServer, *, tasks: int, rounds: int) 
                 f"median time for {tasks} tasks, with / without presence",
             )
         )
+        add_cpu_check(result, f"{framework} task throughput", cpu, framework, tasks, TASK_TARGET)
     result.facts["task rounds"] = {"rounds": rounds, "tasks per round": tasks}
 
 
@@ -245,6 +253,87 @@ def worker_processes(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+_TICK_NS = 1_000_000_000 // os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 10_000_000
+
+
+def _tree(root: int) -> Iterator[int]:
+    """`root` and every live descendant of it (from ``/proc/*/stat``)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{entry}/stat") as stat:
+                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        yield pid
+        todo.extend(children.get(pid, ()))
+
+
+CPU_MEASURED = os.path.isdir("/proc/self/task")
+"""Whether this system tells each thread's CPU time (Linux's ``/proc``): elsewhere the task
+cases measure wall time only."""
+
+
+def add_cpu_check(
+    result: CaseResult,
+    what: str,
+    cpu: dict[str, list[float]],
+    framework: str,
+    tasks: int,
+    target: float,
+) -> None:
+    """The check on `framework`'s CPU ratio (median over rounds) and its CPU per task, from
+    ``cpu[f"{framework}, plain"]`` and ``cpu[f"{framework}, presence"]`` (ms per round)."""
+    if not cpu:
+        return
+    plain, with_presence = cpu[f"{framework}, plain"], cpu[f"{framework}, presence"]
+    result.checks.append(
+        Check(
+            f"{what}: CPU with / without presence",
+            statistics.median(b / a for a, b in zip(plain, with_presence, strict=True)),
+            "<=",
+            target,
+            f"median over rounds of (the worker's CPU time for {tasks} tasks with presence / "
+            "without)",
+        )
+    )
+    per_task = [statistics.median(v) * 1000 / tasks for v in (plain, with_presence)]
+    result.facts[f"{framework}: worker CPU per task, us (median of rounds)"] = {
+        "plain": round(per_task[0], 1),
+        "presence": round(per_task[1], 1),
+        "difference": round(per_task[1] - per_task[0], 1),
+    }
+
+
+def cpu_ns(root: int) -> int:
+    """CPU time of `root`'s process tree so far: each live thread's (``schedstat``, ns)
+    and the children each process reaped (``cutime + cstime`` of ``stat``, clock ticks)."""
+    total = 0
+    for pid in _tree(root):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as schedstat:
+                    total += int(schedstat.read().split()[0])
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += (int(fields[13]) + int(fields[14])) * _TICK_NS  # cutime, cstime
+    return total
+
+
+def rss_mb(root: int) -> float:
+    """``VmRSS`` of `root`'s process tree, in MB."""
+    total_kb = 0
+    for pid in _tree(root):
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    total_kb += int(line.split()[1])
+    return round(total_kb / 1024, 1)
 
 
 def _processes(
@@ -278,21 +367,31 @@ def _wait_ready(
 
 
 def _throughput(
-    control: redis.Redis, producers: _Producers, *, tasks: int, rounds: int
-) -> dict[str, list[float]]:
-    """Per round and worker: ms from the first task sent until `tasks` ran, in turn."""
+    control: redis.Redis,
+    producers: _Producers,
+    workers: dict[str, subprocess.Popen[bytes]],
+    *,
+    tasks: int,
+    rounds: int,
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per round and worker, in turn: ms from the first task sent until `tasks` ran, and
+    the CPU ms the worker's process tree spent meanwhile."""
     names = ["celery, plain", "celery, presence", "dramatiq, plain", "dramatiq, presence"]
     samples: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names} if CPU_MEASURED else {}
     for r in range(rounds):
         order = names if r % 2 == 0 else [*reversed(names)]
         for name in order:
             key = f"bench:done:{uuid.uuid4().hex}"
+            cpu_before = cpu_ns(workers[name].pid) if cpu else 0
             started = time.perf_counter()
             producers.send(name, key, tasks)
             while int(control.get(key) or 0) < tasks:
                 time.sleep(0.002)
             samples[name].append((time.perf_counter() - started) * 1000)
-    return samples
+            if cpu:
+                cpu[name].append((cpu_ns(workers[name].pid) - cpu_before) / 1e6)
+    return samples, cpu
 
 
 class _Producers:

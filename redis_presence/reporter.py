@@ -10,9 +10,10 @@ coalescing, backoff and logging rules live once, in `_Coalescer`.
 
 Forks (``os.fork``, a prefork server, multiprocessing's ``fork`` start method): the flusher
 thread does not cross a fork, so in the child a `PresenceReporter` starts afresh, with its
-own thread and locks and nothing pending (what was pending is the parent's to write); an
-`AsyncPresenceReporter`, whose task and event loop stay in the parent, raises
-`RuntimeError` at its first use in the child.
+own locks and nothing pending (what was pending is the parent's to write), and starts its
+own thread at its first beat or deregistration there (a child that never beats, such as
+RQ's work horse, never pays for one); an `AsyncPresenceReporter`, whose task and event
+loop stay in the parent, raises `RuntimeError` at its first use in the child.
 """
 
 from __future__ import annotations
@@ -28,10 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._executor import Executor
-from .aio import AsyncRedisPresenceRegistry
 from .errors import PresenceBatchError, PresenceError
 from .model import DEFAULT_PRESENCE_TTL_MS, NS_PER_MS, NS_PER_US
 from .plans import Plan
@@ -44,6 +44,9 @@ from .validation import (
     check_lease_count,
     check_meta,
 )
+
+if TYPE_CHECKING:  # a sync process never imports the asyncio registry
+    from .aio import AsyncRedisPresenceRegistry  # noqa: F401  # named in a base class below
 
 DEFAULT_REPORT_INTERVAL_MS = DEFAULT_PRESENCE_TTL_MS // 6
 """5,000 ms: a sixth of the default TTL, so a consumer that keeps beating never turns stale
@@ -433,8 +436,14 @@ class _Reporter(Generic[R]):
         _live_reporters.add(self)
         self._start()
 
+    _asleep = False
+    """Whether the flusher is still to start (in a forked child, until its first use)."""
+
     def _start(self) -> None:
         raise NotImplementedError
+
+    def _wake(self) -> None:
+        """Start the flusher (at the first beat or deregistration while `_asleep`)."""
 
     def _meta_of(self, meta: dict[str, str] | None) -> dict[str, str]:
         """The default metadata (unless `default_meta` is False) and the caller's, checked."""
@@ -482,6 +491,8 @@ class _Reporter(Generic[R]):
         `progressed` that it made progress now (kept until the next flush, whatever beats
         follow). Bad arguments raise `TypeError` / `ValueError` here; nothing else ever does."""
         self._core.beat(queue, group, consumer, lease_count, progressed)
+        if self._asleep:
+            self._wake()
 
     @property
     def meta(self) -> dict[str, str]:
@@ -499,6 +510,8 @@ class _Reporter(Generic[R]):
         """Drop the consumer's pending beat and deregister it with the next flush (a later
         `beat` registers it again)."""
         self._core.deregister(queue, group, consumer)
+        if self._asleep:
+            self._wake()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._registry!r}, interval_ms={self.interval_ms})"
@@ -517,26 +530,39 @@ class PresenceReporter(_Reporter[RedisPresenceRegistry]):
     `clock` (monotonic nanoseconds) can be replaced by tests.
     """
 
-    def _start(self) -> None:
+    _thread: threading.Thread | None
+
+    def _start(self, *, thread: bool = True) -> None:
         self._flush_lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._loop, name="redis-presence-reporter", daemon=True
-        )
-        self._thread.start()
+        self._thread = None
+        self._asleep = True
+        if thread:
+            self._wake()
+
+    def _wake(self) -> None:
+        with self._flush_lock:  # two first beats in two threads start one thread
+            if self._asleep and not self._closed:
+                thread = threading.Thread(
+                    target=self._loop, name="redis-presence-reporter", daemon=True
+                )
+                thread.start()
+                self._thread = thread
+            self._asleep = False
 
     def _crossed_fork(self) -> None:
         """A fresh start in the child: nothing pending or reported (the parent writes, and
-        deregisters, its own), new locks (the parent's threads may have held them) and a
-        new thread (the parent's did not cross the fork). The registry's connection pool
-        opens new connections in the child by itself (redis-py checks the pid)."""
+        deregisters, its own) and new locks (the parent's threads may have held them); a
+        new thread (the parent's did not cross the fork) starts at the child's first beat
+        or deregistration. The registry's connection pool opens new connections in the
+        child by itself (redis-py checks the pid)."""
         self._pid = os.getpid()
         if self._closed:
             return
         self._core = self._core.fresh()
         if self._default_meta:  # this process is not the parent: its own pid
             self._core.meta = {**self._core.meta, "pid": str(self._pid)}
-        self._start()
+        self._start(thread=False)
 
     def flush(self) -> int:
         """Write what is pending now, in this thread; returns how many beats were written.
@@ -552,7 +578,10 @@ class PresenceReporter(_Reporter[RedisPresenceRegistry]):
             return
         self._closed = True
         self._stop.set()
-        self._thread.join()
+        with self._flush_lock:  # no thread starts after this
+            thread = self._thread
+        if thread is not None:
+            thread.join()
         self._attempt(closing=True).log_at_close()
 
     def __enter__(self) -> PresenceReporter:
@@ -583,7 +612,7 @@ class PresenceReporter(_Reporter[RedisPresenceRegistry]):
             return self._core.succeeded(taken, sent, started)
 
 
-class AsyncPresenceReporter(_Reporter[AsyncRedisPresenceRegistry]):
+class AsyncPresenceReporter(_Reporter["AsyncRedisPresenceRegistry"]):
     """`PresenceReporter` for asyncio brokers: an asyncio task flushes once per interval.
 
     Create it inside a running event loop; `beat` and `deregister` stay plain O(1) calls,

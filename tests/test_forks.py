@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -75,6 +76,11 @@ def reap(pid: int, read_fd: int) -> str:
     return said
 
 
+def flushers() -> int:
+    """How many flusher threads of a `PresenceReporter` run in this process."""
+    return sum(t.name == "redis-presence-reporter" for t in threading.enumerate())
+
+
 def consumers(client: redis.Redis) -> set[str]:
     return {row.consumer for row in RedisPresenceRegistry(client).snapshot()}
 
@@ -95,7 +101,12 @@ def test_a_reporter_keeps_working_in_a_forked_child(
         def child(out: int) -> None:
             os.close(go_on_w)
             assert reporter.pending == 0  # the parent's pending beats stay the parent's
+            assert flushers() == 0  # a child that never beats never starts one
             reporter.beat("orders", "billing", "child", 3)  # written by the child's thread
+            beating = threading.Thread(target=reporter.beat, args=("orders", "billing", "child"))
+            beating.start()
+            beating.join()
+            assert flushers() == 1  # started by the first beat, once
             os.write(out, b"beat\n")
             os.read(go_on_r, 1)  # the parent has seen it (or gave up)
             reporter.close()  # deregisters what the child reported: only "child"

@@ -31,7 +31,9 @@ def ev(kind: EventKind, at_ns: int, hb: int | None = None, name: str = "c") -> P
     return PresenceEvent(kind, "q", "g", name, at_ns, 0, at_ns, at_ns if hb is None else hb)
 
 
-def spans(events: list[PresenceEvent], hb: int | None, start: int = 0, now: int = 1_000 * S):
+def spans(
+    events: list[PresenceEvent], hb: int | None, start: int = 0, now: int = 1_000 * S
+) -> list[Span]:
     return active_spans(events, hb, start_ns=start, now_ns=now, ttl_ms=TTL_MS)
 
 

@@ -417,6 +417,7 @@ def test_close_flushes_stops_the_thread_and_is_idempotent(registry: RedisPresenc
     reporter = PresenceReporter(registry, LONG_MS)
     reporter.beat("q", "g", "c", 4)
     reporter.close()
+    assert reporter._thread is not None
     assert not reporter._thread.is_alive()
     assert [(row.consumer, row.lease_count) for row in registry.snapshot()] == [("c", 4)]
     reporter.close()

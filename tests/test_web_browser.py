@@ -12,6 +12,8 @@ import contextlib
 import os
 import re
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -30,7 +32,7 @@ from playwright.sync_api import (
 from servers import RedisServer
 from webservers import ROOT, Broker, ServeProcess, need_tool, poll
 
-from redis_presence import RedisPresenceRegistry
+from redis_presence import PresenceState, RedisPresenceRegistry
 from redis_presence.web.security import CONTENT_SECURITY_POLICY
 
 TTL_MS = 2_000
@@ -666,3 +668,68 @@ def test_history_pictures_show_hostile_names_as_text(
     expect(page.locator("#consumer-stats [data-total=leases] .n")).to_have_text("2")
     expect(page.locator("#timeline tbody tr").last).to_contain_text("joined")
     assert page.locator("main img, main b, main i, main svg[onload]").count() == 0
+
+
+def test_active_rows_show_the_ages_and_leases_redis_says_now(
+    page: Page, writer: RedisPresenceRegistry
+) -> None:
+    """Consumers beating every 300 ms under a 2 s TTL, their leases changing at each beat:
+    for ~5 s the page shows every active row with an age within the TTL (or none, while
+    it reads again), a lease count Redis held within the last second, and the group's
+    counts of a snapshot taken at the same time."""
+    names = ["beats-a", "beats-b"]
+    written: list[tuple[float, str, int]] = []  # (monotonic, consumer, leases)
+    stop = threading.Event()
+
+    def beat() -> None:
+        n = 0
+        while not stop.wait(0.3):
+            n += 1
+            for name in names:
+                writer.heartbeat("live", "truth", name, n % 7 + (names.index(name) * 10))
+                written.append((time.monotonic(), name, n % 7 + (names.index(name) * 10)))
+
+    for name in names:
+        writer.heartbeat("live", "truth", name, names.index(name) * 10)
+        written.append((time.monotonic(), name, names.index(name) * 10))
+    beater = threading.Thread(target=beat, daemon=True)
+    beater.start()
+    wrong: list[str] = []
+    unknown = 0
+    try:
+        live(page, "/group?queue=live&group=truth")
+        for name in names:
+            expect(row(page, name).locator(".pill")).to_have_text("active")
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            shown = page.evaluate(
+                """() => [...document.querySelectorAll('#consumers tbody tr')].map((tr) => [
+                    tr.querySelector('td.consumer').textContent, tr.dataset.state,
+                    tr.querySelector('td.age').textContent,
+                    tr.querySelector('td.num').textContent,
+                    document.querySelector('#group-stats [data-total="active"] .n').textContent,
+                ])"""
+            )
+            at = time.monotonic()
+            active = sum(r.state is PresenceState.ACTIVE for r in writer.snapshot(queue="live"))
+            for consumer, state, age, leases, cards in shown:
+                if state == "active" and not age.endswith("s ago"):
+                    unknown += 1  # past the TTL on the page's clock, waiting for a read
+                elif state == "active" and int(age.removesuffix("s ago")) > TTL_MS // 1000:
+                    wrong.append(f"{consumer} active, shown {age}")
+                recent = {n for t, c, n in list(written) if c == consumer and t >= at - 1.0}
+                if int(leases) not in recent:
+                    wrong.append(f"{consumer} shows {leases} leases, Redis held {recent}")
+                if int(cards) != active:
+                    wrong.append(f"the cards say {cards} active, a snapshot {active}")
+            page.wait_for_timeout(250)
+    finally:
+        stop.set()
+        beater.join()
+        for name in names:
+            writer.deregister("live", "truth", name)
+    assert unknown <= 2, f"{unknown} active ages shown as unknown: the rows are not read again"
+    ages = [w for w in wrong if "active, shown" in w]
+    assert wrong == [], (
+        f"{len(wrong)} wrong readings ({len(ages)} ages), first: {(ages[:3] + wrong)[:6]}"
+    )

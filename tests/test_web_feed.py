@@ -253,3 +253,59 @@ def test_every_stream_rereads_after_a_lost_log_and_after_an_outage(
 
     asyncio.run(main())
     writer.close()
+
+
+def test_a_poller_sends_the_beats_and_leases_of_the_rows_its_pages_show(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    """No event carries an active consumer's beats: the poller reads the rows its pages
+    showed again (one read per poller, whatever the number of streams) and sends those
+    whose beat or leases changed; a poller whose pages show no rows reads none."""
+    clock = Clock()
+
+    async def main() -> None:
+        async with AsyncRedisPresenceRegistry.from_url(redis_url) as registry:
+            data = PresenceData(registry, ttl_ms=None, clock=clock)
+            reads: list[int] = []
+            inner = data.rows_of
+
+            async def rows_of(keys: Any) -> Any:
+                reads.append(len(keys))
+                return await inner(keys)
+
+            data.rows_of = rows_of  # type: ignore[method-assign]
+            feed = LiveFeed(data, interval_s=0.02)
+            streams = [feed.subscribe(None, queue="q", group="g").messages() for _ in range(20)]
+            overview = feed.subscribe(None).messages()
+            for stream in [*streams, overview]:
+                await until(stream, "hello", [])
+            writer.heartbeat("q", "g", "busy", 1, now_ns=T0)
+            for stream in streams:
+                await until(stream, "presence", [])
+            await asyncio.sleep(0.1)
+            assert reads == []  # no page showed rows yet: nothing to read again
+            feed.shown("q", "g", writer.snapshot(queue="q", group="g", now_ns=T0))
+            writer.heartbeat("q", "g", "busy", 7, now_ns=T0 + 1_000 * MS)
+            clock.now_ns = T0 + 1_500 * MS
+            got = [await until(stream, "rows", []) for stream in streams]
+            assert all(m is got[0] for m in got)  # one read, one message for every stream
+            (row,) = got[0].data["rows"]
+            assert (row["consumer"], row["lease_count"]) == ("busy", 7)
+            assert row["last_heartbeat_ns"] == T0 + 1_000 * MS
+            assert got[0].data["now_ns"] == T0 + 1_500 * MS  # the instant of the read
+            # Unchanged since: read again, but nothing sent.
+            count = len(reads)
+            await poll_until(lambda: len(reads) > count + 3, "more reads of the rows")
+            assert all(n == 1 for n in reads)
+            overview_seen: list[StreamMessage] = []
+            writer.heartbeat("q", "g", "busy", 8, now_ns=T0 + 2_000 * MS)
+            third = await until(streams[0], "rows", [])
+            assert third.data["rows"][0]["lease_count"] == 8
+            writer.heartbeat("elsewhere", "g", "mark", now_ns=T0 + 2_000 * MS)
+            await until(overview, "presence", overview_seen)
+            assert [m.event for m in overview_seen if m.event == "rows"] == []
+            for stream in [*streams, overview]:
+                await stream.aclose()
+            await feed.close()
+
+    asyncio.run(main())

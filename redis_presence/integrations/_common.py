@@ -11,7 +11,6 @@ import os
 import socket
 from dataclasses import dataclass
 
-from redis_presence.aio import AsyncRedisPresenceRegistry
 from redis_presence.redis import RedisPresenceRegistry
 from redis_presence.reporter import (
     DEFAULT_REPORT_INTERVAL_MS,
@@ -81,5 +80,8 @@ class Settings:
 
     def async_reporter(self) -> AsyncPresenceReporter:
         """`reporter` for asyncio applications (create it inside the running loop)."""
+        # Only asyncio applications import the asyncio registry.
+        from redis_presence.aio import AsyncRedisPresenceRegistry  # noqa: PLC0415
+
         registry = AsyncRedisPresenceRegistry.from_url(self.url, prefix=self.prefix)
         return AsyncPresenceReporter(registry, self.interval_ms, deregister_on_close=True)

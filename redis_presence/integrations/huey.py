@@ -14,7 +14,8 @@ progress on the row. The worker's own loop beats: ``install`` wraps this instanc
 ``dequeue`` (the one call of every loop of a worker, empty or not: with Redis storage a
 blocking read of at most ``read_timeout``, 1 s by default; with polling storages the
 consumer backs off up to ``-m``/``max_delay``, 10 s by default), and the task signals
-``executing`` (start) and ``complete`` / ``error`` (finish) beat too. While a worker runs
+``executing`` (start, when the task did not come from that dequeue) and ``complete`` /
+``error`` (finish) beat too: two beats per task. While a worker runs
 a task its loop cannot beat: a thread of the process beats the row (lease 1) once per
 interval until the task ends, so a hung task shows as no progress (``stuck``), not as a
 stale row. A graceful shutdown
@@ -94,7 +95,9 @@ class _Presence:
         self._reporter: PresenceReporter | None = None
         self._pid = 0
         self._workers = 0
-        self._holding: set[str] = set()  # the workers of this process running a task
+        # Worker -> whether it runs a task: each worker writes only its own entry (no lock
+        # on the task path), the ticker reads a copy.
+        self._holding: dict[str, bool] = {}
         self._stopping = threading.Event()
         self._local = threading.local()
 
@@ -104,7 +107,7 @@ class _Presence:
                 # A new process (or a forked worker process): its own reporter, count and
                 # ticker (threads do not cross a fork).
                 self._reporter, self._pid = self._settings.reporter(), os.getpid()
-                self._workers, self._holding = 0, set()
+                self._workers, self._holding = 0, {}
                 self._stopping = threading.Event()
                 ticker = threading.Thread(
                     target=self._tick,
@@ -120,9 +123,8 @@ class _Presence:
         their own loop meanwhile): a hung task keeps its row active and shows no
         progress, which ``stuck`` reports."""
         while not stopping.wait(self._settings.interval_ms / 1000):
-            with self._lock:
-                holding = sorted(self._holding)
-            for consumer in holding:
+            holding = self._holding.copy()  # one C call: atomic under the GIL
+            for consumer in sorted(name for name, held in holding.items() if held):
                 reporter.beat(self.queue, self.group, consumer, 1)
 
     def _consumer(self) -> str:
@@ -132,25 +134,25 @@ class _Presence:
         return name
 
     def beat(self, *, holding: bool, progressed: bool = False) -> None:
-        """Beat this worker's row (O(1), no I/O; the lock only when it takes or drops a
-        task)."""
+        """Beat this worker's row (O(1), no I/O, no lock of its own)."""
         reporter = self._reporter
         if reporter is None or self._pid != os.getpid():
             reporter = self._reporter_here()
         local = self._local
         consumer = getattr(local, "consumer", None) or self._consumer()
         if getattr(local, "holding", False) is not holding:
-            local.holding = holding
-            with self._lock:
-                if holding:
-                    self._holding.add(consumer)
-                else:
-                    self._holding.discard(consumer)
+            local.holding = self._holding[consumer] = holding
         reporter.beat(self.queue, self.group, consumer, 1 if holding else 0, progressed=progressed)
 
+    def holding(self) -> bool:
+        """Whether this worker holds a task (it dequeued one and did not finish it yet)."""
+        return bool(getattr(self._local, "holding", False))
+
     def before_dequeue(self) -> None:
-        """A worker loop starts a read: the task it held, if any, is done."""
-        self.beat(holding=False, progressed=bool(getattr(self._local, "holding", False)))
+        """A worker loop starts a read: the task it still held, if any, is done (revoked,
+        expired, retried...: the ends without a ``complete`` or ``error`` signal)."""
+        if self.holding():
+            self.beat(holding=False, progressed=True)
 
     # -- Huey's hooks, each called in the worker's thread ------------------------------
 
@@ -165,7 +167,7 @@ class _Presence:
         the process writes it and closes."""
         reporter, consumer = self._reporter_here(), self._consumer()
         with self._lock:
-            self._holding.discard(consumer)
+            self._holding.pop(consumer, None)
             reporter.deregister(self.queue, self.group, consumer)
             self._workers -= 1
             last = self._workers <= 0
@@ -177,7 +179,10 @@ class _Presence:
             reporter.registry.close()
 
     def task_started(self, signal: str, task: Any, *args: Any, **kwargs: Any) -> None:
-        self.beat(holding=True)
+        """A task starts: its dequeue beat the row with its lease a moment ago, unless it
+        came another way."""
+        if not self.holding():
+            self.beat(holding=True)
 
     def task_finished(self, signal: str, task: Any, *args: Any, **kwargs: Any) -> None:
         self.beat(holding=False, progressed=True)
@@ -192,8 +197,10 @@ class _Dequeue:
         functools.update_wrapper(self, dequeue)
 
     def __call__(self) -> Any:
-        self._presence.before_dequeue()
+        """One beat per read, after it (at most ``read_timeout`` apart when idle), and one
+        before it only to end a task that finished without a signal."""
+        presence = self._presence
+        presence.before_dequeue()
         task = self._dequeue()
-        if task is not None:
-            self._presence.beat(holding=True)
+        presence.beat(holding=task is not None)
         return task

@@ -79,19 +79,6 @@ def _settings(
     return checked, url is not None
 
 
-class _ParentOnlyReporter(PresenceReporter):
-    """A `PresenceReporter` that stays with the process that made it: in a forked child
-    (RQ forks a work horse per job, and the horse never beats) it is closed at once,
-    instead of starting a thread of its own in every horse (a thread start per job, which
-    on a loaded machine waits for the scheduler to run the new thread). Overrides the
-    private `_crossed_fork` of `PresenceReporter`."""
-
-    def _crossed_fork(self) -> None:
-        self._pid = os.getpid()
-        self._closed = True
-        self._core.closed = True  # beats made here are dropped, never written
-
-
 def _reporter(settings: Settings, has_url: bool, connection: Any) -> PresenceReporter:
     """A reporter on `settings.url`, or on a new client of `connection`'s server."""
     if has_url:
@@ -104,7 +91,8 @@ def _reporter(settings: Settings, has_url: bool, connection: Any) -> PresenceRep
             )
         )
         registry = RedisPresenceRegistry(client, prefix=settings.prefix)
-    return _ParentOnlyReporter(registry, settings.interval_ms, deregister_on_close=True)
+    # A work horse (forked per job) never beats, so its copy never starts a flusher thread.
+    return PresenceReporter(registry, settings.interval_ms, deregister_on_close=True)
 
 
 def _close(reporter: PresenceReporter | None) -> None:

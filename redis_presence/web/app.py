@@ -551,6 +551,7 @@ class Views:
                 where, cursor=cursor, limit=limit, with_meta=with_meta
             )
         now_ns, ttl = reading.now_ns, reading.ttl
+        service.live.shown(queue, group, page.rows)  # its stream's rows, read again live
         filters = {
             "queue": queue or "",
             "group": group or "",

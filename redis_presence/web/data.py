@@ -617,6 +617,14 @@ class PresenceData:
 
     # -- events -----------------------------------------------------------------------
 
+    async def rows_of(
+        self, keys: Sequence[tuple[str, str, str]]
+    ) -> tuple[int, list[ConsumerPresence]]:
+        """The instant of the read (the fixed clock, or the server's) and the current rows
+        of the named consumers still tracked (`Planner.rows_of`: one round trip)."""
+        now_ns, rows = await self.registry.execute(self.registry.plans.rows_of(keys))
+        return (now_ns if self._clock is None else self._clock()), rows
+
     async def changes(
         self,
         cursor: str | None,

@@ -20,7 +20,17 @@ closes. The messages a stream sends:
   consumers lost meanwhile, say in a restart without persistence, disappear);
 * ``snapshot`` ``{"reason", "cursor"}``: what the stream knew cannot go on (the cursor's log
   was trimmed or Redis lost its data, Redis answers again after an outage, or the stream
-  fell behind): take a fresh read of what you show, then apply the events after `cursor`.
+  fell behind): take a fresh read of what you show, then apply the events after `cursor`;
+* ``rows`` ``{"now_ns", "rows"}``: the current rows, read at `now_ns` (the server's clock),
+  of the consumers the poller watches whose last beat or leases changed since its last
+  ``rows``: no event carries the beats of an active consumer, so a view ages and counts
+  its rows from these, never from the event that made them active.
+
+A poller watches the consumers of its filter that the pages read lately (`LiveFeed.shown`)
+and, once such a page showed rows, those its events made active, at most WATCHED_ROWS,
+and reads their rows again (`Planner.rows_of`, one round trip) after each read of its
+events: what it costs depends on the rows shown, never on the number of open streams (a
+poller whose pages show no rows, the groups page's, reads none).
 
 A stream resumed with a cursor (``Last-Event-ID``) that its poller sent in the last
 `HISTORY_BATCHES` reads gets the messages after it from the poller's memory; an older or
@@ -42,6 +52,7 @@ from typing import Any
 
 from redis_presence.errors import PresenceError, PresencePoolExhausted, PresenceResyncRequired
 from redis_presence.events import LOG_LAG_MS, Cursor, PresenceEvent
+from redis_presence.model import ConsumerPresence
 
 from .data import PresenceData
 
@@ -61,6 +72,13 @@ OUTAGE_GAP_S = 15.0
 """Failures further apart than this, with no stream watching between, are two outages."""
 DEFAULT_MAX_STREAMS = 1_000
 """Open event streams one service serves at most (``--max-streams``)."""
+WATCHED_ROWS = 500
+"""At most this many consumers a poller reads the rows of again at each interval."""
+
+_Key = tuple[str, str, str]
+_Beat = tuple[int, int, int]  # (registered_at_ns, last_heartbeat_ns, lease_count)
+_WATCHING = {"joined", "recovered"}
+_UNWATCHING = {"left", "pruned"}
 
 
 class StreamMessage:
@@ -224,6 +242,22 @@ class _Poller:
         """Set once the poller has a cursor (and again after each new start)."""
         self.task: asyncio.Task[None] | None = None
         self._last_cursor_at = time.monotonic()
+        self.watched: dict[_Key, _Beat | None] = {}
+        """The consumers whose rows it reads again, with what its streams last got of them."""
+        self.shows_rows = False
+        """Whether a page of its filter showed rows (the groups page shows none): only then
+        does it watch the consumers its events make active."""
+
+    def watch(self, rows: Sequence[ConsumerPresence]) -> None:
+        """Read these rows again at each interval (the most recently shown WATCHED_ROWS)."""
+        self.shows_rows = True
+        for row in rows:
+            beat = self.watched.pop(row.key, None)
+            if beat is not None and beat[0] != row.registered_at_ns:
+                beat = None
+            self.watched[row.key] = beat
+        while len(self.watched) > WATCHED_ROWS:
+            del self.watched[next(iter(self.watched))]
 
     # -- streams joining and leaving
 
@@ -369,11 +403,26 @@ class _Poller:
             else:
                 self._deliver(page)
                 more = page.more
+                if not more and self.watched and feed.rereads:
+                    await self._reread()
             if not more:
                 await asyncio.sleep(feed.interval_s)
 
     def _deliver(self, page: _Page) -> None:
         messages = [StreamMessage("presence", event.to_dict()) for event in page.events]
+        for event in page.events:
+            if not self.shows_rows:
+                break
+            if event.kind.value in _WATCHING and event.registered_at_ns is not None:
+                self.watched.pop(event.key, None)
+                beat = event.last_heartbeat_ns
+                self.watched[event.key] = (
+                    None if beat is None else (event.registered_at_ns, beat, event.lease_count)
+                )
+            elif event.kind.value in _UNWATCHING:
+                self.watched.pop(event.key, None)
+        while len(self.watched) > WATCHED_ROWS:
+            del self.watched[next(iter(self.watched))]
         now = time.monotonic()
         if messages or now - self._last_cursor_at >= CURSOR_EVERY_S:
             self._last_cursor_at = now
@@ -381,6 +430,40 @@ class _Poller:
         self.cursor = page.cursor
         self._remember(page.cursor, messages)
         self._send(messages, page.cursor)
+
+    async def _reread(self) -> None:
+        """Read the watched rows again; send those whose beat or leases changed."""
+        keys = list(self.watched)
+        try:
+            now_ns, rows = await self.feed.data.rows_of(keys)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the next read of the events says what is wrong
+            log.warning("event stream: rows not read again: %s", self.feed.scrub(repr(exc)))
+            return
+        found: set[_Key] = set()
+        changed: list[dict[str, Any]] = []
+        for row in rows:
+            found.add(row.key)
+            beat = (row.registered_at_ns, row.last_heartbeat_ns, row.lease_count)
+            if row.key in self.watched and self.watched[row.key] != beat:
+                self.watched[row.key] = beat
+                changed.append(
+                    {
+                        "queue": row.queue,
+                        "group": row.group,
+                        "consumer": row.consumer,
+                        "registered_at_ns": row.registered_at_ns,
+                        "last_heartbeat_ns": row.last_heartbeat_ns,
+                        "lease_count": row.lease_count,
+                        "state": row.state.value,
+                    }
+                )
+        for key in keys:
+            if key not in found:
+                self.watched.pop(key, None)  # gone: its event says so
+        if changed:
+            self._send([StreamMessage("rows", {"now_ns": now_ns, "rows": changed})], self.cursor)
 
     # -- a stream resumed from a cursor the poller does not remember
 
@@ -455,6 +538,8 @@ class LiveFeed:
         self.max_streams = max_streams
         self._pollers: dict[tuple[str | None, str | None], _Poller] = {}
         self._limit = _takes_limit(data.registry)
+        self.rereads = hasattr(data.registry, "plans") and hasattr(data.registry, "execute")
+        """Whether the registry runs `Planner.rows_of` (the pollers read their rows again)."""
         self.down_since_ns: int | None = None
         """Since when (the service's clock) Redis cannot be reached, as the pollers and
         the routes saw it; None once a poller's read succeeds."""
@@ -493,6 +578,13 @@ class LiveFeed:
         if poller is None:
             poller = self._pollers[(queue, group)] = _Poller(self, queue, group)
         return poller.join(cursor)
+
+    def shown(self, queue: str | None, group: str | None, rows: Sequence[ConsumerPresence]) -> None:
+        """A page of the filter `queue` / `group` read `rows`: its poller, if one runs,
+        reads them again at each interval for its streams."""
+        poller = self._pollers.get((queue, group))
+        if poller is not None:
+            poller.watch(rows)
 
     def _stopped(self, poller: _Poller) -> None:
         if self._pollers.get((poller.queue, poller.group)) is poller:

@@ -12,10 +12,12 @@ import signal
 import socket
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
 from huey import RedisHuey
+from huey import signals as huey_signals
 
 from integrations.held import wait_one_ttl
 from integrations.workers import (
@@ -27,6 +29,7 @@ from integrations.workers import (
     wait_for,
     worker_env,
 )
+from redis_presence import PresenceReporter, RedisPresenceRegistry
 from redis_presence.integrations.huey import DEFAULT_GROUP, install
 
 pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
@@ -190,3 +193,43 @@ def test_install_checks_its_arguments_where_the_instance_is_defined() -> None:
     install(huey, url="redis://h:6379/0")
     with pytest.raises(ValueError, match="already installed"):
         install(huey, url="redis://h:6379/0")
+
+
+def test_a_task_costs_its_worker_two_beats(
+    presence_url: str, presence_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task path of a worker, in process: the dequeue that returns the task beats
+    (lease 1), its start signal adds none, its end beats (progress); an empty read beats
+    once. Then what they wrote is the row a consumer's worker shows."""
+    huey = RedisHuey("rp-beats", url=presence_url, results=False)
+    install(huey, url=presence_url, prefix=f"{PREFIX}-beats", interval_ms=3_600_000)
+    beats: list[tuple[int, bool]] = []
+    real_beat = PresenceReporter.beat
+
+    def counted(self: PresenceReporter, *args: Any, **kwargs: Any) -> None:
+        beats.append((args[3], kwargs.get("progressed", False)))
+        real_beat(self, *args, **kwargs)
+
+    monkeypatch.setattr(PresenceReporter, "beat", counted)
+    dequeue: Any = huey.dequeue
+    task = object()
+    dequeue._dequeue = lambda: task
+    assert dequeue() is task
+    huey._emit(huey_signals.SIGNAL_EXECUTING, task)
+    huey._emit(huey_signals.SIGNAL_COMPLETE, task)
+    assert beats == [(1, False), (0, True)]
+    dequeue._dequeue = lambda: None
+    assert dequeue() is None
+    assert beats == [(1, False), (0, True), (0, False)]
+    reporter = dequeue._presence._reporter
+    try:
+        assert reporter.flush() == 1
+        registry = RedisPresenceRegistry(presence_client, prefix=f"{PREFIX}-beats")
+        (row,) = registry.snapshot()
+        assert (row.queue, row.group, row.lease_count) == ("rp-beats", DEFAULT_GROUP, 0)
+        assert row.consumer.endswith(":" + str(os.getpid()) + "/MainProcess")
+        assert row.last_progress_ns is not None
+    finally:
+        dequeue._presence._stopping.set()  # its ticker thread ends
+        reporter.close()
+        reporter.registry.close()

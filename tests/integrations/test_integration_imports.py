@@ -48,3 +48,26 @@ def test_the_package_the_cli_and_streams_import_no_framework() -> None:
 )
 def test_each_integration_imports_its_own_framework_only(module: str, frameworks: set[str]) -> None:
     assert imported(module) == frameworks
+
+
+SYNC_PATH = """
+import sys
+import redis
+from redis_presence import PresenceReporter, RedisPresenceRegistry
+import redis_presence.integrations.celery, redis_presence.integrations.dramatiq
+import redis_presence.integrations.huey, redis_presence.integrations.rq
+reporter = PresenceReporter(RedisPresenceRegistry(redis.Redis(port=1)), 3_600_000)
+reporter.beat("q", "g", "c")
+reporter.close()  # its write fails (nothing listens on port 1) and is logged
+print(sorted(m for m in sys.modules if m.startswith("redis_presence.aio")))
+"""
+
+
+def test_the_sync_reporter_and_integrations_leave_the_asyncio_registry_unimported() -> None:
+    """A thread-driven worker (RQ, Huey, Celery, Dramatiq) loads only the sync registry; the
+    asyncio one (and what only it uses) loads with `AsyncPresenceReporter`. asyncio itself
+    comes with redis-py, which imports ``redis.asyncio`` at ``import redis``."""
+    done = subprocess.run(
+        [sys.executable, "-c", SYNC_PATH], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"

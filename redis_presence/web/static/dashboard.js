@@ -1,4 +1,5 @@
-// redis-presence dashboard: live updates over server-sent events, ages that keep ticking.
+// redis-presence dashboard: live updates over server-sent events, ages that keep ticking
+// from the server's last read of each row (the stream's `rows`), never past what its state allows.
 // Every name is data: it reaches the page through textContent only, never as markup.
 "use strict";
 
@@ -90,13 +91,54 @@
   }
 
   // -- ages ---------------------------------------------------------------------------------
+  // An age is the server's clock at the row's last read plus the time since, from the beat
+  // that read found. A row is never shown older than its state allows (active: the TTL,
+  // stale: twice the TTL): past it the page does not know the row's age until its next read
+  // (the stream's `rows`, or an event), and says so; a row left so for a while is read again.
+  const OVERDUE_MS = 2000;
+  const MOST = { active: 1, stale: 2 }; // in TTLs
   function tick() {
     const nowMs = Date.now() + offsetMs;
+    let overdue = false;
     for (const td of document.querySelectorAll("td.age[data-hb]")) {
-      td.textContent = humanAge(nowMs - Number(td.dataset.hb) / 1e6);
+      const ageMs = nowMs - Number(td.dataset.hb) / 1e6;
+      const most = MOST[td.parentElement.dataset.state];
+      if (most !== undefined && ageMs > most * ttlMs) {
+        td.textContent = "…";
+        td.title = "older than its state allows on this page's clock: waiting for a read";
+        td.classList.add("refreshing");
+        if (ageMs > most * ttlMs + OVERDUE_MS) overdue = true;
+      } else {
+        td.textContent = humanAge(ageMs);
+        td.title = "";
+        td.classList.remove("refreshing");
+      }
     }
+    if (overdue) scheduleRefresh(0);
   }
   setInterval(tick, 1000);
+
+  // The stream's `rows`: rows read again at `now_ns` (the server's clock), with their real
+  // last beat and leases; each replaces what a row of the same registration shows, unless
+  // the page already holds a later beat of it. States come from the events.
+  function applyRows(read) {
+    offsetMs = Number(read.now_ns) / 1e6 - Date.now();
+    const tbody = document.querySelector("#consumers tbody");
+    if (!tbody) return;
+    const shown = rowsByKey(tbody);
+    for (const r of read.rows) {
+      const tr = shown.get(keyOf(r.queue, r.group, r.consumer));
+      // Numbers on both sides (JSON's nanoseconds are doubles here): one rounding.
+      if (!tr || Number(tr.dataset.registered) !== Number(r.registered_at_ns)) continue;
+      const age = tr.querySelector("td.age");
+      if (Number(r.last_heartbeat_ns) < Number(age.dataset.hb)) continue;
+      age.dataset.hb = String(r.last_heartbeat_ns);
+      tr.querySelector("td.num").textContent = thousands(r.lease_count);
+      tr.dataset.leases = String(r.lease_count);
+    }
+    planStuckRead();
+    tick();
+  }
 
   // -- status -------------------------------------------------------------------------------
   function setLive(state, text) {
@@ -164,6 +206,7 @@
     tr.dataset.state = c.state;
     tr.dataset.key = keyOf(c.queue, c.group, c.consumer);
     tr.dataset.since = String(sinceOf(c));
+    tr.dataset.registered = String(c.registered_at_ns);
     tr.dataset.leases = String(c.lease_count);
     if (!page.group_page) {
       tr.append(cell(c.queue, "name"), linkCell(c.group, groupHref(c.queue, c.group), "name"));
@@ -615,6 +658,7 @@
       tr.querySelector(".pill").parentElement.replaceChildren(pill(to));
       if (event.kind === "recovered" || event.kind === "joined") {
         tr.querySelector("td.age").dataset.hb = String(event.last_heartbeat_ns);
+        tr.dataset.registered = String(event.registered_at_ns);
         tr.querySelector("td.num").textContent = thousands(event.lease_count);
         tr.dataset.leases = String(event.lease_count);
       }
@@ -661,6 +705,7 @@
     scheduleRefresh(0); // the page was read before the stream began: read once more
   });
   source.addEventListener("presence", (message) => applyEvent(JSON.parse(message.data)));
+  source.addEventListener("rows", (message) => applyRows(JSON.parse(message.data)));
   // Events were lost (a trimmed log, Redis lost its data, an outage): a fresh read.
   source.addEventListener("snapshot", () => scheduleRefresh(0));
   source.addEventListener("status", (message) => {
