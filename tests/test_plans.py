@@ -19,6 +19,7 @@ from redis_presence import (
     RedisPresenceRegistry,
     _executor,
 )
+from redis_presence._executor import Wire, resp
 from redis_presence.keys import INDEX_MARK_MS
 from redis_presence.plans import (
     MAX_CACHED_GROUPS,
@@ -30,7 +31,6 @@ from redis_presence.plans import (
     ScriptCall,
     Single,
     alongside,
-    resp,
 )
 from redis_presence.scripts import script
 from redis_presence.validation import DelayedBeat
@@ -62,7 +62,8 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
     clustered: bool, now: int | None, encoding: str
 ) -> None:
     encode = ENCODERS[encoding] or same
-    planner = Planner("präsenz", clustered=clustered, encode=ENCODERS[encoding])
+    wire = Wire(ENCODERS[encoding] or same)
+    planner = Planner("präsenz", clustered=clustered, wire=wire if ENCODERS[encoding] else None)
     sha = script("heartbeat").sha
     seen: set[tuple[str, str]] = set()
     claim = [Command("SET", (planner.keys.protocol, "1", "NX"))]  # after the first beat only
@@ -182,7 +183,8 @@ def test_batched_calls_carry_their_bytes_prebuilt(codec: tuple[str, str]) -> Non
     for make in plans:
         calls = []
         for packs in (True, False):
-            planner = Planner("p", encode=encode, codec=codec, packed=packs, limits=Limits(beats=2))
+            wire = Wire(encode, codec)
+            planner = Planner("p", wire=wire, packed=packs, limits=Limits(beats=2))
             plan = make(planner)
             batch = next(plan)  # the shared TTLs first
             assert all(isinstance(r, Command) for r in batch)
@@ -200,7 +202,7 @@ def test_batched_calls_carry_their_bytes_prebuilt(codec: tuple[str, str]) -> Non
 
 def test_a_registry_prebuilds_the_bytes_its_client_writes() -> None:
     """A registry's batched calls carry exactly what its client's connections would write
-    for them: `plans.resp` without hiredis, ``hiredis.pack_command`` where redis-py packs
+    for them: `_executor.resp` without hiredis, ``hiredis.pack_command`` where redis-py packs
     with hiredis (run with and without hiredis installed)."""
     client = redis.Redis()
     registry = RedisPresenceRegistry(client, prefix="p")
@@ -249,7 +251,7 @@ def test_the_hiredis_packer_is_used_exactly_when_redis_py_uses_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`hiredis_packer` follows redis-py's own rule: hiredis available and no
-    ``command_packer`` given to the pool; otherwise the registry packs with `plans.resp`."""
+    ``command_packer`` given to the pool; otherwise the registry packs with `_executor.resp`."""
     fake = types.ModuleType("hiredis")
 
     def pack_command(command: tuple[Any, ...]) -> bytes:

@@ -1,0 +1,433 @@
+"""Declared groups (``expect``/``unexpect``, their minimums) and the per-group summary
+(`groups`), which reports the declared groups with the live ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from operator import attrgetter
+from typing import Any
+
+from ..errors import PresenceDataError, PresenceError
+from ..keys import GroupKeys
+from ..model import GroupPresence, GroupsPage, PresenceState, Rows, Skipped
+from ..replies import stored_columns
+from ..validation import (
+    check_filter,
+    check_min_active,
+    check_name,
+    check_now_ns,
+    check_optional_ttl_ms,
+)
+from .core import T, _report, _text, _unique
+from .reads import ReadPlans
+from .requests import Command, Partial, Plan
+
+
+def _stored_min(key: str, name: Any, value: Any) -> int:
+    """A stored `min_active`; anything else is a data error."""
+    try:
+        return check_min_active(int(value))
+    except (TypeError, ValueError):
+        raise PresenceDataError(
+            f"{key} field {_text(name)!r:.80} holds a minimum this package did not write: "
+            f"{value!r:.40}"
+        ) from None
+
+
+def _lowest_score_ns(reply: Any) -> int | None:
+    """The nanoseconds of a ``ZRANGE key 0 0 WITHSCORES`` reply's score (whole microseconds;
+    None: an empty set): a flat ``[member, score]`` or, with RESP3, ``[[member, score]]``."""
+    if not reply:
+        return None
+    first = reply[0]
+    score = first[1] if isinstance(first, list | tuple) else reply[1]
+    return int(float(score)) * 1_000
+
+
+class DeclaredPlans(ReadPlans):
+    """Declared groups (``expect``/``unexpect``, their minimums) and the per-group summary"""
+
+    __slots__ = ()
+
+    def expect(self, queue: str, group: str, min_active: int = 1) -> Plan[None]:
+        """Declare that `group` must have at least `min_active` active readers of `queue`:
+        kept in Redis (``P:{Q}:expect``, listed in ``P:expects``) until `unexpect`, whether
+        or not the group has consumers."""
+        self._writable("expect")
+        queue, group = check_name("queue", queue), check_name("group", group)
+        least = check_min_active(min_active)
+        return self._expect(queue, group, least)
+
+    def _expect(self, queue: str, group: str, least: int) -> Plan[None]:
+        key = self.keys.queue_expect(queue)
+        # The declaration first, then the index: a racing unexpect's re-check sees it.
+        yield [Command("HSET", (key, group, least))]
+        yield [Command("ZADD", (self.keys.expects, 0, key))]
+
+    def unexpect(self, queue: str, group: str) -> Plan[bool]:
+        """Forget a declared group; returns whether it was declared."""
+        self._writable("unexpect")
+        queue, group = check_name("queue", queue), check_name("group", group)
+        return self._unexpect(queue, group)
+
+    def _unexpect(self, queue: str, group: str) -> Plan[bool]:
+        key = self.keys.queue_expect(queue)
+        removed, left = yield [Command("HDEL", (key, group)), Command("HLEN", (key,))]
+        if not int(left):
+            # As the index of groups (docs/index-protocol.md): unlist, re-check, list again
+            # when a racing expect declared a group meanwhile.
+            yield [Command("ZREM", (self.keys.expects, key))]
+            (exists,) = yield [Command("EXISTS", (key,))]
+            if int(exists):
+                yield [Command("ZADD", (self.keys.expects, 0, key))]
+        return int(removed) == 1
+
+    def expected(self) -> Plan[dict[tuple[str, str], int]]:
+        """Every declared group and its `min_active`: the index a page of `Limits.groups`
+        queues at a time, each queue's declarations ``HSCAN``ned `Limits.consumers` at a time."""
+        return self._reported(self._expected)
+
+    def _reported(self, read: Callable[[list[Skipped]], Plan[T]]) -> Plan[T]:
+        """`read` with its own list of what it sets aside, reported when it is done."""
+        skipped: list[Skipped] = []
+        result = yield from read(skipped)
+        _report(skipped)
+        return result
+
+    def min_active(self, queue: str, group: str) -> Plan[int | None]:
+        """The minimum one group was declared with (None: not declared): one ``HMGET``."""
+        queue, group = check_name("queue", queue), check_name("group", group)
+        return self._min_active(queue, group)
+
+    def _min_active(self, queue: str, group: str) -> Plan[int | None]:
+        key = self.keys.queue_expect(queue)
+        ((value,),) = yield [Command("HMGET", (key, group))]  # the reader role's
+        return None if value is None else _stored_min(key, group, value)
+
+    def _expected(self, skipped: list[Skipped]) -> Plan[dict[tuple[str, str], int]]:
+        found: dict[tuple[str, str], int] = {}
+        low = "-"
+        page = self.limits.groups
+        while True:
+            (members,) = yield [
+                Command("ZRANGEBYLEX", (self.keys.expects, low, "+", "LIMIT", 0, page))
+            ]
+            every = [_text(member) for member in members]
+            keys, queues = [], []
+            for key in every:
+                try:
+                    queues.append(self.keys.queue_of_expect(key))
+                    keys.append(key)
+                except PresenceDataError as error:
+                    skipped.append(Skipped(key, str(error)))
+            cursors: dict[int, int] = dict.fromkeys(range(len(keys)), 0)
+            while cursors:
+                order = list(cursors)
+                replies = yield [
+                    Command("HSCAN", (keys[i], cursors[i], "COUNT", self.limits.consumers))
+                    for i in order
+                ]
+                going_on: dict[int, int] = {}
+                for i, (cursor, part) in zip(order, replies, strict=True):
+                    table = (
+                        part
+                        if isinstance(part, dict)
+                        else dict(zip(part[::2], part[1::2], strict=True))
+                    )
+                    for name, least in table.items():
+                        try:
+                            found[(queues[i], _text(name))] = _stored_min(keys[i], name, least)
+                        except PresenceDataError as error:
+                            skipped.append(Skipped(keys[i], str(error)))
+                    if int(cursor):
+                        going_on[i] = int(cursor)
+                cursors = going_on
+            if len(every) < page:
+                return dict(sorted(found.items()))
+            low = f"({every[-1]}"
+
+    def groups(
+        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
+    ) -> Plan[list[GroupPresence]]:
+        """Every tracked or declared group, ordered by (queue, group), with its active, stale
+        and expired consumers (at `now_ns`, under `ttl_ms` or each group's shared TTL), its
+        `min_active` (None: not declared) and whether it has fewer active consumers.
+
+        With `details`, also each group's oldest heartbeat (its sorted set's lowest score:
+        O(log n) a group, in the same batch as its size) and the leases its expired
+        consumers hold: the expired ones are a range of its sorted set, read
+        `Limits.consumers` names at a time, and only their stored values (``HMGET``), so
+        this costs what the expired consumers are, not the group (a group's leases in total
+        would need every stored value: a snapshot's cost)."""
+        ttl = check_optional_ttl_ms(ttl_ms)
+        now = check_now_ns(now_ns)
+        if type(details) is not bool:
+            raise TypeError(f"details must be a bool, got {type(details).__name__}")
+        return self._groups(now, ttl, details)
+
+    def _groups(
+        self, now_ns: int | None, ttl_ms: int | None, details: bool = False
+    ) -> Plan[list[GroupPresence]]:
+        now = yield from self._now(now_ns)
+        skipped: list[Skipped] = []
+        declared = yield from self._expected(skipped)
+        counts: dict[tuple[str, str], tuple[int, int, int]] = {}
+        extra: dict[tuple[str, str], tuple[int | None, int]] = {}
+        after: Any = None
+        while True:
+            groups, after = yield from self._listed(None, None, after, skipped)
+            if groups:
+                ttls = yield from self._ttls_for(groups, ttl_ms)
+                horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
+                # Each group's size (and, with details, its oldest beat) with both counts'
+                # first requests, in one batch.
+                lows, highs = [h[0] for h in horizons], [h[1] for h in horizons]
+                pairs = [gk for gk in groups for _ in (0, 1)]
+                counting = [*self._above_asks(groups, lows), *self._above_asks(groups, highs)]
+                n = len(groups)
+                if details:
+                    sizes = [
+                        request
+                        for gk in groups
+                        for request in (
+                            Command("ZCARD", (gk.hb,)),
+                            Command(
+                                "ZRANGEBYSCORE",
+                                (gk.hb, "-inf", "+inf", "WITHSCORES", "LIMIT", 0, 1),
+                            ),
+                        )
+                    ]
+                    replies = yield Partial([*sizes, *counting])
+                    for reply in replies[: 2 * n]:  # these raise, as in a batch of their own
+                        if isinstance(reply, PresenceError):
+                            raise reply
+                    cards, firsts = replies[0 : 2 * n : 2], replies[1 : 2 * n : 2]
+                    counted = replies[2 * n :]
+                else:
+                    replies = yield Partial(
+                        [*(Command("ZCARD", (gk.hb,)) for gk in groups), *counting]
+                    )
+                    cards = self._set_aside(groups, replies[:n], skipped)
+                    counted = replies[n:]
+                counted = self._set_aside([*pairs, *pairs], counted, skipped)
+                active = yield from self._above_rest(groups, lows, counted[: 2 * n], skipped)
+                alive = yield from self._above_rest(groups, highs, counted[2 * n :], skipped)
+                for gk, card, a, b in zip(groups, cards, active, alive, strict=True):
+                    if card is not None and a is not None and b is not None:
+                        counts[(gk.queue, gk.group)] = (a, b - a, int(card) - b)
+                if details:
+                    dead = [
+                        card is not None and b is not None and int(card) > b
+                        for card, b in zip(cards, alive, strict=True)
+                    ]
+                    lost = yield from self._expired_leases(groups, highs, dead)
+                    for gk, first, held in zip(groups, firsts, lost, strict=True):
+                        extra[(gk.queue, gk.group)] = (_lowest_score_ns(first), held)
+            if after is None:
+                break
+        _report(skipped)
+        out: Rows[GroupPresence] = Rows()
+        nothing: tuple[int | None, int] = (None, 0)
+        for key in sorted(counts.keys() | declared.keys()):
+            n_active, n_stale, n_expired = counts.get(key, (0, 0, 0))
+            more: tuple[int | None, int | None] = (
+                extra.get(key, nothing) if details else (None, None)
+            )
+            out.append(
+                GroupPresence.of(*key, n_active, n_stale, n_expired, declared.get(key), *more)
+            )
+        out.skipped = _unique(skipped)
+        return out
+
+    def _tally(
+        self, groups: list[GroupKeys], horizons: list[tuple[int, int]], skipped: list[Skipped]
+    ) -> Plan[list[tuple[int, int, int] | None]]:
+        """Each group's active, stale and expired consumers (``ZCARD`` and ``ZCOUNT``s,
+        O(log n) a group); None for a group set aside in `skipped` (data it cannot read)."""
+        cards = yield from self._sound(
+            groups, [Command("ZCARD", (gk.hb,)) for gk in groups], skipped
+        )
+        active = yield from self._above(groups, [h[0] for h in horizons], skipped)
+        alive = yield from self._above(groups, [h[1] for h in horizons], skipped)
+        return [
+            None if card is None or a is None or b is None else (a, b - a, int(card) - b)
+            for card, a, b in zip(cards, active, alive, strict=True)
+        ]
+
+    def group_page(
+        self,
+        *,
+        after: tuple[str, str] | None = None,
+        before: tuple[str, str] | None = None,
+        limit: int = 100,
+        queue: str | None = None,
+        names: Callable[[str, str], bool] | None = None,
+        match: Callable[[GroupPresence], bool] | None = None,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+    ) -> Plan[GroupsPage]:
+        """Up to `limit` tracked or declared groups in the index's order (`group_order`),
+        strictly after the group `after` (or before `before`, still given in that order), of
+        one `queue` when given, whose names pass `names` and whose counts pass `match`; and
+        whether more of them lie beyond on that side. The index is read from the cursor a
+        page (`Limits.groups`) at a time and only the groups whose names pass are counted,
+        as `groups()` counts them; declared groups come from `expected()`."""
+        if after is not None and before is not None:
+            raise ValueError("a page of groups starts after one group or ends before one, not both")
+        if type(limit) is not int or not 1 <= limit <= 10_000:
+            raise ValueError(f"limit must be an integer from 1 to 10,000, got {limit!r:.40}")
+        edge = after if after is not None else before
+        bound = None
+        if edge is not None:
+            bound = self.group_order(*edge)
+        return self._group_page(
+            bound,
+            before is not None,
+            limit,
+            check_filter("queue", queue),
+            names,
+            match,
+            check_now_ns(now_ns),
+            check_optional_ttl_ms(ttl_ms),
+        )
+
+    def group_names(self, queue: str | None = None) -> Plan[list[tuple[str, str]]]:
+        """Every indexed (queue, group) (of one `queue`), ordered by name: the index alone,
+        `Limits.groups` members a command; no group is counted or read."""
+        return self._group_names(check_filter("queue", queue))
+
+    def _group_names(self, queue: str | None) -> Plan[list[tuple[str, str]]]:
+        found: list[tuple[str, str]] = []
+        skipped: list[Skipped] = []
+        after: Any = None
+        while True:
+            groups, after = yield from self._listed(queue, None, after, skipped)
+            found += [(gk.queue, gk.group) for gk in groups]
+            if after is None:
+                _report(skipped)
+                return sorted(found)
+
+    def group_order(self, queue: str, group: str) -> str:
+        """What `group_page` orders groups by: their index member (the percent-encoded
+        queue, then group, names: byte order for names of ASCII letters, digits, ``-``,
+        ``_``, ``.``, ``~`` where neither name extends another)."""
+        return self.keys.group(check_name("queue", queue), check_name("group", group)).member
+
+    def _group_page(
+        self,
+        bound: str | None,
+        reverse: bool,
+        limit: int,
+        queue: str | None,
+        names: Callable[[str, str], bool] | None,
+        match: Callable[[GroupPresence], bool] | None,
+        now_ns: int | None,
+        ttl_ms: int | None,
+    ) -> Plan[GroupsPage]:
+        now = yield from self._now(now_ns)
+        skipped: list[Skipped] = []
+        declared = yield from self._expected(skipped)
+        lonely = sorted(
+            (self.keys.group(q, g) for q, g in declared if queue is None or q == queue),
+            key=attrgetter("member"),
+            reverse=reverse,
+        )
+        low, high = self.keys.queue_range(queue) if queue is not None else ("-", "+")
+        step = self.limits.groups
+        picked: list[GroupPresence] = []
+
+        def past(member: str, mark: str | None) -> bool:  # beyond `mark` in reading order
+            return mark is None or (member < mark if reverse else member > mark)
+
+        while True:
+            if reverse:
+                top = high if bound is None or (queue and bound >= high[1:]) else f"({bound}"
+                command = Command("ZREVRANGEBYLEX", (self.keys.groups, top, low, "LIMIT", 0, step))
+            else:
+                bottom = low if bound is None or (queue and bound < low[1:]) else f"({bound}"
+                command = Command("ZRANGEBYLEX", (self.keys.groups, bottom, high, "LIMIT", 0, step))
+            (members,) = yield [command]
+            listed = []
+            for member in members:
+                try:
+                    listed.append(self.keys.from_member(member))
+                except PresenceDataError as error:
+                    skipped.append(Skipped(_text(member), str(error)))
+            last = _text(members[-1]) if len(members) == step else None  # None: the end
+            seen = {gk.member for gk in listed}
+            alone = [
+                gk
+                for gk in lonely
+                if past(gk.member, bound)
+                and (last is None or not past(gk.member, last))
+                and gk.member not in seen
+            ]
+            wanted = sorted(
+                (
+                    gk
+                    for gk in (*listed, *alone)
+                    if (queue is None or gk.queue == queue)
+                    and (names is None or names(gk.queue, gk.group))
+                ),
+                key=attrgetter("member"),
+                reverse=reverse,
+            )
+            while wanted and len(picked) <= limit:
+                chunk, wanted = wanted[: limit + 1 - len(picked)], wanted[limit + 1 - len(picked) :]
+                tracked = [gk for gk in chunk if gk.member in seen]
+                counted: dict[str, tuple[int, int, int] | None] = {}
+                if tracked:
+                    ttls = yield from self._ttls_for(tracked, ttl_ms)
+                    horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
+                    found = yield from self._tally(tracked, horizons, skipped)
+                    counted.update(zip((gk.member for gk in tracked), found, strict=True))
+                for gk in chunk:
+                    if gk.member in counted and counted[gk.member] is None:
+                        continue  # set aside: its data cannot be read
+                    row = GroupPresence.of(
+                        gk.queue,
+                        gk.group,
+                        *(counted.get(gk.member) or (0, 0, 0)),
+                        declared.get((gk.queue, gk.group)),
+                    )
+                    if match is None or match(row):
+                        picked.append(row)
+            if len(picked) > limit or last is None:
+                break
+            bound = last
+        _report(skipped)
+        shown = picked[:limit]
+        return GroupsPage(shown[::-1] if reverse else shown, len(picked) > limit)
+
+    def _expired_leases(
+        self, groups: list[GroupKeys], horizons: list[int], dead: list[bool]
+    ) -> Plan[list[int]]:
+        """The leases held by each group's consumers whose last beat is at or before its
+        horizon (ns), for the groups with an expired consumer (`dead`; the others hold
+        none): the names up to the horizon's microsecond, `Limits.consumers` a command, and
+        their stored values (``HMGET``), which say the beat to the nanosecond."""
+        most = self.limits.consumers
+        edges = [horizon // 1_000 for horizon in horizons]
+        held = [0] * len(groups)
+        reads = {i: 0 for i, any_dead in enumerate(dead) if any_dead}  # offset of next page
+        while reads:
+            order = list(reads)
+            pages = yield [
+                Command("ZRANGEBYSCORE", (groups[i].hb, "-inf", edges[i], "LIMIT", reads[i], most))
+                for i in order
+            ]
+            found = [(i, list(names)) for i, names in zip(order, pages, strict=True) if names]
+            if not found:
+                break
+            values = yield [Command("HMGET", (groups[i].data, *names)) for i, names in found]
+            going_on: dict[int, int] = {}
+            for (i, names), stored in zip(found, values, strict=True):
+                table = {n: v for n, v in zip(names, stored, strict=True) if v is not None}
+                _, _, beats, leases, _ = stored_columns(groups[i], table)
+                edge = horizons[i]
+                held[i] += sum(n for beat, n in zip(beats, leases, strict=True) if beat <= edge)
+                if len(names) == most:
+                    going_on[i] = reads[i] + most
+            reads = going_on
+        return held

@@ -1,0 +1,159 @@
+"""The index of groups (``P:groups``) and, on a Redis Cluster, the protocol that keeps it
+without losing a live group (docs/index-protocol.md): listing, unlisting, the protocol
+claim, and the migration of release 0.1's index.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from itertools import groupby
+from operator import attrgetter
+from typing import Any
+
+from ..errors import PresenceDataError, PresenceError
+from ..keys import PROTOCOL_VERSION, GroupKeys
+from ..model import Skipped
+from .core import PlannerCore, _text
+from .requests import Command, Partial, Plan, Request
+
+
+class IndexPlans(PlannerCore):
+    """The index of groups (``P:groups``) and, on a Redis Cluster, the protocol that keeps it"""
+
+    __slots__ = ()
+
+    def _list_on_cluster(
+        self, groups: Sequence[GroupKeys], logged: Sequence[tuple[str, int]]
+    ) -> Plan[None]:
+        """A cluster's index writes after a script: ``ZADD`` the groups it found without a
+        mark, and the event logs it wrote to (scored by the event's millisecond)."""
+        batch: list[Request] = []
+        if groups:
+            members = [m for gk in groups for m in (0, gk.member)]
+            batch.append(Command("ZADD", (self.keys.groups, *members)))
+        logs = [item for log, ms in logged if ms for item in (ms, log)]
+        if logs:
+            batch.append(Command("ZADD", (self.keys.events, "GT", *logs)))
+            # A cluster's epoch marker (a standalone script writes its own: mark_epoch), a
+            # new token each time: a registry that wrote the one lost must not bring it back.
+            batch.append(Command("SET", (self.keys.epoch, secrets.token_hex(16), "NX")))
+        if batch:
+            yield batch
+
+    def _unlist(self, groups: list[GroupKeys]) -> Plan[None]:
+        """Step 2 of the cluster index protocol (docs/index-protocol.md): ``ZREM`` the groups
+        a script left empty, re-check each (``EXISTS``), ``ZADD`` back those a racing
+        heartbeat filled again. Without the re-check a live group can be lost."""
+        yield [Command("ZREM", (self.keys.groups, *(gk.member for gk in groups)))]
+        alive = yield [Command("EXISTS", (gk.hb,)) for gk in groups]
+        back = [
+            member
+            for gk, exists in zip(groups, alive, strict=True)
+            if int(exists)
+            for member in (0, gk.member)
+        ]
+        if back:
+            yield [Command("ZADD", (self.keys.groups, *back))]
+
+    def _claim(self) -> Plan[None]:
+        """After this planner's first beat that wrote: claim the prefix for this protocol
+        version (``SET NX``; once, and never for a beat that was refused)."""
+        if not self._claimed:
+            yield [Command("SET", (self.keys.protocol, PROTOCOL_VERSION, "NX"))]
+            self._claimed = True
+
+    def _listed(
+        self,
+        queue: str | None,
+        group: str | None,
+        after: Any,
+        skipped: list[Skipped],
+        *,
+        start: Any = None,
+    ) -> Plan[tuple[list[GroupKeys], Any]]:
+        """One page of indexed groups (of one queue, or one group) after the member `after`
+        (None: from the first), or from the member `start` on, and the member the next page
+        starts after (None: the last page). One group named by queue and group is read
+        without the index. A member this package did not write (a foreign spelling of a
+        name) is set aside in `skipped`."""
+        if queue is not None and group is not None:
+            return [self.keys.group(queue, group)], None
+        low: Any
+        low, high = self.keys.queue_range(queue) if queue is not None else ("-", "+")
+        if after is not None:
+            low = b"(" + after if isinstance(after, bytes) else f"({after}"
+        elif start is not None:
+            # a member of this listing, so within its range
+            low = b"[" + start if isinstance(start, bytes) else f"[{start}"
+        page = self.limits.groups
+        (members,) = yield [Command("ZRANGEBYLEX", (self.keys.groups, low, high, "LIMIT", 0, page))]
+        groups = []
+        for member in members:
+            try:
+                groups.append(self.keys.from_member(member))
+            except PresenceDataError as error:
+                skipped.append(Skipped(_text(member), str(error)))
+        last = members[-1] if len(members) == page else None
+        if group is not None:
+            groups = [gk for gk in groups if gk.group == group]
+        return groups, last
+
+    def _sound(
+        self, groups: Sequence[GroupKeys], requests: Sequence[Request], aside: list[Skipped] | None
+    ) -> Plan[list[Any]]:
+        """The replies to `requests` (one per entry of `groups`); with `aside`, a data error
+        (a key of another type) is None in place and its group set aside there."""
+        if aside is None:
+            return (yield list(requests))
+        return self._set_aside(groups, (yield Partial(requests)), aside)
+
+    @staticmethod
+    def _set_aside(
+        groups: Sequence[GroupKeys], replies: Sequence[Any], aside: list[Skipped]
+    ) -> list[Any]:
+        """`_sound`'s replies from a `Partial` batch's: a data error None in place and its
+        group set aside in `aside`, any other error raised."""
+        out: list[Any] = []
+        for gk, reply in zip(groups, replies, strict=True):
+            if isinstance(reply, PresenceDataError):
+                aside.append(Skipped(gk.data, str(reply)))
+                out.append(None)
+            elif isinstance(reply, PresenceError):
+                raise reply
+            else:
+                out.append(reply)
+        return out
+
+    def _per_queue(self, groups: list[GroupKeys]) -> list[list[GroupKeys]]:
+        """Standalone: one script call for everything; cluster: one per queue (one slot)."""
+        if not groups:
+            return []
+        if not self.clustered:
+            return [groups]
+        return [list(part) for _, part in groupby(groups, key=attrgetter("queue"))]
+
+    def migrate(self) -> Plan[int]:
+        """List in ``P:groups`` every group of the index of release 0.1 (``P:index``), a page
+        at a time, and empty that index; returns how many groups it moved. Safe to run while
+        brokers beat, and again at any time (it moves only what is left)."""
+        self._writable("migrate")
+        return self._migrate()
+
+    def _migrate(self) -> Plan[int]:
+        moved = 0
+        legacy = self.keys.legacy_index
+        while True:
+            (members,) = yield [Command("SRANDMEMBER", (legacy, self.limits.groups))]
+            if not members:
+                return moved
+            groups = [self.keys.from_legacy_member(member) for member in members]
+            live = [gk for gk in groups if gk is not None]
+            exists = yield [Command("EXISTS", (gk.hb,)) for gk in live]
+            listed = [
+                m for gk, e in zip(live, exists, strict=True) if int(e) for m in (0, gk.member)
+            ]
+            if listed:
+                yield [Command("ZADD", (self.keys.groups, *listed))]
+            yield [Command("SREM", (legacy, *members))]
+            moved += len(listed) // 2

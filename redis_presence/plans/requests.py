@@ -1,0 +1,157 @@
+"""The requests a plan yields (`ScriptCall`, `Command`, batches of them) and the plan
+protocol itself (`Plan`, `Partial`, `Single`, `alongside`, `RowStream`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from types import TracebackType
+from typing import Any, NamedTuple, Protocol, TypeVar
+
+from ..keys import GroupKeys
+from ..model import ConsumerPresence, Skipped
+from ..scripts import Script
+from ..validation import ConsumerKey
+
+T = TypeVar("T")
+
+
+class Packing(Protocol):
+    """How the client writes a command, which only the executor knows (the wire format):
+    a planner asked to prebuild calls keeps what they share per group as this gives it."""
+
+    def encode(self, value: Any) -> Any:
+        """One argument as the client encodes it."""
+
+    def command(self, args: tuple[Any, ...]) -> bytes:
+        """A whole command, as the client's connections write it."""
+
+    def head(self, args: tuple[Any, ...], count: int) -> bytes:
+        """The start of a command of `count` arguments: `args`, its first ones."""
+
+    def beat(self, head: bytes, now: str, consumer: str, lease: int) -> bytes:
+        """A single beat's whole command: its `head`, then the beat."""
+
+
+class ScriptCall(NamedTuple):
+    """One call of one of the package's scripts, ready to send: `args` is the whole command,
+    from ``EVALSHA`` (or ``EVALSHA_RO``, which a replica runs) and the SHA of `script` on.
+    After ``NOSCRIPT`` an executor loads ``script.source`` and sends the same call again.
+    `packed`, when the planner was asked for it (the batched heartbeat's calls), is `args`
+    already in RESP: an executor that writes to a connection itself may send it as it is."""
+
+    script: Script
+    args: tuple[Any, ...]
+    packed: bytes | None = None
+
+    @property
+    def first_key(self) -> Any:
+        """The call's first key (every package script takes at least one)."""
+        return self.args[3]
+
+
+class Command(NamedTuple):
+    """One plain Redis command. On a cluster it goes to the node holding `node_key` when
+    given, else the node holding its first argument (every keyed command here names its key
+    first); a keyless command without `node_key` goes to any node."""
+
+    name: str
+    args: tuple[str | bytes | int, ...] = ()
+    node_key: str | None = None
+
+
+Request = ScriptCall | Command
+
+Plan = Generator[list[Request], list[Any], T]
+"""An operation: yields batches of requests, receives their replies, returns the result.
+
+The first error reply of a batch is thrown into the plan as a `PresenceError` (a plan may
+catch it; else it is the operation's error), unless the batch is `Partial`."""
+
+
+class Partial(list[Request]):
+    """A batch whose plan takes every request's outcome: an error reply comes back in its
+    place as a `PresenceError` value instead of being thrown (a batch split in independent
+    calls, where one call's failure must not hide what the others did)."""
+
+    __slots__ = ()
+
+
+class Single(Generator[list[Request], list[Any], T]):
+    """A plan of exactly one script call (the single heartbeat): ``ScriptCall(script,
+    args)``. It steps like any plan; an executor may instead send it itself and take
+    `then(reply)` as the result, which saves running a generator (and building the
+    `ScriptCall`) on the hottest path of all. `packed`, when the planner was asked for it,
+    is the whole command already in RESP (the client's own packing of a script call's many
+    arguments costs more than the rest of the call in pure Python)."""
+
+    __slots__ = ("_sent", "args", "packed", "script", "then")
+
+    def __init__(
+        self,
+        script: Script,
+        args: tuple[Any, ...],
+        then: Callable[[Any], T],
+        packed: bytes | None = None,
+    ) -> None:
+        self.script = script
+        self.args = args
+        self.then = then
+        self.packed = packed
+        self._sent = False
+
+    @property
+    def call(self) -> ScriptCall:
+        """The plan's one request."""
+        return ScriptCall(self.script, self.args, self.packed)
+
+    def send(self, replies: list[Any] | None) -> list[Request]:
+        if not self._sent:
+            self._sent = True
+            return [self.call]
+        if replies is None:
+            raise TypeError("a Single plan expects the reply to its call")
+        raise StopIteration(self.then(replies[0]))
+
+    def throw(
+        self,
+        typ: Any,
+        val: Any = None,
+        tb: TracebackType | None = None,
+    ) -> list[Request]:
+        raise typ if val is None else val
+
+
+def alongside(plan: Plan[T], requests: Sequence[Request]) -> Plan[tuple[T, list[Any]]]:
+    """`plan` with `requests` sent in its first batch, and their replies: on a standalone
+    server one round trip for both (one pipeline), on a cluster one pipeline per node
+    (the nodes concurrently in the asyncio registry). A broker reading a Redis Stream
+    beats this way: ``alongside(registry.plans.heartbeat(...), [Command("XREADGROUP",
+    ...)])``. The requests may run before, after or between the plan's own; an error reply
+    to any of them raises like the plan's own."""
+    try:
+        batch = next(plan)
+    except StopIteration as done:
+        return done.value, list((yield list(requests)))
+    replies = yield [*batch, *requests]
+    extra = list(replies[len(batch) :])
+    try:
+        batch = plan.send(list(replies[: len(batch)]))
+        while True:
+            batch = plan.send((yield batch))
+    except StopIteration as done:
+        return done.value, extra
+
+
+class RowStream(NamedTuple):
+    """A streaming read: `plan` appends each group's rows to `groups` as soon as the group
+    is complete (its keys and rows, the rows sorted by consumer), so a driver can hand them
+    out after each batch and clear the list; groups come in the index's order."""
+
+    plan: Plan[None]
+    groups: list[tuple[GroupKeys, list[ConsumerPresence]]]
+    skipped: list[Skipped]
+    """What the read set aside (docs/protocol.md, section 9), complete once `plan` is done."""
+    unreadable: dict[ConsumerKey, str] | None = None
+    """With metadata: each consumer whose metadata this package did not write, and why (its
+    row's `meta` is empty); a driver raises `PresenceMetaError` once every row is out."""

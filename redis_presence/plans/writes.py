@@ -1,0 +1,407 @@
+"""The plans that write: heartbeats (single, batched, delayed), deregistering,
+metadata, and pruning of expired consumers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from itertools import groupby
+from typing import Any
+
+from ..errors import PresenceBatchError, PresenceError
+from ..events import EVENT_LOG_TTL_MS
+from ..keys import INDEX_MARK_MS, GroupKeys, encode_meta
+from ..model import NS_PER_MS, Skipped
+from ..validation import (
+    Beat,
+    ConsumerKey,
+    DelayedBeat,
+    check_beats,
+    check_consumer_key,
+    check_delayed_beats,
+    check_filter,
+    check_lease_count,
+    check_meta,
+    check_now_ns,
+    check_optional_ttl_ms,
+)
+from .core import _BeatArgs, _none, _now_arg, _queue, _refusals, _report
+from .limits import MAX_CACHED_GROUPS
+from .requests import Command, Partial, Plan, Request, ScriptCall, Single
+from .settings import SettingsPlans
+
+
+class WritePlans(SettingsPlans):
+    """The plans that write: heartbeats (single, batched, delayed), deregistering,"""
+
+    __slots__ = ()
+
+    def heartbeat(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        lease_count: int = 0,
+        now_ns: int | None = None,
+        *,
+        progressed: bool = False,
+    ) -> Plan[None]:
+        """Record or refresh one consumer: one call of ``heartbeat.lua`` (a `Single` plan on a
+        standalone server; on a cluster, followed by the index ``ZADD`` of a new group). The
+        script tells a recovery with the group's shared TTL, which the planner reads first
+        when it has not read it for TTL_CACHE_MS. With `progressed`, the beat also records
+        progress at its instant (one call of ``heartbeat_many.lua`` instead)."""
+        if self.read_only:
+            self._writable("heartbeat")
+        queue, group, consumer = check_consumer_key(queue, group, consumer)
+        lease = check_lease_count(lease_count)
+        if progressed is not False:
+            if progressed is not True:
+                raise TypeError(f"progressed must be a bool, got {type(progressed).__name__}")
+            return self._progressed((queue, group, consumer, lease, 0, 0), check_now_ns(now_ns))
+        now = "" if now_ns is None else str(check_now_ns(now_ns))
+        cached = self._beat_calls.get((queue, group))
+        if cached is None or self._clock() > cached[3]:
+            return self._beat_after_ttl(queue, group, consumer, lease, now)
+        head, tail, resp, _ = cached
+        args = (*head, now, consumer, lease, *tail)
+        if self.clustered:
+            return self._beat_on_cluster(ScriptCall(self._beat_script, args), queue, group)
+        if resp is None:
+            return Single(self._beat_script, args, _none)
+        wire = self._wire
+        packed = wire.beat(resp, now, consumer, lease) if wire is not None else None
+        return Single(self._beat_script, args, _none, packed)
+
+    def _progressed(self, beat: DelayedBeat, now_ns: int | None) -> Plan[None]:
+        """A single beat that records progress; a refusal raises as a plain beat's would."""
+        try:
+            yield from self._heartbeat([beat], now_ns)
+        except PresenceBatchError as error:
+            raise next(iter(error.failed.values())) from None
+
+    def _beat_after_ttl(
+        self, queue: str, group: str, consumer: str, lease: int, now: str
+    ) -> Plan[None]:
+        """A heartbeat whose group's shared TTL must be read first (a new group, or one whose
+        TTL was read more than TTL_CACHE_MS ago)."""
+        gk = self.keys.group(queue, group)
+        (ttl,) = yield from self._shared_ttls([gk])
+        head, tail, _, _ = self._beat_args(queue, group, ttl)
+        call = ScriptCall(self._beat_script, (*head, now, consumer, lease, *tail))
+        if self.clustered:
+            yield from self._beat_on_cluster(call, queue, group)
+        else:
+            yield [call]
+        yield from self._claim()
+
+    def _beat_on_cluster(self, call: ScriptCall, queue: str, group: str) -> Plan[None]:
+        (reply,) = yield [call]
+        gk = self.keys.group(queue, group)
+        listing = [gk] if int(reply[0]) else []  # step 1 of the index protocol: no mark
+        yield from self._list_on_cluster(listing, [(gk.events, int(reply[1]))])
+
+    def _beat_args(self, queue: str, group: str, ttl: int) -> _BeatArgs:
+        """What every ``heartbeat.lua`` call of one group shares, encoded: the command up to
+        the beat (KEYS, the TTL, how much the log keeps), what follows it (the mark's lifetime
+        on a cluster), with `packed` the command up to the beat in RESP, and until when the
+        TTL in it may be trusted."""
+        if len(self._beat_calls) >= MAX_CACHED_GROUPS:
+            self._beat_calls.clear()
+        gk = self.keys.group(queue, group)
+        keys = self._write_keys([gk])
+        encode = self._encode
+        tail = (INDEX_MARK_MS,) if self.clustered else ()
+        # The command name stays a str: a cluster client looks it up by name.
+        head = (
+            "EVALSHA",
+            self._beat_script.sha,
+            *map(encode, (len(keys), *keys, ttl, self.events_kept, EVENT_LOG_TTL_MS, self._guard)),
+        )
+        resp = None
+        if self._packed and self._wire is not None:
+            resp = self._wire.head(head, len(head) + 3)  # then now, consumer, lease
+        trusted = self._trusted_until(gk)
+        cached = self._beat_calls[(queue, group)] = (
+            head,
+            tuple(map(encode, tail)),
+            resp,
+            trusted,
+        )
+        return cached
+
+    def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> Plan[int]:
+        """Write many ``(queue, group, consumer, lease_count)`` beats, each atomically; returns
+        how many. One script call per queue on a cluster, one in all else, and one more per
+        `Limits.beats` beats (MAX_BEATS_PER_CALL)."""
+        self._writable("heartbeat_many")
+        checked = check_beats(beats)
+        now = check_now_ns(now_ns)
+        return self._heartbeat(checked, now)
+
+    def heartbeat_delayed(self, beats: Sequence[DelayedBeat]) -> Plan[int]:
+        """Write beats that happened earlier, as a reporter collects them: each is stamped
+        ``server_now - delay_us``; returns how many."""
+        self._writable("heartbeat")
+        return self._heartbeat(check_delayed_beats(beats), None)
+
+    def _heartbeat(self, beats: Sequence[Beat | DelayedBeat], now_ns: int | None) -> Plan[int]:
+        """Checked beats (a `Beat` is one without delay) in calls of ``heartbeat_many.lua``:
+        at most `Limits.beats` a call, one queue a call on a cluster, all in one pipeline.
+        This is the reporter's path, so it is written for speed: groups are found once each
+        by name, and with `packed` every call also carries its RESP (`ScriptCall.packed`)."""
+        if not beats:
+            return 0
+        now = _now_arg(now_ns)
+        group_of: dict[tuple[str, str], GroupKeys] = {}
+        for beat in beats:
+            name = (beat[0], beat[1])
+            if name not in group_of:
+                group_of[name] = self.keys.group(*name)
+        every = list(group_of.values())
+        ttl_of = dict(zip(group_of, (yield from self._shared_ttls(every)), strict=True))
+        calls: list[Request] = []
+        called: list[tuple[list[tuple[str, str]], Sequence[Beat | DelayedBeat]]] = []
+        per_queue = (
+            [list(part) for _, part in groupby(sorted(beats, key=_queue), key=_queue)]
+            if self.clustered
+            else [beats]
+        )
+        most = self.limits.beats
+        head = (now, INDEX_MARK_MS, self.events_kept, EVENT_LOG_TTL_MS, self._guard)
+        for part in per_queue:
+            for start in range(0, len(part), most):
+                batch = part[start : start + most]
+                numbers: dict[tuple[str, str], int] = {}
+                tail: list[str | int] = []
+                for beat in batch:
+                    name = (beat[0], beat[1])
+                    number = numbers.get(name)
+                    if number is None:
+                        number = numbers[name] = len(numbers) + 1
+                    size = len(beat)
+                    delay = beat[4] if size > 4 else 0  # type: ignore[misc]
+                    progress = beat[5] if size == 6 else ""  # type: ignore[misc]
+                    tail += (number, beat[2], beat[3], delay, progress)
+                names = list(numbers)
+                keys = self._write_keys([group_of[name] for name in names])
+                args = (*head, *(ttl_of[name] for name in names), *tail)
+                calls.append(self._call("heartbeat_many", keys, args, pack=self._packed))
+                called.append((names, batch))
+        # Each call on its own: one refused call (or group) must not hide what the others wrote.
+        replies = yield Partial(calls) if len(calls) > 1 else calls
+        failed: dict[tuple[str, str], PresenceError] = {}
+        unwritten: list[ConsumerKey] = []
+        unlisted: list[GroupKeys] = []
+        logged: list[tuple[str, int]] = []
+        for (names, batch), reply in zip(called, replies, strict=True):
+            if isinstance(reply, PresenceError):
+                for name in names:
+                    failed.setdefault(name, reply)
+                unwritten += ((beat[0], beat[1], beat[2]) for beat in batch)
+                continue
+            if len(reply) > 2:
+                refused = _refusals(reply[2:])
+                whole = {names[r.group - 1] for r in refused if r.consumer is None}
+                spoilt = {(*names[r.group - 1], r.consumer) for r in refused if r.consumer}
+                for r in refused:
+                    failed.setdefault(names[r.group - 1], r.error)
+                unwritten += (
+                    (beat[0], beat[1], beat[2])
+                    for beat in batch
+                    if (beat[0], beat[1]) in whole or (beat[0], beat[1], beat[2]) in spoilt
+                )
+            if self.clustered:
+                unlisted += (group_of[names[int(number) - 1]] for number in reply[0])
+                logged.append((group_of[names[0]].events, int(reply[1])))
+        if self.clustered:
+            yield from self._list_on_cluster(unlisted, logged)
+        if len(unwritten) < len(beats):
+            yield from self._claim()
+        if len(unwritten) == len(beats) and all(isinstance(r, PresenceError) for r in replies):
+            raise replies[0]  # every call was refused whole (out of memory, say)
+        if failed:
+            raise PresenceBatchError(failed, len(beats) - len(unwritten), unwritten)
+        return len(beats)
+
+    def deregister(
+        self, queue: str, group: str, consumer: str, now_ns: int | None = None
+    ) -> Plan[bool]:
+        """Forget one consumer (graceful shutdown) and log that it left, at `now_ns` (None:
+        the server clock); returns whether it was tracked."""
+        self._writable("deregister")
+        queue, group, consumer = check_consumer_key(queue, group, consumer)
+        now = _now_arg(check_now_ns(now_ns))
+        return self._deregister(self.keys.group(queue, group), consumer, now)
+
+    def _deregister(self, gk: GroupKeys, consumer: str, now: str) -> Plan[bool]:
+        args: list[str | int] = [consumer, now, self.events_kept, EVENT_LOG_TTL_MS]
+        (reply,) = yield [self._call("deregister", self._write_keys([gk], meta=True), args)]
+        existed, emptied = int(reply[0]), int(reply[1])
+        if self.clustered:
+            yield from self._list_on_cluster([], [(gk.events, int(reply[2]))])
+        if emptied:
+            yield from self._unlist([gk])
+        return existed == 1
+
+    def describe(self, queue: str, group: str, consumer: str, meta: dict[str, str]) -> Plan[bool]:
+        """Store the consumer's metadata (`check_meta`; an empty mapping removes it), written
+        only when it changed; returns whether the consumer is tracked (an untracked one's
+        metadata is not stored: it lives and dies with its consumer)."""
+        self._writable("describe")
+        queue, group, consumer = check_consumer_key(queue, group, consumer)
+        checked = check_meta(meta)
+        value = encode_meta(checked) if checked else ""
+        return self._describe_one((queue, group, consumer, value))
+
+    def _describe_one(self, item: tuple[str, str, str, str]) -> Plan[bool]:
+        (tracked,) = yield from self._describe([item])
+        return tracked
+
+    def describe_many(
+        self, descriptions: Iterable[tuple[str, str, str, dict[str, str]]]
+    ) -> Plan[list[bool]]:
+        """`describe` for many ``(queue, group, consumer, meta)``: one script call (one per
+        queue on a cluster, one more per `Limits.beats`); returns whether each is tracked."""
+        self._writable("describe")
+        items = []
+        for index, (queue, group, consumer, meta) in enumerate(descriptions):
+            try:
+                key = check_consumer_key(queue, group, consumer)
+                checked = check_meta(meta)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"descriptions[{index}]: {exc}") from None
+            items.append((*key, encode_meta(checked) if checked else ""))
+        return self._describe(items)
+
+    def _describe(self, items: Sequence[tuple[str, str, str, str]]) -> Plan[list[bool]]:
+        if not items:
+            return []
+        order = list(range(len(items)))
+        parts = [order]
+        if self.clustered:  # one slot a call: one call per queue
+            order.sort(key=lambda i: items[i][0])
+            parts = [list(part) for _, part in groupby(order, key=lambda i: items[i][0])]
+        calls: list[Request] = []
+        called: list[list[int]] = []
+        for part in parts:
+            for start in range(0, len(part), self.limits.beats):
+                chunk = part[start : start + self.limits.beats]
+                numbers: dict[GroupKeys, int] = {}
+                args: list[str | int] = []
+                for i in chunk:
+                    queue, group, consumer, value = items[i]
+                    number = numbers.setdefault(self.keys.group(queue, group), len(numbers) + 1)
+                    args += (number, consumer, value)
+                keys = self._write_keys(list(numbers), meta=True)
+                calls.append(self._call("describe", keys, args))
+                called.append(chunk)
+        replies = yield calls
+        tracked = [False] * len(items)
+        for chunk, reply in zip(called, replies, strict=True):
+            for i, code in zip(chunk, reply, strict=True):
+                tracked[i] = int(code) != 0
+        return tracked
+
+    def prune_expired(
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> Plan[int]:
+        """Remove exactly the consumers a snapshot at the same `now_ns`/`ttl_ms` calls
+        expired (of one queue, or one group, when given), and log them as pruned; returns
+        how many. `ttl_ms` None is each group's shared TTL. Each call of ``prune.lua``
+        visits at most `Limits.prune_consumers` consumers of `Limits.prune_groups` groups,
+        and the next call resumes where it stopped."""
+        self._writable("prune_expired")
+        ttl = check_optional_ttl_ms(ttl_ms)
+        now = check_now_ns(now_ns)
+        return self._prune(now, ttl, check_filter("queue", queue), check_filter("group", group))
+
+    def _prune(
+        self, now_ns: int | None, ttl_ms: int | None, queue: str | None, group: str | None
+    ) -> Plan[int]:
+        now = str((yield from self._now(now_ns)))
+        budget = self.limits.prune_consumers
+        removed = 0
+        failed: dict[tuple[str, str], PresenceError] = {}
+        left: list[ConsumerKey] = []  # expired, but left in place for a spoilt value
+        after: Any = None
+        aside: list[Skipped] = []
+        while True:
+            groups, after = yield from self._listed(queue, group, after, aside)
+            ttl_of = dict(zip(groups, (yield from self._ttls_for(groups, ttl_ms)), strict=True))
+            # Per queue on a cluster (one slot a call): each part goes on from where the
+            # budget of its last call ran out (a group, and an offset among its ties).
+            # At most `Limits.prune_groups` groups a call.
+            most = self.limits.prune_groups
+            parts = [
+                (part[start : start + most], 0, 0)
+                for part in self._per_queue(groups)
+                for start in range(0, len(part), most)
+            ]
+            emptied: list[GroupKeys] = []
+            logged: list[tuple[str, int]] = []
+            while parts:
+                replies = yield [
+                    self._call(
+                        "prune",
+                        self._write_keys(part, meta=True),
+                        [
+                            now,
+                            budget,
+                            below,
+                            ties,
+                            self.events_kept,
+                            EVENT_LOG_TTL_MS,
+                            *(ttl_of[gk] for gk in part),
+                        ],
+                    )
+                    for part, below, ties in parts
+                ]
+                going_on = []
+                for (part, _, _), reply in zip(parts, replies, strict=True):
+                    removed += int(reply[0])
+                    stop = int(reply[1])
+                    logged.append((part[0].events, int(reply[4])))
+                    emptied += (part[int(number) - 1] for number in reply[5])
+                    for r in _refusals(reply[6:]):
+                        gk = part[r.group - 1]
+                        failed.setdefault((gk.queue, gk.group), r.error)
+                        if r.consumer is not None:
+                            left.append((gk.queue, gk.group, r.consumer))
+                    if stop:
+                        going_on.append((part[stop - 1 :], int(reply[2]), int(reply[3])))
+                parts = going_on
+            if self.clustered:
+                yield from self._list_on_cluster([], logged)
+            if emptied:
+                yield from self._unlist(emptied)
+            if after is None:
+                if queue is None:
+                    # The event index is scored by the server's clock (as the logs expire),
+                    # not by the instants of the events: a caller's now_ns a day ahead must
+                    # not forget the logs that hold this very prune's events.
+                    server_ns = int(now) if now_ns is None else (yield from self._now(None))
+                    yield from self._forget_logs(server_ns // NS_PER_MS - EVENT_LOG_TTL_MS)
+                _report(aside)
+                if failed:
+                    raise PresenceBatchError(failed, removed, left)
+                return removed
+
+    def _forget_logs(self, before_ms: int) -> Plan[None]:
+        """Take out of the event index, a page at a time, the logs without an event since
+        `before_ms` (they have expired, or are about to)."""
+        while True:
+            (old,) = yield [
+                Command(
+                    "ZRANGEBYSCORE",
+                    (self.keys.events, "-inf", f"({before_ms}", "LIMIT", 0, self.limits.groups),
+                )
+            ]
+            if not old:
+                return
+            yield [Command("ZREM", (self.keys.events, *old))]
