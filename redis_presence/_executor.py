@@ -39,7 +39,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.utils import HIREDIS_AVAILABLE
 
-from .deployment import PolicyCheck
 from .errors import (
     PresenceClusterMigratingError,
     PresenceDataError,
@@ -49,6 +48,7 @@ from .errors import (
 from .events import DEFAULT_EVENTS_KEPT
 from .model import DEFAULT_MAX_FUTURE_MS
 from .plans import Command, Limits, Partial, Plan, Planner, Request, ScriptCall
+from .policy import PolicyCheck
 
 T = TypeVar("T")
 

@@ -28,7 +28,6 @@ from ._executor import (
     single,
     slot_moving,
 )
-from .deployment import adrive, memory_policy
 from .errors import (
     DRIVER_ERRORS,
     PresenceError,
@@ -48,6 +47,7 @@ from .events import (
 )
 from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence, GroupPresence, GroupsPage
 from .plans import Limits, Plan, Request, RowStream, ScriptCall, Single
+from .policy import memory_policy
 from .urls import open_async_client
 from .validation import Beat
 
@@ -432,7 +432,7 @@ class AsyncRedisPresenceRegistry(Executor):
         if not check.claim():
             return
         try:
-            policy = await adrive(memory_policy(self.plans.keys.groups), self.execute)
+            policy = await self.execute(memory_policy(self.plans.keys.groups))
         except PresenceError as error:
             check.failed(error)
         else:

@@ -23,7 +23,6 @@ from ._executor import (
     single,
     slot_moving,
 )
-from .deployment import drive, memory_policy
 from .errors import (
     DRIVER_ERRORS,
     PresenceError,
@@ -43,6 +42,7 @@ from .events import (
 )
 from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence, GroupPresence, GroupsPage
 from .plans import Limits, Plan, Request, RowStream, ScriptCall, Single
+from .policy import memory_policy
 from .urls import open_client
 from .validation import Beat
 
@@ -445,7 +445,7 @@ class RedisPresenceRegistry(Executor):
         if not check.claim():
             return
         try:
-            policy = drive(memory_policy(self.plans.keys.groups), self.execute)
+            policy = self.execute(memory_policy(self.plans.keys.groups))
         except PresenceError as error:
             check.failed(error)
         else:

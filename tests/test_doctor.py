@@ -38,7 +38,7 @@ from redis_presence import (
     RedisPresenceRegistry,
 )
 from redis_presence.cli.commands.doctor import EXIT_FAILURES, EXIT_WARNINGS
-from redis_presence.deployment import (
+from redis_presence.doctor import (
     ROLES,
     TESTED_RELEASES,
     Finding,

@@ -23,8 +23,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from typing import Any, ClassVar, Generic, TypeVar
 
 from redis.exceptions import ResponseError
@@ -32,9 +30,10 @@ from redis.exceptions import ResponseError
 from redis_presence.aio import AsyncRedisPresenceRegistry
 from redis_presence.errors import DRIVER_ERRORS, PresenceError, translate
 from redis_presence.model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
-from redis_presence.plans import Command, Plan, alongside
+from redis_presence.plans import Command, Plan, ScriptCall, alongside
 from redis_presence.protocol import PresenceRegistry
 from redis_presence.redis import RedisPresenceRegistry
+from redis_presence.scripts import script
 from redis_presence.validation import check_name, check_now_ns, check_ttl_ms
 
 __all__ = [
@@ -59,11 +58,6 @@ takes one more call per thousand."""
 
 UNSEEN = "unseen"
 """The presence of a consumer that Redis lists but presence has never seen (or pruned)."""
-
-
-@cache
-def _script_source() -> str:
-    return (resources.files(__package__) / "stream_reap.lua").read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -258,6 +252,17 @@ class _Reaper:
         self.group = group
         self.ttl_ms = ttl_ms
         self.horizon_ms = 2 * ttl_ms  # older than this is expired, in presence's rule
+        self._streams: RedisPresenceRegistry | None = None
+
+    @property
+    def streams(self) -> RedisPresenceRegistry:
+        """What runs the script on the stream's client: an executor of the package's own
+        (its one script path and NOSCRIPT reload), without the policy check (it holds no
+        presence keys)."""
+        if self._streams is None:
+            self._streams = RedisPresenceRegistry(self.client)
+            self._streams.policy_check.due = False
+        return self._streams
 
     def presence(self) -> dict[str, ConsumerPresence]:
         """This group's presence rows, by consumer."""
@@ -376,18 +381,9 @@ class _Reaper:
         # DELCONSUMER runs only when the consumer holds none, in the same call: no entry
         # can reach it between the check and the removal. A consumer holding more than
         # MAX_ENTRIES_PER_CALL entries takes several calls, each checking again.
-        script = self.client.register_script(_script_source())
-        moved, calls = 0, c.pending // MAX_ENTRIES_PER_CALL + 2
-        args = [self.group, c.consumer, target, self.horizon_ms + 1, MAX_ENTRIES_PER_CALL, "1"]
-        state = "more"
-        try:
-            while state == "more" and calls > 0:
-                calls -= 1
-                reply = script(keys=[self.stream], args=args)
-                moved += int(reply[0])
-                state = _text(reply[2])
-        except DRIVER_ERRORS as exc:
-            raise translate(exc) from exc
+        args = (self.group, c.consumer, target, self.horizon_ms + 1, MAX_ENTRIES_PER_CALL, "1")
+        calls = c.pending // MAX_ENTRIES_PER_CALL + 2
+        moved, state = self.streams.execute(_reap_calls(self.stream, args, calls))
         if state != "done":
             why = (
                 "an entry of it is younger than the horizon"
@@ -402,6 +398,20 @@ class _Reaper:
         return ReapedConsumer(
             c.consumer, c.presence, c.idle_ms, c.pending, moved, True, deregistered
         )
+
+
+def _reap_calls(stream: str, args: tuple[Any, ...], calls: int) -> Plan[tuple[int, str]]:
+    """``stream_reap.lua`` on `stream` with `args`, called again while it says ``more`` (at
+    most `calls` times): the entries it moved, and the state it ended in."""
+    found = script("stream_reap")
+    call = ScriptCall(found, ("EVALSHA", found.sha, 1, stream, *args))
+    moved, state = 0, "more"
+    while state == "more" and calls > 0:
+        calls -= 1
+        (reply,) = yield [call]
+        moved += int(reply[0])
+        state = _text(reply[2])
+    return moved, state
 
 
 def _least_loaded(rows: Sequence[ConsumerPresence]) -> str | None:

@@ -38,6 +38,7 @@ from redis_presence import PresenceError, RedisPresenceRegistry
 from redis_presence.integrations import streams
 from redis_presence.integrations.streams import UNSEEN, reap_stream_consumers
 from redis_presence.keys import encode_name
+from redis_presence.scripts import script
 
 pytestmark = pytest.mark.redis_server
 
@@ -289,7 +290,7 @@ def test_one_call_moves_every_entry_and_removes_the_consumer_counted_on_the_serv
         delivered = set(read(client, "dead", 600)) | set(read(client, "live", 100))
         beat(registry, "dead", 10 * TTL_MS)
         beat(registry, "live", 0)
-        client.script_load(streams._script_source())  # measured below: the script's own calls
+        client.script_load(script("stream_reap").source)  # measured below: the script's own calls
         idle_past_horizon(client, "dead")
         client.config_resetstat()
 

@@ -5,7 +5,9 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
-export const SCRIPT_NAMES = ["deregister", "describe", "heartbeat", "heartbeat_many", "prune"] as const;
+/** Every script of the repository's lua/ (stream_reap is the Python streams reaper's: this
+ * client ships it with the rest, so both clients name the same scripts by the same SHAs). */
+export const SCRIPT_NAMES = ["deregister", "describe", "heartbeat", "heartbeat_many", "prune", "stream_reap"] as const;
 export type ScriptName = (typeof SCRIPT_NAMES)[number];
 
 export interface Script {

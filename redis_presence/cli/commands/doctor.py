@@ -41,7 +41,7 @@ def command(app: App, fmt: str) -> None:
       redis-presence doctor
       redis-presence --url redis://admin:secret@redis.internal:6379/0 doctor --format json
     """
-    from redis_presence.deployment import Status, diagnose, worst
+    from redis_presence.doctor import Status, diagnose, worst
 
     from .. import render
 

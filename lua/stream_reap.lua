@@ -1,6 +1,7 @@
 -- stream_reap.lua: move a dead consumer's pending entries to a live consumer of the same
 -- group and, once it holds none, remove it: in one atomic call, so the consumer cannot
--- come back between the check and the act (runs on the stream's node, not presence's).
+-- come back between the check and the act (runs on the stream's node, not presence's:
+-- none of lib.lua's KEYS layout applies, and it uses none of its helpers).
 -- KEYS[1] the stream
 -- ARGV[1] the consumer group, ARGV[2] the consumer to reap, ARGV[3] the live consumer
 -- that takes its entries, ARGV[4] min_idle_ms (the expiry horizon + 1: an entry of the

@@ -1,13 +1,11 @@
-"""Checks of a Redis deployment: what `redis-presence doctor` reports, and the one check each
-registry makes by itself (a ``maxmemory-policy`` that may evict presence keys).
+"""`redis-presence doctor`: every check of a Redis deployment, and what to do about each.
 
-Nothing here does I/O. A check is an *inquiry*: a generator that yields one request at a
-time (a `Command`) and receives its `Answer`: the reply, or the refusal (an ACL denial) or
-error that Redis answered instead, so that a check goes on where the user may not run a
-command. `drive` (and `adrive`, for the asyncio registry) runs an inquiry through a
-registry's ``execute``, one request per round trip; a lost connection or a refused login
-ends it with the registry's `PresenceError`. The decisions (what is wrong, what to do) are
-plain functions of what the inquiries found.
+Nothing here does I/O. A check is an ordinary plan (`redis_presence.plans.Plan`) that sends
+one request at a time with `redis_presence.policy.ask` and gets its `Answer`: the reply, or
+the refusal (an ACL denial) or error that Redis answered instead, so that a check goes on
+where the user may not run a command; a lost connection or a refused login ends it with the
+registry's `PresenceError`. `diagnose` runs them through a registry's ``execute``. The
+decisions (what is wrong, what to do) are plain functions of what the checks found.
 
 Nothing a check sends writes: configuration and state are read with ``CONFIG GET`` and
 ``INFO``; the ACL rights of the current user are read with ``ACL DRYRUN``
@@ -20,44 +18,29 @@ name), where it changes nothing.
 
 from __future__ import annotations
 
-import logging
 import secrets
 import statistics
-import threading
-import time
 import warnings
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from enum import Enum
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from .errors import (
-    DRIVER_ERRORS,
     PresenceAuthError,
-    PresenceConnectionError,
     PresenceDataWarning,
     PresenceError,
-    is_login_refusal,
     server_answered,
 )
 from .keys import Keyspace
 from .model import DEFAULT_PRESENCE_TTL_MS, Skipped
 from .plans import Command, Plan
-
-T = TypeVar("T")
-
-logger = logging.getLogger("redis_presence")
+from .policy import ask, config_value, evicts, info_fields, text
 
 TESTED_RELEASES: dict[str, tuple[str, ...]] = {"redis": ("7.0", "8.2"), "valkey": ("9.1",)}
 """The servers and releases (major.minor) the test suite runs against: the README's
 "Tested versions" (Debian's redis-server 7.0, and the test extra's Redis 8.2 and Valkey 9.1)."""
 
 SERVER_NAMES = {"redis": "Redis", "valkey": "Valkey"}
-
-EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
-"""Policies that may evict any key, so one of a group's keys and not another: consumers
-vanish, and snapshot, counts and len disagree. ``volatile-*`` policies evict only keys with
-a TTL, which presence data never has (a cluster's index marks expire, and losing one early
-costs one index write)."""
 
 LATENCY_PINGS = 5
 """Round trips `doctor` times."""
@@ -87,232 +70,7 @@ ROLES: dict[str, tuple[str, ...]] = {
 there; the tests hold these to the tested ``ACL SETUSER`` lines."""
 
 
-# -- answers and inquiries ----------------------------------------------------------------
-
-
-class Answer(NamedTuple):
-    """What Redis answered one request: its `reply`, or that it `refused` it (an ACL
-    denial: the user may not run the command or use the key), or another error it `failed`
-    with (a syntax error, an unknown or renamed command, OOM, READONLY); with the round trip's
-    `elapsed_ms`."""
-
-    reply: Any = None
-    refused: str | None = None
-    failed: str | None = None
-    elapsed_ms: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """Whether the command ran and answered."""
-        return self.refused is None and self.failed is None
-
-    @property
-    def permitted(self) -> bool:
-        """Whether the ACL let the command through (it may still have failed after that)."""
-        return self.refused is None
-
-
-Inquiry = Generator[Command, Answer, T]
-"""A check: yields one request at a time, receives its `Answer`, returns what it found."""
-
-
-def _one(request: Command) -> Plan[Any]:
-    (reply,) = yield [request]
-    return reply
-
-
-class Step(Generic[T]):
-    """An inquiry being driven: `request` is what to send next (None once it is done, with
-    `result`); `plan` is that request as a plan for ``execute``, and `feed` or `fail` takes
-    what came back."""
-
-    __slots__ = ("_inquiry", "_started", "request", "result")
-
-    def __init__(self, inquiry: Inquiry[T]) -> None:
-        self._inquiry = inquiry
-        self._started = 0.0
-        self.result: T | None = None
-        self.request: Command | None = None
-        self._advance(None)
-
-    def _advance(self, answer: Answer | None) -> None:
-        try:
-            self.request = self._inquiry.send(answer)  # type: ignore[arg-type]
-        except StopIteration as done:
-            self.request, self.result = None, done.value
-
-    def _elapsed_ms(self) -> float:
-        return (time.perf_counter() - self._started) * 1e3
-
-    def plan(self) -> Plan[Any]:
-        """The next request, as a plan; its round trip is timed from now."""
-        assert self.request is not None
-        self._started = time.perf_counter()
-        return _one(self.request)
-
-    def feed(self, reply: Any) -> None:
-        """Redis answered the request with `reply`."""
-        self._advance(Answer(reply, elapsed_ms=self._elapsed_ms()))
-
-    def fail(self, error: PresenceError) -> None:
-        """The request raised `error`: a refusal or an error reply goes to the inquiry; a
-        lost connection or a refused login is raised again (no check goes on without)."""
-        if not server_answered(error) or is_login_refusal(error):
-            raise error
-        elapsed = self._elapsed_ms()
-        if isinstance(error, PresenceAuthError):
-            self._advance(Answer(refused=str(error), elapsed_ms=elapsed))
-        else:
-            self._advance(Answer(failed=str(error), elapsed_ms=elapsed))
-
-
-def drive(inquiry: Inquiry[T], execute: Callable[[Plan[Any]], Any]) -> T:
-    """Run `inquiry` with a registry's ``execute``, one request per round trip."""
-    step = Step(inquiry)
-    while step.request is not None:
-        try:
-            step.feed(execute(step.plan()))
-        except PresenceError as error:
-            step.fail(error)
-    return step.result  # type: ignore[return-value]
-
-
-async def adrive(inquiry: Inquiry[T], execute: Callable[[Plan[Any]], Awaitable[Any]]) -> T:
-    """`drive` with the asyncio registry's ``execute``."""
-    step = Step(inquiry)
-    while step.request is not None:
-        try:
-            step.feed(await execute(step.plan()))
-        except PresenceError as error:
-            step.fail(error)
-    return step.result  # type: ignore[return-value]
-
-
-# -- decoding replies ---------------------------------------------------------------------
-
-
-def text(value: Any) -> str:
-    """A reply value as text (replies are bytes or str, depending on the client)."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
-
-
-def _pairs(reply: Any) -> dict[str, Any]:
-    """A map reply (a dict, or a flat list of names and values) with text names."""
-    if isinstance(reply, Mapping):
-        return {text(k): v for k, v in reply.items()}
-    if isinstance(reply, list | tuple) and len(reply) % 2 == 0:
-        return {text(k): v for k, v in zip(reply[0::2], reply[1::2], strict=True)}
-    return {}
-
-
-def config_value(answer: Answer, name: str) -> str | None:
-    """The value of one parameter from a ``CONFIG GET name`` answer (None if not read)."""
-    if not answer.ok:
-        return None
-    value = _pairs(answer.reply).get(name)
-    return None if value is None else text(value)
-
-
-def info_fields(answer: Answer) -> dict[str, str]:
-    """An ``INFO`` answer as ``{field: text}`` (empty if not read)."""
-    if not answer.ok:
-        return {}
-    reply = answer.reply
-    if isinstance(reply, Mapping):
-        return {text(k): text(v) for k, v in reply.items()}
-    fields = {}
-    for line in text(reply).splitlines():
-        name, sep, value = line.partition(":")
-        if sep and not name.startswith("#"):
-            fields[name.strip()] = value.strip()
-    return fields
-
-
-# -- the registry's own check: an evicting policy -----------------------------------------
-
-
-def memory_policy(node_key: str | None = None) -> Inquiry[str | None]:
-    """The server's ``maxmemory-policy``: ``CONFIG GET`` where the user may run it, else
-    ``INFO memory``; None when the user may run neither (on a cluster, the policy of the node
-    holding `node_key`)."""
-    answer = yield Command("CONFIG GET", ("maxmemory-policy",), node_key=node_key)
-    policy = config_value(answer, "maxmemory-policy")
-    if policy is None:
-        answer = yield Command("INFO", ("memory",), node_key=node_key)
-        policy = info_fields(answer).get("maxmemory_policy")
-    return policy
-
-
-def evicts(policy: str | None) -> bool:
-    """Whether `policy` may evict presence keys."""
-    return policy is not None and policy.lower() in EVICTING_POLICIES
-
-
-def where(client: Any, node_key: str | None = None) -> str:
-    """Which server a client talks to, for messages (never a password): on a cluster, the
-    node that holds `node_key`."""
-    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
-    if isinstance(kwargs, dict):
-        if kwargs.get("path"):
-            return f"unix:{kwargs['path']} (db {kwargs.get('db', 0)})"
-        return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
-    locate = getattr(client, "get_node_from_key", None)
-    if locate is not None:
-        try:
-            return f"the Redis Cluster node {locate(node_key).name}"
-        except (*DRIVER_ERRORS, AttributeError, TypeError):
-            return "a Redis Cluster"
-    return "Redis"
-
-
-def eviction_warning(policy: str, server: str) -> str:
-    """The registry's one warning about an evicting `policy`."""
-    return (
-        f"Redis at {server} runs with maxmemory-policy {policy}, which may evict presence "
-        "keys: consumers then vanish, and snapshot, counts and len disagree. Set "
-        "maxmemory-policy to noeviction or a volatile-* policy (redis-presence doctor "
-        "checks the whole deployment)"
-    )
-
-
-class PolicyCheck:
-    """The one check of ``maxmemory-policy`` a registry makes, after its first operation
-    that Redis answered (so never an extra round trip per call, and none while Redis is
-    down). `due` is the flag the registry reads on each call; it turns False once the check
-    is claimed, and a lost connection makes it due again."""
-
-    __slots__ = ("_lock", "due")
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.due = enabled
-        self._lock = threading.Lock()
-
-    def claim(self) -> bool:
-        """Whether this caller runs the check (exactly one does, across threads)."""
-        if not self._lock.acquire(blocking=False):  # never blocks, even after a fork
-            return False
-        try:
-            claimed, self.due = self.due, False
-            return claimed
-        finally:
-            self._lock.release()
-
-    def done(self, policy: str | None, client: Any, node_key: str | None = None) -> None:
-        """Log the warning if `policy` (read from the node of `node_key`, on a cluster) may
-        evict presence keys."""
-        if evicts(policy):
-            logger.warning("%s", eviction_warning(str(policy), where(client, node_key)))
-
-    def failed(self, error: PresenceError) -> None:
-        """The check could not finish: after a lost connection it is due again; any other
-        error (a refused login) ends it, silently (the operations report their own)."""
-        if isinstance(error, PresenceConnectionError):
-            self.due = True
-
-
-# -- doctor: findings ---------------------------------------------------------------------
+# -- findings ----------------------------------------------------------------------------
 
 
 class Status(str, Enum):
@@ -734,7 +492,7 @@ def cluster_finding(info: Mapping[str, str]) -> Finding:
     return Finding("cluster", Status.OK, summary)
 
 
-# -- doctor: inquiries --------------------------------------------------------------------
+# -- the checks, as plans -----------------------------------------------------------------
 
 
 def probes(keys: Keyspace, db: int) -> dict[str, tuple[str | int, ...]]:
@@ -778,41 +536,39 @@ def _command(probe: tuple[str | int, ...]) -> Command:
     return Command(str(probe[0]), probe[1:])
 
 
-def rights(keys: Keyspace, db: int, login: str) -> Inquiry[tuple[dict[str, bool], str, str]]:
+def rights(keys: Keyspace, db: int, login: str) -> Plan[tuple[dict[str, bool], str, str]]:
     """Which commands of `ROLES` the current user may run on the prefix's keys, the user's
     name (``ACL WHOAMI``, else `login`, the name the client logs in with) and how that was
     found (``ACL DRYRUN`` where the user may run it, else the probes themselves)."""
-    whoami = yield Command("ACL WHOAMI")
+    whoami = yield from ask(Command("ACL WHOAMI"))
     user = text(whoami.reply) if whoami.ok else None
     found = probes(keys, db)
     if user is not None:
-        trial = yield Command("ACL DRYRUN", (user, "TIME"))
+        trial = yield from ask(Command("ACL DRYRUN", (user, "TIME")))
         if trial.ok:
             allowed = {}
             for name, probe in found.items():
                 words = str(probe[0]).split()
-                answer = yield Command("ACL DRYRUN", (user, *words, *probe[1:]))
+                answer = yield from ask(Command("ACL DRYRUN", (user, *words, *probe[1:])))
                 allowed[name] = answer.ok and text(answer.reply) == "OK"
             return allowed, user, "ACL DRYRUN"
     allowed = {}
     for name, probe in found.items():
-        answer = yield _command(probe)
+        answer = yield from ask(_command(probe))
         allowed[name] = answer.permitted
     return allowed, user or login, "probes that change nothing"
 
 
-def server_checks(
-    keys: Keyspace, *, db: int, login: str, clustered: bool
-) -> Inquiry[list[Finding]]:
+def server_checks(keys: Keyspace, *, db: int, login: str, clustered: bool) -> Plan[list[Finding]]:
     """Every check of one server: memory, persistence, version, ACL rights, latency and
     replication (on a cluster, of one primary)."""
-    info = info_fields((yield Command("INFO")))
+    info = info_fields((yield from ask(Command("INFO"))))
     config: dict[str, str | None] = {}
     for name in ("maxmemory-policy", "maxmemory", "appendonly", "appendfsync", "save"):
-        config[name] = config_value((yield Command("CONFIG GET", (name,))), name)
+        config[name] = config_value((yield from ask(Command("CONFIG GET", (name,)))), name)
     if info.get("role") == "slave":
         name = "replica-serve-stale-data"
-        config[name] = config_value((yield Command("CONFIG GET", (name,))), name)
+        config[name] = config_value((yield from ask(Command("CONFIG GET", (name,)))), name)
 
     maxmemory = config["maxmemory"] if config["maxmemory"] is not None else info.get("maxmemory")
     found = memory_findings(
@@ -835,10 +591,10 @@ def server_checks(
     samples: list[float] = []
     command = "PING"
     for _ in range(LATENCY_PINGS):
-        answer = yield Command(command)
+        answer = yield from ask(Command(command))
         if answer.refused is not None and command == "PING":  # the roles have TIME, not PING
             command, samples = "TIME", []
-            answer = yield Command(command)
+            answer = yield from ask(Command(command))
         if answer.permitted:  # an error reply is a round trip too (MASTERDOWN, say)
             samples.append(answer.elapsed_ms)
     found.append(latency_finding(samples, command))
@@ -846,18 +602,18 @@ def server_checks(
     return found
 
 
-def legacy_index(keys: Keyspace) -> Inquiry[Finding]:
+def legacy_index(keys: Keyspace) -> Plan[Finding]:
     """The index of release 0.1 (``P:index``): how many groups it lists, or whether it
     exists, with whichever of ``SCARD``, ``EXISTS`` and ``ZCARD`` the user may run."""
     key = keys.legacy_index
-    answer = yield Command("SCARD", (key,))
+    answer = yield from ask(Command("SCARD", (key,)))
     if answer.ok:
         groups = _int(text(answer.reply)) or 0
         return legacy_index_finding(key, groups, groups > 0)
-    answer = yield Command("EXISTS", (key,))
+    answer = yield from ask(Command("EXISTS", (key,)))
     if answer.ok:
         return legacy_index_finding(key, None, text(answer.reply) != "0")
-    answer = yield Command("ZCARD", (key,))  # the reader's: WRONGTYPE when the set exists
+    answer = yield from ask(Command("ZCARD", (key,)))  # the reader's: WRONGTYPE when the set exists
     if answer.ok:
         return legacy_index_finding(key, None, text(answer.reply) != "0")
     if answer.failed is not None and "WRONGTYPE" in answer.failed:
@@ -865,10 +621,15 @@ def legacy_index(keys: Keyspace) -> Inquiry[Finding]:
     return legacy_index_finding(key, None, None)
 
 
-def cluster_state() -> Inquiry[Finding]:
+def cluster_state() -> Plan[Finding]:
     """``CLUSTER INFO``."""
-    answer = yield Command("CLUSTER INFO")
+    answer = yield from ask(Command("CLUSTER INFO"))
     return cluster_finding(info_fields(answer))
+
+
+def _one(request: Command) -> Plan[Any]:
+    (reply,) = yield [request]
+    return reply
 
 
 def diagnose(registry: Any) -> list[Finding]:
@@ -887,7 +648,7 @@ def diagnose(registry: Any) -> list[Finding]:
     kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
     found: list[Finding] = []
     if registry.clustered:
-        found.append(drive(cluster_state(), registry.execute))
+        found.append(registry.execute(cluster_state()))
         for node in client.get_primaries():
             node_client = client.get_redis_connection(node)
             node_registry = type(registry)(node_client, prefix=registry.prefix)
@@ -895,12 +656,12 @@ def diagnose(registry: Any) -> list[Finding]:
             node_kwargs = node_client.connection_pool.connection_kwargs
             login = str(node_kwargs.get("username") or "default")
             checks = server_checks(keys, db=0, login=login, clustered=True)
-            found += [f._replace(node=node.name) for f in drive(checks, node_registry.execute)]
+            found += [f._replace(node=node.name) for f in node_registry.execute(checks)]
     else:
         login = str(kwargs.get("username") or "default")
         checks = server_checks(keys, db=int(kwargs.get("db") or 0), login=login, clustered=False)
-        found += drive(checks, registry.execute)
-    found.append(drive(legacy_index(keys), registry.execute))
+        found += registry.execute(checks)
+    found.append(registry.execute(legacy_index(keys)))
     found.append(_undecodable(registry))
     return found
 
