@@ -37,7 +37,6 @@ from redis_presence import (
     ConsumerPresence,
     PresenceState,
 )
-from redis_presence.cli.render import human_age, iso_utc
 from redis_presence.errors import (
     PresenceAuthError,
     PresenceConnectionError,
@@ -46,6 +45,7 @@ from redis_presence.errors import (
     PresencePoolExhausted,
     PresenceResyncRequired,
 )
+from redis_presence.formatting import human_age, iso_utc
 from redis_presence.urls import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_POOL_TIMEOUT_S,
