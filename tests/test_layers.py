@@ -8,7 +8,8 @@ Read from the source with `ast`, not by importing. The rules:
   statements run on import: top-level imports, including those under `try`/`if` at the top
   level, but not imports under `if TYPE_CHECKING:` (never run) nor imports inside a function
   or method body (run on call, after every module has loaded: the lazy imports that keep
-  `redis-presence --help` fast).
+  `redis-presence --help` fast). A second test holds the stricter rule: no cycle even
+  counting the imports inside functions (still not those under `TYPE_CHECKING`).
 
 `from . import x` and `from pkg import x` count as an arrow to `pkg.x` when `pkg.x` is a
 module of the package, else to `pkg`. An arrow to a package also runs its `__init__`, so it
@@ -167,6 +168,12 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle_at_module_level() -> None:
     assert cycles(arrows(load_time_only=True)) == []
+
+
+def test_no_import_cycle_even_through_lazy_imports() -> None:
+    """Stricter than the rule: a function-level import that closes a circle (as
+    `cli/options.py` importing `cli/app.py`, which imports it) is a circle too."""
+    assert cycles(arrows(load_time_only=False)) == []
 
 
 def test_the_cycle_finder_finds_a_circle() -> None:
