@@ -10,7 +10,7 @@ import re
 import pytest
 from rich.console import Console
 
-from redis_presence import ConsumerPresence, ConsumerPresenceRegistry, PresenceState
+from redis_presence import ConsumerPresence, ConsumerPresenceRegistry, PresenceState, formatting
 from redis_presence.cli import render
 from redis_presence.cli.watch import Change, Frame, GroupTally, Watcher, diff, run_watch, tally
 
@@ -70,13 +70,13 @@ def colour_console(**environ: str) -> Console:
     ],
 )
 def test_human_age(age_ms: int, text: str) -> None:
-    assert render.human_age(age_ms) == text
+    assert formatting.human_age(age_ms) == text
 
 
 def test_iso_utc_is_exact_for_timestamps_above_2_53() -> None:
-    assert render.iso_utc(NOW) == "2025-06-15T15:06:40Z"
-    assert render.iso_utc(NOW + S - 1) == "2025-06-15T15:06:40Z"  # no float rounding up
-    assert render.iso_utc(0) == "1970-01-01T00:00:00Z"
+    assert formatting.iso_utc(NOW) == "2025-06-15T15:06:40Z"
+    assert formatting.iso_utc(NOW + S - 1) == "2025-06-15T15:06:40Z"  # no float rounding up
+    assert formatting.iso_utc(0) == "1970-01-01T00:00:00Z"
 
 
 def test_shown_escapes_control_characters_only() -> None:

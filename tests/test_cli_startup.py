@@ -67,6 +67,7 @@ def test_every_public_name_loads_from_its_module() -> None:
         "DEFAULT_STUCK_AFTER_MS",
         "ConsumerMeta",
         "GroupPresence",
+        "GroupsPage",
         "DEFAULT_REPORT_INTERVAL_MS",
         "AsyncPresenceReporter",
         "AsyncRedisPresenceRegistry",

@@ -15,7 +15,39 @@ from click.core import ParameterSource
 from .app import App
 from .commands import COMMANDS
 from .errors import one_line_errors
-from .options import GLOBAL_NAMES, after_command_options, global_options
+from .options import GLOBAL_NAMES, global_options
+
+
+def _override(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """A global option given after the command: it replaces the group's value."""
+    if (
+        param.name is None
+        or ctx.get_parameter_source(param.name) is not ParameterSource.COMMANDLINE
+    ):
+        return
+    app = ctx.find_object(App)
+    if app is not None:
+        app.set_option(param.name, value)
+
+
+def after_command_options() -> list[click.Option]:
+    """Hidden copies of the global options for a command, so that `ls --url URL` works like
+    `--url URL ls` (the environment is read once, by the group)."""
+    copies = []
+    for option in global_options():
+        copies.append(
+            click.Option(
+                [*option.opts, str(option.name)],
+                type=option.type,
+                is_flag=option.is_flag,
+                default=None,
+                expose_value=False,
+                hidden=True,
+                callback=_override,
+            )
+        )
+    return copies
+
 
 GLOBALS_EPILOG = (
     f"Global options ({', '.join(GLOBAL_NAMES)}) also work after the command; "

@@ -1,5 +1,5 @@
-"""Options defined once: the global options (before or after the command) and those that
-several commands share (formats, filters, sorting)."""
+"""Options defined once: the global options (`group.py` adds their copies after the
+command) and those that several commands share (formats, filters, sorting)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-from click.core import ParameterSource
 
 from redis_presence.model import DEFAULT_PRESENCE_TTL_MS, PresenceState
 from redis_presence.validation import MAX_TTL_MS
@@ -88,39 +87,6 @@ def global_options() -> list[click.Option]:
 
 GLOBAL_NAMES = tuple(option.opts[0] for option in global_options() if not option.hidden)
 """`--url`, `--prefix`, ...: named in every command's help."""
-
-
-def _override(ctx: click.Context, param: click.Parameter, value: Any) -> None:
-    """A global option given after the command: it replaces the group's value."""
-    if (
-        param.name is None
-        or ctx.get_parameter_source(param.name) is not ParameterSource.COMMANDLINE
-    ):
-        return
-    from .app import App
-
-    app = ctx.find_object(App)
-    if app is not None:
-        app.set_option(param.name, value)
-
-
-def after_command_options() -> list[click.Option]:
-    """Hidden copies of the global options for a command, so that `ls --url URL` works like
-    `--url URL ls` (the environment is read once, by the group)."""
-    copies = []
-    for option in global_options():
-        copies.append(
-            click.Option(
-                [*option.opts, str(option.name)],
-                type=option.type,
-                is_flag=option.is_flag,
-                default=None,
-                expose_value=False,
-                hidden=True,
-                callback=_override,
-            )
-        )
-    return copies
 
 
 STATE_CHOICE = click.Choice([s.value for s in PresenceState], case_sensitive=False)

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import IO, TYPE_CHECKING
 
 from rich.cells import cell_len
@@ -26,6 +25,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
 
+from redis_presence.formatting import human_age, iso_utc, iso_utc_ms
 from redis_presence.model import ConsumerPresence, PresenceState
 
 from .errors import output_errors
@@ -76,18 +76,6 @@ MIN_NAME_WIDTH = 6
 # ---------------------------------------------------------------- small values
 
 
-def human_age(age_ms: int) -> str:
-    """`"12s ago"`, `"5m ago"`, `"3h ago"`, `"2d ago"`: whole units, rounded down."""
-    seconds = max(0, age_ms) // 1000
-    if seconds < 60:
-        return f"{seconds}s ago"
-    if seconds < 3600:
-        return f"{seconds // 60}m ago"
-    if seconds < 86_400:
-        return f"{seconds // 3600}h ago"
-    return f"{seconds // 86_400}d ago"
-
-
 def last_seen(row: ConsumerPresence, now_ns: int | None = None) -> str:
     """`human_age`, or `"5s AHEAD"` for a beat stamped after `now_ns` (a broker whose clock
     runs ahead of the server's: its consumers look younger than they are)."""
@@ -95,19 +83,6 @@ def last_seen(row: ConsumerPresence, now_ns: int | None = None) -> str:
         ahead_s = (row.last_heartbeat_ns - now_ns) // 1_000_000_000
         return f"{human_age(ahead_s * 1000).removesuffix(' ago')} AHEAD"
     return human_age(row.last_seen_age_ms)
-
-
-def iso_utc(timestamp_ns: int) -> str:
-    """ISO-8601 UTC to the second, e.g. `2025-01-31T08:15:00Z` (no float on the way)."""
-    moment = datetime.fromtimestamp(timestamp_ns // 1_000_000_000, tz=timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def iso_utc_ms(timestamp_ns: int) -> str:
-    """ISO-8601 UTC to the millisecond, e.g. `2025-01-31T08:15:00.123Z`."""
-    seconds, rest = divmod(timestamp_ns, 1_000_000_000)
-    moment = datetime.fromtimestamp(seconds, tz=timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{rest // 1_000_000:03d}Z"
 
 
 LINE_WIDTH = 80

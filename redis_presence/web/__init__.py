@@ -7,6 +7,7 @@ package; the pages load nothing from anywhere else.
 
 from __future__ import annotations
 
-from .app import WebConfig, create_app
+from .app import create_app
+from .service import WebConfig
 
 __all__ = ["WebConfig", "create_app"]

@@ -9,65 +9,48 @@ Redis URL never reach a response or a log line.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import jinja2
 from prometheus_client import exposition
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Match, Mount, Route
+from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.templating import Jinja2Templates
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from redis_presence import (
-    AsyncRedisPresenceRegistry,
-    ConsumerPresence,
-    PresenceState,
-)
-from redis_presence.cli.render import human_age, iso_utc
+from redis_presence import ConsumerPresence
 from redis_presence.errors import (
-    PresenceAuthError,
-    PresenceConnectionError,
-    PresenceDataError,
     PresenceError,
     PresencePoolExhausted,
     PresenceResyncRequired,
 )
-from redis_presence.urls import (
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_POOL_TIMEOUT_S,
-    parse_url,
-    redact,
-)
 
 from . import events as live_events
 from . import history, metrics, params
+from .asgi import AccessLog, PrefixRoute
 from .auth import TokenAuth, check_token
-from .data import NO_META_ERRORS, GroupStats, PresenceData, TtlInUse
+from .data import NO_META_ERRORS, GroupStats, TtlInUse
 from .guard import CatchAll
 from .pages import MAX_LIMIT, ConsumerFilter, GroupFilter
 from .params import BadRequest
 from .security import HostCheck, SecurityHeaders
+from .service import (
+    BUSY_RETRY_AFTER_S,
+    RegistryFactory,
+    WebConfig,
+    _json_view,
+    _Service,
+    _status_of,
+)
 
 log = logging.getLogger("redis_presence.web")
 
-CONNECT_TIMEOUT_S = 2.0
-"""How long a read waits for a TCP connection before Redis counts as unreachable (503)."""
-REPLY_TIMEOUT_S = 10.0
-"""How long a read waits for Redis to answer."""
 PAGE_SIZE = 50
 """Consumers per dashboard page (the API's `limit` defaults to 100, at most 1,000)."""
 GROUPS_PER_PAGE = 200
@@ -77,70 +60,6 @@ NO_GROUP = "queue {queue!r} has no tracked or declared group {group!r}"
 NEEDS_BOTH = "a group page needs queue= and group="
 SSE_PING_S = 15
 SSE_RETRY_MS = 2000
-BUSY_RETRY_AFTER_S = 5
-"""The ``Retry-After`` of a 503 that says the service is busy (streams or pool full)."""
-
-RegistryFactory = Callable[[], AsyncRedisPresenceRegistry]
-
-TTL_SOURCES = {
-    "option": "--ttl-ms",
-    "group": "stored for this group",
-    "prefix": "stored for the prefix",
-    "default": "the default: none stored",
-}
-"""How the page names where its TTL came from (`TtlInUse.source`)."""
-
-
-@dataclass(frozen=True)
-class WebConfig:
-    """What `redis-presence serve` runs with (the global options and its own)."""
-
-    url: str = "redis://localhost:6379/0"
-    prefix: str = "presence"
-    ttl_ms: int | None = None
-    """``--ttl-ms``; None uses the shared TTL (`registry.ttl_source`), as the events do."""
-    read_only: bool = False
-    auth_token: str | None = None
-    per_consumer_metrics: bool = False
-    stuck_metrics: bool = False
-    """``--stuck-metrics``: each scrape reads every consumer, to count the stuck ones per
-    group (on with `per_consumer_metrics`, which reads them anyway)."""
-    now_ns: int | None = None
-    """A fixed clock for every read (tests); None is the Redis server's clock."""
-    read_cache_s: float = 0.5
-    """How long one snapshot serves every page and API request (0: read each time)."""
-    totals_cache_s: float = 5.0
-    """How long one read of the fleet's totals (every group's counts) serves every groups
-    page (0: read each time); see `PresenceData.totals`."""
-    live_interval_s: float = 0.5
-    """How often each filter's poller asks `registry.changes` for what changed (one
-    poller per distinct (queue, group) of the open event streams)."""
-    max_streams: int = live_events.DEFAULT_MAX_STREAMS
-    """``--max-streams``: open event streams at most; past them a new one is a 503."""
-    max_connections: int = DEFAULT_MAX_CONNECTIONS
-    """``--max-connections``: the registry's pool size (a standalone URL's
-    ``?max_connections=`` wins)."""
-    pool_timeout_s: float = DEFAULT_POOL_TIMEOUT_S
-    """``--pool-timeout``: how long a read waits for a free connection of a full pool."""
-    access_log: bool = True
-    allowed_hosts: tuple[str, ...] = ()
-    """The ``Host`` names it answers to besides the loopback ones and the address a request
-    arrived at (``--host`` and ``--allowed-host``); others get 421."""
-
-    def open_registry(self) -> AsyncRedisPresenceRegistry:
-        """An asyncio registry for `url` (connects on first use, fails fast when down)."""
-        pool: dict[str, Any] = {}
-        if parse_url(self.url).topology == "standalone":  # the package's waiting pool
-            pool = {"max_connections": self.max_connections, "pool_timeout": self.pool_timeout_s}
-        return AsyncRedisPresenceRegistry.from_url(
-            self.url,
-            prefix=self.prefix,
-            read_only=self.read_only,
-            socket_connect_timeout=CONNECT_TIMEOUT_S,
-            socket_timeout=REPLY_TIMEOUT_S,
-            retry=Retry(NoBackoff(), 1),
-            **pool,
-        )
 
 
 # -- formatting -------------------------------------------------------------------------
@@ -168,164 +87,10 @@ def group_json(stats: GroupStats) -> dict[str, object]:
     return stats.to_dict() | {"nobody_reading": stats.nobody_reading}
 
 
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("redis_presence.web", "templates"),
-        autoescape=True,  # every name is data: rendered as text, never as markup
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["age"] = human_age
-    env.filters["iso"] = iso_utc
-    env.filters["q"] = lambda value: quote(value, safe="")
-    env.filters["thousands"] = lambda value: f"{value:,}"
-    return env
-
-
-# -- errors -----------------------------------------------------------------------------
-
-
-def _status_of(exc: PresenceError) -> tuple[int, str]:
-    if isinstance(exc, PresencePoolExhausted):  # this service is busy; Redis may be fine
-        return 503, "service_busy"
-    if isinstance(exc, PresenceConnectionError):
-        return 503, "redis_unavailable"
-    if isinstance(exc, PresenceAuthError):
-        return 503, "redis_refused_access"
-    if isinstance(exc, PresenceDataError):
-        return 502, "redis_foreign_data"
-    return 502, "redis_error"
-
-
-def _wants_json(request: Request) -> bool:
-    path = request.url.path
-    return path.startswith("/api/") or path in ("/readyz", "/metrics", "/healthz")
-
-
-class _Service:
-    """The state one app holds: its config, registry, reads and live feed."""
-
-    def __init__(
-        self, config: WebConfig, factory: RegistryFactory | None, clock: Callable[[], int] | None
-    ) -> None:
-        self.config = config
-        self.factory = factory or config.open_registry
-        self.clock = clock
-        self.templates = Jinja2Templates(env=_environment())
-        self.data: PresenceData | None = None
-        self.feed: live_events.LiveFeed | None = None
-
-    @contextlib.asynccontextmanager
-    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        registry = self.factory()
-        fixed = self.config.now_ns
-        clock = self.clock if fixed is None else (lambda: fixed)
-        self.data = PresenceData(
-            registry,
-            ttl_ms=self.config.ttl_ms,
-            clock=clock,
-            read_cache_s=self.config.read_cache_s,
-            totals_cache_s=self.config.totals_cache_s,
-        )
-        self.feed = live_events.LiveFeed(
-            self.data,
-            interval_s=self.config.live_interval_s,
-            max_streams=self.config.max_streams,
-        )
-        try:
-            yield
-        finally:
-            await self.feed.close()
-            await self.data.aclose()
-            await registry.aclose()
-
-    @property
-    def reads(self) -> PresenceData:
-        assert self.data is not None, "the app's lifespan has not started"
-        return self.data
-
-    @property
-    def live(self) -> live_events.LiveFeed:
-        assert self.feed is not None, "the app's lifespan has not started"
-        return self.feed
-
-    # -- error responses
-
-    def error(
-        self,
-        request: Request,
-        status: int,
-        code: str,
-        message: str,
-        since_ns: int | None = None,
-        **extra: str,
-    ) -> Response:
-        """A JSON error (the API, the probes, a page's JSON twin) or an error page; with
-        `since_ns`, since when Redis cannot be reached (the page's script shows it); `extra`
-        goes into the JSON (a 400's `parameter`)."""
-        since = {} if since_ns is None else {"since_ns": since_ns}
-        if _wants_json(request) or _json_view(request):
-            body = {"error": code, "message": message} | since | extra
-            return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
-        live = {"error": code, "message": message} | since
-        return self.templates.TemplateResponse(
-            request,
-            "error.html",
-            self.context(request, status=status, code=code, message=message, now_ns=0, live=live),
-            status_code=status,
-        )
-
-    async def on_presence_error(self, request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, PresenceError)
-        status, code = _status_of(exc)
-        log.warning("%s %s: %s", request.method, request.url.path, exc)
-        down = code in ("redis_unavailable", "redis_refused_access")
-        since = self.live.unreachable_since_ns() if down and self.feed is not None else None
-        response = self.error(request, status, code, str(exc), since)
-        if code == "service_busy":
-            response.headers["Retry-After"] = str(BUSY_RETRY_AFTER_S)
-        return response
-
-    async def on_bad_request(self, request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, BadRequest)
-        return self.error(request, 400, "bad_request", str(exc), parameter=exc.parameter)
-
-    async def on_http_error(self, request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        response = self.error(request, exc.status_code, code, str(exc.detail))
-        response.headers.update(exc.headers or {})
-        return response
-
-    # -- shared pieces
-
-    def context(self, request: Request, **values: Any) -> dict[str, Any]:
-        root = request.scope.get("root_path", "").rstrip("/")
-        if values.get("live"):
-            values["live"] = values["live"] | {"root": root}
-        ttl = values.pop("ttl", None) or (self.data.last_ttl if self.data else None)
-        base: dict[str, Any] = {
-            "root": root,
-            "prefix": self.config.prefix,
-            "ttl": ttl,
-            "ttl_sources": TTL_SOURCES,
-            "redis_url": redact(self.config.url),
-            "states": [s.value for s in PresenceState],
-        }
-        return base | values
-
-
 # -- query parameters (checked in .params) ----------------------------------------------
 
 _text, _cursor, _limit, _flag = params.text, params.cursor, params.limit, params.flag
 _states, _path_names = params.states, params.path_names
-
-
-def _json_view(request: Request) -> bool:
-    """Whether a page was asked for as JSON (the page's script refreshing itself)."""
-    accept = request.headers.get("accept", "")
-    return "application/json" in accept and "text/html" not in accept
 
 
 def _json(model: dict[str, Any]) -> Response:
@@ -348,59 +113,6 @@ def _page(response: Response) -> Response:
 
 
 # -- the app ----------------------------------------------------------------------------
-
-
-class PrefixRoute(Route):
-    """A route for every path under `path` (which ends with ``/``), whatever the decoded
-    path holds: names may decode to newlines, which Starlette's path patterns refuse."""
-
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        path, root = scope["path"], scope.get("root_path", "")
-        if root and path.startswith(root):
-            path = path[len(root) :]
-        if scope["type"] != "http" or not path.startswith(self.path):
-            return Match.NONE, {}
-        child_scope = {"endpoint": self.endpoint, "path_params": {}}
-        if self.methods and scope["method"] not in self.methods:
-            return Match.PARTIAL, child_scope
-        return Match.FULL, child_scope
-
-
-class AccessLog:
-    """One log line per request with the raw (percent-encoded) path, so a name holding a
-    newline cannot forge a log line; no header (and so no token) is logged."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 0
-
-        async def sending(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        finally:
-            raw = scope.get("raw_path") or scope["path"].encode()
-            query = scope.get("query_string", b"")
-            target = raw + (b"?" + query if query else b"")
-            client = scope.get("client") or ("-", 0)
-            log.info(
-                "%s %s %s %d %.1f ms",
-                client[0],
-                scope["method"],
-                target.decode("ascii", "backslashreplace"),
-                status,
-                (time.perf_counter() - started) * 1000,
-            )
 
 
 def create_app(

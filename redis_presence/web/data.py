@@ -48,16 +48,12 @@ from itertools import count, groupby
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from redis.exceptions import RedisError
-
 from redis_presence import AsyncRedisPresenceRegistry, ConsumerPresence, PresenceState
-from redis_presence.errors import PresenceMetaError, translate
+from redis_presence.errors import PresenceMetaError
 from redis_presence.events import PresenceEvent
 from redis_presence.model import GroupPresence
 
 from .pages import ConsumerFilter, Cursor, GroupFilter, GroupPage, Page, PageCollector, page_of
-
-NS_PER_S = 1_000_000_000
 
 
 class GroupStats(NamedTuple):
@@ -252,14 +248,6 @@ def stats_from_groups(groups: Iterable[GroupPresence]) -> list[GroupStats]:
     ]
 
 
-def server_time_ns(reply: Any) -> int:
-    """`TIME` as integer nanoseconds (a cluster client may answer per node)."""
-    if isinstance(reply, dict):
-        reply = next(iter(reply.values()))
-    seconds, micros = reply
-    return int(seconds) * NS_PER_S + int(micros) * 1_000
-
-
 FLEET_READS = 2
 """Streaming reads of the whole fleet (consumer lists without a queue) at once; the others
 wait, so memory stays a few chunks whatever the number of requests."""
@@ -317,11 +305,9 @@ class PresenceData:
         return await self.ping()
 
     async def ping(self) -> int:
-        """One round trip to Redis (`TIME`, which the reader role may run): its clock."""
-        try:
-            return server_time_ns(await self.registry.client.execute_command("TIME"))
-        except RedisError as exc:
-            raise translate(exc) from exc
+        """One round trip to Redis (`TIME`, which the reader role may run): the registry's
+        server clock (`clock_ns`, the one its reads age against)."""
+        return await self.registry.clock_ns()
 
     async def ttl(self, queue: str | None = None, group: str | None = None) -> TtlInUse:
         """The TTL reads of the prefix (or of one group) use: ``--ttl-ms``, else the shared

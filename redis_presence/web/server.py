@@ -11,7 +11,8 @@ from typing import Any
 import uvicorn
 from uvicorn.config import LOGGING_CONFIG
 
-from .app import WebConfig, create_app
+from .app import create_app
+from .service import WebConfig
 
 SHUTDOWN_GRACE_S = 5
 """How long a stop (Ctrl-C, SIGTERM) waits for open requests and event streams."""

@@ -147,10 +147,10 @@ def command(
     from redis_presence.urls import redact
 
     try:  # the web extra is optional: import it only when serving
-        from redis_presence.web.app import WebConfig
         from redis_presence.web.auth import check_token
         from redis_presence.web.security import ALLOWED_HOSTS_ENV, parse_allowed_hosts
         from redis_presence.web.server import bind, run, url_of
+        from redis_presence.web.service import WebConfig
     except ImportError as exc:
         raise web_extra_missing("serve", exc) from None
     if auth_token:

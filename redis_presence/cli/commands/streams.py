@@ -110,6 +110,8 @@ def _action(consumer: ReapedConsumer, would: str) -> str:
 
 def render_reap(outcome: StreamReap, styler: render.Styler, width: int | None = None) -> str:
     """The outcome of a reap as a table (fitted to `width`) and a summary line."""
+    from redis_presence.formatting import human_age
+
     from .. import render
 
     columns = (
@@ -125,7 +127,7 @@ def render_reap(outcome: StreamReap, styler: render.Styler, width: int | None = 
         (
             c.consumer,
             c.presence,
-            "-" if c.idle_ms is None else render.human_age(c.idle_ms),
+            "-" if c.idle_ms is None else human_age(c.idle_ms),
             str(c.pending),
             str(c.moved),
             _action(c, would),
