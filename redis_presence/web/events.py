@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
 import logging
 import time
@@ -352,19 +351,19 @@ class _Poller:
             try:
                 page = await feed.read(None if fresh else self.cursor, self.queue, self.group)
             except PresenceResyncRequired as exc:
-                lost = feed.scrub(str(exc))
+                lost = str(exc)
                 if fresh:
                     await asyncio.sleep(feed.interval_s)
                 continue
             except PresencePoolExhausted as exc:  # the service is busy, Redis may be fine
-                log.warning("event stream: %s", feed.scrub(str(exc)))
+                log.warning("event stream: %s", str(exc))
                 await asyncio.sleep(feed.interval_s)
                 continue
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 if not isinstance(exc, PresenceError):  # never a dead feed: log, go on
-                    log.error("event stream failed: %s", feed.scrub(repr(exc)))
+                    log.error("event stream failed: %s", repr(exc))
                     await asyncio.sleep(feed.interval_s)
                     continue
                 if self.down is None:
@@ -372,7 +371,7 @@ class _Poller:
                         "status",
                         {
                             "redis_up": False,
-                            "message": feed.scrub(str(exc)),
+                            "message": str(exc),
                             "since_ns": feed.unreachable_since_ns(),
                         },
                     )
@@ -439,7 +438,7 @@ class _Poller:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the next read of the events says what is wrong
-            log.warning("event stream: rows not read again: %s", self.feed.scrub(repr(exc)))
+            log.warning("event stream: rows not read again: %s", repr(exc))
             return
         found: set[_Key] = set()
         changed: list[dict[str, Any]] = []
@@ -490,11 +489,11 @@ class _Poller:
                 if not page.more:
                     break
         except PresenceResyncRequired as exc:
-            yield [_snapshot(self.feed.scrub(str(exc)), base)]
+            yield [_snapshot(str(exc), base)]
             return
         except PresenceError as exc:
             reason = f"the events since this stream's cursor could not be read: {exc}"
-            yield [_snapshot(self.feed.scrub(reason), base)]
+            yield [_snapshot(reason, base)]
             return
         yield [_cursor(base)]
         if seen:
@@ -529,15 +528,12 @@ class LiveFeed:
         data: PresenceData,
         *,
         interval_s: float = 0.5,
-        scrub: Callable[[str], str] = str,
         max_streams: int = DEFAULT_MAX_STREAMS,
     ) -> None:
         self.data = data
         self.interval_s = interval_s
-        self.scrub = scrub
         self.max_streams = max_streams
         self._pollers: dict[tuple[str | None, str | None], _Poller] = {}
-        self._limit = _takes_limit(data.registry)
         self.rereads = hasattr(data.registry, "plans") and hasattr(data.registry, "execute")
         """Whether the registry runs `Planner.rows_of` (the pollers read their rows again)."""
         self.down_since_ns: int | None = None
@@ -598,10 +594,10 @@ class LiveFeed:
         *,
         now_ns: int | None = None,
     ) -> _Page:
-        """One `changes` read (a page of at most PAGE_EVENTS events, where the registry
-        pages them)."""
-        limit = PAGE_EVENTS if self._limit else None
-        page = await self.data.changes(cursor, queue=queue, group=group, now_ns=now_ns, limit=limit)
+        """One `changes` read: a page of at most PAGE_EVENTS events."""
+        page = await self.data.changes(
+            cursor, queue=queue, group=group, now_ns=now_ns, limit=PAGE_EVENTS
+        )
         events, after = page
         return _Page(list(events), after, bool(getattr(page, "more", False)))
 
@@ -621,14 +617,6 @@ class LiveFeed:
                 poller.task = None
 
 
-def _takes_limit(registry: Any) -> bool:
-    """Whether the registry's `changes` pages its answer (a ``limit`` keyword)."""
-    try:
-        return "limit" in inspect.signature(registry.changes).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 async def stream(
     data: PresenceData,
     cursor: str | None,
@@ -636,11 +624,10 @@ async def stream(
     queue: str | None = None,
     group: str | None = None,
     interval_s: float = 0.5,
-    scrub: Callable[[str], str] = str,
 ) -> AsyncGenerator[StreamMessage, None]:
     """The messages of one event stream from `cursor` (None: from now) until the client
-    goes away, from a feed of its own; `scrub` removes secrets from error messages."""
-    feed = LiveFeed(data, interval_s=interval_s, scrub=scrub)
+    goes away, from a feed of its own."""
+    feed = LiveFeed(data, interval_s=interval_s)
     sub = feed.subscribe(cursor, queue=queue, group=group)
     try:
         async for message in sub.messages():
