@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .aio import AsyncRedisPresenceRegistry as AsyncRedisPresenceRegistry
+    from .contract import PresenceRegistry as PresenceRegistry
     from .errors import PresenceAuthError as PresenceAuthError
     from .errors import PresenceBatchError as PresenceBatchError
     from .errors import PresenceClockError as PresenceClockError
@@ -46,8 +47,7 @@ if TYPE_CHECKING:
     from .plans import MAX_ROWS_PER_ROUND_TRIP as MAX_ROWS_PER_ROUND_TRIP
     from .plans import TTL_CACHE_MS as TTL_CACHE_MS
     from .plans import Limits as Limits
-    from .protocol import PresenceRegistry as PresenceRegistry
-    from .redis import RedisPresenceRegistry as RedisPresenceRegistry
+    from .registry import RedisPresenceRegistry as RedisPresenceRegistry
     from .reporter import DEFAULT_REPORT_INTERVAL_MS as DEFAULT_REPORT_INTERVAL_MS
     from .reporter import AsyncPresenceReporter as AsyncPresenceReporter
     from .reporter import PresenceReporter as PresenceReporter
@@ -89,10 +89,10 @@ _EXPORTS: dict[str, str] = {
     "MAX_GROUPS_PER_CALL": "plans",
     "MAX_ROWS_PER_ROUND_TRIP": "plans",
     "TTL_CACHE_MS": "plans",
-    "PresenceRegistry": "protocol",
+    "PresenceRegistry": "contract",
     "PresenceReporter": "reporter",
     "PresenceState": "model",
-    "RedisPresenceRegistry": "redis",
+    "RedisPresenceRegistry": "registry",
 }
 """Each public name and the submodule (of this package) that defines it."""
 

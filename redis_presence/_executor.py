@@ -51,6 +51,7 @@ from .plans import Command, Limits, Partial, Plan, Planner, Request, ScriptCall
 from .policy import PolicyCheck
 
 T = TypeVar("T")
+E = TypeVar("E", bound="Executor")
 
 KEYLESS = frozenset(("TIME", "SCRIPT LOAD"))
 """Commands the plans send that name no key."""
@@ -413,6 +414,42 @@ class Executor:
     """Whether this registry sends prebuilt RESP itself: a single beat's (`Single.packed`)
     and the batched heartbeat's calls (`ScriptCall.packed`), on a standalone client with a
     connection pool (`sends_prebuilt`)."""
+
+    _open: Callable[..., Any]
+    """Opens a client for a URL: `urls.open_client` or `urls.open_async_client`."""
+
+    @classmethod
+    def from_url(
+        cls: type[E],
+        url: str,
+        *,
+        prefix: str = "presence",
+        read_only: bool = False,
+        limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
+        max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
+        events_kept: int = DEFAULT_EVENTS_KEPT,
+        cluster_retry_ms: int = DEFAULT_CLUSTER_RETRY_MS,
+        **redis_kwargs: Any,
+    ) -> E:
+        """A registry on a new client for `url`: ``redis://``, ``rediss://``, ``unix://``,
+        ``redis+cluster://`` / ``rediss+cluster://`` for a Redis Cluster (several startup
+        nodes, comma-separated), or ``redis+sentinel://`` / ``rediss+sentinel://`` for the
+        primary that Sentinel names (`redis_presence.urls`); closing the registry (``close``,
+        ``aclose`` for asyncio) closes that client. A malformed URL is a
+        `PresenceConfigError`, its password hidden. The registry's own options are those of
+        the constructor; every other keyword goes to redis-py."""
+        client = cls._open(url, **redis_kwargs)
+        registry = cls(
+            client,
+            prefix=prefix,
+            read_only=read_only,
+            limits=limits,
+            max_future_ms=max_future_ms,
+            events_kept=events_kept,
+            cluster_retry_ms=cluster_retry_ms,
+        )
+        registry._owns_client = True
+        return registry
 
     @classmethod
     def sends_prebuilt(cls, client: Any) -> bool:

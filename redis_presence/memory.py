@@ -385,9 +385,13 @@ class ConsumerPresenceRegistry:
             out.append(GroupPresence.of(*key, active, stale, expired, declared.get(key), *more))
         return out
 
-    def __len__(self) -> int:
+    def size(self) -> int:
+        """How many consumers are tracked, in every state (as ``len()``)."""
         with self._lock:
             return len(self._rows)
+
+    def __len__(self) -> int:
+        return self.size()
 
     def __repr__(self) -> str:
         return f"ConsumerPresenceRegistry(<{len(self)} consumers>)"

@@ -35,7 +35,7 @@ from ._executor import Executor
 from .errors import PresenceBatchError, PresenceError
 from .model import DEFAULT_PRESENCE_TTL_MS, NS_PER_MS, NS_PER_US
 from .plans import Plan
-from .redis import RedisPresenceRegistry
+from .registry import RedisPresenceRegistry
 from .validation import (
     MAX_DELAY_MS,
     ConsumerKey,

@@ -19,8 +19,8 @@ from redis_presence import (
     ConsumerPresenceRegistry,
     RedisPresenceRegistry,
 )
+from redis_presence.contract import PresenceRegistry
 from redis_presence.plans import Limits
-from redis_presence.protocol import PresenceRegistry
 
 BACKENDS = [
     pytest.param("memory", id="memory"),

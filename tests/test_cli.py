@@ -30,7 +30,7 @@ from redis_presence.cli import cli
 from redis_presence.cli.app import RegistryFactory
 from redis_presence.cli.errors import CliError, ReadOnlyRefused
 from redis_presence.cli.render import CONSUMER_FIELDS
-from redis_presence.protocol import PresenceRegistry
+from redis_presence.contract import PresenceRegistry
 
 S = 1_000_000_000
 NOW = 1_750_000_000 * S

@@ -17,7 +17,7 @@ from test_cli import DEFAULT_TTL_NOTE, Backend, backend, invoke, one_error_line
 from test_cli_failures import CLI, cli_env
 
 from redis_presence import FollowCursor, FollowSnapshot, RedisPresenceRegistry
-from redis_presence.protocol import PresenceRegistry
+from redis_presence.contract import PresenceRegistry
 
 __all__ = ["backend"]  # the fixture, used by name below
 

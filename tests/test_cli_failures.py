@@ -51,7 +51,7 @@ from test_security import (
 import redis_presence
 from redis_presence import PresenceAuthError, PresenceConnectionError, RedisPresenceRegistry
 from redis_presence.cli import app as cli_app
-from redis_presence.protocol import PresenceRegistry
+from redis_presence.contract import PresenceRegistry
 
 __all__ = ["backend"]  # the fixture, used by name below
 

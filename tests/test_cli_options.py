@@ -15,7 +15,7 @@ from test_cli import NOW, Backend, backend, invoke, one_error_line, seed
 import redis_presence
 from redis_presence import ConsumerPresenceRegistry
 from redis_presence.cli import cli
-from redis_presence.protocol import PresenceRegistry
+from redis_presence.contract import PresenceRegistry
 
 __all__ = ["backend"]  # the fixture, used by name below
 

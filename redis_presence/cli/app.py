@@ -21,8 +21,8 @@ from .options import DEFAULT_TIMEOUT_S, READ_ONLY_COMMANDS
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from redis_presence.contract import PresenceRegistry
     from redis_presence.model import ConsumerPresence
-    from redis_presence.protocol import PresenceRegistry
 
 HOW_TO_STORE = "'redis-presence ttl set' stores one"
 
@@ -39,7 +39,7 @@ def open_redis_registry(
     """The default factory: a `RedisPresenceRegistry` for `url` (connects on first use) that
     waits `timeout_s` to connect and for each reply; `read_only` runs reads with EVALSHA_RO
     and refuses writes."""
-    from redis_presence.redis import RedisPresenceRegistry
+    from redis_presence.registry import RedisPresenceRegistry
 
     return RedisPresenceRegistry.from_url(
         url,

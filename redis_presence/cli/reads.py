@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 from redis_presence.model import ConsumerPresence, PresenceState
 
 if TYPE_CHECKING:
-    from redis_presence.protocol import PresenceRegistry
+    from redis_presence.contract import PresenceRegistry
 
 T = TypeVar("T")
 

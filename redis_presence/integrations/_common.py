@@ -11,7 +11,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from redis_presence.redis import RedisPresenceRegistry
+from redis_presence.registry import RedisPresenceRegistry
 from redis_presence.reporter import (
     DEFAULT_REPORT_INTERVAL_MS,
     MAX_REPORT_INTERVAL_MS,

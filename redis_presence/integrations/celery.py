@@ -41,7 +41,7 @@ from celery import Celery, bootsteps
 from celery.signals import heartbeat_sent, task_postrun, task_prerun, task_received
 from celery.worker import state as worker_state
 
-from redis_presence.redis import RedisPresenceRegistry
+from redis_presence.registry import RedisPresenceRegistry
 from redis_presence.reporter import PresenceReporter
 
 from ._common import Settings

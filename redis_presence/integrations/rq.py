@@ -38,7 +38,7 @@ from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.scheduler import RQScheduler
 from rq.worker import Worker
 
-from redis_presence.redis import RedisPresenceRegistry
+from redis_presence.registry import RedisPresenceRegistry
 from redis_presence.reporter import PresenceReporter
 
 from ._common import SCHEDULER_GROUP, Settings, host_pid

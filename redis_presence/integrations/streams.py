@@ -28,11 +28,11 @@ from typing import Any, ClassVar, Generic, TypeVar
 from redis.exceptions import ResponseError
 
 from redis_presence.aio import AsyncRedisPresenceRegistry
+from redis_presence.contract import PresenceRegistry
 from redis_presence.errors import DRIVER_ERRORS, PresenceError, translate
 from redis_presence.model import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
 from redis_presence.plans import Command, Plan, ScriptCall, alongside
-from redis_presence.protocol import PresenceRegistry
-from redis_presence.redis import RedisPresenceRegistry
+from redis_presence.registry import RedisPresenceRegistry
 from redis_presence.scripts import script
 from redis_presence.validation import check_name, check_now_ns, check_ttl_ms
 

@@ -19,8 +19,8 @@ from ..app import App, pass_app
 from ..errors import UsageProblem, translate
 
 if TYPE_CHECKING:
+    from redis_presence.contract import PresenceRegistry
     from redis_presence.model import ConsumerPresence
-    from redis_presence.protocol import PresenceRegistry
 
 T = TypeVar("T")
 

@@ -57,7 +57,7 @@ def command(
     """
     from redis_presence.errors import PresenceConnectionError
     from redis_presence.events import FollowMessage, FollowSnapshot, PresenceEvent
-    from redis_presence.redis import RedisPresenceRegistry
+    from redis_presence.registry import RedisPresenceRegistry
 
     from .. import render
     from ..errors import one_line

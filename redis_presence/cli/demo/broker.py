@@ -19,8 +19,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
+from redis_presence.contract import PresenceRegistry
 from redis_presence.errors import PresenceError
-from redis_presence.protocol import PresenceRegistry
 
 from ..embedded import LocalRedis, stop_process
 

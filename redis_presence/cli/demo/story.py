@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from rich.console import Console
 
-from redis_presence.protocol import PresenceRegistry
-from redis_presence.redis import RedisPresenceRegistry
+from redis_presence.contract import PresenceRegistry
+from redis_presence.registry import RedisPresenceRegistry
 
 from .. import render
 from ..embedded import LocalRedis, ServerChoice, start_local_redis

@@ -1,0 +1,355 @@
+"""The registries' operations, written once: each builds its plan and runs it.
+
+Every operation of the Redis registries is one method here that asks the planner
+(`redis_presence.plans`) for its plan and runs it with the registry's ``execute``:
+
+- `Contract`: the operations every registry offers, the in-process model too;
+- `Operations`: those and the ones only a Redis registry has (`group_page`, `migrate`).
+
+This file is the synchronous form, mixed into `RedisPresenceRegistry`. Two modules are
+generated from it by ``python -m redis_presence._codegen`` (a test fails when either is
+behind): `redis_presence.aio_operations`, the same methods as coroutines for
+`AsyncRedisPresenceRegistry`, and `redis_presence.contract`, the `PresenceRegistry`
+protocol with `Contract`'s signatures. So adding an operation takes its Lua file, its plan,
+one method here and the in-process model (`redis_presence.memory`).
+
+What the generator changes, and so what this file may use: each method becomes
+``async def`` (one that returns ``self.stream(...)`` stays a plain method returning an
+async iterator); a call of ``self.execute`` or of another operation is awaited;
+``Iterator`` becomes ``AsyncIterator`` and ``time.sleep`` ``asyncio.sleep``; dunder methods
+(``__len__``) are left out of the asyncio form.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
+
+from .errors import PresenceResyncRequired
+from .events import (
+    DEFAULT_CHANGES_LIMIT,
+    DEFAULT_FOLLOW_INTERVAL_S,
+    Changes,
+    Cursor,
+    FollowCursor,
+    FollowMessage,
+    check_interval_s,
+)
+from .model import ConsumerPresence, GroupPresence, GroupsPage
+from .plans import Plan, Planner, RowStream
+from .validation import Beat
+
+T = TypeVar("T")
+
+__all__ = ["Contract", "Operations"]
+
+
+class Contract:
+    """Heartbeat, snapshot (whole or streamed), counts, prune and deregister, the shared TTL
+    and the events, metadata, the progress budget and declared groups, with the contract's
+    signatures; `queue` / `group` filter a read to one queue or one group, and `ttl_ms`
+    None is the shared TTL. Every method is its plan (`plans`) run by `execute`."""
+
+    plans: Planner
+
+    def execute(self, plan: Plan[T]) -> T:
+        """Run `plan` to its result (the registry's transport)."""
+        raise NotImplementedError
+
+    def stream(self, stream: RowStream) -> Iterator[ConsumerPresence]:
+        """Run a streaming read, handing out each group's rows as they are read."""
+        raise NotImplementedError
+
+    def heartbeat(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        lease_count: int = 0,
+        now_ns: int | None = None,
+        *,
+        progressed: bool = False,
+    ) -> None:
+        """Record or refresh one consumer in one atomic script call (one round trip).
+        With `progressed`, also records progress (a finished or acknowledged message) at
+        the beat's instant."""
+        return self.execute(
+            self.plans.heartbeat(queue, group, consumer, lease_count, now_ns, progressed=progressed)
+        )
+
+    def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
+        """Write many ``(queue, group, consumer, lease_count)`` beats, each atomically, in one
+        script call (one per queue on a cluster, the asyncio registry's sent concurrently);
+        returns how many."""
+        return self.execute(self.plans.heartbeat_many(beats, now_ns))
+
+    def clock_ns(self) -> int:
+        """The server clock that reads use when ``now_ns`` is None (``TIME``), in ns."""
+        return self.execute(self.plans.clock_ns())
+
+    def snapshot(
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
+        stuck_after_ms: int | None = None,
+        with_meta: bool = False,
+    ) -> list[ConsumerPresence]:
+        """Every tracked consumer (of one queue, or one group), ordered by `(queue, group,
+        consumer)`, expired ones too."""
+        return self.execute(
+            self.plans.snapshot(
+                now_ns,
+                ttl_ms,
+                queue=queue,
+                group=group,
+                stuck_after_ms=stuck_after_ms,
+                with_meta=with_meta,
+            )
+        )
+
+    def iter_snapshot(
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
+        stuck_after_ms: int | None = None,
+        with_meta: bool = False,
+    ) -> Iterator[ConsumerPresence]:
+        """The rows of `snapshot`, group by group as they are read, holding one chunk at a
+        time (see `Planner.iter_snapshot`); groups come in the index's order."""
+        return self.stream(
+            self.plans.iter_snapshot(
+                now_ns,
+                ttl_ms,
+                queue=queue,
+                group=group,
+                stuck_after_ms=stuck_after_ms,
+                with_meta=with_meta,
+            )
+        )
+
+    def count_active_by_group(
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> dict[tuple[str, str], int]:
+        """Active consumers per `(queue, group)`; groups without one have no key."""
+        return self.execute(
+            self.plans.count_active_by_group(now_ns, ttl_ms, queue=queue, group=group)
+        )
+
+    def count_active(
+        self,
+        queue: str,
+        group: str,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+    ) -> int:
+        """Active consumers of one group (0 when it has none)."""
+        return self.execute(self.plans.count_active(queue, group, now_ns, ttl_ms))
+
+    def consumer(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        stuck_after_ms: int | None = None,
+    ) -> ConsumerPresence | None:
+        """One consumer's row, or None when it is not tracked (one ``HMGET``: a probe)."""
+        return self.execute(
+            self.plans.consumer(
+                queue, group, consumer, now_ns, ttl_ms, stuck_after_ms=stuck_after_ms
+            )
+        )
+
+    def prune_expired(
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> int:
+        """Remove exactly the consumers `snapshot` would call expired; returns how many."""
+        return self.execute(self.plans.prune_expired(now_ns, ttl_ms, queue=queue, group=group))
+
+    def deregister(self, queue: str, group: str, consumer: str, now_ns: int | None = None) -> bool:
+        """Forget one consumer (graceful shutdown); returns whether it was tracked."""
+        return self.execute(self.plans.deregister(queue, group, consumer, now_ns))
+
+    def describe(self, queue: str, group: str, consumer: str, meta: dict[str, str]) -> bool:
+        """Store the consumer's metadata, written only when it changed (an empty mapping
+        removes it); returns whether the consumer is tracked (see `Planner.describe`)."""
+        return self.execute(self.plans.describe(queue, group, consumer, meta))
+
+    def expect(self, queue: str, group: str, min_active: int = 1) -> None:
+        """Declare that `group` must have at least `min_active` active readers of `queue`."""
+        return self.execute(self.plans.expect(queue, group, min_active))
+
+    def unexpect(self, queue: str, group: str) -> bool:
+        """Forget a declared group; returns whether it was declared."""
+        return self.execute(self.plans.unexpect(queue, group))
+
+    def expected(self) -> dict[tuple[str, str], int]:
+        """Every declared group and its `min_active`, ordered by (queue, group)."""
+        return self.execute(self.plans.expected())
+
+    def min_active(self, queue: str, group: str) -> int | None:
+        """The minimum one group was declared with (None: not declared)."""
+        return self.execute(self.plans.min_active(queue, group))
+
+    def groups(
+        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
+    ) -> list[GroupPresence]:
+        """Every tracked or declared group with its consumers by state, its `min_active`
+        (None: not declared) and whether it has fewer active consumers (`details`: and its
+        oldest heartbeat and leases, see `Planner.groups`)."""
+        return self.execute(self.plans.groups(now_ns, ttl_ms, details=details))
+
+    def set_stuck_after(
+        self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None
+    ) -> None:
+        """Store the progress budget every reader shares, for the prefix or one group (None:
+        forget it); reads whose `stuck_after_ms` is None use it."""
+        return self.execute(self.plans.set_stuck_after(stuck_after_ms, queue=queue, group=group))
+
+    def stuck_after(self, queue: str | None = None, group: str | None = None) -> int:
+        """The shared progress budget of one group (or of the prefix)."""
+        return (self.execute(self.plans.stuck_after(queue, group)))[0]
+
+    def stuck_after_source(
+        self, queue: str | None = None, group: str | None = None
+    ) -> tuple[int, str]:
+        """`stuck_after` and where it comes from: ``"group"``, ``"prefix"`` or ``"default"``."""
+        return self.execute(self.plans.stuck_after(queue, group))
+
+    def set_ttl(
+        self, ttl_ms: int | None, *, queue: str | None = None, group: str | None = None
+    ) -> None:
+        """Store the TTL every broker and reader shares, for the prefix or one group (None:
+        forget it); reads whose `ttl_ms` is None use it."""
+        return self.execute(self.plans.set_ttl(ttl_ms, queue=queue, group=group))
+
+    def ttl(self, queue: str | None = None, group: str | None = None) -> int:
+        """The shared TTL of one group (or of the prefix), as reads with `ttl_ms` None use it."""
+        return (self.execute(self.plans.ttl(queue, group)))[0]
+
+    def ttl_source(self, queue: str | None = None, group: str | None = None) -> tuple[int, str]:
+        """`ttl` and where it comes from: ``"group"``, ``"prefix"`` or ``"default"``."""
+        return self.execute(self.plans.ttl(queue, group))
+
+    def ttl_sources(
+        self, groups: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str]]:
+        """`ttl_source` of each `(queue, group)`, read in batches."""
+        return dict(self.execute(self.plans.ttl_sources(groups)))
+
+    def changes(
+        self,
+        cursor: str | None = None,
+        *,
+        now_ns: int | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+        limit: int = DEFAULT_CHANGES_LIMIT,
+    ) -> Changes:
+        """Every event after `cursor` up to `now_ns`, and the cursor to go on from (see
+        `Planner.changes`); `cursor` None starts now."""
+        return self.execute(
+            self.plans.changes(cursor, now_ns=now_ns, queue=queue, group=group, limit=limit)
+        )
+
+    def follow(
+        self,
+        *,
+        cursor: str | None = None,
+        interval_s: float = DEFAULT_FOLLOW_INTERVAL_S,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> Iterator[FollowMessage]:
+        """State, then diffs: a `FollowSnapshot` first, then each `PresenceEvent` as it
+        happens (asking for changes every `interval_s`) and a `FollowCursor` after each ask,
+        and a new `FollowSnapshot` whenever the log was trimmed past its cursor. With
+        `cursor` (from `changes` or a `FollowCursor`), it goes on from there at once,
+        without the first snapshot."""
+        interval = check_interval_s(interval_s)
+        if cursor is not None:
+            Cursor.decode(cursor)
+        while True:
+            wait = cursor is None
+            if cursor is None:
+                message = self.execute(self.plans.snapshot_cursor(queue=queue, group=group))
+                yield message
+                cursor = message.cursor
+            try:
+                while True:
+                    if wait:
+                        time.sleep(interval)
+                    page = self.changes(cursor, queue=queue, group=group)
+                    events, cursor = page
+                    wait = not page.more  # a window given in pages goes on at once
+                    for event in events:  # noqa: UP028 (the asyncio form cannot yield from)
+                        yield event
+                    yield FollowCursor(cursor, Cursor.decode(cursor).now_ns)
+            except PresenceResyncRequired:
+                cursor = None
+
+    def size(self) -> int:
+        """How many consumers are tracked, in every state (``len()`` of a sync registry)."""
+        return self.execute(self.plans.size())
+
+    def __len__(self) -> int:
+        return self.size()
+
+
+class Operations(Contract):
+    """`Contract` and what only a Redis registry offers: the index read page by page and
+    the migration of an older release's keys."""
+
+    def group_names(self, queue: str | None = None) -> list[tuple[str, str]]:
+        """Every indexed (queue, group) (of one `queue`), ordered by name, from the index
+        alone (see `Planner.group_names`)."""
+        return self.execute(self.plans.group_names(queue))
+
+    def group_page(
+        self,
+        *,
+        after: tuple[str, str] | None = None,
+        before: tuple[str, str] | None = None,
+        limit: int = 100,
+        queue: str | None = None,
+        names: Callable[[str, str], bool] | None = None,
+        match: Callable[[GroupPresence], bool] | None = None,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+    ) -> GroupsPage:
+        """One page of `groups()` after (or before) a group, in the index's order, read and
+        counted from that group on (see `Planner.group_page`)."""
+        return self.execute(
+            self.plans.group_page(
+                after=after,
+                before=before,
+                limit=limit,
+                queue=queue,
+                names=names,
+                match=match,
+                now_ns=now_ns,
+                ttl_ms=ttl_ms,
+            )
+        )
+
+    def migrate(self) -> int:
+        """Move the index of release 0.1 into this release's (see `Planner.migrate`)."""
+        return self.execute(self.plans.migrate())
