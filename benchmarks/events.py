@@ -8,7 +8,7 @@ import gc
 from typing import Any
 
 from redis_presence import RedisPresenceRegistry
-from redis_presence.cli.watch import EventWatcher
+from redis_presence.cli.frames import EventWatcher
 from redis_presence.events import DEFAULT_EVENTS_KEPT
 
 from .fleet import GROUPS, NOW_NS, TTL_MS, fleet, write_fleet

@@ -287,7 +287,7 @@ def test_watch_and_events_help_and_the_command_list() -> None:
 
 def test_event_watcher_applies_events_and_keeps_marks_for_a_few_refreshes() -> None:
     from redis_presence import ConsumerPresence, EventKind, PresenceEvent, PresenceState
-    from redis_presence.cli.watch import MARK_REFRESHES, Change, EventWatcher, GroupTally
+    from redis_presence.cli.frames import MARK_REFRESHES, Change, EventWatcher, GroupTally
 
     s = 1_000_000_000
     t0 = 1_750_000_000 * s

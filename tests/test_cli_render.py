@@ -12,7 +12,7 @@ from rich.console import Console
 
 from redis_presence import ConsumerPresence, ConsumerPresenceRegistry, PresenceState, formatting
 from redis_presence.cli import render
-from redis_presence.cli.watch import Change, Frame, GroupTally, Watcher, diff, run_watch, tally
+from redis_presence.cli.frames import Change, Frame, GroupTally, Watcher, diff, run_watch, tally
 
 S = 1_000_000_000
 NOW = 1_750_000_000 * S  # 2025-06-15T15:06:40Z

@@ -29,7 +29,7 @@ from redis_presence.formatting import human_age, iso_utc, iso_utc_ms
 from redis_presence.model import ConsumerPresence, PresenceState
 
 from .errors import output_errors
-from .watch import Change, Frame, GroupTally, WatchRow
+from .frames import Change, Frame, GroupTally, WatchRow
 
 if TYPE_CHECKING:
     from redis_presence.events import PresenceEvent

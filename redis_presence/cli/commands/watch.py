@@ -11,9 +11,9 @@ import click
 from redis_presence.model import ConsumerPresence
 
 from ..app import App, pass_app
+from ..frames import Frame, Outage, run_watch
 from ..options import arrangement, filters
 from ..reads import Selection, arrange
-from ..watch import Frame, Outage, run_watch
 
 
 @click.command("watch", short_help="Live table marking joined, went stale, expired, left.")
@@ -61,7 +61,7 @@ def command(
 
     from .. import render
     from ..errors import one_line
-    from ..watch import REREAD_MAX, EventWatcher
+    from ..frames import REREAD_MAX, EventWatcher
 
     console = app.console
     selection = Selection.of(queue, group, states)

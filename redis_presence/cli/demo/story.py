@@ -17,7 +17,7 @@ from redis_presence.registry import RedisPresenceRegistry
 
 from .. import render
 from ..embedded import LocalRedis, ServerChoice, start_local_redis
-from ..watch import Frame, Watcher
+from ..frames import Frame, Watcher
 from .broker import BrokerProcess, interrupt_on_sigterm, start_broker, stop_brokers
 from .dashboard import Dashboard, start_dashboard
 

@@ -1,4 +1,4 @@
-"""What `watch` and `demo` show: what changed, with no I/O.
+"""The frames `watch` and `demo` show: what changed, with no I/O.
 
 `EventWatcher` (what `watch` uses) keeps the state from `follow`: the first snapshot, then
 the events, so that a refresh costs what changed; each change stays marked, with its time,
