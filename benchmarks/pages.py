@@ -23,11 +23,9 @@ from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
 from .fleet import NOW_NS, TTL_MS, Beat, write_fleet
 from .server import HOST, BenchServer
 from .stats import CaseResult, Check, Measure
-from .web import MISSING, _measure, longest_each
+from .web import MISSING, _measure, get_ok, longest_each, serving
 
 if MISSING is None:
-    import httpx
-
     from redis_presence.web import WebConfig, create_app
 
 PREFIX = "bench-pages"
@@ -64,22 +62,10 @@ async def _run(server: BenchServer, n: int, groups: int, rounds: int, result: Ca
     cold = create_app(_config(url, totals_cache_s=0.0))
     registry = AsyncRedisPresenceRegistry.from_url(url, prefix=PREFIX)
     probe = server.client()
-    async with (
-        warm.router.lifespan_context(warm),
-        cold.router.lifespan_context(cold),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=warm), base_url="http://127.0.0.1"
-        ) as web,
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=cold), base_url="http://127.0.0.1"
-        ) as fresh,
-    ):
+    async with serving(warm, cold) as (web, fresh):
 
-        async def get(client: httpx.AsyncClient, path: str) -> Any:
-            response = await client.get(path, headers={"Accept": "application/json"})
-            if response.status_code != 200:
-                raise AssertionError(f"{path}: {response.status_code} {response.text[:200]}")
-            return response.json() if "json" in response.headers["content-type"] else None
+        async def get(client: Any, path: str) -> Any:
+            return await get_ok(client, path, accept="application/json")
 
         first = await get(web, "/")
         shown = [(g["queue"], g["group"]) for g in first["groups"]]

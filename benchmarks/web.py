@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
@@ -64,6 +65,29 @@ def _longest_usec(client: Any) -> tuple[str, float]:
     return longest
 
 
+@asynccontextmanager
+async def serving(*apps: Any) -> AsyncIterator[list[Any]]:
+    """Each app started (its lifespan) and an httpx client on it through the ASGI
+    transport (no sockets), with the loopback ``Host`` the service accepts."""
+    async with AsyncExitStack() as stack:
+        clients = []
+        for app in apps:
+            await stack.enter_async_context(app.router.lifespan_context(app))
+            transport = httpx.ASGITransport(app=app)
+            client = httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1")
+            clients.append(await stack.enter_async_context(client))
+        yield clients
+
+
+async def get_ok(client: Any, path: str, accept: str | None = None) -> Any:
+    """``GET path``, failing the case on any status but 200; the decoded body when JSON."""
+    headers = {} if accept is None else {"Accept": accept}
+    response = await client.get(path, headers=headers)
+    if response.status_code != 200:
+        raise AssertionError(f"{path}: {response.status_code} {response.text[:200]}")
+    return response.json() if "json" in response.headers["content-type"] else None
+
+
 async def _measure(
     variants: dict[str, Callable[[], Awaitable[object]]], rounds: int
 ) -> dict[str, list[float]]:
@@ -95,21 +119,8 @@ async def _run(server: BenchServer, n: int, rounds: int, result: CaseResult) -> 
     )
     registry = AsyncRedisPresenceRegistry.from_url(url, prefix=PREFIX)
     probe = server.client()
-    async with (
-        plain.router.lifespan_context(plain),
-        detailed.router.lifespan_context(detailed),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=plain), base_url="http://127.0.0.1"
-        ) as web,
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=detailed), base_url="http://127.0.0.1"
-        ) as web_detailed,
-    ):
-
-        async def get(client: httpx.AsyncClient, path: str) -> None:
-            response = await client.get(path)
-            if response.status_code != 200:
-                raise AssertionError(f"{path}: {response.status_code} {response.text[:200]}")
+    async with serving(plain, detailed) as (web, web_detailed):
+        get = get_ok
 
         variants: dict[str, Callable[[], Awaitable[object]]] = {
             "GET /metrics": lambda: get(web, "/metrics"),
