@@ -28,6 +28,7 @@ from ._executor import (
     single,
     slot_moving,
 )
+from .clients import open_async_client
 from .errors import (
     DRIVER_ERRORS,
     PresenceError,
@@ -48,7 +49,6 @@ from .events import (
 from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence, GroupPresence, GroupsPage
 from .plans import Limits, Plan, Request, RowStream, ScriptCall, Single
 from .policy import memory_policy
-from .urls import open_async_client
 from .validation import Beat
 
 T = TypeVar("T")

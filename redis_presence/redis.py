@@ -23,6 +23,7 @@ from ._executor import (
     single,
     slot_moving,
 )
+from .clients import open_client
 from .errors import (
     DRIVER_ERRORS,
     PresenceError,
@@ -43,7 +44,6 @@ from .events import (
 from .model import DEFAULT_MAX_FUTURE_MS, ConsumerPresence, GroupPresence, GroupsPage
 from .plans import Limits, Plan, Request, RowStream, ScriptCall, Single
 from .policy import memory_policy
-from .urls import open_client
 from .validation import Beat
 
 T = TypeVar("T")
