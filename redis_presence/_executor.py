@@ -416,7 +416,7 @@ class Executor:
     connection pool (`sends_prebuilt`)."""
 
     _open: Callable[..., Any]
-    """Opens a client for a URL: `urls.open_client` or `urls.open_async_client`."""
+    """Opens a client for a URL: `clients.open_client` or `clients.open_async_client`."""
 
     @classmethod
     def from_url(

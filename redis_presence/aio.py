@@ -30,11 +30,11 @@ from ._executor import (
     slot_moving,
 )
 from .aio_operations import AsyncOperations
+from .clients import open_async_client
 from .errors import DRIVER_ERRORS, PresenceError, PresenceMetaError, translate
 from .model import ConsumerPresence
 from .plans import Plan, Request, RowStream, ScriptCall, Single
 from .policy import memory_policy
-from .urls import open_async_client
 
 T = TypeVar("T")
 

@@ -4,7 +4,7 @@ Bad arguments raise the built-in `TypeError` / `ValueError` (before anything is
 written); everything that goes wrong on the Redis side is a `PresenceError`.
 No message carries a password, by construction rather than by masking: the driver's
 messages name hosts and ports, never credentials, and a URL reaches a message only as
-`urls.redact` writes it (so no word of a message is ever garbled by a short password).
+`redaction.redact` writes it (so no word of a message is ever garbled by a short password).
 """
 
 from __future__ import annotations

@@ -27,12 +27,12 @@ from ._executor import (
     single,
     slot_moving,
 )
+from .clients import open_client
 from .errors import DRIVER_ERRORS, PresenceError, PresenceMetaError, translate
 from .model import ConsumerPresence
 from .operations import Operations
 from .plans import Plan, Request, RowStream, ScriptCall, Single
 from .policy import memory_policy
-from .urls import open_client
 
 T = TypeVar("T")
 

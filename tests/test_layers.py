@@ -9,7 +9,9 @@ Read from the source with `ast`, not by importing. The rules:
   level, but not imports under `if TYPE_CHECKING:` (never run) nor imports inside a function
   or method body (run on call, after every module has loaded: the lazy imports that keep
   `redis-presence --help` fast). A second test holds the stricter rule: no cycle even
-  counting the imports inside functions (still not those under `TYPE_CHECKING`).
+  counting the imports inside functions (still not those under `TYPE_CHECKING`);
+- no module of the package is over `MAX_MODULE_LINES` lines (a longer one is split by job,
+  as `urls.py` was into `url_parsing`, `redaction` and `clients`).
 
 `from . import x` and `from pkg import x` count as an arrow to `pkg.x` when `pkg.x` is a
 module of the package, else to `pkg`. An arrow to a package also runs its `__init__`, so it
@@ -179,3 +181,30 @@ def test_no_import_cycle_even_through_lazy_imports() -> None:
 def test_the_cycle_finder_finds_a_circle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+MAX_MODULE_LINES = 800
+
+
+def long_modules(modules: dict[str, Path]) -> dict[str, int]:
+    """The modules of `modules` over `MAX_MODULE_LINES` lines, with their lengths."""
+    lengths = {
+        name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules.items()
+    }
+    return {name: length for name, length in lengths.items() if length > MAX_MODULE_LINES}
+
+
+def test_no_module_is_over_800_lines() -> None:
+    too_long = long_modules(MODULES)
+    assert too_long == {}, "; ".join(
+        f"{MODULES[name].relative_to(ROOT.parent)} ({name}) is {length} lines, over "
+        f"{MAX_MODULE_LINES}: split it by job"
+        for name, length in sorted(too_long.items())
+    )
+
+
+def test_the_length_check_finds_a_long_module(tmp_path: Path) -> None:
+    short, long = tmp_path / "short.py", tmp_path / "long.py"
+    short.write_text("x = 1\n" * MAX_MODULE_LINES, encoding="utf-8")
+    long.write_text("x = 1\n" * (MAX_MODULE_LINES + 1), encoding="utf-8")
+    assert long_modules({"short": short, "long": long}) == {"long": MAX_MODULE_LINES + 1}

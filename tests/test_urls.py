@@ -3,6 +3,7 @@ client gets explicit timeouts, and several startup nodes or sentinels are all us
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import os
 import re
@@ -12,6 +13,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -33,6 +35,9 @@ from redis_presence import (
     PresenceError,
     PresenceReporter,
     RedisPresenceRegistry,
+    clients,
+    redaction,
+    url_parsing,
     urls,
 )
 from redis_presence.cli import cli
@@ -287,6 +292,26 @@ def test_a_url_typed_where_no_url_belongs_is_shown_redacted_and_driver_words_are
     assert urls.driver_reason(own) == "Cluster mode is not enabled on this node"
 
 
+def test_urls_still_offers_every_public_name_of_the_modules_it_was_split_into() -> None:
+    """`from redis_presence.urls import X` works for each public name defined in
+    `url_parsing`, `redaction` and `clients` (the names it held before the split), and
+    gives the very object the package itself uses."""
+    defined: dict[str, object] = {}
+    for module in (url_parsing, redaction, clients):
+        tree = ast.parse(Path(module.__file__ or "").read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.ClassDef):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            else:
+                continue
+            defined |= {name: getattr(module, name) for name in names if not name.startswith("_")}
+    assert sorted(urls.__all__) == sorted(defined)
+    assert {name: getattr(urls, name) for name in urls.__all__} == defined
+    assert {"parse_url", "redact", "open_client", "DEFAULT_SOCKET_TIMEOUT_S"} <= set(defined)
+
+
 # --- what the parser hands redis-py ----------------------------------------------------------
 
 
@@ -389,7 +414,7 @@ def test_a_frozen_server_fails_calls_and_reporter_close_on_the_default_timeout(
 ) -> None:
     """Without a timeout (redis-py 5's default) both would wait forever: the defaults apply
     whatever the redis-py version."""
-    monkeypatch.setattr(urls, "DEFAULT_SOCKET_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(clients, "DEFAULT_SOCKET_TIMEOUT_S", 0.3)  # where the openers read it
     registry = RedisPresenceRegistry.from_url(frozen.url, retry=Retry(NoBackoff(), 0))
     reporter = PresenceReporter(registry, interval_ms=60_000)
     registry.heartbeat("orders", "billing", "w0", now_ns=T0)

@@ -87,7 +87,7 @@ class App:
     @property
     def where(self) -> str:
         """`prefix 'presence' at redis://:***@host:6379/0`: what was read (no password)."""
-        from redis_presence.urls import redact
+        from redis_presence.redaction import redact
 
         return f"prefix {self.prefix!r} at {redact(self.url)}"
 

@@ -119,7 +119,7 @@ def translate(exc: BaseException, url: str | None, timeout_s: float | None = Non
         PresenceOutOfMemoryError,
         PresenceReadOnlyError,
     )
-    from redis_presence.urls import redact, redact_urls
+    from redis_presence.redaction import redact, redact_urls
 
     if isinstance(exc, click.UsageError):
         hint = ""

@@ -11,6 +11,7 @@ import os
 import socket
 from dataclasses import dataclass
 
+from redis_presence.clients import open_async_client
 from redis_presence.registry import RedisPresenceRegistry
 from redis_presence.reporter import (
     DEFAULT_REPORT_INTERVAL_MS,
@@ -18,7 +19,6 @@ from redis_presence.reporter import (
     AsyncPresenceReporter,
     PresenceReporter,
 )
-from redis_presence.urls import open_async_client
 from redis_presence.validation import check_name, check_prefix
 
 __all__ = ["SCHEDULER_GROUP", "Settings", "host_pid"]

@@ -9,7 +9,7 @@ import traceback
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from redis_presence.urls import redact_urls
+from redis_presence.redaction import redact_urls
 
 from .security import send_json_error
 

@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.templating import Jinja2Templates
 
 from redis_presence import AsyncRedisPresenceRegistry, PresenceState
+from redis_presence.clients import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_S
 from redis_presence.errors import (
     PresenceAuthError,
     PresenceConnectionError,
@@ -29,7 +30,8 @@ from redis_presence.errors import (
     PresencePoolExhausted,
 )
 from redis_presence.formatting import human_age, iso_utc
-from redis_presence.urls import DEFAULT_MAX_CONNECTIONS, DEFAULT_POOL_TIMEOUT_S, parse_url, redact
+from redis_presence.redaction import redact
+from redis_presence.url_parsing import parse_url
 
 from . import events as live_events
 from .data import PresenceData

@@ -144,7 +144,7 @@ def command(
       REDIS_PRESENCE_AUTH_TOKEN=s3cret redis-presence serve --host 0.0.0.0
       redis-presence --url redis://replica.internal:6379/0 --read-only serve --port 9000
     """
-    from redis_presence.urls import redact
+    from redis_presence.redaction import redact
 
     try:  # the web extra is optional: import it only when serving
         from redis_presence.web.auth import check_token

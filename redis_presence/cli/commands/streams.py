@@ -72,8 +72,8 @@ def reap(
       redis-presence --url redis://presence:6379/0 streams reap \\
           --stream-url redis://broker:6379/0 --stream orders --group billing --format json
     """
+    from redis_presence.clients import open_client
     from redis_presence.integrations.streams import reap_stream_consumers
-    from redis_presence.urls import open_client
 
     from .. import render
 
