@@ -33,8 +33,10 @@ what replaces it:
   is `registry.changes(cursor)`: the event logs written since the cursor and, per group,
   the heartbeats that crossed a line in the interval; what it costs grows with the
   changes and the groups it covers, not with the consumers.
-* `PresenceData.ttl` is `registry.ttl_source()` (the shared TTL), unless ``--ttl-ms``
-  fixed it, kept for TTL_REFRESH_S.
+* `PresenceData.ttl` and `stuck_after_ms` are the registry's own `Planner.ttl_in_use` and
+  `stuck_after_in_use` (unless ``--ttl-ms`` fixed the TTL): the shared settings its reads
+  were counted with, from the planner's one cache of them (read again after TTL_CACHE_MS),
+  so the TTL a page shows is the one its states used.
 """
 
 from __future__ import annotations
@@ -258,15 +260,11 @@ TOTALS_STALE_S = 60.0
 """How old the fleet's totals may be and still be shown while a fresh read of them runs in
 the background; older (or none yet), a page waits for that read."""
 
-TTL_REFRESH_S = 5.0
-"""How long the service trusts a shared TTL it read (a `set_ttl` shows within this)."""
-MAX_CACHED_TTLS = 1_000
-
 
 class PresenceData:
     """The registry reads of the web service (`registry` is opened and closed elsewhere).
 
-    `ttl_ms` None means the shared TTL (`registry.ttl_source`, what the events use);
+    `ttl_ms` None means the shared TTL (`Planner.ttl_in_use`, what the events use);
     `clock` fixes the instant of every read (tests); `None` means the Redis server's
     clock, as everywhere else in the package.
     """
@@ -288,8 +286,6 @@ class PresenceData:
         self._read_at = 0.0
         self._inflight: asyncio.Task[Reading] | None = None
         self._serials = count(1)
-        self._ttls: dict[tuple[str | None, str | None], tuple[TtlInUse, float]] = {}
-        self._stucks: dict[tuple[str, str], tuple[int, float]] = {}
         self._fleet_reads = asyncio.Semaphore(FLEET_READS)
         self._totals_cache_s = totals_cache_s
         self._totals: GroupTotals | None = None
@@ -311,33 +307,20 @@ class PresenceData:
 
     async def ttl(self, queue: str | None = None, group: str | None = None) -> TtlInUse:
         """The TTL reads of the prefix (or of one group) use: ``--ttl-ms``, else the shared
-        TTL, read again after TTL_REFRESH_S."""
+        TTL as the registry's reads use it (`Planner.ttl_in_use`)."""
         if self.explicit_ttl_ms is not None:
             return TtlInUse(self.explicit_ttl_ms, "option")
-        key = (queue, group)
-        known = self._ttls.get(key)
-        if known is not None and time.monotonic() - known[1] <= TTL_REFRESH_S:
-            return known[0]
-        ttl_ms, source = await self.registry.ttl_source(queue, group)
-        found = TtlInUse(ttl_ms, source)
-        if len(self._ttls) >= MAX_CACHED_TTLS:
-            self._ttls.clear()
-        self._ttls[key] = (found, time.monotonic())
+        registry = self.registry
+        found = TtlInUse(*await registry.execute(registry.plans.ttl_in_use(queue, group)))
         if queue is None:
             self.last_ttl = found
         return found
 
     async def stuck_after_ms(self, queue: str, group: str) -> int:
-        """The progress budget a group's reads judge `stuck` with (its shared one), read
-        again after TTL_REFRESH_S."""
-        key = (queue, group)
-        known = self._stucks.get(key)
-        if known is not None and time.monotonic() - known[1] <= TTL_REFRESH_S:
-            return known[0]
-        budget, _ = await self.registry.stuck_after_source(queue, group)
-        if len(self._stucks) >= MAX_CACHED_TTLS:
-            self._stucks.clear()
-        self._stucks[key] = (budget, time.monotonic())
+        """The progress budget a group's reads judge `stuck` with (its shared one, as the
+        registry's reads use it: `Planner.stuck_after_in_use`)."""
+        registry = self.registry
+        budget, _ = await registry.execute(registry.plans.stuck_after_in_use(queue, group))
         return budget
 
     @property
