@@ -14,6 +14,9 @@ from hypothesis import strategies as st
 from redis.connection import PythonRespSerializer
 
 from redis_presence import (
+    DEFAULT_PRESENCE_TTL_MS,
+    DEFAULT_STUCK_AFTER_MS,
+    TTL_CACHE_MS,
     AsyncRedisPresenceRegistry,
     PresenceReadOnlyError,
     RedisPresenceRegistry,
@@ -352,3 +355,41 @@ def test_alongside_sends_foreign_commands_with_a_plan_in_one_round_trip(
         )
     )
     assert (deregistered, length, len(registry)) == (True, 1, 0)
+
+
+def test_the_ttl_a_reader_shows_is_the_one_its_reads_used(fake_client: Any) -> None:
+    """`ttl_in_use` and `stuck_after_in_use` answer from the planner's one cache of shared
+    settings (what its reads count with), read again after TTL_CACHE_MS, with the source."""
+    now = [0]
+    planner = Planner("p", clock=lambda: now[0])
+    run = RedisPresenceRegistry(fake_client, prefix="p").execute
+    owner = RedisPresenceRegistry(fake_client, prefix="p")
+    owner.heartbeat("q", "g", "c", now_ns=T0 - 25_000 * 10**6)
+    assert run(planner.ttl_in_use()) == (DEFAULT_PRESENCE_TTL_MS, "default")
+    assert run(planner.ttl_in_use("q", "g")) == (DEFAULT_PRESENCE_TTL_MS, "default")
+    owner.set_ttl(20_000)
+    owner.set_ttl(40_000, queue="q", group="g")
+    owner.set_stuck_after(1_000, queue="q", group="g")
+    fresh = planner.ttl_in_use("q", "g")
+    with pytest.raises(StopIteration):  # trusted: nothing to send
+        next(fresh)
+    (row,) = run(planner.snapshot(now_ns=T0))
+    assert row.state.value == "active"  # 25 s old under the default 30 s the cache holds
+    assert run(planner.stuck_after_in_use("q", "g")) == (1_000, "group")  # never read: now
+    now[0] += TTL_CACHE_MS * 10**6 + 1
+    assert run(planner.ttl_in_use()) == (20_000, "prefix")
+    assert run(planner.ttl_in_use("q", "g")) == (40_000, "group")
+    assert run(planner.ttl_in_use("q", "other")) == (20_000, "prefix")
+    assert run(planner.stuck_after_in_use()) == (DEFAULT_STUCK_AFTER_MS, "default")
+    (row,) = run(planner.snapshot(now_ns=T0))
+    assert row.state.value == "active"  # under the group's 40 s
+    waiting = planner.ttl_in_use("q", "new")  # the prefix's is fresh: one GET
+    (ask,) = next(waiting)
+    planner._ttls.clear()  # another plan emptied the cache while this one waited
+    again = waiting.send([fake_client.get(*ask.args)])
+    assert [c.args for c in again if isinstance(c, Command)] == [("p:ttl",)]  # kept: new
+    with pytest.raises(StopIteration) as done:
+        waiting.send([fake_client.get(*c.args) for c in again if isinstance(c, Command)])
+    assert done.value.value == (20_000, "prefix")
+    with pytest.raises(ValueError, match="one group's"):
+        planner.ttl_in_use("q", None)

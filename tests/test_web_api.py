@@ -412,7 +412,7 @@ def test_the_shared_ttl_when_no_ttl_is_given(
         assert body["groups"][0]["active"] == 1  # 15 s old: active under the default 30 s
         writer.set_ttl(TTL_MS)
         writer.set_ttl(20_000, queue="q", group="own")
-        # A stored TTL shows within TTL_REFRESH_S; a fresh app reads it at once.
+        # A stored TTL shows within TTL_CACHE_MS; a fresh app reads it at once.
     with make_client(redis_url, clock, ttl_ms=None) as client:
         body = client.get("/api/v1/groups").json()
         assert (body["ttl_ms"], body["ttl_source"]) == (TTL_MS, "prefix")

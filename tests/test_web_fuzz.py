@@ -42,7 +42,7 @@ MS = 1_000_000
 # Every route of `create_app` and the query parameters it reads; "{queue}/{group}" and
 # "{name}" are path segments.
 ROUTES: dict[str, tuple[str, ...]] = {
-    "/": ("queue", "group", "state", "idle", "page"),
+    "/": ("queue", "group", "state", "idle", "cursor", "limit", "page"),  # page: old links
     "/group": ("queue", "group", "state", "search", "cursor", "limit", "meta"),
     "/consumers": ("queue", "group", "state", "search", "cursor", "limit", "meta"),
     "/consumer": ("queue", "group", "consumer"),
@@ -148,6 +148,7 @@ def seeded(redis_url: str) -> Iterator[Seeded]:
     with make_client(redis_url, Clock(), auth_token=TOKEN) as client:
         client.headers["Authorization"] = f"Bearer {TOKEN}"
         pages = client.get("/api/v1/consumers", params={"limit": "1"}).json()
+        groups = client.get("/api/v1/groups", params={"limit": "1"}).json()
         events = client.get("/api/v1/events").json()
         valid = {
             "queue": ["orders", "a/b", "bad", "payments"],
@@ -157,7 +158,7 @@ def seeded(redis_url: str) -> Iterator[Seeded]:
             "page": ["1", "2"],
             "search": ["w", "<img"],
             "consumer": ["w1", "<img src=x>", "w", "w9"],
-            "cursor": [pages["next_cursor"], events["cursor"]],
+            "cursor": [pages["next_cursor"], groups["next_cursor"], events["cursor"]],
             "limit": ["1", "1000"],
             "meta": ["1", "0"],
             "name": ["dashboard.js", "favicon.svg"],

@@ -18,15 +18,9 @@ from redis_presence import ConsumerPresence, ConsumerPresenceRegistry, PresenceS
 from redis_presence.web.auth import presented_token
 from redis_presence.web.data import GroupStats, stats_from_groups, stats_from_rows
 from redis_presence.web.metrics import ScrapeReading, registry_for
-from redis_presence.web.pages import (
-    ConsumerFilter,
-    Cursor,
-    GroupFilter,
-    PageCollector,
-    page_of,
-    parse_limit,
-    parse_states,
-)
+from redis_presence.web.pages import ConsumerFilter, GroupFilter, PageCollector, page_of
+from redis_presence.web.paging import Cursor, parse_limit
+from redis_presence.web.params import parse_states
 
 TTL_MS = 1_000
 MS = 1_000_000

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from redis_presence.web import WebConfig, create_app
+from redis_presence.web import WebConfig, create_app, paging
 
 Param = tuple[str, str]  # (name, description)
 
@@ -18,7 +18,10 @@ _QUEUE = ("queue", "exact queue name")
 _GROUP = ("group", "exact group name")
 _STATE = ("state", "`active`, `stale` or `expired`; repeatable or comma-separated")
 _SEARCH = ("search", "case-insensitive substring of the consumer name")
-_LIMIT = ("limit", "rows per page, 1 to 1,000")
+_GROUPS_PAGE = ("limit", paging.GROUPS_PAGE.describe())
+_GROUPS_API = ("limit", paging.GROUPS_API.describe())
+_CONSUMERS_PAGE = ("limit", paging.CONSUMERS_PAGE.describe())
+_CONSUMERS_API = ("limit", paging.CONSUMERS_API.describe())
 _CURSOR = ("cursor", "opaque, from `next_cursor` / `prev_cursor` (names a row, not an offset)")
 _JSON = ("Accept", "`application/json` answers the page's JSON twin")
 
@@ -36,7 +39,7 @@ ROUTES: dict[str, dict[str, Any]] = {
             ("group", "group name contains"),
             _STATE,
             ("idle", "`1`: only the groups nobody reads or below their minimum"),
-            ("limit", "groups per page, 1 to 1,000 (default 200)"),
+            _GROUPS_PAGE,
             _CURSOR,
         ],
         "kind": "text/html",
@@ -45,13 +48,13 @@ ROUTES: dict[str, dict[str, Any]] = {
         "summary": "One group's page: its consumers, their metadata and progress",
         "description": "400 without `queue` and `group`; 404 when the group is neither "
         "tracked nor declared.",
-        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _LIMIT, _CURSOR],
+        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _CONSUMERS_PAGE, _CURSOR],
         "kind": "text/html",
     },
     "/consumers": {
         "summary": "Consumers across groups, searchable by name",
         "description": "The same filters as `/api/v1/consumers`.",
-        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _LIMIT, _CURSOR],
+        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _CONSUMERS_PAGE, _CURSOR],
         "kind": "text/html",
     },
     "/consumer": {
@@ -65,9 +68,9 @@ ROUTES: dict[str, dict[str, Any]] = {
     "/api/v1/groups": {
         "summary": "Every tracked or declared group with its counts",
         "description": "`groups`: `queue`, `group`, `active`, `stale`, `expired`, "
-        "`min_active` (null: not declared) and `below`, ordered by (queue, group); "
-        "default limit 1,000.",
-        "query": [_QUEUE, _GROUP, _LIMIT, _CURSOR],
+        "`min_active` (null: not declared) and `below`, in the index's order; "
+        "`next_cursor` / `prev_cursor` (null at either end).",
+        "query": [_QUEUE, _GROUP, _GROUPS_API, _CURSOR],
         "kind": "application/json",
     },
     "/api/v1/groups/": {
@@ -79,7 +82,7 @@ ROUTES: dict[str, dict[str, Any]] = {
             ("queue", "the queue, percent-encoded"),
             ("group", "the group, percent-encoded"),
         ],
-        "query": [_STATE, _SEARCH, _LIMIT, _CURSOR],
+        "query": [_STATE, _SEARCH, _CONSUMERS_API, _CURSOR],
         "kind": "application/json",
     },
     "/api/v1/consumers": {
@@ -91,7 +94,7 @@ ROUTES: dict[str, dict[str, Any]] = {
             _GROUP,
             _STATE,
             _SEARCH,
-            ("limit", "rows per page, 1 to 1,000 (default 100)"),
+            _CONSUMERS_API,
             _CURSOR,
             ("meta", "`1`: read each row's metadata too"),
         ],

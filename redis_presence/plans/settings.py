@@ -84,6 +84,38 @@ class SettingsPlans(IndexPlans):
         key = self._ttl_key(queue, group)
         return self._read_ttl(key)
 
+    def ttl_in_use(
+        self, queue: str | None = None, group: str | None = None
+    ) -> Plan[tuple[int, TtlSource]]:
+        """`ttl` as this planner's reads and beats with `ttl_ms` None use it: from its cache
+        of shared settings, read again (one batch) when older than TTL_CACHE_MS, so a reader
+        that shows its TTL shows the one its counts were made with."""
+        return self._in_use(self._setting_group(queue, group, "ttl"), stucks=False)
+
+    def stuck_after_in_use(
+        self, queue: str | None = None, group: str | None = None
+    ) -> Plan[tuple[int, TtlSource]]:
+        """`stuck_after` as this planner's reads use it, from the same cache as `ttl_in_use`."""
+        return self._in_use(self._setting_group(queue, group, "stuck"), stucks=True)
+
+    def _in_use(self, gk: GroupKeys | None, *, stucks: bool) -> Plan[tuple[int, TtlSource]]:
+        known, default = (
+            (self._stucks, DEFAULT_STUCK_AFTER_MS)
+            if stucks
+            else (self._ttls, DEFAULT_PRESENCE_TTL_MS)
+        )
+        groups = [] if gk is None else [gk]
+        members = [None] if gk is None else [None, gk.data]
+        while True:  # again only if another plan emptied the cache while this one waited
+            yield from self._refresh_shared(groups, ttls=not stucks, stucks=stucks)
+            if all(member in known for member in members):
+                break
+        own = None if gk is None else known[gk.data][0]
+        if own is not None:
+            return own, "group"
+        shared = known[None][0]
+        return (default, "default") if shared is None else (shared, "prefix")
+
     def ttl_sources(
         self, groups: Iterable[tuple[str, str]]
     ) -> Plan[dict[tuple[str, str], tuple[int, TtlSource]]]:
@@ -130,14 +162,20 @@ class SettingsPlans(IndexPlans):
         return self._setting_key(queue, group, "ttl")
 
     def _setting_key(self, queue: str | None, group: str | None, kind: str) -> str:
+        gk = self._setting_group(queue, group, kind)
+        if gk is None:
+            return self.keys.ttl if kind == "ttl" else self.keys.stuck
+        return gk.ttl if kind == "ttl" else gk.stuck
+
+    def _setting_group(self, queue: str | None, group: str | None, kind: str) -> GroupKeys | None:
+        """The group whose setting is asked for (None: the prefix's), its names checked."""
         if (queue is None) != (group is None):
             what = "a TTL" if kind == "ttl" else "a progress budget"
             raise ValueError(f"{what} is the prefix's (no queue, no group) or one group's (both)")
         if queue is None or group is None:
-            return self.keys.ttl if kind == "ttl" else self.keys.stuck
+            return None
         queue, group = check_filter("queue", queue) or "", check_filter("group", group) or ""
-        gk = self.keys.group(queue, group)
-        return gk.ttl if kind == "ttl" else gk.stuck
+        return self.keys.group(queue, group)
 
     def _ttls_for(self, groups: list[GroupKeys], ttl_ms: int | None) -> Plan[list[int]]:
         """`ttl_ms` for every group, or, when it is None, each group's shared TTL."""

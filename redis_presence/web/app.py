@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 from prometheus_client import exposition
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -32,12 +32,12 @@ from redis_presence.errors import (
 )
 
 from . import events as live_events
-from . import history, metrics, params
+from . import history, metrics, paging, params
 from .asgi import AccessLog, PrefixRoute
 from .auth import TokenAuth, check_token
 from .data import NO_META_ERRORS, GroupStats, TtlInUse
 from .guard import CatchAll
-from .pages import MAX_LIMIT, ConsumerFilter, GroupFilter
+from .pages import ConsumerFilter, GroupFilter
 from .params import BadRequest
 from .security import HostCheck, SecurityHeaders
 from .service import (
@@ -51,9 +51,6 @@ from .service import (
 
 log = logging.getLogger("redis_presence.web")
 
-PAGE_SIZE = 50
-"""Consumers per dashboard page (the API's `limit` defaults to 100, at most 1,000)."""
-GROUPS_PER_PAGE = 200
 GROUP_API = "/api/v1/groups/"
 CONSUMER_API = "/api/v1/consumers/"
 NO_GROUP = "queue {queue!r} has no tracked or declared group {group!r}"
@@ -89,20 +86,11 @@ def group_json(stats: GroupStats) -> dict[str, object]:
 
 # -- query parameters (checked in .params) ----------------------------------------------
 
-_text, _cursor, _limit, _flag = params.text, params.cursor, params.limit, params.flag
-_states, _path_names = params.states, params.path_names
+_text, _flag, _states, _path_names = params.text, params.flag, params.states, params.path_names
 
 
 def _json(model: dict[str, Any]) -> Response:
     return JSONResponse(model, headers={"Cache-Control": "no-store", "Vary": "Accept"})
-
-
-def _query(request: Request, *, cursor: str | None, name: str = "cursor") -> str:
-    """The page's query string with `name` set to `cursor` (removed when None)."""
-    pairs = [(k, v) for k, v in request.query_params.multi_items() if k != name]
-    if cursor is not None:
-        pairs.append((name, cursor))
-    return urlencode(pairs, quote_via=quote)
 
 
 def _page(response: Response) -> Response:
@@ -179,23 +167,18 @@ class Views:
             states=_states(request),
             attention=_flag(request, "idle"),
         )
-        limit = _limit(request, GROUPS_PER_PAGE)
         # One page of groups (read and counted from the cursor on) and, meanwhile, the
         # fleet's totals (one shared read of every group, at most `totals_cache_s` old).
-        cursor = params.group_cursor(request)
+        ask = paging.ask(request, paging.GROUPS_PAGE)
         totals, (now_ns, page, ttl) = await asyncio.gather(
-            service.reads.totals(), service.reads.group_page(where, cursor=cursor, limit=limit)
+            service.reads.totals(), service.reads.group_page(where, page=ask)
         )
         if _json_view(request):
             return _json(
                 {"now_ns": now_ns}
                 | ttl.to_dict()
-                | {
-                    "totals": totals.to_dict(),
-                    "groups": [group_json(g) for g in page.groups],
-                    "next_cursor": page.next_cursor,
-                    "prev_cursor": page.prev_cursor,
-                }
+                | {"totals": totals.to_dict(), "groups": [group_json(g) for g in page.rows]}
+                | paging.cursors(page)
             )
         filters = {
             "queue": where.queue_text,
@@ -203,30 +186,25 @@ class Views:
             "states": sorted(s.value for s in where.states),
             "idle": where.attention,
         }
-        sparks = await history.sparklines(service.reads, [(g.queue, g.group) for g in page.groups])
+        sparks = await history.sparklines(service.reads, [(g.queue, g.group) for g in page.rows])
         context = service.context(
             request,
             now_ns=now_ns,
             ttl=ttl,
-            groups=page.groups,
+            groups=page.rows,
             sparks=sparks,
             totals=totals,
-            prev_cursor=page.prev_cursor,
-            next_cursor=page.next_cursor,
-            first_query=_query(request, cursor=None),
-            prev_query=_query(request, cursor=page.prev_cursor),
-            next_query=_query(request, cursor=page.next_cursor),
+            **paging.links(request, page),
             filters=filters,
             live={
                 "view": "groups",
                 "now_ns": now_ns,
                 "ttl_ms": ttl.ttl_ms,
                 "filters": filters,
-                "groups": [group_json(g) for g in page.groups],
+                "groups": [group_json(g) for g in page.rows],
                 "totals": totals.to_dict(),
-                "next_cursor": page.next_cursor,
-                "prev_cursor": page.prev_cursor,
-            },
+            }
+            | paging.cursors(page),
         )
         return _page(service.templates.TemplateResponse(request, "overview.html", context))
 
@@ -245,23 +223,19 @@ class Views:
     ) -> Response:
         service = self.service
         states, search = _states(request), _text(request, "search")
-        cursor, limit = _cursor(request), _limit(request, PAGE_SIZE)
+        ask = paging.ask(request, paging.CONSUMERS_PAGE)
         stats: GroupStats | None = None
         stuck_after_ms: int | None = None
         with_meta = group_page or _flag(request, "meta")
         if group_page and queue is not None and group is not None:
-            found = await service.reads.group(
-                queue, group, states=states, search=search, cursor=cursor, limit=limit
-            )
+            found = await service.reads.group(queue, group, states=states, search=search, page=ask)
             reading, stats, page = found.reading, found.stats, found.page
             stuck_after_ms = found.stuck_after_ms
             if stats is None:
                 raise HTTPException(404, NO_GROUP.format(queue=queue, group=group))
         else:
             where = ConsumerFilter(queue, group, states, search)
-            reading, page = await service.reads.consumers(
-                where, cursor=cursor, limit=limit, with_meta=with_meta
-            )
+            reading, page = await service.reads.consumers(where, page=ask, with_meta=with_meta)
         now_ns, ttl = reading.now_ns, reading.ttl
         service.live.shown(queue, group, page.rows)  # its stream's rows, read again live
         filters = {
@@ -269,7 +243,7 @@ class Views:
             "group": group or "",
             "states": sorted(s.value for s in states),
             "search": search or "",
-            "limit": limit,
+            "limit": ask.limit,
         }
         if _json_view(request):
             return _json(
@@ -282,9 +256,8 @@ class Views:
                         consumer_json(row, with_meta=with_meta, meta_errors=reading.meta_errors)
                         for row in page.rows
                     ],
-                    "next_cursor": page.next_cursor,
-                    "prev_cursor": page.prev_cursor,
                 }
+                | paging.cursors(page)
             )
         past = None
         if group_page and queue is not None and group is not None:
@@ -299,12 +272,8 @@ class Views:
             with_meta=with_meta,
             meta_errors=reading.meta_errors,
             rows=page.rows,
-            next_cursor=page.next_cursor,
-            prev_cursor=page.prev_cursor,
+            **paging.links(request, page),
             filters=filters,
-            first_query=_query(request, cursor=None),
-            prev_query=_query(request, cursor=page.prev_cursor),
-            next_query=_query(request, cursor=page.next_cursor),
             live={
                 "view": "consumers",
                 "now_ns": now_ns,
@@ -316,10 +285,9 @@ class Views:
                 "stuck_after_ms": stuck_after_ms,
                 "states": filters["states"],
                 "search": search or "",
-                "limit": limit,
-                "next_cursor": page.next_cursor,
-                "prev_cursor": page.prev_cursor,
-            },
+                "limit": ask.limit,
+            }
+            | paging.cursors(page),
         )
         return _page(service.templates.TemplateResponse(request, "consumers.html", context))
 
@@ -384,15 +352,12 @@ class Views:
     async def api_groups(self, request: Request) -> Response:
         where = GroupFilter(queue=_text(request, "queue"), group=_text(request, "group"))
         now_ns, page, ttl = await self.service.reads.group_page(
-            where, cursor=params.group_cursor(request), limit=_limit(request, MAX_LIMIT)
+            where, page=paging.ask(request, paging.GROUPS_API)
         )
         return JSONResponse(
             self._meta(now_ns, ttl)
-            | {
-                "groups": [g.to_dict() for g in page.groups],  # min_active, below too
-                "next_cursor": page.next_cursor,
-                "prev_cursor": page.prev_cursor,
-            }
+            | {"groups": [g.to_dict() for g in page.rows]}  # min_active, below too
+            | paging.cursors(page)
         )
 
     async def api_group(self, request: Request) -> Response:
@@ -402,8 +367,7 @@ class Views:
             group,
             states=_states(request),
             search=_text(request, "search"),
-            cursor=_cursor(request),
-            limit=_limit(request, 100),
+            page=paging.ask(request, paging.CONSUMERS_API),
         )
         reading, stats, page = found.reading, found.stats, found.page
         if stats is None:
@@ -417,9 +381,8 @@ class Views:
                     consumer_json(row, with_meta=True, meta_errors=reading.meta_errors)
                     for row in page.rows
                 ],
-                "next_cursor": page.next_cursor,
-                "prev_cursor": page.prev_cursor,
             }
+            | paging.cursors(page)
         )
 
     async def api_consumers(self, request: Request) -> Response:
@@ -431,7 +394,7 @@ class Views:
         )
         with_meta = _flag(request, "meta")
         reading, page = await self.service.reads.consumers(
-            where, cursor=_cursor(request), limit=_limit(request, 100), with_meta=with_meta
+            where, page=paging.ask(request, paging.CONSUMERS_API), with_meta=with_meta
         )
         return JSONResponse(
             self._meta(reading.now_ns, reading.ttl)
@@ -440,9 +403,8 @@ class Views:
                     consumer_json(row, with_meta=with_meta, meta_errors=reading.meta_errors)
                     for row in page.rows
                 ],
-                "next_cursor": page.next_cursor,
-                "prev_cursor": page.prev_cursor,
             }
+            | paging.cursors(page)
         )
 
     async def api_events(self, request: Request) -> Response:

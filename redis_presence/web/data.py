@@ -33,8 +33,10 @@ what replaces it:
   is `registry.changes(cursor)`: the event logs written since the cursor and, per group,
   the heartbeats that crossed a line in the interval; what it costs grows with the
   changes and the groups it covers, not with the consumers.
-* `PresenceData.ttl` is `registry.ttl_source()` (the shared TTL), unless ``--ttl-ms``
-  fixed it, kept for TTL_REFRESH_S.
+* `PresenceData.ttl` and `stuck_after_ms` are the registry's own `Planner.ttl_in_use` and
+  `stuck_after_in_use` (unless ``--ttl-ms`` fixed the TTL): the shared settings its reads
+  were counted with, from the planner's one cache of them (read again after TTL_CACHE_MS),
+  so the TTL a page shows is the one its states used.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ from redis_presence.errors import PresenceMetaError
 from redis_presence.events import PresenceEvent
 from redis_presence.model import GroupPresence
 
-from .pages import ConsumerFilter, Cursor, GroupFilter, GroupPage, Page, PageCollector, page_of
+from .pages import ConsumerFilter, GroupFilter, PageCollector, page_of
+from .paging import Cursor, Page, PageAsk, group_key
 
 
 class GroupStats(NamedTuple):
@@ -139,7 +142,7 @@ class GroupReading(NamedTuple):
 
     reading: Reading
     stats: GroupStats | None
-    page: Page
+    page: Page[ConsumerPresence]
     stuck_after_ms: int
 
 
@@ -181,7 +184,7 @@ class GroupsPageReading(NamedTuple):
     """One page of groups, the instant it was read at and the TTL of the prefix."""
 
     now_ns: int
-    page: GroupPage
+    page: Page[GroupStats]
     ttl: TtlInUse
 
 
@@ -258,15 +261,11 @@ TOTALS_STALE_S = 60.0
 """How old the fleet's totals may be and still be shown while a fresh read of them runs in
 the background; older (or none yet), a page waits for that read."""
 
-TTL_REFRESH_S = 5.0
-"""How long the service trusts a shared TTL it read (a `set_ttl` shows within this)."""
-MAX_CACHED_TTLS = 1_000
-
 
 class PresenceData:
     """The registry reads of the web service (`registry` is opened and closed elsewhere).
 
-    `ttl_ms` None means the shared TTL (`registry.ttl_source`, what the events use);
+    `ttl_ms` None means the shared TTL (`Planner.ttl_in_use`, what the events use);
     `clock` fixes the instant of every read (tests); `None` means the Redis server's
     clock, as everywhere else in the package.
     """
@@ -288,8 +287,6 @@ class PresenceData:
         self._read_at = 0.0
         self._inflight: asyncio.Task[Reading] | None = None
         self._serials = count(1)
-        self._ttls: dict[tuple[str | None, str | None], tuple[TtlInUse, float]] = {}
-        self._stucks: dict[tuple[str, str], tuple[int, float]] = {}
         self._fleet_reads = asyncio.Semaphore(FLEET_READS)
         self._totals_cache_s = totals_cache_s
         self._totals: GroupTotals | None = None
@@ -311,33 +308,20 @@ class PresenceData:
 
     async def ttl(self, queue: str | None = None, group: str | None = None) -> TtlInUse:
         """The TTL reads of the prefix (or of one group) use: ``--ttl-ms``, else the shared
-        TTL, read again after TTL_REFRESH_S."""
+        TTL as the registry's reads use it (`Planner.ttl_in_use`)."""
         if self.explicit_ttl_ms is not None:
             return TtlInUse(self.explicit_ttl_ms, "option")
-        key = (queue, group)
-        known = self._ttls.get(key)
-        if known is not None and time.monotonic() - known[1] <= TTL_REFRESH_S:
-            return known[0]
-        ttl_ms, source = await self.registry.ttl_source(queue, group)
-        found = TtlInUse(ttl_ms, source)
-        if len(self._ttls) >= MAX_CACHED_TTLS:
-            self._ttls.clear()
-        self._ttls[key] = (found, time.monotonic())
+        registry = self.registry
+        found = TtlInUse(*await registry.execute(registry.plans.ttl_in_use(queue, group)))
         if queue is None:
             self.last_ttl = found
         return found
 
     async def stuck_after_ms(self, queue: str, group: str) -> int:
-        """The progress budget a group's reads judge `stuck` with (its shared one), read
-        again after TTL_REFRESH_S."""
-        key = (queue, group)
-        known = self._stucks.get(key)
-        if known is not None and time.monotonic() - known[1] <= TTL_REFRESH_S:
-            return known[0]
-        budget, _ = await self.registry.stuck_after_source(queue, group)
-        if len(self._stucks) >= MAX_CACHED_TTLS:
-            self._stucks.clear()
-        self._stucks[key] = (budget, time.monotonic())
+        """The progress budget a group's reads judge `stuck` with (its shared one, as the
+        registry's reads use it: `Planner.stuck_after_in_use`)."""
+        registry = self.registry
+        budget, _ = await registry.execute(registry.plans.stuck_after_in_use(queue, group))
         return budget
 
     @property
@@ -394,9 +378,7 @@ class PresenceData:
             with contextlib.suppress(BaseException):
                 await task
 
-    async def group_page(
-        self, where: GroupFilter, *, cursor: Cursor | None, limit: int
-    ) -> GroupsPageReading:
+    async def group_page(self, where: GroupFilter, *, page: PageAsk) -> GroupsPageReading:
         """One page of the tracked or declared groups matching `where`, in the index's
         order, after (or before) the cursor's group: the index is read from there and only
         the groups the page shows, and those `where` refuses by their counts, are counted
@@ -405,30 +387,29 @@ class PresenceData:
         ttl = await self.ttl()
         now = await self.now_ns()
         options: dict[str, Any] = {
-            "limit": limit,
+            "limit": page.limit,
             "queue": where.queue,
             "names": where.names if where.by_names else None,
             "match": where.counts if where.by_counts else None,
             "now_ns": now,
             "ttl_ms": self._read_ttl_ms,
         }
-        edge = None if cursor is None else (cursor.key[0], cursor.key[1])
-        backwards = cursor is not None and cursor.direction == "before"
+        edge = None if page.cursor is None else (page.cursor.key[0], page.cursor.key[1])
+        backwards = page.before
         if backwards:
             found = await self.registry.group_page(before=edge, **options)
         else:
             found = await self.registry.group_page(after=edge, **options)
-        if backwards and not found.more and len(found.groups) < limit:
+        if backwards and not found.more and len(found.groups) < page.limit:
             found, backwards, edge = await self.registry.group_page(**options), False, None
-        shown = stats_from_groups(found.groups)
-        has_next = found.more if not backwards else bool(shown)
-        has_prev = (found.more if backwards else edge is not None) and bool(shown)
-        page = GroupPage(
-            shown,
-            Cursor("after", (shown[-1].queue, shown[-1].group, "")).encode() if has_next else None,
-            Cursor("before", (shown[0].queue, shown[0].group, "")).encode() if has_prev else None,
+        shown = Page.keyset(
+            stats_from_groups(found.groups),
+            group_key,
+            more=found.more,
+            backwards=backwards,
+            from_cursor=edge is not None,
         )
-        return GroupsPageReading(now, page, ttl)
+        return GroupsPageReading(now, shown, ttl)
 
     async def declared(self, queue: str, group: str) -> int | None:
         """The `min_active` the group was declared with (None: not declared)."""
@@ -477,21 +458,22 @@ class PresenceData:
         self,
         where: ConsumerFilter,
         *,
-        cursor: Cursor | None,
-        limit: int,
+        page: PageAsk,
         with_meta: bool = False,
-    ) -> tuple[Reading, Page]:
+    ) -> tuple[Reading, Page[ConsumerPresence]]:
         """One page of consumers matching `where`, and the read it comes from (`with_meta`:
         their metadata read too). Without a queue (the whole fleet, a name search) the rows
         are streamed and only the page is kept (`Reading.rows` holds just it)."""
         if where.queue is None:
-            return await self._streamed(where, cursor=cursor, limit=limit, with_meta=with_meta)
+            return await self._streamed(
+                where, cursor=page.cursor, limit=page.limit, with_meta=with_meta
+            )
         reading = await self._selected(where.queue, where.group, with_meta=with_meta)
-        return reading, page_of(reading.rows, where, cursor=cursor, limit=limit)
+        return reading, page_of(reading.rows, where, cursor=page.cursor, limit=page.limit)
 
     async def _streamed(
         self, where: ConsumerFilter, *, cursor: Cursor | None, limit: int, with_meta: bool
-    ) -> tuple[Reading, Page]:
+    ) -> tuple[Reading, Page[ConsumerPresence]]:
         """A page of the whole fleet, holding the page and one chunk of one group, never the
         fleet: the groups' names (`registry.group_names()`: the index alone, no group
         counted) are read, then the groups one at a time (`iter_snapshot` of that group, in
@@ -564,8 +546,7 @@ class PresenceData:
         *,
         states: frozenset[PresenceState],
         search: str | None,
-        cursor: Cursor | None,
-        limit: int,
+        page: PageAsk,
     ) -> GroupReading:
         """One group's counts (None when it is neither tracked nor declared) and a page of
         its consumers with their metadata, from one read of that group alone (and of the
@@ -577,13 +558,9 @@ class PresenceData:
         )
         declared = {} if minimum is None else {(queue, group): minimum}
         stats = stats_from_rows(reading.rows, declared)
-        page = page_of(
-            reading.rows,
-            ConsumerFilter(queue, group, states, search),
-            cursor=cursor,
-            limit=limit,
-        )
-        return GroupReading(reading, (stats[0] if stats else None), page, stuck_after)
+        where = ConsumerFilter(queue, group, states, search)
+        shown = page_of(reading.rows, where, cursor=page.cursor, limit=page.limit)
+        return GroupReading(reading, (stats[0] if stats else None), shown, stuck_after)
 
     # -- metrics ----------------------------------------------------------------------
 

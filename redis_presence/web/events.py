@@ -111,12 +111,6 @@ class StreamsFull(Exception):
     """The service already serves its `max_streams` event streams."""
 
 
-def check_cursor(cursor: str | None) -> None:
-    """`ValueError` naming `cursor` unless it is None or one `changes()` returned."""
-    if cursor is not None:
-        Cursor.decode(cursor)
-
-
 def cursor_now_ns(cursor: str) -> int:
     """The instant up to which a cursor's events were given."""
     return Cursor.decode(cursor).now_ns
@@ -643,7 +637,6 @@ __all__ = [
     "StreamMessage",
     "StreamsFull",
     "Subscriber",
-    "check_cursor",
     "cursor_now_ns",
     "stream",
 ]

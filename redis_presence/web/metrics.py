@@ -1,7 +1,9 @@
 """`/metrics`: a custom Prometheus collector over one fresh read per scrape.
 
-Nothing is kept between scrapes: each scrape reads Redis, and the collector built from
-that read is the only source of the exposition. A consumer that is deregistered or pruned
+Nothing is kept between scrapes: each scrape reads Redis, and what that read reports is
+decided once, by `families` (every metric, series and value); the text format
+(`render_text`, what Prometheus gets) and prometheus_client's encoders (`PresenceCollector`,
+for OpenMetrics) only write those families out. A consumer that is deregistered or pruned
 is gone from the next scrape, and a dead one turns stale, then expired, as its age says;
 gauges updated in the background would keep reporting it as it last was.
 """
@@ -12,12 +14,13 @@ import functools
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from redis_presence import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
+from redis_presence import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
 from redis_presence.errors import PresenceError
 
 from .data import GroupStats, PresenceData
@@ -76,79 +79,110 @@ class ScrapeReading:
     error: str | None = None
 
 
-def _gauge(name: str, labels: Sequence[str] = ()) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, METRICS[name], labels=list(labels))
+Samples = list[tuple[tuple[str, ...], float]]
+"""A family's series: each one's label values (in the family's label order) and value."""
+
+
+class Family(NamedTuple):
+    """One metric of a scrape: its name, label names and samples (label values, value);
+    `counts`: every value is a count (few distinct values)."""
+
+    name: str
+    labels: tuple[str, ...]
+    samples: Samples
+    counts: bool = True
 
 
 def _age_s(now_ns: int, then_ns: int) -> float:
     return max(0, now_ns - then_ns) / NS_PER_S
 
 
+GROUP = ("queue", "group")
+
+
+def families(reading: ScrapeReading, *, per_consumer: bool) -> list[Family]:
+    """What one scrape reports, in order: the one place that decides which metrics and
+    series a reading gives (`render_text` and `PresenceCollector` only encode them). The
+    group families are always there (0 included); stuck, oldest, leases and expired leases
+    only when the read knew them for some group."""
+    out = [
+        Family("redis_presence_up", (), [((), 0.0 if reading.error else 1.0)]),
+        Family("redis_presence_scrape_duration_seconds", (), [((), reading.seconds)], False),
+        Family("redis_presence_ttl_seconds", (), [((), reading.ttl_ms / 1000)], False),
+    ]
+    if reading.error:
+        return out
+    consumers: Samples = []
+    active: Samples = []
+    minimum: Samples = []
+    below: Samples = []
+    stuck: Samples = []
+    oldest: Samples = []
+    leases: Samples = []
+    lost: Samples = []
+    now = reading.now_ns
+    for stats in reading.groups:
+        queue, group = names = (stats.queue, stats.group)
+        consumers += (
+            ((queue, group, "active"), stats.active),
+            ((queue, group, "stale"), stats.stale),
+            ((queue, group, "expired"), stats.expired),
+        )
+        active.append((names, stats.active))
+        if stats.min_active is not None:
+            minimum.append((names, stats.min_active))
+            below.append((names, 1.0 if stats.below else 0.0))
+        if stats.stuck is not None:
+            stuck.append((names, stats.stuck))
+        if stats.oldest_heartbeat_ns is not None:
+            oldest.append((names, _age_s(now, stats.oldest_heartbeat_ns)))
+        if stats.leases is not None:
+            leases.append((names, stats.leases))
+        if stats.leases_expired is not None:
+            lost.append((names, stats.leases_expired))
+    out += (
+        Family("redis_presence_consumers", (*GROUP, "state"), consumers),
+        Family("redis_presence_group_active", GROUP, active),
+        Family("redis_presence_group_min_active", GROUP, minimum),
+        Family("redis_presence_group_below_min", GROUP, below),
+    )
+    out += [
+        family
+        for family in (
+            Family("redis_presence_consumers_stuck", GROUP, stuck),
+            Family("redis_presence_oldest_heartbeat_age_seconds", GROUP, oldest, False),
+            Family("redis_presence_group_leases", GROUP, leases),
+            Family("redis_presence_group_leases_expired", GROUP, lost),
+        )
+        if family.samples
+    ]
+    if per_consumer:
+        ages: Samples = [
+            ((row.queue, row.group, row.consumer), _age_s(now, row.last_heartbeat_ns))
+            for row in reading.consumers
+        ]
+        out.append(
+            Family(
+                "redis_presence_consumer_last_seen_age_seconds", (*GROUP, "consumer"), ages, False
+            )
+        )
+    return out
+
+
 class PresenceCollector(Collector):
-    """The metric families of one `ScrapeReading`."""
+    """The metric families of one `ScrapeReading` (`families`), for prometheus_client's
+    encoders (OpenMetrics)."""
 
     def __init__(self, reading: ScrapeReading, *, per_consumer: bool) -> None:
         self.reading = reading
         self.per_consumer = per_consumer
 
     def collect(self) -> Iterator[Metric]:
-        reading = self.reading
-        up = _gauge("redis_presence_up")
-        up.add_metric([], 0.0 if reading.error else 1.0)
-        yield up
-        duration = _gauge("redis_presence_scrape_duration_seconds")
-        duration.add_metric([], reading.seconds)
-        yield duration
-        ttl = _gauge("redis_presence_ttl_seconds")
-        ttl.add_metric([], reading.ttl_ms / 1000)
-        yield ttl
-        if reading.error:
-            return
-        consumers = _gauge("redis_presence_consumers", ("queue", "group", "state"))
-        active = _gauge("redis_presence_group_active", ("queue", "group"))
-        minimum = _gauge("redis_presence_group_min_active", ("queue", "group"))
-        below = _gauge("redis_presence_group_below_min", ("queue", "group"))
-        stuck = _gauge("redis_presence_consumers_stuck", ("queue", "group"))
-        oldest = _gauge("redis_presence_oldest_heartbeat_age_seconds", ("queue", "group"))
-        leases = _gauge("redis_presence_group_leases", ("queue", "group"))
-        lost = _gauge("redis_presence_group_leases_expired", ("queue", "group"))
-        for stats in reading.groups:
-            names = [stats.queue, stats.group]
-            for state, value in (
-                (PresenceState.ACTIVE, stats.active),
-                (PresenceState.STALE, stats.stale),
-                (PresenceState.EXPIRED, stats.expired),
-            ):
-                consumers.add_metric([*names, state.value], value)
-            active.add_metric(names, stats.active)
-            if stats.min_active is not None:
-                minimum.add_metric(names, stats.min_active)
-                below.add_metric(names, 1.0 if stats.below else 0.0)
-            if stats.stuck is not None:
-                stuck.add_metric(names, stats.stuck)
-            if stats.oldest_heartbeat_ns is not None:
-                oldest.add_metric(names, _age_s(reading.now_ns, stats.oldest_heartbeat_ns))
-            if stats.leases is not None:
-                leases.add_metric(names, stats.leases)
-            if stats.leases_expired is not None:
-                lost.add_metric(names, stats.leases_expired)
-        yield consumers
-        yield active
-        yield minimum
-        yield below
-        for family in (stuck, oldest, leases, lost):
-            if family.samples:
-                yield family
-        if self.per_consumer:
-            ages = _gauge(
-                "redis_presence_consumer_last_seen_age_seconds", ("queue", "group", "consumer")
-            )
-            for row in reading.consumers:
-                ages.add_metric(
-                    [row.queue, row.group, row.consumer],
-                    _age_s(reading.now_ns, row.last_heartbeat_ns),
-                )
-            yield ages
+        for family in families(self.reading, per_consumer=self.per_consumer):
+            gauge = GaugeMetricFamily(family.name, METRICS[family.name], labels=family.labels)
+            for values, value in family.samples:
+                gauge.add_metric(values, value)
+            yield gauge
 
 
 async def scrape(data: PresenceData, *, read_consumers: bool) -> ScrapeReading:
@@ -177,9 +211,13 @@ def _number(value: float) -> str:
     return _float(value)
 
 
-def _label(value: str) -> str:
+def _escape(value: str) -> str:
     """A label value escaped as the text format wants it (backslash, newline, quote)."""
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+_label = functools.lru_cache(maxsize=16_384)(_escape)
+"""`_escape` of a name that recurs (a queue's, a group's)."""
 
 
 def _head(name: str) -> str:
@@ -187,65 +225,46 @@ def _head(name: str) -> str:
     return f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"
 
 
-def render_text(reading: ScrapeReading, *, per_consumer: bool) -> bytes:
-    """The text exposition (format 0.0.4) of `PresenceCollector(reading)`, byte for byte
-    what ``prometheus_client.generate_latest`` writes for it (tested), without building a
-    `Sample` per series: at 1,000 groups that is most of a scrape's time."""
-    out = [
-        _head("redis_presence_up"),
-        f"redis_presence_up {_number(0.0 if reading.error else 1.0)}\n",
-        _head("redis_presence_scrape_duration_seconds"),
-        f"redis_presence_scrape_duration_seconds {_float(reading.seconds)}\n",
-        _head("redis_presence_ttl_seconds"),
-        f"redis_presence_ttl_seconds {_float(reading.ttl_ms / 1000)}\n",
-    ]
-    if reading.error:
-        return "".join(out).encode()
-    consumers = [_head("redis_presence_consumers")]
-    active = [_head("redis_presence_group_active")]
-    minimum = [_head("redis_presence_group_min_active")]
-    below = [_head("redis_presence_group_below_min")]
-    stuck = [_head("redis_presence_consumers_stuck")]
-    oldest = [_head("redis_presence_oldest_heartbeat_age_seconds")]
-    leases = [_head("redis_presence_group_leases")]
-    lost = [_head("redis_presence_group_leases_expired")]
-    for stats in reading.groups:
-        names = f'group="{_label(stats.group)}",queue="{_label(stats.queue)}"'
-        series = f"redis_presence_consumers{{{names},state="
-        consumers.append(
-            f'{series}"active"}} {_number(stats.active)}\n'
-            f'{series}"stale"}} {_number(stats.stale)}\n'
-            f'{series}"expired"}} {_number(stats.expired)}\n'
-        )
-        active.append(f"redis_presence_group_active{{{names}}} {_number(stats.active)}\n")
-        if stats.min_active is not None:
-            minimum.append(
-                f"redis_presence_group_min_active{{{names}}} {_number(stats.min_active)}\n"
-            )
-            flag = _number(1.0 if stats.below else 0.0)
-            below.append(f"redis_presence_group_below_min{{{names}}} {flag}\n")
-        if stats.stuck is not None:
-            stuck.append(f"redis_presence_consumers_stuck{{{names}}} {_number(stats.stuck)}\n")
-        if stats.oldest_heartbeat_ns is not None:
-            age = _age_s(reading.now_ns, stats.oldest_heartbeat_ns)
-            oldest.append(f"redis_presence_oldest_heartbeat_age_seconds{{{names}}} {_float(age)}\n")
-        if stats.leases is not None:
-            leases.append(f"redis_presence_group_leases{{{names}}} {_number(stats.leases)}\n")
-        if stats.leases_expired is not None:
-            held = _number(stats.leases_expired)
-            lost.append(f"redis_presence_group_leases_expired{{{names}}} {held}\n")
-    out += consumers + active + minimum + below
-    for family in (stuck, oldest, leases, lost):  # a family without a sample is left out
-        out += family if len(family) > 1 else []
-    if per_consumer:
-        out.append(_head("redis_presence_consumer_last_seen_age_seconds"))
-        now = reading.now_ns
-        out += [
-            f'redis_presence_consumer_last_seen_age_seconds{{consumer="{_label(row.consumer)}",'
-            f'group="{_label(row.group)}",queue="{_label(row.queue)}"}} '
-            f"{_float(_age_s(now, row.last_heartbeat_ns))}\n"
-            for row in reading.consumers
+def _samples(family: Family) -> list[str]:
+    """A family's sample lines, its labels sorted by name (as prometheus_client writes
+    them), one f-string per number of labels (no `Sample` built)."""
+    name, samples = family.name, family.samples
+    number = _number if family.counts else _float
+    order = sorted(range(len(family.labels)), key=family.labels.__getitem__)
+    keys = [family.labels[i] for i in order]
+    # Queue and group names recur in every family of their group: escaped once (cached);
+    # a consumer's name appears once per scrape, so a cache would only cost.
+    escapes = [_escape if key == "consumer" else _label for key in keys]
+    if not order:
+        return [f"{name} {number(value)}\n" for _, value in samples]
+    if len(order) == 2:
+        (i, j), (a, b), (ea, eb) = order, keys, escapes
+        return [
+            f'{name}{{{a}="{ea(v[i])}",{b}="{eb(v[j])}"}} {number(value)}\n' for v, value in samples
         ]
+    if len(order) == 3:
+        (i, j, k), (a, b, c), (ea, eb, ec) = order, keys, escapes
+        return [
+            f'{name}{{{a}="{ea(v[i])}",{b}="{eb(v[j])}",{c}="{ec(v[k])}"}} {number(value)}\n'
+            for v, value in samples
+        ]
+    marks = list(zip(keys, order, escapes, strict=True))
+    return [
+        name + "{" + ",".join(f'{key}="{e(v[i])}"' for key, i, e in marks) + f"}} {number(value)}\n"
+        for v, value in samples
+    ]
+
+
+def render_text(reading: ScrapeReading, *, per_consumer: bool) -> bytes:
+    """The text exposition (format 0.0.4) of `families(reading)`, byte for byte what
+    ``prometheus_client.generate_latest`` writes for `PresenceCollector(reading)` (tested),
+    without building a `Sample` per series: at 1,000 groups that is most of a scrape's
+    time. Each family's labels are written sorted by name, as prometheus_client writes
+    them, through one template per family."""
+    out: list[str] = []
+    for family in families(reading, per_consumer=per_consumer):
+        out.append(_head(family.name))
+        out += _samples(family)
     return "".join(out).encode()
 
 

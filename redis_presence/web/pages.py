@@ -1,65 +1,21 @@
-"""Filters and keyset pagination over rows ordered by `(queue, group, consumer)` (no I/O).
-
-A cursor names the last row of a page (``after``) or the first (``before``), never an
-offset: a page stays right while consumers join and leave between requests. Cursors are
-opaque to clients (URL-safe base64 of a small JSON document).
+"""Which rows a page holds: the filters of the lists of groups and consumers, and the page
+of consumer rows ordered by `(queue, group, consumer)` (no I/O), whole (`page_of`) or fed
+a group at a time (`PageCollector`). Cursors, limits and links are `paging`'s.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any
 
-from redis_presence._json import loads_flat
 from redis_presence.model import ConsumerPresence, PresenceState
-from redis_presence.validation import MAX_NAME_BYTES
 
-DEFAULT_LIMIT = 100
-MAX_LIMIT = 1000
-MAX_CURSOR_CHARS = 4 * (3 * 6 * MAX_NAME_BYTES + 32) // 3 + 4
-"""The longest cursor `Cursor.encode` makes (three names of at most 512 UTF-8 bytes, each
-byte at most six JSON characters, in base64); anything longer is refused unread."""
+from .paging import Cursor, Key, Page
 
-Key = tuple[str, str, str]
 _key = itemgetter(0, 1, 2)
-
-
-@dataclass(frozen=True)
-class Cursor:
-    """A position between rows: just after `key`, or just before it."""
-
-    direction: Literal["after", "before"]
-    key: Key
-
-    def encode(self) -> str:
-        raw = json.dumps([self.direction[0], *self.key], ensure_ascii=False)
-        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-    @classmethod
-    def decode(cls, text: str, argument: str = "cursor") -> Cursor:
-        """The cursor `encode` made, or `ValueError` naming `argument`: an oversized or
-        nested document is refused before JSON parsing (no `RecursionError`)."""
-        if len(text) > MAX_CURSOR_CHARS:
-            raise ValueError(f"{argument} must be a cursor this API returned (too long)")
-        try:
-            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-            value = loads_flat(raw.decode(), opening="[", max_chars=MAX_CURSOR_CHARS)
-        except (binascii.Error, ValueError, UnicodeDecodeError):
-            value = None
-        if (
-            isinstance(value, list)
-            and len(value) == 4
-            and value[0] in ("a", "b")
-            and all(isinstance(part, str) for part in value)
-        ):
-            return cls("after" if value[0] == "a" else "before", (value[1], value[2], value[3]))
-        raise ValueError(f"{argument} must be a cursor this API returned")
 
 
 @dataclass(frozen=True)
@@ -92,40 +48,6 @@ class ConsumerFilter:
         return low, max(low, high)
 
 
-@dataclass(frozen=True)
-class Page:
-    """One page of rows and the cursors of its neighbours (None at either end)."""
-
-    rows: list[ConsumerPresence]
-    next_cursor: str | None
-    prev_cursor: str | None
-
-
-def parse_states(values: Collection[str]) -> frozenset[PresenceState]:
-    """`state` query values (repeatable, or comma-separated) as states; `ValueError` else."""
-    states = set()
-    for value in values:
-        for part in value.split(","):
-            if not part.strip():
-                continue
-            try:
-                states.add(PresenceState(part.strip().lower()))
-            except ValueError:
-                known = ", ".join(s.value for s in PresenceState)
-                raise ValueError(f"state must be one of {known}, got {part!r}") from None
-    return frozenset(states)
-
-
-def parse_limit(value: str | None, default: int = DEFAULT_LIMIT) -> int:
-    """The `limit` query value: an integer in [1, MAX_LIMIT]; `ValueError` else."""
-    if value is None or value == "":
-        return default
-    digits = value.isascii() and value.isdigit() and len(value) <= len(str(MAX_LIMIT))
-    if not (digits and 1 <= int(value) <= MAX_LIMIT):
-        raise ValueError(f"limit must be an integer from 1 to {MAX_LIMIT}, got {value!r:.60}")
-    return int(value)
-
-
 def _any_match(rows: Sequence[ConsumerPresence], where: ConsumerFilter, indexes: range) -> bool:
     return any(where.matches(rows[i]) for i in indexes)
 
@@ -136,14 +58,14 @@ def page_of(
     *,
     cursor: Cursor | None,
     limit: int,
-) -> Page:
+) -> Page[ConsumerPresence]:
     """The `limit` matching rows after (or before) `cursor`, or the first ones without it.
 
     `rows` must be ordered by `(queue, group, consumer)`, as snapshots are.
     """
     low, high = where.bounds(rows)
     picked: list[ConsumerPresence] = []
-    if cursor is not None and cursor.direction == "before":
+    if cursor is not None and cursor.before:
         stop = min(high, max(low, bisect_left(rows, cursor.key, lo=low, hi=high, key=_key)))
         i = stop - 1
         while i >= low and len(picked) <= limit:
@@ -165,11 +87,7 @@ def page_of(
         more_after = len(picked) > limit
         picked = picked[:limit]
         more_before = _any_match(rows, where, range(start - 1, low - 1, -1))
-    return Page(
-        picked,
-        Cursor("after", _key(picked[-1])).encode() if picked and more_after else None,
-        Cursor("before", _key(picked[0])).encode() if picked and more_before else None,
-    )
+    return Page.of(picked, _key, more_before=more_before, more_after=more_after)
 
 
 class PageCollector:
@@ -181,7 +99,7 @@ class PageCollector:
 
     def __init__(self, where: ConsumerFilter, *, cursor: Cursor | None, limit: int) -> None:
         self.where, self.cursor, self.limit = where, cursor, limit
-        self.before = cursor is not None and cursor.direction == "before"
+        self.before = cursor is not None and cursor.before
         self._kept: list[ConsumerPresence] = []
         self._bound: Key | None = None
         """Once `limit` + 1 rows are kept: the key past which a row can no longer be on the
@@ -230,7 +148,7 @@ class PageCollector:
             self._bound = _key(self._kept[0] if self.before else self._kept[-1])
         return self._bound
 
-    def page(self) -> Page:
+    def page(self) -> Page[ConsumerPresence]:
         """The page `page_of` gives for every row fed so far."""
         self._trim()
         kept, limit = self._kept, self.limit
@@ -240,11 +158,7 @@ class PageCollector:
         else:
             more_before, more_after = self._beyond, len(kept) > limit
             picked = kept[:limit]
-        return Page(
-            picked,
-            Cursor("after", _key(picked[-1])).encode() if picked and more_after else None,
-            Cursor("before", _key(picked[0])).encode() if picked and more_before else None,
-        )
+        return Page.of(picked, _key, more_before=more_before, more_after=more_after)
 
 
 @dataclass(frozen=True)
@@ -286,13 +200,3 @@ class GroupFilter:
     @property
     def by_counts(self) -> bool:
         return bool(self.states) or self.attention
-
-
-@dataclass(frozen=True)
-class GroupPage:
-    """One page of groups (in the index's order, `Planner.group_order`) and its
-    neighbours' cursors (a group's cursor key is `(queue, group, "")`)."""
-
-    groups: list[Any]
-    next_cursor: str | None
-    prev_cursor: str | None

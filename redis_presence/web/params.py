@@ -3,23 +3,22 @@
 
 Names (``queue``, ``group``, the ``search`` text, and the two segments of
 ``/api/v1/groups/<queue>/<group>``) are checked as the library checks them (non-empty, at
-most 512 UTF-8 bytes); page cursors are refused unread when nested or oversized
-(`Cursor.decode`); event cursors (``cursor`` or the ``Last-Event-ID`` header) are the
+most 512 UTF-8 bytes); page cursors and limits are `paging`'s (`paging.ask`, the same
+for every list); event cursors (``cursor`` or the ``Last-Event-ID`` header) are the
 library's (`redis_presence.events`), refused with its `ValueError`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from urllib.parse import unquote
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
+from redis_presence.events import Cursor as EventCursor
 from redis_presence.model import PresenceState
 from redis_presence.validation import check_name
-
-from . import events as live_events
-from .pages import Cursor, parse_limit, parse_states
 
 NAMES = frozenset({"queue", "group", "consumer", "search"})
 """The query parameters that hold a name (or a part of one), checked as names."""
@@ -51,34 +50,6 @@ def text(request: Request, name: str) -> str | None:
     return value
 
 
-def cursor(request: Request) -> Cursor | None:
-    """The page cursor (``cursor``) of a list of groups or consumers."""
-    value = request.query_params.get("cursor")
-    try:
-        return Cursor.decode(value) if value else None
-    except ValueError as exc:
-        raise BadRequest("cursor", str(exc)) from None
-
-
-def group_cursor(request: Request) -> Cursor | None:
-    """The page cursor of a list of groups: a cursor whose queue and group are names."""
-    found = cursor(request)
-    if found is not None:
-        try:
-            check_name("queue", found.key[0])
-            check_name("group", found.key[1])
-        except ValueError:
-            raise BadRequest("cursor", "cursor must be a cursor of a list of groups") from None
-    return found
-
-
-def limit(request: Request, default: int) -> int:
-    try:
-        return parse_limit(request.query_params.get("limit"), default)
-    except ValueError as exc:
-        raise BadRequest("limit", str(exc)) from None
-
-
 def flag(request: Request, name: str) -> bool:
     """A boolean query parameter: ``1``/``true``/``yes`` or ``0``/``false``/``no`` (absent:
     false)."""
@@ -90,19 +61,26 @@ def flag(request: Request, name: str) -> bool:
     raise BadRequest(name, f"{name} must be 1 or 0, got {value!r:.60}")
 
 
+def parse_states(values: Collection[str]) -> frozenset[PresenceState]:
+    """`state` query values (repeatable, or comma-separated) as states; `ValueError` else."""
+    found = set()
+    for value in values:
+        for part in value.split(","):
+            if not part.strip():
+                continue
+            try:
+                found.add(PresenceState(part.strip().lower()))
+            except ValueError:
+                known = ", ".join(s.value for s in PresenceState)
+                raise ValueError(f"state must be one of {known}, got {part!r}") from None
+    return frozenset(found)
+
+
 def states(request: Request) -> frozenset[PresenceState]:
     try:
         return parse_states(request.query_params.getlist("state"))
     except ValueError as exc:
         raise BadRequest("state", str(exc)[:200]) from None
-
-
-def page_number(request: Request) -> int:
-    """The ``page`` of the groups page: a positive integer (absent or 0: 1)."""
-    value = request.query_params.get("page") or "1"
-    if not (value.isascii() and value.isdigit() and len(value) <= 18):
-        raise BadRequest("page", f"page must be a positive integer, got {value!r:.60}")
-    return max(1, int(value))
 
 
 def path_names(request: Request, prefix: str) -> tuple[str, str]:
@@ -141,7 +119,8 @@ def event_cursor(request: Request) -> tuple[str | None, str]:
     if value is None:
         value, source = request.headers.get("last-event-id") or None, LAST_EVENT_ID
     try:
-        live_events.check_cursor(value)
+        if value is not None:
+            EventCursor.decode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         # RecursionError: what a deeply nested cursor raised before the library bounded
         # its own decoding (its `ValueError` since).
@@ -159,12 +138,9 @@ def refused(source: str, exc: BaseException) -> str:
 
 __all__ = [
     "BadRequest",
-    "cursor",
     "event_cursor",
     "flag",
-    "group_cursor",
-    "limit",
-    "page_number",
+    "parse_states",
     "path_names",
     "path_parts",
     "states",
