@@ -191,15 +191,16 @@ class ReadPlans(SettingsPlans):
                 groups = [groups[i] for i in kept]
                 if asks is not None and also:
                     self._take_shared(asks, replies[n:], {gk.data for gk in groups})
+                seen = asks.seen if asks is not None else {}  # what this plan saw or read
                 ttls = (
                     [ttl_ms] * len(groups)
                     if ttl_ms is not None
-                    else self._cached(self._ttls, DEFAULT_PRESENCE_TTL_MS, groups)
+                    else self._cached(seen["ttl"], DEFAULT_PRESENCE_TTL_MS, groups)
                 )
                 stucks = (
                     [stuck_after_ms] * len(groups)
                     if stuck_after_ms is not None
-                    else self._cached(self._stucks, DEFAULT_STUCK_AFTER_MS, groups)
+                    else self._cached(seen["stuck"], DEFAULT_STUCK_AFTER_MS, groups)
                 )
                 sized = [int(sizes[i]) for i in kept]
                 yield from self._read(groups, sized, ttls, now, out, stucks, unreadable, aside)

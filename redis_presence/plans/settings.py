@@ -28,8 +28,12 @@ class SharedAsks(NamedTuple):
     requests: tuple[Request, ...]
     protocol: bool
     """Whether the first request reads ``P:protocol``."""
-    asks: list[tuple[dict[str | None, tuple[int | None, int]], str | None, str]]
-    """Each other request's cache, member (None: the prefix's) and key."""
+    asks: list[tuple[dict[str | None, tuple[int | None, int]], str | None, str, str]]
+    """Each other request's cache, member (None: the prefix's), key and kind."""
+    seen: dict[str, dict[str | None, tuple[int | None, int]]]
+    """What the plan goes on with, by kind (``"ttl"``, ``"stuck"``): the entries that were
+    fresh when it asked, then its replies (`_take_shared`). Its own, not the cache: another
+    plan may empty the cache while this one waits on Redis."""
 
 
 class SettingsPlans(IndexPlans):
@@ -99,17 +103,12 @@ class SettingsPlans(IndexPlans):
         return self._in_use(self._setting_group(queue, group, "stuck"), stucks=True)
 
     def _in_use(self, gk: GroupKeys | None, *, stucks: bool) -> Plan[tuple[int, TtlSource]]:
-        known, default = (
-            (self._stucks, DEFAULT_STUCK_AFTER_MS)
-            if stucks
-            else (self._ttls, DEFAULT_PRESENCE_TTL_MS)
+        kind, default = (
+            ("stuck", DEFAULT_STUCK_AFTER_MS) if stucks else ("ttl", DEFAULT_PRESENCE_TTL_MS)
         )
         groups = [] if gk is None else [gk]
-        members = [None] if gk is None else [None, gk.data]
-        while True:  # again only if another plan emptied the cache while this one waited
-            yield from self._refresh_shared(groups, ttls=not stucks, stucks=stucks)
-            if all(member in known for member in members):
-                break
+        asks = yield from self._refresh_shared(groups, ttls=not stucks, stucks=stucks)
+        known = asks.seen[kind]
         own = None if gk is None else known[gk.data][0]
         if own is not None:
             return own, "group"
@@ -186,21 +185,21 @@ class SettingsPlans(IndexPlans):
     def _shared_ttls(self, groups: Sequence[GroupKeys]) -> Plan[list[int]]:
         """Each group's shared TTL (its own, else the prefix's, else the default), from what
         this planner read in the last TTL_CACHE_MS, reading the rest in one batch."""
-        yield from self._refresh_shared(groups, stucks=False)
-        return self._cached(self._ttls, DEFAULT_PRESENCE_TTL_MS, groups)
+        asks = yield from self._refresh_shared(groups, stucks=False)
+        return self._cached(asks.seen["ttl"], DEFAULT_PRESENCE_TTL_MS, groups)
 
     def _shared_stucks(self, groups: Sequence[GroupKeys]) -> Plan[list[int]]:
         """Each group's shared progress budget (its own, else the prefix's, else
         DEFAULT_STUCK_AFTER_MS), cached and read as the TTLs are."""
-        yield from self._refresh_shared(groups, stucks=True)
-        return self._cached(self._stucks, DEFAULT_STUCK_AFTER_MS, groups)
+        asks = yield from self._refresh_shared(groups, stucks=True)
+        return self._cached(asks.seen["stuck"], DEFAULT_STUCK_AFTER_MS, groups)
 
     @staticmethod
     def _cached(
         known: dict[str | None, tuple[int | None, int]], default: int, groups: Sequence[GroupKeys]
     ) -> list[int]:
-        """Each group's setting from a cache just refreshed: its own, else the prefix's,
-        else `default`."""
+        """Each group's setting from what a plan just saw or read (`SharedAsks.seen`): its
+        own, else the prefix's, else `default`."""
         default = known[None][0] or default
         return [known[gk.data][0] or default for gk in groups]
 
@@ -222,13 +221,14 @@ class SettingsPlans(IndexPlans):
         *,
         ttls: bool = True,
         stucks: bool = False,
-    ) -> Plan[None]:
+    ) -> Plan[SharedAsks]:
         """Read, in one batch, the shared TTLs (and with `stucks` the progress budgets) of
         the prefix and of each group that this planner did not read in the last
-        TTL_CACHE_MS."""
+        TTL_CACHE_MS; the asks, whose `seen` holds every setting asked for."""
         asks = self._shared_asks(groups, ttls=ttls, stucks=stucks)
         if asks.requests:
             self._take_shared(asks, (yield list(asks.requests)))
+        return asks
 
     def _shared_asks(
         self,
@@ -246,21 +246,25 @@ class SettingsPlans(IndexPlans):
         if len(self._ttls) + len(self._stucks) + len(groups) > MAX_CACHED_GROUPS:
             self._ttls.clear()  # start over, as the single-beat cache does
             self._stucks.clear()
-        asks: list[tuple[dict[str | None, tuple[int | None, int]], str | None, str]] = []
+        asks: list[tuple[dict[str | None, tuple[int | None, int]], str | None, str, str]] = []
+        seen: dict[str, dict[str | None, tuple[int | None, int]]] = {}
         for cache, kind in caches:
             wanted: list[str | None] = [None, *dict.fromkeys(gk.data for gk in groups)]
+            fresh = seen[kind] = {}
             for member in wanted:
                 entry = cache.get(member)
                 if entry is None or entry[1] < limit:
                     place = self.keys if member is None else self.keys.from_member(member)
-                    asks.append((cache, member, getattr(place, kind)))
+                    asks.append((cache, member, getattr(place, kind), kind))
+                else:
+                    fresh[member] = entry
         protocol: list[Request] = []
         if self._protocol_at is None or self._protocol_at < limit:
             # The protocol version, with the shared settings (docs/protocol.md): every read
             # of the settings checks it (and a heartbeat claims it, `_claim`).
             protocol.append(Command("GET", (self.keys.protocol,)))
-        requests = (*protocol, *(Command("GET", (key,)) for _, _, key in asks))
-        return SharedAsks(requests, bool(protocol), asks)
+        requests = (*protocol, *(Command("GET", (key,)) for _, _, key, _ in asks))
+        return SharedAsks(requests, bool(protocol), asks, seen)
 
     def _take_shared(
         self, asks: SharedAsks, replies: Sequence[Any], only: set[str] | None = None
@@ -280,11 +284,13 @@ class SettingsPlans(IndexPlans):
         if asks.protocol:
             _check_protocol(self.keys.protocol, replies[0])
             self._protocol_at = read_at
-        for (cache, member, key), reply in zip(asks.asks, replies[skip:], strict=True):
+        for (cache, member, key, kind), reply in zip(asks.asks, replies[skip:], strict=True):
             if only is None or member is None or member in only:
-                cache[member] = (_stored_ttl(key, reply), read_at)
+                cache[member] = asks.seen[kind][member] = (_stored_ttl(key, reply), read_at)
 
     def _trusted_until(self, gk: GroupKeys) -> int:  # the TTL cache is refreshed as a whole
         """Until when (monotonic ns) the TTL this planner read for `gk` may be trusted."""
-        read_at = min(self._ttls[None][1], self._ttls[gk.data][1])
-        return read_at + TTL_CACHE_MS * NS_PER_MS
+        prefix, own = self._ttls.get(None), self._ttls.get(gk.data)
+        if prefix is None or own is None:  # emptied since (by another thread's plan)
+            return 0  # trusted no longer: the next beat reads the TTL again
+        return min(prefix[1], own[1]) + TTL_CACHE_MS * NS_PER_MS
