@@ -27,9 +27,9 @@ with warnings.catch_warnings():
 from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
 from redis_presence.events import Cursor
 from redis_presence.web import WebConfig, create_app
-from redis_presence.web import events as live_events
-from redis_presence.web.data import PresenceData
-from redis_presence.web.events import StreamMessage
+from redis_presence.web import feed as live_events
+from redis_presence.web.feed import StreamMessage
+from redis_presence.web.reads import PresenceData
 
 TTL_MS = 10_000
 MS = 1_000_000

@@ -1,4 +1,4 @@
-"""The live feed behind `/api/v1/events` streams (`redis_presence.web.events.LiveFeed`):
+"""The live feed behind `/api/v1/events` streams (`redis_presence.web.feed.LiveFeed`):
 one poller per filter shared by every stream, bounded queues, resuming from a cursor, and
 what streams are told when the log is lost or Redis goes away and comes back. Against a
 real redis-server; time is the feed's fixed clock, waits are deadlines."""
@@ -14,9 +14,9 @@ from servers import MakeRedisServer
 
 from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
 from redis_presence.events import Cursor
-from redis_presence.web import events as live_events
-from redis_presence.web.data import PresenceData
-from redis_presence.web.events import LiveFeed, StreamMessage, StreamsFull
+from redis_presence.web import feed as live_events
+from redis_presence.web.feed import LiveFeed, StreamMessage, StreamsFull
+from redis_presence.web.reads import PresenceData
 
 pytestmark = [pytest.mark.redis_server, pytest.mark.timeout(90)]
 

@@ -20,8 +20,8 @@ from test_web_api import BASE_URL, T0, Clock
 from redis_presence import AsyncRedisPresenceRegistry, PresenceState, RedisPresenceRegistry
 from redis_presence.plans import Limits
 from redis_presence.web import WebConfig, create_app
-from redis_presence.web.pages import ConsumerFilter, page_of
 from redis_presence.web.paging import Cursor
+from redis_presence.web.selection import ConsumerFilter, page_of
 
 with warnings.catch_warnings():  # as in test_web_api: httpx rather than its fork
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")

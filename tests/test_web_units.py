@@ -16,11 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from redis_presence import ConsumerPresence, ConsumerPresenceRegistry, PresenceState
 from redis_presence.web.auth import presented_token
-from redis_presence.web.data import GroupStats, stats_from_groups, stats_from_rows
 from redis_presence.web.metrics import ScrapeReading, registry_for
-from redis_presence.web.pages import ConsumerFilter, GroupFilter, PageCollector, page_of
 from redis_presence.web.paging import Cursor, parse_limit
 from redis_presence.web.params import parse_states
+from redis_presence.web.reads import GroupStats, stats_from_groups, stats_from_rows
+from redis_presence.web.selection import ConsumerFilter, GroupFilter, PageCollector, page_of
 
 TTL_MS = 1_000
 MS = 1_000_000
@@ -303,8 +303,8 @@ def test_the_fast_exposition_is_byte_for_byte_prometheus_clients(
     error: str | None,
     seconds: float,
 ) -> None:
-    from redis_presence.web.data import GroupStats
     from redis_presence.web.metrics import render_text
+    from redis_presence.web.reads import GroupStats
 
     now = 10**12 + 5
     reading = ScrapeReading(

@@ -31,15 +31,15 @@ from redis_presence.errors import (
     PresenceResyncRequired,
 )
 
-from . import events as live_events
+from . import feed as live_events
 from . import history, metrics, paging, params
 from .asgi import AccessLog, PrefixRoute
 from .auth import TokenAuth, check_token
-from .data import NO_META_ERRORS, GroupStats, TtlInUse
 from .guard import CatchAll
-from .pages import ConsumerFilter, GroupFilter
 from .params import BadRequest
+from .reads import NO_META_ERRORS, GroupStats, TtlInUse
 from .security import HostCheck, SecurityHeaders
+from .selection import ConsumerFilter, GroupFilter
 from .service import (
     BUSY_RETRY_AFTER_S,
     RegistryFactory,

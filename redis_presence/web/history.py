@@ -27,7 +27,7 @@ from redis_presence.history import (
 )
 from redis_presence.model import NO_META, ConsumerMeta
 
-from .data import PresenceData
+from .reads import PresenceData
 
 GROUP_ENTRIES = 2_000
 """Event log entries read (newest first) for one group's or one consumer's page."""

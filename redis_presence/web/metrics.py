@@ -23,7 +23,7 @@ from prometheus_client.utils import floatToGoString
 from redis_presence import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
 from redis_presence.errors import PresenceError
 
-from .data import GroupStats, PresenceData
+from .reads import GroupStats, PresenceData
 
 NS_PER_S = 1_000_000_000
 

@@ -1,7 +1,7 @@
 """How every list of the web service is paged, the groups and the consumers, as pages and
 as ``/api/v1`` JSON: the cursor format, the limits, what a request asks for (`ask`), how a
 page's cursors are made (`Page.of`, `Page.keyset`) and its links and JSON fields (`links`,
-`cursors`). No I/O; which rows a page holds is `pages`' (filters) and the registry's.
+`cursors`). No I/O; which rows a page holds is `selection`'s (filters) and the registry's.
 
 A cursor names the last item of a page (``after``) or the first (``before``), never an
 offset: a page stays right while groups and consumers come and go between requests.

@@ -33,9 +33,9 @@ from redis_presence.formatting import human_age, iso_utc
 from redis_presence.redaction import redact
 from redis_presence.url_parsing import parse_url
 
-from . import events as live_events
-from .data import PresenceData
+from . import feed as live_events
 from .params import BadRequest
+from .reads import PresenceData
 
 log = logging.getLogger("redis_presence.web")
 

@@ -55,8 +55,8 @@ from redis_presence.errors import PresenceMetaError
 from redis_presence.events import PresenceEvent
 from redis_presence.model import GroupPresence
 
-from .pages import ConsumerFilter, GroupFilter, PageCollector, page_of
 from .paging import Cursor, Page, PageAsk, group_key
+from .selection import ConsumerFilter, GroupFilter, PageCollector, page_of
 
 
 class GroupStats(NamedTuple):

@@ -53,7 +53,7 @@ from redis_presence.errors import PresenceError, PresencePoolExhausted, Presence
 from redis_presence.events import LOG_LAG_MS, Cursor, PresenceEvent
 from redis_presence.model import ConsumerPresence
 
-from .data import PresenceData
+from .reads import PresenceData
 
 log = logging.getLogger("redis_presence.web")
 
