@@ -32,6 +32,7 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from waiting import wait_until
 
 from redis_presence.localserver import (
     HOST,
@@ -41,7 +42,6 @@ from redis_presence.localserver import (
     LocalServerError,
     free_port,
     options_argv,
-    poll,
 )
 
 REQUIRE_SERVERS_ENV = "REDIS_PRESENCE_REQUIRE_SERVERS"
@@ -49,6 +49,8 @@ CLUSTER_TIMEOUT_S = 30.0
 CLUSTER_SLOTS = 16384
 CLUSTER_BUS_OFFSET = 10000
 LOG_NAME = "redis.log"
+POLL_S, MAX_POLL_S = 0.005, 0.1
+"""Polling a server's state: pauses from 5 ms, doubling up to 100 ms (as the launcher's)."""
 
 ServerError = LocalServerError
 """A test server could not be started, joined or reached in time."""
@@ -452,11 +454,13 @@ class RedisServer(LocalServer):
                     return False
                 return bool(info.get("master_link_status") == "up")
 
-            poll(
+            wait_until(
                 synced,
                 timeout_s=timeout,
                 what=f"replica on port {self.port} to sync",
                 alive=self.check_alive,
+                interval_s=POLL_S,
+                max_interval_s=MAX_POLL_S,
             )
 
     def wait_for_replicas(self, count: int = 1, timeout: float = START_TIMEOUT_S) -> None:
@@ -549,11 +553,13 @@ class RedisClusterProcesses:
             if not node.is_running:
                 continue
             with node.client(socket_timeout=2, retry=_no_retry()) as c:
-                poll(
+                wait_until(
                     functools.partial(self._node_ok, c),
                     timeout_s=timeout,
                     what=f"cluster state ok on port {node.port}",
                     alive=node.check_alive,
+                    interval_s=POLL_S,
+                    max_interval_s=MAX_POLL_S,
                 )
             if node.role() == "slave":
                 node.wait_replica_synced(timeout)
@@ -769,11 +775,13 @@ class SentinelProcesses:
 
         for i, sentinel in enumerate(self.sentinels):
             if sentinel.is_running:
-                poll(
+                wait_until(
                     functools.partial(ready, i),
                     timeout_s=timeout,
                     what=f"sentinel on port {sentinel.port} to monitor {self.service}",
                     alive=sentinel.check_alive,
+                    interval_s=POLL_S,
+                    max_interval_s=MAX_POLL_S,
                 )
 
     def primary_address(self, index: int = 0) -> tuple[str, int]:
@@ -804,7 +812,13 @@ class SentinelProcesses:
                 return False
             return named == {address} and role == "master"
 
-        poll(moved, timeout_s=timeout, what=f"{address} to become the primary of {self.service}")
+        wait_until(
+            moved,
+            timeout_s=timeout,
+            what=f"{address} to become the primary of {self.service}",
+            interval_s=POLL_S,
+            max_interval_s=MAX_POLL_S,
+        )
 
     def stop(self) -> None:
         for sentinel in reversed(self.sentinels):
