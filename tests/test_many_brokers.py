@@ -42,7 +42,7 @@ BEAT_EVERY_S = 0.1
 SNAPSHOTS_PER_PHASE = 10
 PREFIX = "brokers"
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]  # 6-10 s
 
 
 def consumers_of(broker: int) -> list[str]:
