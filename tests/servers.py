@@ -13,6 +13,7 @@ Locally a missing binary skips the test; with ``REDIS_PRESENCE_REQUIRE_SERVERS=1
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -401,6 +402,20 @@ class RedisServer(LocalServer):
         """Start the process and wait until it answers PING; return self."""
         super().start(timeout_s)
         return self
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Wait until the server answers PING, and make sure that it is this process that
+        answers: another process (another pytest-xdist worker, another test run) may have
+        bound the port between `free_port` and this server. This one then exits (it could
+        not bind), and `start` tries another port."""
+        super().wait_ready(timeout_s)
+        with self.client(socket_timeout=2, retry=_no_retry()) as c:
+            answering = int(c.info("server")["process_id"])
+        if answering != self.pid:
+            if self.process is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(timeout_s)
+            raise ServerError(f"port {self.port} is another server's (pid {answering})")
 
     def restart(self, timeout_s: float = START_TIMEOUT_S) -> RedisServer:
         """Stop if running, then start again on the same port with the same dir and data files."""
