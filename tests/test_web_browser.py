@@ -173,13 +173,7 @@ def json_reads(page: Page) -> int:
 
 def settled(page: Page) -> int:
     """Wait for the one read a page takes when its stream opens; how many reads so far."""
-    wait_until(
-        lambda: json_reads(page) >= 1,
-        timeout_s=10,
-        what="the page's catch-up read",
-        interval_s=0.02,
-        max_interval_s=0.25,
-    )
+    wait_until(lambda: json_reads(page) >= 1, timeout_s=10, what="the page's catch-up read")
     page.wait_for_load_state("networkidle")
     return json_reads(page)
 
@@ -196,8 +190,6 @@ def beating(writer: RedisPresenceRegistry, *consumers: str) -> None:
         lambda: set(consumers) <= {r.consumer for r in writer.snapshot(ttl_ms=TTL_MS)},
         timeout_s=20,
         what=f"{consumers} to beat",
-        interval_s=0.02,
-        max_interval_s=0.25,
     )
 
 
@@ -639,13 +631,7 @@ def test_the_dashboard_works_under_its_content_security_policy(
         }"""
     )
     refused: list[str] = page.__dict__["csp_refused"]
-    wait_until(
-        lambda: refused,
-        timeout_s=5,
-        what="the browser to refuse the inline script",
-        interval_s=0.02,
-        max_interval_s=0.25,
-    )
+    wait_until(lambda: refused, timeout_s=5, what="the browser to refuse the inline script")
     assert page.evaluate("window.__inline_ran === undefined")
     assert "inline script" in refused[0]
     refused.clear()  # what the fixture checks: nothing else was refused

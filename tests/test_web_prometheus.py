@@ -141,13 +141,7 @@ def test_prometheus_scrapes_the_snapshot_and_drops_a_deregistered_consumer(
         result = prometheus.query("redis_presence_consumers")
         return result if len(result) == 15 else []
 
-    consumers = wait_until(
-        scraped,
-        timeout_s=30,
-        what="a scrape with every group",
-        interval_s=0.02,
-        max_interval_s=0.25,
-    )
+    consumers = wait_until(scraped, timeout_s=30, what="a scrape with every group")
     seconds, micros = redis_client.time()
     snapshot = writer.snapshot(now_ns=seconds * 1_000_000_000 + micros * 1_000, ttl_ms=TTL_MS)
     expected = {
@@ -241,8 +235,6 @@ def test_prometheus_scrapes_the_snapshot_and_drops_a_deregistered_consumer(
         ),
         timeout_s=20,
         what="w-stale's series to go",
-        interval_s=0.02,
-        max_interval_s=0.25,
     )
     after = by_labels(prometheus.query("redis_presence_consumers"), "queue", "group", "state")
     assert after[("orders", "billing", "stale")] == 0.0

@@ -30,7 +30,6 @@ class _Wait:
 
     def __init__(
         self,
-        *,
         timeout_s: float,
         what: str,
         interval_s: float,
@@ -83,14 +82,7 @@ def wait_until(
     """The first truthy value `check` returns, polled every `interval_s` (doubling up to
     `max_interval_s`); `TimedOut` after `timeout_s`, naming `what` and the last value seen
     (or what `seen` returns then). Exceptions of the `ignoring` types count as not yet."""
-    wait = _Wait(
-        timeout_s=timeout_s,
-        what=what,
-        interval_s=interval_s,
-        max_interval_s=max_interval_s,
-        ignoring=ignoring,
-        seen=seen,
-    )
+    wait = _Wait(timeout_s, what, interval_s, max_interval_s, ignoring, seen)
     while True:
         if alive is not None:
             alive()
@@ -146,14 +138,7 @@ async def wait_until_async(
 ) -> Any:
     """`wait_until` in a coroutine: the same contract, pausing with ``asyncio.sleep``;
     `check` may return an awaitable, which is awaited."""
-    wait = _Wait(
-        timeout_s=timeout_s,
-        what=what,
-        interval_s=interval_s,
-        max_interval_s=max_interval_s,
-        ignoring=ignoring,
-        seen=seen,
-    )
+    wait = _Wait(timeout_s, what, interval_s, max_interval_s, ignoring, seen)
     while True:
         if alive is not None:
             alive()
