@@ -28,7 +28,13 @@ import redis.cluster
 
 from redis_presence import RedisPresenceRegistry
 from redis_presence.keys import Keyspace
-from redis_presence.localserver import NO_PERSISTENCE, LocalServer, LocalServerError, free_port
+from redis_presence.localserver import (
+    NO_PERSISTENCE,
+    LocalServer,
+    LocalServerError,
+    free_port,
+    poll,
+)
 
 from .fleet import NOW_NS, TTL_MS, RawPresence, ScanDesign
 from .server import BenchServer
@@ -540,19 +546,15 @@ def _on_cluster(result: CaseResult, server: BenchServer, fleet: Fleet) -> str | 
 
 def _wait_cluster(nodes: Sequence[LocalServer]) -> redis.cluster.RedisCluster:
     """A cluster client once every node says the cluster is ok (polled, with a deadline)."""
-    import time
 
-    deadline = time.monotonic() + 60
-    while True:
-        states = []
+    def ok() -> bool:
         for node in nodes:
             with node.client() as c:
-                states.append(c.cluster("INFO").get("cluster_state"))
-        if all(s == "ok" for s in states):
-            break
-        if time.monotonic() > deadline:
-            raise LocalServerError(f"the benchmark cluster is not ok: {states}")
-        time.sleep(0.1)
+                if c.cluster("INFO").get("cluster_state") != "ok":
+                    return False
+        return True
+
+    poll(ok, timeout_s=60, what="the benchmark cluster to be ok")
     return redis.cluster.RedisCluster(
         startup_nodes=[
             redis.cluster.ClusterNode(n.host, n.port)  # type: ignore[no-untyped-call]

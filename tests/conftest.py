@@ -260,6 +260,19 @@ RUN_SUMMARY = "run_summary"
 printed at the end of every run, also under ``-q`` and in CI (e.g. the soak's numbers)."""
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In a pytest-xdist worker: hand this worker's tallies to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[RUN_SUMMARY] = dict(RUN_COUNTS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """In the pytest-xdist controller: add up the tallies of a worker that finished."""
+    RUN_COUNTS.update(getattr(node, "workeroutput", {}).get(RUN_SUMMARY, {}))
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     lines = [
         f"{report.nodeid}: {value}"

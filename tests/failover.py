@@ -1,5 +1,5 @@
-"""What failover tests share: brokers beating through reporters, probes that record what
-a caller sees while writes fail over, and polling with a deadline."""
+"""What failover tests share: brokers beating through reporters, and probes that record
+what a caller sees while writes fail over."""
 
 from __future__ import annotations
 
@@ -128,13 +128,3 @@ class Broker:
         if self.beating.is_set():
             self.reporter.close()
         self.registry.close()
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll `check` until true; return how long it took."""
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-    return time.monotonic() - start

@@ -13,6 +13,7 @@ Locally a missing binary skips the test; with ``REDIS_PRESENCE_REQUIRE_SERVERS=1
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -32,6 +33,7 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from waiting import wait_until
 
 from redis_presence.localserver import (
     HOST,
@@ -41,7 +43,6 @@ from redis_presence.localserver import (
     LocalServerError,
     free_port,
     options_argv,
-    poll,
 )
 
 REQUIRE_SERVERS_ENV = "REDIS_PRESENCE_REQUIRE_SERVERS"
@@ -49,6 +50,8 @@ CLUSTER_TIMEOUT_S = 30.0
 CLUSTER_SLOTS = 16384
 CLUSTER_BUS_OFFSET = 10000
 LOG_NAME = "redis.log"
+POLL_S, MAX_POLL_S = 0.005, 0.1
+"""Polling a server's state: pauses from 5 ms, doubling up to 100 ms (as the launcher's)."""
 
 ServerError = LocalServerError
 """A test server could not be started, joined or reached in time."""
@@ -100,6 +103,24 @@ def need_binary(name: str) -> str:
 def free_cluster_port() -> int:
     """A free port ``p`` whose cluster bus port ``p + 10000`` is free too (Redis 6 and later)."""
     return free_port(also_free=(CLUSTER_BUS_OFFSET,))
+
+
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether process `pid` holds the TCP socket listening on loopback port `port`, as
+    Linux's /proc says (no command reaches the server); None where /proc cannot tell."""
+    try:
+        rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return None
+    listening = {
+        f"socket:[{row[9]}]" for row in rows if row[1].endswith(f":{port:04X}") and row[3] == "0A"
+    }
+    held: set[str] = set()
+    for fd in fds:
+        with contextlib.suppress(OSError):  # closed meanwhile
+            held.add(os.readlink(fd))
+    return bool(listening & held)
 
 
 def _no_retry() -> Retry:
@@ -400,6 +421,18 @@ class RedisServer(LocalServer):
         super().start(timeout_s)
         return self
 
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Wait until the server answers PING, and make sure that it is this process that
+        answers: another process (another pytest-xdist worker, another test run) may have
+        bound the port between `free_port` and this server. This one then exits (it could
+        not bind), and `start` tries another port."""
+        super().wait_ready(timeout_s)
+        if self.pid is not None and listens_on(self.pid, self.port) is False:
+            if self.process is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(timeout_s)
+            raise ServerError(f"port {self.port} is another process's")
+
     def restart(self, timeout_s: float = START_TIMEOUT_S) -> RedisServer:
         """Stop if running, then start again on the same port with the same dir and data files."""
         super().restart(timeout_s)
@@ -452,11 +485,13 @@ class RedisServer(LocalServer):
                     return False
                 return bool(info.get("master_link_status") == "up")
 
-            poll(
+            wait_until(
                 synced,
                 timeout_s=timeout,
                 what=f"replica on port {self.port} to sync",
                 alive=self.check_alive,
+                interval_s=POLL_S,
+                max_interval_s=MAX_POLL_S,
             )
 
     def wait_for_replicas(self, count: int = 1, timeout: float = START_TIMEOUT_S) -> None:
@@ -549,11 +584,13 @@ class RedisClusterProcesses:
             if not node.is_running:
                 continue
             with node.client(socket_timeout=2, retry=_no_retry()) as c:
-                poll(
+                wait_until(
                     functools.partial(self._node_ok, c),
                     timeout_s=timeout,
                     what=f"cluster state ok on port {node.port}",
                     alive=node.check_alive,
+                    interval_s=POLL_S,
+                    max_interval_s=MAX_POLL_S,
                 )
             if node.role() == "slave":
                 node.wait_replica_synced(timeout)
@@ -769,11 +806,13 @@ class SentinelProcesses:
 
         for i, sentinel in enumerate(self.sentinels):
             if sentinel.is_running:
-                poll(
+                wait_until(
                     functools.partial(ready, i),
                     timeout_s=timeout,
                     what=f"sentinel on port {sentinel.port} to monitor {self.service}",
                     alive=sentinel.check_alive,
+                    interval_s=POLL_S,
+                    max_interval_s=MAX_POLL_S,
                 )
 
     def primary_address(self, index: int = 0) -> tuple[str, int]:
@@ -804,7 +843,13 @@ class SentinelProcesses:
                 return False
             return named == {address} and role == "master"
 
-        poll(moved, timeout_s=timeout, what=f"{address} to become the primary of {self.service}")
+        wait_until(
+            moved,
+            timeout_s=timeout,
+            what=f"{address} to become the primary of {self.service}",
+            interval_s=POLL_S,
+            max_interval_s=MAX_POLL_S,
+        )
 
     def stop(self) -> None:
         for sentinel in reversed(self.sentinels):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from test_cli import (
     one_error_line,
     seed,
 )
-from test_demo import wait_until
+from test_cli_watch_truth import Watch
 from test_security import (
     ACL_BROKER,
     ACL_JANITOR,
@@ -47,6 +46,7 @@ from test_security import (
     READER_PASSWORD,
     READER_USER,
 )
+from waiting import wait_until
 
 import redis_presence
 from redis_presence import PresenceAuthError, PresenceConnectionError, RedisPresenceRegistry
@@ -394,33 +394,33 @@ def test_watch_survives_a_real_redis_restart(make_redis_server: MakeRedisServer)
     server = make_redis_server()
     with RedisPresenceRegistry.from_url(server.url) as registry:
         registry.heartbeat("orders", "billing", "w1")
-    errors: list[str] = []
-    frames: list[str] = []
-    with subprocess.Popen(
-        [*CLI, "--url", server.url, "--timeout", "1", "watch", "--interval", "0.1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=cli_env(),
-        text=True,
-    ) as proc:
-        assert proc.stdout is not None
-        assert proc.stderr is not None
-        threading.Thread(target=lambda: errors.extend(proc.stderr or ()), daemon=True).start()
-        threading.Thread(target=lambda: frames.extend(proc.stdout or ()), daemon=True).start()
-        try:
-            wait_until(lambda: any("w1" in line for line in frames), 30, "a first frame")
-            server.kill()
-            wait_until(lambda: any("retrying" in line for line in errors), 30, "the outage line")
-            assert proc.poll() is None  # still running
-            server.restart()
-            with RedisPresenceRegistry.from_url(server.url) as registry:
-                registry.heartbeat("orders", "billing", "w2")
-            wait_until(lambda: any("Redis is back" in line for line in errors), 30, "the recovery")
-            wait_until(lambda: any("+ joined" in line for line in frames), 30, "w2 joining")
-        finally:
-            proc.send_signal(signal.SIGINT)
-            code = proc.wait(timeout=30)
+    watch = Watch(server.url).start()
+    try:
+        wait_until(
+            lambda: any("w1" in line for line in watch.out), timeout_s=30, what="a first frame"
+        )
+        server.kill()
+        wait_until(
+            lambda: any("retrying" in line for line in watch.err),
+            timeout_s=30,
+            what="the outage line",
+        )
+        assert watch.poll() is None  # still running
+        server.restart()
+        with RedisPresenceRegistry.from_url(server.url) as registry:
+            registry.heartbeat("orders", "billing", "w2")
+        wait_until(
+            lambda: any("Redis is back" in line for line in watch.err),
+            timeout_s=30,
+            what="the recovery",
+        )
+        wait_until(
+            lambda: any("+ joined" in line for line in watch.out), timeout_s=30, what="w2 joining"
+        )
+    finally:
+        code = watch.stop()
     assert code == 0
+    errors = watch.err
     assert errors[0].startswith("watch: Redis unreachable since")
     assert errors[1].startswith("watch: Redis is back after")
     assert len(errors) == 2, errors

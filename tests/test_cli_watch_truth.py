@@ -13,13 +13,14 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
+from processes import ManagedProcess
 from servers import MakeRedisServer, free_port
 from test_cli_terminal import on_terminal
-from test_demo import cli_env, wait_until
+from test_demo import cli_env
+from waiting import wait_until
 
 from redis_presence import RedisPresenceRegistry
 
@@ -29,26 +30,32 @@ S = 1_000_000_000
 pytestmark = pytest.mark.timeout(120)
 
 
-class Watch:
-    """`redis-presence watch` to a pipe: every line it printed so far, on both streams."""
+class Watch(ManagedProcess):
+    """`redis-presence watch` with its output in files: every line it printed so far, on
+    both streams; `stop` is a Ctrl-C."""
+
+    stop_timeout_s = 30.0
 
     def __init__(self, url: str, *args: str) -> None:
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self.proc = subprocess.Popen(
+        super().__init__(
             [*CLI, "--url", url, "--timeout", "1", "watch", "--interval", "0.1", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            name="watch",
             env=cli_env(),
-            text=True,
+            separate_stderr=True,
         )
-        for stream, lines in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
-            threading.Thread(target=lambda s=stream, ls=lines: ls.extend(s), daemon=True).start()
+
+    @property
+    def out(self) -> list[str]:
+        return self.lines()
+
+    @property
+    def err(self) -> list[str]:
+        return self.lines(stderr=True)
 
     def frames(self) -> list[list[str]]:
         """The tables printed so far, each as its lines (one table per refresh)."""
         frames: list[list[str]] = []
-        for line in list(self.out):
+        for line in self.out:
             if line.startswith("redis-presence watch"):
                 frames.append([])
             elif frames:
@@ -58,13 +65,8 @@ class Watch:
     def row(self, consumer: str, frame: list[str]) -> str | None:
         return next((line for line in frame if f" {consumer} " in line), None)
 
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGINT)
-        code = self.proc.wait(timeout=30)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
-        return code
+    def _ask_to_stop(self) -> None:
+        self.send_signal(signal.SIGINT)
 
 
 def test_watch_shows_the_real_age_and_leases_of_active_consumers(
@@ -74,9 +76,9 @@ def test_watch_shows_the_real_age_and_leases_of_active_consumers(
     registry = RedisPresenceRegistry.from_url(server.url)
     now = registry.clock_ns()
     registry.heartbeat("orders", "billing", "w1", 1, now_ns=now - 20 * S)  # 20 s old, active
-    watch = Watch(server.url)
+    watch = Watch(server.url).start()
     try:
-        wait_until(lambda: len(watch.frames()) >= 2, 30, "two refreshes")
+        wait_until(lambda: len(watch.frames()) >= 2, timeout_s=30, what="two refreshes")
         registry.heartbeat("orders", "billing", "w1", 7)  # an active beat: no event
 
         def fresh() -> bool:
@@ -84,7 +86,7 @@ def test_watch_shows_the_real_age_and_leases_of_active_consumers(
             line = watch.row("w1", frames[-1]) if len(frames) > 2 else None
             return line is not None and re.search(r"active\s+[01]s ago\s+7\b", line) is not None
 
-        wait_until(fresh, 10, "w1 with its real age (0-1 s) and 7 leases")
+        wait_until(fresh, timeout_s=10, what="w1 with its real age (0-1 s) and 7 leases")
         assert all("≤" not in line for frame in watch.frames()[-1:] for line in frame)
     finally:
         assert watch.stop() == 0
@@ -95,9 +97,11 @@ def test_watch_rereads_after_redis_restarts_empty(make_redis_server: MakeRedisSe
     server = make_redis_server()
     with RedisPresenceRegistry.from_url(server.url) as registry:
         registry.heartbeat("orders", "billing", "ghost")
-    watch = Watch(server.url)
+    watch = Watch(server.url).start()
     try:
-        wait_until(lambda: any(watch.row("ghost", f) for f in watch.frames()), 30, "ghost")
+        wait_until(
+            lambda: any(watch.row("ghost", f) for f in watch.frames()), timeout_s=30, what="ghost"
+        )
         server.restart()  # empty: no persistence
         with RedisPresenceRegistry.from_url(server.url) as registry:
             registry.heartbeat("orders", "billing", "alive")
@@ -110,7 +114,7 @@ def test_watch_rereads_after_redis_restarts_empty(make_redis_server: MakeRedisSe
                 and not watch.row("ghost", frames[-1])
             )
 
-        wait_until(truthful, 15, "alive listed, the ghost gone")
+        wait_until(truthful, timeout_s=15, what="alive listed, the ghost gone")
         marked = [watch.row("ghost", f) for f in watch.frames()]
         assert any(line and "- left" in line for line in marked), marked  # said it went
     finally:
@@ -123,16 +127,24 @@ def test_watch_says_when_redis_is_unreachable_and_since_when(
     server = make_redis_server()
     with RedisPresenceRegistry.from_url(server.url) as registry:
         registry.heartbeat("orders", "billing", "w1")
-    watch = Watch(server.url)
+    watch = Watch(server.url).start()
     try:
-        wait_until(lambda: any(watch.row("w1", f) for f in watch.frames()), 30, "a frame")
+        wait_until(
+            lambda: any(watch.row("w1", f) for f in watch.frames()), timeout_s=30, what="a frame"
+        )
         server.stop()
-        wait_until(lambda: any("unreachable" in line for line in watch.err), 30, "the outage")
+        wait_until(
+            lambda: any("unreachable" in line for line in watch.err),
+            timeout_s=30,
+            what="the outage",
+        )
         line = next(line for line in watch.err if "unreachable" in line)
         assert re.match(r"watch: Redis unreachable since \d\d:\d\d:\d\d: cannot reach Redis", line)
         assert re.search(r"the table is as read at \d\d:\d\d:\d\d; retrying$", line)
         server.restart()
-        wait_until(lambda: any("is back" in line for line in watch.err), 30, "the recovery")
+        wait_until(
+            lambda: any("is back" in line for line in watch.err), timeout_s=30, what="the recovery"
+        )
     finally:
         assert watch.stop() == 0
 

@@ -18,8 +18,9 @@ import pytest
 import redis
 from click.testing import CliRunner
 from conftest import RUN_SUMMARY
-from failover import Broker, Probe, wait_for
+from failover import Broker, Probe
 from servers import RedisClusterProcesses, RedisServer, free_port
+from waiting import wait_until
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,
@@ -97,7 +98,9 @@ def test_a_killed_master_fails_over_under_load(
             return {row.key: row.state for row in reader.snapshot(ttl_ms=TTL_MS)}
 
         try:
-            wait_for(lambda: every | probed <= set(states()), 20, "every consumer written")
+            wait_until(
+                lambda: every | probed <= set(states()), timeout_s=20, what="every consumer written"
+            )
             for node in cluster.nodes:
                 if node.role() == "slave":
                     node.wait_replica_synced()
@@ -106,17 +109,21 @@ def test_a_killed_master_fails_over_under_load(
             victim.kill()
             killed = time.monotonic()
             for probe in probes:
-                wait_for(functools.partial(probe.wrote_after, killed + 0.1), 60, "probe writes")
+                wait_until(
+                    functools.partial(probe.wrote_after, killed + 0.1),
+                    timeout_s=60,
+                    what="probe writes",
+                )
             resumed = {p.name: round(p.gap_after(killed), 2) for p in probes}
             errors = {p.name: p.failures_after(killed, time.monotonic()) for p in probes}
             cluster.wait_ok()
             promoted = time.monotonic() - killed
             # The reporters lost no consumer: every one of them is there and active, and
             # every queue of the killed master is written on its new master.
-            wait_for(
+            wait_until(
                 lambda: all(states().get(key) == PresenceState.ACTIVE for key in every | probed),
-                30,
-                "every consumer active after the failover",
+                timeout_s=30,
+                what="every consumer active after the failover",
             )
             recovered = time.monotonic() - killed
             with cluster.client() as client:

@@ -23,6 +23,7 @@ import redis
 import redis.cluster
 from click.testing import CliRunner
 from servers import RedisClusterProcesses, RedisServer, need_binary
+from waiting import wait_until
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,
@@ -128,11 +129,14 @@ class Migration:
         """Call `tick` every 10 ms (polling, with a deadline) until the nodes have answered
         `more` TRYAGAINs."""
         goal = self.tryagains() + more
-        deadline = time.monotonic() + timeout_s
-        while self.tryagains() < goal:
-            assert time.monotonic() < deadline, f"fewer than {more} TRYAGAIN in {timeout_s} s"
+
+        def held() -> bool:
+            if self.tryagains() >= goal:
+                return True
             tick()
-            time.sleep(0.01)
+            return False
+
+        wait_until(held, timeout_s=timeout_s, what=f"{more} TRYAGAIN", seen=self.tryagains)
 
     def close(self) -> None:
         for client in self.clients.values():
@@ -212,11 +216,14 @@ def test_a_queue_whose_slot_migrates_under_a_reporter_loses_nothing(
             moved += migration.move_keys()  # all on the target: ASK, then ASKING there
             migration.finish()
             beats = sync_probe.beats, async_probe.beats
-            deadline = time.monotonic() + 10
-            while (sync_probe.beats, async_probe.beats) <= beats or reporter.pending:
-                assert time.monotonic() < deadline, "no beat went through after the migration"
+
+            def through() -> bool:
+                if (sync_probe.beats, async_probe.beats) > beats and not reporter.pending:
+                    return True
                 beat_all(2)
-                time.sleep(0.01)
+                return False
+
+            wait_until(through, timeout_s=10, what="a beat through after the migration")
         finally:
             sync_probe.stop.set()
             async_probe.stop.set()

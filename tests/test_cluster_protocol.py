@@ -156,7 +156,17 @@ def explore(runner: Runner, scenario: Scenario) -> int:
     return seen
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+SLOW_SCENARIOS = {"first-beats-vs-prune", "two-removers-vs-beat"}
+"""Three operations with many steps each: more than 5 s of interleavings (``slow``)."""
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        pytest.param(s, id=s.name, marks=[pytest.mark.slow] if s.name in SLOW_SCENARIOS else [])
+        for s in SCENARIOS
+    ],
+)
 def test_every_interleaving_keeps_live_groups_listed(
     cluster_client: redis.cluster.RedisCluster, scenario: Scenario
 ) -> None:

@@ -9,16 +9,14 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import redis
 from click.testing import CliRunner
+from processes import ManagedProcess
 from servers import MakeRedisServer
+from waiting import wait_until
 
 import redis_presence
 from redis_presence import ConsumerPresenceRegistry
@@ -43,14 +41,6 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)
-
-
 def alive(pid: int) -> bool:
     """Whether a process with this pid exists and is not a zombie (reads /proc)."""
     try:
@@ -62,7 +52,9 @@ def alive(pid: int) -> bool:
 
 def assert_all_gone(pids: set[int]) -> None:
     assert pids, "the demo printed no child pids"
-    wait_until(lambda: not any(alive(pid) for pid in pids), 10.0, f"children {pids} to exit")
+    wait_until(
+        lambda: not any(alive(pid) for pid in pids), timeout_s=10.0, what=f"children {pids} to exit"
+    )
 
 
 def run_demo_process(*args: str) -> subprocess.CompletedProcess[str]:
@@ -77,28 +69,24 @@ def run_demo_process(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@contextmanager
-def demo_process(*args: str) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
-    """A running `demo --no-tui ARGS` and the stdout lines it printed so far (a thread reads
-    them); killed and reaped on the way out if the test left it running."""
-    lines: list[str] = []
-    with subprocess.Popen(
-        [*CLI, "demo", "--no-tui", *args],
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as proc:
-        reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
-        reader.start()
-        try:
-            wait_until(lambda: any("the story begins" in ln for ln in lines), 30, "the story")
-            yield proc, lines
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            reader.join(timeout=10)
+class Demo(ManagedProcess):
+    """`redis-presence demo --no-tui ARGS` as a real process, ready once the story begins;
+    SIGKILLed on the way out if the test left it running."""
+
+    def __init__(self, *args: str) -> None:
+        argv = [*CLI, "demo", "--no-tui", *args]
+        super().__init__(argv, name="demo", env=cli_env(), separate_stderr=True)
+
+    @property
+    def printed(self) -> str:
+        """What it printed to stdout so far, in complete lines."""
+        return "".join(self.lines())
+
+    def ready(self) -> bool:
+        return "the story begins" in self.printed
+
+    def _ask_to_stop(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 def states_by_consumer(output: str) -> dict[str, list[str]]:
@@ -144,13 +132,11 @@ def test_demo_on_the_embedded_server() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_demo_cleans_up_when_interrupted(signum: int) -> None:
-    with demo_process("--duration", "300") as (proc, lines):
-        proc.send_signal(signum)
-        proc.wait(timeout=30)
-        assert proc.stderr is not None
-        stderr = proc.stderr.read()
-    output = "".join(lines)
-    assert proc.returncode == 0, output + stderr
+    with Demo("--duration", "300") as demo:
+        demo.send_signal(signum)
+        demo.wait(30)
+    output, stderr = demo.output, demo.stderr
+    assert demo.returncode == 0, output + stderr
     assert "Traceback" not in stderr
     assert "interrupted: stopping everything" in output
     assert_all_gone({int(pid) for pid in PID.findall(output)})
@@ -163,18 +149,17 @@ def test_a_sigkilled_demo_leaves_no_server_and_no_broker_behind() -> None:
     if not sys.platform.startswith("linux"):
         pytest.skip("PR_SET_PDEATHSIG is Linux-only")
     pytest.importorskip("servers").need_binary("redis-server")
-    with demo_process("--duration", "30") as (proc, lines):
-        output = "".join(lines)
+    with Demo("--duration", "30") as demo:
+        output = demo.printed
         server = re.search(r"started redis-server pid (\d+)", output)
         assert server is not None, output
         brokers = {int(pid) for pid in re.findall(r"started broker-\d+ pid (\d+)", output)}
         assert len(brokers) == 3, output
         pids = {int(server.group(1)), *brokers}
         assert all(alive(pid) for pid in pids)
-        proc.kill()
-        proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
-    assert "stopped" not in "".join(lines)  # the demo's own cleanup never ran
+        demo.kill()
+    assert demo.returncode == -signal.SIGKILL
+    assert "stopped" not in demo.output  # the demo's own cleanup never ran
     assert_all_gone(pids)
 
 
@@ -432,41 +417,17 @@ def test_the_broker_logs_its_start_and_stop() -> None:
 def test_demo_broker_logs_start_outage_and_stop(make_redis_server: MakeRedisServer) -> None:
     """What `docker compose logs broker-a` shows: one line each."""
     server = make_redis_server()
-    lines: list[str] = []
-    with subprocess.Popen(
-        [
-            *CLI,
-            "--url",
-            server.url,
-            "--ttl-ms",
-            "500",
-            "demo-broker",
-            "--name",
-            "b",
-            "--consumers",
-            "2",
-            "--offset",
-            "0",
-        ],
-        env=cli_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as proc:
-        reader = threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True)
-        reader.start()
-        try:
-            wait_until(lambda: len(lines) >= 1, 30, "the start line")
-            server.kill()
-            wait_until(lambda: len(lines) >= 2, 30, "the outage line")
-            server.restart()
-            wait_until(lambda: len(lines) >= 3, 30, "the recovery line")
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        reader.join(timeout=10)
+    argv = [*CLI, "--url", server.url, "--ttl-ms", "500", "demo-broker", "--name", "b"]
+    argv += ["--consumers", "2", "--offset", "0"]
+    with ManagedProcess(argv, name="demo-broker", env=cli_env(), discard_stdout=True) as broker:
+        wait_until(lambda: len(broker.lines()) >= 1, timeout_s=30, what="the start line")
+        server.kill()
+        wait_until(lambda: len(broker.lines()) >= 2, timeout_s=30, what="the outage line")
+        server.restart()
+        wait_until(lambda: len(broker.lines()) >= 3, timeout_s=30, what="the recovery line")
+        broker.send_signal(signal.SIGTERM)
+        assert broker.wait(30) == 0
+    lines = broker.lines()
     assert lines[0] == (
         "b: started, serving 2 consumers: b-c1 (orders/billing), b-c2 (orders/shipping); "
         f"prefix 'presence' at {server.url}, TTL 500 ms (--ttl-ms), a read every 0.1s\n"

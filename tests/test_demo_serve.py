@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import CliRunner
-from test_demo import PID, alive, assert_all_gone, cli_env, demo_process, run_demo_process
+from test_demo import PID, Demo, alive, assert_all_gone, cli_env, run_demo_process
 from webservers import ROOT, need_tool
 
 from redis_presence.cli import cli
@@ -28,9 +28,9 @@ pytestmark = [pytest.mark.slow]
 DASHBOARD = re.compile(r"dashboard: (http://127\.0\.0\.1:(\d+)) \(pid (\d+)\)")
 
 
-def dashboard_of(lines: list[str]) -> re.Match[str]:
-    found = DASHBOARD.search("".join(lines))
-    assert found is not None, "".join(lines)
+def dashboard_of(output: str) -> re.Match[str]:
+    found = DASHBOARD.search(output)
+    assert found is not None, output
     return found
 
 
@@ -62,18 +62,16 @@ def test_demo_serve_prints_the_dashboard_url_and_stops_it_on_sigterm(server: str
     else:
         pytest.importorskip("servers").need_binary("redis-server")
         port, args = 0, ["--server", "redis-server", "--serve"]
-    with demo_process(*args) as (proc, lines):
-        found = dashboard_of(lines)
+    with Demo(*args) as demo:
+        found = dashboard_of(demo.printed)
         url, pid = found.group(1), int(found.group(3))
         if port:
             assert int(found.group(2)) == port
         see_the_demo(url)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
-        assert proc.stderr is not None
-        stderr = proc.stderr.read()
-    output = "".join(lines)
-    assert proc.returncode == 0, output + stderr
+        demo.send_signal(signal.SIGTERM)
+        demo.wait(30)
+    output, stderr = demo.output, demo.stderr
+    assert demo.returncode == 0, output + stderr
     assert "Traceback" not in output + stderr
     assert f"stopped the dashboard pid {pid}\n" in output  # exit status 0: nothing added
     assert "done: every process the demo started has stopped" in output
@@ -87,11 +85,10 @@ def test_demo_serve_prints_the_dashboard_url_and_stops_it_on_sigterm(server: str
 @pytest.mark.redis_server
 def test_a_sigkilled_demo_leaves_no_dashboard_behind() -> None:
     pytest.importorskip("servers").need_binary("redis-server")
-    with demo_process("--serve") as (proc, lines):
-        pid = int(dashboard_of(lines).group(3))
+    with Demo("--serve") as demo:
+        pid = int(dashboard_of(demo.printed).group(3))
         assert alive(pid)
-        proc.kill()
-        proc.wait(timeout=30)
+        demo.kill()
     assert_all_gone({pid})  # the kernel's parent-death signal: SIGTERM
 
 

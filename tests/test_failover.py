@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 from servers import MakeRedisServer, RedisServer
+from waiting import wait_until
 
 from redis_presence import (
     PresenceConnectionError,
@@ -177,10 +177,7 @@ def test_replica_that_refuses_stale_reads_is_a_connection_error_until_promoted(
         def link_down() -> bool:
             return bool(r.info("replication")["master_link_status"] == "down")
 
-        deadline = time.monotonic() + 10
-        while not link_down():
-            assert time.monotonic() < deadline, "the replica never noticed its primary died"
-            time.sleep(0.01)
+        wait_until(link_down, timeout_s=10, what="the replica to notice its primary died")
         with pytest.raises(PresenceConnectionError, match="MASTER"):
             reader.snapshot(now_ns=T0)
         with pytest.raises(PresenceConnectionError, match="MASTER"):

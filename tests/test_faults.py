@@ -14,6 +14,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from servers import MakeRedisServer, RedisServer
+from waiting import wait_until
 
 from redis_presence import (
     PresenceConnectionError,
@@ -28,17 +29,6 @@ T0 = 1_796_000_000_123_456_000
 WAIT_S = 10.0
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def poll(check: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    """Call `check` until it is true; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    pause = 0.002
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
 
 
 def fast_client(server: RedisServer, **kwargs: Any) -> redis.Redis:
@@ -74,7 +64,11 @@ def wait_until_fsynced(client: redis.Redis, acknowledged_ns: int) -> None:
             and int(info.get("aof_pending_bio_fsync", 0)) == 0
         )
 
-    poll(synced, "the AOF to be written and a second to pass on the server's clock")
+    wait_until(
+        synced,
+        timeout_s=WAIT_S,
+        what="the AOF to be written and a second to pass on the server's clock",
+    )
 
 
 def test_acknowledged_heartbeats_survive_a_crash_with_aof(aof_server: RedisServer) -> None:
@@ -198,12 +192,20 @@ def test_sigkill_mid_stream_raises_connection_error_then_recovers(
     stream = HeartbeatStream(RedisPresenceRegistry(client))
     stream.start()
     try:
-        poll(lambda: stream.acked >= 50, "the stream to get going")
+        wait_until(lambda: stream.acked >= 50, timeout_s=WAIT_S, what="the stream to get going")
         aof_server.kill()
-        poll(lambda: len(stream.errors) >= 3, "the stream to see the server gone")
+        wait_until(
+            lambda: len(stream.errors) >= 3,
+            timeout_s=WAIT_S,
+            what="the stream to see the server gone",
+        )
         acked_while_down = stream.acked
         aof_server.restart()
-        poll(lambda: stream.acked >= acked_while_down + 50, "the stream to recover")
+        wait_until(
+            lambda: stream.acked >= acked_while_down + 50,
+            timeout_s=WAIT_S,
+            what="the stream to recover",
+        )
     finally:
         stream.stop.set()
         stream.join(WAIT_S)

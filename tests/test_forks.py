@@ -11,7 +11,6 @@ import asyncio
 import os
 import signal
 import threading
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +20,7 @@ import redis
 import redis.asyncio
 from conftest import RUN_COUNTS
 from servers import RedisServer
+from waiting import wait_until
 
 from redis_presence import (
     AsyncPresenceReporter,
@@ -35,13 +35,6 @@ pytestmark = [
     pytest.mark.timeout(60),
     pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork"),
 ]
-
-
-def poll(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def fork_child(body: Callable[[int], None]) -> tuple[int, int]:
@@ -94,7 +87,11 @@ def test_a_reporter_keeps_working_in_a_forked_child(
     )
     try:
         reporter.beat("orders", "billing", "parent-written", 1)
-        poll(lambda: "parent-written" in consumers(redis_client), "the parent's first write")
+        wait_until(
+            lambda: "parent-written" in consumers(redis_client),
+            timeout_s=WAIT_S,
+            what="the parent's first write",
+        )
         reporter.beat("orders", "billing", "parent-pending", 2)  # pending at the fork
         go_on_r, go_on_w = os.pipe()
 
@@ -114,7 +111,11 @@ def test_a_reporter_keeps_working_in_a_forked_child(
         pid, read_fd = fork_child(child)
         os.close(go_on_r)
         try:
-            poll(lambda: "child" in consumers(redis_client), "the child's thread to write its beat")
+            wait_until(
+                lambda: "child" in consumers(redis_client),
+                timeout_s=WAIT_S,
+                what="the child's thread to write its beat",
+            )
         finally:
             os.write(go_on_w, b"x")
             os.close(go_on_w)
@@ -122,10 +123,18 @@ def test_a_reporter_keeps_working_in_a_forked_child(
         assert "child" not in consumers(redis_client)  # the child's close deregistered it
         # The parent is untouched: its thread still runs, its pending beat gets written,
         # and the child's close did not deregister the parent's consumers.
-        poll(lambda: "parent-pending" in consumers(redis_client), "the parent's pending beat")
+        wait_until(
+            lambda: "parent-pending" in consumers(redis_client),
+            timeout_s=WAIT_S,
+            what="the parent's pending beat",
+        )
         assert "parent-written" in consumers(redis_client)
         reporter.beat("orders", "billing", "parent-later", 4)
-        poll(lambda: "parent-later" in consumers(redis_client), "the parent's later beat")
+        wait_until(
+            lambda: "parent-later" in consumers(redis_client),
+            timeout_s=WAIT_S,
+            what="the parent's later beat",
+        )
     finally:
         reporter.close()
         parent_client.close()

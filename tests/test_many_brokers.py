@@ -21,13 +21,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from processes import ManagedProcess
+from waiting import wait_until
 
 from redis_presence import PresenceReporter, PresenceState, RedisPresenceRegistry
 
@@ -40,7 +42,7 @@ BEAT_EVERY_S = 0.1
 SNAPSHOTS_PER_PHASE = 10
 PREFIX = "brokers"
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]  # 6-10 s
 
 
 def consumers_of(broker: int) -> list[str]:
@@ -139,25 +141,21 @@ def observer_main(url: str, folder: Path) -> None:
 # --- the test ---------------------------------------------------------------------------------
 
 
-def spawn(role: str, url: str, folder: Path, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, __file__, role, url, str(folder), *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+def spawn(role: str, url: str, folder: Path, *args: str) -> ManagedProcess:
+    name = "-".join([role, *args])
+    argv = [sys.executable, __file__, role, url, str(folder), *args]
+    return ManagedProcess(argv, name=name, log=folder / f"{name}.log", separate_stderr=True).start()
 
 
-def wait_until(condition: Any, timeout_s: float, what: str, procs: list[Any]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
+def no_child_failed(procs: list[ManagedProcess]) -> Callable[[], None]:
+    """An `alive` check: fail at once when a child exits, unless it was SIGKILLed."""
+
+    def check() -> None:
         for proc in procs:
             if proc.poll() not in (None, -signal.SIGKILL):
-                _, err = proc.communicate()
-                pytest.fail(f"a child exited ({proc.returncode}) waiting for {what}:\n{err!r}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.02)
+                raise AssertionError(f"{proc.name} exited ({proc.returncode}):\n{proc.stderr}")
+
+    return check
 
 
 def progress(folder: Path) -> dict[str, Any]:
@@ -167,69 +165,65 @@ def progress(folder: Path) -> dict[str, Any]:
 
 def test_many_brokers_share_one_server(redis_url: str, tmp_path: Path) -> None:
     brokers = [spawn("broker", redis_url, tmp_path, str(i)) for i in range(BROKERS)]
-    observer: subprocess.Popen[bytes] | None = None
+    observer: ManagedProcess | None = None
     children = list(brokers)
     try:
         wait_until(
             lambda: all((tmp_path / f"ready-{i}").exists() for i in range(BROKERS)),
-            60,
-            "every broker's first write",
-            children,
+            timeout_s=60,
+            what="every broker's first write",
+            alive=no_child_failed(children),
         )
         observer = spawn("observer", redis_url, tmp_path)
         children.append(observer)
         wait_until(
             lambda: progress(tmp_path)["snapshots"] >= SNAPSHOTS_PER_PHASE,
-            30,
-            "the first snapshots",
-            children,
+            timeout_s=30,
+            what="the first snapshots",
+            alive=no_child_failed(children),
         )
 
         before_kill = progress(tmp_path)["snapshots"]
         killed_at = time.monotonic_ns()
         for index in (KILLED_DEREGISTERED, KILLED_PRUNED):
-            brokers[index].send_signal(signal.SIGKILL)
-            brokers[index].wait()
+            brokers[index].kill()
         mark(tmp_path / "killed", killed_at)
         mark(tmp_path / "retire")
         live = [i for i in range(BROKERS) if i not in (KILLED_DEREGISTERED, KILLED_PRUNED)]
         leaving = PER_BROKER + RETIRED * len(live)
         wait_until(
             lambda: progress(tmp_path)["deregistered"] == leaving,
-            30,
-            "the deregistrations",
-            children,
+            timeout_s=30,
+            what="the deregistrations",
+            alive=no_child_failed(children),
         )
         wait_until(
             lambda: sum(n for _, n in progress(tmp_path)["pruned"]) >= PER_BROKER,
-            30,
-            "the killed broker's consumers to be pruned",
-            children,
+            timeout_s=30,
+            what="the killed broker's consumers to be pruned",
+            alive=no_child_failed(children),
         )
         # The middle phase is observed by as many snapshots as the others, however slowly
         # a loaded machine takes them (the prune may come after only a few).
         wait_until(
             lambda: progress(tmp_path)["snapshots"] >= before_kill + SNAPSHOTS_PER_PHASE,
-            60,
-            "snapshots while consumers leave",
-            children,
+            timeout_s=60,
+            what="snapshots while consumers leave",
+            alive=no_child_failed(children),
         )
         seen = progress(tmp_path)["snapshots"]
         wait_until(
             lambda: progress(tmp_path)["snapshots"] >= seen + SNAPSHOTS_PER_PHASE,
-            30,
-            "the last snapshots",
-            children,
+            timeout_s=30,
+            what="the last snapshots",
+            alive=no_child_failed(children),
         )
         mark(tmp_path / "stop")
         for proc in [*(brokers[i] for i in live), observer]:
-            _, err = proc.communicate(timeout=30)
-            assert proc.returncode == 0, err.decode(errors="replace")
+            assert proc.wait(30) == 0, proc.stderr
     finally:
         for proc in children:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
+            proc.stop()
 
     log = read(tmp_path / "observer.json")
     retired_at = {i: read(tmp_path / f"retired-{i}") for i in live}

@@ -148,6 +148,7 @@ SETTINGS = settings(
 )
 
 
+@pytest.mark.slow  # 5-9 s; the same machine on a real server stays in the quick loop
 def test_fakeredis_registry_matches_model() -> None:
     class OnFakeRedis(RegistryMatchesModel):
         @staticmethod

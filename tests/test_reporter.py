@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,6 +22,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from servers import MakeRedisServer, RedisClusterProcesses, RedisServer, free_port
+from waiting import wait_until, wait_until_async
 
 from redis_presence import (
     DEFAULT_PRESENCE_TTL_MS,
@@ -54,16 +55,6 @@ class FakeClock:
 
     def advance(self, ns: int) -> None:
         self.now += ns
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Poll `condition` until true; returns the seconds it took, fails after `timeout_s`."""
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > timeout_s:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.01)
-    return time.monotonic() - start
 
 
 def server_now_ns(client: Any) -> int:
@@ -212,7 +203,9 @@ def test_coalescing_on_a_cluster_is_one_call_per_queue(
 def test_a_background_flush_happens_within_one_interval(registry: RedisPresenceRegistry) -> None:
     with PresenceReporter(registry, 200) as reporter:
         reporter.beat("q", "g", "c", 3)
-        took = wait_for(lambda: len(registry) == 1, 5, "the background flush")
+        started = time.monotonic()
+        wait_until(lambda: len(registry) == 1, timeout_s=5, what="the background flush")
+        took = time.monotonic() - started
         assert reporter.pending == 0
     assert took < 2  # one 200 ms interval, with room for a loaded machine
 
@@ -276,18 +269,21 @@ def test_outage_keeps_beats_logs_once_and_catches_up_within_an_interval(
         with PresenceReporter(registry, interval_ms) as reporter:
             broker = threading.Thread(target=read_loop, args=(reporter, consumers, stop))
             broker.start()
-            wait_for(lambda: tracked(reading) == 20, 5, "the first flush")
+            wait_until(lambda: tracked(reading) == 20, timeout_s=5, what="the first flush")
 
             server.kill()
-            wait_for(lambda: retries(caplog) >= 4, 10, "four failed attempts")
+            wait_until(lambda: retries(caplog) >= 4, timeout_s=10, what="four failed attempts")
             outage_beat_ns = time.time_ns()
             reporter.beat("q", "g", "during-outage", 9)
-            wait_for(lambda: retries(caplog) >= 5, 10, "a failed attempt after that beat")
+            wait_until(
+                lambda: retries(caplog) >= 5, timeout_s=10, what="a failed attempt after that beat"
+            )
             assert reporter.pending == len(consumers) + 1
 
             server.restart()
             restarted = time.monotonic()
-            catch_up_s = wait_for(lambda: tracked(reading) == 21, 10, "the catch-up flush")
+            wait_until(lambda: tracked(reading) == 21, timeout_s=10, what="the catch-up flush")
+            catch_up_s = time.monotonic() - restarted
             stop.set()
             broker.join()
         rows = {row.consumer: row for row in reading.snapshot()}
@@ -522,10 +518,11 @@ def test_async_reporter_coalesces_flushes_in_background_and_closes(
                 assert row.last_heartbeat_ns <= before + 50 * MS - 2 * SECOND
             async with AsyncPresenceReporter(registry, 100) as background:
                 background.beat("bg", "g", "c")
-                for _ in range(500):
-                    if await registry.size() == 12:
-                        break
-                    await asyncio.sleep(0.01)
+
+                async def flushed() -> bool:
+                    return await registry.size() == 12
+
+                await wait_until_async(flushed, timeout_s=5, what="the background flush")
                 assert await registry.size() == 12
                 assert background.pending == 0
             closing = AsyncPresenceReporter(registry, LONG_MS, deregister_on_close=True)

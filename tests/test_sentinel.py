@@ -18,10 +18,11 @@ import pytest
 import redis
 from click.testing import CliRunner
 from conftest import RUN_SUMMARY
-from failover import Broker, Probe, wait_for
+from failover import Broker, Probe
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from servers import SentinelProcesses, free_port
+from waiting import wait_until
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,
@@ -263,7 +264,11 @@ def test_writes_follow_a_sentinel_failover_and_a_killed_primary(
         probed = set().union(*(p.keys for p in probes))
         alive = every - set(consumers["broker-dead"])
         try:
-            wait_for(lambda: set(rows_on(first)) >= every, 10, "every consumer on the primary")
+            wait_until(
+                lambda: set(rows_on(first)) >= every,
+                timeout_s=10,
+                what="every consumer on the primary",
+            )
             first.wait_for_replicas(1)
             brokers["broker-dead"].crash()
             crashed_ns = server_time_ns(first)
@@ -274,17 +279,19 @@ def test_writes_follow_a_sentinel_failover_and_a_killed_primary(
                 assert sentinel.execute_command("SENTINEL", "FAILOVER", topology.service)
             topology.wait_primary((second.host, second.port))
             promoted = time.monotonic() - failover
-            wait_for(lambda: first.has_role("slave"), 30, "the old primary to be demoted")
+            wait_until(
+                lambda: first.has_role("slave"), timeout_s=30, what="the old primary to be demoted"
+            )
             demoted = time.monotonic() - failover
             # Until then, connections open to the old primary kept writing there; its READONLY
             # replies then send them to the new one, and the reporters rewrite every consumer.
-            wait_for(
+            wait_until(
                 lambda: (
                     alive | {("probe", "sync", "probe"), ("probe", "async", "probe")}
                     <= set(rows_on(second))
                 ),
-                30,
-                "every beat on the new primary",
+                timeout_s=30,
+                what="every beat on the new primary",
             )
             landed = time.monotonic() - failover
             planned_errors = {p.name: p.failures_after(failover, failover + 30) for p in probes}
@@ -296,7 +303,9 @@ def test_writes_follow_a_sentinel_failover_and_a_killed_primary(
             topology.wait_primary((first.host, first.port))
             repromoted = time.monotonic() - killed
             for probe in probes:
-                wait_for(functools.partial(probe.wrote_after, killed), 30, "probe writes")
+                wait_until(
+                    functools.partial(probe.wrote_after, killed), timeout_s=30, what="probe writes"
+                )
 
             # A beat sent just before the kill may have reached the last primary by
             # replication, so "active" alone would not show that writes go through it: wait
@@ -312,7 +321,9 @@ def test_writes_follow_a_sentinel_failover_and_a_killed_primary(
                     for key in alive
                 )
 
-            wait_for(rewritten, 30, "every beating consumer rewritten on the last primary")
+            wait_until(
+                rewritten, timeout_s=30, what="every beating consumer rewritten on the last primary"
+            )
             crash_gap = max(p.gap_after(killed) for p in probes)
             crash_errors = {p.name: p.failures_after(killed, killed + 30) for p in probes}
 

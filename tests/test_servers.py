@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 import redis.cluster
+import servers
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from servers import (
@@ -45,6 +46,27 @@ def test_free_port_is_bindable_and_never_repeated() -> None:
     assert len(set(ports)) == len(ports)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", ports[0]))
+
+
+def test_a_port_another_server_took_is_never_mistaken_for_ours(
+    make_redis_server: MakeRedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As when another pytest-xdist worker's server binds the port between `free_port` and
+    this server: its PING answers, but the start tries another port for this server."""
+    other = make_redis_server()
+    picks = iter([other.port])
+    monkeypatch.setattr(servers, "free_port", lambda: next(picks, None) or free_port())
+    server = servers.RedisServer(dir=tmp_path / "late")
+    assert server.port == other.port
+    with server:
+        assert server.port != other.port
+        assert server.pid is not None
+        assert servers.listens_on(server.pid, server.port)
+        assert servers.listens_on(server.pid, other.port) is False
+    fixed = servers.RedisServer(dir=tmp_path / "fixed", port=other.port)
+    with pytest.raises(servers.ServerError, match=f"port {other.port} is another process's"):
+        fixed.start()
+    assert not fixed.is_running
 
 
 def test_standalone_server_answers(redis_client: redis.Redis, redis_url: str) -> None:

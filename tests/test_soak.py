@@ -21,6 +21,7 @@ from conftest import RUN_SUMMARY
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from servers import MakeRedisServer, RedisServer
+from waiting import wait_until
 
 from redis_presence import PresenceError, PresenceState, RedisPresenceRegistry
 
@@ -82,14 +83,6 @@ def run_broker(
     registry.close()
 
 
-def poll(check: Any, what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.01)
-
-
 def fsynced_since(client: redis.Redis, since_ns: int) -> bool:
     """The AOF is written and synced, and a second has passed on the server's clock."""
     seconds, micros = client.time()
@@ -131,12 +124,20 @@ def test_brokers_survive_repeated_crashes_and_nothing_is_lost(
     faults = 0
     try:
         # Every consumer registered, and that registration safely on disk, before any crash.
-        poll(lambda: all(v.value >= 2 * CONSUMERS for v in beats), "every broker to beat")
+        wait_until(
+            lambda: all(v.value >= 2 * CONSUMERS for v in beats),
+            timeout_s=WAIT_S,
+            what="every broker to beat",
+        )
         watcher = observer(server)
         registered = {r.key: r.registered_at_ns for r in watcher.snapshot()}
         assert set(registered) == {c for b in range(BROKERS) for c in consumers_of(b)}
         may_retire.set()
-        poll(lambda: fsynced_since(watcher.client, max(registered.values())), "the AOF")
+        wait_until(
+            lambda: fsynced_since(watcher.client, max(registered.values())),
+            timeout_s=WAIT_S,
+            what="the AOF",
+        )
         watcher.client.close()
 
         for cycle in range(1, CYCLES + 1):
@@ -145,18 +146,20 @@ def test_brokers_survive_repeated_crashes_and_nothing_is_lost(
             seen = [v.value for v in errors]
             server.kill()
             faults += 1
-            poll(
-                lambda seen=seen: all(v.value > s for v, s in zip(errors, seen, strict=True)),
-                "every broker to notice the crash",
-            )
+
+            def noticed(seen: list[int] = seen) -> bool:
+                return all(v.value > s for v, s in zip(errors, seen, strict=True))
+
+            wait_until(noticed, timeout_s=WAIT_S, what="every broker to notice the crash")
             time.sleep(DOWN_S)  # stay down a while: brokers keep failing and retrying
             server.restart()
             acked = [v.value for v in beats]
-            poll(
-                lambda acked=acked: all(
-                    v.value >= a + 2 * CONSUMERS for v, a in zip(beats, acked, strict=True)
-                ),
-                f"every broker to recover after crash {cycle}",
+
+            def recovered(acked: list[int] = acked) -> bool:
+                return all(v.value >= a + 2 * CONSUMERS for v, a in zip(beats, acked, strict=True))
+
+            wait_until(
+                recovered, timeout_s=WAIT_S, what=f"every broker to recover after crash {cycle}"
             )
         assert all(p.is_alive() for p in processes), "a broker died"
         assert all(r.value for r in retired), "a broker never retired its last consumer"

@@ -30,7 +30,8 @@ from playwright.sync_api import (
     sync_playwright,
 )
 from servers import RedisServer
-from webservers import ROOT, Broker, ServeProcess, need_tool, poll
+from waiting import wait_until
+from webservers import ROOT, Broker, ServeProcess, need_tool
 
 from redis_presence import PresenceState, RedisPresenceRegistry
 from redis_presence.web.security import CONTENT_SECURITY_POLICY
@@ -172,7 +173,7 @@ def json_reads(page: Page) -> int:
 
 def settled(page: Page) -> int:
     """Wait for the one read a page takes when its stream opens; how many reads so far."""
-    poll(lambda: json_reads(page) >= 1, timeout=10, what="the page's catch-up read")
+    wait_until(lambda: json_reads(page) >= 1, timeout_s=10, what="the page's catch-up read")
     page.wait_for_load_state("networkidle")
     return json_reads(page)
 
@@ -185,9 +186,9 @@ def row(page: Page, consumer: str) -> Locator:
 
 def beating(writer: RedisPresenceRegistry, *consumers: str) -> None:
     """Wait until every named consumer has beaten (broker processes take a moment)."""
-    poll(
+    wait_until(
         lambda: set(consumers) <= {r.consumer for r in writer.snapshot(ttl_ms=TTL_MS)},
-        timeout=20,
+        timeout_s=20,
         what=f"{consumers} to beat",
     )
 
@@ -224,7 +225,7 @@ def test_groups_and_consumers_from_real_brokers(
     tmp_path: Path,
 ) -> None:
     brokers = [
-        Broker(redis_url_module, name, consumers=n, ttl_ms=TTL_MS, offset=offset)
+        Broker(redis_url_module, name, consumers=n, ttl_ms=TTL_MS, offset=offset).start()
         for name, n, offset in [("broker-a", 4, 0), ("broker-b", 3, 1), ("broker-c", 2, 2)]
     ]
     try:
@@ -259,7 +260,7 @@ def test_groups_and_consumers_from_real_brokers(
 def test_a_killed_consumer_turns_stale_then_expired_live(
     page: Page, redis_url_module: str, writer: RedisPresenceRegistry
 ) -> None:
-    broker = Broker(redis_url_module, "doomed", consumers=1, ttl_ms=TTL_MS, offset=3)
+    broker = Broker(redis_url_module, "doomed", consumers=1, ttl_ms=TTL_MS, offset=3).start()
     try:
         beating(writer, "doomed-c1")
         live(page, "/group?queue=payments&group=ledger")
@@ -630,7 +631,7 @@ def test_the_dashboard_works_under_its_content_security_policy(
         }"""
     )
     refused: list[str] = page.__dict__["csp_refused"]
-    poll(lambda: refused, timeout=5, what="the browser to refuse the inline script")
+    wait_until(lambda: refused, timeout_s=5, what="the browser to refuse the inline script")
     assert page.evaluate("window.__inline_ran === undefined")
     assert "inline script" in refused[0]
     refused.clear()  # what the fixture checks: nothing else was refused

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from servers import MakeRedisServer
+from waiting import wait_until_async
 
 from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
 from redis_presence.events import Cursor
@@ -70,14 +71,6 @@ async def until(
                 return message
 
     return await asyncio.wait_for(wait(), DEADLINE_S)
-
-
-async def poll_until(check: Any, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + DEADLINE_S
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def consumers(seen: list[StreamMessage]) -> list[tuple[str, str]]:
@@ -295,7 +288,9 @@ def test_a_poller_sends_the_beats_and_leases_of_the_rows_its_pages_show(
             assert got[0].data["now_ns"] == T0 + 1_500 * MS  # the instant of the read
             # Unchanged since: read again, but nothing sent.
             count = len(reads)
-            await poll_until(lambda: len(reads) > count + 3, "more reads of the rows")
+            await wait_until_async(
+                lambda: len(reads) > count + 3, timeout_s=DEADLINE_S, what="more reads of the rows"
+            )
             assert all(n == 1 for n in reads)
             overview_seen: list[StreamMessage] = []
             writer.heartbeat("q", "g", "busy", 8, now_ns=T0 + 2_000 * MS)

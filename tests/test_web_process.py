@@ -16,7 +16,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 from servers import HOST, RedisServer, free_port
-from webservers import ROOT, ServeProcess, cli_argv, poll
+from waiting import wait_until
+from webservers import ROOT, ServeProcess, cli_argv
 
 from redis_presence import RedisPresenceRegistry
 from redis_presence.cli.commands.serve import is_loopback
@@ -202,13 +203,17 @@ def test_serve_starts_without_redis_and_recovers(tmp_path: Path) -> None:
             assert (back["event"], json.loads(back["data"])["redis_up"]) == ("status", True)
             assert next(m for m in messages if "event" in m)["event"] == "hello"
             opened.close()
-            poll(lambda: client.get("/readyz").status_code == 200, timeout=20, what="readyz")
+            wait_until(
+                lambda: client.get("/readyz").status_code == 200, timeout_s=20, what="readyz"
+            )
             assert client.get("/api/v1/groups").json()["groups"] == []
             assert "redis_presence_up 1.0" in client.get("/metrics").text
             server.kill()
-            poll(lambda: client.get("/readyz").status_code == 503, timeout=20, what="503")
+            wait_until(lambda: client.get("/readyz").status_code == 503, timeout_s=20, what="503")
             server.restart()
-            poll(lambda: client.get("/api/v1/groups").status_code == 200, timeout=20, what="back")
+            wait_until(
+                lambda: client.get("/api/v1/groups").status_code == 200, timeout_s=20, what="back"
+            )
         finally:
             server.stop()
         bodies = client.get("/api/v1/consumers").text + client.get("/").text
@@ -228,7 +233,7 @@ def test_sigterm_ends_the_service_with_a_stream_open(redis_url: str) -> None:
             hello = next(m for m in sse_messages(stream.iter_lines()) if "event" in m)
             assert hello["event"] == "hello"
             started = time.monotonic()
-            assert serve.stop(timeout=20) == 0
+            assert serve.stop(timeout_s=20) == 0
             assert time.monotonic() - started < 10
     finally:
         serve.stop()

@@ -17,8 +17,10 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from processes import ManagedProcess
 from servers import free_port
-from webservers import ROOT, ServeProcess, need_tool, poll
+from waiting import wait_until
+from webservers import ROOT, ServeProcess, need_tool
 
 from redis_presence import RedisPresenceRegistry
 
@@ -41,7 +43,10 @@ def test_alert_rules_pass_promtool() -> None:
         assert "SUCCESS" in done.stdout + done.stderr
 
 
-class Prometheus:
+class Prometheus(ManagedProcess):
+    """Prometheus on a free loopback port, scraping `target` every second with the token
+    and evaluating the shipped rules; ready once ``/-/ready`` answers."""
+
     def __init__(self, binary: str, dir: Path, target: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -61,8 +66,7 @@ class Prometheus:
                 }
             )
         )
-        self.log = (dir / "prometheus.log").open("w")
-        self.proc = subprocess.Popen(
+        super().__init__(
             [
                 binary,
                 f"--config.file={config}",
@@ -70,9 +74,8 @@ class Prometheus:
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--log.level=warn",
             ],
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
+            name=f"prometheus on port {self.port}",
+            log=dir / "prometheus.log",
         )
 
     def api(self, path: str, **params: str) -> Any:
@@ -91,15 +94,6 @@ class Prometheus:
         except httpx.HTTPError:
             return False
 
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
-
 
 @pytest.fixture
 def prometheus_and_serve(
@@ -112,14 +106,9 @@ def prometheus_and_serve(
         serve_options=["--per-consumer-metrics"],
         env={"REDIS_PRESENCE_AUTH_TOKEN": TOKEN},
         token=TOKEN,
-    ).start()
-    prometheus = Prometheus(binary, tmp_path, serve.base_url.removeprefix("http://"))
-    try:
-        poll(prometheus.ready, timeout=30, what="Prometheus /-/ready")
+    )
+    with serve, Prometheus(binary, tmp_path, serve.base_url.removeprefix("http://")) as prometheus:
         yield prometheus, serve
-    finally:
-        prometheus.stop()
-        serve.stop()
 
 
 def by_labels(result: list[dict[str, Any]], *names: str) -> dict[tuple[str, ...], float]:
@@ -152,7 +141,7 @@ def test_prometheus_scrapes_the_snapshot_and_drops_a_deregistered_consumer(
         result = prometheus.query("redis_presence_consumers")
         return result if len(result) == 15 else []
 
-    consumers = poll(scraped, timeout=30, what="a scrape with every group")
+    consumers = wait_until(scraped, timeout_s=30, what="a scrape with every group")
     seconds, micros = redis_client.time()
     snapshot = writer.snapshot(now_ns=seconds * 1_000_000_000 + micros * 1_000, ttl_ms=TTL_MS)
     expected = {
@@ -238,13 +227,13 @@ def test_prometheus_scrapes_the_snapshot_and_drops_a_deregistered_consumer(
 
     # A deregistered consumer's series are gone from the next scrape.
     assert writer.deregister("orders", "billing", "w-stale")
-    poll(
+    wait_until(
         lambda: (
             not prometheus.query(
                 'redis_presence_consumer_last_seen_age_seconds{consumer="w-stale"}'
             )
         ),
-        timeout=20,
+        timeout_s=20,
         what="w-stale's series to go",
     )
     after = by_labels(prometheus.query("redis_presence_consumers"), "queue", "group", "state")

@@ -10,19 +10,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import httpx
 import pytest
+from processes import ManagedProcess
 from servers import REQUIRE_SERVERS_ENV, require_servers
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 30.0
@@ -33,22 +30,11 @@ def cli_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "redis_presence.cli", *args]
 
 
-def poll(check: Callable[[], Any], *, timeout: float, what: str) -> Any:
-    """Call `check` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    pause = 0.02
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(pause)
-        pause = min(pause * 1.5, 0.25)
+class ServeProcess(ManagedProcess):
+    """`redis-presence [global options] serve --port 0 [serve options]` as a child: ready
+    once it printed the address it serves and ``/healthz`` answers there."""
 
-
-class ServeProcess:
-    """`redis-presence [global options] serve --port 0 [serve options]` as a child."""
+    start_timeout_s = START_TIMEOUT_S
 
     def __init__(
         self,
@@ -59,53 +45,33 @@ class ServeProcess:
         env: dict[str, str] | None = None,
         token: str | None = None,
     ) -> None:
-        self.argv = cli_argv("--url", url, *global_options, "serve", "--port", "0", *serve_options)
-        self.env = {**os.environ, **(env or {})}
+        super().__init__(
+            cli_argv("--url", url, *global_options, "serve", "--port", "0", *serve_options),
+            name="serve",
+            env={**os.environ, **(env or {})},
+            cwd=ROOT,
+            discard_stdout=True,
+        )
         self.token = token
         self.base_url = ""
-        self.proc: subprocess.Popen[str] | None = None
-        self._lines: list[str] = []
-        self._reader: threading.Thread | None = None
-        self._seen = threading.Condition()
 
-    @property
-    def stderr(self) -> str:
-        with self._seen:
-            return "".join(self._lines)
+    def ready(self) -> bool:
+        """It printed the address it serves (read from complete lines only)."""
+        found = SERVING.search("".join(self.lines(stderr=True)))
+        if found is not None:
+            self.base_url = found.group(1)
+        return found is not None
 
-    def _read(self) -> None:
-        assert self.proc is not None
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            with self._seen:
-                self._lines.append(line)
-                self._seen.notify_all()
-
-    def start(self) -> ServeProcess:
-        self.proc = subprocess.Popen(
-            self.argv,
-            cwd=ROOT,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
+    def wait_ready(self, timeout_s: float) -> None:
+        super().wait_ready(timeout_s)
+        wait_until(
+            self._healthy,
+            timeout_s=timeout_s,
+            what=f"/healthz at {self.base_url}",
+            alive=self.check_alive,
+            interval_s=0.02,
+            max_interval_s=0.25,
         )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        found = None
-        with self._seen:
-            while found is None and self.proc.poll() is None and time.monotonic() < deadline:
-                found = SERVING.search("".join(self._lines))
-                if found is None:
-                    self._seen.wait(0.1)
-        if found is None:
-            self.stop()
-            raise AssertionError(f"serve did not start:\n{self.stderr}")
-        self.base_url = found.group(1)
-        poll(self._healthy, timeout=START_TIMEOUT_S, what="/healthz")
-        return self
 
     def _healthy(self) -> bool:
         try:
@@ -117,42 +83,16 @@ class ServeProcess:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         return httpx.Client(base_url=self.base_url, headers=headers, timeout=30, **kwargs)
 
-    def stop(self, timeout: float = 15.0) -> int | None:
-        proc = self.proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if self._reader is not None:
-            self._reader.join(5)
-        if proc.stderr is not None:
-            proc.stderr.close()
-        return proc.returncode
 
-    def __enter__(self) -> ServeProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-class Broker:
+class Broker(ManagedProcess):
     """A real demo broker process (`redis-presence demo-broker`) heartbeating consumers
-    `NAME-c1`, `NAME-c2`, ... onto the demo groups (see `broker_consumers`)."""
+    `NAME-c1`, `NAME-c2`, ... onto the demo groups (see `broker_consumers`). `stop` closes
+    its control input (it deregisters and quits); `kill` is a crash: nothing deregistered."""
+
+    stop_timeout_s = 10.0
 
     def __init__(self, url: str, name: str, *, consumers: int, ttl_ms: int, offset: int = 0):
-        self.name = name
-        self.proc = subprocess.Popen(
+        super().__init__(
             cli_argv(
                 "--url",
                 url,
@@ -167,31 +107,13 @@ class Broker:
                 str(offset),
                 "--stdin-control",
             ),
+            name=f"demo broker {name}",
             cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            text=True,
+            stdin_pipe=True,
         )
 
-    def kill(self) -> None:
-        """A crash: SIGKILL, nothing deregistered."""
-        self.proc.kill()
-        self.proc.wait()
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-
-    def stop(self) -> None:
-        assert self.proc.stdin is not None
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()  # end of input: the broker deregisters and quits
-                self.proc.wait(10)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
-        if not self.proc.stdin.closed:
-            self.proc.stdin.close()
+    def _ask_to_stop(self) -> None:
+        self.close_stdin()  # end of input: the broker deregisters and quits
 
 
 def need_tool(name: str, package: str) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from integrations.workers import wait_for
+from waiting import wait_until
+
 from redis_presence import RedisPresenceRegistry
 
 STREAMS_PREFIX = "it-streams"
@@ -65,4 +66,4 @@ def idle_past_horizon(client: Any, *consumers: str, stream: str = STREAM) -> Non
         }
         return all(info[c] > HORIZON_MS + IDLE_MARGIN_MS for c in consumers)
 
-    wait_for(idle, timeout=10, what=f"{consumers} idle past {HORIZON_MS} ms")
+    wait_until(idle, timeout_s=10, what=f"{consumers} idle past {HORIZON_MS} ms")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,6 +18,7 @@ import pytest
 import redis
 from celery import Celery
 from celery.worker import state as worker_state
+from waiting import TimedOut, wait_until
 
 from integrations.workers import (
     Presence,
@@ -25,7 +26,6 @@ from integrations.workers import (
     check_dies_on_time,
     python_tool,
     started_workers,
-    wait_for,
     worker_env,
 )
 from redis_presence import RedisPresenceRegistry
@@ -86,7 +86,7 @@ def wait_rows(presence: Presence, worker: WorkerProcess, name: str) -> None:
             row.state.value == "active" for row in rows
         )
 
-    wait_for(ready, timeout=60, what=f"rows of {consumer(name)}", alive=worker.check_alive)
+    wait_until(ready, timeout_s=60, what=f"rows of {consumer(name)}", alive=worker.check_alive)
 
 
 def hold(app: Celery, queue: str, **options: object) -> str:
@@ -115,7 +115,7 @@ def test_a_row_per_consumed_queue_kept_active(
         def refreshed(first: dict[str, int] = first) -> bool:
             return all(beat > first[queue] for queue, beat in beats().items())
 
-        wait_for(refreshed, timeout=10, what="fresh beats")
+        wait_until(refreshed, timeout_s=10, what="fresh beats")
         first = beats()
     assert all(r.state.value == "active" for r in presence.rows(consumer=consumer("reader")))
 
@@ -134,34 +134,25 @@ def test_lease_count_follows_long_tasks(
 
     running = [hold(app, "reader-a"), hold(app, "reader-a")]
     eta = hold(app, "reader-b", countdown=3)  # held by the worker, waiting for its ETA
-    wait_for(lambda: leases() == {"reader-a": 2, "reader-b": 1}, timeout=20, what="2 + 1")
+    wait_until(lambda: leases() == {"reader-a": 2, "reader-b": 1}, timeout_s=20, what="2 + 1")
     for token in running:
         assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
     before = progress()
     released_ns = presence.server_now_ns()
     control.rpush(f"rp:release:{running[0]}", 1)
-    wait_for(lambda: leases() == {"reader-a": 1, "reader-b": 1}, timeout=20, what="1 + 1")
+    wait_until(lambda: leases() == {"reader-a": 1, "reader-b": 1}, timeout_s=20, what="1 + 1")
     # The finished task is progress on its own queue's row, not on the other's.
-    wait_for(lambda: (progress()["reader-a"] or 0) > released_ns, timeout=20, what="progress on a")
+    wait_until(
+        lambda: (progress()["reader-a"] or 0) > released_ns, timeout_s=20, what="progress on a"
+    )
     assert progress()["reader-b"] == before["reader-b"]
     control.rpush(f"rp:release:{running[1]}", 1)
-    wait_for(lambda: leases() == {"reader-a": 0, "reader-b": 1}, timeout=20, what="0 + 1")
+    wait_until(lambda: leases() == {"reader-a": 0, "reader-b": 1}, timeout_s=20, what="0 + 1")
     # Past its ETA the task runs: still held, then done.
     assert control.blpop([f"rp:started:{eta}"], timeout=20) is not None
     assert leases() == {"reader-a": 0, "reader-b": 1}
     control.rpush(f"rp:release:{eta}", 1)
-    wait_for(lambda: leases() == {"reader-a": 0, "reader-b": 0}, timeout=20, what="0 + 0")
-
-
-def eventually(check: Callable[[], bool], *, timeout: float, alive: Callable[[], None]) -> bool:
-    """Whether `check` turns true within `timeout` s (polled; never fails by itself)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        alive()
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    wait_until(lambda: leases() == {"reader-a": 0, "reader-b": 0}, timeout_s=20, what="0 + 0")
 
 
 def watch_rows(
@@ -209,7 +200,11 @@ def check_long_tasks(
     for token in (token for queue_tokens in tokens.values() for token in queue_tokens):
         assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
     full = {queue: counts.get(queue, 0) for queue in queues(name)}
-    settled = eventually(lambda: leases() == full, timeout=10, alive=worker.check_alive)
+    try:  # whether the leases settle; asserted after the reads below, whatever they are
+        wait_until(lambda: leases() == full, timeout_s=10, what=f"{full}", alive=worker.check_alive)
+        settled = True
+    except TimedOut:
+        settled = False
     worst_ms, problems = watch_rows(presence, worker, name, full, 2 * LONG_TTL_MS / 1000 + 0.5)
     print(f"{name}: oldest beat seen during the tasks: {worst_ms} ms")
     first_queue = sorted(counts)[0]
@@ -221,17 +216,17 @@ def check_long_tasks(
         f"{len(problems)} reads off; oldest beat {worst_ms} ms; first: {problems[:5]}"
     )
     less = {**full, first_queue: full[first_queue] - 1}
-    wait_for(lambda: leases() == less, timeout=20, what=f"{less}", seen=leases)
-    wait_for(
+    wait_until(lambda: leases() == less, timeout_s=20, what=f"{less}", seen=leases)
+    wait_until(
         lambda: (progress()[first_queue] or 0) > released_ns,
-        timeout=20,
+        timeout_s=20,
         what=f"progress on {first_queue}",
     )
     assert all(progress()[q] == before[q] for q in queues(name) - {first_queue})
     for token in (token for queue_tokens in tokens.values() for token in queue_tokens):
         control.rpush(f"rp:release:{token}", 1)
     idle = dict.fromkeys(queues(name), 0)
-    wait_for(lambda: leases() == idle, timeout=20, what=f"{idle}", seen=leases)
+    wait_until(lambda: leases() == idle, timeout_s=20, what=f"{idle}", seen=leases)
 
 
 def test_solo_pool_beats_through_a_task_longer_than_two_ttls(
@@ -278,8 +273,8 @@ def test_a_failing_beat_from_the_reporters_thread_is_logged_and_the_thread_goes_
     registry = RedisPresenceRegistry.from_url(redis_url, prefix="it-celery-hook")
     reporter = presence_celery._BusyLoopReporter(registry, 20, before_flush)
     try:
-        wait_for(
-            lambda: len(registry.snapshot()) == 1, timeout=10, what="a beat from the second call"
+        wait_until(
+            lambda: len(registry.snapshot()) == 1, timeout_s=10, what="a beat from the second call"
         )
         assert [row.lease_count for row in registry.snapshot()] == [1]
     finally:
@@ -323,9 +318,9 @@ def test_a_queue_cancelled_at_run_time_loses_its_row_and_gets_it_back(
         return {row.queue for row in presence.rows(consumer=me)}
 
     app.control.cancel_consumer("reader-b", destination=[me], reply=True, timeout=10)
-    wait_for(lambda: queues_of_rows() == {"reader-a"}, timeout=20, what="reader-b's row to go")
+    wait_until(lambda: queues_of_rows() == {"reader-a"}, timeout_s=20, what="reader-b's row to go")
     app.control.add_consumer("reader-b", destination=[me], reply=True, timeout=10)
-    wait_for(lambda: queues_of_rows() == queues("reader"), timeout=20, what="reader-b again")
+    wait_until(lambda: queues_of_rows() == queues("reader"), timeout_s=20, what="reader-b again")
 
 
 def test_sigkill_goes_stale_then_expired_on_time(
@@ -354,9 +349,9 @@ def test_warm_shutdown_deregisters_after_running_tasks(
     assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
     worker.send_sigterm()
     # Still finishing its task: its rows stay until the task is done.
-    wait_for(
+    wait_until(
         lambda: "Warm shutdown" in worker.log.read_text(errors="replace"),
-        timeout=20,
+        timeout_s=20,
         what="the warm shutdown to begin",
     )
     assert {row.queue for row in presence.rows(consumer=consumer("drain"))} == queues("drain")

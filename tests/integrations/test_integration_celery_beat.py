@@ -7,9 +7,10 @@ import socket
 import pytest
 from celery import Celery
 from celery.beat import PersistentScheduler
+from waiting import wait_until
 
 from integrations.held import wait_one_ttl
-from integrations.workers import Presence, python_tool, started_workers, wait_for, worker_env
+from integrations.workers import Presence, python_tool, started_workers, worker_env
 from redis_presence import ConsumerPresence
 from redis_presence.integrations.celery_beat import (
     SCHEDULER_GROUP,
@@ -51,7 +52,7 @@ def test_beat_is_a_consumer_of_group_scheduler(
             active = all(row.state.value == "active" for row in found.values())
             return found if set(found) == QUEUES and active else None
 
-        first = wait_for(ready, timeout=30, what="beat's rows", alive=beat.check_alive)
+        first = wait_until(ready, timeout_s=30, what="beat's rows", alive=beat.check_alive)
         assert {row.group for row in first.values()} == {SCHEDULER_GROUP}
         assert all(row.last_progress_ns is not None for row in first.values())  # ticks
         # Nothing is due for an hour, and beat's own loop would sleep for 300 s: the tick

@@ -17,6 +17,7 @@ import dramatiq
 import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
+from waiting import wait_until
 
 from integrations.workers import (
     Presence,
@@ -24,7 +25,6 @@ from integrations.workers import (
     check_dies_on_time,
     python_tool,
     started_workers,
-    wait_for,
     worker_env,
 )
 from redis_presence.integrations.dramatiq import DEFAULT_GROUP, PresenceMiddleware
@@ -82,7 +82,7 @@ def wait_rows(presence: Presence, worker: WorkerProcess, name: str) -> str:
         (consumer,) = {consumer for consumer, _, _ in rows.values()}
         return consumer
 
-    return wait_for(ready, timeout=60, what=f"rows of {name}", alive=worker.check_alive)
+    return wait_until(ready, timeout_s=60, what=f"rows of {name}", alive=worker.check_alive)
 
 
 def hold(producer: RedisBroker, queue: str, delay_ms: int | None = None) -> str:
@@ -111,7 +111,7 @@ def test_a_row_per_consumer_thread_kept_active(
         now = {row.queue: row.last_heartbeat_ns for row in presence.rows(consumer=consumer)}
         return all(now[queue] > beat for queue, beat in first.items())
 
-    wait_for(refreshed, timeout=10, what="an idle worker's rows to be refreshed")
+    wait_until(refreshed, timeout_s=10, what="an idle worker's rows to be refreshed")
     assert all(state == "active" for _, _, state in rows_of(presence, "reader").values())
 
 
@@ -128,8 +128,8 @@ def test_lease_count_follows_long_messages(
 
     running = [hold(producer, "reader-a"), hold(producer, "reader-a")]
     delayed = hold(producer, "reader-b", delay_ms=2_000)  # waits for its ETA in the worker
-    wait_for(
-        lambda: leases() == {"reader-a": 2, "reader-b.DQ": 1}, timeout=20, what="2 + 1 delayed"
+    wait_until(
+        lambda: leases() == {"reader-a": 2, "reader-b.DQ": 1}, timeout_s=20, what="2 + 1 delayed"
     )
     for token in running:
         assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
@@ -141,14 +141,16 @@ def test_lease_count_follows_long_messages(
     released_ns = presence.server_now_ns()
     control.rpush(f"rp:release:{running[0]}", 1)
     # The acknowledged message is progress on its queue's row, not on the other's.
-    wait_for(lambda: (progress()["reader-a"] or 0) > released_ns, timeout=20, what="progress on a")
+    wait_until(
+        lambda: (progress()["reader-a"] or 0) > released_ns, timeout_s=20, what="progress on a"
+    )
     assert progress().get("reader-b") == before.get("reader-b")
     # Past its ETA the delayed message moves to reader-b, where a free thread runs it.
     assert control.blpop([f"rp:started:{delayed}"], timeout=20) is not None
-    wait_for(lambda: leases() == {"reader-a": 1, "reader-b": 1}, timeout=20, what="1 + 1")
+    wait_until(lambda: leases() == {"reader-a": 1, "reader-b": 1}, timeout_s=20, what="1 + 1")
     control.rpush(f"rp:release:{running[1]}", 1)
     control.rpush(f"rp:release:{delayed}", 1)
-    wait_for(lambda: leases() == {}, timeout=20, what="no leases")
+    wait_until(lambda: leases() == {}, timeout_s=20, what="no leases")
 
 
 def test_sigkill_goes_stale_then_expired_on_time(
@@ -181,9 +183,9 @@ def test_warm_shutdown_deregisters_after_running_messages(
     token = hold(producer, "drain-a")
     assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
     worker.send_sigterm()
-    wait_for(
+    wait_until(
         lambda: "Stopping worker process" in worker.log.read_text(errors="replace"),
-        timeout=20,
+        timeout_s=20,
         what="the warm shutdown to begin",
     )
     # Dramatiq keeps its consumer threads until the running message is done: so do the rows.

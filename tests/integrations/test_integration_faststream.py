@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import redis
+from waiting import wait_until
 
 from integrations.conftest import NATS_PORT, RABBITMQ_PORT, listening
 from integrations.workers import (
@@ -29,7 +30,6 @@ from integrations.workers import (
     python_tool,
     require_broker,
     started_workers,
-    wait_for,
     worker_env,
 )
 from redis_presence.integrations.faststream import DEFAULT_GROUP, PresenceMiddleware
@@ -126,9 +126,9 @@ def wait_rows(presence: Presence, kind: Kind, worker: WorkerProcess, name: str) 
         rows = rows_of(presence, kind, name)
         return set(rows) == expected and all(r.state.value == "active" for r in rows.values())
 
-    wait_for(
+    wait_until(
         ready,
-        timeout=60,
+        timeout_s=60,
         what=f"{kind.name} rows of {name}: {sorted(expected)}",
         alive=worker.check_alive,
         seen=lambda: sorted(rows_of(presence, kind, name).items()),
@@ -172,7 +172,7 @@ def test_a_row_per_subscriber_kept_active(
             now[key].last_heartbeat_ns > beat for key, beat in first.items()
         )
 
-    wait_for(refreshed, timeout=10, what="an idle worker's rows to be refreshed")
+    wait_until(refreshed, timeout_s=10, what="an idle worker's rows to be refreshed")
     assert all(row.lease_count == 0 for row in rows_of(presence, kind, "reader").values())
 
 
@@ -193,7 +193,7 @@ def test_lease_count_follows_a_long_handler(
     token = uuid.uuid4().hex
     publish(kind, faststream_broker_url, queue_a, token)
     assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
-    wait_for(lambda: leases().get(queue_a) == 1, timeout=20, what="a lease on queue a")
+    wait_until(lambda: leases().get(queue_a) == 1, timeout_s=20, what="a lease on queue a")
     assert leases()[kind.queue("reader", "b")] == 0
 
     def progress() -> dict[str, int | None]:
@@ -203,9 +203,9 @@ def test_lease_count_follows_a_long_handler(
     before = progress()
     released_ns = presence.server_now_ns()
     control.rpush(f"rp:release:{token}", 1)
-    wait_for(lambda: leases().get(queue_a) == 0, timeout=20, what="the lease to go")
+    wait_until(lambda: leases().get(queue_a) == 0, timeout_s=20, what="the lease to go")
     # The handled message is progress on its subscriber's row, not on the other's.
-    wait_for(lambda: (progress()[queue_a] or 0) > released_ns, timeout=20, what="progress on a")
+    wait_until(lambda: (progress()[queue_a] or 0) > released_ns, timeout_s=20, what="progress on a")
     assert progress()[kind.queue("reader", "b")] == before[kind.queue("reader", "b")]
 
 

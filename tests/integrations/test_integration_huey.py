@@ -18,6 +18,7 @@ import pytest
 import redis
 from huey import RedisHuey
 from huey import signals as huey_signals
+from waiting import wait_until
 
 from integrations.held import wait_one_ttl
 from integrations.workers import (
@@ -26,7 +27,6 @@ from integrations.workers import (
     check_dies_on_time,
     python_tool,
     started_workers,
-    wait_for,
     worker_env,
 )
 from redis_presence import PresenceReporter, RedisPresenceRegistry
@@ -97,7 +97,7 @@ def wait_rows(presence: Presence, worker: WorkerProcess, name: str, count: int) 
             return set(rows)
         return None
 
-    return wait_for(ready, timeout=60, what=f"rows of {name}", alive=worker.check_alive)
+    return wait_until(ready, timeout_s=60, what=f"rows of {name}", alive=worker.check_alive)
 
 
 def test_a_row_per_worker_thread_with_its_task_as_lease(
@@ -115,7 +115,7 @@ def test_a_row_per_worker_thread_with_its_task_as_lease(
         now = {r.consumer: r.last_heartbeat_ns for r in presence.rows() if r.consumer in first}
         return all(now[c] > beat for c, beat in first.items())
 
-    wait_for(refreshed, timeout=10, what="idle workers' rows to be refreshed")
+    wait_until(refreshed, timeout_s=10, what="idle workers' rows to be refreshed")
 
     token = enqueue_hold(broker_url, "reader")
     assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
@@ -123,7 +123,7 @@ def test_a_row_per_worker_thread_with_its_task_as_lease(
     def leases() -> list[int]:
         return sorted(lease for lease, state in rows_of(presence, "reader").values())
 
-    wait_for(lambda: leases() == [0, 1], timeout=10, what="the running task as a lease")
+    wait_until(lambda: leases() == [0, 1], timeout_s=10, what="the running task as a lease")
     (busy,) = [c for c, (lease, _) in rows_of(presence, "reader").items() if lease]
     # The task runs for more than a TTL: its worker's row stays active, without progress.
     wait_one_ttl(presence, TTL_MS)
@@ -138,7 +138,7 @@ def test_a_row_per_worker_thread_with_its_task_as_lease(
         done = row is not None and (row.last_progress_ns or 0) > released_ns
         return done and row is not None and row.lease_count == 0
 
-    wait_for(progressed, timeout=20, what="the finished task as progress")
+    wait_until(progressed, timeout_s=20, what="the finished task as progress")
     assert rows_of(presence, "reader")[busy] == (0, "active")
 
 
@@ -167,15 +167,15 @@ def test_graceful_shutdown_deregisters_after_the_running_task(
     assert not consumer.startswith(f"{socket.gethostname()}:{worker.pid}/")  # its own process
     token = enqueue_hold(broker_url, "drain")
     assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
-    wait_for(
+    wait_until(
         lambda: rows_of(presence, "drain").get(consumer, (0, ""))[0] == 1,
-        timeout=10,
+        timeout_s=10,
         what="the task as a lease",
     )
     os.kill(worker.pid, signal.SIGINT)  # Huey's graceful signal
-    wait_for(
+    wait_until(
         lambda: "Shutting down gracefully" in worker.log.read_text(errors="replace"),
-        timeout=20,
+        timeout_s=20,
         what="the graceful shutdown to begin",
     )
     assert consumer in rows_of(presence, "drain")  # until the task is done

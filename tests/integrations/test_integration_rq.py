@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 from rq import Queue
+from waiting import wait_until
 
 from integrations.held import wait_one_ttl
 from integrations.workers import (
@@ -24,7 +25,6 @@ from integrations.workers import (
     check_dies_on_time,
     python_tool,
     started_workers,
-    wait_for,
 )
 from redis_presence.integrations.rq import DEFAULT_GROUP, SCHEDULER_GROUP, PresenceWorker
 
@@ -102,7 +102,7 @@ def wait_rows(presence: Presence, worker: WorkerProcess, name: str) -> None:
         rows = rows_of(presence, name)
         return set(rows) == queues(name) and all(s == "active" for _, s in rows.values())
 
-    wait_for(ready, timeout=60, what=f"rows of {name}", alive=worker.check_alive)
+    wait_until(ready, timeout_s=60, what=f"rows of {name}", alive=worker.check_alive)
 
 
 def hold(broker: redis.Redis, queue: str) -> str:
@@ -124,15 +124,15 @@ def test_rows_leases_and_progress_of_a_real_worker(
         now = {r.queue: r.last_heartbeat_ns for r in presence.rows(consumer=consumer("reader"))}
         return all(now[queue] > beat for queue, beat in first.items())
 
-    wait_for(refreshed, timeout=10, what="an idle worker's rows to be refreshed")
+    wait_until(refreshed, timeout_s=10, what="an idle worker's rows to be refreshed")
 
     token = hold(broker, "reader-a")
     assert broker.blpop([f"rp:started:{token}"], timeout=20) is not None
-    wait_for(
+    wait_until(
         lambda: (
             rows_of(presence, "reader") == {"reader-a": (1, "active"), "reader-b": (0, "active")}
         ),
-        timeout=10,
+        timeout_s=10,
         what="the running job as a lease",
         seen=lambda: rows_of(presence, "reader"),
     )
@@ -150,7 +150,7 @@ def test_rows_leases_and_progress_of_a_real_worker(
             row is not None and row.lease_count == 0 and (row.last_progress_ns or 0) > released_ns
         )
 
-    wait_for(progressed, timeout=20, what="the finished job as progress")
+    wait_until(progressed, timeout_s=20, what="the finished job as progress")
     other = presence.row("reader-b", consumer("reader"))
     assert other is not None
     assert other.last_progress_ns is None
@@ -181,11 +181,11 @@ def test_warm_shutdown_deregisters_after_the_running_job(
     token = hold(broker, "drain-b")
     assert broker.blpop([f"rp:started:{token}"], timeout=20) is not None
     busy = {"drain-a": (0, "active"), "drain-b": (1, "active")}
-    wait_for(lambda: rows_of(presence, "drain") == busy, timeout=10, what="the job as a lease")
+    wait_until(lambda: rows_of(presence, "drain") == busy, timeout_s=10, what="the job as a lease")
     worker.send_sigterm()
-    wait_for(
+    wait_until(
         lambda: "warm shut down requested" in worker.log.read_text(errors="replace"),
-        timeout=20,
+        timeout_s=20,
         what="the warm shutdown to begin",
     )
     # RQ finishes the running job first: the rows stay meanwhile.
@@ -208,9 +208,9 @@ def test_the_scheduler_is_a_consumer_of_group_scheduler(
             if row.group == SCHEDULER_GROUP and row.queue in queues("sched")
         }
 
-    wait_for(
+    wait_until(
         lambda: set(scheduler_rows()) == queues("sched"),
-        timeout=20,
+        timeout_s=20,
         what="the scheduler's rows",
         alive=worker.check_alive,
     )

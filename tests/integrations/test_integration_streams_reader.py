@@ -18,13 +18,13 @@ import redis
 import redis.asyncio
 import redis.cluster
 from servers import RedisClusterProcesses, RedisServer
+from waiting import wait_until
 
 from integrations.workers import (
     Presence,
     WorkerProcess,
     check_dies_on_time,
     started_workers,
-    wait_for,
 )
 from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
 from redis_presence.integrations.streams import AsyncStreamReader, StreamReader
@@ -174,7 +174,7 @@ def test_a_beat_interval_lets_hot_reads_skip_the_beat(counted: redis.Redis) -> N
     reader.read()
     if time.monotonic() - started < interval_ms / 1000:  # a machine this slow proves nothing
         assert beats() == 1
-    wait_for(lambda: reader.read() is not None and beats() == 2, timeout=10, what="a beat")
+    wait_until(lambda: reader.read() is not None and beats() == 2, timeout_s=10, what="a beat")
     assert time.monotonic() - started >= interval_ms / 1000
     (row,) = registry.snapshot(ttl_ms=TTL_MS)
     assert row.state.value == "active"
@@ -283,7 +283,7 @@ def wait_active(presence: Presence, consumer: WorkerProcess, name: str) -> None:
         rows = presence.rows(consumer=name, ttl_ms=TTL_MS)
         return len(rows) == 1 and rows[0].state.value == "active"
 
-    wait_for(active, timeout=30, what=f"{name} to be active", alive=consumer.check_alive)
+    wait_until(active, timeout_s=30, what=f"{name} to be active", alive=consumer.check_alive)
 
 
 def test_a_consumer_polling_an_empty_stream_stays_active(
@@ -301,7 +301,7 @@ def test_a_consumer_polling_an_empty_stream_stays_active(
             assert now.state.value == "active"
             return now.last_heartbeat_ns if now.last_heartbeat_ns > seen else None
 
-        seen = wait_for(fresher, timeout=10, what="a fresher beat")
+        seen = wait_until(fresher, timeout_s=10, what="a fresher beat")
     assert presence.rows(consumer="poller")[0].lease_count == 0
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 from taskiq_redis import ListQueueBroker, RedisStreamBroker
+from waiting import wait_until
 
 from integrations.held import wait_one_ttl
 from integrations.workers import (
@@ -26,7 +27,6 @@ from integrations.workers import (
     check_dies_on_time,
     python_tool,
     started_workers,
-    wait_for,
     worker_env,
 )
 from redis_presence import ConsumerPresence
@@ -90,8 +90,8 @@ def row_of(presence: Presence, name: str) -> ConsumerPresence | None:
 
 
 def wait_row(presence: Presence, worker: WorkerProcess, name: str) -> ConsumerPresence:
-    return wait_for(
-        lambda: row_of(presence, name), timeout=60, what=f"{name}'s row", alive=worker.check_alive
+    return wait_until(
+        lambda: row_of(presence, name), timeout_s=60, what=f"{name}'s row", alive=worker.check_alive
     )
 
 
@@ -107,9 +107,9 @@ def test_rows_leases_and_progress_of_a_real_worker(
     assert row.lease_count == 0
     first = row.last_heartbeat_ns
     # Idle (a BRPOP without timeout under the wrapper): the wrapper beats anyway.
-    wait_for(
+    wait_until(
         lambda: presence.row(queue("reader"), row.consumer).last_heartbeat_ns > first,  # type: ignore[union-attr]
-        timeout=10,
+        timeout_s=10,
         what="an idle worker's row to be refreshed",
     )
 
@@ -120,7 +120,7 @@ def test_rows_leases_and_progress_of_a_real_worker(
         found = row_of(presence, "reader")
         return None if found is None else found.lease_count
 
-    wait_for(lambda: leases() == 1, timeout=10, what="the running task as a lease")
+    wait_until(lambda: leases() == 1, timeout_s=10, what="the running task as a lease")
     wait_one_ttl(presence, TTL_MS)
     held = row_of(presence, "reader")
     assert held is not None
@@ -134,7 +134,7 @@ def test_rows_leases_and_progress_of_a_real_worker(
         done = found is not None and (found.last_progress_ns or 0) > released_ns
         return done and found is not None and found.lease_count == 0
 
-    wait_for(progressed, timeout=20, what="the finished task as progress")
+    wait_until(progressed, timeout_s=20, what="the finished task as progress")
 
 
 def test_a_stream_broker_reports_its_group_and_consumer(
@@ -167,23 +167,23 @@ def test_warm_shutdown_deregisters_after_the_running_task(
     row = wait_row(presence, worker, "drain")
     token = send_hold(broker_url, "drain")
     assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
-    wait_for(
+    wait_until(
         lambda: (row_of(presence, "drain") or row).lease_count == 1,
-        timeout=10,
+        timeout_s=10,
         what="the task as a lease",
     )
     worker.send_sigterm()
-    wait_for(
+    wait_until(
         lambda: "Waiting for 1 running tasks" in worker.log.read_text(errors="replace"),
-        timeout=20,
+        timeout_s=20,
         what="the warm shutdown to begin",
     )
     assert presence.rows(consumer=row.consumer) != []  # until the task is done
     control.rpush(f"rp:release:{token}", 1)
     assert worker.wait(30) == 0, worker.log_tail()
-    wait_for(
+    wait_until(
         lambda: presence.rows(consumer=row.consumer) == [],
-        timeout=10,
+        timeout_s=10,
         what="the rows to be deregistered",
     )
 
@@ -204,12 +204,12 @@ def test_the_scheduler_is_a_consumer_of_group_scheduler(
                 return None
             return found
 
-        row = wait_for(progressed, timeout=30, what="the scheduler's row, with progress")
+        row = wait_until(progressed, timeout_s=30, what="the scheduler's row, with progress")
         assert (row.group, row.state.value) == (SCHEDULER_GROUP, "active")
         first = row.last_progress_ns
-        wait_for(
+        wait_until(
             lambda: (progressed() or row).last_progress_ns != first,  # a task sent each second
-            timeout=10,
+            timeout_s=10,
             what="more progress",
         )
         os.kill(process.pid, signal.SIGINT)  # taskiq scheduler's graceful stop

@@ -1,4 +1,4 @@
-"""Real worker processes for the integration tests, and polling with a deadline.
+"""Real worker processes for the integration tests.
 
 A `WorkerProcess` runs a framework's own command line (``celery worker``, ``dramatiq``,
 ``faststream run``) in a session of its own, with its output in a log file. `kill`
@@ -12,16 +12,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import TypeVar
 
 import pytest
 import redis
+from processes import ManagedProcess
+from waiting import wait_until
 
 from redis_presence import ConsumerPresence, RedisPresenceRegistry
 
@@ -29,33 +27,6 @@ APPS = Path(__file__).resolve().parent / "apps"
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRE_BROKERS_ENV = "REDIS_PRESENCE_REQUIRE_BROKERS"
 """Set to 1 by ``.ci/run``: a missing RabbitMQ or NATS fails the tests instead of skipping."""
-
-T = TypeVar("T")
-
-
-def wait_for(
-    check: Callable[[], T | None],
-    *,
-    timeout: float = 30.0,
-    what: str,
-    alive: Callable[[], None] | None = None,
-    seen: Callable[[], object] | None = None,
-) -> T:
-    """Call `check` until it returns something other than None/False; fail after `timeout` s
-    (saying what `seen` returns then, if given)."""
-    deadline = time.monotonic() + timeout
-    pause = 0.01
-    while True:
-        if alive is not None:
-            alive()
-        value = check()
-        if value is not None and value is not False:
-            return value
-        if time.monotonic() >= deadline:
-            last = f"; last seen: {seen()!r}" if seen is not None else ""
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}{last}")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.1)
 
 
 def require_broker(name: str, reachable: bool, how: str) -> None:
@@ -68,92 +39,33 @@ def require_broker(name: str, reachable: bool, how: str) -> None:
     pytest.skip(message)
 
 
-class WorkerProcess:
-    """One framework worker process, started in `cwd` with `env` added to ours."""
+class WorkerProcess(ManagedProcess):
+    """One framework worker process, started in the test apps' folder with `env` added to
+    ours; `stop` SIGKILLs its whole session at once."""
+
+    stop_timeout_s = 10.0
 
     def __init__(self, argv: Sequence[str], *, env: Mapping[str, str], log: Path) -> None:
-        self.argv = list(argv)
-        self.log = log
-        self.env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(APPS), str(ROOT)]),
-            "PYTHONUNBUFFERED": "1",
-            **env,
-        }
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(
+            argv,
+            name=f"worker {list(argv)[:3]}",
+            log=log,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join([str(APPS), str(ROOT)]),
+                "PYTHONUNBUFFERED": "1",
+                **env,
+            },
+            cwd=APPS,
+            own_session=True,
+        )
 
-    def start(self) -> WorkerProcess:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv,
-                cwd=APPS,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def check_alive(self) -> None:
-        """Fail the test, with the log tail, if the worker exited."""
-        assert self.proc is not None
-        code = self.proc.poll()
-        if code is not None:
-            pytest.fail(f"worker {self.argv[:3]} exited with {code}:\n{self.log_tail()}")
-
-    def kill(self) -> None:
-        """SIGKILL the main process (a crash: no shutdown hook runs) and reap it."""
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(10)
+    def _ask_to_stop(self) -> None:
+        self._signal_all(signal.SIGKILL)
 
     def send_sigterm(self) -> None:
         """SIGTERM the main process: a warm shutdown begins."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-
-    def wait(self, timeout: float = 30.0) -> int:
-        """Wait for the main process to exit; its exit code."""
-        assert self.proc is not None
-        return self.proc.wait(timeout)
-
-    def terminate(self, timeout: float = 30.0) -> int:
-        """SIGTERM the main process (a warm shutdown); wait for it; its exit code."""
-        self.send_sigterm()
-        return self.wait(timeout)
-
-    def stop(self) -> None:
-        """End the whole process group (pool children too); idempotent."""
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def log_tail(self, lines: int = 60) -> str:
-        try:
-            text = self.log.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-    def __enter__(self) -> WorkerProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        self.send_signal(signal.SIGTERM)
 
 
 @contextlib.contextmanager
@@ -245,13 +157,13 @@ def check_dies_on_time(
         now = presence.rows(consumer=consumer, ttl_ms=ttl_ms)
         return bool(now) and all(row.state.value == state for row in now)
 
-    wait_for(
+    wait_until(
         lambda: all_in("stale") or all_in("expired"),
-        timeout=3 * ttl_ms / 1000 + 10,
+        timeout_s=3 * ttl_ms / 1000 + 10,
         what=f"{consumer} to go stale",
     )
-    wait_for(
-        lambda: all_in("expired"), timeout=3 * ttl_ms / 1000 + 10, what=f"{consumer} to expire"
+    wait_until(
+        lambda: all_in("expired"), timeout_s=3 * ttl_ms / 1000 + 10, what=f"{consumer} to expire"
     )
     after = {row.queue: row.last_heartbeat_ns for row in presence.rows(consumer=consumer)}
     assert after == {row.queue: row.last_heartbeat_ns for row in rows}
