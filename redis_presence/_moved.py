@@ -1,4 +1,4 @@
-"""Old module names kept for one release: each warns once it is used, naming the new one.
+"""Old module names kept for one release: each warns whenever it is used, naming the new one.
 
 ``redis_presence.redis`` is now `redis_presence.registry` (the old name read as the driver)
 and ``redis_presence.protocol`` is `redis_presence.contract` (the old name read as the wire
