@@ -179,7 +179,7 @@ def by_node(client: Any, batch: Sequence[Request]) -> Routes:
     return list(nodes.values()), alone
 
 
-class Retry(NamedTuple):
+class ScriptReload(NamedTuple):
     """What to send after a batch met ``NOSCRIPT``: each missing script's ``SCRIPT LOAD``
     (a cluster client sends it to every primary), then, once they are done, those calls
     again (the requests of one batch may run in any order)."""
@@ -202,8 +202,8 @@ class Retry(NamedTuple):
         return merged
 
 
-def after_noscript(batch: Sequence[Request], replies: Sequence[Any]) -> Retry | None:
-    """The `Retry` for the script calls of `batch` answered ``NOSCRIPT``, or None."""
+def after_noscript(batch: Sequence[Request], replies: Sequence[Any]) -> ScriptReload | None:
+    """The `ScriptReload` for the script calls of `batch` answered ``NOSCRIPT``, or None."""
     positions = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
     if not positions:
         return None
@@ -220,7 +220,7 @@ def after_noscript(batch: Sequence[Request], replies: Sequence[Any]) -> Retry | 
             requests.append(Command("SCRIPT LOAD", (call.script.source,)))
         load_of.append(loads[call.script.name])
         calls.append(call)
-    return Retry(requests, calls, positions, load_of)
+    return ScriptReload(requests, calls, positions, load_of)
 
 
 def reply_error(reply: Exception, request: Request | None) -> PresenceError:
@@ -257,11 +257,11 @@ class Run(Generic[T]):
     error).
     """
 
-    __slots__ = ("_loaded", "_plan", "_replies", "_retry", "_sent", "batch", "result")
+    __slots__ = ("_loaded", "_plan", "_reload", "_replies", "_sent", "batch", "result")
 
     def __init__(self, plan: Plan[T], answered: list[Any] | None = None) -> None:
         self._plan = plan
-        self._retry: Retry | None = None
+        self._reload: ScriptReload | None = None
         self._replies: list[Any] = []
         self._loaded: list[Any] | None = None
         self.batch: list[Request] | None = None
@@ -301,18 +301,18 @@ class Run(Generic[T]):
 
     def feed(self, replies: list[Any]) -> None:
         """Take the replies to `batch`; `batch` becomes what to send next."""
-        retry = self._retry
-        if retry is None:
-            retry = after_noscript(self._sent or [], replies)
-            if retry is None:
+        reload = self._reload
+        if reload is None:
+            reload = after_noscript(self._sent or [], replies)
+            if reload is None:
                 self._answer(replies)
                 return
-            self._retry, self._replies, self.batch = retry, replies, retry.loads
+            self._reload, self._replies, self.batch = reload, replies, reload.loads
         elif self._loaded is None:
-            self._loaded, self.batch = replies, retry.calls
+            self._loaded, self.batch = replies, reload.calls
         else:
-            merged = retry.merge(self._replies, self._loaded, replies)
-            self._retry = self._loaded = None
+            merged = reload.merge(self._replies, self._loaded, replies)
+            self._reload = self._loaded = None
             self._answer(merged)
 
 

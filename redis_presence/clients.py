@@ -28,13 +28,14 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.asyncio.connection
+import redis.asyncio.retry
 import redis.asyncio.sentinel
 import redis.cluster
 import redis.connection
+import redis.retry
 import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
-from redis.retry import Retry
 
 from .errors import DRIVER_ERRORS, PresenceConfigError, PresenceError, translate
 from .redaction import _KEYWORD, driver_reason
@@ -72,6 +73,9 @@ class _Driver(NamedTuple):
     ssl_connection: Any
     pool: Any
     asynchronous: bool
+    retry: Any
+    """redis-py's retry policy of this flavour: an asyncio client takes
+    ``redis.asyncio.retry.Retry`` (its ``call_with_retry`` is a coroutine)."""
 
 
 def _no_primary(service_name: str, found: list[tuple[str, BaseException | None]]) -> Exception:
@@ -102,7 +106,7 @@ class _Sentinel(redis.sentinel.Sentinel):
 
     def discover_master(self, service_name: str) -> Any:
         try:
-            return super().discover_master(service_name)  # type: ignore[no-untyped-call]
+            return super().discover_master(service_name)  # type: ignore[no-untyped-call,unused-ignore]
         except redis.sentinel.MasterNotFoundError:
             found: list[tuple[str, BaseException | None]] = []
             for sentinel in self.sentinels:
@@ -323,6 +327,7 @@ _SYNC = _Driver(
     redis.connection.SSLConnection,
     _Pool,
     False,
+    redis.retry.Retry,
 )
 _ASYNC = _Driver(
     redis.asyncio.Redis,
@@ -335,6 +340,7 @@ _ASYNC = _Driver(
     redis.asyncio.connection.SSLConnection,
     _AsyncPool,
     True,
+    redis.asyncio.retry.Retry,
 )
 
 
@@ -353,6 +359,7 @@ def open_async_client(url: str, **kwargs: Any) -> Any:
 def _open(url: str, kwargs: dict[str, Any], driver: _Driver) -> Any:
     parsed = parse_url(url)
     _check_kwargs(kwargs)
+    _check_retry(kwargs.get("retry"), driver)
     _check_tls_files(parsed, kwargs)
     kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT_S)
     kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT_S)
@@ -371,6 +378,19 @@ def _open(url: str, kwargs: dict[str, Any], driver: _Driver) -> Any:
         raise error from exc
     except Exception as exc:  # redis-py refused an option or a value: never let it escape
         raise parsed.fail(driver_reason(exc)) from None
+
+
+def _check_retry(retry: Any, driver: _Driver) -> None:
+    """Refuse a ``retry`` of the other flavour: a sync ``redis.retry.Retry`` handed to an
+    asyncio client would block its event loop between attempts (redis-py 8.2 converts it
+    with a warning and drops a custom ``call_with_retry``), and an asyncio one cannot run
+    in a sync client."""
+    if retry is None or isinstance(retry, driver.retry):
+        return
+    wanted = "redis.asyncio.retry.Retry" if driver.asynchronous else "redis.retry.Retry"
+    kind = f"{type(retry).__module__}.{type(retry).__qualname__}"
+    client = "an asyncio" if driver.asynchronous else "a sync"
+    raise PresenceConfigError(f"retry must be a {wanted} for {client} client, got {kind}")
 
 
 def _open_standalone(parsed: RedisUrl, kwargs: dict[str, Any], driver: _Driver) -> Any:
@@ -471,7 +491,7 @@ def _open_sentinel(parsed: RedisUrl, kwargs: dict[str, Any], driver: _Driver) ->
     to_sentinels = {name: data[name] for name in shared if name in data}
     # Each sentinel is asked once per lookup: the next sentinel is the retry, and redis-py's
     # retries of the data connection repeat the lookup.
-    to_sentinels["retry"] = Retry(NoBackoff(), 0)
+    to_sentinels["retry"] = driver.retry(NoBackoff(), 0)
     for option in SENTINEL_OPTIONS:
         value = query.get(option, kwargs.get(option))
         if value is not None:

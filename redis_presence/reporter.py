@@ -31,6 +31,8 @@ from importlib.metadata import PackageNotFoundError, version
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from redis.backoff import EqualJitterBackoff
+
 from ._executor import Executor
 from .errors import PresenceBatchError, PresenceError
 from .model import DEFAULT_PRESENCE_TTL_MS, NS_PER_MS, NS_PER_US
@@ -56,7 +58,12 @@ MAX_REPORT_INTERVAL_MS = 3_600_000
 """Longest accepted interval (one hour)."""
 
 RETRY_MIN_MS = 100
-"""First retry after a failed flush; each further failure doubles it, up to the interval."""
+"""The first retry after a failed flush waits up to this long; each further failure doubles
+it, up to the interval. Each wait is drawn between half and all of that bound (equal
+jitter), so that the reporters of a fleet do not retry in step after a Redis restart."""
+
+_MAX_DOUBLINGS = 32
+"""Failures past this many no longer double the bound (it is the interval long before)."""
 
 logger = logging.getLogger("redis_presence.reporter")
 
@@ -164,6 +171,9 @@ class _Coalescer:
         self._deregs: dict[ConsumerKey, None] = {}
         self._reported: set[ConsumerKey] | None = set() if track else None
         self._failures = 0
+        self._backoff = EqualJitterBackoff(cap=self.interval_ns / 1e9, base=RETRY_MIN_MS / 2_000)
+        """redis-py's equal jitter: the n-th retry waits between half and all of
+        ``min(interval, RETRY_MIN_MS * 2**(n - 1))``."""
         self._outage_since_ns: int | None = None
         self.refused: dict[tuple[str, str], str] = {}
         """The groups the last flush could not write although Redis answered, and why."""
@@ -371,8 +381,8 @@ class _Coalescer:
             )
         else:
             logger.debug("presence reporter retry %d failed: %s", self._failures, error)
-        backoff_ns = min(self.interval_ns, RETRY_MIN_MS * NS_PER_MS << min(self._failures - 1, 32))
-        return _Outcome(wait_s=backoff_ns / 1e9, error=error)
+        wait_s = self._backoff.compute(min(self._failures, _MAX_DOUBLINGS))
+        return _Outcome(wait_s=wait_s, error=error)
 
     @property
     def interval_s(self) -> float:
@@ -522,7 +532,8 @@ class PresenceReporter(_Reporter[RedisPresenceRegistry]):
 
     `beat` is O(1) and never touches Redis, so it belongs on the read path; only bad
     arguments raise (at once). When Redis fails, the latest beat of each consumer is kept,
-    retried with capped exponential backoff (from RETRY_MIN_MS up to the interval), and
+    retried with capped exponential backoff and equal jitter (from RETRY_MIN_MS up to the
+    interval, each wait drawn between half and all of its bound), and
     the first failure of each outage is logged on ``redis_presence.reporter`` (one info
     line on recovery); a failed write that is retried never makes a beat look fresher.
     `close` (or leaving the ``with`` block) flushes and stops the thread; with

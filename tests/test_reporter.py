@@ -334,16 +334,16 @@ def retries(caplog: pytest.LogCaptureFixture) -> int:
     )
 
 
-def test_backoff_doubles_from_the_minimum_up_to_the_interval() -> None:
+def test_backoff_doubles_from_the_minimum_up_to_the_interval_with_equal_jitter() -> None:
     clock = FakeClock()
     core = _Coalescer(1_000, track=False, clock=clock)
     core.beat("q", "g", "c", 0)
-    waits = []
-    for _ in range(6):
+    bounds = [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    for bound in bounds:
         _, taken = core.begin()
         assert taken is not None
-        waits.append(core.failed(taken, PresenceConnectionError("down")).wait_s)
-    assert waits == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+        wait = core.failed(taken, PresenceConnectionError("down")).wait_s
+        assert bound / 2 <= wait <= bound  # equal jitter: half the bound, then up to all of it
     assert RETRY_MIN_MS == 100
     started, taken = core.begin()
     assert taken is not None
@@ -352,7 +352,30 @@ def test_backoff_doubles_from_the_minimum_up_to_the_interval() -> None:
     core.beat("q", "g", "c", 0)
     _, taken = core.begin()
     assert taken is not None
-    assert core.failed(taken, PresenceConnectionError("down")).wait_s == 0.1  # reset
+    assert 0.05 <= core.failed(taken, PresenceConnectionError("down")).wait_s <= 0.1  # reset
+
+
+def test_a_fleet_of_reporters_does_not_retry_in_step() -> None:
+    """After a Redis restart every reporter of a fleet fails at once: their retries are
+    spread over the bound, not sent together (before: each waited exactly 0.1, 0.2, ...)."""
+    first_waits: list[float] = []
+    long_waits: list[float] = []
+    for _ in range(200):
+        core = _Coalescer(5_000, track=False, clock=FakeClock())
+        core.beat("q", "g", "c", 0)
+        for failure in range(1, 41):  # past the doublings: the bound is the interval
+            _, taken = core.begin()
+            assert taken is not None
+            wait = core.failed(taken, PresenceConnectionError("down")).wait_s
+            if failure == 1:
+                first_waits.append(wait)
+        long_waits.append(wait)
+    for waits, bound in ((first_waits, 0.1), (long_waits, 5.0)):
+        assert all(bound / 2 <= wait <= bound for wait in waits)
+        # 200 draws in [bound/2, bound]: both halves of the range are used, no value twice
+        assert len(set(waits)) == len(waits)
+        assert min(waits) < bound * 0.6
+        assert max(waits) > bound * 0.9
 
 
 def test_restored_beats_never_override_newer_ones_or_deregistrations() -> None:

@@ -15,6 +15,7 @@ from urllib.parse import quote, urlencode
 
 import pytest
 import redis
+import redis.asyncio.retry
 from backends import dump, without_logs
 from click.testing import CliRunner, Result
 from redis.backoff import NoBackoff
@@ -494,6 +495,8 @@ FAST: dict[str, Any] = {
     "socket_connect_timeout": 5,
     "socket_timeout": 5,
 }
+ASYNC_FAST: dict[str, Any] = {**FAST, "retry": redis.asyncio.retry.Retry(NoBackoff(), 0)}
+"""`FAST` for an asyncio registry (which takes redis-py's asyncio retry policy)."""
 
 
 def test_password_works_and_never_leaks_on_failure(
@@ -699,7 +702,7 @@ def test_mutual_tls_with_the_asyncio_registry(
         async with AsyncRedisPresenceRegistry.from_url(good) as registry:
             await registry.heartbeat("orders", "billing", "w1", 2, now_ns=T0)
             assert [r.consumer for r in await registry.snapshot(now_ns=T0)] == ["w0", "w1"]
-        async with AsyncRedisPresenceRegistry.from_url(bare, **FAST) as refused:
+        async with AsyncRedisPresenceRegistry.from_url(bare, **ASYNC_FAST) as refused:
             with pytest.raises(PresenceConnectionError):
                 await refused.heartbeat("orders", "billing", "w2", now_ns=T0)
 

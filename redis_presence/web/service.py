@@ -12,8 +12,8 @@ from typing import Any
 from urllib.parse import quote
 
 import jinja2
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.retry import Retry
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
