@@ -18,6 +18,7 @@ from test_cli import invoke
 from test_web_api import make_client
 
 from redis_presence import RedisPresenceRegistry
+from redis_presence.keys import encode_meta
 from redis_presence.scripts import SCRIPT_NAMES, script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,3 +151,70 @@ def test_python_workers_are_read_counted_and_pruned_by_node(
     ]
     assert (seen["pruned"], seen["gone"]) == (1, True)  # py-old expired, py-1 left
     assert [(r.queue, r.consumer) for r in registry.snapshot(now_ns=now)] == [("é", "py-2")]
+
+
+def test_what_node_stores_python_reads_and_what_python_refuses_node_refuses(
+    node: str, tmp_path: Path, redis_server: RedisServer, redis_client: Any
+) -> None:
+    """Issue 30 item 10: names that join to the same string with a NUL land in their own
+    groups; a minimum Python refuses is refused by Node (and 0 is accepted by both);
+    metadata keys that look like integers, or are `__proto__`, are stored in Python's
+    spelling, from an object or a Map; an array or a Map is never taken for another mapping."""
+    registry = RedisPresenceRegistry(redis_client)
+    registry.expect("py", "none", 0)
+    meta = {"b": "1", "10": "2", "9": "3", "__proto__": "4"}
+    seen = run_node(
+        node,
+        tmp_path,
+        redis_server,
+        f"""
+        const spelled = {json.dumps(json.dumps(meta))};
+        const skipped = [];
+        const onSkipped = (s) => skipped.push(s);
+        const reader = new presence.PresenceRegistry(redis, {{ onSkipped }});
+        const pythons = await reader.expected();
+        await registry.heartbeat("a\\0b", "c", "first");
+        await registry.heartbeat("a", "b\\0c", "second");
+        const refused = [];
+        for (const least of [1e7, 1_000_001, -1, "2"]) {{
+          await registry.expect("node", "bad", least).catch((e) => refused.push(e.name));
+        }}
+        await registry.expect("node", "none", 0);
+        await registry.expect("node", "most", 1_000_000);
+        await registry.describe("a", "b\\0c", "second", JSON.parse(spelled));
+        const entries = Object.entries(JSON.parse(spelled));
+        await registry.describe("a\\0b", "c", "first", new Map(entries));
+        for (const wrong of [["x"], "x=1", null]) {{
+          await registry.describe("a\\0b", "c", "first", wrong).catch((e) => refused.push(e.name));
+        }}
+        return {{ pythons, skipped, refused }};
+        """,
+    )
+    assert seen == {
+        "pythons": [["py", "none", 0]],
+        "skipped": [],
+        "refused": ["RangeError", "RangeError", "RangeError", "TypeError"] + ["TypeError"] * 3,
+    }
+    assert registry.expected() == {
+        ("node", "most"): 1_000_000,
+        ("node", "none"): 0,
+        ("py", "none"): 0,
+    }
+    rows = registry.snapshot(with_meta=True)
+    assert [(r.queue, r.group, r.consumer, dict(r.meta)) for r in rows] == [
+        ("a", "b\x00c", "second", meta),
+        ("a\x00b", "c", "first", meta),
+    ]
+    stored = encode_meta(meta).encode()  # Python's spelling, byte for byte
+    assert redis_client.hget("presence:{a}:b%00c:m", "second") == stored
+    assert redis_client.hget("presence:{a%00b}:c:m", "first") == stored
+    result = invoke(["--url", redis_server.url, "check", "--format", "json"])
+    assert result.exit_code == 1, result.output  # node/most is below its minimum
+    assert "warning" not in result.stderr  # no minimum set aside
+    assert [
+        (c["queue"], c["group"], c["min_active"], c["ok"]) for c in json.loads(result.stdout)
+    ] == [
+        ("node", "most", 1_000_000, False),
+        ("node", "none", 0, True),
+        ("py", "none", 0, True),
+    ]

@@ -2,5 +2,6 @@
 export * from "./errors";
 export { byCodePoint, decodeName, encodeMeta, encodeName, Keyspace, PROTOCOL_VERSION, type GroupKeys } from "./keys";
 export * from "./registry";
+export * from "./validation";
 export { LUA_FOLDER, SCRIPT_NAMES, script, type Script, type ScriptName } from "./scripts";
 export { trackBullMQWorker, type TrackOptions, type WorkerEvents } from "./bullmq";

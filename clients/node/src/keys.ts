@@ -122,9 +122,11 @@ export function byCodePoint(a: string, b: string): number {
 }
 
 /** The canonical metadata spelling: JSON, keys in code-point order, no spaces, UTF-8 as is
- * (Python's `json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)`). */
-export function encodeMeta(meta: Record<string, string>): string {
-  const sorted: Record<string, string> = {};
-  for (const key of Object.keys(meta).sort(byCodePoint)) sorted[key] = meta[key];
-  return JSON.stringify(sorted);
+ * (Python's `json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)`), of a
+ * checked mapping. Written pair by pair: an object would put integer-like keys ("10", "9")
+ * first in numeric order and would take a `__proto__` key for its prototype. */
+export function encodeMeta(meta: Readonly<Record<string, string>> | ReadonlyMap<string, string>): string {
+  const entries: [string, string][] = meta instanceof Map ? [...(meta as ReadonlyMap<string, string>)] : Object.entries(meta);
+  entries.sort(([a], [b]) => byCodePoint(a, b));
+  return "{" + entries.map(([key, value]) => `${JSON.stringify(key)}:${JSON.stringify(value)}`).join(",") + "}";
 }

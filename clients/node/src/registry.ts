@@ -4,6 +4,7 @@ import type { Redis } from "ioredis";
 import { PresenceBatchError, PresenceDataError, PresenceError, PresenceMetaError, PresenceProtocolError, refusal, translate } from "./errors";
 import { byCodePoint, encodeMeta, type GroupKeys, Keyspace, PROTOCOL_VERSION } from "./keys";
 import { type ScriptName, script } from "./scripts";
+import { checkLease, checkMeta, checkMinActive, checkName, checkNs, checkTtl, MAX_MIN_ACTIVE, MAX_TTL_MS, type Meta } from "./validation";
 
 export const DEFAULT_PRESENCE_TTL_MS = 30_000;
 export const DEFAULT_STUCK_AFTER_MS = 300_000;
@@ -12,9 +13,6 @@ export const DEFAULT_EVENTS_KEPT = 10_000;
 export const EVENT_LOG_TTL_MS = 86_400_000;
 export const INDEX_MARK_MS = 60_000;
 export const TTL_CACHE_MS = 10_000;
-export const MAX_NAME_BYTES = 512;
-export const MAX_LEASE_COUNT = 2 ** 32 - 1;
-export const MAX_TTL_MS = 10 ** 12;
 const MAX_BEATS_PER_CALL = 250;
 const GROUPS_PER_PAGE = 100;
 const CONSUMERS_PER_CALL = 500;
@@ -105,38 +103,6 @@ export function classify(nowNs: bigint, hbNs: bigint, ttlMs: number): PresenceSt
   const [activeAfter, expiredAt] = horizonsNs(nowNs, ttlMs);
   if (hbNs > activeAfter) return "active";
   return hbNs <= expiredAt ? "expired" : "stale";
-}
-
-function checkName(argument: string, value: unknown): string {
-  if (typeof value !== "string") throw new TypeError(`${argument} must be a string, got ${typeof value}`);
-  if (value === "") throw new RangeError(`${argument} must be a non-empty string`);
-  if (!value.isWellFormed()) throw new RangeError(`${argument} must be encodable as UTF-8 (a lone surrogate)`);
-  const size = Buffer.byteLength(value, "utf8");
-  if (size > MAX_NAME_BYTES) throw new RangeError(`${argument} must be at most ${MAX_NAME_BYTES} UTF-8 bytes, got ${size}`);
-  return value;
-}
-
-function checkLease(value: unknown): number {
-  if (typeof value !== "number" || !Number.isInteger(value) || value < 0 || value > MAX_LEASE_COUNT) {
-    throw new RangeError(`leaseCount must be an integer in [0, ${MAX_LEASE_COUNT}], got ${String(value)}`);
-  }
-  return value;
-}
-
-function checkTtl(value: unknown, argument = "ttlMs"): number {
-  if (typeof value !== "number" || !Number.isInteger(value) || value < 1 || value > MAX_TTL_MS) {
-    throw new RangeError(`${argument} must be an integer in [1, ${MAX_TTL_MS}], got ${String(value)}`);
-  }
-  return value;
-}
-
-function checkNs(value: Ns | undefined): string {
-  if (value === undefined) return "";
-  const text = typeof value === "bigint" ? value.toString() : value;
-  if (typeof text !== "string" || !/^\d{1,19}$/.test(text) || BigInt(text) > 2n ** 53n * 1000n - 1n) {
-    throw new RangeError(`nowNs must be a non-negative bigint or decimal string below 2**53 * 1000, got ${String(value)}`);
-  }
-  return text;
 }
 
 function storedSetting(key: string, value: string | null, max = MAX_TTL_MS): number | null {
@@ -230,19 +196,24 @@ export class PresenceRegistry {
   /** Record or refresh one consumer: one EVALSHA of heartbeat.lua (after a read of the
    * group's shared TTL, at most once every TTL_CACHE_MS). */
   async heartbeat(queue: string, group: string, consumer: string, leaseCount = 0, options: { nowNs?: Ns } = {}): Promise<void> {
+    checkName("queue", queue);
+    checkName("group", group);
     checkName("consumer", consumer);
     const lease = checkLease(leaseCount);
     const now = options.nowNs === undefined ? "" : checkNs(options.nowNs);
-    // The hot path: a group's KEYS and shared TTL, kept ready while the TTL may be trusted.
-    let ready = this.beatCalls.get(`${queue}\0${group}`);
+    // The hot path: a group's KEYS and shared TTL, kept ready while the TTL may be trusted,
+    // under a key that tells every pair of names apart (the queue's length first: names may
+    // hold any character).
+    const cached = `${queue.length}:${queue}${group}`;
+    let ready = this.beatCalls.get(cached);
     if (ready === undefined || performance.now() > ready.until) {
-      const gk = this.keys.group(checkName("queue", queue), checkName("group", group));
+      const gk = this.keys.group(queue, group);
       const [ttl] = await this.sharedTtls([gk]);
       const until = Math.min(...[this.keys.ttl, gk.ttl].map((key) => this.settings.get(key)?.at ?? 0)) + TTL_CACHE_MS;
       if (this.beatCalls.size >= 4096) this.beatCalls.clear();
       const keys = this.writeKeys([gk]);
       ready = { head: [...keys, ttl, this.eventsKept, EVENT_LOG_TTL_MS, this.guard()], count: keys.length, until };
-      this.beatCalls.set(`${queue}\0${group}`, ready);
+      this.beatCalls.set(cached, ready);
     }
     await this.call("heartbeat", ready.head, [now, consumer, lease], ready.count);
     if (!this.claimed) await this.claim();
@@ -343,22 +314,14 @@ export class PresenceRegistry {
     return Number(reply[0]) === 1;
   }
 
-  /** Store a consumer's metadata (an empty mapping removes it), written only when it
-   * changed; whether the consumer is tracked (an untracked one's is not stored). */
-  async describe(queue: string, group: string, consumer: string, meta: Record<string, string>): Promise<boolean> {
+  /** Store a consumer's metadata (`checkMeta`: a plain object or a Map of strings; an empty
+   * one removes it), written only when it changed; whether the consumer is tracked (an
+   * untracked one's is not stored). */
+  async describe(queue: string, group: string, consumer: string, meta: Meta): Promise<boolean> {
     const gk = this.keys.group(checkName("queue", queue), checkName("group", group));
     checkName("consumer", consumer);
-    const entries = Object.entries(meta);
-    if (entries.length > 16) throw new RangeError(`meta must have at most 16 keys, got ${entries.length}`);
-    let size = 0;
-    for (const [key, value] of entries) {
-      checkName("meta key", key);
-      if (typeof value !== "string") throw new TypeError(`meta[${JSON.stringify(key)}] must be a string`);
-      if (value !== "") checkName(`meta[${JSON.stringify(key)}]`, value);
-      size += Buffer.byteLength(key) + Buffer.byteLength(value);
-    }
-    if (size > 1024) throw new RangeError(`meta must be at most 1024 UTF-8 bytes in all, got ${size}`);
-    const value = entries.length ? encodeMeta(meta) : "";
+    const entries = checkMeta(meta);
+    const value = entries.length ? encodeMeta(new Map(entries)) : "";
     const reply = (await this.call("describe", this.writeKeys([gk], true), [1, consumer, value])) as number[];
     return Number(reply[0]) !== 0;
   }
@@ -548,11 +511,12 @@ export class PresenceRegistry {
     return shared !== null ? [shared, "prefix"] : [DEFAULT_PRESENCE_TTL_MS, "default"];
   }
 
-  /** Declare that `group` must have at least `minActive` active readers of `queue`. */
+  /** Declare that `group` must have at least `minActive` active readers of `queue` (an
+   * integer in [0, MAX_MIN_ACTIVE]). */
   async expect(queue: string, group: string, minActive = 1): Promise<void> {
     const key = this.keys.queueExpect(checkName("queue", queue));
     checkName("group", group);
-    if (!Number.isInteger(minActive) || minActive < 1) throw new RangeError(`minActive must be a positive integer, got ${minActive}`);
+    checkMinActive(minActive);
     await this.redis.hset(key, group, minActive);
     await this.redis.zadd(this.keys.expects, 0, key);
   }
@@ -586,7 +550,7 @@ export class PresenceRegistry {
         continue;
       }
       for (const [group, least] of Object.entries(await this.redis.hgetall(key))) {
-        if (/^\d{1,15}$/.test(least) && Number(least) >= 1) out.push([queue, group, Number(least)]);
+        if (/^\d{1,15}$/.test(least) && Number(least) <= MAX_MIN_ACTIVE) out.push([queue, group, Number(least)]);
         else skipped.push({ key, reason: `${key} field '${group.slice(0, 80)}' holds a minimum this package did not write: '${least.slice(0, 40)}'` });
       }
     }
