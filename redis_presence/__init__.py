@@ -3,12 +3,15 @@
 The public names load on first use (PEP 562), so importing a submodule that needs no driver
 (the model, validation, the CLI's `--help`) does not import redis-py. A new public name is
 one line in `_EXPORTS`, plus its import under `TYPE_CHECKING` for type checkers.
+``__version__`` is the package's version (`redis_presence.__about__`, its one source).
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from .__about__ import __version__ as __version__
 
 if TYPE_CHECKING:
     from .aio import AsyncRedisPresenceRegistry as AsyncRedisPresenceRegistry

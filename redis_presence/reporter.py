@@ -27,12 +27,12 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from redis.backoff import EqualJitterBackoff
 
+from .__about__ import __version__
 from ._executor import Executor
 from .errors import PresenceBatchError, PresenceError
 from .model import DEFAULT_PRESENCE_TTL_MS, NS_PER_MS, NS_PER_US
@@ -85,11 +85,11 @@ def _module_default_meta() -> dict[str, str]:
 def default_meta() -> dict[str, str]:
     """What a reporter tells about each consumer unless told otherwise: ``host`` (this
     machine's name), ``pid`` (this process) and ``version`` (of redis-presence)."""
-    try:
-        package = version("redis-presence")
-    except PackageNotFoundError:  # pragma: no cover - a source tree that was not installed
-        package = "unknown"
-    return {"host": socket.gethostname() or "unknown", "pid": str(os.getpid()), "version": package}
+    return {
+        "host": socket.gethostname() or "unknown",
+        "pid": str(os.getpid()),
+        "version": __version__,
+    }
 
 
 def _check_interval_ms(value: object) -> int:

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import sysconfig
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -119,6 +118,17 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         exec("from redis_presence import Nope", {})
 
 
+# The venv's own metadata: PYTHONPATH (first on sys.path) also holds this environment's.
+SAY_VERSIONS = """
+import sysconfig
+from importlib.metadata import distributions
+import redis_presence
+from redis_presence.reporter import default_meta
+(wheel,) = distributions(name="redis-presence", path=[sysconfig.get_paths()["purelib"]])
+print(wheel.version, redis_presence.__version__, default_meta()["version"])
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_wheel_installs_a_working_console_script(tmp_path: Path) -> None:
@@ -148,7 +158,17 @@ def test_a_wheel_installs_a_working_console_script(tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    assert version.stdout == f"redis-presence {metadata.version('redis-presence')}\n"
+    assert version.stdout == f"redis-presence {redis_presence.__version__}\n"
+    # the wheel's own metadata and the reporter's, read inside the venv, say the same
+    said = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", SAY_VERSIONS],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert said.stdout.split() == [redis_presence.__version__] * 3
     helped = subprocess.run(
         [str(venv / "bin" / "redis-presence"), "ls", "--help"],
         cwd=tmp_path,

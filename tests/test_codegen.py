@@ -107,7 +107,8 @@ def test_the_async_registry_is_the_async_operations() -> None:
 )
 def test_the_old_module_names_still_work_with_a_warning(old: str, name: str, new: object) -> None:
     module = __import__(old, fromlist=[name])
-    with pytest.warns(DeprecationWarning, match=rf"{old} is deprecated: import {name} from"):
+    gone = rf"{old} is deprecated and goes in redis-presence [0-9.]+: import {name} from"
+    with pytest.warns(DeprecationWarning, match=gone):
         assert getattr(module, name) is new
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an unknown name is an AttributeError, not a warning

@@ -24,8 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
+from click.testing import CliRunner
 
+import redis_presence
+from redis_presence import TTL_CACHE_MS
+from redis_presence.cli import cli
 from redis_presence.web import WebConfig, create_app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,8 +148,9 @@ def test_example_runs(example: Example, redis_url: str) -> None:
 # -- the web routes -----------------------------------------------------------------------
 
 
-def _openapi_module() -> Any:
-    spec = importlib.util.spec_from_file_location("docs_openapi", DOCS / "_hooks" / "openapi.py")
+def _hooks_module(name: str) -> Any:
+    """docs/_hooks/NAME.py, which imports no mkdocs."""
+    spec = importlib.util.spec_from_file_location(f"docs_{name}", DOCS / "_hooks" / f"{name}.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -155,7 +161,7 @@ def _openapi_module() -> Any:
 def test_every_route_is_documented() -> None:
     """docs/_hooks/openapi.py's ROUTES (the OpenAPI document and the routes table of
     docs/web.md) names exactly the app's routes."""
-    module = _openapi_module()
+    module = _hooks_module("openapi")
     app = create_app(WebConfig())
     served = {getattr(route, "path", None) for route in app.routes}
     assert set(module.served_routes()) == served
@@ -165,7 +171,7 @@ def test_every_route_is_documented() -> None:
 
 
 def test_openapi_document() -> None:
-    module = _openapi_module()
+    module = _hooks_module("openapi")
     document = module.openapi("0", module.served_routes())
     assert document["openapi"].startswith("3.")
     for path, item in document["paths"].items():
@@ -174,6 +180,64 @@ def test_openapi_document() -> None:
         names = re.findall(r"\{(\w+)\}", path)
         params = {p["name"] for p in item["get"]["parameters"] if p["in"] == "path"}
         assert params == set(names), path
+
+
+# -- the references and the CLI guide ------------------------------------------------------
+
+
+def test_the_api_reference_puts_the_registry_first() -> None:
+    """Every public name once, `RedisPresenceRegistry` first, each module placed."""
+    reference = _hooks_module("reference")
+    names = [name for _, names in reference.api_names() for name in names]
+    assert names[0] == "RedisPresenceRegistry"
+    assert sorted(names) == sorted(redis_presence.__all__)
+    assert set(redis_presence._EXPORTS.values()) <= set(reference.MODULE_ORDER)
+
+
+def test_the_api_reference_shows_every_integration() -> None:
+    reference = _hooks_module("reference")
+    page = reference.render((DOCS / "api.md").read_text(encoding="utf-8"))
+    modules = sorted((ROOT / "redis_presence" / "integrations").glob("[!_]*.py"))
+    assert len(modules) >= 8
+    for module in modules:
+        assert f"::: redis_presence.integrations.{module.stem}\n" in page, module.name
+
+
+def _guide_headings() -> list[str]:
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    return re.findall(r"^## (.*)$", text, re.MULTILINE)
+
+
+def test_the_cli_guide_has_a_section_per_command() -> None:
+    """docs/cli.md has a heading naming each visible command (each subcommand of a group
+    that does nothing alone, as `streams reap`); the reference page has every --help."""
+    ctx = click.Context(cli)
+    wanted = []
+    for name in cli.list_commands(ctx):
+        command = cli.get_command(ctx, name)
+        assert command is not None
+        if command.hidden:
+            continue
+        if isinstance(command, click.Group) and not command.invoke_without_command:
+            sub_ctx = click.Context(command, parent=ctx, info_name=name)
+            subs = [s for s in command.list_commands(sub_ctx) if s]
+            wanted += [f"{name} {sub}" for sub in subs]
+        else:
+            wanted.append(name)
+    headings = _guide_headings()
+    missing = [path for path in wanted if not any(f"`{path}`" in h for h in headings)]
+    assert missing == [], f"docs/cli.md has no section for {missing}"
+
+
+def test_ttl_help_and_the_guide_agree_on_the_pickup() -> None:
+    """When another process sees a new shared TTL: `TTL_CACHE_MS`, in both."""
+    within = f"within {TTL_CACHE_MS // 1000} s"
+    helped = CliRunner().invoke(cli, ["ttl", "--help"], terminal_width=200)
+    assert within in " ".join(helped.output.split())
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    section = text.split("## `ttl`", 1)[1].split("\n## ", 1)[0]
+    assert within in " ".join(section.split())
+    assert not re.search(r"within \d+ s", " ".join(section.split()).replace(within, ""))
 
 
 # -- the README's front door ---------------------------------------------------------------

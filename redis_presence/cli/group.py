@@ -12,6 +12,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from ..__about__ import __version__
 from .app import App
 from .commands import COMMANDS
 from .errors import one_line_errors
@@ -128,7 +129,7 @@ def _accept_global_options(cmd: click.Command) -> None:
     params=global_options(),
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
-@click.version_option(package_name="redis-presence", message="%(prog)s %(version)s")
+@click.version_option(__version__, message="%(prog)s %(version)s")
 @click.pass_context
 def cli(
     ctx: click.Context,

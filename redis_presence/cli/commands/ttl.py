@@ -31,7 +31,8 @@ def command(ctx: click.Context, queue: str | None, group: str | None, fmt: str) 
     readers share: for the prefix (every group's default) or for one group.
 
     Reads without --ttl-ms use it: a group's own TTL, else the prefix's, else the default
-    (30000 ms). Brokers pick up a new value within 10 s.
+    (30000 ms). Brokers and long-running readers (the dashboard) pick up a new value
+    within 5 s (TTL_CACHE_MS).
 
     \b
     Examples:
