@@ -16,7 +16,9 @@ own heartbeats: before and after every dequeue poll (idle or not: the blocking d
 waits at most one interval, instead of RQ's default of the worker TTL less 15 s) and,
 while a job runs in the work horse, each time the worker wakes to watch it (at most
 once per interval, and at least once a second: RQ's job monitoring interval is lowered
-to that). A warm shutdown deregisters the rows once the running job is done; a killed
+to that). A warm shutdown (SIGTERM, Ctrl-C) deregisters the rows at once, when it begins:
+before RQ waits for the running job, for its scheduler and for its pub/sub thread (RQ's
+own shutdown can take up to a minute); the job it still finishes beats nothing. A killed
 worker goes stale after the TTL and expired after twice the TTL.
 
 With ``--with-scheduler``, the worker's scheduler process (RQ's ``RQScheduler``, which
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -143,6 +146,7 @@ class PresenceWorker(Worker):
         self._presence_settings, self._presence_has_url = settings, has_url
         self._presence_group = settings.group or DEFAULT_GROUP
         self._presence_reporter: PresenceReporter | None = None
+        self._presence_leaving: threading.Thread | None = None
         self._presence_job_queue: str | None = None
         super().__init__(*args, **kwargs)
         # While a job runs, the worker wakes every job_monitoring_interval seconds (a
@@ -185,12 +189,34 @@ class PresenceWorker(Worker):
             self._presence_job_queue = None
             self._presence_beat(progressed=queue.name)
 
+    def handle_warm_shutdown_request(self) -> None:
+        """SIGTERM or Ctrl-C (in RQ's signal handler): the warm shutdown begins, and the
+        rows are deregistered now, before RQ waits for the running job, the scheduler and
+        its pub/sub thread; the job the worker still finishes beats nothing."""
+        super().handle_warm_shutdown_request()  # type: ignore[no-untyped-call]
+        if self.is_horse:
+            return
+        reporter, self._presence_reporter = self._presence_reporter, None
+        if reporter is not None:
+            # A signal handler may interrupt the main thread inside the reporter (a beat
+            # holds its lock): the deregistration runs in a thread of its own, at once,
+            # and teardown waits for it.
+            leaving = threading.Thread(
+                target=_close, args=(reporter,), name="redis-presence-rq-leave", daemon=True
+            )
+            self._presence_leaving = leaving
+            leaving.start()
+
     def teardown(self) -> None:
-        """The loop ended (warm shutdown, after the running job): deregister every row."""
-        super().teardown()  # type: ignore[no-untyped-call]
+        """The loop ended: the rows are deregistered (if the warm shutdown's signal has
+        not done it already) before RQ's own teardown, which may wait."""
         if not self.is_horse:
             reporter, self._presence_reporter = self._presence_reporter, None
             _close(reporter)
+            leaving, self._presence_leaving = self._presence_leaving, None
+            if leaving is not None:
+                leaving.join()
+        super().teardown()  # type: ignore[no-untyped-call]
 
     def _presence_beat(self, *, progressed: str | None = None) -> None:
         reporter = self._presence_reporter

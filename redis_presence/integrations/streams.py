@@ -59,6 +59,9 @@ takes one more call per thousand."""
 UNSEEN = "unseen"
 """The presence of a consumer that Redis lists but presence has never seen (or pruned)."""
 
+NO_TARGET = "no active consumer to take its entries"
+"""Why a dead consumer is left alone when no consumer of its group is active in presence."""
+
 
 @dataclass(frozen=True)
 class ReapedConsumer:
@@ -155,16 +158,16 @@ def reap_stream_consumers(
     (`registry.ttl(stream, group)`: the group's own, else the prefix's, else
     DEFAULT_PRESENCE_TTL_MS), the TTL every reader of the group judges it with.
     `claim_to` names the consumer that takes the entries: it must be active in presence
-    (under that TTL) and a consumer of the group in Redis (``XINFO CONSUMERS``), else
-    `ValueError` naming it, before anything is changed (in a dry run too). By default the
-    target is the group's consumer holding the fewest leases among those active in
-    presence that Redis lists. With no live target nothing is claimed and nothing is
-    removed (the note says so): when a whole group looks dead, the likelier story is that
-    its consumers cannot reach the presence Redis. A consumer that still holds entries is
-    never removed. `dry_run` changes nothing and says what would be done. `client` is
-    the stream's redis-py client (standalone or cluster); `now_ns` is the instant presence
-    is judged at (None: the presence server's clock; Redis's idle times are always its
-    own). Redis failures raise `PresenceError`.
+    (under that TTL), else `ValueError` naming it, before anything is changed (in a dry run
+    too); a live reader that has received no entry yet (Redis may not list it in the group
+    before its first entry) is as good a target as any. By default the target is the
+    group's active consumer holding the fewest leases. With no active consumer nothing is
+    claimed and nothing is removed (the note says so): when a whole group looks dead, the
+    likelier story is that its consumers cannot reach the presence Redis. A consumer that
+    still holds entries is never removed. `dry_run` changes nothing and says what would be
+    done. `client` is the stream's redis-py client (standalone or cluster); `now_ns` is the
+    instant presence is judged at (None: the presence server's clock; Redis's idle times
+    are always its own). Redis failures raise `PresenceError`.
     """
     stream = check_name("stream", stream)
     group = check_name("group", group)
@@ -211,9 +214,7 @@ class _Survey:
         """What this survey would do (or, without a target, why it does nothing)."""
         if self.target is None:
             planned = [
-                ReapedConsumer(
-                    c.consumer, c.presence, c.idle_ms, c.pending, reason="no live consumer"
-                )
+                ReapedConsumer(c.consumer, c.presence, c.idle_ms, c.pending, reason=NO_TARGET)
                 for c in self.candidates
             ]
         else:
@@ -302,42 +303,29 @@ class _Reaper:
             else:
                 candidates.append(_Candidate(name, state, idle, pending))
         if claim_to is not None:
-            self._check_target(claim_to, presence, in_redis)
-        target = claim_to or _least_loaded(
-            [
-                row
-                for row in presence.values()
-                if row.state is PresenceState.ACTIVE and row.consumer in in_redis
-            ]
-        )
+            self._check_target(claim_to, presence)
+        # Alive is active in presence: a reader that has received no entry yet holds no
+        # pending list, and Redis may not list it in the group before its first entry
+        # (XCLAIM then adds it), but it beats, so it reads.
+        active = [row for row in presence.values() if row.state is PresenceState.ACTIVE]
+        target = claim_to or _least_loaded(active)
         note = ""
         if target is None and candidates:
             note = (
-                f"no active consumer in group {self.group!r} to take the entries (and no "
-                "claim_to): nothing claimed, nothing removed"
+                f"no consumer of group {self.group!r} is active in presence (TTL "
+                f"{self.ttl_ms} ms) to take the entries: nothing claimed, nothing removed"
             )
         return _Survey(self.stream, self.group, target, candidates, kept, self.ttl_ms, note)
 
-    def _check_target(
-        self,
-        claim_to: str,
-        presence: Mapping[str, ConsumerPresence],
-        in_redis: Mapping[str, tuple[int, int]],
-    ) -> None:
-        """`claim_to` must be active in presence and a consumer of the group in Redis: the
-        entries would otherwise go to a consumer nobody sees reading (``XCLAIM`` creates
-        one it does not know)."""
+    def _check_target(self, claim_to: str, presence: Mapping[str, ConsumerPresence]) -> None:
+        """`claim_to` must be active in presence: the entries would otherwise go to a
+        consumer nobody sees reading."""
         row = presence.get(claim_to)
         state = row.state.value if row is not None else UNSEEN
         if row is None or row.state is not PresenceState.ACTIVE:
             raise ValueError(
                 f"claim_to must name a consumer active in presence: {claim_to!r} is {state} "
                 f"in queue {self.stream!r}, group {self.group!r} (TTL {self.ttl_ms} ms)"
-            )
-        if claim_to not in in_redis:
-            raise ValueError(
-                f"claim_to must name a consumer of group {self.group!r} of stream "
-                f"{self.stream!r}: Redis does not list {claim_to!r} (XINFO CONSUMERS)"
             )
 
     def _alive(self, state: str, idle_ms: int | None) -> str:

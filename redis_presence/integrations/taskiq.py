@@ -2,7 +2,8 @@
 
 Add it to the broker where the broker is defined (the module every worker imports)::
 
-    broker = ListQueueBroker("redis://broker:6379/0", queue_name="invoices")
+    # socket_timeout=None: the broker's BRPOP waits with no timeout (see below)
+    broker = ListQueueBroker("redis://broker:6379/0", queue_name="invoices", socket_timeout=None)
     broker.add_middlewares(PresenceMiddleware(url="redis://presence:6379/0"))
 
 Each worker process keeps one row per queue its broker reads: ``queue`` is the broker's
@@ -21,6 +22,13 @@ shutdown (after its running tasks) every row is deregistered; a killed worker pr
 goes stale after the TTL and expired after twice the TTL. Processes that only send tasks
 (``broker.startup()`` in a web application) never connect.
 
+A worker whose broker's blocking read outlasts its client's ``socket_timeout`` (redis-py's
+default is 5 s; ``ListQueueBroker``'s ``BRPOP`` never times out, the stream brokers'
+``XREADGROUP`` blocks ``xread_block`` ms) dies of a ``TimeoutError`` each time it waits
+that long for a task, and taskiq restarts it: its rows come and go under a new
+``host:pid``. At startup the middleware checks the broker's client for that and logs one
+warning (logger ``redis_presence.integrations.taskiq``) naming the setting to change.
+
 In a ``taskiq scheduler`` process (the broker's ``is_scheduler_process``), the scheduler
 is the consumer: one row per queue of the broker, group ``"scheduler"``, consumer
 ``host:pid``. Its loop offers no hook of its own, so a task in its event loop beats once
@@ -33,6 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
+import logging
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
@@ -48,6 +58,12 @@ __all__ = ["DEFAULT_GROUP", "SCHEDULER_GROUP", "PresenceMiddleware"]
 
 DEFAULT_GROUP = "taskiq"
 """The group of a broker without a consumer group of its own, unless ``group=`` names one."""
+
+READ_MARGIN_S = 1.0
+"""How much longer than a broker's blocking read its client's ``socket_timeout`` must be,
+so that the reply to a read that waited its whole time still arrives in time."""
+
+logger = logging.getLogger(__name__)
 
 
 class PresenceMiddleware(TaskiqMiddleware):
@@ -76,6 +92,7 @@ class PresenceMiddleware(TaskiqMiddleware):
         self._ticker: asyncio.Task[None] | None = None
         self._listen: _BeatingListen | None = None  # a worker's; None in a scheduler
         self._scheduler = False
+        self._warned = False
 
     # -- the worker's life cycle -----------------------------------------------------
 
@@ -87,6 +104,10 @@ class PresenceMiddleware(TaskiqMiddleware):
             return
         self._queues = _queues(broker)
         if broker.is_worker_process:
+            risk = _restart_risk(broker)
+            if risk is not None and not self._warned:
+                self._warned = True
+                logger.warning("%s", risk)
             self.group = (
                 self._settings.group or _own(broker, "consumer_group_name") or DEFAULT_GROUP
             )
@@ -160,6 +181,66 @@ class PresenceMiddleware(TaskiqMiddleware):
         for queue in self._queues:
             leases = max(0, self._running[queue])
             reporter.beat(queue, self.group, self.consumer, leases, progressed=queue == progressed)
+
+
+def _restart_risk(broker: Any) -> str | None:
+    """Why `broker`'s worker processes would die of a ``TimeoutError`` while they wait for
+    a task (its blocking read outlasts its client's ``socket_timeout``), naming the
+    setting to change; None when they would not, or for a broker it does not know."""
+    try:
+        import taskiq_redis  # noqa: PLC0415  # the [taskiq] extra's; other brokers are not checked
+    except ImportError:  # pragma: no cover - installed with the extra
+        return None
+    lists = (
+        taskiq_redis.ListQueueBroker,
+        taskiq_redis.ListQueueClusterBroker,
+        taskiq_redis.ListQueueSentinelBroker,
+    )
+    streams = (
+        taskiq_redis.RedisStreamBroker,
+        taskiq_redis.RedisStreamClusterBroker,
+        taskiq_redis.RedisStreamSentinelBroker,
+    )
+    name = type(broker).__name__
+    timeout_s = _socket_timeout_s(broker)
+    if timeout_s is None:  # no timeout: a read waits as long as it must
+        return None
+    if isinstance(broker, lists):
+        read, limit = "its BRPOP waits with no timeout", "socket_timeout=None"
+    elif isinstance(broker, streams):
+        block_ms = broker.block
+        if block_ms == 0:  # BLOCK 0: no timeout
+            read, limit = (
+                "its XREADGROUP blocks with no timeout (xread_block=0)",
+                "socket_timeout=None",
+            )
+        else:
+            least_s = block_ms / 1000 + READ_MARGIN_S
+            if timeout_s >= least_s:
+                return None
+            read = f"its XREADGROUP blocks xread_block={block_ms} ms"
+            limit = f"socket_timeout=None (or at least {least_s:g} s), or a shorter xread_block"
+    else:
+        return None
+    return (
+        f"taskiq worker processes of this {name} die of a TimeoutError, and taskiq restarts "
+        f"them, each time they wait {timeout_s:g} s for a task: {read}, and its client's "
+        f"socket_timeout is {timeout_s:g} s; create the broker with {limit}"
+    )
+
+
+def _socket_timeout_s(broker: Any) -> float | None:
+    """The ``socket_timeout`` of a taskiq-redis broker's connections (its pool's, its
+    cluster client's or its Sentinel's), else redis-py's default."""
+    from redis.asyncio.connection import AbstractConnection  # noqa: PLC0415
+
+    default = inspect.signature(AbstractConnection.__init__).parameters["socket_timeout"].default
+    for owner in ("connection_pool", "redis", "sentinel"):
+        kwargs = getattr(getattr(broker, owner, None), "connection_kwargs", None)
+        if isinstance(kwargs, dict):
+            value = kwargs.get("socket_timeout", default)
+            return None if value is None else float(value)
+    return None if default is None else float(default)
 
 
 def _own(broker: Any, attribute: str) -> str | None:

@@ -33,9 +33,16 @@ def read(client: Any, consumer: str, count: int, stream: str = STREAM) -> list[b
     return [entry_id for _, entries in reply for entry_id, _ in entries]
 
 
-def beat(registry: RedisPresenceRegistry, consumer: str, age_ms: int, stream: str = STREAM) -> None:
+def beat(
+    registry: RedisPresenceRegistry,
+    consumer: str,
+    age_ms: int,
+    stream: str = STREAM,
+    *,
+    lease_count: int = 0,
+) -> None:
     """A heartbeat `age_ms` before NOW_NS, the instant the reaps judge presence at."""
-    registry.heartbeat(stream, GROUP, consumer, now_ns=NOW_NS - age_ms * MS)
+    registry.heartbeat(stream, GROUP, consumer, lease_count, now_ns=NOW_NS - age_ms * MS)
 
 
 def pending_of(client: Any, stream: str = STREAM) -> dict[str, set[bytes]]:

@@ -1,11 +1,11 @@
 """RQ: real ``rq worker -w redis_presence.integrations.rq.PresenceWorker`` processes on a
 real redis-server broker, configured from the environment only (as with django-rq).
 
-Four workers start at once, each reading queues of its own: ``reader`` (rows, leases,
-progress), ``crash`` (SIGKILLed), ``drain`` (SIGTERM during a job: a warm shutdown) and
-``sched`` (``--with-scheduler``: its scheduler process is a consumer of group
-``scheduler``), and ``own`` (no ``REDIS_PRESENCE_URL``: presence goes to the worker's own
-Redis, the broker).
+Five workers start at once, each reading queues of its own: ``reader`` (rows, leases,
+progress), ``crash`` (SIGKILLed), ``drain`` (SIGTERM during a job: a warm shutdown, which
+deregisters at once), ``sched`` (``--with-scheduler``: its scheduler process is a
+consumer of group ``scheduler``) and ``own`` (no ``REDIS_PRESENCE_URL``: presence goes to
+the worker's own Redis, the broker).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 from rq import Queue
+from rq.job import Job, JobStatus
 from waiting import wait_until
 
 from integrations.held import wait_one_ttl
@@ -106,8 +107,9 @@ def wait_rows(presence: Presence, worker: WorkerProcess, name: str) -> None:
 
 
 def hold(broker: redis.Redis, queue: str) -> str:
+    """Enqueue a job that runs until the test releases it; its token is also its job id."""
     token = uuid.uuid4().hex
-    Queue(queue, connection=broker).enqueue("rq_jobs.hold", token, job_timeout=120)
+    Queue(queue, connection=broker).enqueue("rq_jobs.hold", token, job_timeout=120, job_id=token)
     return token
 
 
@@ -173,9 +175,11 @@ def test_sigkill_goes_stale_then_expired_on_time(
     )
 
 
-def test_warm_shutdown_deregisters_after_the_running_job(
+def test_a_warm_shutdown_deregisters_when_it_begins_and_the_held_job_still_finishes(
     workers: dict[str, WorkerProcess], presence: Presence, broker: redis.Redis
 ) -> None:
+    """RQ's own shutdown waits for the running job, the scheduler and its pub/sub thread
+    (up to a minute): the rows go when the warm shutdown begins, before any of that."""
     worker = workers["drain"]
     wait_rows(presence, worker, "drain")
     token = hold(broker, "drain-b")
@@ -183,15 +187,22 @@ def test_warm_shutdown_deregisters_after_the_running_job(
     busy = {"drain-a": (0, "active"), "drain-b": (1, "active")}
     wait_until(lambda: rows_of(presence, "drain") == busy, timeout_s=10, what="the job as a lease")
     worker.send_sigterm()
+    # The worker still holds the job (it waits for the release): it cannot exit before.
     wait_until(
-        lambda: "warm shut down requested" in worker.log.read_text(errors="replace"),
+        lambda: presence.rows(consumer=consumer("drain")) == [],
         timeout_s=20,
-        what="the warm shutdown to begin",
+        what="the rows to go when the warm shutdown begins",
+        alive=worker.check_alive,
+        seen=worker.log_tail,
     )
-    # RQ finishes the running job first: the rows stay meanwhile.
-    assert rows_of(presence, "drain") == busy
+    assert worker.poll() is None
+    assert "warm shut down requested" in worker.log.read_text(errors="replace")
+    job = Job.fetch(token, connection=broker)
+    assert job.get_status() == JobStatus.STARTED
+    # RQ finishes the job; its end and the beats meanwhile do not register the rows again.
     broker.rpush(f"rp:release:{token}", 1)
     assert worker.wait(30) == 0, worker.log_tail()
+    assert job.get_status(refresh=True) == JobStatus.FINISHED
     assert presence.rows(consumer=consumer("drain")) == []
 
 

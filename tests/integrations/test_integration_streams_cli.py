@@ -1,16 +1,22 @@
 """`redis-presence streams reap` through click's runner, on real redis-servers: the stream
-on one, presence on another (``--stream-url`` and ``--url``)."""
+on one, presence on another (``--stream-url`` and ``--url``); and a real run of the
+command next to a real reader process (``apps/stream_consumer.py``)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from click.testing import CliRunner, Result
 from servers import free_port
+from waiting import wait_until
 
 from integrations.stream_groups import (
     GROUP,
@@ -24,6 +30,7 @@ from integrations.stream_groups import (
     pending_of,
     read,
 )
+from integrations.workers import ROOT, Presence, WorkerProcess, python_tool
 from redis_presence import RedisPresenceRegistry
 from redis_presence.cli import cli
 
@@ -107,6 +114,27 @@ def test_reap_prints_a_table_and_a_summary(
     assert [row.consumer for row in registry.snapshot(now_ns=NOW_NS)] == ["live"]
 
 
+def test_the_summary_counts_every_action_of_the_table(
+    redis_client: redis.Redis,
+    stream_client: redis.Redis,
+    registry: RedisPresenceRegistry,
+    dead_and_live: set[bytes],
+) -> None:
+    beat(registry, "ghost", 10 * TTL_MS)  # expired, and only presence knew it
+    for args, would in ((["--dry-run"], "would "), ([], "")):
+        result = reap(redis_client, stream_client, *args)
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        assert lines[1].endswith(f"{would}remove")
+        assert lines[2].split()[:2] == ["ghost", "expired"]
+        assert lines[2].endswith(f"{would}deregister")
+        assert lines[4] == (
+            f"stream 'orders', group 'billing': {would}move 3 entries to 'live', "
+            f"{would}remove 1 consumer(s), {would}deregister 1 only presence knew"
+        )
+    assert [row.consumer for row in registry.snapshot(now_ns=NOW_NS)] == ["live"]
+
+
 def test_read_only_allows_the_dry_run_only(
     redis_client: redis.Redis,
     stream_client: redis.Redis,
@@ -154,3 +182,90 @@ def test_a_claim_to_that_is_not_an_active_member_is_one_line_and_changes_nothing
     assert result.output.startswith(f"Error: {why} ")
     assert len(result.output.splitlines()) == 1
     assert (pending_of(stream_client), registry.snapshot(now_ns=NOW_NS)) == before
+
+
+READER_TTL_MS = 1_000
+
+
+def reap_process(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A real ``redis-presence streams reap`` run, judging presence on the server's clock."""
+    argv = [python_tool("redis-presence"), "--url", url, "--prefix", PREFIX]
+    argv += ["--ttl-ms", str(READER_TTL_MS), "streams", "reap", "--stream", STREAM]
+    argv += ["--group", GROUP, *args]
+    env = {k: v for k, v in os.environ.items() if k not in CLEAN_ENV}
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**env, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def table_of(stdout: str) -> dict[str, list[str]]:
+    """consumer -> its row's cells, from the table `reap` prints above its summary."""
+    lines = stdout.splitlines()
+    assert lines[0].split()[0] == "CONSUMER", stdout
+    return {line.split()[0]: line.split() for line in lines[1:] if not line.startswith("stream ")}
+
+
+def test_a_live_reader_that_has_received_nothing_yet_takes_the_entries(
+    stream_client: redis.Redis, broker_url: str, tmp_path: Path
+) -> None:
+    """A reader that beats but has not received an entry yet has no pending list (Redis
+    7.0 does not even list it in the group): it is alive, and a valid target, and the
+    summary names it as the table shows it."""
+    make_group(stream_client, 3)
+    delivered = set(read(stream_client, "dead", 3))  # every entry: none left for the reader
+    reader = WorkerProcess(
+        [sys.executable, "stream_consumer.py"],
+        env={
+            "RP_PRESENCE_URL": broker_url,
+            "RP_PREFIX": PREFIX,
+            "RP_STREAM": STREAM,
+            "RP_GROUP": GROUP,
+            "RP_CONSUMER": "fresh",
+            "RP_TTL_MS": str(READER_TTL_MS),
+            "RP_BLOCK_MS": "100",
+        },
+        log=tmp_path / "reader.log",
+    )
+    with reader:
+        presence = Presence(stream_client, PREFIX)
+
+        def reading() -> bool:
+            rows = presence.rows(consumer="fresh", ttl_ms=READER_TTL_MS)
+            return [row.state.value for row in rows] == ["active"]
+
+        wait_until(reading, timeout_s=30, what="the reader's row", alive=reader.check_alive)
+
+        def dead_past_horizon() -> bool:
+            idle = {
+                _name(info["name"]): int(info["idle"])
+                for info in stream_client.xinfo_consumers(STREAM, GROUP)
+            }
+            return idle["dead"] > 2 * READER_TTL_MS + 50
+
+        wait_until(dead_past_horizon, timeout_s=20, what="'dead' idle past the horizon")
+
+        done = reap_process(broker_url)
+
+        assert (done.returncode, done.stderr) == (
+            0,
+            f"redis-presence: TTL {READER_TTL_MS} ms (--ttl-ms)\n",
+        )
+        table = table_of(done.stdout)
+        assert table["fresh"][1] == "active"
+        assert table["dead"][-3:] == ["3", "3", "remove"]
+        summary = done.stdout.splitlines()[len(table) + 1]
+        assert summary == (
+            "stream 'orders', group 'billing': move 3 entries to 'fresh', remove 1 consumer(s)"
+        )
+        assert "no active consumer" not in done.stdout
+        assert pending_of(stream_client) == {"fresh": delivered}
+        reader.check_alive()
+
+
+def _name(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

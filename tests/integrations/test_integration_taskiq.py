@@ -1,9 +1,11 @@
 """Taskiq: real ``taskiq worker`` processes on taskiq-redis brokers and a real redis-server.
 
-Four workers start at once, each reading a queue of its own: ``reader``, ``crash`` and
-``drain`` on ``ListQueueBroker`` (rows and leases; SIGKILL of the worker process;
-SIGTERM to ``taskiq worker``, a warm shutdown), ``stream`` on ``RedisStreamBroker`` (its
-consumer group and consumer name are the row's).
+Five workers start at once, each reading a queue of its own: ``reader``, ``crash`` and
+``drain`` on ``ListQueueBroker`` set up as the docs say (rows and leases, and an idle
+worker lives on; SIGKILL of the worker process; SIGTERM to ``taskiq worker``, a warm
+shutdown), ``default`` on ``ListQueueBroker`` with redis-py's default socket timeout (its
+idle worker process dies and is restarted: the middleware warns), ``stream`` on
+``RedisStreamBroker`` (its consumer group and consumer name are the row's).
 """
 
 from __future__ import annotations
@@ -37,7 +39,13 @@ pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
 PREFIX = "it-taskiq"
 INTERVAL_MS = 200
 TTL_MS = 1_000
-KINDS = {"reader": "list", "crash": "list", "drain": "list", "stream": "stream"}
+KINDS = {
+    "reader": "list",
+    "crash": "list",
+    "drain": "list",
+    "default": "list-default",
+    "stream": "stream",
+}
 STREAM_GROUP = "rp-stream-group"
 
 
@@ -93,6 +101,65 @@ def wait_row(presence: Presence, worker: WorkerProcess, name: str) -> ConsumerPr
     return wait_until(
         lambda: row_of(presence, name), timeout_s=60, what=f"{name}'s row", alive=worker.check_alive
     )
+
+
+SOCKET_TIMEOUT_S = 5
+"""redis-py's default socket timeout (8.x)."""
+WARNING = "redis_presence.integrations.taskiq][WARNING"
+"""How the middleware's warning starts in a ``taskiq worker`` log (its logging format)."""
+RESTARTED = "restarted with pid"
+"""What taskiq's process manager logs when it restarts a dead worker process."""
+
+
+def test_an_idle_worker_set_up_as_documented_is_never_restarted(
+    workers: dict[str, WorkerProcess], presence: Presence
+) -> None:
+    """``ListQueueBroker`` waits on a ``BRPOP`` with no timeout: with redis-py's default
+    socket timeout an idle worker process died every 5 s and taskiq restarted it (rows
+    under a new ``host:pid`` each time); set up as the docs say, it lives on, unwarned."""
+    worker = workers["reader"]
+    row = wait_row(presence, worker, "reader")
+    since_ns = presence.server_now_ns()
+
+    def same_process() -> None:
+        worker.check_alive()
+        log = worker.log.read_text(errors="replace")
+        assert "is dead" not in log, worker.log_tail()
+        assert RESTARTED not in log, worker.log_tail()
+        now = row_of(presence, "reader")
+        assert now is None or now.consumer == row.consumer, (row.consumer, now)
+
+    wait_until(
+        lambda: presence.server_now_ns() - since_ns > (SOCKET_TIMEOUT_S + 1.5) * 1e9,
+        timeout_s=SOCKET_TIMEOUT_S + 20,
+        what="an idle worker's wait to outlast redis-py's default socket timeout",
+        alive=same_process,
+    )
+    same_process()
+    now = row_of(presence, "reader")
+    assert now is not None
+    assert (now.consumer, now.registered_at_ns) == (row.consumer, row.registered_at_ns)
+    assert WARNING not in worker.log.read_text(errors="replace")
+
+
+def test_with_the_default_socket_timeout_the_middleware_warns_once_naming_the_setting(
+    workers: dict[str, WorkerProcess],
+) -> None:
+    worker = workers["default"]
+
+    def restarted() -> bool:
+        return RESTARTED in worker.log.read_text(errors="replace")
+
+    # What the warning foretells: the idle worker process dies and taskiq restarts it.
+    wait_until(restarted, timeout_s=SOCKET_TIMEOUT_S + 30, what="a restart", seen=worker.log_tail)
+    log = worker.log.read_text(errors="replace")
+    assert "TimeoutError" in log
+    warnings = [line for line in log.splitlines() if WARNING in line]
+    assert warnings, worker.log_tail()
+    assert len(warnings) <= 1 + log.count(RESTARTED)  # once per worker process
+    assert "its BRPOP waits with no timeout" in warnings[0]
+    assert "create the broker with socket_timeout=None" in warnings[0]
+    assert WARNING not in workers["stream"].log.read_text(errors="replace")
 
 
 def test_rows_leases_and_progress_of_a_real_worker(

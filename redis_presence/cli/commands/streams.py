@@ -32,9 +32,9 @@ def command() -> None:
 @click.option(
     "--claim-to",
     metavar="CONSUMER",
-    help="The consumer that takes the entries: active in presence and a consumer of the "
-    "group in Redis, else an error and nothing is done (default: the active consumer of "
-    "the group holding the fewest leases).",
+    help="The consumer that takes the entries: active in presence, else an error and "
+    "nothing is done (default: the active consumer of the group holding the fewest "
+    "leases).",
 )
 @click.option(
     "--dry-run", is_flag=True, help="Say what would be moved and removed; change nothing."
@@ -62,7 +62,7 @@ def reap(
 
     Dead: presence calls it expired (or has never seen it) and Redis has not seen it read
     for longer than twice the TTL. Active and stale consumers, and any consumer still
-    holding entries, are never removed; with no live consumer to take the entries,
+    holding entries, are never removed; with no active consumer to take the entries,
     nothing is done.
 
     \b
@@ -137,9 +137,13 @@ def render_reap(outcome: StreamReap, styler: render.Styler, width: int | None = 
     table = render.text_table(columns, rows, styler, width) if rows else "(no consumers)\n"
     moved = sum(outcome.moved.values())
     target = f" to {render.shown(outcome.target)!r}" if outcome.target is not None else ""
+    # Every action of the table is counted: a row only presence knew is deregistered.
+    forgotten = sum(1 for c in outcome.consumers if c.deregistered and not c.removed)
     summary = (
         f"stream {render.shown(outcome.stream)!r}, group {render.shown(outcome.group)!r}: "
         f"{would}move {moved} entr{'y' if moved == 1 else 'ies'}{target}, "
-        f"{would}remove {len(outcome.removed)} consumer(s)\n"
+        f"{would}remove {len(outcome.removed)} consumer(s)"
+        + (f", {would}deregister {forgotten} only presence knew" if forgotten else "")
+        + "\n"
     )
     return table + summary + (f"{outcome.note}\n" if outcome.note else "")

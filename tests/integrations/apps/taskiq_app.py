@@ -1,8 +1,10 @@
 """The Taskiq broker the integration tests run real ``taskiq worker`` processes of.
 
-``RP_TASKIQ_BROKER`` picks taskiq-redis's ``list`` (``ListQueueBroker``) or ``stream``
-(``RedisStreamBroker``, consumer group ``rp-stream-group``, consumer ``<RP_NAME>-consumer``)
-on ``RP_BROKER_URL``, reading the queue ``RP_NAME``; presence goes to ``RP_PRESENCE_URL``
+``RP_TASKIQ_BROKER`` picks taskiq-redis's ``list`` (``ListQueueBroker`` as the docs set it
+up: ``socket_timeout=None``), ``list-default`` (the same with redis-py's default socket
+timeout, under which idle worker processes die) or ``stream`` (``RedisStreamBroker``,
+consumer group ``rp-stream-group``, consumer ``<RP_NAME>-consumer``) on
+``RP_BROKER_URL``, reading the queue ``RP_NAME``; presence goes to ``RP_PRESENCE_URL``
 (unset: no presence, the benchmark's baseline) under ``RP_PREFIX`` every
 ``RP_INTERVAL_MS``. ``scheduler`` (for ``taskiq scheduler``) sends ``scheduled`` every
 second.
@@ -32,8 +34,10 @@ if os.environ.get("RP_TASKIQ_BROKER", "list") == "stream":
         consumer_name=f"{NAME}-consumer",
         consumer_id="0",
     )
-else:
+elif os.environ.get("RP_TASKIQ_BROKER") == "list-default":
     broker = ListQueueBroker(BROKER_URL, queue_name=NAME)
+else:  # as docs/integrations/taskiq.md sets it up: BRPOP waits with no timeout
+    broker = ListQueueBroker(BROKER_URL, queue_name=NAME, socket_timeout=None)
 if os.environ.get("RP_PRESENCE_URL"):
     broker.add_middlewares(
         PresenceMiddleware(
