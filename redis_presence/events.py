@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from .errors import PresenceResyncRequired
+from .errors import PresenceDataError, PresenceResyncRequired
 from .keys import STORED_FIELDS, GroupKeys, Keyspace
 from .model import NS_PER_MS
 
@@ -308,6 +308,11 @@ def _is_int(value: Any) -> bool:
     return type(value) is int
 
 
+_MAX_PLACE = 2**53
+"""The largest score (a heartbeat in whole microseconds) or count of ties a paged window
+names: a double's exact integers, far below what Redis takes as a score or a LIMIT offset."""
+
+
 def _positions(value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise ValueError
@@ -336,7 +341,7 @@ def _window(value: Any) -> Window:
             isinstance(derived, list)
             and len(derived) == 4
             and isinstance(derived[0], str)
-            and all(_is_int(x) and x >= 0 for x in derived[1:])
+            and all(_is_int(x) and 0 <= x <= _MAX_PLACE for x in derived[1:])
             and derived[1] in (0, 1)
         ):
             raise ValueError
@@ -346,24 +351,26 @@ def _window(value: Any) -> Window:
     return Window(now, server, recent, log, derived)
 
 
-def check_cursor_filter(cursor: Cursor, prefix: str, queue: str | None, group: str | None) -> None:
-    """A `ValueError` naming `cursor` unless it was made under this prefix for a filter this
-    one overlaps: a cursor of every queue may go on for one queue and back, but one of
-    queue (or group) A never goes on for queue (or group) B, whose events it never read."""
+def check_cursor_filter(
+    cursor: Cursor, keys: Keyspace, queue: str | None, group: str | None
+) -> None:
+    """A `ValueError` naming `cursor` unless it was made under this prefix for exactly this
+    filter (a cursor of queue A holds no place in the logs of the other queues: used for
+    every queue it would give their recent events again), and every place it holds is one
+    of that filter, near where it was read."""
     if cursor.epoch == LEGACY_EPOCH:
         return  # an earlier release's cursor names no filter: `check_epoch` asks a resync
-    if cursor.prefix is not None and cursor.prefix != prefix:
+    if cursor.prefix is not None and cursor.prefix != keys.prefix:
         raise ValueError(
-            f"cursor was returned under the prefix {cursor.prefix!r}, not {prefix!r}: take a "
-            "fresh one (changes(None))"
+            f"cursor was returned under the prefix {cursor.prefix!r}, not {keys.prefix!r}: "
+            "take a fresh one (changes(None))"
         )
-    for mine, asked in ((cursor.queue, queue), (cursor.group, group)):
-        if mine is not None and asked is not None and mine != asked:
-            raise ValueError(
-                f"cursor was returned for queue={cursor.queue!r} group={cursor.group!r}, not "
-                f"for queue={queue!r} group={group!r}: take a fresh one (changes(None)) for "
-                "this filter"
-            )
+    if (cursor.queue, cursor.group) != (queue, group):
+        raise ValueError(
+            f"cursor was returned for queue={cursor.queue!r} group={cursor.group!r}, not "
+            f"for queue={queue!r} group={group!r}: a cursor goes on only with the filter it "
+            "was made for; take a fresh one (changes(None)) for this filter"
+        )
     places = dict(cursor.positions)
     if cursor.window is not None:
         places.update(cursor.window.recent)
@@ -380,12 +387,52 @@ def check_cursor_filter(cursor: Cursor, prefix: str, queue: str | None, group: s
         high = max(high, window.server_ms + 2 * LOG_LAG_MS)
         if window.server_ms < cursor.server_ms or window.now_ns < cursor.now_ns:
             raise ValueError("cursor is not one that changes() returned: its window is forged")
-        if window.log is not None and window.log[1]:
-            places[""] = window.log[1]
+        if window.log is not None:
+            if window.log[0] and queue is not None and window.log[0] != queue:
+                raise ValueError("cursor is not one that changes() returned: its window is forged")
+            if window.log[1]:
+                places[""] = window.log[1]
+        if window.derived is not None and window.derived[0]:
+            _check_member(keys, window.derived[0], queue, group)
     if not all(low <= stream_id(place)[0] <= high for place in places.values()):
         raise ValueError(
             "cursor is not one that changes() returned: it holds a place in a log far from "
             "where it was read"
+        )
+
+
+def _check_member(keys: Keyspace, member: str, queue: str | None, group: str | None) -> None:
+    """The group a paged window goes on from is one of this prefix and filter."""
+    try:
+        gk = keys.from_member(member)
+    except PresenceDataError:
+        gk = None
+    if gk is None or (queue is not None and gk.queue != queue):
+        raise ValueError("cursor is not one that changes() returned: its window is forged")
+    if group is not None and gk.group != group:
+        raise ValueError("cursor is not one that changes() returned: its window is forged")
+
+
+def check_cursor_clock(cursor: Cursor, server_ms: int, now_ns: int | None) -> None:
+    """A `ValueError` naming `cursor` unless its instants are ones a read could have made:
+    its server milliseconds at most LOG_LAG_MS ahead of the server clock (`server_ms`, the
+    clocks of a cluster's nodes differ by up to that), and the instant its events were
+    given up to (and its window's) no later than that, or than the caller's explicit
+    `now_ns`. A window moved ahead would give the stale and expired events of a time to
+    come; a cursor moved ahead would give none until then."""
+    window = cursor.window
+    made_ms = cursor.server_ms if window is None else max(cursor.server_ms, window.server_ms)
+    if made_ms > server_ms + LOG_LAG_MS:
+        raise ValueError(
+            f"cursor is not one that changes() returned: its position ({made_ms} ms) is "
+            f"ahead of the server clock ({server_ms} ms)"
+        )
+    latest = max((server_ms + LOG_LAG_MS) * NS_PER_MS, now_ns or 0)
+    instant = cursor.now_ns if window is None else max(cursor.now_ns, window.now_ns)
+    if instant > latest:
+        raise ValueError(
+            f"cursor is not one that changes() returned: its instant ({instant} ns) is ahead "
+            f"of the server clock ({server_ms} ms) and of now_ns ({now_ns})"
         )
 
 
@@ -455,7 +502,10 @@ def stream_id(value: Any) -> tuple[int, int]:
     ms, _, seq = (value.decode() if isinstance(value, bytes) else str(value)).partition("-")
     if not (ms.isdigit() and (seq.isdigit() or not seq)) or len(ms) > 20 or len(seq) > 20:
         raise ValueError(f"not a stream id: {value!r:.40}")
-    return int(ms), int(seq or 0)
+    place = int(ms), int(seq or 0)
+    if max(place) >= 2**64:  # what Redis would refuse (an error reply, not a place)
+        raise ValueError(f"not a stream id: {value!r:.40}")
+    return place
 
 
 def sorted_events(events: Iterable[Ordered]) -> list[PresenceEvent]:

@@ -19,6 +19,7 @@ from ..events import (
     Ordered,
     Window,
     check_changes_limit,
+    check_cursor_clock,
     check_cursor_filter,
     check_epoch,
     group_event,
@@ -89,8 +90,30 @@ class ChangePlans(ReadPlans):
         most = check_changes_limit(limit)
         since = None if cursor is None else Cursor.decode(cursor)
         if since is not None:
-            check_cursor_filter(since, self.keys.prefix, queue, group)
+            check_cursor_filter(since, self.keys, queue, group)
         return self._changes(since, now, queue, group, most)
+
+    def check_cursor(
+        self,
+        cursor: str,
+        *,
+        now_ns: int | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> Plan[None]:
+        """The checks `changes` makes of `cursor` before it reads anything (one ``TIME``): a
+        `ValueError` naming `cursor` unless `changes` could go on from it with this filter
+        (what a service checks before it opens a stream from a client's cursor). Whether
+        the data it was read from is still there is `changes`' to tell (a resync)."""
+        now = check_now_ns(now_ns)
+        queue, group = check_filter("queue", queue), check_filter("group", group)
+        since = Cursor.decode(cursor)
+        check_cursor_filter(since, self.keys, queue, group)
+        return self._check_clock(since, now)
+
+    def _check_clock(self, since: Cursor, now_ns: int | None) -> Plan[None]:
+        (clock,) = yield [Command("TIME", node_key=self.keys.events)]
+        check_cursor_clock(since, server_now_ns(*clock) // NS_PER_MS, now_ns)
 
     def rows_of(
         self, keys: Iterable[tuple[str, str, str]]
@@ -170,11 +193,7 @@ class ChangePlans(ReadPlans):
                 [], Cursor(now, server_ms, ends, epoch, self.keys.prefix, queue, group).encode()
             )
         check_epoch(since, epoch)
-        if since.server_ms > server_ms + LOG_LAG_MS:
-            raise ValueError(
-                f"cursor is not one that changes() returned: its position ({since.server_ms} ms) "
-                f"is ahead of the server clock ({server_ms} ms)"
-            )
+        check_cursor_clock(since, server_ms, now_ns)
         if server_ms - since.server_ms > EVENT_LOG_TTL_MS - LOG_LAG_MS:
             raise PresenceResyncRequired(
                 "this cursor is older than the event logs last: take a fresh snapshot() and a "
