@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from .errors import PresenceDataError, PresenceResyncRequired
-from .keys import STORED_FIELDS, GroupKeys, Keyspace
+from .keys import INDEX_MARK_MS, STORED_FIELDS, GroupKeys, Keyspace
 from .model import NS_PER_MS
 
 DEFAULT_EVENTS_KEPT = 10_000
@@ -528,6 +528,96 @@ class FollowCursor(NamedTuple):
 
     cursor: str
     now_ns: int
+
+
+class HeldGroups:
+    """The groups a follower holds consumers of (from its snapshots and events), and the
+    check that they are still there: a group whose keys (or whose place in the index) are
+    gone without the events that empty a group was lost (keys deleted by hand, data lost),
+    and the follower must resync. `due` names at most a page of them per complete read
+    (those found gone at the last check first, then the others in turn); `check` takes
+    what Redis said of them. A group found gone is lost only when it is still gone at the
+    next check, after a whole window was read in between (which gives the events of a group
+    emptied before the first check); on a cluster, where a log's clock may run LOG_LAG_MS
+    ahead and a group may wait up to INDEX_MARK_MS for its index entry, only that much
+    later. Not shared between threads: one per `follow`."""
+
+    __slots__ = ("_checks", "_turn", "clustered", "held", "indexed", "suspects")
+
+    def __init__(self, *, clustered: bool, indexed: bool) -> None:
+        self.clustered = clustered
+        self.indexed = indexed
+        """Whether the follower's reads find its groups through the index (every filter
+        but one group's, which is read without it)."""
+        self.held: dict[tuple[str, str], set[str]] = {}
+        self.suspects: dict[tuple[str, str], tuple[int, int]] = {}
+        """group -> (the check that found it gone first, the server ms of that read)."""
+        self._checks = 0
+        self._turn = 0
+
+    def start(self, rows: Iterable[Any]) -> None:
+        """A snapshot: the groups of its rows, nothing else."""
+        self.held = {}
+        self.suspects = {}
+        for row in rows:
+            self.held.setdefault((row.queue, row.group), set()).add(row.consumer)
+
+    def apply(self, event: PresenceEvent) -> None:
+        """An event: a consumer that left or was pruned is not held; any other is."""
+        name = (event.queue, event.group)
+        if event.kind in (EventKind.LEFT, EventKind.PRUNED):
+            consumers = self.held.get(name)
+            if consumers is not None:
+                consumers.discard(event.consumer)
+                if not consumers:
+                    del self.held[name]
+                    self.suspects.pop(name, None)
+        else:
+            self.held.setdefault(name, set()).add(event.consumer)
+
+    def due(self, most: int) -> list[tuple[str, str]]:
+        """The groups to check after this read: at most `most`, the suspects first."""
+        out = [name for name in self.suspects if name in self.held][:most]
+        groups = [name for name in self.held if name not in self.suspects]
+        if groups and len(out) < most:
+            start = self._turn % len(groups)
+            turn = (groups[start:] + groups[:start])[: most - len(out)]
+            self._turn = start + len(turn)
+            out += turn
+        return out
+
+    def check(
+        self, due: list[tuple[str, str]], gone: Mapping[tuple[str, str], str], ms: int
+    ) -> None:
+        """What Redis said of the groups `due` at the read of server millisecond `ms`
+        (`gone`: group -> "keys" or "index"): `PresenceResyncRequired` when a group held
+        since the last check is still gone."""
+        self._checks += 1
+        for name in due:
+            if name not in gone:
+                self.suspects.pop(name, None)
+        for name, what in gone.items():
+            if name not in self.held:
+                continue
+            first, first_ms = self.suspects.setdefault(name, (self._checks, ms))
+            settle = 0 if not self.clustered else LOG_LAG_MS
+            if what == "index" and self.clustered:
+                settle += INDEX_MARK_MS
+            if first < self._checks and ms - first_ms >= settle:
+                where = (
+                    "its keys are gone"
+                    if what == "keys"
+                    else "it is no longer in the index of groups"
+                )
+                raise PresenceResyncRequired(
+                    f"Redis lost consumers this reader holds: the group {name[0]!r} / "
+                    f"{name[1]!r}, {where}, without the events that empty a group (keys "
+                    "deleted by hand, or data lost): take a fresh snapshot() and a fresh "
+                    "cursor (changes(None))"
+                )
+
+    def __bool__(self) -> bool:
+        return bool(self.held)
 
 
 FollowMessage = FollowSnapshot | PresenceEvent | FollowCursor
