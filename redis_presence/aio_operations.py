@@ -21,6 +21,7 @@ from .events import (
     Cursor,
     FollowCursor,
     FollowMessage,
+    HeldGroups,
     check_interval_s,
 )
 from .model import ConsumerPresence, GroupPresence, GroupsPage
@@ -276,16 +277,20 @@ class AsyncContract:
     ) -> AsyncIterator[FollowMessage]:
         """State, then diffs: a `FollowSnapshot` first, then each `PresenceEvent` as it
         happens (asking for changes every `interval_s`) and a `FollowCursor` after each ask,
-        and a new `FollowSnapshot` whenever the log was trimmed past its cursor. With
-        `cursor` (from `changes` or a `FollowCursor`), it goes on from there at once,
-        without the first snapshot."""
+        and a new `FollowSnapshot` whenever its cursor cannot go on (the log was trimmed
+        past it, or Redis lost what it read) or a group it holds consumers of vanished
+        without events (`events.HeldGroups`: at most `Limits.groups` groups checked per
+        read, in one round trip). With `cursor` (from `changes` or a `FollowCursor`), it
+        goes on from there at once, without the first snapshot."""
         interval = check_interval_s(interval_s)
         if cursor is not None:
             Cursor.decode(cursor)
+        held = HeldGroups(clustered=self.plans.clustered, indexed=queue is None or group is None)
         while True:
             wait = cursor is None
             if cursor is None:
                 message = await self.execute(self.plans.snapshot_cursor(queue=queue, group=group))
+                held.start(message.rows)
                 yield message
                 cursor = message.cursor
             try:
@@ -296,8 +301,14 @@ class AsyncContract:
                     events, cursor = page
                     wait = not page.more  # a window given in pages goes on at once
                     for event in events:
+                        held.apply(event)
                         yield event
-                    yield FollowCursor(cursor, Cursor.decode(cursor).now_ns)
+                    read = Cursor.decode(cursor)
+                    if wait and held:  # a whole window read: are its groups still there?
+                        due = held.due(self.plans.limits.groups)
+                        plan = self.plans.vanished_groups(due, indexed=held.indexed)
+                        held.check(due, await self.execute(plan), read.server_ms)
+                    yield FollowCursor(cursor, read.now_ns)
             except PresenceResyncRequired:
                 cursor = None
 

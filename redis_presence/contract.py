@@ -200,9 +200,11 @@ class PresenceRegistry(Protocol):
     ) -> Iterator[FollowMessage]:
         """State, then diffs: a `FollowSnapshot` first, then each `PresenceEvent` as it
         happens (asking for changes every `interval_s`) and a `FollowCursor` after each ask,
-        and a new `FollowSnapshot` whenever the log was trimmed past its cursor. With
-        `cursor` (from `changes` or a `FollowCursor`), it goes on from there at once,
-        without the first snapshot."""
+        and a new `FollowSnapshot` whenever its cursor cannot go on (the log was trimmed
+        past it, or Redis lost what it read) or a group it holds consumers of vanished
+        without events (`events.HeldGroups`: at most `Limits.groups` groups checked per
+        read, in one round trip). With `cursor` (from `changes` or a `FollowCursor`), it
+        goes on from there at once, without the first snapshot."""
 
     def size(self) -> int:
         """How many consumers are tracked, in every state (``len()`` of a sync registry)."""

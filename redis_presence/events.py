@@ -17,8 +17,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from .errors import PresenceResyncRequired
-from .keys import STORED_FIELDS, GroupKeys, Keyspace
+from .errors import PresenceDataError, PresenceResyncRequired
+from .keys import INDEX_MARK_MS, STORED_FIELDS, GroupKeys, Keyspace
 from .model import NS_PER_MS
 
 DEFAULT_EVENTS_KEPT = 10_000
@@ -308,6 +308,11 @@ def _is_int(value: Any) -> bool:
     return type(value) is int
 
 
+_MAX_PLACE = 2**53
+"""The largest score (a heartbeat in whole microseconds) or count of ties a paged window
+names: a double's exact integers, far below what Redis takes as a score or a LIMIT offset."""
+
+
 def _positions(value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise ValueError
@@ -336,7 +341,7 @@ def _window(value: Any) -> Window:
             isinstance(derived, list)
             and len(derived) == 4
             and isinstance(derived[0], str)
-            and all(_is_int(x) and x >= 0 for x in derived[1:])
+            and all(_is_int(x) and 0 <= x <= _MAX_PLACE for x in derived[1:])
             and derived[1] in (0, 1)
         ):
             raise ValueError
@@ -346,24 +351,26 @@ def _window(value: Any) -> Window:
     return Window(now, server, recent, log, derived)
 
 
-def check_cursor_filter(cursor: Cursor, prefix: str, queue: str | None, group: str | None) -> None:
-    """A `ValueError` naming `cursor` unless it was made under this prefix for a filter this
-    one overlaps: a cursor of every queue may go on for one queue and back, but one of
-    queue (or group) A never goes on for queue (or group) B, whose events it never read."""
+def check_cursor_filter(
+    cursor: Cursor, keys: Keyspace, queue: str | None, group: str | None
+) -> None:
+    """A `ValueError` naming `cursor` unless it was made under this prefix for exactly this
+    filter (a cursor of queue A holds no place in the logs of the other queues: used for
+    every queue it would give their recent events again), and every place it holds is one
+    of that filter, near where it was read."""
     if cursor.epoch == LEGACY_EPOCH:
         return  # an earlier release's cursor names no filter: `check_epoch` asks a resync
-    if cursor.prefix is not None and cursor.prefix != prefix:
+    if cursor.prefix is not None and cursor.prefix != keys.prefix:
         raise ValueError(
-            f"cursor was returned under the prefix {cursor.prefix!r}, not {prefix!r}: take a "
-            "fresh one (changes(None))"
+            f"cursor was returned under the prefix {cursor.prefix!r}, not {keys.prefix!r}: "
+            "take a fresh one (changes(None))"
         )
-    for mine, asked in ((cursor.queue, queue), (cursor.group, group)):
-        if mine is not None and asked is not None and mine != asked:
-            raise ValueError(
-                f"cursor was returned for queue={cursor.queue!r} group={cursor.group!r}, not "
-                f"for queue={queue!r} group={group!r}: take a fresh one (changes(None)) for "
-                "this filter"
-            )
+    if (cursor.queue, cursor.group) != (queue, group):
+        raise ValueError(
+            f"cursor was returned for queue={cursor.queue!r} group={cursor.group!r}, not "
+            f"for queue={queue!r} group={group!r}: a cursor goes on only with the filter it "
+            "was made for; take a fresh one (changes(None)) for this filter"
+        )
     places = dict(cursor.positions)
     if cursor.window is not None:
         places.update(cursor.window.recent)
@@ -380,12 +387,52 @@ def check_cursor_filter(cursor: Cursor, prefix: str, queue: str | None, group: s
         high = max(high, window.server_ms + 2 * LOG_LAG_MS)
         if window.server_ms < cursor.server_ms or window.now_ns < cursor.now_ns:
             raise ValueError("cursor is not one that changes() returned: its window is forged")
-        if window.log is not None and window.log[1]:
-            places[""] = window.log[1]
+        if window.log is not None:
+            if window.log[0] and queue is not None and window.log[0] != queue:
+                raise ValueError("cursor is not one that changes() returned: its window is forged")
+            if window.log[1]:
+                places[""] = window.log[1]
+        if window.derived is not None and window.derived[0]:
+            _check_member(keys, window.derived[0], queue, group)
     if not all(low <= stream_id(place)[0] <= high for place in places.values()):
         raise ValueError(
             "cursor is not one that changes() returned: it holds a place in a log far from "
             "where it was read"
+        )
+
+
+def _check_member(keys: Keyspace, member: str, queue: str | None, group: str | None) -> None:
+    """The group a paged window goes on from is one of this prefix and filter."""
+    try:
+        gk = keys.from_member(member)
+    except PresenceDataError:
+        gk = None
+    if gk is None or (queue is not None and gk.queue != queue):
+        raise ValueError("cursor is not one that changes() returned: its window is forged")
+    if group is not None and gk.group != group:
+        raise ValueError("cursor is not one that changes() returned: its window is forged")
+
+
+def check_cursor_clock(cursor: Cursor, server_ms: int, now_ns: int | None) -> None:
+    """A `ValueError` naming `cursor` unless its instants are ones a read could have made:
+    its server milliseconds at most LOG_LAG_MS ahead of the server clock (`server_ms`, the
+    clocks of a cluster's nodes differ by up to that), and the instant its events were
+    given up to (and its window's) no later than that, or than the caller's explicit
+    `now_ns`. A window moved ahead would give the stale and expired events of a time to
+    come; a cursor moved ahead would give none until then."""
+    window = cursor.window
+    made_ms = cursor.server_ms if window is None else max(cursor.server_ms, window.server_ms)
+    if made_ms > server_ms + LOG_LAG_MS:
+        raise ValueError(
+            f"cursor is not one that changes() returned: its position ({made_ms} ms) is "
+            f"ahead of the server clock ({server_ms} ms)"
+        )
+    latest = max((server_ms + LOG_LAG_MS) * NS_PER_MS, now_ns or 0)
+    instant = cursor.now_ns if window is None else max(cursor.now_ns, window.now_ns)
+    if instant > latest:
+        raise ValueError(
+            f"cursor is not one that changes() returned: its instant ({instant} ns) is ahead "
+            f"of the server clock ({server_ms} ms) and of now_ns ({now_ns})"
         )
 
 
@@ -455,7 +502,10 @@ def stream_id(value: Any) -> tuple[int, int]:
     ms, _, seq = (value.decode() if isinstance(value, bytes) else str(value)).partition("-")
     if not (ms.isdigit() and (seq.isdigit() or not seq)) or len(ms) > 20 or len(seq) > 20:
         raise ValueError(f"not a stream id: {value!r:.40}")
-    return int(ms), int(seq or 0)
+    place = int(ms), int(seq or 0)
+    if max(place) >= 2**64:  # what Redis would refuse (an error reply, not a place)
+        raise ValueError(f"not a stream id: {value!r:.40}")
+    return place
 
 
 def sorted_events(events: Iterable[Ordered]) -> list[PresenceEvent]:
@@ -478,6 +528,96 @@ class FollowCursor(NamedTuple):
 
     cursor: str
     now_ns: int
+
+
+class HeldGroups:
+    """The groups a follower holds consumers of (from its snapshots and events), and the
+    check that they are still there: a group whose keys (or whose place in the index) are
+    gone without the events that empty a group was lost (keys deleted by hand, data lost),
+    and the follower must resync. `due` names at most a page of them per complete read
+    (those found gone at the last check first, then the others in turn); `check` takes
+    what Redis said of them. A group found gone is lost only when it is still gone at the
+    next check, after a whole window was read in between (which gives the events of a group
+    emptied before the first check); on a cluster, where a log's clock may run LOG_LAG_MS
+    ahead and a group may wait up to INDEX_MARK_MS for its index entry, only that much
+    later. Not shared between threads: one per `follow`."""
+
+    __slots__ = ("_checks", "_turn", "clustered", "held", "indexed", "suspects")
+
+    def __init__(self, *, clustered: bool, indexed: bool) -> None:
+        self.clustered = clustered
+        self.indexed = indexed
+        """Whether the follower's reads find its groups through the index (every filter
+        but one group's, which is read without it)."""
+        self.held: dict[tuple[str, str], set[str]] = {}
+        self.suspects: dict[tuple[str, str], tuple[int, int]] = {}
+        """group -> (the check that found it gone first, the server ms of that read)."""
+        self._checks = 0
+        self._turn = 0
+
+    def start(self, rows: Iterable[Any]) -> None:
+        """A snapshot: the groups of its rows, nothing else."""
+        self.held = {}
+        self.suspects = {}
+        for row in rows:
+            self.held.setdefault((row.queue, row.group), set()).add(row.consumer)
+
+    def apply(self, event: PresenceEvent) -> None:
+        """An event: a consumer that left or was pruned is not held; any other is."""
+        name = (event.queue, event.group)
+        if event.kind in (EventKind.LEFT, EventKind.PRUNED):
+            consumers = self.held.get(name)
+            if consumers is not None:
+                consumers.discard(event.consumer)
+                if not consumers:
+                    del self.held[name]
+                    self.suspects.pop(name, None)
+        else:
+            self.held.setdefault(name, set()).add(event.consumer)
+
+    def due(self, most: int) -> list[tuple[str, str]]:
+        """The groups to check after this read: at most `most`, the suspects first."""
+        out = [name for name in self.suspects if name in self.held][:most]
+        groups = [name for name in self.held if name not in self.suspects]
+        if groups and len(out) < most:
+            start = self._turn % len(groups)
+            turn = (groups[start:] + groups[:start])[: most - len(out)]
+            self._turn = start + len(turn)
+            out += turn
+        return out
+
+    def check(
+        self, due: list[tuple[str, str]], gone: Mapping[tuple[str, str], str], ms: int
+    ) -> None:
+        """What Redis said of the groups `due` at the read of server millisecond `ms`
+        (`gone`: group -> "keys" or "index"): `PresenceResyncRequired` when a group held
+        since the last check is still gone."""
+        self._checks += 1
+        for name in due:
+            if name not in gone:
+                self.suspects.pop(name, None)
+        for name, what in gone.items():
+            if name not in self.held:
+                continue
+            first, first_ms = self.suspects.setdefault(name, (self._checks, ms))
+            settle = 0 if not self.clustered else LOG_LAG_MS
+            if what == "index" and self.clustered:
+                settle += INDEX_MARK_MS
+            if first < self._checks and ms - first_ms >= settle:
+                where = (
+                    "its keys are gone"
+                    if what == "keys"
+                    else "it is no longer in the index of groups"
+                )
+                raise PresenceResyncRequired(
+                    f"Redis lost consumers this reader holds: the group {name[0]!r} / "
+                    f"{name[1]!r}, {where}, without the events that empty a group (keys "
+                    "deleted by hand, or data lost): take a fresh snapshot() and a fresh "
+                    "cursor (changes(None))"
+                )
+
+    def __bool__(self) -> bool:
+        return bool(self.held)
 
 
 FollowMessage = FollowSnapshot | PresenceEvent | FollowCursor

@@ -16,6 +16,7 @@ from .events import (
     DEFAULT_CHANGES_LIMIT,
     DEFAULT_EVENTS_KEPT,
     DEFAULT_FOLLOW_INTERVAL_S,
+    LOG_LAG_MS,
     Changes,
     EventKind,
     FollowCursor,
@@ -35,6 +36,7 @@ from .model import (
     DEFAULT_PRESENCE_TTL_MS,
     DEFAULT_STUCK_AFTER_MS,
     NO_META,
+    NS_PER_MS,
     NS_PER_US,
     ConsumerMeta,
     ConsumerPresence,
@@ -512,11 +514,19 @@ class ConsumerPresenceRegistry:
         queue, group = check_filter("queue", queue), check_filter("group", group)
         check_changes_limit(limit)
         since = None if cursor is None else _decode(cursor)
-        stamp = time.time_ns() if now is None else now
+        clock = time.time_ns()
+        stamp = clock if now is None else now
+        if since is not None:
+            _check_filter(since, queue, group)
+            if since[0] > max(clock + LOG_LAG_MS * NS_PER_MS, stamp):
+                raise ValueError(
+                    f"cursor is not one that changes() returned: its instant ({since[0]} ns) "
+                    f"is ahead of the clock ({clock} ns) and of now_ns ({now})"
+                )
         with self._lock:
             if since is None:
-                return Changes([], _encode(stamp, self._logged))
-            since_ns, seen = since
+                return Changes([], _encode(stamp, self._logged, queue, group))
+            since_ns, seen, _, _ = since
             if seen < self._trimmed:
                 raise PresenceResyncRequired(
                     "the event log was trimmed past this cursor: take a fresh snapshot() and a "
@@ -539,7 +549,8 @@ class ConsumerPresenceRegistry:
                             events.append(
                                 order(PresenceEvent(kind, *key, at, lease, registered, heartbeat))
                             )
-            return Changes(sorted_events(events), _encode(max(stamp, since_ns), self._logged))
+            after = _encode(max(stamp, since_ns), self._logged, queue, group)
+            return Changes(sorted_events(events), after)
 
     def follow(
         self,
@@ -574,19 +585,35 @@ class ConsumerPresenceRegistry:
                 cursor = None
 
 
-def _encode(now_ns: int, seen: int) -> str:
-    raw = json.dumps({"m": 1, "t": now_ns, "n": seen}, separators=(",", ":")).encode()
+def _encode(now_ns: int, seen: int, queue: str | None, group: str | None) -> str:
+    document = {"m": 1, "t": now_ns, "n": seen, "f": [queue, group]}
+    raw = json.dumps(document, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _decode(cursor: Any) -> tuple[int, int]:
+def _decode(cursor: Any) -> tuple[int, int, str | None, str | None]:
+    """(instant, events seen, queue, group) of an in-process cursor."""
     if not isinstance(cursor, str):
         raise TypeError(f"cursor must be a str or None, got {type(cursor).__name__}")
     document = cursor_document(cursor)
     try:
-        now, seen = document["t"], document["n"]
+        now, seen, (queue, group) = document["t"], document["n"], document["f"]
         if document.get("m") != 1 or not isinstance(now, int) or not isinstance(seen, int):
+            raise ValueError
+        if not all(name is None or isinstance(name, str) for name in (queue, group)):
             raise ValueError
     except (ValueError, KeyError, TypeError, binascii.Error, UnicodeError):
         raise ValueError(f"cursor is not one that changes() returned: {cursor!r:.60}") from None
-    return now, seen
+    return now, seen, queue, group
+
+
+def _check_filter(
+    since: tuple[int, int, str | None, str | None], queue: str | None, group: str | None
+) -> None:
+    """A cursor goes on only with the filter it was made for (as a Redis registry's)."""
+    if since[2:] != (queue, group):
+        raise ValueError(
+            f"cursor was returned for queue={since[2]!r} group={since[3]!r}, not for "
+            f"queue={queue!r} group={group!r}: a cursor goes on only with the filter it was "
+            "made for; take a fresh one (changes(None)) for this filter"
+        )

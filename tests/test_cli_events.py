@@ -53,8 +53,13 @@ def test_events_without_since_gives_only_a_cursor_and_since_resumes(backend: Bac
     # From the new cursor: nothing again, and then only what came after.
     again = backend.run("events", "--since", last["cursor"], "--format", "json")
     assert json_lines(again.stdout)[:-1] == []
+    # A cursor goes on only with the filter it was made for.
+    of_emails = json_lines(backend.run("events", "--queue", "emails", "--format", "json").stdout)
+    narrower = backend.run("events", "--since", last["cursor"], "--queue", "emails")
+    assert narrower.exit_code == 2
+    assert "Invalid value for '--since': cursor was returned for queue=None" in narrower.output
     reg.heartbeat("emails", "sender", "m1")
-    table = backend.run("events", "--since", last["cursor"], "--queue", "emails")
+    table = backend.run("events", "--since", of_emails[0]["cursor"], "--queue", "emails")
     assert table.exit_code == 0, table.output
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["AT", "(UTC)", "EVENT", "QUEUE", "GROUP", "CONSUMER", "LEASES"]

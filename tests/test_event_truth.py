@@ -180,6 +180,7 @@ def test_a_long_window_comes_in_pages_that_add_up_to_it(
     holds at most 5 events), and the pages together are the window read at once."""
     _, start = registry.changes()
     base = int(Cursor.decode(start).now_ns)
+    _, start_q1 = registry.changes(queue="q1")  # a cursor goes with its own filter only
     names = [(f"q{i % 3}", f"g{i % 2}", f"w{i:03}") for i in range(350)]
     for i in range(0, len(names), 5):
         registry.heartbeat_many([(q, g, c, 1) for q, g, c in names[i : i + 5]], now_ns=base + MS)
@@ -198,7 +199,7 @@ def test_a_long_window_comes_in_pages_that_add_up_to_it(
         events, _ = registry.changes(cursor, now_ns=later + 2 * MS)
         assert [(e.kind.value, e.consumer) for e in events] == [("joined", "new")]
     # One queue's window, in pages, is that queue's part of it.
-    pages, _ = _pages(registry, start, later, 7, queue="q1")
+    pages, _ = _pages(registry, start_q1, later, 7, queue="q1")
     _same_events([e for page in pages for e in page], [e for e in whole if e.queue == "q1"])
 
 
@@ -251,7 +252,8 @@ def test_a_forged_or_mismatched_cursor_is_refused(registry: RedisPresenceRegistr
     _, of_all = registry.changes()
     with pytest.raises(ValueError, match="cursor was returned for queue='orders'"):
         registry.changes(of_orders, queue="mail")
-    registry.changes(of_all, queue="orders")  # narrower goes on (and wider, back)
+    with pytest.raises(ValueError, match="cursor was returned for queue=None"):
+        registry.changes(of_all, queue="orders")  # a cursor goes with its own filter only
     with pytest.raises(ValueError, match="far from where it was read"):
         registry.changes(_forged(of_all, q={"orders": "0-0"}))  # would replay the whole log
     other = RedisPresenceRegistry(registry.client, prefix="other")
@@ -295,3 +297,93 @@ def test_on_a_cluster_the_loss_of_the_marker_node_asks_for_a_resync(
     registry.heartbeat("orders", "billing", "w2")
     with pytest.raises(PresenceResyncRequired, match="lost the data"):
         registry.changes(cursor)
+
+
+def _document(cursor: str) -> dict[str, Any]:
+    return dict(json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))))
+
+
+def test_a_cursor_goes_on_only_with_the_filter_it_was_made_for(
+    registry: RedisPresenceRegistry,
+) -> None:
+    """A cursor of queue=orders used for every queue replayed the other queues' events of
+    the last LOG_LAG_MS (it holds no place in their logs): 50 'joined' of mail that came
+    before the cursor. A cursor goes on only with its own filter, wider or narrower."""
+    registry.heartbeat_many([("mail", "b", f"m{i}", 0) for i in range(50)])
+    registry.heartbeat("orders", "billing", "w1")
+    _, of_orders = registry.changes(queue="orders")
+    _, of_billing = registry.changes(queue="orders", group="billing")
+    _, of_all = registry.changes()
+    registry.heartbeat("orders", "billing", "w2")
+    events, of_orders = registry.changes(of_orders, queue="orders")
+    assert [(e.kind.value, e.consumer) for e in events] == [("joined", "w2")]
+    cases: list[tuple[str, dict[str, Any]]] = [
+        (of_orders, {}),  # wider: the replay
+        (of_orders, {"queue": "orders", "group": "billing"}),
+        (of_billing, {"queue": "orders"}),
+        (of_billing, {"group": "billing"}),
+        (of_all, {"queue": "orders"}),  # narrower
+        (of_all, {"group": "billing"}),
+    ]
+    for cursor, filters in cases:
+        with pytest.raises(ValueError, match="cursor was returned for queue="):
+            registry.changes(cursor, **filters)
+    events, _ = registry.changes(of_all)
+    assert [(e.kind.value, e.consumer) for e in events] == [("joined", "w2")]
+
+
+YEAR_NS = 365 * 86_400 * 10**9
+
+
+def test_a_cursor_ahead_of_the_server_clock_is_refused(registry: RedisPresenceRegistry) -> None:
+    """A window instant moved a year ahead gave the stale and expired events of the whole
+    year to come (600 here, all false); an instant a year ahead stopped every derived event
+    for a year. Both are refused; an explicit now_ns at least as late goes on."""
+    registry.heartbeat_many([("orders", "billing", f"w{i}", 0) for i in range(300)])
+    _, cursor = registry.changes()
+    document = _document(cursor)
+    ahead = document["t"] + YEAR_NS
+    window = {"n": ahead, "u": document["s"], "r": {}, "l": None, "d": ["", 0, 0, 0]}
+    for forged in (_forged(cursor, w=window), _forged(cursor, t=ahead)):
+        with pytest.raises(ValueError, match=r"cursor .*ahead of the server clock"):
+            registry.changes(forged)
+    events, _ = registry.changes(_forged(cursor, t=ahead), now_ns=ahead)
+    assert events == []  # the caller's own clock: nothing between the cursor and it
+
+
+def test_every_forged_window_field_is_a_value_error(registry: RedisPresenceRegistry) -> None:
+    """Fields out of Redis's ranges reached Redis and came back as a `PresenceError` (a 502
+    from the web service): a stream id past 2^64, an offset past 2^63, a millisecond past
+    any clock; a group of another prefix or filter was read as a place to go on from."""
+    registry.heartbeat("orders", "billing", "w1")
+    registry.heartbeat("mail", "b", "m1")
+    _, cursor = registry.changes()
+    _, of_orders = registry.changes(queue="orders")
+    document = _document(cursor)
+    member = registry.plans.keys.group("orders", "billing").member
+    mail = registry.plans.keys.group("mail", "b").member
+    s, t = document["s"], document["t"]
+
+    def derived(*place: Any, **more: Any) -> dict[str, Any]:
+        return {"n": t + 1, "u": s, "r": {}, "l": None, "d": list(place), **more}
+
+    def logged(queue: str, after: str, **more: Any) -> dict[str, Any]:
+        return {"n": t + 1, "u": s, "r": {}, "l": [queue, after], "d": None, **more}
+
+    forged = [
+        _forged(cursor, w=derived(member, 0, 5, 2**63)),
+        _forged(cursor, w=derived(member, 0, 2**63, 1)),
+        _forged(cursor, w=derived(member, 2, 5, 1)),
+        _forged(cursor, w=derived("presence:{x", 0, 5, 1)),
+        _forged(cursor, w=derived("other:{orders}:billing:c", 0, 5, 1)),
+        _forged(of_orders, w=derived(mail, 0, 5, 1)),
+        _forged(cursor, w=logged("orders", "", u=10**25)),
+        _forged(cursor, w=logged("orders", "", u=2**64)),
+        _forged(cursor, w=logged("orders", f"{s}-{2**64}")),
+        _forged(of_orders, w=logged("mail", "")),
+        _forged(cursor, q={"orders": f"{s}-{2**64}"}),
+        _forged(cursor, q={"orders": f"{s}-99999999999999999999"}),
+    ]
+    for cursor_text in forged:
+        with pytest.raises(ValueError, match="cursor"):
+            registry.changes(cursor_text, queue=_document(cursor_text)["f"][1])

@@ -11,6 +11,7 @@ model, fakeredis, a real server and the cluster.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -305,3 +306,27 @@ def test_a_cursor_is_checked() -> None:
         else:
             with pytest.raises(ValueError, match="cursor is not one"):
                 registry.changes("not-a-cursor")
+
+
+@pytest.mark.parametrize("backend", ["memory", "fakeredis", "redis"])
+def test_a_cursor_goes_on_only_with_its_filter_and_never_from_ahead(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    """Every registry binds a cursor to its filter, and refuses one whose instant is ahead
+    of its clock (and of the caller's `now_ns`), as the in-process model does too."""
+    if backend == "memory":
+        from redis_presence import ConsumerPresenceRegistry
+
+        registry: Any = ConsumerPresenceRegistry()
+    else:
+        registry = RedisPresenceRegistry(raw_client(request, backend))
+    _, of_orders = registry.changes(queue="orders")
+    _, of_all = registry.changes()
+    for cursor, filters in [(of_orders, {}), (of_all, {"queue": "orders"})]:
+        with pytest.raises(ValueError, match="cursor was returned for queue="):
+            registry.changes(cursor, **filters)
+    year = 365 * 86_400 * 10**9
+    _, ahead = registry.changes(now_ns=time.time_ns() + year)
+    with pytest.raises(ValueError, match=r"cursor .*ahead of the"):
+        registry.changes(ahead)
+    registry.changes(ahead, now_ns=time.time_ns() + year)  # the caller's clock: goes on

@@ -31,6 +31,7 @@ from servers import (
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,
+    FollowCursor,
     FollowSnapshot,
     PresenceAuthError,
     PresenceConfigError,
@@ -262,9 +263,12 @@ def test_a_reader_follows_the_events_with_no_write_right(
         events, cursor = reader.changes(cursor)
         kinds = [(e.kind.value, e.consumer) for e in events if e.consumer.startswith("new")]
         assert kinds == [("joined", f"new-{read_only}"), ("left", f"new-{read_only}")]
-        first = next(reader.follow(interval_s=0.01))
+        stream = reader.follow(interval_s=0.01)
+        first = next(stream)
         assert isinstance(first, FollowSnapshot)
         assert {row.consumer for row in first.rows} >= {"w1"}
+        # A read, and the check that the groups it holds are still there (issue 30 item 5).
+        assert isinstance(next(stream), FollowCursor)
         reader.close()
 
 

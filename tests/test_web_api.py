@@ -469,14 +469,19 @@ def test_events_polled_with_a_cursor(redis_url: str, writer: RedisPresenceRegist
         assert first["events"] == []
         assert first["now_ns"] == T0
         cursor = first["cursor"]
+        # A cursor goes on only with its own filter: one of its own for queue q.
+        cursors = {"": cursor, "q": client.get("/api/v1/events", params={"queue": "q"}).json()}
+        cursors["q"] = cursors["q"]["cursor"]
 
         def events(**params: str) -> list[tuple[str, str, int]]:
             nonlocal cursor
+            name = params.get("queue", "")
+            cursor = cursors[name]
             response = client.get("/api/v1/events", params={"cursor": cursor, **params})
             assert response.status_code == 200, response.text
             body = response.json()
             assert body["now_ns"] == clock.now_ns
-            cursor = body["cursor"]
+            cursor = cursors[name] = body["cursor"]
             return [(e["kind"], e["consumer"], e["at_ns"]) for e in body["events"]]
 
         clock.advance_ms(TTL_MS)
@@ -484,16 +489,22 @@ def test_events_polled_with_a_cursor(redis_url: str, writer: RedisPresenceRegist
         clock.advance_ms(1)
         stale_at = T0 + (TTL_MS + 1) * MS
         assert events() == [("stale", "dies", stale_at), ("stale", "leaves", stale_at)]
+        assert events(queue="q") == [("stale", "dies", stale_at), ("stale", "leaves", stale_at)]
         writer.deregister("q", "g", "leaves", now_ns=clock.now_ns)
-        assert events(queue="q", group="g") == [("left", "leaves", clock.now_ns)]
+        assert events(queue="q") == [("left", "leaves", clock.now_ns)]
+        other = client.get("/api/v1/events", params={"cursor": cursors["q"], "group": "g"})
+        assert other.status_code == 400
+        assert "a cursor goes on only with the filter it was made for" in other.text
+        assert events() == [("left", "leaves", clock.now_ns)]
         clock.advance_ms(TTL_MS)
         assert events() == [("expired", "dies", T0 + (2 * TTL_MS + 1) * MS)]
         assert writer.prune_expired(now_ns=clock.now_ns) == 1
         assert events() == [("pruned", "dies", clock.now_ns)]
         writer.heartbeat("elsewhere", "g", "other", now_ns=clock.now_ns)
-        assert events(queue="q") == []
+        assert events(queue="q") == [("pruned", "dies", clock.now_ns)]  # not elsewhere's
         writer.heartbeat("q", "g", "back", 4, now_ns=clock.now_ns)
         # A cursor goes with its filter: this one went on over queue q alone.
+        cursor = cursors["q"]
         body = client.get("/api/v1/events", params={"cursor": cursor, "queue": "q"}).json()
         assert body["events"] == [
             {
@@ -514,12 +525,12 @@ def test_events_polled_with_a_cursor(redis_url: str, writer: RedisPresenceRegist
 
         # A log trimmed past the cursor: 410, with a fresh cursor to go on from.
         trim_the_log(redis_url, "q", clock.now_ns)
-        gone = client.get("/api/v1/events", params={"cursor": cursor})
+        gone = client.get("/api/v1/events", params={"cursor": cursor, "queue": "q"})
         assert gone.status_code == 410
         body = gone.json()
         assert body["error"] == "resync_required"
         assert "fresh snapshot" in body["message"]
-        fresh = client.get("/api/v1/events", params={"cursor": body["cursor"]})
+        fresh = client.get("/api/v1/events", params={"cursor": body["cursor"], "queue": "q"})
         assert fresh.status_code == 200
         assert fresh.json()["events"] == []
         # A cursor older than the logs last: the same answer.

@@ -304,3 +304,39 @@ def test_a_poller_sends_the_beats_and_leases_of_the_rows_its_pages_show(
             await feed.close()
 
     asyncio.run(main())
+
+
+def test_a_group_page_rereads_when_the_rows_it_shows_vanish_without_an_event(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    """A group's keys deleted by hand (or lost) leave no event: the open group page kept
+    showing its consumers. The poller reads the rows its pages show again anyway; rows
+    still gone at its next read, with no event between, make every stream re-read."""
+    clock = Clock()
+
+    async def main() -> None:
+        async with AsyncRedisPresenceRegistry.from_url(redis_url) as registry:
+            data = PresenceData(registry, ttl_ms=None, clock=clock)
+            feed = LiveFeed(data, interval_s=0.02)
+            stream = feed.subscribe(None, queue="q", group="g").messages()
+            seen: list[StreamMessage] = []
+            await until(stream, "hello", seen)
+            writer.heartbeat("q", "g", "w1", now_ns=T0)
+            writer.heartbeat("q", "g", "w2", now_ns=T0)
+            while len(consumers(seen)) < 2:
+                await until(stream, "presence", seen)
+            feed.shown("q", "g", writer.snapshot(queue="q", group="g", now_ns=T0))
+            # One leaves with its event: no re-read for that.
+            writer.deregister("q", "g", "w1", now_ns=T0)
+            left = await until(stream, "presence", seen)
+            assert (left.data["kind"], left.data["consumer"]) == ("left", "w1")
+            gk = writer.plans.keys.group("q", "g")
+            writer.client.delete(gk.hb, gk.data)
+            snapshot = await until(stream, "snapshot", seen)
+            assert "vanished without an event" in snapshot.data["reason"]
+            assert "'w2'" in snapshot.data["reason"]
+            assert [m.event for m in seen].count("snapshot") == 1
+            await stream.aclose()
+            await feed.close()
+
+    asyncio.run(main())

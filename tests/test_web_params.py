@@ -8,7 +8,9 @@ Against a real redis-server, over Starlette's test client (`test_web_api.make_cl
 from __future__ import annotations
 
 import base64
+import json
 import logging
+import time
 import warnings
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -125,6 +127,47 @@ def test_a_nested_last_event_id_is_a_400_naming_it(
 ) -> None:
     response = client.get("/api/v1/events", headers={"Last-Event-ID": cursor, "Accept": accept})
     assert_names(response, "Last-Event-ID")
+    no_tracebacks(caplog)
+
+
+def _forged(cursor: str, **fields: object) -> str:
+    document = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    document.update(fields)
+    raw = json.dumps(document, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+@pytest.mark.parametrize("accept", ["application/json", "text/event-stream"])
+@pytest.mark.parametrize("header", [False, True])
+def test_a_forged_or_foreign_event_cursor_is_a_400_naming_it(
+    client: TestClient, caplog: pytest.LogCaptureFixture, accept: str, header: bool
+) -> None:
+    """A cursor of queue=orders used without the filter replayed the other queues' events; a
+    window moved a year ahead gave a year of false stale and expired events; fields past
+    what Redis takes answered 502. Each is a 400 naming where the cursor came from."""
+    of_orders = client.get("/api/v1/events", params={"queue": "orders"}).json()["cursor"]
+    of_all = client.get("/api/v1/events").json()["cursor"]
+    document = json.loads(base64.urlsafe_b64decode(of_all + "=" * (-len(of_all) % 4)))
+    s, t = document["s"], document["t"]
+    member = "presence:{orders}:billing:c"
+    year = 365 * 86_400 * 10**9
+    cases = [
+        (of_orders, {}),
+        (of_all, {"queue": "orders"}),
+        (_forged(of_all, w={"n": t + year, "u": s, "r": {}, "l": None, "d": ["", 0, 0, 0]}), {}),
+        (_forged(of_all, t=time.time_ns() + year), {}),
+        (_forged(of_all, w={"n": t, "u": s, "r": {}, "l": None, "d": [member, 0, 5, 2**63]}), {}),
+        (_forged(of_all, w={"n": t, "u": 10**25, "r": {}, "l": ["orders", ""], "d": None}), {}),
+        (_forged(of_all, q={"orders": f"{s}-{2**64}"}), {}),
+    ]
+    for cursor, filters in cases:
+        if header:
+            headers, name = {"Accept": accept, "Last-Event-ID": cursor}, "Last-Event-ID"
+            params = filters
+        else:
+            headers, name = {"Accept": accept}, "cursor"
+            params = {**filters, "cursor": cursor}
+        assert_names(client.get("/api/v1/events", params=params, headers=headers), name)
     no_tracebacks(caplog)
 
 

@@ -19,6 +19,7 @@ from ..events import (
     Ordered,
     Window,
     check_changes_limit,
+    check_cursor_clock,
     check_cursor_filter,
     check_epoch,
     group_event,
@@ -31,10 +32,10 @@ from ..events import (
 from ..keys import GroupKeys
 from ..model import NS_PER_MS, ConsumerPresence, Skipped
 from ..replies import server_now_ns, stored_columns
-from ..validation import check_consumer_key, check_filter, check_now_ns
+from ..validation import check_consumer_key, check_filter, check_name, check_now_ns
 from .core import _report, _text, heartbeat_of
 from .reads import ReadPlans
-from .requests import Command, Partial, Plan
+from .requests import Command, Partial, Plan, Request
 
 
 def _last_generated(info: Any) -> str | None:
@@ -82,15 +83,69 @@ class ChangePlans(ReadPlans):
         window is not done, so the caller should ask again at once); `cursor` None starts now
         (no events). Time-driven events (stale, expired) use each group's shared TTL. Raises
         `PresenceResyncRequired` when the log was trimmed past the cursor or the data it was
-        read from was lost (another epoch); a cursor that is not one `changes` returned for
-        this filter is a `ValueError`."""
+        read from was lost (another epoch, or a log no longer holds the entry the cursor
+        read last there); a cursor that is not one `changes` returned for this filter, or
+        whose instants are ahead of the server clock, is a `ValueError`."""
         now = check_now_ns(now_ns)
         queue, group = check_filter("queue", queue), check_filter("group", group)
         most = check_changes_limit(limit)
         since = None if cursor is None else Cursor.decode(cursor)
         if since is not None:
-            check_cursor_filter(since, self.keys.prefix, queue, group)
+            check_cursor_filter(since, self.keys, queue, group)
         return self._changes(since, now, queue, group, most)
+
+    def check_cursor(
+        self,
+        cursor: str,
+        *,
+        now_ns: int | None = None,
+        queue: str | None = None,
+        group: str | None = None,
+    ) -> Plan[None]:
+        """The checks `changes` makes of `cursor` before it reads anything (one ``TIME``): a
+        `ValueError` naming `cursor` unless `changes` could go on from it with this filter
+        (what a service checks before it opens a stream from a client's cursor). Whether
+        the data it was read from is still there is `changes`' to tell (a resync)."""
+        now = check_now_ns(now_ns)
+        queue, group = check_filter("queue", queue), check_filter("group", group)
+        since = Cursor.decode(cursor)
+        check_cursor_filter(since, self.keys, queue, group)
+        return self._check_clock(since, now)
+
+    def _check_clock(self, since: Cursor, now_ns: int | None) -> Plan[None]:
+        (clock,) = yield [Command("TIME", node_key=self.keys.events)]
+        check_cursor_clock(since, server_now_ns(*clock) // NS_PER_MS, now_ns)
+
+    def vanished_groups(
+        self, groups: Iterable[tuple[str, str]], *, indexed: bool = True
+    ) -> Plan[dict[tuple[str, str], str]]:
+        """Which of these `(queue, group)` are gone: ``"keys"`` when the group has no
+        heartbeats (its keys are gone), ``"index"`` (with `indexed`) when the index of
+        groups does not list it. One ``ZCARD`` (and a ``ZRANGEBYLEX`` of its one member)
+        per group, commands of the reader's role, at most `Limits.groups` groups, in one
+        round trip: what `follow` checks of the groups it holds (`events.HeldGroups`)."""
+        asked = [self.keys.group(check_name("queue", q), check_name("group", g)) for q, g in groups]
+        if len(asked) > self.limits.groups:
+            raise ValueError(f"groups: at most {self.limits.groups} at once, got {len(asked)}")
+        return self._vanished(asked, indexed)
+
+    def _vanished(self, asked: list[GroupKeys], indexed: bool) -> Plan[dict[tuple[str, str], str]]:
+        if not asked:
+            return {}
+        requests: list[Request] = [Command("ZCARD", (gk.hb,)) for gk in asked]
+        if indexed:
+            requests += [
+                Command("ZRANGEBYLEX", (self.keys.groups, f"[{gk.member}", f"[{gk.member}"))
+                for gk in asked
+            ]
+        replies = yield requests
+        gone: dict[tuple[str, str], str] = {}
+        for i, gk in enumerate(asked):
+            if not int(replies[i]):
+                gone[(gk.queue, gk.group)] = "keys"
+            elif indexed and not replies[len(asked) + i]:
+                gone[(gk.queue, gk.group)] = "index"
+        return gone
 
     def rows_of(
         self, keys: Iterable[tuple[str, str, str]]
@@ -170,11 +225,7 @@ class ChangePlans(ReadPlans):
                 [], Cursor(now, server_ms, ends, epoch, self.keys.prefix, queue, group).encode()
             )
         check_epoch(since, epoch)
-        if since.server_ms > server_ms + LOG_LAG_MS:
-            raise ValueError(
-                f"cursor is not one that changes() returned: its position ({since.server_ms} ms) "
-                f"is ahead of the server clock ({server_ms} ms)"
-            )
+        check_cursor_clock(since, server_ms, now_ns)
         if server_ms - since.server_ms > EVENT_LOG_TTL_MS - LOG_LAG_MS:
             raise PresenceResyncRequired(
                 "this cursor is older than the event logs last: take a fresh snapshot() and a "
@@ -223,30 +274,45 @@ class ChangePlans(ReadPlans):
         millisecond, a log at a time in the order of their queues, into `events` until it
         holds `limit`; the places within the lag go into `recent`. Returns where the window
         stands then: in a log (not done), at the derived events (the logs are done), or None
-        (the logs are done and the window needs no derived events)."""
+        (the logs are done and the window needs no derived events).
+
+        A log is read from its place inclusive: the entry there (the last this reader read)
+        must still be its first answer, else what the reader saw is gone (trimmed, or lost
+        in a failover to a replica that missed it, or deleted) and it must resync. The logs
+        it holds places in are read even when the event index no longer lists them."""
         assert at.log is not None
         oldest = since.server_ms - LOG_LAG_MS
         listed = yield from self._recent_logs(oldest, queue)
-        logs = sorted((self.keys.queue_of_events(log), log) for log in set(listed))
+        placed = {self.keys.queue_events(q) for q in since.positions}
+        logs = sorted((self.keys.queue_of_events(log), log) for log in set(listed) | placed)
         reached, after = at.log
         logs = [(q, log) for q, log in logs if q >= reached]
         most = min(self.limits.consumers, limit)
         while logs:
             batch = logs[: self.limits.groups]
-            starts = [
-                f"({after}" if q == reached and after else self._log_start(log, since, oldest)
-                for q, log in batch
+            places = [
+                after if q == reached and after else since.positions.get(q, "") for q, _ in batch
             ]
+            counts = [most + 1 if place else most for place in places]
             replies = yield [
-                Command("XRANGE", (log, start, str(at.server_ms), "COUNT", most))
-                for (_, log), start in zip(batch, starts, strict=True)
+                Command(
+                    "XRANGE", (log, place or f"{max(oldest, 0)}-0", str(at.server_ms), "COUNT", n)
+                )
+                for (_, log), place, n in zip(batch, places, counts, strict=True)
             ]
+            lost = [
+                (log, place)
+                for (_, log), place, entries in zip(batch, places, replies, strict=True)
+                if place and (not entries or stream_id(entries[0][0]) != stream_id(place))
+            ]
+            if lost:
+                yield from self._resync_lost(lost)
             fresh = [
-                (log, start)
-                for (_, log), start, entries in zip(batch, starts, replies, strict=True)
-                if entries
+                (log, f"{max(oldest, 0)}-0")
+                for (_, log), place, entries in zip(batch, places, replies, strict=True)
+                if entries and not place
             ]
-            if fresh:  # was the log trimmed past where this reader goes on?
+            if fresh:  # was a log this reader holds no place in trimmed past where it goes on?
                 infos = yield [Command("XINFO STREAM", (log,)) for log, _ in fresh]
                 for (log, start), info in zip(fresh, infos, strict=True):
                     if _trimmed_past(info, start):
@@ -254,9 +320,11 @@ class ChangePlans(ReadPlans):
                             f"the event log {log} was trimmed past this cursor: take a fresh "
                             "snapshot() and a fresh cursor (changes(None))"
                         )
-            for (log_queue, _), entries in zip(batch, replies, strict=True):
-                last = ""
-                for entry_id, fields in entries:
+            for (log_queue, _), place, n, entries in zip(
+                batch, places, counts, replies, strict=True
+            ):
+                last = place
+                for entry_id, fields in entries[1:] if place else entries:
                     last = _text(entry_id)
                     for item in logged_events(self.keys, log_queue, entry_id, fields):
                         if group is None or item[1].group == group:
@@ -265,7 +333,7 @@ class ChangePlans(ReadPlans):
                         recent[log_queue] = last
                     if len(events) >= limit:
                         return at._replace(log=(log_queue, last))
-                if len(entries) == most:  # more of this log: go on from its last entry
+                if len(entries) == n:  # more of this log: go on from its last entry
                     reached, after = log_queue, last
                     break
             else:
@@ -275,6 +343,26 @@ class ChangePlans(ReadPlans):
                 continue
             logs = [(q, log) for q, log in logs if q >= reached]
         return at._replace(log=None, derived=("", 0, 0, 0))
+
+    def _resync_lost(self, lost: list[tuple[str, str]]) -> Plan[None]:
+        """`PresenceResyncRequired` for the logs that no longer hold the entry a reader read
+        last (`(log, place)`), saying whether each was trimmed past it or lost it."""
+        infos = yield Partial(Command("XINFO STREAM", (log,)) for log, _ in lost)
+        log, place = lost[0]
+        info = infos[0]
+        if not isinstance(info, PresenceError) and _trimmed_past(info, place):
+            raise PresenceResyncRequired(
+                f"the event log {log} was trimmed past this cursor: take a fresh snapshot() "
+                "and a fresh cursor (changes(None))"
+            )
+        if isinstance(info, PresenceError) and "no such key" not in str(info).lower():
+            raise info
+        where = "is gone" if isinstance(info, PresenceError) else f"no longer holds {place}"
+        raise PresenceResyncRequired(
+            f"Redis lost events this cursor read: the event log {log} {where}, the last entry "
+            "read there (a failover to a replica that missed the last writes, or keys deleted "
+            "by hand): take a fresh snapshot() and a fresh cursor (changes(None))"
+        )
 
     def _recent_logs(self, oldest_ms: int, queue: str | None) -> Plan[list[str]]:
         """The event logs with an event since `oldest_ms` (one queue's, when given)."""
@@ -312,12 +400,6 @@ class ChangePlans(ReadPlans):
             if last is not None:
                 ends[self.keys.queue_of_events(log)] = last
         return ends
-
-    def _log_start(self, log: str, since: Cursor, oldest: int) -> str:
-        """Where a reader goes on in one log: after the last entry it read, else from the
-        oldest millisecond it may not have read."""
-        entry = since.positions.get(self.keys.queue_of_events(log))
-        return f"({entry}" if entry else f"{max(oldest, 0)}-0"
 
     def _crossed(
         self,

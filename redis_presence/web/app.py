@@ -414,6 +414,13 @@ class Views:
         cursor, source = params.event_cursor(request)
         reads = self.service.reads
         if "text/event-stream" in request.headers.get("accept", ""):
+            if cursor is not None:  # refused here, a 400, not in the stream
+                try:
+                    await reads.check_cursor(cursor, queue=queue, group=group)
+                except (TypeError, ValueError) as exc:
+                    raise BadRequest(source, params.refused(source, exc)) from None
+                except PresenceError:
+                    pass  # Redis cannot say now: the stream tells its status
             feed = self.service.live
             if feed.streams >= feed.max_streams:
                 return JSONResponse(

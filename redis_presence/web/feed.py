@@ -19,8 +19,9 @@ closes. The messages a stream sends:
   answers again (then a ``snapshot`` follows: the page reads what it shows again, and
   consumers lost meanwhile, say in a restart without persistence, disappear);
 * ``snapshot`` ``{"reason", "cursor"}``: what the stream knew cannot go on (the cursor's log
-  was trimmed or Redis lost its data, Redis answers again after an outage, or the stream
-  fell behind): take a fresh read of what you show, then apply the events after `cursor`;
+  was trimmed or Redis lost its data, Redis answers again after an outage, rows the pages
+  show vanished without an event, or the stream fell behind): take a fresh read of what
+  you show, then apply the events after `cursor`;
 * ``rows`` ``{"now_ns", "rows"}``: the current rows, read at `now_ns` (the server's clock),
   of the consumers the poller watches whose last beat or leases changed since its last
   ``rows``: no event carries the beats of an active consumer, so a view ages and counts
@@ -240,6 +241,10 @@ class _Poller:
         self.shows_rows = False
         """Whether a page of its filter showed rows (the groups page shows none): only then
         does it watch the consumers its events make active."""
+        self.missing: dict[_Key, float] = {}
+        """Watched consumers whose rows were gone at the last read of them, with no event
+        (monotonic time then): still gone at the next, after a whole read of the events,
+        they were lost (keys deleted by hand, data lost) and every stream re-reads."""
 
     def watch(self, rows: Sequence[ConsumerPresence]) -> None:
         """Read these rows again at each interval (the most recently shown WATCHED_ROWS)."""
@@ -414,6 +419,7 @@ class _Poller:
                 )
             elif event.kind.value in _UNWATCHING:
                 self.watched.pop(event.key, None)
+                self.missing.pop(event.key, None)
         while len(self.watched) > WATCHED_ROWS:
             del self.watched[next(iter(self.watched))]
         now = time.monotonic()
@@ -452,11 +458,34 @@ class _Poller:
                         "state": row.state.value,
                     }
                 )
-        for key in keys:
-            if key not in found:
-                self.watched.pop(key, None)  # gone: its event says so
         if changed:
             self._send([StreamMessage("rows", {"now_ns": now_ns, "rows": changed})], self.cursor)
+        self._vanished([key for key in keys if key not in found])
+
+    def _vanished(self, gone: list[_Key]) -> None:
+        """Watched consumers whose rows are gone: their event (left, pruned) comes with the
+        next read of the events, which `_deliver` applies first; those still watched at the
+        next read of the rows (and, on a cluster, LOG_LAG_MS later) vanished without one,
+        and every stream takes a fresh read (``snapshot``)."""
+        now = time.monotonic()
+        for key in [key for key in self.missing if key not in gone]:
+            del self.missing[key]
+        lost = []
+        for key in gone:
+            first = self.missing.setdefault(key, now)
+            if first < now and now - first >= self.feed.settle_s:
+                lost.append(key)
+        if lost and self.cursor is not None:
+            for key in lost:
+                self.watched.pop(key, None)
+                del self.missing[key]
+            queue, group, consumer = lost[0]
+            self._restart(
+                self.cursor,
+                f"{len(lost)} consumers shown here vanished without an event (the first: "
+                f"{queue!r} / {group!r} / {consumer!r}): their keys were deleted, or Redis "
+                "lost them",
+            )
 
     # -- a stream resumed from a cursor the poller does not remember
 
@@ -530,6 +559,10 @@ class LiveFeed:
         self._pollers: dict[tuple[str | None, str | None], _Poller] = {}
         self.rereads = hasattr(data.registry, "plans") and hasattr(data.registry, "execute")
         """Whether the registry runs `Planner.rows_of` (the pollers read their rows again)."""
+        clustered = self.rereads and bool(getattr(data.registry.plans, "clustered", False))
+        self.settle_s = LOG_LAG_MS / 1000 if clustered else 0.0
+        """How long a watched row must stay gone before it counts as lost (a cluster's logs
+        may run LOG_LAG_MS ahead of the clock that bounds a read of the events)."""
         self.down_since_ns: int | None = None
         """Since when (the service's clock) Redis cannot be reached, as the pollers and
         the routes saw it; None once a poller's read succeeds."""

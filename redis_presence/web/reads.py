@@ -588,6 +588,15 @@ class PresenceData:
         now_ns, rows = await self.registry.execute(self.registry.plans.rows_of(keys))
         return (now_ns if self._clock is None else self._clock()), rows
 
+    async def check_cursor(
+        self, cursor: str, *, queue: str | None = None, group: str | None = None
+    ) -> None:
+        """`Planner.check_cursor` at now (the fixed clock, or the server's): a `ValueError`
+        naming `cursor` unless `changes` could go on from it with this filter."""
+        now_ns = None if self._clock is None else self._clock()
+        plan = self.registry.plans.check_cursor(cursor, now_ns=now_ns, queue=queue, group=group)
+        await self.registry.execute(plan)
+
     async def changes(
         self,
         cursor: str | None,
