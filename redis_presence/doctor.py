@@ -27,12 +27,14 @@ from typing import Any, NamedTuple
 
 from .errors import (
     PresenceAuthError,
+    PresenceDataError,
     PresenceDataWarning,
     PresenceError,
+    PresenceProtocolError,
     server_answered,
 )
 from .keys import Keyspace
-from .model import DEFAULT_PRESENCE_TTL_MS, Skipped
+from .model import Skipped
 from .plans import Command, Plan
 from .policy import ask, config_value, evicts, info_fields, text
 
@@ -384,25 +386,54 @@ def legacy_index_finding(key: str, groups: int | None, present: bool | None) -> 
 
 def undecodable_finding(skipped: Iterable[Skipped] | None, why: str = "") -> Finding:
     """The keys under the prefix that this package cannot decode (docs/protocol.md, section
-    9): fleet reads set them aside, so their consumers are missing from every answer.
-    `skipped` None: the data could not be read (`why`)."""
+    9): fleet reads set them aside (a whole group, or one consumer of a group), so those
+    consumers are missing from every answer. `skipped` None: the data could not be read
+    (`why`)."""
     if skipped is None:
         return Finding(
             "undecodable",
             Status.SKIP,
             f"the prefix's data not read: {why or 'the user may not read the index'}",
         )
-    keys = [item.key for item in skipped]
-    if not keys:
+    items = list(skipped)
+    if not items:
         return Finding("undecodable", Status.OK, "every indexed group decodes")
-    shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+    whole = [item.key for item in items if item.consumer is None]
+    rows = [f"{item.key} field {item.consumer!r}" for item in items if item.consumer is not None]
+    parts = []
+    if whole:
+        parts.append(
+            f"{len(whole)} key(s) this package cannot decode, set aside by every read: "
+            f"{_first_five(whole)}"
+        )
+    if rows:
+        parts.append(
+            f"{len(rows)} stored value(s) this package cannot decode, those consumers set "
+            f"aside by every read (their groups' others read): {_first_five(rows)}"
+        )
     return Finding(
         "undecodable",
         Status.WARN,
-        f"{len(keys)} key(s) this package cannot decode, set aside by every read: {shown}; "
-        f"first: {skipped_reason(skipped)}",
+        f"{'; '.join(parts)}; first: {skipped_reason(items)}",
         "a client that does not follow docs/protocol.md wrote them (a name encoded with "
-        "JavaScript's encodeURIComponent, say): fix that client, then delete the keys",
+        "JavaScript's encodeURIComponent, say): fix that client, then delete the keys (a "
+        "shared TTL: redis-presence ttl set, or unset)",
+    )
+
+
+def _first_five(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def spoilt_setting_finding(error: PresenceDataError) -> Finding:
+    """A shared setting of the whole prefix (``P:ttl``, ``P:stuck``) this package cannot
+    read: no group is set aside for it, every read that needs it fails."""
+    return Finding(
+        "undecodable",
+        Status.FAIL,
+        str(error),
+        "store the key it names again, or delete it (a shared TTL: redis-presence ttl set, "
+        "or unset; a progress budget: set_stuck_after)",
     )
 
 
@@ -667,19 +698,22 @@ def diagnose(registry: Any) -> list[Finding]:
 
 
 def _undecodable(registry: Any) -> Finding:
-    """What a fleet snapshot and count set aside (skipped when they cannot be read)."""
+    """What a fleet snapshot and `groups()` set aside (skipped when they cannot be read):
+    each group's shared settings, stored values, keys' types and declared minimums."""
     plans = registry.plans
     skipped: list[Skipped] = []
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PresenceDataWarning)
-            for plan in (
-                plans.snapshot(ttl_ms=DEFAULT_PRESENCE_TTL_MS, stuck_after_ms=1),
-                plans.count_active_by_group(ttl_ms=DEFAULT_PRESENCE_TTL_MS),
-            ):
+            for plan in (plans.snapshot(), plans.groups()):
                 skipped += registry.execute(plan).skipped
     except PresenceAuthError:
         return undecodable_finding(None)
+    except PresenceProtocolError as error:
+        return undecodable_finding(None, str(error))
+    except PresenceDataError as error:  # a shared setting of the whole prefix
+        return spoilt_setting_finding(error)
     except PresenceError as error:  # a replica without its primary, say
         return undecodable_finding(None, str(error))
-    return undecodable_finding(list({item.key: item for item in reversed(skipped)}.values())[::-1])
+    unique = {(item.key, item.consumer): item for item in reversed(skipped)}
+    return undecodable_finding(list(unique.values())[::-1])

@@ -38,9 +38,10 @@ class PresenceDataError(PresenceError):
 
 
 class PresenceDataWarning(UserWarning):
-    """A fleet read (snapshot, counts, prune, len, groups) set aside a key it cannot decode
-    (an index member another program spelled, a group with a foreign value or a key of
-    another type) and read every other group; the message names the key."""
+    """A read set aside what it cannot decode (docs/protocol.md, section 9): a whole group in
+    a read of many (an index member another program spelled, a key of another type, a
+    spoilt shared setting), or, in any read, the consumers of a group whose stored values
+    another program wrote; it read all the rest. The message names the key."""
 
 
 class PresenceProtocolError(PresenceDataError):

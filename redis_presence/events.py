@@ -157,9 +157,13 @@ def logged_events(
 def group_event(
     kind: EventKind, gk: GroupKeys, consumer: str, value: Any, ttl_ms: int
 ) -> PresenceEvent | None:
-    """The `stale` / `expired` event of one consumer from its stored value."""
-    parts = (value.decode() if isinstance(value, bytes) else str(value)).split()
+    """The `stale` / `expired` event of one consumer from its stored value (None for a
+    value this package did not write: that consumer is set aside, as a snapshot does)."""
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    parts = text.split(" ")
     if len(parts) not in (STORED_FIELDS, STORED_FIELDS + 1):  # with progress, one more
+        return None
+    if not all(0 < len(part) <= 19 and part.isascii() and part.isdigit() for part in parts):
         return None
     registered, heartbeat, lease = map(int, parts[:STORED_FIELDS])
     at = crossed(kind, heartbeat, ttl_ms)

@@ -307,26 +307,41 @@ def is_stuck(
 
 
 class Skipped(NamedTuple):
-    """What a fleet read set aside instead of failing (docs/protocol.md, section 9): the
-    key (an index member, or a group's hash) it could not decode, and why."""
+    """What a read set aside instead of failing (docs/protocol.md, section 9): the key (an
+    index member, or a group's hash) it could not decode, and why; the group's names (None
+    for an index member another program spelled); and `consumer`, the one row set aside
+    (None: the whole group)."""
 
     key: str
     reason: str
+    queue: str | None = None
+    group: str | None = None
+    consumer: str | None = None
+
+
+def groups_set_aside(skipped: Iterable[Skipped]) -> set[tuple[str, str]]:
+    """The ``(queue, group)`` of each whole group in `skipped`: a view leaves them out (they
+    could not be read), never shows them as groups without consumers."""
+    return {
+        (item.queue, item.group)
+        for item in skipped
+        if item.consumer is None and item.queue is not None and item.group is not None
+    }
 
 
 _Row = TypeVar("_Row")
 
 
 class Rows(list[_Row]):
-    """The rows of a fleet read (`snapshot`, `groups`): a list, with `skipped`, the keys the
-    read set aside (empty when it read everything)."""
+    """The rows of a read (`snapshot`, `groups`): a list, with `skipped`, what the read set
+    aside (whole groups, or single consumers; empty when it read everything)."""
 
     skipped: tuple[Skipped, ...] = ()
 
 
 class Counts(dict[tuple[str, str], int]):
-    """`count_active_by_group`'s answer: a dict, with `skipped`, the keys the read set
-    aside (empty when it read everything)."""
+    """`count_active_by_group`'s answer: a dict, with `skipped`, what the read set aside
+    (empty when it read everything)."""
 
     skipped: tuple[Skipped, ...] = ()
 

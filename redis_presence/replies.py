@@ -123,6 +123,45 @@ def stored_columns(keys: GroupKeys, reply: Any) -> Columns:
     return decoded, registered, heartbeat, lease, progress
 
 
+def sound_columns(
+    keys: GroupKeys, reply: Any
+) -> tuple[Columns, list[tuple[str, PresenceDataError]]]:
+    """`stored_columns` of the consumers whose stored values this package wrote, and the
+    name and data error of each other one (in name order): a spoilt value costs its own
+    row, never its neighbours'. Only a group with one pays for the check of each value."""
+    table = reply if isinstance(reply, dict) else dict(zip(reply[::2], reply[1::2], strict=True))
+    try:
+        return stored_columns(keys, table), []
+    except PresenceDataError:
+        pass
+    sound: dict[Any, Any] = {}
+    bad: list[tuple[str, PresenceDataError]] = []
+    for name in sorted(table):
+        value = table[name]
+        try:
+            stored_heartbeat_ns(keys, name, value)
+            if isinstance(name, bytes):
+                name.decode()
+        except PresenceDataError as error:
+            bad.append((_name(name), error))
+            continue
+        except UnicodeDecodeError:
+            bad.append((_name(name), _not_utf8(keys, name)))
+            continue
+        sound[name] = value
+    return stored_columns(keys, sound), bad
+
+
+def _name(name: Any) -> str:
+    return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+
+
+def _not_utf8(keys: GroupKeys, name: Any) -> PresenceDataError:
+    return PresenceDataError(
+        f"redis-presence key {keys.data} holds a consumer name that is not UTF-8: {name!r:.80}"
+    )
+
+
 def _first_bad(keys: GroupKeys, names: list[Any], values: list[Any]) -> PresenceDataError:
     """The data error for the first stored value that is not one this package wrote, else
     for the first name that is not UTF-8."""
@@ -135,8 +174,5 @@ def _first_bad(keys: GroupKeys, names: list[Any], values: list[Any]) -> Presence
         try:
             name.decode()
         except (AttributeError, UnicodeDecodeError):
-            return PresenceDataError(
-                f"redis-presence key {keys.data} holds a consumer name that is not UTF-8: "
-                f"{name!r:.80}"
-            )
+            return _not_utf8(keys, name)
     return _foreign(keys, names[0], values[0])

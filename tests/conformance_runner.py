@@ -188,4 +188,5 @@ def run(case: dict[str, Any], registry: Any, client: Any | None) -> None:
         named = sorted(key for key in skipped for message in messages if f" {key}: " in message)
         assert (len(messages), named) == (len(skipped), sorted(skipped)), (where, messages)
         if skipped and hasattr(reply_of, "skipped"):
-            assert sorted(s.key for s in reply_of.skipped) == sorted(skipped), where
+            # One key a group: a group whose consumers were set aside one by one lists each.
+            assert sorted({s.key for s in reply_of.skipped}) == sorted(skipped), where

@@ -219,6 +219,10 @@ def test_every_operation_on_the_bad_group_alone_changes_nothing(
             )
     if corruption.key == BAD.events:
         del calls["heartbeat"]  # "w" is active: its beat logs nothing, so never meets the log
+    if corruption.field is not None:
+        # A spoilt value costs its own row only, in a read of its group too (issue 30, item 3:
+        # tests/test_spoilt_data.py).
+        del calls["snapshot of the group"]
     for name, call in calls.items():
         with pytest.raises(PresenceDataError, match=corruption.message()):
             call()

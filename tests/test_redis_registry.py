@@ -287,10 +287,13 @@ def test_a_stored_value_another_program_wrote_is_a_data_error_for_readers(
     client.hset("presence:{orders}:billing:c", "w2", "not three numbers")
     before = dump(client)
     with pytest.raises(PresenceDataError, match='did not write: "not three numbers"'):
-        registry.snapshot(now_ns=T0, queue="orders", group="billing")
-    # A fleet read sets the group aside, naming it (issue 23, item 3).
-    with pytest.warns(PresenceDataWarning, match='did not write: "not three numbers"'):
-        assert registry.snapshot(now_ns=T0) == []
+        registry.consumer("orders", "billing", "w2", now_ns=T0)
+    # Every read of the group sets that consumer aside, naming it, and reads the others
+    # (issue 23, item 3; issue 30, item 3: not the whole group).
+    for queue, group in (("orders", "billing"), (None, None)):
+        with pytest.warns(PresenceDataWarning, match='did not write: "not three numbers"'):
+            rows = registry.snapshot(now_ns=T0, queue=queue, group=group)
+        assert [row.key for row in rows] == [("orders", "billing", "w1")]
     assert dump(client) == before
 
 

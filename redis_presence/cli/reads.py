@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from redis_presence.model import ConsumerPresence, PresenceState
+from redis_presence.model import ConsumerPresence, PresenceState, groups_set_aside
 
 if TYPE_CHECKING:
     from redis_presence.contract import PresenceRegistry
@@ -94,15 +94,17 @@ def consumers(
 def active_counts(
     registry: PresenceRegistry, selection: Selection, *, now_ns: int | None, ttl_ms: int | None
 ) -> dict[tuple[str, str], int]:
-    """Active consumers per selected `(queue, group)`; tracked groups without one count 0."""
+    """Active consumers per selected `(queue, group)`; tracked groups without one count 0. A
+    group a read set aside is left out (never shown as a group without consumers)."""
     counts = registry.count_active_by_group(
         now_ns=now_ns, ttl_ms=ttl_ms, queue=selection.queue, group=selection.group
     )
     tracked = consumers(registry, selection, now_ns=now_ns, ttl_ms=ttl_ms, states=False)
+    aside = groups_set_aside(getattr(counts, "skipped", ()))  # the counts could not read them
     groups = {(row.queue, row.group): 0 for row in tracked}
     groups.update((key, 0) for key in declared(registry, selection))
     groups.update(counts)
-    return groups
+    return {key: n for key, n in groups.items() if key not in aside}
 
 
 def declared(registry: PresenceRegistry, selection: Selection) -> dict[tuple[str, str], int]:

@@ -31,7 +31,7 @@ from ..events import (
 )
 from ..keys import GroupKeys
 from ..model import NS_PER_MS, ConsumerPresence, Skipped
-from ..replies import server_now_ns, stored_columns
+from ..replies import server_now_ns, sound_columns
 from ..validation import check_consumer_key, check_filter, check_name, check_now_ns
 from .core import _report, _text, heartbeat_of
 from .reads import ReadPlans
@@ -153,7 +153,9 @@ class ChangePlans(ReadPlans):
         """The server clock and the current rows, at it, of the named `(queue, group,
         consumer)` that are still tracked, under each group's shared TTL (what a live view
         re-reads of the rows it shows: events carry no beat of an active consumer). One
-        ``HMGET`` per group and `Limits.consumers` names, in one round trip."""
+        ``HMGET`` per group and `Limits.consumers` names, in one round trip. A group whose
+        shared TTL, or a consumer whose stored value, this package cannot read is set aside
+        (`PresenceDataWarning`), as a snapshot does."""
         by_group: dict[tuple[str, str], list[str]] = {}
         for queue, group, consumer in keys:
             checked = check_consumer_key(queue, group, consumer)
@@ -167,13 +169,16 @@ class ChangePlans(ReadPlans):
         now = server_now_ns(*clock)
         if not by_group:
             return now, []
-        groups = [self.keys.group(*name) for name in by_group]
-        ttls = yield from self._shared_ttls(groups)
+        skipped: list[Skipped] = []
+        named = {self.keys.group(*name): names for name, names in by_group.items()}
+        groups, ttls = self._keep(
+            list(named), (yield from self._settled_ttls(list(named))), skipped
+        )
         most = self.limits.consumers
         asked = [
-            (gk, names[start : start + most])
-            for gk, names in zip(groups, by_group.values(), strict=True)
-            for start in range(0, len(names), most)
+            (gk, named[gk][start : start + most])
+            for gk in groups
+            for start in range(0, len(named[gk]), most)
         ]
         replies = yield [Command("HMGET", (gk.data, *names)) for gk, names in asked]
         tables: dict[GroupKeys, dict[Any, Any]] = {}
@@ -184,8 +189,10 @@ class ChangePlans(ReadPlans):
                     table[name.encode() if isinstance(value, bytes) else name] = value
         out: list[ConsumerPresence] = []
         for gk, ttl in zip(groups, ttls, strict=True):
-            columns = stored_columns(gk, tables.get(gk, {}))
+            columns, bad = sound_columns(gk, tables.get(gk, {}))
+            skipped += (Skipped(gk.data, str(e), gk.queue, gk.group, c) for c, e in bad)
             out += ConsumerPresence.columns(gk.queue, gk.group, *columns, now_ns=now, ttl_ms=ttl)
+        _report(skipped)
         return now, out
 
     def snapshot_cursor(
@@ -423,7 +430,10 @@ class ChangePlans(ReadPlans):
             groups, going_on = yield from self._listed(
                 queue, group, None, skipped, start=member or None
             )
-            ttls = yield from self._ttls_for(groups, None)
+            # A group whose shared TTL cannot be read: set aside (its data error, when it is
+            # the one group the changes are read of).
+            aside = None if queue is not None and group is not None else skipped
+            groups, ttls = yield from self._sound_ttls(groups, None, aside)
             # (group, kind number, ttl, low, high, first score, how many at it to skip), in
             # the order events are given: a round reads them all at once, and the first
             # that has more than a page (or the limit) is where the next round goes on.

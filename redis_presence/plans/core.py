@@ -55,17 +55,29 @@ TtlSource = str
 
 
 def _unique(skipped: list[Skipped]) -> tuple[Skipped, ...]:
-    """What a read set aside, once per key (the first reason found for it)."""
-    return tuple({item.key: item for item in reversed(skipped)}.values())[::-1]
+    """What a read set aside, once per key and consumer (the first reason found for it)."""
+    return tuple({(item.key, item.consumer): item for item in reversed(skipped)}.values())[::-1]
 
 
 def _report(skipped: list[Skipped]) -> None:
-    """One `PresenceDataWarning` for each key a read set aside."""
-    for item in _unique(skipped):
-        warnings.warn(
-            PresenceDataWarning(f"redis-presence set aside {item.key}: {item.reason}"),
-            stacklevel=2,
-        )
+    """One `PresenceDataWarning` for each key a read set aside: the whole group, or the
+    consumers of it it set aside (how many, and the first one's reason)."""
+    whole: dict[str, Skipped] = {}
+    rows: dict[str, list[Skipped]] = {}
+    found = _unique(skipped)
+    for item in found:
+        if item.consumer is None:
+            whole.setdefault(item.key, item)
+        else:
+            rows.setdefault(item.key, []).append(item)
+    for key in dict.fromkeys(item.key for item in found):  # in the order they were found
+        if key in whole:
+            said = whole[key].reason
+        else:
+            n = len(rows[key])
+            consumers = "1 consumer" if n == 1 else f"{n} consumers"
+            said = f"{consumers}, read the group's others: {rows[key][0].reason}"
+        warnings.warn(PresenceDataWarning(f"redis-presence set aside {key}: {said}"), stacklevel=2)
 
 
 def _text(value: Any) -> str:
@@ -75,6 +87,20 @@ def _text(value: Any) -> str:
 def heartbeat_of(event: PresenceEvent) -> int:
     """The last heartbeat a derived event carries (it always carries one)."""
     return event.last_heartbeat_ns or 0
+
+
+class Spoilt(NamedTuple):
+    """A shared setting this package cannot read (a value or a key type it did not write):
+    why, kept by the cache of settings as a value is, raised afresh where it is needed."""
+
+    reason: str
+
+    def error(self) -> PresenceDataError:
+        return PresenceDataError(self.reason)
+
+
+Setting = int | Spoilt | None
+"""A shared setting as read: the stored ms, Spoilt, or None (nothing stored)."""
 
 
 class _Refusal(NamedTuple):
@@ -103,15 +129,16 @@ def _check_protocol(key: str, reply: Any) -> None:
         )
 
 
-def _stored_ttl(key: str, reply: Any) -> int | None:
-    """A stored shared TTL (None when none is stored); anything else is a data error."""
+def _stored_ttl(key: str, reply: Any, what: str = "a TTL") -> int | None:
+    """A stored shared TTL or progress budget (`what`; None when none is stored); anything
+    else is a data error."""
     if reply is None:
         return None
     try:
         return check_ttl_ms(int(reply))
     except (TypeError, ValueError):
         raise PresenceDataError(
-            f"{key} holds a TTL this package did not write: {reply!r:.40}"
+            f"{key} holds {what} this package did not write: {reply!r:.40}"
         ) from None
 
 
@@ -172,10 +199,11 @@ class PlannerCore:
         self._beat_calls: dict[tuple[str, str], _BeatArgs] = {}
         self._beat_script = script("heartbeat")
         # Shared TTLs read from Redis: None (the prefix's) or a group's hash key -> (the
-        # stored ms, None when none is stored; when it was read, monotonic ns).
-        self._ttls: dict[str | None, tuple[int | None, int]] = {}
+        # stored ms, None when none is stored, Spoilt when it cannot be read; when it was
+        # read, monotonic ns).
+        self._ttls: dict[str | None, tuple[Setting, int]] = {}
         # The shared progress budgets, read with the TTLs: (the stored ms or None, when).
-        self._stucks: dict[str | None, tuple[int | None, int]] = {}
+        self._stucks: dict[str | None, tuple[Setting, int]] = {}
         # When this planner last checked ``P:protocol`` (monotonic ns; None: never).
         self._protocol_at: int | None = None
         self._claimed = False  # whether a beat of this planner claimed it (SET NX)

@@ -10,8 +10,8 @@ from typing import Any
 
 from ..errors import PresenceDataError, PresenceError
 from ..keys import GroupKeys
-from ..model import GroupPresence, GroupsPage, PresenceState, Rows, Skipped
-from ..replies import stored_columns
+from ..model import GroupPresence, GroupsPage, PresenceState, Rows, Skipped, groups_set_aside
+from ..replies import sound_columns
 from ..validation import (
     check_filter,
     check_min_active,
@@ -124,12 +124,18 @@ class DeclaredPlans(ReadPlans):
             cursors: dict[int, int] = dict.fromkeys(range(len(keys)), 0)
             while cursors:
                 order = list(cursors)
-                replies = yield [
+                replies = yield Partial(
                     Command("HSCAN", (keys[i], cursors[i], "COUNT", self.limits.consumers))
                     for i in order
-                ]
+                )
                 going_on: dict[int, int] = {}
-                for i, (cursor, part) in zip(order, replies, strict=True):
+                for i, reply in zip(order, replies, strict=True):
+                    if isinstance(reply, PresenceDataError):  # a key of another type
+                        skipped.append(Skipped(keys[i], str(reply), queues[i]))
+                        continue
+                    if isinstance(reply, PresenceError):
+                        raise reply
+                    cursor, part = reply
                     table = (
                         part
                         if isinstance(part, dict)
@@ -139,7 +145,7 @@ class DeclaredPlans(ReadPlans):
                         try:
                             found[(queues[i], _text(name))] = _stored_min(keys[i], name, least)
                         except PresenceDataError as error:
-                            skipped.append(Skipped(keys[i], str(error)))
+                            skipped.append(Skipped(keys[i], str(error), queues[i]))
                     if int(cursor):
                         going_on[i] = int(cursor)
                 cursors = going_on
@@ -178,7 +184,8 @@ class DeclaredPlans(ReadPlans):
         while True:
             groups, after = yield from self._listed(None, None, after, skipped)
             if groups:
-                ttls = yield from self._ttls_for(groups, ttl_ms)
+                groups, ttls = yield from self._sound_ttls(groups, ttl_ms, skipped)
+            if groups:
                 horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
                 # Each group's size (and, with details, its oldest beat) with both counts'
                 # first requests, in one batch.
@@ -199,10 +206,8 @@ class DeclaredPlans(ReadPlans):
                         )
                     ]
                     replies = yield Partial([*sizes, *counting])
-                    for reply in replies[: 2 * n]:  # these raise, as in a batch of their own
-                        if isinstance(reply, PresenceError):
-                            raise reply
-                    cards, firsts = replies[0 : 2 * n : 2], replies[1 : 2 * n : 2]
+                    cards = self._set_aside(groups, replies[0 : 2 * n : 2], skipped)
+                    firsts = self._set_aside(groups, replies[1 : 2 * n : 2], skipped)
                     counted = replies[2 * n :]
                 else:
                     replies = yield Partial(
@@ -221,7 +226,7 @@ class DeclaredPlans(ReadPlans):
                         card is not None and b is not None and int(card) > b
                         for card, b in zip(cards, alive, strict=True)
                     ]
-                    lost = yield from self._expired_leases(groups, highs, dead)
+                    lost = yield from self._expired_leases(groups, highs, dead, skipped)
                     for gk, first, held in zip(groups, firsts, lost, strict=True):
                         extra[(gk.queue, gk.group)] = (_lowest_score_ns(first), held)
             if after is None:
@@ -229,7 +234,8 @@ class DeclaredPlans(ReadPlans):
         _report(skipped)
         out: Rows[GroupPresence] = Rows()
         nothing: tuple[int | None, int] = (None, 0)
-        for key in sorted(counts.keys() | declared.keys()):
+        # A group set aside is left out, declared or not: never shown without consumers.
+        for key in sorted((counts.keys() | declared.keys()) - groups_set_aside(skipped)):
             n_active, n_stale, n_expired = counts.get(key, (0, 0, 0))
             more: tuple[int | None, int | None] = (
                 extra.get(key, nothing) if details else (None, None)
@@ -248,8 +254,8 @@ class DeclaredPlans(ReadPlans):
         cards = yield from self._sound(
             groups, [Command("ZCARD", (gk.hb,)) for gk in groups], skipped
         )
-        active = yield from self._above(groups, [h[0] for h in horizons], skipped)
-        alive = yield from self._above(groups, [h[1] for h in horizons], skipped)
+        active = yield from self._above(groups, [h[0] for h in horizons], skipped, skipped)
+        alive = yield from self._above(groups, [h[1] for h in horizons], skipped, skipped)
         return [
             None if card is None or a is None or b is None else (a, b - a, int(card) - b)
             for card, a, b in zip(cards, active, alive, strict=True)
@@ -376,12 +382,16 @@ class DeclaredPlans(ReadPlans):
             while wanted and len(picked) <= limit:
                 chunk, wanted = wanted[: limit + 1 - len(picked)], wanted[limit + 1 - len(picked) :]
                 tracked = [gk for gk in chunk if gk.member in seen]
+                # A group set aside (None) is left out, declared or not.
                 counted: dict[str, tuple[int, int, int] | None] = {}
                 if tracked:
-                    ttls = yield from self._ttls_for(tracked, ttl_ms)
+                    lost: list[Skipped] = []
+                    sound, ttls = yield from self._sound_ttls(tracked, ttl_ms, lost)
+                    skipped += lost
+                    counted.update((s.key, None) for s in lost)
                     horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
-                    found = yield from self._tally(tracked, horizons, skipped)
-                    counted.update(zip((gk.member for gk in tracked), found, strict=True))
+                    found = yield from self._tally(sound, horizons, skipped)
+                    counted.update(zip((gk.member for gk in sound), found, strict=True))
                 for gk in chunk:
                     if gk.member in counted and counted[gk.member] is None:
                         continue  # set aside: its data cannot be read
@@ -401,12 +411,17 @@ class DeclaredPlans(ReadPlans):
         return GroupsPage(shown[::-1] if reverse else shown, len(picked) > limit)
 
     def _expired_leases(
-        self, groups: list[GroupKeys], horizons: list[int], dead: list[bool]
+        self,
+        groups: list[GroupKeys],
+        horizons: list[int],
+        dead: list[bool],
+        skipped: list[Skipped],
     ) -> Plan[list[int]]:
         """The leases held by each group's consumers whose last beat is at or before its
         horizon (ns), for the groups with an expired consumer (`dead`; the others hold
         none): the names up to the horizon's microsecond, `Limits.consumers` a command, and
-        their stored values (``HMGET``), which say the beat to the nanosecond."""
+        their stored values (``HMGET``), which say the beat to the nanosecond. A consumer
+        whose stored value cannot be decoded is set aside in `skipped`, uncounted."""
         most = self.limits.consumers
         edges = [horizon // 1_000 for horizon in horizons]
         held = [0] * len(groups)
@@ -424,7 +439,9 @@ class DeclaredPlans(ReadPlans):
             going_on: dict[int, int] = {}
             for (i, names), stored in zip(found, values, strict=True):
                 table = {n: v for n, v in zip(names, stored, strict=True) if v is not None}
-                _, _, beats, leases, _ = stored_columns(groups[i], table)
+                gk = groups[i]
+                (_, _, beats, leases, _), bad = sound_columns(gk, table)
+                skipped += (Skipped(gk.data, str(e), gk.queue, gk.group, c) for c, e in bad)
                 edge = horizons[i]
                 held[i] += sum(n for beat, n in zip(beats, leases, strict=True) if beat <= edge)
                 if len(names) == most:

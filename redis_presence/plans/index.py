@@ -117,7 +117,7 @@ class IndexPlans(PlannerCore):
         out: list[Any] = []
         for gk, reply in zip(groups, replies, strict=True):
             if isinstance(reply, PresenceDataError):
-                aside.append(Skipped(gk.data, str(reply)))
+                aside.append(Skipped(gk.data, str(reply), gk.queue, gk.group))
                 out.append(None)
             elif isinstance(reply, PresenceError):
                 raise reply

@@ -25,7 +25,7 @@ from ..model import (
     Skipped,
     gc_paused,
 )
-from ..replies import Columns, stored_columns, stored_heartbeat_ns
+from ..replies import Columns, sound_columns, stored_columns, stored_heartbeat_ns
 from ..validation import (
     ConsumerKey,
     check_consumer_key,
@@ -35,7 +35,7 @@ from ..validation import (
     check_optional_stuck_after_ms,
     check_optional_ttl_ms,
 )
-from .core import _report, _text, _unique, heartbeat_of
+from .core import Spoilt, _report, _text, _unique, heartbeat_of
 from .requests import Command, Partial, Plan, Request, RowStream
 from .settings import SettingsPlans
 
@@ -64,6 +64,13 @@ def _meta_of(
     except PresenceDataError as error:
         unreadable[gk.queue, gk.group, name] = str(error)
         return NO_META
+
+
+def _sound_columns(gk: GroupKeys, table: Any, skipped: list[Skipped]) -> Columns:
+    """`sound_columns` of one group, each consumer it cannot decode set aside in `skipped`."""
+    columns, bad = sound_columns(gk, table)
+    skipped += (Skipped(gk.data, str(error), gk.queue, gk.group, name) for name, error in bad)
+    return columns
 
 
 def _by_names(item: tuple[GroupKeys, list[ConsumerPresence]]) -> tuple[str, str]:
@@ -136,7 +143,11 @@ class ReadPlans(SettingsPlans):
         Every row is aged against one instant, `now_ns` or the server clock read once first,
         and classified with `ttl_ms`, or with each group's shared TTL when it is None; `stuck`
         is judged with `stuck_after_ms`, or each group's shared budget when it is None
-        (`set_stuck_after`). With `with_meta`, each row's `meta` is read too (``HMGET`` of at
+        (`set_stuck_after`). What it cannot decode is set aside, with a `PresenceDataWarning`
+        (docs/protocol.md, section 9): a consumer whose stored value another program wrote
+        (its group's others are read), and, unless one group is named, a group with a key of
+        another type or a spoilt shared setting (one named group raises its data error).
+        With `with_meta`, each row's `meta` is read too (``HMGET`` of at
         most `Limits.consumers` names a command); without it, no metadata is read. Metadata
         this package did not write is a `PresenceMetaError` once every row was read (those
         consumers' `meta` empty; `snapshot` hands every row to the error).
@@ -170,7 +181,9 @@ class ReadPlans(SettingsPlans):
     ) -> Plan[None]:
         now = yield from self._now(now_ns)
         after: Any = None
-        # A read of one named group fails on its bad data; a fleet read sets it aside.
+        # A read of one named group fails on its group's bad data (a key of another type, a
+        # shared setting it cannot read); a fleet read sets that group aside. A stored
+        # value it cannot read costs its own row only, in either (`_read`).
         aside = None if queue is not None and group is not None else skipped
         while True:
             groups, after = yield from self._listed(queue, group, after, skipped)
@@ -191,19 +204,39 @@ class ReadPlans(SettingsPlans):
                 groups = [groups[i] for i in kept]
                 if asks is not None and also:
                     self._take_shared(asks, replies[n:], {gk.data for gk in groups})
+                sized = dict(zip(groups, (int(sizes[i]) for i in kept), strict=True))
                 seen = asks.seen if asks is not None else {}  # what this plan saw or read
-                ttls = (
+                ttls: list[int | Spoilt] = (
                     [ttl_ms] * len(groups)
                     if ttl_ms is not None
-                    else self._cached(seen["ttl"], DEFAULT_PRESENCE_TTL_MS, groups)
+                    else self._settled(seen["ttl"], DEFAULT_PRESENCE_TTL_MS, groups, "ttl")
                 )
-                stucks = (
+                stucks: list[int | Spoilt] = (
                     [stuck_after_ms] * len(groups)
                     if stuck_after_ms is not None
-                    else self._cached(seen["stuck"], DEFAULT_STUCK_AFTER_MS, groups)
+                    else self._settled(seen["stuck"], DEFAULT_STUCK_AFTER_MS, groups, "stuck")
                 )
-                sized = [int(sizes[i]) for i in kept]
-                yield from self._read(groups, sized, ttls, now, out, stucks, unreadable, aside)
+                settings = [
+                    t if isinstance(t, Spoilt) else (u if isinstance(u, Spoilt) else (t, u))
+                    for t, u in zip(ttls, stucks, strict=True)
+                ]
+                # A group whose shared setting cannot be read: its data error when it is
+                # the one group named, else it is set aside.
+                if aside is None:
+                    for setting in settings:
+                        if isinstance(setting, Spoilt):
+                            raise setting.error()
+                groups, pairs = self._keep(groups, settings, [] if aside is None else aside)
+                yield from self._read(
+                    groups,
+                    [sized[gk] for gk in groups],
+                    [t for t, _ in pairs],
+                    now,
+                    out,
+                    skipped,
+                    [u for _, u in pairs],
+                    unreadable,
+                )
             if after is None:
                 _report(skipped)
                 return
@@ -215,16 +248,16 @@ class ReadPlans(SettingsPlans):
         ttls: list[int],
         now_ns: int,
         out: list[tuple[GroupKeys, list[ConsumerPresence]]],
+        skipped: list[Skipped],
         stucks: list[int] | None = None,
         unreadable: dict[tuple[str, str, str], str] | None = None,
-        aside: list[Skipped] | None = None,
     ) -> Plan[None]:
         """Read groups of known sizes in order, a window of them per round trip: each small
         group in one ``HGETALL``, each large one in ``HSCAN`` steps; a group goes to `out`
         once it is complete and every group before it is out. With `unreadable` (a dict),
-        each row's metadata is read too, and what cannot be decoded is noted there. With
-        `aside`, a group whose stored values this package cannot decode is set aside there
-        instead of failing."""
+        each row's metadata is read too, and what cannot be decoded is noted there. A
+        consumer whose stored value this package cannot decode is set aside in `skipped`,
+        and the group's other consumers are read (docs/protocol.md, section 9)."""
         most = self.limits.consumers
         ttl_of = dict(zip(groups, ttls, strict=True))
         stuck_of = dict(zip(groups, stucks or [DEFAULT_STUCK_AFTER_MS] * len(groups), strict=True))
@@ -265,12 +298,7 @@ class ReadPlans(SettingsPlans):
                 finished = []
                 while window and window[0].done:
                     done = window.popleft()
-                    try:
-                        finished.append((done.gk, stored_columns(done.gk, done.table)))
-                    except PresenceDataError as error:
-                        if aside is None:
-                            raise
-                        aside.append(Skipped(done.gk.data, str(error)))
+                    finished.append((done.gk, _sound_columns(done.gk, done.table, skipped)))
                     done.table = {}
             metas = None if unreadable is None else (yield from self._metas(finished, unreadable))
             with gc_paused():
@@ -340,8 +368,8 @@ class ReadPlans(SettingsPlans):
         while True:
             groups, after = yield from self._listed(queue, group, after, skipped)
             if groups:
-                ttls = yield from self._ttls_for(groups, ttl_ms)
-                found = yield from self._active(groups, now, ttls, aside)
+                groups, ttls = yield from self._sound_ttls(groups, ttl_ms, aside)
+                found = yield from self._active(groups, now, ttls, aside, skipped)
                 counts.update(
                     ((gk.queue, gk.group), n)
                     for gk, n in zip(groups, found, strict=True)
@@ -445,7 +473,8 @@ class ReadPlans(SettingsPlans):
     ) -> Plan[list[GroupLog]]:
         now = yield from self._now(now_ns)
         ttls = yield from self._ttls_for(gks, ttl_ms)
-        actives = yield from self._active(gks, now, ttls)
+        skipped: list[Skipped] = []  # consumers whose stored values cannot be read
+        actives = yield from self._active(gks, now, ttls, None, skipped)
         queues = list(dict.fromkeys(gk.queue for gk in gks))
         logs = [self.keys.queue_events(q) for q in queues]
         reads = yield [Command("XREVRANGE", (log, "+", "-", "COUNT", most)) for log in logs]
@@ -493,7 +522,12 @@ class ReadPlans(SettingsPlans):
         stored: list[dict[str, object]] = [{} for _ in gks]
         for (i, part), got in zip(asks, values, strict=True):
             for name, value in zip(part, got, strict=True):
-                hb = None if value is None else stored_heartbeat_ns(gks[i], name, value)
+                try:
+                    hb = None if value is None else stored_heartbeat_ns(gks[i], name, value)
+                except PresenceDataError as error:
+                    gk = gks[i]
+                    skipped.append(Skipped(gk.data, str(error), gk.queue, gk.group, name))
+                    continue  # its heartbeat unknown: its timeline is its events alone
                 beats[i][name] = hb
                 if value is not None:
                     stored[i][name] = value
@@ -524,12 +558,15 @@ class ReadPlans(SettingsPlans):
                     capped=any(len(names[j]) >= line for j in (2 * i, 2 * i + 1)),
                 )
             )
+        _report(skipped)
         return out
 
     def _count_one(self, gk: GroupKeys, now_ns: int | None, ttl_ms: int | None) -> Plan[int]:
         now = yield from self._now(now_ns)
         ttls = yield from self._ttls_for([gk], ttl_ms)
-        (found,) = yield from self._active([gk], now, ttls)
+        skipped: list[Skipped] = []
+        (found,) = yield from self._active([gk], now, ttls, None, skipped)
+        _report(skipped)
         return found or 0
 
     def _active(
@@ -537,23 +574,29 @@ class ReadPlans(SettingsPlans):
         groups: list[GroupKeys],
         now_ns: int,
         ttls: list[int],
-        aside: list[Skipped] | None = None,
+        aside: list[Skipped] | None,
+        skipped: list[Skipped],
     ) -> Plan[list[int | None]]:
         """Active consumers of each group under its TTL (`_above` its active horizon)."""
         horizons = [PresenceState.horizons_ns(now_ns, ttl)[0] for ttl in ttls]
-        return (yield from self._above(groups, horizons, aside))
+        return (yield from self._above(groups, horizons, aside, skipped))
 
     def _above(
-        self, groups: list[GroupKeys], horizons: list[int], aside: list[Skipped] | None = None
+        self,
+        groups: list[GroupKeys],
+        horizons: list[int],
+        aside: list[Skipped] | None,
+        skipped: list[Skipped],
     ) -> Plan[list[int | None]]:
         """Consumers of each group whose last beat is after its horizon (ns): ``ZCOUNT`` of
         the scores above the horizon's microsecond, plus those on it whose nanosecond rest is
         above the horizon's (read from their stored values, `Limits.consumers` at a time).
-        With `aside`, a group with a key or a value this package cannot decode counts None
-        and is set aside there instead of failing."""
+        With `aside`, a group with a key of another type counts None and is set aside there
+        instead of failing; a consumer on the horizon whose stored value this package cannot
+        decode is not counted, and set aside in `skipped`."""
         pairs = [gk for gk in groups for _ in (0, 1)]
         replies = yield from self._sound(pairs, self._above_asks(groups, horizons), aside)
-        return (yield from self._above_rest(groups, horizons, replies, aside))
+        return (yield from self._above_rest(groups, horizons, replies, skipped))
 
     def _above_asks(self, groups: list[GroupKeys], horizons: list[int]) -> list[Request]:
         """The first requests of `_above`: two per group (``ZCOUNT``, then the ties)."""
@@ -572,9 +615,11 @@ class ReadPlans(SettingsPlans):
         groups: list[GroupKeys],
         horizons: list[int],
         replies: list[Any],
-        aside: list[Skipped] | None,
+        skipped: list[Skipped],
     ) -> Plan[list[int | None]]:
-        """`_above` from the replies to its first requests (None for a group set aside)."""
+        """`_above` from the replies to its first requests (None for a group set aside; a
+        consumer on the horizon whose stored value cannot be decoded set aside in
+        `skipped`, uncounted)."""
         edges = [horizon // 1_000 for horizon in horizons]
         most = self.limits.consumers
         counts: list[int | None] = [
@@ -605,10 +650,10 @@ class ReadPlans(SettingsPlans):
                     try:
                         beat = stored_heartbeat_ns(groups[i], name, value)
                     except PresenceDataError as error:
-                        if aside is None:
-                            raise
-                        aside.append(Skipped(groups[i].data, str(error)))
-                        counts[i] = None
+                        gk = groups[i]
+                        skipped.append(
+                            Skipped(gk.data, str(error), gk.queue, gk.group, _text(name))
+                        )
                         continue
                     if beat > horizons[i]:
                         counts[i] = (counts[i] or 0) + 1

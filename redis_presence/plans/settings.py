@@ -5,21 +5,48 @@ and the cache of them every write and read consults (`TTL_CACHE_MS`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
-from ..errors import PresenceError
+from ..errors import PresenceDataError, PresenceError
 from ..keys import GroupKeys
-from ..model import DEFAULT_PRESENCE_TTL_MS, DEFAULT_STUCK_AFTER_MS, NS_PER_MS
+from ..model import DEFAULT_PRESENCE_TTL_MS, DEFAULT_STUCK_AFTER_MS, NS_PER_MS, Skipped
 from ..validation import (
     check_filter,
     check_name,
     check_optional_stuck_after_ms,
     check_optional_ttl_ms,
 )
-from .core import TtlSource, _check_protocol, _stored_ttl
+from .core import Setting, Spoilt, TtlSource, _check_protocol, _stored_ttl
 from .index import IndexPlans
 from .limits import MAX_CACHED_GROUPS, TTL_CACHE_MS
-from .requests import Command, Plan, Request
+from .requests import Command, Partial, Plan, Request
+
+V = TypeVar("V")
+
+_WHAT = {"ttl": "a TTL", "stuck": "a progress budget"}
+"""How a data error names each kind of shared setting."""
+
+
+def _setting(key: str, reply: Any, kind: str) -> Setting:
+    """A stored setting as the cache keeps it: the ms, None (nothing stored), or `Spoilt`
+    (a value, or a key type, this package did not write)."""
+    if isinstance(reply, PresenceDataError):  # a key of another type (WRONGTYPE)
+        return Spoilt(f"{key} holds another type of data than {_WHAT[kind]}: {reply}")
+    try:
+        return _stored_ttl(key, reply, _WHAT[kind])
+    except PresenceDataError as error:
+        return Spoilt(str(error))
+
+
+def _prefix_error(spoilt: Spoilt, kind: str) -> PresenceDataError:
+    """The data error of a spoilt prefix-wide setting: every group without its own uses it,
+    so it is no group's to set aside (docs/protocol.md, section 8)."""
+    fix = "set_ttl, or redis-presence ttl set / unset" if kind == "ttl" else "set_stuck_after"
+    return PresenceDataError(
+        f"{spoilt.reason}; it is the prefix's shared {_WHAT[kind][2:]}, which every group "
+        f"without its own uses, so every read that needs it fails until it is stored again "
+        f"or deleted ({fix})"
+    )
 
 
 class SharedAsks(NamedTuple):
@@ -28,9 +55,9 @@ class SharedAsks(NamedTuple):
     requests: tuple[Request, ...]
     protocol: bool
     """Whether the first request reads ``P:protocol``."""
-    asks: list[tuple[dict[str | None, tuple[int | None, int]], str | None, str, str]]
+    asks: list[tuple[dict[str | None, tuple[Setting, int]], str | None, str, str]]
     """Each other request's cache, member (None: the prefix's), key and kind."""
-    seen: dict[str, dict[str | None, tuple[int | None, int]]]
+    seen: dict[str, dict[str | None, tuple[Setting, int]]]
     """What the plan goes on with, by kind (``"ttl"``, ``"stuck"``): the entries that were
     fresh when it asked, then its replies (`_take_shared`). Its own, not the cache: another
     plan may empty the cache while this one waits on Redis."""
@@ -77,7 +104,7 @@ class SettingsPlans(IndexPlans):
         """The shared progress budget of one group (or of the prefix), read now, and where it
         comes from: ``"group"``, ``"prefix"`` or ``"default"`` (DEFAULT_STUCK_AFTER_MS)."""
         key = self._setting_key(queue, group, "stuck")
-        return self._read_setting(key, self.keys.stuck, DEFAULT_STUCK_AFTER_MS)
+        return self._read_setting(key, self.keys.stuck, DEFAULT_STUCK_AFTER_MS, "stuck")
 
     def ttl(
         self, queue: str | None = None, group: str | None = None
@@ -110,16 +137,21 @@ class SettingsPlans(IndexPlans):
         asks = yield from self._refresh_shared(groups, ttls=not stucks, stucks=stucks)
         known = asks.seen[kind]
         own = None if gk is None else known[gk.data][0]
+        if isinstance(own, Spoilt):
+            raise own.error()
         if own is not None:
             return own, "group"
         shared = known[None][0]
+        if isinstance(shared, Spoilt):
+            raise _prefix_error(shared, kind)
         return (default, "default") if shared is None else (shared, "prefix")
 
     def ttl_sources(
         self, groups: Iterable[tuple[str, str]]
     ) -> Plan[dict[tuple[str, str], tuple[int, TtlSource]]]:
         """`ttl` of each `(queue, group)`, read now: one ``GET`` a group (and one of the
-        prefix), `Limits.rows` of them a round trip."""
+        prefix), `Limits.rows` of them a round trip. A group whose own TTL this package
+        cannot read is left out (a read of many groups sets it aside)."""
         pairs = list(
             dict.fromkeys((check_name("queue", q), check_name("group", g)) for q, g in groups)
         )
@@ -129,7 +161,9 @@ class SettingsPlans(IndexPlans):
         self, pairs: list[tuple[str, str]]
     ) -> Plan[dict[tuple[str, str], tuple[int, TtlSource]]]:
         (prefix,) = yield [Command("GET", (self.keys.ttl,))]
-        shared = _stored_ttl(self.keys.ttl, prefix)
+        shared = _setting(self.keys.ttl, prefix, "ttl")
+        if isinstance(shared, Spoilt):
+            raise _prefix_error(shared, "ttl")
         found: dict[tuple[str, str], tuple[int, TtlSource]] = {}
         fallback: tuple[int, TtlSource] = (
             (DEFAULT_PRESENCE_TTL_MS, "default") if shared is None else (shared, "prefix")
@@ -138,21 +172,36 @@ class SettingsPlans(IndexPlans):
         for start in range(0, len(pairs), step):
             part = pairs[start : start + step]
             keys = [self.keys.group(q, g).ttl for q, g in part]
-            replies = yield [Command("GET", (key,)) for key in keys]
+            replies = yield Partial(Command("GET", (key,)) for key in keys)
             for pair, key, reply in zip(part, keys, replies, strict=True):
-                own = _stored_ttl(key, reply)
-                found[pair] = fallback if own is None else (own, "group")
+                if isinstance(reply, PresenceError) and not isinstance(reply, PresenceDataError):
+                    raise reply
+                own = _setting(key, reply, "ttl")
+                if not isinstance(own, Spoilt):
+                    found[pair] = fallback if own is None else (own, "group")
         return found
 
     def _read_ttl(self, key: str) -> Plan[tuple[int, TtlSource]]:
-        return self._read_setting(key, self.keys.ttl, DEFAULT_PRESENCE_TTL_MS)
+        return self._read_setting(key, self.keys.ttl, DEFAULT_PRESENCE_TTL_MS, "ttl")
 
-    def _read_setting(self, key: str, prefix_key: str, default: int) -> Plan[tuple[int, TtlSource]]:
+    def _read_setting(
+        self, key: str, prefix_key: str, default: int, kind: str
+    ) -> Plan[tuple[int, TtlSource]]:
+        """The setting of one group (or of the prefix), read now: a spoilt one of the group
+        is its data error, a spoilt one of the prefix raises when the group has none."""
         keys = [prefix_key] if key == prefix_key else [prefix_key, key]
-        replies = yield [Command("GET", (k,)) for k in keys]
-        stored = [_stored_ttl(k, r) for k, r in zip(keys, replies, strict=True)]
-        if len(stored) == 2 and stored[1] is not None:
-            return stored[1], "group"
+        replies = yield Partial(Command("GET", (k,)) for k in keys)
+        for reply in replies:
+            if isinstance(reply, PresenceError) and not isinstance(reply, PresenceDataError):
+                raise reply
+        stored = [_setting(k, r, kind) for k, r in zip(keys, replies, strict=True)]
+        own = stored[1] if len(stored) == 2 else None
+        if isinstance(own, Spoilt):
+            raise own.error()
+        if own is not None:
+            return own, "group"
+        if isinstance(stored[0], Spoilt):
+            raise _prefix_error(stored[0], kind)
         if stored[0] is not None:
             return stored[0], "prefix"
         return default, "default"
@@ -184,24 +233,84 @@ class SettingsPlans(IndexPlans):
 
     def _shared_ttls(self, groups: Sequence[GroupKeys]) -> Plan[list[int]]:
         """Each group's shared TTL (its own, else the prefix's, else the default), from what
-        this planner read in the last TTL_CACHE_MS, reading the rest in one batch."""
+        this planner read in the last TTL_CACHE_MS, reading the rest in one batch; a TTL it
+        cannot read is a `PresenceDataError`."""
         asks = yield from self._refresh_shared(groups, stucks=False)
-        return self._cached(asks.seen["ttl"], DEFAULT_PRESENCE_TTL_MS, groups)
+        return self._cached(asks.seen["ttl"], DEFAULT_PRESENCE_TTL_MS, groups, "ttl")
+
+    def _settled_ttls(self, groups: Sequence[GroupKeys]) -> Plan[list[int | Spoilt]]:
+        """`_shared_ttls`, with `Spoilt` for a group whose own TTL cannot be read (a spoilt
+        prefix TTL still raises: `_settled`)."""
+        asks = yield from self._refresh_shared(groups, stucks=False)
+        return self._settled(asks.seen["ttl"], DEFAULT_PRESENCE_TTL_MS, groups, "ttl")
 
     def _shared_stucks(self, groups: Sequence[GroupKeys]) -> Plan[list[int]]:
         """Each group's shared progress budget (its own, else the prefix's, else
         DEFAULT_STUCK_AFTER_MS), cached and read as the TTLs are."""
         asks = yield from self._refresh_shared(groups, stucks=True)
-        return self._cached(asks.seen["stuck"], DEFAULT_STUCK_AFTER_MS, groups)
+        return self._cached(asks.seen["stuck"], DEFAULT_STUCK_AFTER_MS, groups, "stuck")
 
-    @staticmethod
+    @classmethod
     def _cached(
-        known: dict[str | None, tuple[int | None, int]], default: int, groups: Sequence[GroupKeys]
+        cls,
+        known: dict[str | None, tuple[Setting, int]],
+        default: int,
+        groups: Sequence[GroupKeys],
+        kind: str,
     ) -> list[int]:
         """Each group's setting from what a plan just saw or read (`SharedAsks.seen`): its
-        own, else the prefix's, else `default`."""
-        default = known[None][0] or default
-        return [known[gk.data][0] or default for gk in groups]
+        own, else the prefix's, else `default`; one that cannot be read raises."""
+        found = cls._settled(known, default, groups, kind)
+        for value in found:
+            if isinstance(value, Spoilt):
+                raise value.error()
+        return found  # type: ignore[return-value]  # no Spoilt left
+
+    @staticmethod
+    def _settled(
+        known: dict[str | None, tuple[Setting, int]],
+        default: int,
+        groups: Sequence[GroupKeys],
+        kind: str,
+    ) -> list[int | Spoilt]:
+        """`_cached`, with `Spoilt` for a group whose own setting cannot be read (its
+        group's alone: a read of many sets that group aside). A spoilt setting of the
+        prefix raises when a group has none of its own: it concerns them all."""
+        prefix = known[None][0]
+        out: list[int | Spoilt] = []
+        for gk in groups:
+            own = known[gk.data][0]
+            if own is None:
+                if isinstance(prefix, Spoilt):
+                    raise _prefix_error(prefix, kind)
+                own = default if prefix is None else prefix
+            out.append(own)
+        return out
+
+    @staticmethod
+    def _keep(
+        groups: Sequence[GroupKeys], settings: Sequence[V | Spoilt], aside: list[Skipped]
+    ) -> tuple[list[GroupKeys], list[V]]:
+        """The groups whose settings could be read, with them; the others set aside in
+        `aside` (each with why)."""
+        kept: list[GroupKeys] = []
+        values: list[V] = []
+        for gk, value in zip(groups, settings, strict=True):
+            if isinstance(value, Spoilt):
+                aside.append(Skipped(gk.data, value.reason, gk.queue, gk.group))
+            else:
+                kept.append(gk)
+                values.append(value)
+        return kept, values
+
+    def _sound_ttls(
+        self, groups: list[GroupKeys], ttl_ms: int | None, aside: list[Skipped] | None
+    ) -> Plan[tuple[list[GroupKeys], list[int]]]:
+        """`_ttls_for`, for a read that sets aside (in `aside`) a group whose own shared
+        TTL cannot be read, and reads the others; `aside` None: that raises."""
+        if ttl_ms is not None or aside is None:
+            return groups, (yield from self._ttls_for(groups, ttl_ms))
+        return self._keep(groups, (yield from self._settled_ttls(groups)), aside)
 
     def _ttls_and_stucks(
         self, groups: Sequence[GroupKeys], ttl_ms: int | None, stuck_after_ms: int | None
@@ -227,7 +336,7 @@ class SettingsPlans(IndexPlans):
         TTL_CACHE_MS; the asks, whose `seen` holds every setting asked for."""
         asks = self._shared_asks(groups, ttls=ttls, stucks=stucks)
         if asks.requests:
-            self._take_shared(asks, (yield list(asks.requests)))
+            self._take_shared(asks, (yield Partial(asks.requests)))
         return asks
 
     def _shared_asks(
@@ -246,8 +355,8 @@ class SettingsPlans(IndexPlans):
         if len(self._ttls) + len(self._stucks) + len(groups) > MAX_CACHED_GROUPS:
             self._ttls.clear()  # start over, as the single-beat cache does
             self._stucks.clear()
-        asks: list[tuple[dict[str | None, tuple[int | None, int]], str | None, str, str]] = []
-        seen: dict[str, dict[str | None, tuple[int | None, int]]] = {}
+        asks: list[tuple[dict[str | None, tuple[Setting, int]], str | None, str, str]] = []
+        seen: dict[str, dict[str | None, tuple[Setting, int]]] = {}
         for cache, kind in caches:
             wanted: list[str | None] = [None, *dict.fromkeys(gk.data for gk in groups)]
             fresh = seen[kind] = {}
@@ -270,7 +379,9 @@ class SettingsPlans(IndexPlans):
         self, asks: SharedAsks, replies: Sequence[Any], only: set[str] | None = None
     ) -> None:
         """Keep the replies to `asks` (with `only`, of those groups' members and the
-        prefix's only: what the plan went on to read; an error reply among them raises)."""
+        prefix's only: what the plan went on to read). A setting this package cannot read
+        (a value, or a key of another type) is kept as `Spoilt`, for the plan to raise or
+        set its group aside; any other error reply among them raises."""
         read_at = self._clock()
         skip = 1 if asks.protocol else 0
         kept = [
@@ -278,15 +389,17 @@ class SettingsPlans(IndexPlans):
             for i, reply in enumerate(replies)
             if i < skip or only is None or asks.asks[i - skip][1] in (None, *only)
         ]
-        for reply in kept:  # error replies come back in place from a `Partial` batch
+        for i, reply in enumerate(kept):  # error replies come back in place (`Partial`)
             if isinstance(reply, PresenceError):
+                if i >= skip and isinstance(reply, PresenceDataError):
+                    continue  # a setting's key of another type: Spoilt, below
                 raise reply
         if asks.protocol:
             _check_protocol(self.keys.protocol, replies[0])
             self._protocol_at = read_at
         for (cache, member, key, kind), reply in zip(asks.asks, replies[skip:], strict=True):
             if only is None or member is None or member in only:
-                cache[member] = asks.seen[kind][member] = (_stored_ttl(key, reply), read_at)
+                cache[member] = asks.seen[kind][member] = (_setting(key, reply, kind), read_at)
 
     def _trusted_until(self, gk: GroupKeys) -> int:  # the TTL cache is refreshed as a whole
         """Until when (monotonic ns) the TTL this planner read for `gk` may be trusted."""

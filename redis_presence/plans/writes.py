@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from itertools import groupby
 from typing import Any
 
-from ..errors import PresenceBatchError, PresenceError
+from ..errors import PresenceBatchError, PresenceDataError, PresenceError
 from ..events import EVENT_LOG_TTL_MS
 from ..keys import INDEX_MARK_MS, GroupKeys, encode_meta
 from ..model import NS_PER_MS, Skipped
@@ -25,7 +25,7 @@ from ..validation import (
     check_now_ns,
     check_optional_ttl_ms,
 )
-from .core import _BeatArgs, _none, _now_arg, _queue, _refusals, _report
+from .core import Spoilt, _BeatArgs, _none, _now_arg, _queue, _refusals, _report
 from .limits import MAX_CACHED_GROUPS
 from .requests import Command, Partial, Plan, Request, ScriptCall, Single
 from .settings import SettingsPlans
@@ -159,7 +159,20 @@ class WritePlans(SettingsPlans):
             if name not in group_of:
                 group_of[name] = self.keys.group(*name)
         every = list(group_of.values())
-        ttl_of = dict(zip(group_of, (yield from self._shared_ttls(every)), strict=True))
+        # A group whose shared TTL cannot be read is refused (its beats unwritten), and
+        # every other group written: bad data costs only what it spoils.
+        ttl_of: dict[tuple[str, str], int] = {}
+        failed: dict[tuple[str, str], PresenceError] = {}
+        for name, ttl in zip(group_of, (yield from self._settled_ttls(every)), strict=True):
+            if isinstance(ttl, Spoilt):
+                failed[name] = ttl.error()
+            else:
+                ttl_of[name] = ttl
+        unwritten: list[ConsumerKey] = []
+        total = len(beats)
+        if failed:
+            unwritten += ((b[0], b[1], b[2]) for b in beats if (b[0], b[1]) in failed)
+            beats = [beat for beat in beats if (beat[0], beat[1]) not in failed]
         calls: list[Request] = []
         called: list[tuple[list[tuple[str, str]], Sequence[Beat | DelayedBeat]]] = []
         per_queue = (
@@ -189,9 +202,7 @@ class WritePlans(SettingsPlans):
                 calls.append(self._call("heartbeat_many", keys, args, pack=self._packed))
                 called.append((names, batch))
         # Each call on its own: one refused call (or group) must not hide what the others wrote.
-        replies = yield Partial(calls) if len(calls) > 1 else calls
-        failed: dict[tuple[str, str], PresenceError] = {}
-        unwritten: list[ConsumerKey] = []
+        replies = (yield Partial(calls) if len(calls) > 1 else calls) if calls else []
         unlisted: list[GroupKeys] = []
         logged: list[tuple[str, int]] = []
         for (names, batch), reply in zip(called, replies, strict=True):
@@ -216,13 +227,17 @@ class WritePlans(SettingsPlans):
                 logged.append((group_of[names[0]].events, int(reply[1])))
         if self.clustered:
             yield from self._list_on_cluster(unlisted, logged)
-        if len(unwritten) < len(beats):
+        if len(unwritten) < total:
             yield from self._claim()
-        if len(unwritten) == len(beats) and all(isinstance(r, PresenceError) for r in replies):
+        if (
+            len(unwritten) == total
+            and replies
+            and all(isinstance(r, PresenceError) for r in replies)
+        ):
             raise replies[0]  # every call was refused whole (out of memory, say)
         if failed:
-            raise PresenceBatchError(failed, len(beats) - len(unwritten), unwritten)
-        return len(beats)
+            raise PresenceBatchError(failed, total - len(unwritten), unwritten)
+        return total
 
     def deregister(
         self, queue: str, group: str, consumer: str, now_ns: int | None = None
@@ -333,7 +348,15 @@ class WritePlans(SettingsPlans):
         aside: list[Skipped] = []
         while True:
             groups, after = yield from self._listed(queue, group, after, aside)
-            ttl_of = dict(zip(groups, (yield from self._ttls_for(groups, ttl_ms)), strict=True))
+            # A group whose shared TTL cannot be read is left in place, and named (as a group
+            # with a key of another type is), and every other group pruned.
+            spoilt: list[Skipped] = []
+            groups, ttls = yield from self._sound_ttls(groups, ttl_ms, spoilt)
+            for item in spoilt:
+                failed.setdefault(
+                    (item.queue or "", item.group or ""), PresenceDataError(item.reason)
+                )
+            ttl_of = dict(zip(groups, ttls, strict=True))
             # Per queue on a cluster (one slot a call): each part goes on from where the
             # budget of its last call ran out (a group, and an offset among its ties).
             # At most `Limits.prune_groups` groups a call.

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import warnings
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import count, groupby
@@ -51,9 +52,14 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from redis_presence import AsyncRedisPresenceRegistry, ConsumerPresence, PresenceState
-from redis_presence.errors import PresenceMetaError
+from redis_presence.errors import (
+    PresenceDataError,
+    PresenceDataWarning,
+    PresenceMetaError,
+    PresenceProtocolError,
+)
 from redis_presence.events import PresenceEvent
-from redis_presence.model import GroupPresence
+from redis_presence.model import GroupPresence, groups_set_aside
 
 from .paging import Cursor, Page, PageAsk, group_key
 from .selection import ConsumerFilter, GroupFilter, PageCollector, page_of
@@ -480,8 +486,14 @@ class PresenceData:
         the package's bounded chunks) from the cursor's group towards the page's side until
         the page is full, then the other way until a match shows there is a page beyond the
         cursor (any listed group has a consumer, so without a filter of states or names the
-        first one does). At most FLEET_READS of them at once."""
+        first one does). At most FLEET_READS of them at once. A group whose own data cannot
+        be read (a key of another type, a shared setting) is set aside, as a fleet read
+        sets it aside."""
         ttl = await self.ttl()
+        # The prefix's settings first (cached): a spoilt one of them fails the whole list,
+        # so a group read's data error below is that group's own.
+        registry = self.registry
+        await registry.execute(registry.plans.stuck_after_in_use())
         now = await self.now_ns()
         collector = PageCollector(where, cursor=cursor, limit=limit)
         meta_errors: dict[tuple[str, str, str], str] = {}
@@ -537,6 +549,13 @@ class PresenceData:
                     chunk = []
         except PresenceMetaError as exc:  # raised once every row was handed out
             meta_errors.update(exc.unreadable)
+        except PresenceDataError as exc:  # this group's own data: set aside, and said
+            if isinstance(exc, PresenceProtocolError):
+                raise
+            member = self.registry.plans.keys.group(*key).member
+            warnings.warn(
+                PresenceDataWarning(f"redis-presence set aside {member}: {exc}"), stacklevel=2
+            )
         collector.feed(chunk)
 
     async def group(
@@ -575,7 +594,10 @@ class PresenceData:
             now, groups, ttl = await self.groups(details=True)
             return now, ttl, groups, ()
         reading, declared = await asyncio.gather(self.rows(max_age_s=0), self.registry.expected())
-        stats = stats_from_rows(reading.rows, declared)
+        # A group the snapshot set aside is left out, never shown as one without consumers.
+        aside = groups_set_aside(getattr(reading.rows, "skipped", ()))
+        shown = {key: least for key, least in declared.items() if key not in aside}
+        stats = stats_from_rows(reading.rows, shown)
         return reading.now_ns, reading.ttl, stats, reading.rows
 
     # -- events -----------------------------------------------------------------------
