@@ -13,16 +13,22 @@ a write checks it first, read when the planner has not read it for TTL_CACHE_MS.
 
 from __future__ import annotations
 
+import asyncio
+import html
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from backends import dump, make_registry, raw_client
 from test_cli import invoke, one_error_line
+from test_web_api import make_client, metric_samples
 
-from redis_presence import PresenceProtocolError, RedisPresenceRegistry
+from redis_presence import AsyncRedisPresenceRegistry, PresenceProtocolError, RedisPresenceRegistry
 from redis_presence.keys import Keyspace, encode_name
 from redis_presence.plans import TTL_CACHE_MS, Plan, Planner
+from redis_presence.web import feed as live_events
+from redis_presence.web.feed import StreamMessage
+from redis_presence.web.reads import PresenceData
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -232,3 +238,66 @@ def test_the_cli_says_which_version_wrote_the_prefix_in_one_line(
     assert result.exit_code == 5, result.output
     assert REFUSED in one_error_line(result)
     assert dump(redis_client) == before
+
+
+# -- the web service ---------------------------------------------------------------------
+
+API = ["/api/v1/groups", "/api/v1/consumers", "/api/v1/groups/q/g", "/api/v1/events"]
+PAGES = ["/", "/consumers", "/group?queue=q&group=g", "/consumer?queue=q&group=g&consumer=c"]
+
+
+@pytest.mark.redis_server
+@pytest.mark.parametrize("ttl_ms", [None, 10_000], ids=["shared-ttl", "ttl-ms"])
+def test_the_web_service_says_which_version_wrote_the_prefix_and_that_redis_is_up(
+    redis_url: str, redis_client: Any, ttl_ms: int | None
+) -> None:
+    """Before: /api/v1/events answered 200 (the other version's logs read as this one's),
+    and /metrics said ``redis_presence_up 0``, which reads as Redis down."""
+    registry = RedisPresenceRegistry(redis_client)
+    seed(registry.execute, registry.plans, redis_client)
+    with make_client(redis_url, ttl_ms=ttl_ms) as web:
+        for path in API:
+            response = web.get(path)
+            assert response.status_code == 502, path
+            body = response.json()
+            assert body["error"] == "other_protocol_version", path
+            assert REFUSED in body["message"], path
+            assert "since_ns" not in body  # not an outage
+        for path in PAGES:
+            twin = web.get(path, headers={"Accept": "application/json"})
+            assert (twin.status_code, twin.json()["error"]) == (502, "other_protocol_version")
+            page = web.get(path)
+            assert page.status_code == 502, path
+            assert "text/html" in page.headers["content-type"]
+            assert REFUSED in html.unescape(page.text), path
+        samples = metric_samples(web.get("/metrics").text)
+        assert samples["redis_presence_up"] == {(): 1.0}
+        assert samples["redis_presence_protocol_mismatch"] == {(): 1.0}
+        assert "redis_presence_group_active" not in samples  # nothing is claimed
+        redis_client.set("presence:protocol", "1")  # back: read again, no mismatch
+        samples = metric_samples(web.get("/metrics").text)
+        assert samples["redis_presence_protocol_mismatch"] == {(): 0.0}
+        assert samples["redis_presence_group_active"] == {(("group", "g"), ("queue", "q")): 0.0}
+
+
+@pytest.mark.redis_server
+def test_the_event_stream_says_the_prefix_is_another_versions_not_that_redis_is_down(
+    redis_url: str, redis_client: Any
+) -> None:
+    registry = RedisPresenceRegistry(redis_client)
+    seed(registry.execute, registry.plans, redis_client)
+
+    async def run() -> StreamMessage:
+        reader = AsyncRedisPresenceRegistry.from_url(redis_url)
+        data = PresenceData(reader, ttl_ms=None)
+        messages = live_events.stream(data, None, interval_s=0.01)
+        try:
+            return await anext(messages)
+        finally:
+            await messages.aclose()
+            await reader.aclose()
+
+    status = asyncio.run(run())
+    assert status.event == "status"
+    assert status.data["redis_up"] is True
+    assert REFUSED in str(status.data["message"])
