@@ -137,6 +137,7 @@ READS: dict[str, Callable[[Any], object]] = {
     ),
     "count_active_by_group (ttl_ms)": lambda r: r.count_active_by_group(now_ns=T0, ttl_ms=1),
     "groups": lambda r: r.groups(now_ns=T0),
+    "expected": lambda r: r.expected(),
     "len": len,
     "changes": lambda r: r.changes(),
 }

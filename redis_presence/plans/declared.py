@@ -125,9 +125,11 @@ class DeclaredPlans(ReadPlans):
         low = "-"
         page = self.limits.groups
         while True:
-            (members,) = yield [
-                Command("ZRANGEBYLEX", (self.keys.expects, low, "+", "LIMIT", 0, page))
+            members, *version = yield [
+                Command("ZRANGEBYLEX", (self.keys.expects, low, "+", "LIMIT", 0, page)),
+                *self._protocol_asks(),  # with the first page (as the index of groups)
             ]
+            self._protocol_took(version)
             every = [_text(member) for member in members]
             keys, queues = [], []
             for key in every:
