@@ -90,13 +90,19 @@ class RawPresence:
     def keys(self) -> Keyspace:
         return Keyspace(self.prefix)
 
+    def _tail(self) -> list[str]:
+        """The KEYS after the groups' on a standalone server: the indexes, the epoch marker
+        and the protocol version (``lua/lib.lua``)."""
+        space = self.keys
+        return [space.groups, space.events, space.epoch, space.protocol]
+
     def beat_args(
         self, queue: str, group: str, consumer: str, lease: int, now_ns: int | None
     ) -> tuple[list[str], list[str | int]]:
         """KEYS and ARGV of ``lua/heartbeat.lua`` (one beat, standalone server)."""
         gk = self.keys.group(queue, group)
         now = "" if now_ns is None else str(now_ns)
-        keys = [gk.hb, gk.data, gk.mark, gk.events, self.keys.groups, self.keys.events]
+        keys = [gk.hb, gk.data, gk.mark, gk.events, gk.meta, *self._tail()]
         return keys, [TTL_MS, 10_000, 86_400_000, DEFAULT_MAX_FUTURE_MS, now, consumer, lease]
 
     def heartbeat_args(
@@ -113,9 +119,9 @@ class RawPresence:
             if number is None:
                 number = numbers[(queue, group)] = len(numbers) + 1
                 gk = space.group(queue, group)
-                keys += (gk.hb, gk.data, gk.mark, gk.events)
+                keys += (gk.hb, gk.data, gk.mark, gk.events, gk.meta)
             tail += (number, consumer, lease, delay_us, "")  # no progress
-        keys += (space.groups, space.events)
+        keys += self._tail()
         now = "" if now_ns is None else str(now_ns)
         guard = DEFAULT_MAX_FUTURE_MS
         return keys, [now, 60_000, 10_000, 86_400_000, guard, *([TTL_MS] * len(numbers)), *tail]

@@ -1,18 +1,17 @@
 -- deregister.lua: forget one consumer (graceful shutdown) and its metadata, and log that it
 -- left.
 -- KEYS: group_keys(1) and meta_key(1) of lib.lua (sorted set, hash, index mark, event log,
---       metadata), then INDEX, EVENTS and EPOCH on a
---       standalone server
+--       metadata), then INDEX, EVENTS, EPOCH and the protocol version on a standalone
+--       server
 -- ARGV[1] consumer, ARGV[2] now_ns as a decimal string, or '' for the server clock (the
 -- instant of the `left` event), ARGV[3] how many entries the event log keeps, ARGV[4] how
 -- long it lasts after its last entry, in ms
 -- Returns {existed (0/1), emptied (0/1), logged}: emptied = 1 asks the caller to remove
 -- the group from the index itself, and logged (the millisecond of the event, 0 when the
 -- consumer was not tracked) to list the log in the event index (only on a cluster).
--- Refused before anything is written: a key of another type, a stored value this package
--- did not write.
-meta_layout()
-local err = expect_types(1, KEYS_PER_GROUP, {'zset', 'hash', 'string', 'stream', 'hash'})
+-- Refused before anything is written: a prefix of another protocol version (check_protocol,
+-- standalone only), a key of another type, a stored value this package did not write.
+local err = check_protocol(PROTOCOL_AT) or expect_types(1, KEYS_PER_GROUP, {'zset', 'hash', 'string', 'stream', 'hash'})
   or (INDEX and check_indexes())
 if err then return err end
 

@@ -1,7 +1,8 @@
 -- heartbeat.lua: record or refresh one consumer (what heartbeat() sends: the hot path of
 -- every broker, so it does the least that keeps the contract, the index and the events).
--- KEYS: group_keys(1) of lib.lua (sorted set, hash, index mark, event log), then INDEX, EVENTS
---       and EPOCH on a standalone server
+-- KEYS: group_keys(1) and meta_key(1) of lib.lua (sorted set, hash, index mark, event log,
+--       metadata: not used here), then INDEX, EVENTS, EPOCH and the protocol version on a
+--       standalone server
 -- ARGV[1] the group's shared TTL in ms, ARGV[2] how many entries the event log keeps,
 --         ARGV[3] how long it lasts after its last entry, in ms
 -- ARGV[4] the clock guard: the most ms an explicit now_ns may be ahead of the server clock
@@ -16,10 +17,13 @@
 --
 -- Events: joined (a consumer this group did not hold) and recovered (one that was not
 -- active at this instant, under the TTL); an active consumer's beat writes nothing more.
--- Refused before anything is written: a now_ns too far ahead (future_problem), a key of
+-- Refused before anything is written: a prefix of another protocol version (check_protocol,
+-- standalone only), a now_ns too far ahead (future_problem), a key of
 -- another type (ZSCORE, or TYPE for a mark, checks the index, read_beat the hash, check_log
 -- the log, only when an event is due, and ZADD, the first write, the sorted set) and a
 -- stored value this package did not write (read_beat).
+local refused = check_protocol(PROTOCOL_AT)
+if refused then return refused end
 local future = future_problem(ARGV[5], ARGV[4])
 if future then return redis.error_reply(future) end
 local _, data, mark = group_keys(1)

@@ -1,8 +1,8 @@
 -- heartbeat_many.lua: record or refresh a batch of consumers of one queue (or of every
 -- queue on a standalone server), each beat applied atomically. heartbeat_many() and the
 -- reporters' flushes send it; a single heartbeat() sends heartbeat.lua.
--- KEYS: group_keys(g) of lib.lua for each group g = 1..GROUPS, then INDEX, EVENTS and EPOCH on a
---       standalone server
+-- KEYS: group_keys(g) and meta_key(g) of lib.lua for each group g = 1..GROUPS (metadata: not
+--       used here), then INDEX, EVENTS, EPOCH and the protocol version on a standalone server
 -- ARGV[1] now_ns as a decimal string, or '' for the server clock (TIME)
 -- ARGV[2] lifetime of an index mark in milliseconds (used on a cluster only)
 -- ARGV[3] how many entries an event log keeps, ARGV[4] how long it lasts after its last
@@ -26,10 +26,13 @@
 -- one TYPE (the indexes, each mark, sorted set, hash and log) and every beat's stored value
 -- is read and checked: a group with a key of another type is refused whole, a consumer
 -- whose stored value this package did not write has its beats refused, and everything
--- else is written; the reply says what was refused and why. A now_ns too far ahead of the
--- server clock, or an index of another type, refuses the whole call.
+-- else is written; the reply says what was refused and why. A prefix of another protocol
+-- version (check_protocol, standalone only), a now_ns too far ahead of the server clock, or
+-- an index of another type, refuses the whole call.
 local mark_ms, kept, log_ms, max_future = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local first = 6 + GROUPS  -- ARGV position of the first beat
+local refused = check_protocol(PROTOCOL_AT)
+if refused then return refused end
 local future = future_problem(ARGV[1], max_future)
 if future then return redis.error_reply(future) end
 if INDEX then

@@ -1,23 +1,28 @@
 -- lib.lua: helpers prepended to every operation script by redis_presence/scripts.py.
 --
--- KEYS, in every script: four keys per group, group_keys(g) for g = 1..GROUPS (its sorted
--- set of heartbeats, its hash of stored values, its index mark, its queue's event log), and
--- a fifth, meta_key(g) (its hash of metadata), in the scripts that call meta_layout() first
--- (describe, deregister, prune: the heartbeats never touch metadata), and,
--- on a standalone server only, the index of groups (INDEX: a sorted set whose members, all
--- of score 0, are the groups' hash keys), the index of event logs (EVENTS) and the epoch
--- marker (EPOCH, a string: see mark_epoch) last. A
--- script runs on a Redis Cluster exactly when it receives no INDEX: both indexes live in
--- other slots there, and the caller maintains them (docs/index-protocol.md).
+-- KEYS, in every script that works on groups: five keys per group, group_keys(g) and
+-- meta_key(g) for g = 1..GROUPS (its sorted set of heartbeats, its hash of stored values, its
+-- index mark, its queue's event log and its hash of metadata; the heartbeats never touch
+-- metadata), and, on a standalone server only, the index of groups (INDEX: a sorted set
+-- whose members, all of score 0, are the groups' hash keys), the index of event logs
+-- (EVENTS), the epoch marker (EPOCH, a string: see mark_epoch) and the prefix's protocol
+-- version (at PROTOCOL_AT: a string, see check_protocol) last. A script runs on a Redis Cluster exactly
+-- when it receives no INDEX: the indexes and the version live in other slots there, and
+-- the caller maintains the indexes (docs/index-protocol.md) and checks the version.
 --
 -- Timestamps never pass through a double above 2^53: a nanosecond timestamp is split into
 -- whole microseconds (exact as a double and as a sorted-set score) and the 0..999 ns rest.
 
-local KEYS_PER_GROUP = 4
+local KEYS_PER_GROUP = 5
 local GROUPS = math.floor(#KEYS / KEYS_PER_GROUP)
 local INDEX = KEYS[GROUPS * KEYS_PER_GROUP + 1]
 local EVENTS = KEYS[GROUPS * KEYS_PER_GROUP + 2]
 local EPOCH = KEYS[GROUPS * KEYS_PER_GROUP + 3]
+local PROTOCOL_AT = GROUPS * KEYS_PER_GROUP + 4  -- where the version is in KEYS (standalone)
+
+-- The protocol version these scripts read and write (PROTOCOL_VERSION of
+-- redis_presence/keys.py; docs/protocol.md, section 1).
+local VERSION = '1'
 
 -- The keys of group g: (sorted set, hash, index mark, event log) and the position of the
 -- first in KEYS.
@@ -26,17 +31,7 @@ local function group_keys(g)
   return KEYS[i + 1], KEYS[i + 2], KEYS[i + 3], KEYS[i + 4], i + 1
 end
 
--- Five keys per group: what a script that touches metadata calls before anything else.
-local function meta_layout()
-  KEYS_PER_GROUP = 5
-  GROUPS = math.floor(#KEYS / KEYS_PER_GROUP)
-  INDEX = KEYS[GROUPS * KEYS_PER_GROUP + 1]
-  EVENTS = KEYS[GROUPS * KEYS_PER_GROUP + 2]
-  EPOCH = KEYS[GROUPS * KEYS_PER_GROUP + 3]
-end
-
--- The hash of metadata of group g (consumer -> META_VALUE of redis_presence/keys.py), in a
--- script that called meta_layout().
+-- The hash of metadata of group g (consumer -> META_VALUE of redis_presence/keys.py).
 local function meta_key(g)
   return KEYS[KEYS_PER_GROUP * (g - 1) + 5]
 end
@@ -147,6 +142,22 @@ local function quoted(text)
   return '"' .. string.gsub(text, '[%c"\\]', function(c)
     return string.format('\\x%02x', string.byte(c))
   end) .. '"'
+end
+
+-- Refuse a prefix whose protocol version, KEYS[i] (absent on a cluster: nil is returned),
+-- names another version than VERSION, before anything is written: the error reply, or nil
+-- (an absent version is this one). One GET, in the same script as the write, so a
+-- migration that sets another version cannot slip between the check and the write.
+local function check_protocol(i)
+  if not KEYS[i] then return nil end
+  local found = redis.pcall('GET', KEYS[i])
+  if type(found) == 'table' then return failed(found, i, 'string') end
+  if found and found ~= VERSION then
+    return redis.error_reply('PRESENCEPROTOCOL ' .. KEYS[i]
+      .. ' says this prefix was written by protocol version ' .. quoted(string.sub(found, 1, 40))
+      .. '; this package speaks version ' .. VERSION .. ' (docs/protocol.md)')
+  end
+  return nil
 end
 
 -- Why field `field` of KEYS[i] (a hash of stored values) is refused: its `value` is not one

@@ -1,7 +1,7 @@
 -- prune.lua: remove the expired consumers of the given groups (and their metadata), visiting
 -- at most a budget, and log who was pruned.
 -- KEYS: group_keys(g) and meta_key(g) of lib.lua for each group g = 1..GROUPS, then INDEX,
---       EVENTS and EPOCH on a standalone server
+--       EVENTS, EPOCH and the protocol version on a standalone server
 -- ARGV[1] now_ns as a decimal string (the caller reads the server clock once for a whole
 --         prune); ARGV[2] budget: the most consumers this call visits; ARGV[3] and ARGV[4]
 --         where group 1 resumes: how many consumers below the horizon's microsecond it
@@ -23,10 +23,10 @@
 -- in place for a spoilt value, skipped by offset).
 -- Isolation: a group with a key of another type is refused whole, and an expired consumer
 -- whose stored value this package did not write is left in place (nothing of either
--- changes; the reply says why); everything else is pruned. An index of another type
--- refuses the whole call.
-meta_layout()
-local err = INDEX and check_indexes()
+-- changes; the reply says why); everything else is pruned. A prefix of another protocol
+-- version (check_protocol, standalone only) or an index of another type refuses the whole
+-- call.
+local err = check_protocol(PROTOCOL_AT) or (INDEX and check_indexes())
 if err then return err end
 
 local now_us, now_rest, now = now_parts(ARGV[1])

@@ -46,8 +46,9 @@ class PresenceDataWarning(UserWarning):
 
 class PresenceProtocolError(PresenceDataError):
     """The prefix's ``P:protocol`` key names a protocol version this package does not speak
-    (docs/protocol.md): another client, of another release or language, writes this prefix
-    in a format this one cannot read or write safely. Nothing was written."""
+    (docs/protocol.md): another client, of another release or language, wrote this prefix
+    in a format this one cannot read or write safely; the message names that version. A
+    write refused for it wrote nothing (the check and the write are one script)."""
 
 
 class PresenceMetaError(PresenceDataError):
@@ -198,14 +199,18 @@ OUT_OF_MEMORY = (
 
 DATA_REFUSAL = "PRESENCEDATA "
 CLOCK_REFUSAL = "PRESENCECLOCK "
+PROTOCOL_REFUSAL = "PRESENCEPROTOCOL "
 """How a script's error reply starts when it refuses a stored value this package did not
-write, or a ``now_ns`` too far ahead of the server clock (``lua/lib.lua``)."""
+write, a ``now_ns`` too far ahead of the server clock, or a prefix of another protocol
+version (``lua/lib.lua``)."""
 
 
 def refusal(message: str) -> PresenceError:
     """The package's exception for a script's refusal, whether it came back as an error reply
     or, for one group of a batch, inside the reply (``WRONGTYPE ...``, ``PRESENCEDATA ...``,
-    ``PRESENCECLOCK ...``)."""
+    ``PRESENCECLOCK ...``, ``PRESENCEPROTOCOL ...``)."""
+    if message.startswith(PROTOCOL_REFUSAL):
+        return PresenceProtocolError(message.removeprefix(PROTOCOL_REFUSAL))
     if message.startswith(DATA_REFUSAL):
         return PresenceDataError(message.removeprefix(DATA_REFUSAL))
     if message.startswith(CLOCK_REFUSAL):
@@ -236,7 +241,9 @@ def translate(exc: Exception) -> PresenceError:
         return PresenceOutOfMemoryError(f"{OUT_OF_MEMORY} ({exc})")
     if isinstance(exc, rx.ReadOnlyError):
         return PresenceReadOnlyError(f"Redis is a read-only replica: {exc}")
-    if isinstance(exc, rx.ResponseError) and str(exc).startswith((DATA_REFUSAL, CLOCK_REFUSAL)):
+    if isinstance(exc, rx.ResponseError) and str(exc).startswith(
+        (DATA_REFUSAL, CLOCK_REFUSAL, PROTOCOL_REFUSAL)
+    ):
         return refusal(str(exc))
     if isinstance(exc, rx.ResponseError) and "WRONGTYPE" in str(exc):
         return refusal(str(exc))

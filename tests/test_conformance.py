@@ -52,7 +52,7 @@ def test_another_protocol_version_is_refused_before_anything_is_written(
     redis_client.set("presence:protocol", "2")  # a client of a later, incompatible release
     before = dump(redis_client)
     registry = RedisPresenceRegistry(redis_client)
-    with pytest.raises(PresenceProtocolError, match="version '2'"):
+    with pytest.raises(PresenceProtocolError, match='written by protocol version "2"'):
         registry.heartbeat("q", "g", "c", now_ns=T0 + 1)
     for read in (registry.snapshot, registry.count_active_by_group, registry.prune_expired):
         with pytest.raises(PresenceProtocolError):

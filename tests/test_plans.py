@@ -86,14 +86,19 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
         (call,) = batch
         assert isinstance(call, ScriptCall)
         assert call.script == script("heartbeat")
-        # KEYS: the group's sorted set, hash, mark and event log, then the indexes and the
-        # epoch marker on a standalone server; ARGV: the TTL, the log's length and lifetime,
-        # the clock guard (DEFAULT_MAX_FUTURE_MS), now, the beat, then the mark's lifetime on
-        # a cluster.
+        # KEYS: the group's sorted set, hash, mark, event log and metadata, then the indexes,
+        # the epoch marker and the protocol version on a standalone server; ARGV: the TTL,
+        # the log's length and lifetime, the clock guard (DEFAULT_MAX_FUTURE_MS), now, the
+        # beat, then the mark's lifetime on a cluster.
         now_arg = "" if now is None else str(now)
-        keys: tuple[str, ...] = (gk.hb, gk.data, gk.mark, gk.events)
+        keys: tuple[str, ...] = (gk.hb, gk.data, gk.mark, gk.events, gk.meta)
         if not clustered:
-            keys += (planner.keys.groups, planner.keys.events, planner.keys.epoch)
+            keys += (
+                planner.keys.groups,
+                planner.keys.events,
+                planner.keys.epoch,
+                planner.keys.protocol,
+            )
         tail = (INDEX_MARK_MS,) if clustered else ()
         expected = (
             "EVALSHA",
@@ -319,8 +324,9 @@ def test_a_bad_argument_is_refused_when_the_plan_is_built() -> None:
     reader = Planner("p", read_only=True)
     with pytest.raises(PresenceReadOnlyError):
         reader.prune_expired()
-    (call,) = next(reader.count_active_by_group(now_ns=T0))
-    assert isinstance(call, Command)  # the index first; the count script follows
+    call, version = next(reader.count_active_by_group(now_ns=T0))
+    assert isinstance(call, Command)  # the index first (with the protocol version)
+    assert (call.name, version) == ("ZRANGEBYLEX", Command("GET", ("p:protocol",)))
 
 
 @pytest.mark.parametrize("backend", ["fakeredis", "redis", "cluster"])

@@ -67,9 +67,12 @@ pytestmark = pytest.mark.timeout(60)
 #           event logs).
 #   janitor: the broker's, prune.lua's (ZRANGEBYSCORE HMGET) and what prune and prune
 #           --dry-run read (the reader's snapshot commands).
-#   operator: declares groups (expect: HSET ZADD; unexpect: HDEL HLEN ZREM EXISTS ZADD) and
-#           stores the shared TTL and progress budget (SET DEL), and reads what it declared
-#           (expected: ZRANGEBYLEX HSCAN; ttl / stuck_after: GET); no script, no consumer.
+#   operator: declares groups (expect.lua: GET HSET ZADD; unexpect.lua: GET HDEL HLEN ZREM,
+#           and EXISTS ZADD on a cluster) and stores the shared TTL and progress budget
+#           (setting.lua: GET SET DEL), each script checking the protocol version with its
+#           write; SCRIPT LOAD after NOSCRIPT; and reads what it declared (expected:
+#           ZRANGEBYLEX HSCAN; ttl / stuck_after: GET); no consumer (the heartbeat, prune and
+#           metadata scripts need TYPE, TIME or ZSCORE, which it lacks).
 BROKER_USER, BROKER_PASSWORD = "presence-broker", "change-me-broker"
 READER_USER, READER_PASSWORD = "presence-reader", "change-me-reader"
 ACL_BROKER = (
@@ -99,7 +102,8 @@ ACL_JANITOR = (
 OPERATOR_USER, OPERATOR_PASSWORD = "presence-operator", "change-me-operator"
 ACL_OPERATOR = (
     f"ACL SETUSER {OPERATOR_USER} reset on >{OPERATOR_PASSWORD} ~presence:* resetchannels -@all "
-    "+select +hset +hdel +hlen +zadd +zrem +exists +zrangebylex +hscan +get +set +del"
+    "+evalsha +script|load +select +hset +hdel +hlen +zadd +zrem +exists +zrangebylex +hscan "
+    "+get +set +del"
 )
 ACL_LINES = (ACL_BROKER, ACL_READER, ACL_STRICT_READER, ACL_JANITOR, ACL_OPERATOR)
 
@@ -322,6 +326,7 @@ def test_operator_role_may_declare_groups_and_store_budgets_only(
     owner = seed(admin)
     operator = role_registry(acl_server, OPERATOR_USER, OPERATOR_PASSWORD)
     for op in DECLARE.values():
+        admin.script_flush()  # the operator may reload the scripts the server forgot
         op(operator)
     operator.set_ttl(20_000, queue="orders", group="billing")
     assert operator.expected() == owner.expected() == {("orders", "audit"): 2}

@@ -548,6 +548,41 @@ def test_a_page_never_shows_rows_as_live_while_redis_is_unreachable(
         expect(group.locator("#live")).to_have_attribute("data-state", "down")
 
 
+OTHER_VERSION = re.compile(
+    r"Cannot read this prefix since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(presence:protocol says "
+    r'this prefix was written by protocol version "2"'
+)
+
+
+def test_a_page_says_which_protocol_version_wrote_the_prefix_not_that_redis_is_down(
+    browser: Browser,
+    outage_server: RedisServer,
+    outage_service: ServeProcess,
+    outage: RedisPresenceRegistry,
+) -> None:
+    """A newer release claims the prefix under an open page (issue 30, item 4): the page
+    says so, not "Redis unreachable", and claims nothing live; back to version 1, it is
+    live again."""
+    ghosts(outage)
+    path = "/group?queue=orders&group=ghosts"
+    with open_page(browser, outage_service.base_url) as group, outage_server.client() as admin:
+        live(group, path)
+        expect(row(group, "ghost-1").locator(".pill")).to_have_text("active")
+        settled(group)
+        admin.set("presence:protocol", "2")
+        # The feed reads the version again within TTL_CACHE_MS.
+        expect(group.locator("#banner")).to_have_text(OTHER_VERSION, timeout=20_000)
+        expect(group.locator("#banner")).not_to_have_text(UNREACHABLE)
+        expect(group.locator("#live")).to_have_attribute("data-state", "down")
+        expect(row(group, "ghost-1")).to_have_class(re.compile(r"\bunknown\b"))
+        expect(group.locator("#consumers .pill.active")).to_have_count(0)
+        group.reload()  # the page's own read: a 502 page naming the version
+        expect(group.locator(".message")).to_contain_text('written by protocol version "2"')
+        admin.set("presence:protocol", "1")
+        live(group, path)
+        expect(row(group, "ghost-1").locator(".pill")).to_have_text("active")
+
+
 def test_a_page_drops_consumers_lost_in_an_empty_restart(
     browser: Browser,
     outage_server: RedisServer,

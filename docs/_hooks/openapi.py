@@ -155,7 +155,7 @@ ERRORS = {
     "405": "any method but GET",
     "410": "an event cursor that cannot go on: resync",
     "421": "a `Host` the service does not answer to",
-    "502": "foreign data under the prefix",
+    "502": "foreign data under the prefix, or a prefix of another protocol version",
     "503": "Redis cannot be reached, refused the credentials, or the pool is busy",
 }
 

@@ -218,10 +218,13 @@ class ChangePlans(ReadPlans):
         limit: int,
     ) -> Plan[Changes]:
         # The epoch marker lives in the slot of the event index: TIME and GET go to one node.
-        clock, marker = yield [
+        # The protocol version with them, when due: another version's logs are not read.
+        clock, marker, *version = yield [
             Command("TIME", node_key=self.keys.events),
             Command("GET", (self.keys.epoch,)),
+            *self._protocol_asks(),
         ]
+        self._protocol_took(version)
         epoch = None if marker is None else _text(marker)
         server_ns = server_now_ns(*clock)
         server_ms = server_ns // NS_PER_MS

@@ -4,6 +4,7 @@ their KEYS, the clock, and the small decoders of replies more than one job reads
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -20,12 +21,12 @@ from ..errors import (
 )
 from ..events import DEFAULT_EVENTS_KEPT, PresenceEvent
 from ..keys import PROTOCOL_VERSION, GroupKeys, Keyspace
-from ..model import DEFAULT_MAX_FUTURE_MS, Skipped
+from ..model import DEFAULT_MAX_FUTURE_MS, NS_PER_MS, Skipped
 from ..replies import server_now_ns
 from ..scripts import script
 from ..validation import check_max_future_ms, check_ttl_ms
-from .limits import Limits
-from .requests import Command, Packing, Plan, ScriptCall
+from .limits import TTL_CACHE_MS, Limits
+from .requests import Command, Packing, Plan, Request, ScriptCall
 
 T = TypeVar("T")
 
@@ -119,13 +120,21 @@ def _refusals(flat: Sequence[Any]) -> list[_Refusal]:
     ]
 
 
+def _quoted(text: str) -> str:
+    """`text` in double quotes, control characters, quotes and backslashes as ``\\xHH``
+    (``quoted`` in lua/lib.lua, so both spell a refusal alike)."""
+    return '"' + re.sub(r'[\x00-\x1f\x7f"\\]', lambda m: f"\\x{ord(m[0]):02x}", text) + '"'
+
+
 def _check_protocol(key: str, reply: Any) -> None:
     """Refuse a prefix whose ``P:protocol`` names another version (none yet is fine: a
-    reader of a prefix no writer of this release claimed)."""
+    reader of a prefix no writer of this release claimed), in the words the scripts use
+    (``check_protocol`` in lua/lib.lua)."""
     if reply is not None and _text(reply) != PROTOCOL_VERSION:
         raise PresenceProtocolError(
-            f"{key} says this prefix speaks protocol version {_text(reply)!r:.40}; this "
-            f"package speaks version {PROTOCOL_VERSION} (docs/protocol.md)"
+            f"{key} says this prefix was written by protocol version "
+            f"{_quoted(_text(reply)[:40])}; this package speaks version {PROTOCOL_VERSION} "
+            "(docs/protocol.md)"
         )
 
 
@@ -230,19 +239,39 @@ class PlannerCore:
         wire = self._wire
         return ScriptCall(found, command, wire.command(command) if pack and wire else None)
 
-    def _write_keys(self, groups: Sequence[GroupKeys], *, meta: bool = False) -> list[str]:
-        """The KEYS of a script: each group's sorted set, hash, index mark and event log
-        (``group_keys(g)`` in lua/lib.lua) and, with `meta` (the scripts that call
-        ``meta_layout()``), its hash of metadata; then, on a standalone server only, the
-        index of groups and the index of event logs; a script runs on a cluster iff it gets
-        no index (``INDEX`` in lua/lib.lua)."""
-        if meta:
-            keys = [k for gk in groups for k in (gk.hb, gk.data, gk.mark, gk.events, gk.meta)]
-        else:
-            keys = [key for gk in groups for key in (gk.hb, gk.data, gk.mark, gk.events)]
+    def _write_keys(self, groups: Sequence[GroupKeys]) -> list[str]:
+        """The KEYS of a script: each group's sorted set, hash, index mark, event log and
+        hash of metadata (``group_keys(g)`` and ``meta_key(g)`` in lua/lib.lua); then, on a
+        standalone server only, the index of groups, the index of event logs, the epoch
+        marker and the protocol version, which the script checks before it writes; a script
+        runs on a cluster iff it gets no index (``INDEX`` in lua/lib.lua)."""
+        keys = [k for gk in groups for k in (gk.hb, gk.data, gk.mark, gk.events, gk.meta)]
         if not self.clustered:
-            keys += (self.keys.groups, self.keys.events, self.keys.epoch)
+            keys += (self.keys.groups, self.keys.events, self.keys.epoch, self.keys.protocol)
         return keys
+
+    def _protocol_asks(self) -> list[Request]:
+        """The read of ``P:protocol`` when this planner has not read it for TTL_CACHE_MS
+        (else none), for a plan that sends no read of the shared settings (which carry it):
+        hand its replies to `_protocol_took`."""
+        limit = self._clock() - TTL_CACHE_MS * NS_PER_MS
+        if self._protocol_at is None or self._protocol_at < limit:
+            return [Command("GET", (self.keys.protocol,))]
+        return []
+
+    def _protocol_took(self, replies: Sequence[Any]) -> None:
+        """Check the replies to `_protocol_asks` (none: nothing was asked)."""
+        if replies:
+            _check_protocol(self.keys.protocol, replies[0])
+            self._protocol_at = self._clock()
+
+    def _protocol_checked(self) -> Plan[None]:
+        """Refuse a prefix of another protocol version, read when this planner has not read
+        it for TTL_CACHE_MS: what a write checks on a cluster, where its script cannot read
+        ``P:protocol`` (another slot), and a read that takes no shared setting."""
+        asks = self._protocol_asks()
+        if asks:
+            self._protocol_took((yield asks))
 
     def clock_ns(self) -> Plan[int]:
         """The clock every read uses when its ``now_ns`` is None: the server's ``TIME`` (on

@@ -60,9 +60,16 @@ class DeclaredPlans(ReadPlans):
         return self._expect(queue, group, least)
 
     def _expect(self, queue: str, group: str, least: int) -> Plan[None]:
+        """One call of ``expect.lua``: the version checked, the declaration and its index
+        written atomically; on a cluster (other slots) the version is checked first, and the
+        index written after the declaration, so a racing unexpect's re-check sees it."""
         key = self.keys.queue_expect(queue)
-        # The declaration first, then the index: a racing unexpect's re-check sees it.
-        yield [Command("HSET", (key, group, least))]
+        if not self.clustered:
+            keys = [key, self.keys.expects, self.keys.protocol]
+            yield [self._call("expect", keys, [group, least])]
+            return
+        yield from self._protocol_checked()
+        yield [self._call("expect", [key], [group, least])]
         yield [Command("ZADD", (self.keys.expects, 0, key))]
 
     def unexpect(self, queue: str, group: str) -> Plan[bool]:
@@ -72,8 +79,16 @@ class DeclaredPlans(ReadPlans):
         return self._unexpect(queue, group)
 
     def _unexpect(self, queue: str, group: str) -> Plan[bool]:
+        """One call of ``unexpect.lua`` (the version checked, the declaration and, once its
+        queue declares none, the queue's index entry removed atomically); on a cluster the
+        version is checked first and the index kept as the index of groups is."""
         key = self.keys.queue_expect(queue)
-        removed, left = yield [Command("HDEL", (key, group)), Command("HLEN", (key,))]
+        if not self.clustered:
+            keys = [key, self.keys.expects, self.keys.protocol]
+            ((removed, _),) = yield [self._call("unexpect", keys, [group])]
+            return int(removed) == 1
+        yield from self._protocol_checked()
+        ((removed, left),) = yield [self._call("unexpect", [key], [group])]
         if not int(left):
             # As the index of groups (docs/index-protocol.md): unlist, re-check, list again
             # when a racing expect declared a group meanwhile.
@@ -110,9 +125,11 @@ class DeclaredPlans(ReadPlans):
         low = "-"
         page = self.limits.groups
         while True:
-            (members,) = yield [
-                Command("ZRANGEBYLEX", (self.keys.expects, low, "+", "LIMIT", 0, page))
+            members, *version = yield [
+                Command("ZRANGEBYLEX", (self.keys.expects, low, "+", "LIMIT", 0, page)),
+                *self._protocol_asks(),  # with the first page (as the index of groups)
             ]
+            self._protocol_took(version)
             every = [_text(member) for member in members]
             keys, queues = [], []
             for key in every:

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import PresenceDataError, PresenceError
 from ..keys import PROTOCOL_VERSION, GroupKeys
 from ..model import Skipped
-from .core import PlannerCore, _text
+from .core import PlannerCore, _check_protocol, _text
 from .requests import Command, Partial, Plan, Request
 
 
@@ -87,7 +87,13 @@ class IndexPlans(PlannerCore):
             # a member of this listing, so within its range
             low = b"[" + start if isinstance(start, bytes) else f"[{start}"
         page = self.limits.groups
-        (members,) = yield [Command("ZRANGEBYLEX", (self.keys.groups, low, high, "LIMIT", 0, page))]
+        # The protocol version with the page (when not read for TTL_CACHE_MS): a read of
+        # the index of another version's prefix is refused, an empty one too.
+        members, *version = yield [
+            Command("ZRANGEBYLEX", (self.keys.groups, low, high, "LIMIT", 0, page)),
+            *self._protocol_asks(),
+        ]
+        self._protocol_took(version)
         groups = []
         for member in members:
             try:
@@ -141,6 +147,10 @@ class IndexPlans(PlannerCore):
         return self._migrate()
 
     def _migrate(self) -> Plan[int]:
+        # It moves groups into this version's index: the version is read first, always
+        # (several commands, not one script: not atomic with the moves).
+        (version,) = yield [Command("GET", (self.keys.protocol,))]
+        _check_protocol(self.keys.protocol, version)
         moved = 0
         legacy = self.keys.legacy_index
         while True:

@@ -79,10 +79,12 @@ class SettingsPlans(IndexPlans):
         return self._set_ttl(key, ttl)
 
     def _set_ttl(self, key: str, ttl_ms: int | None) -> Plan[None]:
-        if ttl_ms is None:
-            yield [Command("DEL", (key,))]
-        else:
-            yield [Command("SET", (key, ttl_ms))]
+        """One call of ``setting.lua``, which checks the protocol version and stores (or
+        forgets) the setting atomically; on a cluster the version is checked first."""
+        if self.clustered:
+            yield from self._protocol_checked()
+        keys = [key] if self.clustered else [key, self.keys.protocol]
+        yield [self._call("setting", keys, ["" if ttl_ms is None else ttl_ms])]
         self._ttls.clear()  # this planner's next reads and beats see it at once
         self._stucks.clear()
         self._beat_calls.clear()
@@ -226,8 +228,10 @@ class SettingsPlans(IndexPlans):
         return self.keys.group(queue, group)
 
     def _ttls_for(self, groups: list[GroupKeys], ttl_ms: int | None) -> Plan[list[int]]:
-        """`ttl_ms` for every group, or, when it is None, each group's shared TTL."""
+        """`ttl_ms` for every group, or, when it is None, each group's shared TTL (read with
+        the protocol version; a given TTL reads the version alone, when it is due)."""
         if ttl_ms is not None:
+            yield from self._protocol_checked()
             return [ttl_ms] * len(groups)
         return (yield from self._shared_ttls(groups))
 

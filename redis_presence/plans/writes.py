@@ -251,7 +251,9 @@ class WritePlans(SettingsPlans):
 
     def _deregister(self, gk: GroupKeys, consumer: str, now: str) -> Plan[bool]:
         args: list[str | int] = [consumer, now, self.events_kept, EVENT_LOG_TTL_MS]
-        (reply,) = yield [self._call("deregister", self._write_keys([gk], meta=True), args)]
+        if self.clustered:  # else the script checks the version
+            yield from self._protocol_checked()
+        (reply,) = yield [self._call("deregister", self._write_keys([gk]), args)]
         existed, emptied = int(reply[0]), int(reply[1])
         if self.clustered:
             yield from self._list_on_cluster([], [(gk.events, int(reply[2]))])
@@ -308,9 +310,11 @@ class WritePlans(SettingsPlans):
                     queue, group, consumer, value = items[i]
                     number = numbers.setdefault(self.keys.group(queue, group), len(numbers) + 1)
                     args += (number, consumer, value)
-                keys = self._write_keys(list(numbers), meta=True)
+                keys = self._write_keys(list(numbers))
                 calls.append(self._call("describe", keys, args))
                 called.append(chunk)
+        if self.clustered:  # else the script checks the version
+            yield from self._protocol_checked()
         replies = yield calls
         tracked = [False] * len(items)
         for chunk, reply in zip(called, replies, strict=True):
@@ -372,7 +376,7 @@ class WritePlans(SettingsPlans):
                 replies = yield [
                     self._call(
                         "prune",
-                        self._write_keys(part, meta=True),
+                        self._write_keys(part),
                         [
                             now,
                             budget,

@@ -15,9 +15,11 @@ closes. The messages a stream sends:
   `now_ns` was sent, so a reconnecting `EventSource` goes on from there; after each read
   that found events, and every CURSOR_EVERY_S otherwise;
 * ``status`` ``{"redis_up", "message", "since_ns"}``: Redis cannot be reached (since
-  `since_ns`, the service's clock: one instant for every stream of the service), or
-  answers again (then a ``snapshot`` follows: the page reads what it shows again, and
-  consumers lost meanwhile, say in a restart without persistence, disappear);
+  `since_ns`, the service's clock: one instant for every stream of the service), or it
+  answers but the prefix cannot be read (``redis_up`` true with a `message`: written by
+  another protocol version), or answers again (``redis_up`` true, no `message`; then a
+  ``snapshot`` follows: the page reads what it shows again, and consumers lost meanwhile,
+  say in a restart without persistence, disappear);
 * ``snapshot`` ``{"reason", "cursor"}``: what the stream knew cannot go on (the cursor's log
   was trimmed or Redis lost its data, Redis answers again after an outage, rows the pages
   show vanished without an event, or the stream fell behind): take a fresh read of what
@@ -50,7 +52,12 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
-from redis_presence.errors import PresenceError, PresencePoolExhausted, PresenceResyncRequired
+from redis_presence.errors import (
+    PresenceError,
+    PresencePoolExhausted,
+    PresenceProtocolError,
+    PresenceResyncRequired,
+)
 from redis_presence.events import LOG_LAG_MS, Cursor, PresenceEvent
 from redis_presence.model import ConsumerPresence
 
@@ -366,10 +373,11 @@ class _Poller:
                     await asyncio.sleep(feed.interval_s)
                     continue
                 if self.down is None:
+                    # Redis answered when the prefix is another version's: not "down".
                     self.down = StreamMessage(
                         "status",
                         {
-                            "redis_up": False,
+                            "redis_up": isinstance(exc, PresenceProtocolError),
                             "message": str(exc),
                             "since_ns": feed.unreachable_since_ns(),
                         },

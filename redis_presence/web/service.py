@@ -28,6 +28,7 @@ from redis_presence.errors import (
     PresenceDataError,
     PresenceError,
     PresencePoolExhausted,
+    PresenceProtocolError,
 )
 from redis_presence.formatting import human_age, iso_utc
 from redis_presence.redaction import redact
@@ -134,6 +135,8 @@ def _status_of(exc: PresenceError) -> tuple[int, str]:
         return 503, "redis_unavailable"
     if isinstance(exc, PresenceAuthError):
         return 503, "redis_refused_access"
+    if isinstance(exc, PresenceProtocolError):  # Redis answered: the prefix is another's
+        return 502, "other_protocol_version"
     if isinstance(exc, PresenceDataError):
         return 502, "redis_foreign_data"
     return 502, "redis_error"

@@ -11,7 +11,8 @@ export class PresenceDataError extends PresenceError {
   override name = "PresenceDataError";
 }
 
-/** The prefix's `P:protocol` key names a protocol version this client does not speak. */
+/** The prefix's `P:protocol` key names a protocol version this client does not speak (the
+ * message names it); a write refused for it wrote nothing (the script checks it). */
 export class PresenceProtocolError extends PresenceDataError {
   override name = "PresenceProtocolError";
 }
@@ -53,10 +54,12 @@ export class PresenceBatchError extends PresenceError {
 
 const DATA = "PRESENCEDATA ";
 const CLOCK = "PRESENCECLOCK ";
+const PROTOCOL = "PRESENCEPROTOCOL ";
 
 /** The client's error for a script's refusal text (`WRONGTYPE ...`, `PRESENCEDATA ...`,
- * `PRESENCECLOCK ...`), or for a driver error reply. */
+ * `PRESENCECLOCK ...`, `PRESENCEPROTOCOL ...`), or for a driver error reply. */
 export function refusal(message: string): PresenceError {
+  if (message.startsWith(PROTOCOL)) return new PresenceProtocolError(message.slice(PROTOCOL.length));
   if (message.startsWith(DATA)) return new PresenceDataError(message.slice(DATA.length));
   if (message.startsWith(CLOCK)) return new PresenceClockError(message.slice(CLOCK.length));
   if (message.startsWith("WRONGTYPE")) return new PresenceDataError(`unexpected data under the prefix: ${message}`);

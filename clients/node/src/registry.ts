@@ -310,7 +310,7 @@ export class PresenceRegistry {
   async deregister(queue: string, group: string, consumer: string, options: { nowNs?: Ns } = {}): Promise<boolean> {
     const gk = this.keys.group(checkName("queue", queue), checkName("group", group));
     checkName("consumer", consumer);
-    const reply = (await this.call("deregister", this.writeKeys([gk], true), [consumer, checkNs(options.nowNs), this.eventsKept, EVENT_LOG_TTL_MS])) as number[];
+    const reply = (await this.call("deregister", this.writeKeys([gk]), [consumer, checkNs(options.nowNs), this.eventsKept, EVENT_LOG_TTL_MS])) as number[];
     return Number(reply[0]) === 1;
   }
 
@@ -322,7 +322,7 @@ export class PresenceRegistry {
     checkName("consumer", consumer);
     const entries = checkMeta(meta);
     const value = entries.length ? encodeMeta(new Map(entries)) : "";
-    const reply = (await this.call("describe", this.writeKeys([gk], true), [1, consumer, value])) as number[];
+    const reply = (await this.call("describe", this.writeKeys([gk]), [1, consumer, value])) as number[];
     return Number(reply[0]) !== 0;
   }
 
@@ -343,7 +343,7 @@ export class PresenceRegistry {
       while (parts.length) {
         const replies = await Promise.all(
           parts.map(([part, below, ties]) =>
-            this.call("prune", this.writeKeys(part, true), [now, PRUNE_BUDGET, below, ties, this.eventsKept, EVENT_LOG_TTL_MS, ...part.map((gk) => ttlOf.get(gk.data) as number)]),
+            this.call("prune", this.writeKeys(part), [now, PRUNE_BUDGET, below, ties, this.eventsKept, EVENT_LOG_TTL_MS, ...part.map((gk) => ttlOf.get(gk.data) as number)]),
           ),
         );
         const goingOn: [GroupKeys[], number, number][] = [];
@@ -492,11 +492,11 @@ export class PresenceRegistry {
   // -- shared settings and declared groups ---------------------------------------------
 
   /** Store the TTL every client of the prefix shares (null forgets it), for the prefix or
-   * one group (`queue` and `group`). */
+   * one group (`queue` and `group`): one call of setting.lua, which checks the protocol
+   * version in the same call. */
   async setTtl(ttlMs: number | null, where: { queue?: string; group?: string } = {}): Promise<void> {
     const key = this.settingKey(where, "ttl");
-    if (ttlMs === null) await this.redis.del(key);
-    else await this.redis.set(key, checkTtl(ttlMs));
+    await this.call("setting", [key, this.keys.protocol], [ttlMs === null ? "" : checkTtl(ttlMs)]);
     this.settings.clear();
     this.beatCalls.clear();
   }
@@ -512,24 +512,20 @@ export class PresenceRegistry {
   }
 
   /** Declare that `group` must have at least `minActive` active readers of `queue` (an
-   * integer in [0, MAX_MIN_ACTIVE]). */
+   * integer in [0, MAX_MIN_ACTIVE]; one call of expect.lua: the protocol version checked,
+   * the declaration and its index written). */
   async expect(queue: string, group: string, minActive = 1): Promise<void> {
     const key = this.keys.queueExpect(checkName("queue", queue));
     checkName("group", group);
     checkMinActive(minActive);
-    await this.redis.hset(key, group, minActive);
-    await this.redis.zadd(this.keys.expects, 0, key);
+    await this.call("expect", [key, this.keys.expects, this.keys.protocol], [group, minActive]);
   }
 
-  /** Forget a declared group; whether it was declared. */
+  /** Forget a declared group; whether it was declared (one call of unexpect.lua). */
   async unexpect(queue: string, group: string): Promise<boolean> {
     const key = this.keys.queueExpect(checkName("queue", queue));
-    const [removed, left] = await Promise.all([this.redis.hdel(key, checkName("group", group)), this.redis.hlen(key)]);
-    if (!left) {
-      await this.redis.zrem(this.keys.expects, key);
-      if (await this.redis.exists(key)) await this.redis.zadd(this.keys.expects, 0, key);
-    }
-    return removed === 1;
+    const [removed] = (await this.call("unexpect", [key, this.keys.expects, this.keys.protocol], [checkName("group", group)])) as number[];
+    return Number(removed) === 1;
   }
 
   /** Every declared group and its minimum, as `[queue, group, minActive]` sorted (what
@@ -576,10 +572,11 @@ export class PresenceRegistry {
     return this.keys.group(checkName("queue", where.queue), checkName("group", where.group))[kind];
   }
 
-  /** The KEYS of a script: each group's four (five with metadata) keys, then the indexes. */
-  private writeKeys(groups: GroupKeys[], meta = false): string[] {
-    const keys = groups.flatMap((gk) => (meta ? [gk.hb, gk.data, gk.mark, gk.events, gk.meta] : [gk.hb, gk.data, gk.mark, gk.events]));
-    return [...keys, this.keys.groups, this.keys.events, this.keys.epoch];
+  /** The KEYS of a script: each group's five keys, then the indexes, the epoch marker and
+   * the protocol version, which every write script checks before it writes. */
+  private writeKeys(groups: GroupKeys[]): string[] {
+    const keys = groups.flatMap((gk) => [gk.hb, gk.data, gk.mark, gk.events, gk.meta]);
+    return [...keys, this.keys.groups, this.keys.events, this.keys.epoch, this.keys.protocol];
   }
 
   /** One EVALSHA of `lua/<name>.lua` (SCRIPT LOAD and again after NOSCRIPT). */
@@ -762,7 +759,7 @@ export class PresenceRegistry {
     if (checking) {
       if (version !== null && version !== PROTOCOL_VERSION) {
         throw new PresenceProtocolError(
-          `${this.keys.protocol} says this prefix speaks protocol version '${version.slice(0, 40)}'; this package speaks version ${PROTOCOL_VERSION} (docs/protocol.md)`,
+          `${this.keys.protocol} says this prefix was written by protocol version ${quoted(version.slice(0, 40))}; this package speaks version ${PROTOCOL_VERSION} (docs/protocol.md)`,
         );
       }
       this.protocolAt = at;

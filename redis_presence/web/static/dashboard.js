@@ -411,9 +411,10 @@
         }
       } else if (!response.ok) {
         const unreachable = model.since_ns !== undefined;
-        if (response.status === 503 || unreachable) {
+        const other = model.error === "other_protocol_version"; // Redis answered
+        if (response.status === 503 || unreachable || other) {
           cannotRead(model.since_ns, [
-            unreachable ? "Redis unreachable" : "Cannot read Redis",
+            unreachable ? "Redis unreachable" : other ? "Cannot read this prefix" : "Cannot read Redis",
             model.message || response.statusText,
           ]);
         } else {
@@ -710,12 +711,13 @@
   source.addEventListener("snapshot", () => scheduleRefresh(0));
   source.addEventListener("status", (message) => {
     const status = JSON.parse(message.data);
-    if (status.redis_up) {
+    if (status.redis_up && !status.message) {
       streamDown = false;
       scheduleRefresh(0); // live again once this read lands (a `snapshot` follows too)
     } else {
+      // Unreachable, or Redis answers but the prefix was written by another protocol version.
       streamDown = true;
-      cannotRead(status.since_ns, ["Redis unreachable", status.message]);
+      cannotRead(status.since_ns, [status.redis_up ? "Cannot read this prefix" : "Redis unreachable", status.message]);
     }
   });
   source.addEventListener("error", () => {
