@@ -105,6 +105,11 @@ def _close(reporter: PresenceReporter | None) -> None:
         reporter.registry.close()
 
 
+PUBSUB_READ_S = 1.0
+"""How long the worker's pub/sub thread (RQ's commands: stop a job, shut down) waits for a
+message at a time: how long RQ's teardown may wait for it (RQ's own is 60 s)."""
+
+
 class PresenceWorker(Worker):
     """An RQ ``Worker`` (forking a work horse per job) that beats on each poll.
 
@@ -206,6 +211,19 @@ class PresenceWorker(Worker):
             )
             self._presence_leaving = leaving
             leaving.start()
+
+    def subscribe(self) -> None:
+        """RQ's own ``subscribe`` (rq 3.0), with its pub/sub thread reading for at most
+        `PUBSUB_READ_S` at a time instead of 60 s: redis-py 8.2's ``PubSubWorkerThread.stop``
+        waits for the thread's current read, so RQ's teardown waited up to a minute."""
+        self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(  # type: ignore[assignment]  # rq: None
+            sleep_time=PUBSUB_READ_S,
+            daemon=True,
+            exception_handler=self._pubsub_exception_handler,
+        )
 
     def teardown(self) -> None:
         """The loop ended: the rows are deregistered (if the warm shutdown's signal has

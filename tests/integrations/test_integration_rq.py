@@ -10,6 +10,7 @@ the worker's own Redis, the broker).
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -27,7 +28,12 @@ from integrations.workers import (
     python_tool,
     started_workers,
 )
-from redis_presence.integrations.rq import DEFAULT_GROUP, SCHEDULER_GROUP, PresenceWorker
+from redis_presence.integrations.rq import (
+    DEFAULT_GROUP,
+    PUBSUB_READ_S,
+    SCHEDULER_GROUP,
+    PresenceWorker,
+)
 
 pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
 
@@ -254,3 +260,20 @@ def test_configured_checks_its_arguments_where_the_worker_class_is_defined() -> 
     worker_class = PresenceWorker.configured(url="redis://h:6379/0", group="billing")
     assert issubclass(worker_class, PresenceWorker)
     assert worker_class.presence_group == "billing"
+
+
+def test_the_pubsub_thread_stops_within_one_short_read(broker: redis.Redis) -> None:
+    """RQ's own pub/sub thread reads for 60 s at a time and redis-py 8.2's ``stop()`` waits
+    for that read, so a worker's teardown sometimes took a minute after SIGTERM (before:
+    the real workers above sometimes outlived ``terminate(30)``). `PresenceWorker` reads
+    `PUBSUB_READ_S` at a time: its unsubscribe returns within a few of those."""
+    worker = PresenceWorker(["pubsub-q"], connection=broker, name=f"pubsub-{uuid.uuid4().hex}")
+    for _ in range(3):
+        worker.subscribe()
+        thread = worker.pubsub_thread
+        assert thread is not None
+        assert thread.sleep_time == PUBSUB_READ_S
+        started = time.monotonic()
+        worker.unsubscribe()
+        assert not thread.is_alive()
+        assert time.monotonic() - started < 10 * PUBSUB_READ_S  # RQ's own: up to 60 s
