@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import MakeRedisServer, RedisServer, TlsFiles
+from servers import MakeRedisServer, RedisServer
 from test_cli import (
     CLEAN_ENV,
     DEFAULT_TTL_NOTE,
@@ -46,6 +46,7 @@ from test_security import (
     READER_PASSWORD,
     READER_USER,
 )
+from tls_files import TlsFiles
 from waiting import wait_until
 
 import redis_presence

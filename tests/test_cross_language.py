@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import RedisServer, missing
+from binaries import missing
+from servers import RedisServer
 from test_cli import invoke
 from test_web_api import make_client
 

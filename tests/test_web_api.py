@@ -15,8 +15,9 @@ from urllib.parse import quote
 
 import pytest
 import redis
+from clusters import RedisClusterProcesses
 from prometheus_client.parser import text_string_to_metric_families
-from servers import RedisClusterProcesses, free_port
+from servers import free_port
 
 with warnings.catch_warnings():
     # Starlette 1.x prefers the httpx2 fork for its test client; httpx, the well-known

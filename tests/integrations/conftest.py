@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from servers import RedisServer, need_binary
+from binaries import need_binary
+from servers import RedisServer
 
 from redis_presence import RedisPresenceRegistry
 

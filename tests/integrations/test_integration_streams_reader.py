@@ -17,7 +17,8 @@ import pytest
 import redis
 import redis.asyncio
 import redis.cluster
-from servers import RedisClusterProcesses, RedisServer
+from clusters import RedisClusterProcesses
+from servers import RedisServer
 from waiting import wait_until
 
 from integrations.workers import (
