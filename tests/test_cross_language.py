@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from binaries import missing
+from cli_invoke import invoke
 from servers import RedisServer
-from test_cli import invoke
 from test_web_api import make_client
 
 from redis_presence import RedisPresenceRegistry

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from backends import dump, make_registry, raw_client
-from test_cli import invoke, one_error_line
+from cli_invoke import invoke, one_error_line
 from test_web_api import make_client, metric_samples
 
 from redis_presence import AsyncRedisPresenceRegistry, PresenceProtocolError, RedisPresenceRegistry
