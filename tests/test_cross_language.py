@@ -16,7 +16,7 @@ import pytest
 from binaries import missing
 from cli_invoke import invoke
 from servers import RedisServer
-from test_web_api import make_client
+from web_client import make_client
 
 from redis_presence import RedisPresenceRegistry
 from redis_presence.keys import encode_meta
