@@ -12,9 +12,10 @@ from types import FrameType
 from rich.console import Console
 from rich.markup import escape
 
-from .cases import CASES, FULL, QUICK, run_case
+from .cases import CASES, run_case
 from .report import CHART_NAME, JSON_NAME, document, draw_chart, machine, print_report, write_json
 from .server import BenchServer, ServerError
+from .sizes import FULL, QUICK
 
 
 def _parser() -> argparse.ArgumentParser:

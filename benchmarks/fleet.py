@@ -40,6 +40,16 @@ NOW_NS = 1_750_000_000_123_456_000
 
 Beat = tuple[str, str, str, int]
 
+PREFIX = "bench"
+"""The key prefix the cases write their fleets under."""
+HOT: Beat = ("queue-00", "group-00", "broker-00.worker-0000000", 3)
+"""The consumer whose heartbeat the latency case refreshes over and over."""
+
+
+def bench_registry(client: redis.Redis, prefix: str = PREFIX) -> RedisPresenceRegistry:
+    """The registry the cases measure: the package's defaults, under `prefix`."""
+    return RedisPresenceRegistry(client, prefix=prefix)
+
 
 def group_names() -> list[tuple[str, str]]:
     """The fleet's (queue, group) pairs."""

@@ -13,13 +13,10 @@ import subprocess
 import sys
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .server import BenchServer
+from .sizes import Sizes
 from .stats import CaseResult, Check, Measure, interleaved
-
-if TYPE_CHECKING:
-    from .cases import Sizes
 
 HEAVY = ("redis", "rich")
 """Top-level packages a `--help` or `--version` must not import."""

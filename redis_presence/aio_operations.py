@@ -1,4 +1,4 @@
-# Generated from redis_presence/operations.py by `python -m redis_presence._codegen`:
+# Generated from redis_presence/operations.py by `python -m tools.codegen`:
 # edit that file and run the generator, not this one.
 """The registries' operations as coroutines, for `AsyncRedisPresenceRegistry`.
 

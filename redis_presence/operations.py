@@ -7,7 +7,7 @@ Every operation of the Redis registries is one method here that asks the planner
 - `Operations`: those and the ones only a Redis registry has (`group_page`, `migrate`).
 
 This file is the synchronous form, mixed into `RedisPresenceRegistry`. Two modules are
-generated from it by ``python -m redis_presence._codegen`` (a test fails when either is
+generated from it by ``python -m tools.codegen`` (a test fails when either is
 behind): `redis_presence.aio_operations`, the same methods as coroutines for
 `AsyncRedisPresenceRegistry`, and `redis_presence.contract`, the `PresenceRegistry`
 protocol with `Contract`'s signatures. So adding an operation takes its Lua file, its plan,

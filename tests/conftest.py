@@ -18,18 +18,11 @@ import pytest
 import redis
 import redis.asyncio.connection
 import redis.cluster
+from binaries import REDIS_8, VALKEY_9, ServerBuild, need_binary
+from clusters import RedisClusterProcesses
 from hypothesis import settings
-from servers import (
-    REDIS_8,
-    VALKEY_9,
-    MakeRedisServer,
-    RedisClusterProcesses,
-    RedisServer,
-    ServerBuild,
-    TlsFiles,
-    make_tls_files,
-    need_binary,
-)
+from servers import MakeRedisServer, RedisServer
+from tls_files import TlsFiles, make_tls_files
 
 settings.register_profile("ci", max_examples=300, derandomize=True, deadline=None)
 settings.register_profile("dev", deadline=None)

@@ -431,7 +431,7 @@ def test_metadata_nested_or_oversized_is_a_data_error_confined_to_its_consumer(
 def test_the_group_page_and_api_show_unreadable_metadata_as_such(
     request: pytest.FixtureRequest, redis_url: str
 ) -> None:
-    from test_web_api import Clock, group_path, make_client
+    from web_client import Clock, group_path, make_client
 
     client = raw_client(request, "redis")
     registry = RedisPresenceRegistry(client)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from servers import need_binary
+from binaries import need_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = (

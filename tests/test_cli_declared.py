@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from test_cli import NOW, Backend, S, backend, seed  # noqa: F401 (the fixture)
+from cli_invoke import NOW, Backend, S, backend, seed  # noqa: F401 (the fixture)
 
 
 def test_expect_unexpect_and_counts_show_declared_groups_with_zero(backend: Backend) -> None:  # noqa: F811

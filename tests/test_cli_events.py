@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_cli import DEFAULT_TTL_NOTE, Backend, backend, invoke, one_error_line
+from cli_invoke import DEFAULT_TTL_NOTE, Backend, backend, invoke, one_error_line
 from test_cli_failures import CLI, cli_env
 
 from redis_presence import FollowCursor, FollowSnapshot, RedisPresenceRegistry

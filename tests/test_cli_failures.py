@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import MakeRedisServer, RedisServer, TlsFiles
-from test_cli import (
+from cli_invoke import (
     CLEAN_ENV,
     DEFAULT_TTL_NOTE,
     NOW,
@@ -33,6 +32,7 @@ from test_cli import (
     one_error_line,
     seed,
 )
+from servers import MakeRedisServer, RedisServer
 from test_cli_watch_truth import Watch
 from test_security import (
     ACL_BROKER,
@@ -46,6 +46,7 @@ from test_security import (
     READER_PASSWORD,
     READER_USER,
 )
+from tls_files import TlsFiles
 from waiting import wait_until
 
 import redis_presence

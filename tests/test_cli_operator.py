@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_invoke import NOW, Backend, S, backend, invoke
 from servers import MakeRedisServer
-from test_cli import NOW, Backend, S, backend, invoke
 
 __all__ = ["backend"]  # the fixture, used by name below
 

@@ -10,7 +10,7 @@ import json
 import re
 
 import pytest
-from test_cli import NOW, Backend, backend, invoke, one_error_line, seed
+from cli_invoke import NOW, Backend, backend, invoke, one_error_line, seed
 
 import redis_presence
 from redis_presence import ConsumerPresenceRegistry

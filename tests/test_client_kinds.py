@@ -27,8 +27,10 @@ import redis.asyncio.sentinel
 import redis.cluster
 import redis.retry
 import redis.sentinel
+from clusters import RedisClusterProcesses
 from redis.backoff import NoBackoff
-from servers import RedisClusterProcesses, RedisServer, SentinelProcesses
+from sentinels import SentinelProcesses
+from servers import RedisServer
 from webservers import ServeProcess
 
 from redis_presence import (

@@ -20,7 +20,8 @@ import redis.asyncio.cluster
 import redis.client
 import redis.cluster
 from backends import all_keys, without_logs
-from servers import RedisClusterProcesses, free_port
+from clusters import RedisClusterProcesses
+from servers import free_port
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,

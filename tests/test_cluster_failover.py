@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 import redis
 from click.testing import CliRunner
+from clusters import RedisClusterProcesses
 from conftest import RUN_SUMMARY
 from failover import Broker, Probe
-from servers import RedisClusterProcesses, RedisServer, free_port
+from servers import RedisServer, free_port
 from waiting import wait_until
 
 from redis_presence import (

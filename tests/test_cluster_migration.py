@@ -21,8 +21,10 @@ from typing import Any
 import pytest
 import redis
 import redis.cluster
+from binaries import need_binary
 from click.testing import CliRunner
-from servers import RedisClusterProcesses, RedisServer, need_binary
+from clusters import RedisClusterProcesses
+from servers import RedisServer
 from waiting import wait_until
 
 from redis_presence import (

@@ -1,9 +1,9 @@
 """The generated modules (`aio_operations`, `contract`) are current, and say what they are.
 
 `redis_presence/operations.py` is the one place an operation's method is written;
-`python -m redis_presence._codegen` writes its asyncio form and the protocol. These tests
-fail when either generated module is behind its source, or when a registry lacks an
-operation the contract names.
+`python -m tools.codegen` (a development tool: the wheel does not ship it) writes its
+asyncio form and the protocol. These tests fail when either generated module is behind its
+source, or when a registry lacks an operation the contract names.
 """
 
 from __future__ import annotations
@@ -12,28 +12,32 @@ import inspect
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
-from redis_presence import _codegen
 from redis_presence.aio import AsyncRedisPresenceRegistry
 from redis_presence.aio_operations import AsyncContract, AsyncOperations
 from redis_presence.contract import PresenceRegistry
 from redis_presence.memory import ConsumerPresenceRegistry
 from redis_presence.operations import Contract, Operations
 from redis_presence.registry import RedisPresenceRegistry
+from tools import codegen
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_generated_modules_are_current() -> None:
-    for target, text in _codegen.generated().items():
+    for target, text in codegen.generated().items():
         assert target.read_text(encoding="utf-8") == text, (
-            f"{target.name} is behind operations.py: run python -m redis_presence._codegen"
+            f"{target.name} is behind operations.py: run python -m tools.codegen"
         )
 
 
 def test_check_mode_exits_zero_when_current() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "redis_presence._codegen", "--check"],
+        [sys.executable, "-m", "tools.codegen", "--check"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         check=False,
@@ -41,22 +45,27 @@ def test_check_mode_exits_zero_when_current() -> None:
     assert (done.returncode, done.stderr) == (0, "")
 
 
-def test_a_stale_module_is_named(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_stale_module_is_named_and_rewritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    current = codegen.ASYNC_TARGET.read_text(encoding="utf-8")
     stale = tmp_path / "aio_operations.py"
     stale.write_text("# an old version\n", encoding="utf-8")
-    monkeypatch.setattr(_codegen, "ASYNC_TARGET", stale)
-    monkeypatch.setattr(_codegen, "PROTOCOL_TARGET", tmp_path / "contract.py")
-    assert _codegen.main(["--check"]) == 1
+    monkeypatch.setattr(codegen, "ASYNC_TARGET", stale)
+    monkeypatch.setattr(codegen, "PROTOCOL_TARGET", tmp_path / "contract.py")
+    assert codegen.main(["--check"]) == 1
+    assert "aio_operations.py, contract.py behind operations.py" in capsys.readouterr().err
     assert stale.read_text(encoding="utf-8") == "# an old version\n"  # --check writes nothing
-    assert _codegen.main([]) == 0
-    assert stale.read_text(encoding="utf-8") == _codegen.ASYNC_TARGET.read_text(encoding="utf-8")
+    assert codegen.main([]) == 0
+    assert stale.read_text(encoding="utf-8") == current
+    assert codegen.main(["--check"]) == 0
 
 
 def _public(cls: type) -> dict[str, inspect.Signature]:
     return {
         name: inspect.signature(member)
         for name, member in vars(cls).items()
-        if inspect.isfunction(member) and not name.startswith("_") and name not in _codegen.RUNNERS
+        if inspect.isfunction(member) and not name.startswith("_") and name not in codegen.RUNNERS
     }
 
 

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import RedisServer, missing
-from test_cli import invoke
-from test_web_api import make_client
+from binaries import missing
+from cli_invoke import invoke
+from servers import RedisServer
+from web_client import make_client
 
 from redis_presence import RedisPresenceRegistry
 from redis_presence.keys import encode_meta

@@ -148,7 +148,7 @@ def test_a_sigkilled_demo_leaves_no_server_and_no_broker_behind() -> None:
     broker quits when its stdin (a pipe from the demo) closes."""
     if not sys.platform.startswith("linux"):
         pytest.skip("PR_SET_PDEATHSIG is Linux-only")
-    pytest.importorskip("servers").need_binary("redis-server")
+    pytest.importorskip("binaries").need_binary("redis-server")
     with Demo("--duration", "30") as demo:
         output = demo.printed
         server = re.search(r"started redis-server pid (\d+)", output)
@@ -218,7 +218,7 @@ def test_broker_keeps_going_when_redis_is_down() -> None:
 @pytest.mark.parametrize("choice", ["redis-server", "embedded"])
 def test_local_redis_starts_answers_and_stops(choice: str) -> None:
     if choice == "redis-server":
-        pytest.importorskip("servers").need_binary("redis-server")
+        pytest.importorskip("binaries").need_binary("redis-server")
     else:
         pytest.importorskip("fakeredis")
     server = start_local_redis(choice)  # type: ignore[arg-type]

@@ -60,7 +60,7 @@ def test_demo_serve_prints_the_dashboard_url_and_stops_it_on_sigterm(server: str
         port = free_port()
         args = ["--server", "embedded", "--serve", "--port", str(port)]
     else:
-        pytest.importorskip("servers").need_binary("redis-server")
+        pytest.importorskip("binaries").need_binary("redis-server")
         port, args = 0, ["--server", "redis-server", "--serve"]
     with Demo(*args) as demo:
         found = dashboard_of(demo.printed)
@@ -84,7 +84,7 @@ def test_demo_serve_prints_the_dashboard_url_and_stops_it_on_sigterm(server: str
 
 @pytest.mark.redis_server
 def test_a_sigkilled_demo_leaves_no_dashboard_behind() -> None:
-    pytest.importorskip("servers").need_binary("redis-server")
+    pytest.importorskip("binaries").need_binary("redis-server")
     with Demo("--serve") as demo:
         pid = int(dashboard_of(demo.printed).group(3))
         assert alive(pid)

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 import redis
 from backends import dump
+from cli_invoke import invoke, one_error_line
+from clusters import RedisClusterProcesses
 from conftest import RUN_COUNTS
 from proxy import Proxy
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from servers import MakeRedisServer, RedisClusterProcesses, RedisServer, free_port
-from test_cli import invoke, one_error_line
+from servers import MakeRedisServer, RedisServer, free_port
 from test_security import (
     ACL_BROKER,
     ACL_JANITOR,

@@ -207,7 +207,7 @@ def api_walk(client: Any, path: str, limit: int, **params: Any) -> list[tuple[st
 
 @pytest.fixture
 def web(redis_url: str, redis_client: redis.Redis) -> Iterator[Any]:
-    from test_web_api import Clock, make_client
+    from web_client import Clock, make_client
 
     fill(RedisPresenceRegistry(redis_client))
     with make_client(redis_url, Clock(T0), ttl_ms=TTL) as client:
@@ -331,7 +331,7 @@ def test_a_dashboard_page_counts_its_groups_while_the_totals_are_fresh(
 ) -> None:
     """2,000 groups: the first page reads the totals (every group) once; the next pages,
     while the totals are fresh, count their 50 groups and one more (INFO commandstats)."""
-    from test_web_api import Clock, make_client
+    from web_client import Clock, make_client
 
     registry = RedisPresenceRegistry(redis_client)
     beats = [(f"q{g % 40:02d}", f"g{g:04d}", "c", 0) for g in range(FLEET_GROUPS)]
@@ -359,7 +359,7 @@ def test_a_fleet_wide_consumer_page_reads_the_index_not_every_group(
 ) -> None:
     """2,000 groups: a first page of 50 consumers of the whole fleet lists the groups from
     the index (20 pages of 100) and reads the groups it shows; no group is counted."""
-    from test_web_api import Clock, make_client
+    from web_client import Clock, make_client
 
     registry = RedisPresenceRegistry(redis_client)
     beats = [

@@ -20,12 +20,12 @@ import redis
 import redis.asyncio
 import redis.cluster
 from backends import dump
+from cli_invoke import invoke, one_error_line
 from conftest import RUN_COUNTS
 from proxy import Proxy
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from servers import RedisServer
-from test_cli import invoke, one_error_line
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,

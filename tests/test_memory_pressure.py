@@ -20,19 +20,13 @@ import pytest
 import redis
 import redis.asyncio
 from backends import dump
+from binaries import DEBIAN_REDIS, VERSION_MATRIX, ServerBuild, need_binary
+from cli_invoke import invoke, one_error_line
+from clusters import RedisClusterProcesses
 from conftest import RUN_COUNTS
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from servers import (
-    DEBIAN_REDIS,
-    VERSION_MATRIX,
-    MakeRedisServer,
-    RedisClusterProcesses,
-    RedisServer,
-    ServerBuild,
-    need_binary,
-)
-from test_cli import invoke, one_error_line
+from servers import MakeRedisServer, RedisServer
 from test_security import ACL_BROKER, BROKER_PASSWORD, BROKER_USER
 
 from redis_presence import (

@@ -1,4 +1,5 @@
-"""The Lua scripts load from a built wheel (in a fresh venv) and from an editable install."""
+"""The Lua scripts load from a built wheel (in a fresh venv) and from an editable install; the
+wheel holds the package and nothing else."""
 
 from __future__ import annotations
 
@@ -35,6 +36,19 @@ def test_editable_install_reads_the_top_level_lua_folder() -> None:
     for name in scripts.SCRIPT_NAMES:
         body = (ROOT / "lua" / f"{name}.lua").read_text(encoding="utf-8")
         assert body in scripts.source(name)
+
+
+def test_the_wheel_holds_the_package_and_no_development_tool() -> None:
+    """hatchling's listing of the wheel (what it would put in, without building): the package
+    with its generated modules and its scripts; not the generator that writes those modules
+    (`tools/codegen.py`), nor the tests or the benchmarks."""
+    from hatchling.builders.wheel import WheelBuilder
+
+    names = {f.distribution_path for f in WheelBuilder(str(ROOT)).recurse_included_files()}
+    for shipped in ("aio_operations.py", "contract.py", "lua/heartbeat.lua", "py.typed"):
+        assert f"redis_presence/{shipped}" in names, shipped
+    assert sorted(name for name in names if not name.startswith("redis_presence/")) == []
+    assert sorted(name for name in names if "codegen" in name) == []
 
 
 @pytest.mark.slow

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 from backends import dump, make_registry, raw_client
-from test_cli import invoke, one_error_line
-from test_web_api import make_client, metric_samples
+from cli_invoke import invoke, one_error_line
+from web_client import make_client, metric_samples
 
 from redis_presence import AsyncRedisPresenceRegistry, PresenceProtocolError, RedisPresenceRegistry
 from redis_presence.keys import Keyspace, encode_name

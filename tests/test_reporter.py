@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+from clusters import RedisClusterProcesses
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from servers import MakeRedisServer, RedisClusterProcesses, RedisServer, free_port
+from servers import MakeRedisServer, RedisServer, free_port
 from waiting import wait_until, wait_until_async
 
 from redis_presence import (

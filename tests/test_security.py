@@ -20,14 +20,8 @@ from backends import dump, without_logs
 from click.testing import CliRunner, Result
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from servers import (
-    MakeRedisServer,
-    RedisServer,
-    TlsFiles,
-    free_port,
-    make_ca,
-    make_client_cert,
-)
+from servers import MakeRedisServer, RedisServer, free_port
+from tls_files import TlsFiles, make_ca, make_client_cert
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,

@@ -21,7 +21,8 @@ from conftest import RUN_SUMMARY
 from failover import Broker, Probe
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from servers import SentinelProcesses, free_port
+from sentinels import SentinelProcesses
+from servers import free_port
 from waiting import wait_until
 
 from redis_presence import (

@@ -11,17 +11,12 @@ import pytest
 import redis
 import redis.cluster
 import servers
+from binaries import REQUIRE_SERVERS_ENV, need_binary
+from clusters import RedisClusterProcesses
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from servers import (
-    REQUIRE_SERVERS_ENV,
-    MakeRedisServer,
-    RedisClusterProcesses,
-    TlsFiles,
-    free_port,
-    make_ca,
-    need_binary,
-)
+from servers import MakeRedisServer, free_port
+from tls_files import TlsFiles, make_ca
 
 
 def no_retry() -> Retry:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from backends import SMALL_BACKENDS, dump, make_registry, raw_client
-from test_cli import invoke
+from cli_invoke import invoke
 from test_spoilt_settings import metric, warned
 
 from redis_presence import PresenceDataWarning, RedisPresenceRegistry

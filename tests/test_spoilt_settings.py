@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 
 import pytest
 from backends import dump, make_registry, raw_client
+from cli_invoke import invoke
 from prometheus_client.parser import text_string_to_metric_families
-from test_cli import invoke
 
 from redis_presence import (
     PresenceBatchError,

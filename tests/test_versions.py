@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from servers import DEBIAN_REDIS, REDIS_8, VALKEY_9, RedisServer, ServerBuild
+from binaries import DEBIAN_REDIS, REDIS_8, VALKEY_9, ServerBuild
+from servers import RedisServer
 
 
 @pytest.mark.parametrize(

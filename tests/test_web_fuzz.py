@@ -24,7 +24,7 @@ from urllib.parse import quote
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_web_api import T0, Clock, make_client
+from web_client import T0, Clock, make_client
 
 from redis_presence import RedisPresenceRegistry
 from redis_presence.keys import Keyspace

@@ -14,7 +14,7 @@ from html import unescape as html_unescape
 from urllib.parse import quote
 
 import pytest
-from test_web_api import HOSTILE, MS, T0, Clock, make_client
+from web_client import HOSTILE, MS, T0, Clock, make_client
 
 from redis_presence import RedisPresenceRegistry
 from redis_presence.web import history

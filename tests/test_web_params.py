@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from urllib.parse import quote
 
 import pytest
-from test_web_api import BASE_URL, T0, Clock, group_path, make_client
+from web_client import BASE_URL, T0, Clock, group_path, make_client
 from webservers import ServeProcess
 
 with warnings.catch_warnings():  # as in test_web_api: httpx rather than its fork

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from test_bounded import logged, work
-from test_web_api import BASE_URL, T0, Clock
+from web_client import BASE_URL, T0, Clock
 
 from redis_presence import AsyncRedisPresenceRegistry, PresenceState, RedisPresenceRegistry
 from redis_presence.plans import Limits

@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
+from binaries import REQUIRE_SERVERS_ENV, require_servers
 from processes import ManagedProcess
-from servers import REQUIRE_SERVERS_ENV, require_servers
 from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,20 +1,24 @@
 """Fixtures of the integration tests: one redis-server for every broker and the presence
-keys (started on first use, stopped at the end of the session), and where RabbitMQ and
-NATS listen on this machine."""
+keys (started on first use, stopped at the end of the session), each test module's worker
+processes (`workers`, from the module's ``worker_specs``), what the tests read and hold
+(`presence`, `held`: see `lifecycle`), and where RabbitMQ and NATS listen on this
+machine."""
 
 from __future__ import annotations
 
 import itertools
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 import pytest
 import redis
-from servers import RedisServer, need_binary
+from binaries import need_binary
+from servers import RedisServer
 
 from redis_presence import RedisPresenceRegistry
 
-from .workers import Presence
+from .lifecycle import HeldTasks, Presence
+from .workers import WorkerProcess, started_workers
 
 BROKER_HOST = "127.0.0.1"
 RABBITMQ_PORT = 5672
@@ -77,6 +81,32 @@ def control(integration_server: RedisServer, broker_db: int) -> Iterator[redis.R
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture
+def held(control: redis.Redis) -> HeldTasks:
+    """The test apps' ``hold`` task of this module's broker database."""
+    return HeldTasks(control)
+
+
+WorkerSpecs = Mapping[str, tuple[Sequence[str], Mapping[str, str]]]
+"""Worker name -> (its command line, the environment added to ours)."""
+
+
+@pytest.fixture(scope="module")
+def workers(
+    request: pytest.FixtureRequest,
+    broker_url: str,
+    presence_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, WorkerProcess]]:
+    """The test module's worker processes, from its ``worker_specs(broker_url,
+    presence_url)`` (`WorkerSpecs`), started all at once (start-up dominates their cost),
+    each with its log; stopped, pool children and all, at the end of the module."""
+    specs: WorkerSpecs = request.module.worker_specs(broker_url, presence_url)
+    logs = tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2])
+    with started_workers(specs, logs=logs) as started:
+        yield started
 
 
 def listening(port: int, host: str = BROKER_HOST) -> bool:

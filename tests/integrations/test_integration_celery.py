@@ -9,26 +9,26 @@ own worker and its own queues, so the tests stay independent.
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import redis
 from celery import Celery
 from celery.worker import state as worker_state
 from waiting import TimedOut, wait_until
 
-from integrations.workers import (
+from integrations.conftest import WorkerSpecs
+from integrations.lifecycle import (
+    HeldTasks,
     Presence,
-    WorkerProcess,
-    check_dies_on_time,
-    python_tool,
-    started_workers,
-    worker_env,
+    check_drains,
+    check_killed,
+    wait_active,
+    wait_progress,
+    wait_refreshed,
 )
-from redis_presence import RedisPresenceRegistry
+from integrations.workers import WorkerProcess, python_tool, worker_env
+from redis_presence import ConsumerPresence, RedisPresenceRegistry
 from redis_presence.integrations import celery as presence_celery
 from redis_presence.integrations._common import Settings
 
@@ -58,18 +58,13 @@ def queues(name: str) -> set[str]:
     return {f"{name}-a", f"{name}-b"}
 
 
-@pytest.fixture(scope="module")
-def workers(
-    broker_url: str, presence_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, WorkerProcess]]:
+def worker_specs(broker_url: str, presence_url: str) -> WorkerSpecs:
     command = [python_tool("celery"), "-A", "celery_app", "worker", "--loglevel=INFO"]
     env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
-    specs = {
+    return {
         name: ([*command, *pool, "-n", consumer(name), "-Q", ",".join(sorted(queues(name)))], env)
         for name, pool in POOLS.items()
     }
-    with started_workers(specs, logs=tmp_path_factory.mktemp("celery")) as started:
-        yield started
 
 
 @pytest.fixture(scope="module")
@@ -79,18 +74,18 @@ def app(broker_url: str) -> Celery:
     return Celery("rp-tests", broker=broker_url)
 
 
-def wait_rows(presence: Presence, worker: WorkerProcess, name: str) -> None:
-    def ready() -> bool:
-        rows = presence.rows(consumer=consumer(name))
-        return {row.queue for row in rows} == queues(name) and all(
-            row.state.value == "active" for row in rows
-        )
+def rows_of(presence: Presence, name: str) -> dict[str, ConsumerPresence]:
+    """queue -> row of worker `name`."""
+    return {row.queue: row for row in presence.rows(consumer=consumer(name))}
 
-    wait_until(ready, timeout_s=60, what=f"rows of {consumer(name)}", alive=worker.check_alive)
+
+def wait_rows(presence: Presence, worker: WorkerProcess, name: str) -> None:
+    what = f"rows of {consumer(name)}"
+    wait_active(lambda: rows_of(presence, name), queues(name), worker=worker, what=what)
 
 
 def hold(app: Celery, queue: str, **options: object) -> str:
-    token = uuid.uuid4().hex
+    token = HeldTasks.token()
     app.send_task("celery_app.hold", args=[token], queue=queue, **options)
     return token
 
@@ -104,24 +99,13 @@ def test_a_row_per_consumed_queue_kept_active(
         (queue, GROUP, consumer("reader")) for queue in queues("reader")
     }
     assert all(row.lease_count == 0 for row in rows)
-
-    # An idle worker keeps beating: every row is refreshed again and again.
-    def beats() -> dict[str, int]:
-        return {r.queue: r.last_heartbeat_ns for r in presence.rows(consumer=consumer("reader"))}
-
-    first = beats()
-    for _ in range(3):
-
-        def refreshed(first: dict[str, int] = first) -> bool:
-            return all(beat > first[queue] for queue, beat in beats().items())
-
-        wait_until(refreshed, timeout_s=10, what="fresh beats")
-        first = beats()
+    for _ in range(3):  # an idle worker keeps beating: every row refreshed again and again
+        wait_refreshed(lambda: rows_of(presence, "reader"))
     assert all(r.state.value == "active" for r in presence.rows(consumer=consumer("reader")))
 
 
 def test_lease_count_follows_long_tasks(
-    workers: dict[str, WorkerProcess], presence: Presence, app: Celery, control: redis.Redis
+    workers: dict[str, WorkerProcess], presence: Presence, app: Celery, held: HeldTasks
 ) -> None:
     wait_rows(presence, workers["reader"], "reader")
     me = consumer("reader")
@@ -136,22 +120,22 @@ def test_lease_count_follows_long_tasks(
     eta = hold(app, "reader-b", countdown=3)  # held by the worker, waiting for its ETA
     wait_until(lambda: leases() == {"reader-a": 2, "reader-b": 1}, timeout_s=20, what="2 + 1")
     for token in running:
-        assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+        held.wait_started(token)
     before = progress()
     released_ns = presence.server_now_ns()
-    control.rpush(f"rp:release:{running[0]}", 1)
+    held.release(running[0])
     wait_until(lambda: leases() == {"reader-a": 1, "reader-b": 1}, timeout_s=20, what="1 + 1")
     # The finished task is progress on its own queue's row, not on the other's.
-    wait_until(
-        lambda: (progress()["reader-a"] or 0) > released_ns, timeout_s=20, what="progress on a"
+    wait_progress(
+        lambda: rows_of(presence, "reader").get("reader-a"), released_ns, what="progress on a"
     )
     assert progress()["reader-b"] == before["reader-b"]
-    control.rpush(f"rp:release:{running[1]}", 1)
+    held.release(running[1])
     wait_until(lambda: leases() == {"reader-a": 0, "reader-b": 1}, timeout_s=20, what="0 + 1")
     # Past its ETA the task runs: still held, then done.
-    assert control.blpop([f"rp:started:{eta}"], timeout=20) is not None
+    held.wait_started(eta)
     assert leases() == {"reader-a": 0, "reader-b": 1}
-    control.rpush(f"rp:release:{eta}", 1)
+    held.release(eta)
     wait_until(lambda: leases() == {"reader-a": 0, "reader-b": 0}, timeout_s=20, what="0 + 0")
 
 
@@ -180,7 +164,7 @@ def watch_rows(
 def check_long_tasks(
     presence: Presence,
     app: Celery,
-    control: redis.Redis,
+    held: HeldTasks,
     worker: WorkerProcess,
     name: str,
     counts: dict[str, int],
@@ -198,7 +182,7 @@ def check_long_tasks(
 
     tokens = {queue: [hold(app, queue) for _ in range(n)] for queue, n in counts.items()}
     for token in (token for queue_tokens in tokens.values() for token in queue_tokens):
-        assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+        held.wait_started(token)
     full = {queue: counts.get(queue, 0) for queue in queues(name)}
     try:  # whether the leases settle; asserted after the reads below, whatever they are
         wait_until(lambda: leases() == full, timeout_s=10, what=f"{full}", alive=worker.check_alive)
@@ -210,31 +194,31 @@ def check_long_tasks(
     first_queue = sorted(counts)[0]
     before = progress()
     released_ns = presence.server_now_ns()
-    control.rpush(f"rp:release:{tokens[first_queue][0]}", 1)
+    held.release(tokens[first_queue][0])
     assert settled, f"lease counts never reached {full}: {leases()}"
     assert not problems, (
         f"{len(problems)} reads off; oldest beat {worst_ms} ms; first: {problems[:5]}"
     )
     less = {**full, first_queue: full[first_queue] - 1}
     wait_until(lambda: leases() == less, timeout_s=20, what=f"{less}", seen=leases)
-    wait_until(
-        lambda: (progress()[first_queue] or 0) > released_ns,
-        timeout_s=20,
+    wait_progress(
+        lambda: rows_of(presence, name).get(first_queue),
+        released_ns,
         what=f"progress on {first_queue}",
     )
     assert all(progress()[q] == before[q] for q in queues(name) - {first_queue})
     for token in (token for queue_tokens in tokens.values() for token in queue_tokens):
-        control.rpush(f"rp:release:{token}", 1)
+        held.release(token)
     idle = dict.fromkeys(queues(name), 0)
     wait_until(lambda: leases() == idle, timeout_s=20, what=f"{idle}", seen=leases)
 
 
 def test_solo_pool_beats_through_a_task_longer_than_two_ttls(
-    workers: dict[str, WorkerProcess], presence: Presence, app: Celery, control: redis.Redis
+    workers: dict[str, WorkerProcess], presence: Presence, app: Celery, held: HeldTasks
 ) -> None:
     """The solo pool runs the task in the worker's own loop, which beats no more until it
     ends: the reporter's thread beats meanwhile, with the running task held."""
-    check_long_tasks(presence, app, control, workers["solo"], "solo", {"solo-a": 1})
+    check_long_tasks(presence, app, held, workers["solo"], "solo", {"solo-a": 1})
 
 
 @pytest.mark.parametrize(
@@ -250,13 +234,13 @@ def test_the_other_pools_hold_every_running_task(
     workers: dict[str, WorkerProcess],
     presence: Presence,
     app: Celery,
-    control: redis.Redis,
+    held: HeldTasks,
     name: str,
     counts: dict[str, int],
 ) -> None:
     """As many tasks at once as the pool's concurrency, on both queues, each running for
     more than twice the TTL."""
-    check_long_tasks(presence, app, control, workers[name], name, counts)
+    check_long_tasks(presence, app, held, workers[name], name, counts)
 
 
 def test_a_failing_beat_from_the_reporters_thread_is_logged_and_the_thread_goes_on(
@@ -328,36 +312,27 @@ def test_sigkill_goes_stale_then_expired_on_time(
 ) -> None:
     worker = workers["crash"]
     wait_rows(presence, worker, "crash")
-    worker.kill()
-    killed_at = presence.server_now_ns()
-    check_dies_on_time(
-        presence,
-        consumer("crash"),
-        queues("crash"),
-        killed_at_ns=killed_at,
-        interval_ms=INTERVAL_MS,
-        ttl_ms=TTL_MS,
-    )
+    rows = {consumer("crash"): queues("crash")}
+    check_killed(presence, worker.kill, rows, interval_ms=INTERVAL_MS, ttl_ms=TTL_MS)
 
 
 def test_warm_shutdown_deregisters_after_running_tasks(
-    workers: dict[str, WorkerProcess], presence: Presence, app: Celery, control: redis.Redis
+    workers: dict[str, WorkerProcess], presence: Presence, app: Celery, held: HeldTasks
 ) -> None:
     worker = workers["drain"]
     wait_rows(presence, worker, "drain")
     token = hold(app, "drain-a")
-    assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
-    worker.send_sigterm()
+    held.wait_started(token)
     # Still finishing its task: its rows stay until the task is done.
-    wait_until(
-        lambda: "Warm shutdown" in worker.log.read_text(errors="replace"),
-        timeout_s=20,
-        what="the warm shutdown to begin",
+    check_drains(
+        presence,
+        worker,
+        held,
+        token,
+        consumer=consumer("drain"),
+        began="Warm shutdown",
+        kept=lambda: set(rows_of(presence, "drain")) == queues("drain"),
     )
-    assert {row.queue for row in presence.rows(consumer=consumer("drain"))} == queues("drain")
-    control.rpush(f"rp:release:{token}", 1)
-    assert worker.wait(30) == 0, worker.log_tail()
-    assert presence.rows(consumer=consumer("drain")) == []
 
 
 def test_install_checks_its_arguments_where_the_app_is_defined(tmp_path: Path) -> None:

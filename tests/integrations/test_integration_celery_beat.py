@@ -9,8 +9,8 @@ from celery import Celery
 from celery.beat import PersistentScheduler
 from waiting import wait_until
 
-from integrations.held import wait_one_ttl
-from integrations.workers import Presence, python_tool, started_workers, worker_env
+from integrations.lifecycle import Presence, wait_one_ttl
+from integrations.workers import python_tool, started_workers, worker_env
 from redis_presence import ConsumerPresence
 from redis_presence.integrations.celery_beat import (
     SCHEDULER_GROUP,

@@ -10,23 +10,25 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import uuid
 from collections.abc import Iterator
 
 import dramatiq
 import pytest
-import redis
 from dramatiq.brokers.redis import RedisBroker
 from waiting import wait_until
 
-from integrations.workers import (
+from integrations.conftest import WorkerSpecs
+from integrations.lifecycle import (
+    HeldTasks,
     Presence,
-    WorkerProcess,
-    check_dies_on_time,
-    python_tool,
-    started_workers,
-    worker_env,
+    check_drains,
+    check_killed,
+    wait_active,
+    wait_progress,
+    wait_refreshed,
 )
+from integrations.workers import WorkerProcess, python_tool, worker_env
+from redis_presence import ConsumerPresence
 from redis_presence.integrations.dramatiq import DEFAULT_GROUP, PresenceMiddleware
 
 pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
@@ -43,15 +45,10 @@ def queues(name: str) -> set[str]:
     return {f"{name}-{part}{dq}" for part in "ab" for dq in ("", ".DQ")}
 
 
-@pytest.fixture(scope="module")
-def workers(
-    broker_url: str, presence_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, WorkerProcess]]:
+def worker_specs(broker_url: str, presence_url: str) -> WorkerSpecs:
     command = [python_tool("dramatiq"), "dramatiq_app", "--processes", "1", "--threads", "2"]
     env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
-    specs = {name: ([*command, "--queues", f"{name}-a", f"{name}-b"], env) for name in NAMES}
-    with started_workers(specs, logs=tmp_path_factory.mktemp("dramatiq")) as started:
-        yield started
+    return {name: ([*command, "--queues", f"{name}-a", f"{name}-b"], env) for name in NAMES}
 
 
 @pytest.fixture(scope="module")
@@ -63,30 +60,22 @@ def producer(broker_url: str) -> Iterator[RedisBroker]:
         broker.close()
 
 
-def rows_of(presence: Presence, name: str) -> dict[str, tuple[str, int, str]]:
-    """queue -> (consumer, lease_count, state) of the rows of worker `name`."""
-    return {
-        row.queue: (row.consumer, row.lease_count, row.state.value)
-        for row in presence.rows()
-        if row.queue in queues(name)
-    }
+def rows_of(presence: Presence, name: str) -> dict[str, ConsumerPresence]:
+    """queue -> row of worker `name`."""
+    return {row.queue: row for row in presence.rows() if row.queue in queues(name)}
 
 
 def wait_rows(presence: Presence, worker: WorkerProcess, name: str) -> str:
     """Wait for every row of worker `name` to be active; its consumer (``host:pid``)."""
-
-    def ready() -> str | None:
-        rows = rows_of(presence, name)
-        if set(rows) != queues(name) or any(state != "active" for _, _, state in rows.values()):
-            return None
-        (consumer,) = {consumer for consumer, _, _ in rows.values()}
-        return consumer
-
-    return wait_until(ready, timeout_s=60, what=f"rows of {name}", alive=worker.check_alive)
+    rows = wait_active(
+        lambda: rows_of(presence, name), queues(name), worker=worker, what=f"rows of {name}"
+    )
+    (consumer,) = {row.consumer for row in rows.values()}
+    return consumer
 
 
 def hold(producer: RedisBroker, queue: str, delay_ms: int | None = None) -> str:
-    token = uuid.uuid4().hex
+    token = HeldTasks.token()
     actor = f"hold_{queue.replace('-', '_')}"
     message: dramatiq.Message[None] = dramatiq.Message(
         queue_name=queue, actor_name=actor, args=(token,), kwargs={}, options={}
@@ -105,26 +94,21 @@ def test_a_row_per_consumer_thread_kept_active(
     rows = [row for row in presence.rows() if row.queue in queues("reader")]
     assert {row.group for row in rows} == {DEFAULT_GROUP}
     assert all(row.lease_count == 0 for row in rows)
-    first = {row.queue: row.last_heartbeat_ns for row in rows}
-
-    def refreshed() -> bool:
-        now = {row.queue: row.last_heartbeat_ns for row in presence.rows(consumer=consumer)}
-        return all(now[queue] > beat for queue, beat in first.items())
-
-    wait_until(refreshed, timeout_s=10, what="an idle worker's rows to be refreshed")
-    assert all(state == "active" for _, _, state in rows_of(presence, "reader").values())
+    wait_refreshed(lambda: rows_of(presence, "reader"))
+    assert all(row.state.value == "active" for row in rows_of(presence, "reader").values())
 
 
 def test_lease_count_follows_long_messages(
     workers: dict[str, WorkerProcess],
     presence: Presence,
     producer: RedisBroker,
-    control: redis.Redis,
+    held: HeldTasks,
 ) -> None:
     wait_rows(presence, workers["reader"], "reader")
 
     def leases() -> dict[str, int]:
-        return {queue: n for queue, (_, n, _) in rows_of(presence, "reader").items() if n}
+        rows = rows_of(presence, "reader").items()
+        return {queue: row.lease_count for queue, row in rows if row.lease_count}
 
     running = [hold(producer, "reader-a"), hold(producer, "reader-a")]
     delayed = hold(producer, "reader-b", delay_ms=2_000)  # waits for its ETA in the worker
@@ -132,24 +116,22 @@ def test_lease_count_follows_long_messages(
         lambda: leases() == {"reader-a": 2, "reader-b.DQ": 1}, timeout_s=20, what="2 + 1 delayed"
     )
     for token in running:
-        assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+        held.wait_started(token)
 
     def progress() -> dict[str, int | None]:
         return {r.queue: r.last_progress_ns for r in presence.rows() if r.queue in queues("reader")}
 
     before = progress()
     released_ns = presence.server_now_ns()
-    control.rpush(f"rp:release:{running[0]}", 1)
+    held.release(running[0])
     # The acknowledged message is progress on its queue's row, not on the other's.
-    wait_until(
-        lambda: (progress()["reader-a"] or 0) > released_ns, timeout_s=20, what="progress on a"
-    )
+    wait_progress(lambda: rows_of(presence, "reader").get("reader-a"), released_ns)
     assert progress().get("reader-b") == before.get("reader-b")
     # Past its ETA the delayed message moves to reader-b, where a free thread runs it.
-    assert control.blpop([f"rp:started:{delayed}"], timeout=20) is not None
+    held.wait_started(delayed)
     wait_until(lambda: leases() == {"reader-a": 1, "reader-b": 1}, timeout_s=20, what="1 + 1")
-    control.rpush(f"rp:release:{running[1]}", 1)
-    control.rpush(f"rp:release:{delayed}", 1)
+    held.release(running[1])
+    held.release(delayed)
     wait_until(lambda: leases() == {}, timeout_s=20, what="no leases")
 
 
@@ -160,13 +142,10 @@ def test_sigkill_goes_stale_then_expired_on_time(
     consumer = wait_rows(presence, worker, "crash")
     pid = int(consumer.rpartition(":")[2])
     assert pid != worker.pid  # the worker process, not the `dramatiq` supervisor
-    os.kill(pid, signal.SIGKILL)
-    killed_at = presence.server_now_ns()
-    check_dies_on_time(
+    check_killed(
         presence,
-        consumer,
-        queues("crash"),
-        killed_at_ns=killed_at,
+        lambda: os.kill(pid, signal.SIGKILL),
+        {consumer: queues("crash")},
         interval_ms=INTERVAL_MS,
         ttl_ms=TTL_MS,
     )
@@ -176,23 +155,22 @@ def test_warm_shutdown_deregisters_after_running_messages(
     workers: dict[str, WorkerProcess],
     presence: Presence,
     producer: RedisBroker,
-    control: redis.Redis,
+    held: HeldTasks,
 ) -> None:
     worker = workers["drain"]
     consumer = wait_rows(presence, worker, "drain")
     token = hold(producer, "drain-a")
-    assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
-    worker.send_sigterm()
-    wait_until(
-        lambda: "Stopping worker process" in worker.log.read_text(errors="replace"),
-        timeout_s=20,
-        what="the warm shutdown to begin",
-    )
+    held.wait_started(token)
     # Dramatiq keeps its consumer threads until the running message is done: so do the rows.
-    assert set(rows_of(presence, "drain")) == queues("drain")
-    control.rpush(f"rp:release:{token}", 1)
-    assert worker.wait(30) == 0, worker.log_tail()
-    assert presence.rows(consumer=consumer) == []
+    check_drains(
+        presence,
+        worker,
+        held,
+        token,
+        consumer=consumer,
+        began="Stopping worker process",
+        kept=lambda: set(rows_of(presence, "drain")) == queues("drain"),
+    )
 
 
 def test_middleware_checks_its_arguments_where_the_broker_is_defined() -> None:

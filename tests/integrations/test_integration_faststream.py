@@ -15,23 +15,28 @@ import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
-import redis
 from waiting import wait_until
 
 from integrations.conftest import NATS_PORT, RABBITMQ_PORT, listening
+from integrations.lifecycle import (
+    HeldTasks,
+    Presence,
+    check_killed,
+    wait_active,
+    wait_progress,
+    wait_refreshed,
+)
 from integrations.workers import (
     REQUIRE_BROKERS_ENV,
-    Presence,
     WorkerProcess,
-    check_dies_on_time,
     python_tool,
     require_broker,
     started_workers,
     worker_env,
 )
+from redis_presence import ConsumerPresence
 from redis_presence.integrations.faststream import DEFAULT_GROUP, PresenceMiddleware
 
 pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
@@ -93,7 +98,7 @@ def faststream_broker_url(kind: Kind, broker_url: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def workers(
+def workers(  # the shared fixture's, for the broker of this module's `kind`
     kind: Kind,
     faststream_broker_url: str,
     broker_url: str,
@@ -112,7 +117,9 @@ def host_pid(worker: WorkerProcess) -> str:
     return f"{socket.gethostname()}:{worker.pid}"
 
 
-def rows_of(presence: Presence, kind: Kind, name: str) -> dict[tuple[str, str, str], Any]:
+def rows_of(
+    presence: Presence, kind: Kind, name: str
+) -> dict[tuple[str, str, str], ConsumerPresence]:
     queues = {kind.queue(name, "a"), kind.queue(name, "b")}
     return {
         (row.queue, row.group, row.consumer): row for row in presence.rows() if row.queue in queues
@@ -121,17 +128,11 @@ def rows_of(presence: Presence, kind: Kind, name: str) -> dict[tuple[str, str, s
 
 def wait_rows(presence: Presence, kind: Kind, worker: WorkerProcess, name: str) -> None:
     expected = kind.expected(name, host_pid(worker))
-
-    def ready() -> bool:
-        rows = rows_of(presence, kind, name)
-        return set(rows) == expected and all(r.state.value == "active" for r in rows.values())
-
-    wait_until(
-        ready,
-        timeout_s=60,
+    wait_active(
+        lambda: rows_of(presence, kind, name),
+        expected,
+        worker=worker,
         what=f"{kind.name} rows of {name}: {sorted(expected)}",
-        alive=worker.check_alive,
-        seen=lambda: sorted(rows_of(presence, kind, name).items()),
     )
 
 
@@ -164,15 +165,7 @@ def test_a_row_per_subscriber_kept_active(
 ) -> None:
     worker = workers["reader"]
     wait_rows(presence, kind, worker, "reader")
-    first = {key: row.last_heartbeat_ns for key, row in rows_of(presence, kind, "reader").items()}
-
-    def refreshed() -> bool:
-        now = rows_of(presence, kind, "reader")
-        return set(now) == set(first) and all(
-            now[key].last_heartbeat_ns > beat for key, beat in first.items()
-        )
-
-    wait_until(refreshed, timeout_s=10, what="an idle worker's rows to be refreshed")
+    wait_refreshed(lambda: rows_of(presence, kind, "reader"))
     assert all(row.lease_count == 0 for row in rows_of(presence, kind, "reader").values())
 
 
@@ -180,7 +173,7 @@ def test_lease_count_follows_a_long_handler(
     kind: Kind,
     workers: dict[str, WorkerProcess],
     presence: Presence,
-    control: redis.Redis,
+    held: HeldTasks,
     faststream_broker_url: str,
 ) -> None:
     worker = workers["reader"]
@@ -190,9 +183,9 @@ def test_lease_count_follows_a_long_handler(
     def leases() -> dict[str, int]:
         return {q: row.lease_count for (q, _, _), row in rows_of(presence, kind, "reader").items()}
 
-    token = uuid.uuid4().hex
+    token = HeldTasks.token()
     publish(kind, faststream_broker_url, queue_a, token)
-    assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+    held.wait_started(token)
     wait_until(lambda: leases().get(queue_a) == 1, timeout_s=20, what="a lease on queue a")
     assert leases()[kind.queue("reader", "b")] == 0
 
@@ -202,10 +195,15 @@ def test_lease_count_follows_a_long_handler(
 
     before = progress()
     released_ns = presence.server_now_ns()
-    control.rpush(f"rp:release:{token}", 1)
+    held.release(token)
     wait_until(lambda: leases().get(queue_a) == 0, timeout_s=20, what="the lease to go")
+
+    def row_a() -> ConsumerPresence | None:
+        rows = rows_of(presence, kind, "reader")
+        return next((row for (q, _, _), row in rows.items() if q == queue_a), None)
+
     # The handled message is progress on its subscriber's row, not on the other's.
-    wait_until(lambda: (progress()[queue_a] or 0) > released_ns, timeout_s=20, what="progress on a")
+    wait_progress(row_a, released_ns, what="progress on a")
     assert progress()[kind.queue("reader", "b")] == before[kind.queue("reader", "b")]
 
 
@@ -214,18 +212,9 @@ def test_sigkill_goes_stale_then_expired_on_time(
 ) -> None:
     worker = workers["crash"]
     wait_rows(presence, kind, worker, "crash")
-    worker.kill()
-    killed_at = presence.server_now_ns()
     expected = kind.expected("crash", host_pid(worker))
-    for consumer in {c for _, _, c in expected}:
-        check_dies_on_time(
-            presence,
-            consumer,
-            {q for q, _, c in expected if c == consumer},
-            killed_at_ns=killed_at,
-            interval_ms=INTERVAL_MS,
-            ttl_ms=TTL_MS,
-        )
+    rows = {consumer: {q for q, _, c in expected if c == consumer} for _, _, consumer in expected}
+    check_killed(presence, worker.kill, rows, interval_ms=INTERVAL_MS, ttl_ms=TTL_MS)
 
 
 def test_sigterm_deregisters_every_row(

@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,16 +18,19 @@ from huey import RedisHuey
 from huey import signals as huey_signals
 from waiting import wait_until
 
-from integrations.held import wait_one_ttl
-from integrations.workers import (
+from integrations.conftest import WorkerSpecs
+from integrations.lifecycle import (
+    HeldTasks,
     Presence,
-    WorkerProcess,
-    check_dies_on_time,
-    python_tool,
-    started_workers,
-    worker_env,
+    check_drains,
+    check_killed,
+    wait_active,
+    wait_one_ttl,
+    wait_progress,
+    wait_refreshed,
 )
-from redis_presence import PresenceReporter, RedisPresenceRegistry
+from integrations.workers import WorkerProcess, python_tool, worker_env
+from redis_presence import ConsumerPresence, PresenceReporter, RedisPresenceRegistry
 from redis_presence.integrations.huey import DEFAULT_GROUP, install
 
 pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
@@ -45,20 +46,15 @@ def queue(name: str) -> str:
     return f"huey-{name}"
 
 
-@pytest.fixture(scope="module")
-def workers(
-    broker_url: str, presence_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, WorkerProcess]]:
+def worker_specs(broker_url: str, presence_url: str) -> WorkerSpecs:
     env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
-    specs = {
+    return {
         name: (
             [python_tool("huey_consumer"), "huey_app.huey", *options],
             {**env, "RP_HUEY_NAME": queue(name)},
         )
         for name, options in WORKERS.items()
     }
-    with started_workers(specs, logs=tmp_path_factory.mktemp("huey")) as started:
-        yield started
 
 
 def producer(broker_url: str, name: str) -> RedisHuey:
@@ -75,33 +71,34 @@ def producer(broker_url: str, name: str) -> RedisHuey:
 
 
 def enqueue_hold(broker_url: str, name: str) -> str:
-    token = uuid.uuid4().hex
+    token = HeldTasks.token()
     huey = producer(broker_url, name)
     huey.enqueue(huey._registry.string_to_task("huey_app.hold")(args=(token,)))
     return token
 
 
+def rows_by_consumer(presence: Presence, name: str) -> dict[str, ConsumerPresence]:
+    """consumer -> row, of `name`'s queue."""
+    return {row.consumer: row for row in presence.rows(ttl_ms=TTL_MS) if row.queue == queue(name)}
+
+
 def rows_of(presence: Presence, name: str) -> dict[str, tuple[int, str]]:
     """consumer -> (lease_count, state) of the rows of `name`'s queue."""
     return {
-        row.consumer: (row.lease_count, row.state.value)
-        for row in presence.rows(ttl_ms=TTL_MS)
-        if row.queue == queue(name)
+        consumer: (row.lease_count, row.state.value)
+        for consumer, row in rows_by_consumer(presence, name).items()
     }
 
 
 def wait_rows(presence: Presence, worker: WorkerProcess, name: str, count: int) -> set[str]:
-    def ready() -> set[str] | None:
-        rows = rows_of(presence, name)
-        if len(rows) == count and all(state == "active" for _, state in rows.values()):
-            return set(rows)
-        return None
-
-    return wait_until(ready, timeout_s=60, what=f"rows of {name}", alive=worker.check_alive)
+    rows = wait_active(
+        lambda: rows_by_consumer(presence, name), count, worker=worker, what=f"rows of {name}"
+    )
+    return set(rows)
 
 
 def test_a_row_per_worker_thread_with_its_task_as_lease(
-    workers: dict[str, WorkerProcess], presence: Presence, broker_url: str, control: redis.Redis
+    workers: dict[str, WorkerProcess], presence: Presence, broker_url: str, held: HeldTasks
 ) -> None:
     worker = workers["reader"]
     consumers = wait_rows(presence, worker, "reader", 2)
@@ -109,16 +106,10 @@ def test_a_row_per_worker_thread_with_its_task_as_lease(
     assert consumers == {f"{prefix}Worker-1", f"{prefix}Worker-2"}
     rows = [row for row in presence.rows() if row.queue == queue("reader")]
     assert {row.group for row in rows} == {DEFAULT_GROUP}
-    first = {row.consumer: row.last_heartbeat_ns for row in rows}
-
-    def refreshed() -> bool:
-        now = {r.consumer: r.last_heartbeat_ns for r in presence.rows() if r.consumer in first}
-        return all(now[c] > beat for c, beat in first.items())
-
-    wait_until(refreshed, timeout_s=10, what="idle workers' rows to be refreshed")
+    wait_refreshed(lambda: rows_by_consumer(presence, "reader"))
 
     token = enqueue_hold(broker_url, "reader")
-    assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+    held.wait_started(token)
 
     def leases() -> list[int]:
         return sorted(lease for lease, state in rows_of(presence, "reader").values())
@@ -131,14 +122,10 @@ def test_a_row_per_worker_thread_with_its_task_as_lease(
     assert presence.row(queue("reader"), busy).last_progress_ns is None  # type: ignore[union-attr]
 
     released_ns = presence.server_now_ns()
-    control.rpush(f"rp:release:{token}", 1)
-
-    def progressed() -> bool:
-        row = presence.row(queue("reader"), busy, ttl_ms=TTL_MS)
-        done = row is not None and (row.last_progress_ns or 0) > released_ns
-        return done and row is not None and row.lease_count == 0
-
-    wait_until(progressed, timeout_s=20, what="the finished task as progress")
+    held.release(token)
+    wait_progress(
+        lambda: presence.row(queue("reader"), busy, ttl_ms=TTL_MS), released_ns, lease_count=0
+    )
     assert rows_of(presence, "reader")[busy] == (0, "active")
 
 
@@ -147,41 +134,38 @@ def test_sigkill_goes_stale_then_expired_on_time(
 ) -> None:
     worker = workers["crash"]
     (consumer,) = wait_rows(presence, worker, "crash", 1)
-    worker.kill()
-    killed_at = presence.server_now_ns()
-    check_dies_on_time(
+    check_killed(
         presence,
-        consumer,
-        {queue("crash")},
-        killed_at_ns=killed_at,
+        worker.kill,
+        {consumer: {queue("crash")}},
         interval_ms=1_000 + INTERVAL_MS,  # a beat per blocking read of 1 s
         ttl_ms=TTL_MS,
     )
 
 
 def test_graceful_shutdown_deregisters_after_the_running_task(
-    workers: dict[str, WorkerProcess], presence: Presence, broker_url: str, control: redis.Redis
+    workers: dict[str, WorkerProcess], presence: Presence, broker_url: str, held: HeldTasks
 ) -> None:
     worker = workers["drain"]
     (consumer,) = wait_rows(presence, worker, "drain", 1)
     assert not consumer.startswith(f"{socket.gethostname()}:{worker.pid}/")  # its own process
     token = enqueue_hold(broker_url, "drain")
-    assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+    held.wait_started(token)
     wait_until(
         lambda: rows_of(presence, "drain").get(consumer, (0, ""))[0] == 1,
         timeout_s=10,
         what="the task as a lease",
     )
-    os.kill(worker.pid, signal.SIGINT)  # Huey's graceful signal
-    wait_until(
-        lambda: "Shutting down gracefully" in worker.log.read_text(errors="replace"),
-        timeout_s=20,
-        what="the graceful shutdown to begin",
+    check_drains(
+        presence,
+        worker,
+        held,
+        token,
+        consumer=consumer,
+        stop=lambda: os.kill(worker.pid, signal.SIGINT),  # Huey's graceful signal
+        began="Shutting down gracefully",
+        kept=lambda: consumer in rows_of(presence, "drain"),  # until the task is done
     )
-    assert consumer in rows_of(presence, "drain")  # until the task is done
-    control.rpush(f"rp:release:{token}", 1)
-    assert worker.wait(30) == 0, worker.log_tail()
-    assert presence.rows(consumer=consumer) == []
 
 
 def test_install_checks_its_arguments_where_the_instance_is_defined() -> None:

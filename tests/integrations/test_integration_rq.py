@@ -20,14 +20,18 @@ from rq import Queue
 from rq.job import Job, JobStatus
 from waiting import wait_until
 
-from integrations.held import wait_one_ttl
-from integrations.workers import (
+from integrations.conftest import WorkerSpecs
+from integrations.lifecycle import (
+    HeldTasks,
     Presence,
-    WorkerProcess,
-    check_dies_on_time,
-    python_tool,
-    started_workers,
+    check_killed,
+    wait_active,
+    wait_one_ttl,
+    wait_progress,
+    wait_refreshed,
 )
+from integrations.workers import WorkerProcess, python_tool
+from redis_presence import ConsumerPresence
 from redis_presence.integrations.rq import (
     DEFAULT_GROUP,
     PUBSUB_READ_S,
@@ -52,10 +56,7 @@ def consumer(name: str) -> str:
     return f"rq-{name}"
 
 
-@pytest.fixture(scope="module")
-def workers(
-    broker_url: str, presence_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, WorkerProcess]]:
+def worker_specs(broker_url: str, presence_url: str) -> WorkerSpecs:
     env = {
         "RP_BROKER_URL": broker_url,
         "REDIS_PRESENCE_URL": presence_url,
@@ -70,7 +71,7 @@ def workers(
         "-w",
         "redis_presence.integrations.rq.PresenceWorker",
     ]
-    specs = {
+    return {
         name: (
             [
                 *command,
@@ -83,8 +84,6 @@ def workers(
         )
         for name in NAMES
     }
-    with started_workers(specs, logs=tmp_path_factory.mktemp("rq")) as started:
-        yield started
 
 
 @pytest.fixture(scope="module")
@@ -96,46 +95,42 @@ def broker(broker_url: str) -> Iterator[redis.Redis]:
         client.close()
 
 
+def rows_by_queue(presence: Presence, name: str) -> dict[str, ConsumerPresence]:
+    """queue -> row of worker `name`."""
+    return {row.queue: row for row in presence.rows(consumer=consumer(name), ttl_ms=TTL_MS)}
+
+
 def rows_of(presence: Presence, name: str) -> dict[str, tuple[int, str]]:
     """queue -> (lease_count, state) of worker `name`'s rows."""
     return {
-        row.queue: (row.lease_count, row.state.value)
-        for row in presence.rows(consumer=consumer(name), ttl_ms=TTL_MS)
+        queue: (row.lease_count, row.state.value)
+        for queue, row in rows_by_queue(presence, name).items()
     }
 
 
 def wait_rows(presence: Presence, worker: WorkerProcess, name: str) -> None:
-    def ready() -> bool:
-        rows = rows_of(presence, name)
-        return set(rows) == queues(name) and all(s == "active" for _, s in rows.values())
-
-    wait_until(ready, timeout_s=60, what=f"rows of {name}", alive=worker.check_alive)
+    what = f"rows of {name}"
+    wait_active(lambda: rows_by_queue(presence, name), queues(name), worker=worker, what=what)
 
 
 def hold(broker: redis.Redis, queue: str) -> str:
     """Enqueue a job that runs until the test releases it; its token is also its job id."""
-    token = uuid.uuid4().hex
+    token = HeldTasks.token()
     Queue(queue, connection=broker).enqueue("rq_jobs.hold", token, job_timeout=120, job_id=token)
     return token
 
 
 def test_rows_leases_and_progress_of_a_real_worker(
-    workers: dict[str, WorkerProcess], presence: Presence, broker: redis.Redis
+    workers: dict[str, WorkerProcess], presence: Presence, broker: redis.Redis, held: HeldTasks
 ) -> None:
     worker = workers["reader"]
     wait_rows(presence, worker, "reader")
     rows = presence.rows(consumer=consumer("reader"), ttl_ms=TTL_MS)
     assert {row.group for row in rows} == {DEFAULT_GROUP}
-    first = {row.queue: row.last_heartbeat_ns for row in rows}
-
-    def refreshed() -> bool:
-        now = {r.queue: r.last_heartbeat_ns for r in presence.rows(consumer=consumer("reader"))}
-        return all(now[queue] > beat for queue, beat in first.items())
-
-    wait_until(refreshed, timeout_s=10, what="an idle worker's rows to be refreshed")
+    wait_refreshed(lambda: rows_by_queue(presence, "reader"))
 
     token = hold(broker, "reader-a")
-    assert broker.blpop([f"rp:started:{token}"], timeout=20) is not None
+    held.wait_started(token)
     wait_until(
         lambda: (
             rows_of(presence, "reader") == {"reader-a": (1, "active"), "reader-b": (0, "active")}
@@ -150,15 +145,13 @@ def test_rows_leases_and_progress_of_a_real_worker(
     assert presence.row("reader-a", consumer("reader")).last_progress_ns is None  # type: ignore[union-attr]
 
     released_ns = presence.server_now_ns()
-    broker.rpush(f"rp:release:{token}", 1)
-
-    def progressed() -> bool:
-        row = presence.row("reader-a", consumer("reader"), ttl_ms=TTL_MS)
-        return (
-            row is not None and row.lease_count == 0 and (row.last_progress_ns or 0) > released_ns
-        )
-
-    wait_until(progressed, timeout_s=20, what="the finished job as progress")
+    held.release(token)
+    wait_progress(
+        lambda: presence.row("reader-a", consumer("reader"), ttl_ms=TTL_MS),
+        released_ns,
+        lease_count=0,
+        what="the finished job as progress",
+    )
     other = presence.row("reader-b", consumer("reader"))
     assert other is not None
     assert other.last_progress_ns is None
@@ -169,27 +162,19 @@ def test_sigkill_goes_stale_then_expired_on_time(
 ) -> None:
     worker = workers["crash"]
     wait_rows(presence, worker, "crash")
-    worker.kill()
-    killed_at = presence.server_now_ns()
-    check_dies_on_time(
-        presence,
-        consumer("crash"),
-        queues("crash"),
-        killed_at_ns=killed_at,
-        interval_ms=INTERVAL_MS,
-        ttl_ms=TTL_MS,
-    )
+    rows = {consumer("crash"): queues("crash")}
+    check_killed(presence, worker.kill, rows, interval_ms=INTERVAL_MS, ttl_ms=TTL_MS)
 
 
 def test_a_warm_shutdown_deregisters_when_it_begins_and_the_held_job_still_finishes(
-    workers: dict[str, WorkerProcess], presence: Presence, broker: redis.Redis
+    workers: dict[str, WorkerProcess], presence: Presence, broker: redis.Redis, held: HeldTasks
 ) -> None:
     """RQ's own shutdown waits for the running job, the scheduler and its pub/sub thread
     (up to a minute): the rows go when the warm shutdown begins, before any of that."""
     worker = workers["drain"]
     wait_rows(presence, worker, "drain")
     token = hold(broker, "drain-b")
-    assert broker.blpop([f"rp:started:{token}"], timeout=20) is not None
+    held.wait_started(token)
     busy = {"drain-a": (0, "active"), "drain-b": (1, "active")}
     wait_until(lambda: rows_of(presence, "drain") == busy, timeout_s=10, what="the job as a lease")
     worker.send_sigterm()
@@ -206,7 +191,7 @@ def test_a_warm_shutdown_deregisters_when_it_begins_and_the_held_job_still_finis
     job = Job.fetch(token, connection=broker)
     assert job.get_status() == JobStatus.STARTED
     # RQ finishes the job; its end and the beats meanwhile do not register the rows again.
-    broker.rpush(f"rp:release:{token}", 1)
+    held.release(token)
     assert worker.wait(30) == 0, worker.log_tail()
     assert job.get_status(refresh=True) == JobStatus.FINISHED
     assert presence.rows(consumer=consumer("drain")) == []

@@ -18,6 +18,7 @@ from click.testing import CliRunner, Result
 from servers import free_port
 from waiting import wait_until
 
+from integrations.lifecycle import Presence
 from integrations.stream_groups import (
     GROUP,
     NOW_NS,
@@ -30,7 +31,7 @@ from integrations.stream_groups import (
     pending_of,
     read,
 )
-from integrations.workers import ROOT, Presence, WorkerProcess, python_tool
+from integrations.workers import ROOT, WorkerProcess, python_tool
 from redis_presence import RedisPresenceRegistry
 from redis_presence.cli import cli
 

@@ -17,16 +17,14 @@ import pytest
 import redis
 import redis.asyncio
 import redis.cluster
-from servers import RedisClusterProcesses, RedisServer
+from clusters import RedisClusterProcesses
+from servers import RedisServer
 from waiting import wait_until
 
-from integrations.workers import (
-    Presence,
-    WorkerProcess,
-    check_dies_on_time,
-    started_workers,
-)
-from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
+from integrations.conftest import WorkerSpecs
+from integrations.lifecycle import Presence, check_killed, wait_active
+from integrations.workers import WorkerProcess
+from redis_presence import AsyncRedisPresenceRegistry, ConsumerPresence, RedisPresenceRegistry
 from redis_presence.integrations.streams import AsyncStreamReader, StreamReader
 from redis_presence.keys import encode_name
 
@@ -258,10 +256,8 @@ def test_on_a_cluster(
 # -- a real consumer process -------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def consumers(
-    presence_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, WorkerProcess]]:
+def worker_specs(broker_url: str, presence_url: str) -> WorkerSpecs:
+    """Three consumer processes, each reading a stream of its own on the presence server."""
     argv = [sys.executable, "stream_consumer.py"]
     env = {
         "RP_PRESENCE_URL": presence_url,
@@ -270,27 +266,24 @@ def consumers(
         "RP_BLOCK_MS": str(BLOCK_MS),
         "RP_TTL_MS": str(TTL_MS),
     }
-    specs = {
+    return {
         name: (argv, {**env, "RP_STREAM": f"{name}-stream", "RP_CONSUMER": name})
         for name in ("poller", "crash", "drain")
     }
-    with started_workers(specs, logs=tmp_path_factory.mktemp("stream-consumers")) as started:
-        yield started
 
 
-def wait_active(presence: Presence, consumer: WorkerProcess, name: str) -> None:
-    def active() -> bool:
-        rows = presence.rows(consumer=name, ttl_ms=TTL_MS)
-        return len(rows) == 1 and rows[0].state.value == "active"
+def wait_row(presence: Presence, consumer: WorkerProcess, name: str) -> None:
+    def rows() -> dict[str, ConsumerPresence]:
+        return {row.queue: row for row in presence.rows(consumer=name, ttl_ms=TTL_MS)}
 
-    wait_until(active, timeout_s=30, what=f"{name} to be active", alive=consumer.check_alive)
+    wait_active(rows, 1, worker=consumer, what=f"{name} to be active", timeout_s=30)
 
 
 def test_a_consumer_polling_an_empty_stream_stays_active(
-    consumers: dict[str, WorkerProcess], presence: Presence
+    workers: dict[str, WorkerProcess], presence: Presence
 ) -> None:
-    process = consumers["poller"]
-    wait_active(presence, process, "poller")
+    process = workers["poller"]
+    wait_row(presence, process, "poller")
     (row,) = presence.rows(consumer="poller", ttl_ms=TTL_MS)
     assert (row.queue, row.group) == ("poller-stream", GROUP)
     seen = row.last_heartbeat_ns
@@ -306,25 +299,18 @@ def test_a_consumer_polling_an_empty_stream_stays_active(
 
 
 def test_a_sigkilled_consumer_goes_stale_then_expired_on_time(
-    consumers: dict[str, WorkerProcess], presence: Presence
+    workers: dict[str, WorkerProcess], presence: Presence
 ) -> None:
-    process = consumers["crash"]
-    wait_active(presence, process, "crash")
-    process.kill()
-    check_dies_on_time(
-        presence,
-        "crash",
-        {"crash-stream"},
-        killed_at_ns=presence.server_now_ns(),
-        interval_ms=BLOCK_MS,
-        ttl_ms=TTL_MS,
-    )
+    process = workers["crash"]
+    wait_row(presence, process, "crash")
+    rows = {"crash": {"crash-stream"}}
+    check_killed(presence, process.kill, rows, interval_ms=BLOCK_MS, ttl_ms=TTL_MS)
 
 
 def test_a_stopped_consumer_deregisters(
-    consumers: dict[str, WorkerProcess], presence: Presence
+    workers: dict[str, WorkerProcess], presence: Presence
 ) -> None:
-    process = consumers["drain"]
-    wait_active(presence, process, "drain")
+    process = workers["drain"]
+    wait_row(presence, process, "drain")
     assert process.terminate(30) == 0, process.log_tail()
     assert presence.rows(consumer="drain") == []

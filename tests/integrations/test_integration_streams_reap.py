@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import redis
 import redis.cluster
-from servers import MakeRedisServer, RedisClusterProcesses
+from clusters import RedisClusterProcesses
+from servers import MakeRedisServer
 
 from integrations.stream_groups import (
     GROUP,

@@ -14,23 +14,23 @@ import asyncio
 import os
 import signal
 import socket
-import uuid
-from collections.abc import Iterator
 
 import pytest
-import redis
 from taskiq_redis import ListQueueBroker, RedisStreamBroker
 from waiting import wait_until
 
-from integrations.held import wait_one_ttl
-from integrations.workers import (
+from integrations.conftest import WorkerSpecs
+from integrations.lifecycle import (
+    HeldTasks,
     Presence,
-    WorkerProcess,
-    check_dies_on_time,
-    python_tool,
-    started_workers,
-    worker_env,
+    check_drains,
+    check_killed,
+    wait_active,
+    wait_one_ttl,
+    wait_progress,
+    wait_refreshed,
 )
+from integrations.workers import WorkerProcess, python_tool, started_workers, worker_env
 from redis_presence import ConsumerPresence
 from redis_presence.integrations.taskiq import DEFAULT_GROUP, SCHEDULER_GROUP, PresenceMiddleware
 
@@ -53,23 +53,18 @@ def queue(name: str) -> str:
     return f"taskiq-{name}"
 
 
-@pytest.fixture(scope="module")
-def workers(
-    broker_url: str, presence_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, WorkerProcess]]:
+def worker_specs(broker_url: str, presence_url: str) -> WorkerSpecs:
     env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
     command = [python_tool("taskiq"), "worker", "taskiq_app:broker", "--workers", "1"]
-    specs = {
+    return {
         name: (command, {**env, "RP_NAME": queue(name), "RP_TASKIQ_BROKER": kind})
         for name, kind in KINDS.items()
     }
-    with started_workers(specs, logs=tmp_path_factory.mktemp("taskiq")) as started:
-        yield started
 
 
 def send_hold(broker_url: str, name: str) -> str:
     """Send the ``hold`` task to worker `name`'s queue, as a producer would."""
-    token = uuid.uuid4().hex
+    token = HeldTasks.token()
     producer: ListQueueBroker | RedisStreamBroker
     if KINDS[name] == "stream":
         producer = RedisStreamBroker(broker_url, queue_name=queue(name))
@@ -97,10 +92,16 @@ def row_of(presence: Presence, name: str) -> ConsumerPresence | None:
     return live[0] if len(live) == 1 else None
 
 
+def live_rows(presence: Presence, name: str) -> dict[str, ConsumerPresence]:
+    """consumer -> row of `name`'s queue, while exactly one is active (else none)."""
+    row = row_of(presence, name)
+    return {} if row is None else {row.consumer: row}
+
+
 def wait_row(presence: Presence, worker: WorkerProcess, name: str) -> ConsumerPresence:
-    return wait_until(
-        lambda: row_of(presence, name), timeout_s=60, what=f"{name}'s row", alive=worker.check_alive
-    )
+    rows = wait_active(lambda: live_rows(presence, name), 1, worker=worker, what=f"{name}'s row")
+    (row,) = rows.values()
+    return row
 
 
 SOCKET_TIMEOUT_S = 5
@@ -163,7 +164,7 @@ def test_with_the_default_socket_timeout_the_middleware_warns_once_naming_the_se
 
 
 def test_rows_leases_and_progress_of_a_real_worker(
-    workers: dict[str, WorkerProcess], presence: Presence, broker_url: str, control: redis.Redis
+    workers: dict[str, WorkerProcess], presence: Presence, broker_url: str, held: HeldTasks
 ) -> None:
     worker = workers["reader"]
     row = wait_row(presence, worker, "reader")
@@ -172,16 +173,11 @@ def test_rows_leases_and_progress_of_a_real_worker(
     assert int(pid) != worker.pid  # the worker process, not its manager
     assert row.group == DEFAULT_GROUP
     assert row.lease_count == 0
-    first = row.last_heartbeat_ns
     # Idle (a BRPOP without timeout under the wrapper): the wrapper beats anyway.
-    wait_until(
-        lambda: presence.row(queue("reader"), row.consumer).last_heartbeat_ns > first,  # type: ignore[union-attr]
-        timeout_s=10,
-        what="an idle worker's row to be refreshed",
-    )
+    wait_refreshed(lambda: live_rows(presence, "reader"))
 
     token = send_hold(broker_url, "reader")
-    assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+    held.wait_started(token)
 
     def leases() -> int | None:
         found = row_of(presence, "reader")
@@ -189,19 +185,13 @@ def test_rows_leases_and_progress_of_a_real_worker(
 
     wait_until(lambda: leases() == 1, timeout_s=10, what="the running task as a lease")
     wait_one_ttl(presence, TTL_MS)
-    held = row_of(presence, "reader")
-    assert held is not None
-    assert (held.lease_count, held.last_progress_ns) == (1, None)
+    running = row_of(presence, "reader")
+    assert running is not None
+    assert (running.lease_count, running.last_progress_ns) == (1, None)
 
     released_ns = presence.server_now_ns()
-    control.rpush(f"rp:release:{token}", 1)
-
-    def progressed() -> bool:
-        found = row_of(presence, "reader")
-        done = found is not None and (found.last_progress_ns or 0) > released_ns
-        return done and found is not None and found.lease_count == 0
-
-    wait_until(progressed, timeout_s=20, what="the finished task as progress")
+    held.release(token)
+    wait_progress(lambda: row_of(presence, "reader"), released_ns, lease_count=0)
 
 
 def test_a_stream_broker_reports_its_group_and_consumer(
@@ -215,43 +205,36 @@ def test_sigkill_goes_stale_then_expired_on_time(
     workers: dict[str, WorkerProcess], presence: Presence
 ) -> None:
     row = wait_row(presence, workers["crash"], "crash")
-    os.kill(int(row.consumer.rpartition(":")[2]), signal.SIGKILL)
-    killed_at = presence.server_now_ns()
-    check_dies_on_time(
+    check_killed(
         presence,
-        row.consumer,
-        {queue("crash")},
-        killed_at_ns=killed_at,
+        lambda: os.kill(int(row.consumer.rpartition(":")[2]), signal.SIGKILL),
+        {row.consumer: {queue("crash")}},
         interval_ms=INTERVAL_MS,
         ttl_ms=TTL_MS,
     )
 
 
 def test_warm_shutdown_deregisters_after_the_running_task(
-    workers: dict[str, WorkerProcess], presence: Presence, broker_url: str, control: redis.Redis
+    workers: dict[str, WorkerProcess], presence: Presence, broker_url: str, held: HeldTasks
 ) -> None:
     worker = workers["drain"]
     row = wait_row(presence, worker, "drain")
     token = send_hold(broker_url, "drain")
-    assert control.blpop([f"rp:started:{token}"], timeout=20) is not None
+    held.wait_started(token)
     wait_until(
         lambda: (row_of(presence, "drain") or row).lease_count == 1,
         timeout_s=10,
         what="the task as a lease",
     )
-    worker.send_sigterm()
-    wait_until(
-        lambda: "Waiting for 1 running tasks" in worker.log.read_text(errors="replace"),
-        timeout_s=20,
-        what="the warm shutdown to begin",
-    )
-    assert presence.rows(consumer=row.consumer) != []  # until the task is done
-    control.rpush(f"rp:release:{token}", 1)
-    assert worker.wait(30) == 0, worker.log_tail()
-    wait_until(
-        lambda: presence.rows(consumer=row.consumer) == [],
-        timeout_s=10,
-        what="the rows to be deregistered",
+    check_drains(
+        presence,
+        worker,
+        held,
+        token,
+        consumer=row.consumer,
+        began="Waiting for 1 running tasks",
+        kept=lambda: presence.rows(consumer=row.consumer) != [],  # until the task is done
+        gone_within_s=10,
     )
 
 

@@ -4,7 +4,8 @@ A `WorkerProcess` runs a framework's own command line (``celery worker``, ``dram
 ``faststream run``) in a session of its own, with its output in a log file. `kill`
 (SIGKILL to the main process: a crash) and `terminate` (SIGTERM: a warm shutdown) act
 on the main process only, as an orchestrator would; `stop` ends the whole process group
-(pool children included) and is always called by the fixtures.
+(pool children included) and is always called by the fixtures. What the tests check of
+the workers' rows is `lifecycle`'s.
 """
 
 from __future__ import annotations
@@ -17,11 +18,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
-import redis
 from processes import ManagedProcess
 from waiting import wait_until
-
-from redis_presence import ConsumerPresence, RedisPresenceRegistry
 
 APPS = Path(__file__).resolve().parent / "apps"
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,6 +65,15 @@ class WorkerProcess(ManagedProcess):
         """SIGTERM the main process: a warm shutdown begins."""
         self.send_signal(signal.SIGTERM)
 
+    def wait_logged(self, text: str, *, what: str, timeout_s: float = 20.0) -> None:
+        """Wait until `text` shows in the worker's log (the framework says what it does)."""
+        wait_until(
+            lambda: text in self.log.read_text(errors="replace"),
+            timeout_s=timeout_s,
+            what=what,
+            seen=self.log_tail,
+        )
+
 
 @contextlib.contextmanager
 def started_workers(
@@ -97,73 +104,3 @@ def worker_env(broker_url: str, presence_url: str, prefix: str, interval_ms: int
 def python_tool(name: str) -> str:
     """The console script `name` of this interpreter's environment."""
     return str(Path(sys.executable).with_name(name))
-
-
-class Presence:
-    """What the tests read: the rows under one prefix, through a real registry."""
-
-    def __init__(self, client: redis.Redis, prefix: str) -> None:
-        self.client = client
-        self.registry = RedisPresenceRegistry(client, prefix=prefix)
-
-    def rows(
-        self, *, consumer: str | None = None, ttl_ms: int = 30_000, now_ns: int | None = None
-    ) -> list[ConsumerPresence]:
-        rows = self.registry.snapshot(now_ns=now_ns, ttl_ms=ttl_ms)
-        return [row for row in rows if consumer is None or row.consumer == consumer]
-
-    def row(self, queue: str, consumer: str, **kwargs: int) -> ConsumerPresence | None:
-        found = [r for r in self.rows(consumer=consumer, **kwargs) if r.queue == queue]
-        return found[0] if found else None
-
-    def server_now_ns(self) -> int:
-        seconds, micros = self.client.time()
-        return (int(seconds) * 1_000_000 + int(micros)) * 1_000
-
-
-def check_dies_on_time(
-    presence: Presence,
-    consumer: str,
-    queues: set[str],
-    *,
-    killed_at_ns: int,
-    interval_ms: int,
-    ttl_ms: int,
-) -> None:
-    """After a SIGKILL at `killed_at_ns` (server clock): the consumer's rows stay, it had
-    beaten until it died, it turns stale exactly one TTL after its last beat and expired
-    exactly two TTLs after (checked to the millisecond with `now_ns`), and on the server's
-    own clock it reaches stale, then expired, and nothing writes its rows any more."""
-    rows = presence.rows(consumer=consumer, ttl_ms=ttl_ms)
-    assert {row.queue for row in rows} == queues, rows
-    # A beat is at most one interval old when it is flushed, and flushes come once per
-    # interval; a loaded 2-core machine gets a second of slack on top.
-    budget_ns = (2 * interval_ms + 1_000) * 1_000_000
-    for row in rows:
-        assert killed_at_ns - row.last_heartbeat_ns <= budget_ns, (row, killed_at_ns)
-        hb = row.last_heartbeat_ns
-
-        def state_at(ms: int, hb: int = hb, queue: str = row.queue) -> str:
-            found = presence.row(queue, consumer, ttl_ms=ttl_ms, now_ns=hb + ms * 1_000_000)
-            assert found is not None
-            return found.state.value
-
-        assert state_at(ttl_ms) == "active"
-        assert state_at(ttl_ms + 1) == "stale"
-        assert state_at(2 * ttl_ms) == "stale"
-        assert state_at(2 * ttl_ms + 1) == "expired"
-
-    def all_in(state: str) -> bool:
-        now = presence.rows(consumer=consumer, ttl_ms=ttl_ms)
-        return bool(now) and all(row.state.value == state for row in now)
-
-    wait_until(
-        lambda: all_in("stale") or all_in("expired"),
-        timeout_s=3 * ttl_ms / 1000 + 10,
-        what=f"{consumer} to go stale",
-    )
-    wait_until(
-        lambda: all_in("expired"), timeout_s=3 * ttl_ms / 1000 + 10, what=f"{consumer} to expire"
-    )
-    after = {row.queue: row.last_heartbeat_ns for row in presence.rows(consumer=consumer)}
-    assert after == {row.queue: row.last_heartbeat_ns for row in rows}

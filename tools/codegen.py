@@ -1,11 +1,12 @@
 """Generate the asyncio operations and the `PresenceRegistry` protocol from `operations`.
 
-``python -m redis_presence._codegen`` writes `redis_presence/aio_operations.py` and
-`redis_presence/contract.py` from `redis_presence/operations.py`; ``--check`` only says
-whether they are current (exit 1 when not), as the test suite does. Both are ordinary
-modules in the repository (so type checkers and readers see them); this generator is the
-only writer. It needs ruff (the ``test`` extra), which sorts the imports and formats the
-result.
+``python -m tools.codegen``, from the repository's root, writes
+`redis_presence/aio_operations.py` and `redis_presence/contract.py` from
+`redis_presence/operations.py`; ``--check`` only says whether they are current (exit 1 when
+not), as the test suite does. Both are ordinary modules in the repository (so type checkers
+and readers see them); this generator is the only writer, and a development tool: the wheel
+does not ship it. It needs ruff (the ``test`` extra), which sorts the imports and formats
+the result.
 
 The async form is the sync one with, method by method: ``def`` -> ``async def`` (except a
 method that returns an iterator without yielding, as `iter_snapshot` returns
@@ -25,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1] / "redis_presence"
 SOURCE = PACKAGE / "operations.py"
 ASYNC_TARGET = PACKAGE / "aio_operations.py"
 PROTOCOL_TARGET = PACKAGE / "contract.py"
@@ -35,7 +36,7 @@ RUNNERS = ("execute", "stream")
 """Methods of `Contract` that a registry implements (its transport): not in the protocol."""
 
 GENERATED = (
-    "# Generated from redis_presence/operations.py by `python -m redis_presence._codegen`:\n"
+    "# Generated from redis_presence/operations.py by `python -m tools.codegen`:\n"
     "# edit that file and run the generator, not this one.\n"
 )
 
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     check = args == ["--check"]
     if args and not check:
-        print("usage: python -m redis_presence._codegen [--check]", file=sys.stderr)
+        print("usage: python -m tools.codegen [--check]", file=sys.stderr)
         return 2
     stale = []
     for target, text in generated().items():
@@ -249,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             target.write_text(text, encoding="utf-8")
     if check and stale:
         print(
-            f"{', '.join(stale)} behind operations.py: run python -m redis_presence._codegen",
+            f"{', '.join(stale)} behind operations.py: run python -m tools.codegen",
             file=sys.stderr,
         )
         return 1
