@@ -16,6 +16,7 @@ import {
   quoted,
   row,
   type Skipped,
+  storedMinActive,
   type Stored,
   unique,
   type WithSkipped,
@@ -23,7 +24,7 @@ import {
 } from "./replies";
 import { type ScriptName, script } from "./scripts";
 import { DEFAULT_PRESENCE_TTL_MS, type Kind, prefixError, type Setting, settled, sound, Spoilt, storedSetting } from "./settings";
-import { checkLease, checkMeta, checkMinActive, checkName, checkNs, checkTtl, MAX_MIN_ACTIVE, type Meta } from "./validation";
+import { checkLease, checkMeta, checkMinActive, checkName, checkNs, checkTtl, type Meta } from "./validation";
 
 export { classify, type ConsumerPresence, horizonsNs, type PresenceState, type Skipped, type WithSkipped } from "./replies";
 export { DEFAULT_PRESENCE_TTL_MS, DEFAULT_STUCK_AFTER_MS } from "./settings";
@@ -460,8 +461,8 @@ export class PresenceRegistry {
   }
 
   /** Declare that `group` must have at least `minActive` active readers of `queue` (an
-   * integer in [0, MAX_MIN_ACTIVE]; one call of expect.lua: the protocol version checked,
-   * the declaration and its index written). */
+   * integer in [1, MAX_MIN_ACTIVE]: `unexpect` stops declaring it); one call of expect.lua:
+   * the protocol version checked, the declaration and its index written. */
   async expect(queue: string, group: string, minActive = 1): Promise<void> {
     const key = this.keys.queueExpect(checkName("queue", queue));
     checkName("group", group);
@@ -516,7 +517,8 @@ export class PresenceRegistry {
           }
           for (let i = 0; i < flat.length; i += 2) {
             const [group, least] = [flat[i], flat[i + 1]];
-            if (/^\d{1,15}$/.test(least) && Number(least) <= MAX_MIN_ACTIVE) out.set(pair(queue, group), [queue, group, Number(least)]);
+            const minimum = storedMinActive(least);
+            if (minimum !== null) out.set(pair(queue, group), [queue, group, minimum]);
             else skipped.push({ key, reason: `${key} field '${group.slice(0, 80)}' holds a minimum this package did not write: '${least.slice(0, 40)}'`, queue });
           }
         } while (cursor !== "0");

@@ -2,9 +2,18 @@
  * stored value and metadata, and what a read sets aside. */
 import { PresenceDataError } from "./errors";
 import type { GroupKeys } from "./keys";
+import { MAX_MIN_ACTIVE } from "./validation";
 
 export const NS_PER_MS = 1_000_000n;
 const STORED = /^(\d{1,19}) (\d{1,19}) (\d{1,19})(?: (\d{1,19}))?$/;
+/** A declared minimum as stored: 1 to 1000000 in canonical decimal digits (no sign, no
+ * leading zero); "0", "02", "+5", " 5" are not minimums, whatever Number() makes of them. */
+const MIN_ACTIVE = /^[1-9]\d{0,6}$/;
+
+/** The declared minimum a stored value spells, or null when it is not one a client writes. */
+export function storedMinActive(value: string): number | null {
+  return MIN_ACTIVE.test(value) && Number(value) <= MAX_MIN_ACTIVE ? Number(value) : null;
+}
 
 export type PresenceState = "active" | "stale" | "expired";
 
