@@ -8,6 +8,7 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
     P:{Q}:G:ix   string index mark, on a cluster only; expires after INDEX_MARK_MS
                         (docs/index-protocol.md)
     P:{Q}:G:ttl  string the group's shared TTL in ms (`set_ttl(queue=, group=)`), if set
+                        (SETTING_VALUE, below, as every shared setting)
     P:{Q}:G:m    hash   consumer -> its metadata (`describe`; META_VALUE, below); a field
                         goes with its consumer (deregister, prune)
     P:{Q}:G:stuck string the group's shared progress budget in ms
@@ -85,6 +86,22 @@ one field per consumer the event is about, valued by four decimal integers. One 
 writes one entry per (kind, group), so a prune of a thousand consumers is one entry.
 ``append_event`` in ``lua/lib.lua`` is the only writer; `redis_presence.events` the only
 reader."""
+
+
+SETTING_VALUE = "1 to 10**12 ms in ASCII decimal digits"
+"""A shared TTL or progress budget (``P:ttl``, ``P:stuck``, a group's ``:ttl``, ``:stuck``):
+digits only, so no sign, space or underscore (which a lenient parser would read)."""
+
+_SETTING = re.compile(rb"[0-9]{1,13}")
+
+
+def setting_digits(value: Any) -> int:
+    """The number a stored setting spells in digits (SETTING_VALUE; its range is the
+    caller's to check); a `ValueError` for anything else."""
+    raw = value.encode() if isinstance(value, str) else value
+    if not isinstance(raw, bytes) or _SETTING.fullmatch(raw) is None:
+        raise ValueError(f"not decimal digits: {value!r:.40}")
+    return int(raw)
 
 
 MIN_ACTIVE_VALUE = "1 to 1000000 in canonical decimal digits: no sign, no leading zero"

@@ -233,3 +233,18 @@ test("declarations of another type are set aside, the others read", async () => 
   assert.deepStrictEqual(await registry.expected(), [["q", "g", 2]]);
   assert.deepStrictEqual(keysSaid(), ["presence:{x}:expect"]);
 });
+
+test("a setting that is not decimal digits is spoilt, as the Python package reads it", async () => {
+  for (const value of [" 5000", "+5000", "5000 ", "5_000", "5000\n"]) {
+    await client.set("presence:{q}:bad:ttl", value);
+    const reader = new presence.PresenceRegistry(server.client(), { onSkipped: () => undefined });
+    try {
+      assert.deepStrictEqual(groupsOf(await reader.countActiveByGroup({ nowNs: T0 })), ["q/g"], JSON.stringify(value));
+      await assert.rejects(reader.ttlSource({ queue: "q", group: "bad" }), presence.PresenceDataError);
+    } finally {
+      reader.redis.disconnect();
+    }
+  }
+  await client.set("presence:{q}:bad:ttl", "05000"); // leading zeros: digits still
+  assert.deepStrictEqual(await registry.ttlSource({ queue: "q", group: "bad" }), [5000, "group"]);
+});
