@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import warnings
-from typing import Any
 
 import pytest
 from backends import make_registry, raw_client
