@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from .errors import PresenceDataError, PresenceResyncRequired
 from .keys import INDEX_MARK_MS, STORED_FIELDS, GroupKeys, Keyspace
-from .model import NS_PER_MS
+from .model import NS_PER_MS, Skipped
 
 DEFAULT_EVENTS_KEPT = 10_000
 """About how many entries each queue's event log keeps (``XADD ... MAXLEN ~``); one entry
@@ -125,33 +125,86 @@ def window(kind: EventKind, since_ns: int, now_ns: int, ttl_ms: int) -> tuple[in
 
 
 def logged_events(
-    keys: Keyspace, queue: str, entry_id: Any, fields: Mapping[Any, Any]
+    keys: Keyspace,
+    queue: str,
+    entry_id: Any,
+    fields: Mapping[Any, Any],
+    aside: list[tuple[str, str]] | None = None,
 ) -> list[Ordered]:
     """The events of one log entry (`keys.EVENT_FIELDS`), each with its place in
-    `changes`' answer; a foreign entry yields none."""
-
-    def text(value: Any) -> str:
-        return value.decode() if isinstance(value, bytes) else str(value)
-
-    plain = {text(name): value for name, value in fields.items()}
-    kind = _LOGGED.get(text(plain.get("k", "")))
+    `changes`' answer. An entry whose kind this package does not know (a later version's)
+    yields none, unsaid; one of a known kind that a client does not write (its ``g`` not a
+    group of this queue, a consumer field that is not four decimal integers, a field name
+    that is not UTF-8) is set aside, wholly or that consumer's field alone, and the entry's
+    id and why are appended to `aside` (docs/protocol.md, section 6)."""
+    entry = _plain(entry_id)
+    where = f"entry {entry}"
+    try:
+        plain = {_utf8(name): value for name, value in fields.items()}
+    except UnicodeDecodeError:
+        return _set_aside(aside, entry, f"{where} has a field name that is not UTF-8")
+    kind = _LOGGED.get(_plain(plain.get("k", "")))
+    if kind is None:
+        return []
     member = plain.get("g")
-    if kind is None or member is None:
-        return []
-    gk = keys.from_member(member)
-    if gk.queue != queue:
-        return []
+    try:
+        gk = None if member is None else keys.from_member(member)
+    except PresenceDataError:
+        gk = None
+    if gk is None or gk.queue != queue:
+        why = f"{where} names no group of this queue: g={member!r:.80}"
+        return _set_aside(aside, entry, why)
     out = []
     for name, value in plain.items():
         if not name.startswith("c"):
+            continue  # another field (a later version's): not this reader's
+        numbers = _event_numbers(value)
+        if numbers is None or name == "c":
+            _set_aside(aside, entry, f"{where} field {name!r:.80} holds {value!r:.40}")
             continue
-        parts = text(value).split()
-        if len(parts) != STORED_FIELDS + 1:
-            continue
-        at, registered, heartbeat, lease = map(int, parts)
+        at, registered, heartbeat, lease = numbers
         event = PresenceEvent(kind, gk.queue, gk.group, name[1:], at, lease, registered, heartbeat)
         out.append(order(event, stream_id(entry_id)))
     return out
+
+
+def _plain(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _utf8(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _set_aside(aside: list[tuple[str, str]] | None, entry: str, why: str) -> list[Ordered]:
+    if aside is not None:
+        aside.append((entry, why))
+    return []
+
+
+def _event_numbers(value: Any) -> tuple[int, int, int, int] | None:
+    """The four numbers of a consumer field (``at_ns registered_ns last_heartbeat_ns
+    lease_count``, single spaces, 1 to 19 ASCII digits each), or None."""
+    parts = _plain(value).split(" ")
+    if len(parts) != STORED_FIELDS + 1:
+        return None
+    if not all(0 < len(part) <= 19 and part.isascii() and part.isdigit() for part in parts):
+        return None
+    at, registered, heartbeat, lease = map(int, parts)
+    return at, registered, heartbeat, lease
+
+
+def foreign_entries(log: str, queue: str, aside: list[tuple[str, str]]) -> list[Skipped]:
+    """What a read of one log set aside (`logged_events`' `aside`), as the one `Skipped` its
+    warning names: how many entries, and the first one's reason."""
+    if not aside:
+        return []
+    n = len(dict.fromkeys(entry for entry, _ in aside))
+    entries = "1 entry" if n == 1 else f"{n} entries"
+    first = aside[0][1]
+    return [
+        Skipped(log, f"{entries} this package did not write (wholly or in part): {first}", queue)
+    ]
 
 
 def group_event(

@@ -8,12 +8,13 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
     P:{Q}:G:ix   string index mark, on a cluster only; expires after INDEX_MARK_MS
                         (docs/index-protocol.md)
     P:{Q}:G:ttl  string the group's shared TTL in ms (`set_ttl(queue=, group=)`), if set
+                        (SETTING_VALUE, below, as every shared setting)
     P:{Q}:G:m    hash   consumer -> its metadata (`describe`; META_VALUE, below); a field
                         goes with its consumer (deregister, prune)
     P:{Q}:G:stuck string the group's shared progress budget in ms
                         (`set_stuck_after(queue=, group=)`), if set
     P:{Q}:expect hash   group -> the minimum of active consumers it was declared with
-                        (`expect`), a decimal integer; outlives every consumer
+                        (`expect`; MIN_ACTIVE_VALUE, below); outlives every consumer
     P:{Q}:events stream the queue's write-driven events (joined, recovered, left, pruned),
                         capped (``MAXLEN ~``); an entry's fields are EVENT_FIELDS
     P:groups     zset   the index: the hash key ``P:{Q}:G:c`` of every group with a
@@ -44,6 +45,7 @@ break the hash tag and never leave the prefix (ACL pattern ``~P:*``).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -51,7 +53,7 @@ from urllib.parse import quote, unquote
 
 from ._json import loads_flat
 from .errors import PresenceDataError
-from .validation import MAX_META_BYTES, MAX_META_KEYS, check_prefix
+from .validation import MAX_META_BYTES, MAX_META_KEYS, MAX_MIN_ACTIVE, check_prefix
 
 PROTOCOL_VERSION = "1"
 """The version of the wire format (docs/protocol.md) this package reads and writes, stored
@@ -84,6 +86,42 @@ one field per consumer the event is about, valued by four decimal integers. One 
 writes one entry per (kind, group), so a prune of a thousand consumers is one entry.
 ``append_event`` in ``lua/lib.lua`` is the only writer; `redis_presence.events` the only
 reader."""
+
+
+SETTING_VALUE = "1 to 10**12 ms in ASCII decimal digits"
+"""A shared TTL or progress budget (``P:ttl``, ``P:stuck``, a group's ``:ttl``, ``:stuck``):
+digits only, so no sign, space or underscore (which a lenient parser would read)."""
+
+_SETTING = re.compile(rb"[0-9]{1,13}")
+
+
+def setting_digits(value: Any) -> int:
+    """The number a stored setting spells in digits (SETTING_VALUE; its range is the
+    caller's to check); a `ValueError` for anything else."""
+    raw = value.encode() if isinstance(value, str) else value
+    if not isinstance(raw, bytes) or _SETTING.fullmatch(raw) is None:
+        raise ValueError(f"not decimal digits: {value!r:.40}")
+    return int(raw)
+
+
+MIN_ACTIVE_VALUE = "1 to 1000000 in canonical decimal digits: no sign, no leading zero"
+"""A declared minimum (a field of ``P:{Q}:expect``): `expect` writes nothing else, and a
+reader sets any other value aside (`decode_min_active`): "0", "02", "+5", " 5", "1_0" are
+not minimums, whatever a lenient parser makes of them."""
+
+_MIN_ACTIVE = re.compile(rb"[1-9][0-9]{0,6}")
+
+
+def decode_min_active(key: str, group: Any, value: Any) -> int:
+    """The declared minimum a stored value spells (MIN_ACTIVE_VALUE); anything else is a
+    `PresenceDataError` naming `key` and `group`."""
+    raw = value.encode() if isinstance(value, str) else value
+    if isinstance(raw, bytes) and _MIN_ACTIVE.fullmatch(raw) and int(raw) <= MAX_MIN_ACTIVE:
+        return int(raw)
+    name = group.decode("utf-8", "replace") if isinstance(group, bytes) else group
+    raise PresenceDataError(
+        f"{key} field {name!r:.80} holds a minimum this package did not write: {value!r:.40}"
+    )
 
 
 EPOCH_VALUE = "the server's TIME 'seconds.microseconds' and ':' + the stream id of the event"

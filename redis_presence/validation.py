@@ -148,11 +148,12 @@ def check_optional_stuck_after_ms(value: Any, argument: str = "stuck_after_ms") 
 
 
 def check_min_active(value: Any, argument: str = "min_active") -> int:
-    """How many active consumers a declared group must have: an int in [0, MAX_MIN_ACTIVE]."""
+    """How many active consumers a declared group must have: an int in [1, MAX_MIN_ACTIVE]
+    (a group stops being declared with `unexpect`, not with 0)."""
     if not _is_int(value):
         raise TypeError(f"{argument} must be an int, got {type(value).__name__}")
-    if not 0 <= value <= MAX_MIN_ACTIVE:
-        raise ValueError(f"{argument} must be in [0, {MAX_MIN_ACTIVE}], got {value}")
+    if not 1 <= value <= MAX_MIN_ACTIVE:
+        raise ValueError(f"{argument} must be in [1, {MAX_MIN_ACTIVE}], got {value}")
     return int(value)
 
 

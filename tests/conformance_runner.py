@@ -20,6 +20,7 @@ import redis_presence.errors
 
 CONFORMANCE = Path(__file__).resolve().parent.parent / "conformance"
 CASES = sorted(CONFORMANCE.glob("*.json"))
+ARGUMENT_ERRORS = {"ValueError": ValueError, "TypeError": TypeError}
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -171,11 +172,18 @@ def run(case: dict[str, Any], registry: Any, client: Any | None) -> None:
             continue
         args = step.get("args", {})
         if "error" in step:
-            error = getattr(redis_presence.errors, step["error"])
+            # The package's errors, or an argument refused (ValueError, TypeError) whose
+            # message starts with the argument's name.
+            error = (
+                getattr(redis_presence.errors, step["error"], None)
+                or ARGUMENT_ERRORS[step["error"]]
+            )
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                with pytest.raises(error):
+                with pytest.raises(error) as raised:
                     call(registry, op, args)
+            if "argument" in step:
+                assert str(raised.value).startswith(step["argument"]), (where, raised.value)
             continue
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

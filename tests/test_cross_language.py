@@ -158,11 +158,13 @@ def test_what_node_stores_python_reads_and_what_python_refuses_node_refuses(
     node: str, tmp_path: Path, redis_server: RedisServer, redis_client: Any
 ) -> None:
     """Issue 30 item 10: names that join to the same string with a NUL land in their own
-    groups; a minimum Python refuses is refused by Node (and 0 is accepted by both);
+    groups; a minimum Python refuses is refused by Node (0 by both: issue 35 item 2);
     metadata keys that look like integers, or are `__proto__`, are stored in Python's
     spelling, from an object or a Map; an array or a Map is never taken for another mapping."""
     registry = RedisPresenceRegistry(redis_client)
-    registry.expect("py", "none", 0)
+    registry.expect("py", "one", 1)
+    with pytest.raises(ValueError, match=r"^min_active"):
+        registry.expect("py", "none", 0)
     meta = {"b": "1", "10": "2", "9": "3", "__proto__": "4"}
     seen = run_node(
         node,
@@ -177,10 +179,10 @@ def test_what_node_stores_python_reads_and_what_python_refuses_node_refuses(
         await registry.heartbeat("a\\0b", "c", "first");
         await registry.heartbeat("a", "b\\0c", "second");
         const refused = [];
-        for (const least of [1e7, 1_000_001, -1, "2"]) {{
+        for (const least of [0, 1e7, 1_000_001, -1, "2"]) {{
           await registry.expect("node", "bad", least).catch((e) => refused.push(e.name));
         }}
-        await registry.expect("node", "none", 0);
+        await registry.expect("node", "one", 1);
         await registry.expect("node", "most", 1_000_000);
         await registry.describe("a", "b\\0c", "second", JSON.parse(spelled));
         const entries = Object.entries(JSON.parse(spelled));
@@ -192,14 +194,14 @@ def test_what_node_stores_python_reads_and_what_python_refuses_node_refuses(
         """,
     )
     assert seen == {
-        "pythons": [["py", "none", 0]],
+        "pythons": [["py", "one", 1]],
         "skipped": [],
-        "refused": ["RangeError", "RangeError", "RangeError", "TypeError"] + ["TypeError"] * 3,
+        "refused": ["RangeError"] * 4 + ["TypeError"] + ["TypeError"] * 3,
     }
     assert registry.expected() == {
         ("node", "most"): 1_000_000,
-        ("node", "none"): 0,
-        ("py", "none"): 0,
+        ("node", "one"): 1,
+        ("py", "one"): 1,
     }
     rows = registry.snapshot(with_meta=True)
     assert [(r.queue, r.group, r.consumer, dict(r.meta)) for r in rows] == [
@@ -216,6 +218,6 @@ def test_what_node_stores_python_reads_and_what_python_refuses_node_refuses(
         (c["queue"], c["group"], c["min_active"], c["ok"]) for c in json.loads(result.stdout)
     ] == [
         ("node", "most", 1_000_000, False),
-        ("node", "none", 0, True),
-        ("py", "none", 0, True),
+        ("node", "one", 1, False),
+        ("py", "one", 1, False),
     ]

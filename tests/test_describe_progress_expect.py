@@ -191,16 +191,16 @@ def test_progress_goes_with_its_consumer(registry: Any) -> None:
 def test_declared_groups_show_with_zero_and_below_their_minimum(registry: Any) -> None:
     registry.expect("orders", "billing", 2)
     registry.expect("orders", "audit")
-    registry.expect("mail", "sender", min_active=0)
+    registry.expect("mail", "sender", min_active=3)
     registry.heartbeat("orders", "billing", "w1", now_ns=T0)
     registry.heartbeat("orders", "shipping", "w2", now_ns=T0 - (TTL + 1) * MS)
     assert registry.expected() == {
-        ("mail", "sender"): 0,
+        ("mail", "sender"): 3,
         ("orders", "audit"): 1,
         ("orders", "billing"): 2,
     }
     assert registry.groups(now_ns=T0, ttl_ms=TTL) == [
-        GroupPresence("mail", "sender", 0, 0, 0, 0, False),
+        GroupPresence("mail", "sender", 0, 0, 0, 3, True),
         GroupPresence("orders", "audit", 0, 0, 0, 1, True),
         GroupPresence("orders", "billing", 1, 0, 0, 2, True),
         GroupPresence("orders", "shipping", 0, 1, 0, None, False),
@@ -268,15 +268,15 @@ def test_group_details_oldest_heartbeat_and_leases(registry: Any) -> None:
 
 def test_min_active_reads_one_declaration(registry: Any) -> None:
     registry.expect("q", "a", 3)
-    registry.expect("q", "zero", 0)
+    registry.expect("q", "one", 1)
     assert registry.min_active("q", "a") == 3
-    assert registry.min_active("q", "zero") == 0
+    assert registry.min_active("q", "one") == 1
     assert registry.min_active("q", "b") is None
     assert registry.min_active("other", "a") is None
 
 
 def test_many_declared_groups_are_read_across_pages(registry: Any) -> None:
-    wanted = {(f"q{i % 3}", f"g{i}"): i % 4 for i in range(7)}
+    wanted = {(f"q{i % 3}", f"g{i}"): i % 4 + 1 for i in range(7)}
     for (queue, group), least in wanted.items():
         registry.expect(queue, group, least)
     assert registry.expected() == dict(sorted(wanted.items()))

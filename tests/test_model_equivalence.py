@@ -71,7 +71,7 @@ class RegistryMatchesModel(RuleBasedStateMachine):
             queue, group, consumer, meta
         )
 
-    @rule(queue=NAMES, group=NAMES, least=st.integers(0, 3))
+    @rule(queue=NAMES, group=NAMES, least=st.integers(1, 3))
     def expect(self, queue: str, group: str, least: int) -> None:
         self.model.expect(queue, group, least)
         self.redis.expect(queue, group, least)

@@ -206,16 +206,20 @@ def test_prometheus_scrapes_the_snapshot_and_drops_a_deregistered_consumer(
         "RedisPresenceExpiredConsumersHoldLeases",
         "RedisPresenceRedisUnreachable",
         "RedisPresenceProtocolMismatch",
+        "RedisPresenceDataError",
         "RedisPresenceExporterDown",
     }
     assert all(r["health"] != "err" for r in rules), rules
     for expr in [*exprs, *(r["query"] for r in rules)]:
         prometheus.query(re.sub(r"\$\w+", ".*", expr))
-    # "Redis readable": 1 (UP) here; 0 is unreachable, 2 another protocol version's prefix.
+    # "Redis readable": 1 (UP) here; 0 is unreachable, 2 another protocol version's prefix,
+    # 3 data of the prefix the service cannot read.
     readable = next(p for p in dashboard["panels"] if p["id"] == 3)["targets"][0]["expr"]
     assert [float(r["value"][1]) for r in prometheus.query(readable)] == [1.0]
     mismatch = prometheus.query("redis_presence_protocol_mismatch")
     assert by_labels(mismatch, "job") == {("redis-presence",): 0.0}
+    unreadable = prometheus.query("redis_presence_data_error")
+    assert by_labels(unreadable, "job") == {("redis-presence",): 0.0}
     no_reader = prometheus.query(exprs[0].replace("$queue", ".*").replace("$group", ".*"))
     assert float(no_reader[0]["value"][1]) == 2.0  # orders/shipping, payments/ledger
     below_panel = next(p for p in dashboard["panels"] if p["id"] == 10)["targets"][0]["expr"]

@@ -11,7 +11,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from redis_presence.model import ConsumerPresence, PresenceState, groups_set_aside
+from redis_presence.model import (
+    DEFAULT_STUCK_AFTER_MS,
+    ConsumerPresence,
+    PresenceState,
+    groups_set_aside,
+)
 
 if TYPE_CHECKING:
     from redis_presence.contract import PresenceRegistry
@@ -95,11 +100,20 @@ def active_counts(
     registry: PresenceRegistry, selection: Selection, *, now_ns: int | None, ttl_ms: int | None
 ) -> dict[tuple[str, str], int]:
     """Active consumers per selected `(queue, group)`; tracked groups without one count 0. A
-    group a read set aside is left out (never shown as a group without consumers)."""
+    group a read set aside is left out (never shown as a group without consumers). No
+    progress budget is read: counts judge no `stuck`, so a spoilt one never stops them."""
     counts = registry.count_active_by_group(
         now_ns=now_ns, ttl_ms=ttl_ms, queue=selection.queue, group=selection.group
     )
-    tracked = consumers(registry, selection, now_ns=now_ns, ttl_ms=ttl_ms, states=False)
+    # The tracked groups (those without an active consumer too) are a snapshot's; any budget
+    # given keeps it from reading the shared one, which the counts do not need.
+    tracked = registry.snapshot(
+        now_ns=now_ns,
+        ttl_ms=ttl_ms,
+        queue=selection.queue,
+        group=selection.group,
+        stuck_after_ms=DEFAULT_STUCK_AFTER_MS,
+    )
     aside = groups_set_aside(getattr(counts, "skipped", ()))  # the counts could not read them
     groups = {(row.queue, row.group): 0 for row in tracked}
     groups.update((key, 0) for key in declared(registry, selection))

@@ -22,6 +22,7 @@ from ..events import (
     check_cursor_clock,
     check_cursor_filter,
     check_epoch,
+    foreign_entries,
     group_event,
     logged_events,
     order,
@@ -246,7 +247,10 @@ class ChangePlans(ReadPlans):
         recent = dict(at.recent)
         step: Window | None = at
         if at.log is not None:
-            step = yield from self._logged(since, at, recent, events, queue, group, limit)
+            # Entries another program wrote: set aside, one warning a log (never a crash).
+            foreign: dict[tuple[str, str], list[tuple[str, str]]] = {}
+            step = yield from self._logged(since, at, recent, events, queue, group, limit, foreign)
+            _report([s for (q, log), why in foreign.items() for s in foreign_entries(log, q, why)])
         if step is not None and step.derived is not None and at.now_ns > since.now_ns:
             step = yield from self._crossed(since.now_ns, step, events, queue, group, limit)
         else:
@@ -279,12 +283,15 @@ class ChangePlans(ReadPlans):
         queue: str | None,
         group: str | None,
         limit: int,
+        foreign: dict[tuple[str, str], list[tuple[str, str]]],
     ) -> Plan[Window | None]:
         """The logged events after the cursor's place in each log, up to the window's
         millisecond, a log at a time in the order of their queues, into `events` until it
-        holds `limit`; the places within the lag go into `recent`. Returns where the window
-        stands then: in a log (not done), at the derived events (the logs are done), or None
-        (the logs are done and the window needs no derived events).
+        holds `limit`; the places within the lag go into `recent`, and what a log holds
+        that a client does not write into `foreign` (by queue and log: `logged_events`).
+        Returns where the window stands then: in a log (not done), at the derived events
+        (the logs are done), or None (the logs are done and the window needs no derived
+        events).
 
         A log is read from its place inclusive: the entry there (the last this reader read)
         must still be its first answer, else what the reader saw is gone (trimmed, or lost
@@ -330,13 +337,14 @@ class ChangePlans(ReadPlans):
                             f"the event log {log} was trimmed past this cursor: take a fresh "
                             "snapshot() and a fresh cursor (changes(None))"
                         )
-            for (log_queue, _), place, n, entries in zip(
+            for (log_queue, log), place, n, entries in zip(
                 batch, places, counts, replies, strict=True
             ):
                 last = place
+                aside = foreign.setdefault((log_queue, log), [])
                 for entry_id, fields in entries[1:] if place else entries:
                     last = _text(entry_id)
-                    for item in logged_events(self.keys, log_queue, entry_id, fields):
+                    for item in logged_events(self.keys, log_queue, entry_id, fields, aside):
                         if group is None or item[1].group == group:
                             events.append(item)
                     if stream_id(last)[0] >= at.server_ms - LOG_LAG_MS:

@@ -20,7 +20,7 @@ from ..errors import (
     refusal,
 )
 from ..events import DEFAULT_EVENTS_KEPT, PresenceEvent
-from ..keys import PROTOCOL_VERSION, GroupKeys, Keyspace
+from ..keys import PROTOCOL_VERSION, GroupKeys, Keyspace, setting_digits
 from ..model import DEFAULT_MAX_FUTURE_MS, NS_PER_MS, Skipped
 from ..replies import server_now_ns
 from ..scripts import script
@@ -144,7 +144,7 @@ def _stored_ttl(key: str, reply: Any, what: str = "a TTL") -> int | None:
     if reply is None:
         return None
     try:
-        return check_ttl_ms(int(reply))
+        return check_ttl_ms(setting_digits(reply))
     except (TypeError, ValueError):
         raise PresenceDataError(
             f"{key} holds {what} this package did not write: {reply!r:.40}"

@@ -9,7 +9,7 @@ from operator import attrgetter
 from typing import Any
 
 from ..errors import PresenceDataError, PresenceError
-from ..keys import GroupKeys
+from ..keys import GroupKeys, decode_min_active
 from ..model import GroupPresence, GroupsPage, PresenceState, Rows, Skipped, groups_set_aside
 from ..replies import sound_columns
 from ..validation import (
@@ -22,17 +22,6 @@ from ..validation import (
 from .core import T, _report, _text, _unique
 from .reads import ReadPlans
 from .requests import Command, Partial, Plan
-
-
-def _stored_min(key: str, name: Any, value: Any) -> int:
-    """A stored `min_active`; anything else is a data error."""
-    try:
-        return check_min_active(int(value))
-    except (TypeError, ValueError):
-        raise PresenceDataError(
-            f"{key} field {_text(name)!r:.80} holds a minimum this package did not write: "
-            f"{value!r:.40}"
-        ) from None
 
 
 def _lowest_score_ns(reply: Any) -> int | None:
@@ -118,7 +107,7 @@ class DeclaredPlans(ReadPlans):
     def _min_active(self, queue: str, group: str) -> Plan[int | None]:
         key = self.keys.queue_expect(queue)
         ((value,),) = yield [Command("HMGET", (key, group))]  # the reader role's
-        return None if value is None else _stored_min(key, group, value)
+        return None if value is None else decode_min_active(key, group, value)
 
     def _expected(self, skipped: list[Skipped]) -> Plan[dict[tuple[str, str], int]]:
         found: dict[tuple[str, str], int] = {}
@@ -160,7 +149,9 @@ class DeclaredPlans(ReadPlans):
                     )
                     for name, least in table.items():
                         try:
-                            found[(queues[i], _text(name))] = _stored_min(keys[i], name, least)
+                            found[(queues[i], _text(name))] = decode_min_active(
+                                keys[i], name, least
+                            )
                         except PresenceDataError as error:
                             skipped.append(Skipped(keys[i], str(error), queues[i]))
                     if int(cursor):

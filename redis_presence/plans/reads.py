@@ -10,7 +10,15 @@ from operator import attrgetter
 from typing import Any
 
 from ..errors import PresenceDataError, PresenceMetaError
-from ..events import EventKind, PresenceEvent, group_event, logged_events, sorted_events, window
+from ..events import (
+    EventKind,
+    PresenceEvent,
+    foreign_entries,
+    group_event,
+    logged_events,
+    sorted_events,
+    window,
+)
 from ..history import GroupLog
 from ..keys import GroupKeys, decode_meta
 from ..model import (
@@ -484,12 +492,14 @@ class ReadPlans(SettingsPlans):
         infos_of = iter(infos)
         events: dict[str, list[PresenceEvent]] = {}
         reach: dict[str, int | None] = {}
-        for queue, entries in zip(queues, read, strict=True):
+        for queue, log, entries in zip(queues, logs, read, strict=True):
+            aside: list[tuple[str, str]] = []  # entries another program wrote
             found = [
                 item
                 for entry_id, fields in entries
-                for item in logged_events(self.keys, queue, entry_id, fields)
+                for item in logged_events(self.keys, queue, entry_id, fields, aside)
             ]
+            skipped += foreign_entries(log, queue, aside)
             events[queue] = sorted_events(found)
             info = next(infos_of) if entries else None
             added, length = _log_counts(info)

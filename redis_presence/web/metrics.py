@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from redis_presence import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
-from redis_presence.errors import PresenceError, PresenceProtocolError
+from redis_presence.errors import PresenceDataError, PresenceError, PresenceProtocolError
 
 from .reads import GroupStats, PresenceData
 
@@ -30,11 +30,17 @@ NS_PER_S = 1_000_000_000
 METRICS: dict[str, str] = {
     "redis_presence_up": (
         "1 when Redis answered this scrape's read (also when it found the prefix written by "
-        "another protocol version: redis_presence_protocol_mismatch), 0 when the read failed."
+        "another protocol version, redis_presence_protocol_mismatch, or data it cannot read, "
+        "redis_presence_data_error), 0 when the read failed."
     ),
     "redis_presence_protocol_mismatch": (
         "1 when the prefix was written by another protocol version than this service speaks "
         "(its P:protocol key): Redis answered, but nothing of the prefix can be read; else 0."
+    ),
+    "redis_presence_data_error": (
+        "1 when Redis answered but this scrape's read failed on data of the prefix that this "
+        "service cannot read (such as a spoilt shared setting of the prefix, P:ttl or "
+        "P:stuck, which every group without its own uses): no group series; else 0."
     ),
     "redis_presence_consumers": (
         "Tracked consumers per queue, group and state (active, stale, expired); every state "
@@ -87,6 +93,9 @@ class ScrapeReading:
     other_protocol: bool = False
     """Whether `error` is that the prefix was written by another protocol version (Redis
     answered)."""
+    data_error: bool = False
+    """Whether `error` is data of the prefix this service cannot read, such as a spoilt
+    ``P:ttl`` (Redis answered; another protocol version is `other_protocol`)."""
 
 
 Samples = list[tuple[tuple[str, ...], float]]
@@ -115,12 +124,14 @@ def families(reading: ScrapeReading, *, per_consumer: bool) -> list[Family]:
     series a reading gives (`render_text` and `PresenceCollector` only encode them). The
     group families are always there (0 included); stuck, oldest, leases and expired leases
     only when the read knew them for some group."""
-    up = 0.0 if reading.error and not reading.other_protocol else 1.0
+    answered = reading.other_protocol or reading.data_error
+    up = 0.0 if reading.error and not answered else 1.0
     out = [
         Family("redis_presence_up", (), [((), up)]),
         Family(
             "redis_presence_protocol_mismatch", (), [((), 1.0 if reading.other_protocol else 0.0)]
         ),
+        Family("redis_presence_data_error", (), [((), 1.0 if reading.data_error else 0.0)]),
         Family("redis_presence_scrape_duration_seconds", (), [((), reading.seconds)], False),
         Family("redis_presence_ttl_seconds", (), [((), reading.ttl_ms / 1000)], False),
     ]
@@ -202,15 +213,19 @@ class PresenceCollector(Collector):
 async def scrape(data: PresenceData, *, read_consumers: bool) -> ScrapeReading:
     """Read what one scrape reports (`read_consumers`: a snapshot, for stuck counts, oldest
     heartbeats and per-consumer series); a Redis failure becomes `error` (and `up` 0), a
-    prefix of another protocol version `error` and `other_protocol` (`up` 1: Redis answered)."""
+    prefix of another protocol version `error` and `other_protocol`, data of the prefix it
+    cannot read (a spoilt ``P:ttl``) `error` and `data_error` (both `up` 1: Redis answered)."""
     started = time.perf_counter()
     try:
         now, ttl, groups, consumers = await data.metrics(read_consumers=read_consumers)
     except PresenceError as exc:
         known = data.last_ttl.ttl_ms if data.last_ttl else DEFAULT_PRESENCE_TTL_MS
         other = isinstance(exc, PresenceProtocolError)
+        unreadable = isinstance(exc, PresenceDataError) and not other
         seconds = time.perf_counter() - started
-        return ScrapeReading(0, (), (), seconds, known, str(exc), other_protocol=other)
+        return ScrapeReading(
+            0, (), (), seconds, known, str(exc), other_protocol=other, data_error=unreadable
+        )
     return ScrapeReading(now, groups, consumers, time.perf_counter() - started, ttl.ttl_ms)
 
 

@@ -3,11 +3,31 @@
 import type { Redis } from "ioredis";
 import { PresenceBatchError, PresenceDataError, PresenceError, PresenceMetaError, PresenceProtocolError, refusal, translate } from "./errors";
 import { byCodePoint, encodeMeta, type GroupKeys, Keyspace, PROTOCOL_VERSION } from "./keys";
+import {
+  aside,
+  type ConsumerPresence,
+  decodeMeta,
+  groupName,
+  groupsSetAside,
+  horizonsNs,
+  NS_PER_MS,
+  pair,
+  parseStored,
+  quoted,
+  row,
+  type Skipped,
+  storedMinActive,
+  type Stored,
+  unique,
+  type WithSkipped,
+  withSkipped,
+} from "./replies";
 import { type ScriptName, script } from "./scripts";
-import { checkLease, checkMeta, checkMinActive, checkName, checkNs, checkTtl, MAX_MIN_ACTIVE, MAX_TTL_MS, type Meta } from "./validation";
+import { DEFAULT_PRESENCE_TTL_MS, type Kind, prefixError, type Setting, settled, sound, Spoilt, storedSetting } from "./settings";
+import { checkLease, checkMeta, checkMinActive, checkName, checkNs, checkTtl, type Meta } from "./validation";
 
-export const DEFAULT_PRESENCE_TTL_MS = 30_000;
-export const DEFAULT_STUCK_AFTER_MS = 300_000;
+export { classify, type ConsumerPresence, horizonsNs, type PresenceState, type Skipped, type WithSkipped } from "./replies";
+export { DEFAULT_PRESENCE_TTL_MS, DEFAULT_STUCK_AFTER_MS } from "./settings";
 export const DEFAULT_MAX_FUTURE_MS = 10_000;
 export const DEFAULT_EVENTS_KEPT = 10_000;
 export const EVENT_LOG_TTL_MS = 86_400_000;
@@ -18,37 +38,9 @@ const GROUPS_PER_PAGE = 100;
 const CONSUMERS_PER_CALL = 500;
 const PRUNE_GROUPS_PER_CALL = 10;
 const PRUNE_BUDGET = 100;
-const NS_PER_MS = 1_000_000n;
-const STORED = /^(\d{1,19}) (\d{1,19}) (\d{1,19})(?: (\d{1,19}))?$/;
 
 /** An instant in nanoseconds since the epoch: a bigint, or its decimal string. */
 export type Ns = bigint | string;
-
-export type PresenceState = "active" | "stale" | "expired";
-
-/** One consumer as seen at one instant (the Python package's `ConsumerPresence`). */
-export interface ConsumerPresence {
-  queue: string;
-  group: string;
-  consumer: string;
-  registeredAtNs: bigint;
-  lastHeartbeatNs: bigint;
-  lastSeenAgeMs: number;
-  leaseCount: number;
-  state: PresenceState;
-  lastProgressNs: bigint | null;
-  stuck: boolean;
-  meta: Record<string, string>;
-}
-
-/** What a fleet read set aside instead of failing (docs/protocol.md, section 9). */
-export interface Skipped {
-  key: string;
-  reason: string;
-}
-
-/** A fleet read's answer: its rows, and the keys it set aside. */
-export type WithSkipped<T> = T[] & { skipped: Skipped[] };
 
 export interface GroupCount {
   queue: string;
@@ -92,89 +84,13 @@ export interface RegistryOptions {
   onSkipped?: (skipped: Skipped) => void;
 }
 
-/** The rule (docs/protocol.md, 7): `[activeAfter, expiredAt]` in ns. */
-export function horizonsNs(nowNs: bigint, ttlMs: number): [bigint, bigint] {
-  const ttl = BigInt(ttlMs);
-  return [nowNs - (ttl + 1n) * NS_PER_MS, nowNs - (2n * ttl + 1n) * NS_PER_MS];
-}
-
-/** The state of a beat at `hb` seen at `now` under `ttlMs`. */
-export function classify(nowNs: bigint, hbNs: bigint, ttlMs: number): PresenceState {
-  const [activeAfter, expiredAt] = horizonsNs(nowNs, ttlMs);
-  if (hbNs > activeAfter) return "active";
-  return hbNs <= expiredAt ? "expired" : "stale";
-}
-
-function storedSetting(key: string, value: string | null, max = MAX_TTL_MS): number | null {
-  if (value === null) return null;
-  if (!/^\d{1,13}$/.test(value) || Number(value) < 1 || Number(value) > max) {
-    throw new PresenceDataError(`${key} holds a TTL this package did not write: '${value.slice(0, 40)}'`);
-  }
-  return Number(value);
-}
-
-function quoted(text: string): string {
-  // eslint-disable-next-line no-control-regex -- control characters are what it escapes
-  return '"' + text.slice(0, 80).replace(/[\x00-\x1f\x7f"\\]/g, (c) => "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0")) + '"';
-}
-
-interface Stored {
-  registered: bigint;
-  heartbeat: bigint;
-  lease: number;
-  progress: bigint | null;
-}
-
-function parseStored(gk: GroupKeys, consumer: string, value: string): Stored {
-  const found = STORED.exec(value);
-  if (found === null) {
-    throw new PresenceDataError(
-      `redis-presence key ${gk.data} field ${quoted(consumer)} holds a value this package did not write: ${quoted(value)}`,
-    );
-  }
-  return {
-    registered: BigInt(found[1]),
-    heartbeat: BigInt(found[2]),
-    lease: Number(found[3]),
-    progress: found[4] === undefined ? null : BigInt(found[4]),
-  };
-}
-
-function decodeMeta(gk: GroupKeys, consumer: string, value: string): Record<string, string> {
-  try {
-    const meta: unknown = JSON.parse(value);
-    if (typeof meta === "object" && meta !== null && !Array.isArray(meta) && Object.values(meta).every((v) => typeof v === "string")) {
-      return meta as Record<string, string>;
-    }
-  } catch {
-    // a data error, below
-  }
-  throw new PresenceDataError(`redis-presence key ${gk.meta} field '${consumer.slice(0, 80)}' holds metadata this package did not write`);
-}
-
-function withSkipped<T>(items: T[], skipped: Skipped[]): WithSkipped<T> {
-  const out = items as WithSkipped<T>;
-  out.skipped = unique(skipped);
-  return out;
-}
-
-function unique(skipped: Skipped[]): Skipped[] {
-  const seen = new Map<string, Skipped>();
-  for (const item of skipped) if (!seen.has(item.key)) seen.set(item.key, item);
-  return [...seen.values()];
-}
-
-function groupName(gk: GroupKeys): string {
-  return `${gk.queue}/${gk.group}`;
-}
-
 /** Heartbeats, reads and prunes of one prefix on a standalone Redis server (ioredis). */
 export class PresenceRegistry {
   readonly keys: Keyspace;
   readonly maxFutureMs: number | null;
   readonly eventsKept: number;
   private readonly onSkipped: (skipped: Skipped) => void;
-  private readonly settings = new Map<string, { value: number | null; at: number }>();
+  private readonly settings = new Map<string, { value: Setting; at: number }>();
   private protocolAt: number | null = null;
   private readonly beatCalls = new Map<string, { head: (string | number)[]; count: number; until: number }>();
   private claimed = false;
@@ -238,14 +154,24 @@ export class PresenceRegistry {
       if (!groups.has(gk.data)) groups.set(gk.data, gk);
     }
     const every = [...groups.values()];
-    const ttls = new Map(every.map((gk, i) => [gk.data, i]));
-    const ttlValues = await this.sharedTtls(every);
+    // A group whose shared TTL cannot be read is refused (its beats unwritten), and every
+    // other group written: bad data costs only what it spoils.
+    const ttlOf = new Map<string, number>();
     const failed = new Map<string, PresenceError>();
+    (await this.settingsOf(every, undefined, null)).ttls.forEach((ttl, i) => {
+      if (ttl instanceof Spoilt) failed.set(groupName(every[i]), ttl.error());
+      else ttlOf.set(every[i].data, ttl);
+    });
     const unwritten: [string, string, string][] = [];
+    const writing: typeof checked = [];
+    for (const beat of checked) {
+      if (ttlOf.has(this.keys.group(beat[0], beat[1]).data)) writing.push(beat);
+      else unwritten.push([beat[0], beat[1], beat[2]]);
+    }
     const replies: Promise<unknown[] | PresenceError>[] = [];
     const calls: { names: GroupKeys[]; batch: (typeof checked)[number][] }[] = [];
-    for (let start = 0; start < checked.length; start += MAX_BEATS_PER_CALL) {
-      const batch = checked.slice(start, start + MAX_BEATS_PER_CALL);
+    for (let start = 0; start < writing.length; start += MAX_BEATS_PER_CALL) {
+      const batch = writing.slice(start, start + MAX_BEATS_PER_CALL);
       const numbers = new Map<string, number>();
       const names: GroupKeys[] = [];
       const tail: (string | number)[] = [];
@@ -258,7 +184,7 @@ export class PresenceRegistry {
         }
         tail.push(number, c, lease, 0, "");
       }
-      const args = [now, INDEX_MARK_MS, this.eventsKept, EVENT_LOG_TTL_MS, this.guard(), ...names.map((gk) => ttlValues[ttls.get(gk.data) as number]), ...tail];
+      const args = [now, INDEX_MARK_MS, this.eventsKept, EVENT_LOG_TTL_MS, this.guard(), ...names.map((gk) => ttlOf.get(gk.data) as number), ...tail];
       calls.push({ names, batch });
       replies.push(
         this.call("heartbeat_many", this.writeKeys(names), args).then(
@@ -294,7 +220,7 @@ export class PresenceRegistry {
       }
     });
     if (unwritten.length < checked.length && !this.claimed) await this.claim();
-    if (unwritten.length === checked.length && answers.every((r) => r instanceof PresenceError)) throw answers[0];
+    if (answers.length && unwritten.length === checked.length && answers.every((r) => r instanceof PresenceError)) throw answers[0];
     if (failed.size > 0) {
       throw new PresenceBatchError(
         `${failed.size} group(s) refused (${[...failed.keys()].join(", ")}); ${checked.length - unwritten.length} beat(s) written`,
@@ -336,7 +262,12 @@ export class PresenceRegistry {
     const failed = new Map<string, PresenceError>();
     const left: [string, string, string][] = [];
     const skipped: Skipped[] = [];
-    for await (const [groups, ttls] of this.pages(filter, ttlMs, skipped)) {
+    // A group whose shared TTL cannot be read is left in place, and named (as a group with a
+    // key of another type is), and every other group pruned.
+    const refuse = (gk: GroupKeys, spoilt: Spoilt) => {
+      if (!failed.has(groupName(gk))) failed.set(groupName(gk), spoilt.error());
+    };
+    for await (const [groups, ttls] of this.pages(filter, ttlMs, skipped, refuse)) {
       const ttlOf = new Map(groups.map((gk, i) => [gk.data, ttls[i]]));
       let parts: [GroupKeys[], number, number][] = [];
       for (let i = 0; i < groups.length; i += PRUNE_GROUPS_PER_CALL) parts.push([groups.slice(i, i + PRUNE_GROUPS_PER_CALL), 0, 0]);
@@ -382,7 +313,10 @@ export class PresenceRegistry {
   // -- reads ---------------------------------------------------------------------------
 
   /** Every tracked consumer (of one queue, or one group), ordered by (queue, group,
-   * consumer) in code-point order, expired ones too; `skipped` lists what it set aside. */
+   * consumer) in code-point order, expired ones too; `skipped` lists what it set aside: a
+   * consumer whose stored value another program wrote (its group's others are read) and,
+   * unless one group is named, a group with a key of another type or a spoilt shared
+   * setting (one named group throws its data error). */
   async snapshot(options: SnapshotOptions = {}): Promise<WithSkipped<ConsumerPresence>> {
     const ttlMs = options.ttlMs === undefined ? undefined : checkTtl(options.ttlMs);
     const stuckMs = options.stuckAfterMs === undefined ? undefined : checkTtl(options.stuckAfterMs, "stuckAfterMs");
@@ -397,23 +331,32 @@ export class PresenceRegistry {
       let groups: GroupKeys[];
       [groups, after] = await this.listed(filter.queue, filter.group, after, skipped);
       const sizes = await this.sound(groups, (gk) => this.redis.hlen(gk.data), strict, skipped);
-      const kept = groups.filter((_, i) => sizes[i] !== null);
-      const ttls = ttlMs === undefined ? await this.sharedTtls(kept) : kept.map(() => ttlMs);
-      const stucks = stuckMs === undefined ? await this.sharedStucks(kept) : kept.map(() => stuckMs);
-      const tables = await Promise.all(kept.map((gk) => this.readGroup(gk)));
+      const sized = groups.filter((_, i) => sizes[i] !== null);
+      const settings = await this.settingsOf(sized, ttlMs, stuckMs);
+      const kept: [GroupKeys, number, number][] = [];
+      sized.forEach((gk, i) => {
+        const [ttl, stuck] = [settings.ttls[i], settings.stucks[i]];
+        const spoilt = ttl instanceof Spoilt ? ttl : stuck instanceof Spoilt ? stuck : null;
+        if (spoilt === null) kept.push([gk, ttl as number, stuck as number]);
+        else if (strict) throw spoilt.error();
+        else skipped.push(aside(gk, spoilt.reason));
+      });
+      const tables = await Promise.all(kept.map(([gk]) => this.readGroup(gk)));
       for (let i = 0; i < kept.length; i++) {
-        const gk = kept[i];
-        const names = Object.keys(tables[i]).sort(byCodePoint);
-        let stored: Stored[];
-        try {
-          stored = names.map((name) => parseStored(gk, name, tables[i][name]));
-        } catch (error) {
-          if (strict || !(error instanceof PresenceDataError)) throw error;
-          skipped.push({ key: gk.data, reason: error.message });
-          continue;
+        const [gk, ttl, stuck] = kept[i];
+        // A stored value this client cannot read costs its own row only.
+        const stored = new Map<string, Stored>();
+        for (const name of Object.keys(tables[i]).sort(byCodePoint)) {
+          try {
+            stored.set(name, parseStored(gk, name, tables[i][name]));
+          } catch (error) {
+            if (!(error instanceof PresenceDataError)) throw error;
+            skipped.push({ ...aside(gk, error.message), consumer: name });
+          }
         }
+        const names = [...stored.keys()];
         const metas = options.withMeta ? await this.metas(gk, names, unreadable) : null;
-        found.push([gk, names.map((consumer, j) => this.row(gk, consumer, stored[j], now, ttls[i], stucks[i], metas?.[j] ?? {}))]);
+        found.push([gk, names.map((consumer, j) => row(gk, consumer, stored.get(consumer) as Stored, now, ttl, stuck, metas?.[j] ?? {}))]);
       }
     } while (after !== null);
     found.sort(([a], [b]) => byCodePoint(a.queue, b.queue) || byCodePoint(a.group, b.group));
@@ -432,7 +375,8 @@ export class PresenceRegistry {
     const strict = filter.queue !== undefined && filter.group !== undefined;
     const skipped: Skipped[] = [];
     const counts: GroupCount[] = [];
-    for await (const [groups, ttls] of this.pages(filter, ttlMs, skipped)) {
+    const spoilt = strict ? null : (gk: GroupKeys, value: Spoilt) => skipped.push(aside(gk, value.reason));
+    for await (const [groups, ttls] of this.pages(filter, ttlMs, skipped, spoilt)) {
       const active = await this.above(groups, ttls.map((ttl) => horizonsNs(now, ttl)[0]), strict, skipped);
       groups.forEach((gk, i) => {
         const n = active[i];
@@ -465,24 +409,27 @@ export class PresenceRegistry {
     const skipped: Skipped[] = [];
     const declared = await this.declared(skipped);
     const counts = new Map<string, [string, string, number, number, number]>();
-    for await (const [groups, ttls] of this.pages({}, ttlMs, skipped)) {
+    const spoilt = (gk: GroupKeys, value: Spoilt) => skipped.push(aside(gk, value.reason));
+    for await (const [groups, ttls] of this.pages({}, ttlMs, skipped, spoilt)) {
       const cards = await this.sound(groups, (gk) => this.redis.zcard(gk.hb), false, skipped);
       const active = await this.above(groups, ttls.map((ttl) => horizonsNs(now, ttl)[0]), false, skipped);
       const alive = await this.above(groups, ttls.map((ttl) => horizonsNs(now, ttl)[1]), false, skipped);
       groups.forEach((gk, i) => {
         const [card, a, b] = [cards[i], active[i], alive[i]];
-        if (card !== null && a !== null && b !== null) counts.set(`${gk.queue}\n${gk.group}`, [gk.queue, gk.group, a, b - a, card - b]);
+        if (card !== null && a !== null && b !== null) counts.set(pair(gk.queue, gk.group), [gk.queue, gk.group, a, b - a, card - b]);
       });
     }
     for (const [queue, group] of declared) {
-      const key = `${queue}\n${group}`;
+      const key = pair(queue, group);
       if (!counts.has(key)) counts.set(key, [queue, group, 0, 0, 0]);
     }
-    const minimum = new Map(declared.map(([q, g, n]) => [`${q}\n${g}`, n]));
+    // A group set aside is left out, declared or not: never shown without consumers.
+    for (const key of groupsSetAside(skipped)) counts.delete(key);
+    const minimum = new Map(declared.map(([q, g, n]) => [pair(q, g), n]));
     const out = [...counts.values()]
       .sort((a, b) => byCodePoint(a[0], b[0]) || byCodePoint(a[1], b[1]))
       .map(([queue, group, active, stale, expired]) => {
-        const minActive = minimum.get(`${queue}\n${group}`) ?? null;
+        const minActive = minimum.get(pair(queue, group)) ?? null;
         return { queue, group, active, stale, expired, minActive, below: minActive !== null && active < minActive };
       });
     this.report(skipped);
@@ -504,16 +451,18 @@ export class PresenceRegistry {
   /** The shared TTL of one group (or the prefix), read now, and where it comes from. */
   async ttlSource(where: { queue?: string; group?: string } = {}): Promise<[number, "group" | "prefix" | "default"]> {
     const key = this.settingKey(where, "ttl");
-    const [prefix, own] = await Promise.all([this.redis.get(this.keys.ttl), key === this.keys.ttl ? null : this.redis.get(key)]);
-    const mine = storedSetting(key, own);
+    const [prefix, own] = await Promise.all([this.getSetting(this.keys.ttl), key === this.keys.ttl ? null : this.getSetting(key)]);
+    const mine = storedSetting(key, own, "ttl");
+    if (mine instanceof Spoilt) throw mine.error();
     if (mine !== null) return [mine, "group"];
-    const shared = storedSetting(this.keys.ttl, prefix);
+    const shared = storedSetting(this.keys.ttl, prefix, "ttl");
+    if (shared instanceof Spoilt) throw prefixError(shared, "ttl");
     return shared !== null ? [shared, "prefix"] : [DEFAULT_PRESENCE_TTL_MS, "default"];
   }
 
   /** Declare that `group` must have at least `minActive` active readers of `queue` (an
-   * integer in [0, MAX_MIN_ACTIVE]; one call of expect.lua: the protocol version checked,
-   * the declaration and its index written). */
+   * integer in [1, MAX_MIN_ACTIVE]: `unexpect` stops declaring it); one call of expect.lua:
+   * the protocol version checked, the declaration and its index written. */
   async expect(queue: string, group: string, minActive = 1): Promise<void> {
     const key = this.keys.queueExpect(checkName("queue", queue));
     checkName("group", group);
@@ -537,20 +486,47 @@ export class PresenceRegistry {
     return out;
   }
 
+  /** The declared groups: the index a page of GROUPS_PER_PAGE queues at a time (the
+   * protocol version checked with the first), each queue's declarations HSCANned
+   * CONSUMERS_PER_CALL at a time; a member or a minimum this client did not write, and a
+   * queue's declarations of another type, set aside in `skipped`. */
   private async declared(skipped: Skipped[]): Promise<[string, string, number][]> {
-    const out: [string, string, number][] = [];
-    for (const key of await this.redis.zrange(this.keys.expects, 0, -1)) {
-      const queue = this.keys.queueOfExpect(key);
-      if (queue === null) {
-        skipped.push({ key, reason: `the index ${this.keys.expects} holds a member this package did not write: '${key.slice(0, 80)}'` });
-        continue;
+    const out = new Map<string, [string, string, number]>(); // HSCAN may name a field twice
+    let low = "-";
+    for (let first = true; ; first = false) {
+      const [members] = await Promise.all([
+        this.redis.zrangebylex(this.keys.expects, low, "+", "LIMIT", 0, GROUPS_PER_PAGE),
+        first ? this.refresh([], []) : null, // the protocol version, when due
+      ]);
+      for (const key of members) {
+        const queue = this.keys.queueOfExpect(key);
+        if (queue === null) {
+          skipped.push({ key, reason: `the index ${this.keys.expects} holds a member this package did not write: '${key.slice(0, 80)}'` });
+          continue;
+        }
+        let cursor = "0";
+        do {
+          let flat: string[];
+          try {
+            [cursor, flat] = await this.redis.hscan(key, cursor, "COUNT", CONSUMERS_PER_CALL);
+          } catch (error) {
+            const failure = translate(error);
+            if (!(failure instanceof PresenceDataError)) throw failure;
+            skipped.push({ key, reason: failure.message, queue }); // a key of another type
+            break;
+          }
+          for (let i = 0; i < flat.length; i += 2) {
+            const [group, least] = [flat[i], flat[i + 1]];
+            const minimum = storedMinActive(least);
+            if (minimum !== null) out.set(pair(queue, group), [queue, group, minimum]);
+            else skipped.push({ key, reason: `${key} field '${group.slice(0, 80)}' holds a minimum this package did not write: '${least.slice(0, 40)}'`, queue });
+          }
+        } while (cursor !== "0");
       }
-      for (const [group, least] of Object.entries(await this.redis.hgetall(key))) {
-        if (/^\d{1,15}$/.test(least) && Number(least) <= MAX_MIN_ACTIVE) out.push([queue, group, Number(least)]);
-        else skipped.push({ key, reason: `${key} field '${group.slice(0, 80)}' holds a minimum this package did not write: '${least.slice(0, 40)}'` });
-      }
+      if (members.length < GROUPS_PER_PAGE) break;
+      low = `(${members[members.length - 1]}`;
     }
-    return out.sort((a, b) => byCodePoint(a[0], b[0]) || byCodePoint(a[1], b[1]));
+    return [...out.values()].sort((a, b) => byCodePoint(a[0], b[0]) || byCodePoint(a[1], b[1]));
   }
 
   // -- shared steps --------------------------------------------------------------------
@@ -607,7 +583,10 @@ export class PresenceRegistry {
     if (queue !== undefined && group !== undefined) return [[this.keys.group(queue, group)], null];
     const [first, high] = queue !== undefined ? this.keys.queueRange(queue) : ["-", "+"];
     const low = after !== null ? `(${after}` : first;
-    const members = await this.redis.zrangebylex(this.keys.groups, low, high, "LIMIT", 0, GROUPS_PER_PAGE);
+    const [members] = await Promise.all([
+      this.redis.zrangebylex(this.keys.groups, low, high, "LIMIT", 0, GROUPS_PER_PAGE),
+      after === null ? this.refresh([], []) : null, // the protocol version with the first page, when due
+    ]);
     const groups: GroupKeys[] = [];
     for (const member of members) {
       try {
@@ -622,13 +601,30 @@ export class PresenceRegistry {
   }
 
   /** Every page of indexed groups (of one queue, or one group) with each group's TTL:
-   * `ttlMs`, or its shared one. */
-  private async *pages(filter: { queue?: string; group?: string }, ttlMs: number | undefined, skipped: Skipped[]): AsyncGenerator<[GroupKeys[], number[]]> {
+   * `ttlMs`, or its shared one; a group whose own shared TTL cannot be read is handed to
+   * `spoilt` and left out (`spoilt` null: its data error is thrown). */
+  private async *pages(
+    filter: { queue?: string; group?: string },
+    ttlMs: number | undefined,
+    skipped: Skipped[],
+    spoilt: ((gk: GroupKeys, value: Spoilt) => unknown) | null,
+  ): AsyncGenerator<[GroupKeys[], number[]]> {
     let after: string | null = null;
     do {
       let groups: GroupKeys[];
       [groups, after] = await this.listed(filter.queue, filter.group, after, skipped);
-      yield [groups, ttlMs === undefined ? await this.sharedTtls(groups) : groups.map(() => ttlMs)];
+      const { ttls } = await this.settingsOf(groups, ttlMs, null);
+      const kept: GroupKeys[] = [];
+      const values: number[] = [];
+      groups.forEach((gk, i) => {
+        const ttl = ttls[i];
+        if (!(ttl instanceof Spoilt)) {
+          kept.push(gk);
+          values.push(ttl);
+        } else if (spoilt === null) throw ttl.error();
+        else spoilt(gk, ttl);
+      });
+      yield [kept, values];
     } while (after !== null);
   }
 
@@ -640,7 +636,7 @@ export class PresenceRegistry {
       if (answer.status === "fulfilled") return answer.value;
       const error = translate(answer.reason);
       if (strict || !(error instanceof PresenceDataError)) throw error;
-      skipped.push({ key: groups[i].data, reason: error.message });
+      skipped.push(aside(groups[i], error.message));
       return null;
     });
   }
@@ -677,29 +673,10 @@ export class PresenceRegistry {
     return out;
   }
 
-  private row(gk: GroupKeys, consumer: string, s: Stored, now: bigint, ttlMs: number, stuckMs: number, meta: Record<string, string>): ConsumerPresence {
-    const state = classify(now, s.heartbeat, ttlMs);
-    const age = now > s.heartbeat ? (now - s.heartbeat) / NS_PER_MS : 0n;
-    const since = s.progress !== null && s.progress > s.registered ? s.progress : s.registered;
-    const stuck = state === "active" && s.lease > 0 && since <= now - (BigInt(stuckMs) + 1n) * NS_PER_MS;
-    return {
-      queue: gk.queue,
-      group: gk.group,
-      consumer,
-      registeredAtNs: s.registered,
-      lastHeartbeatNs: s.heartbeat,
-      lastSeenAgeMs: Number(age),
-      leaseCount: s.lease,
-      state,
-      lastProgressNs: s.progress,
-      stuck,
-      meta,
-    };
-  }
-
   /** Consumers of each group whose last beat is after its horizon (ns): ZCOUNT above the
    * horizon's microsecond, plus those on it whose nanosecond rest is above (read from
-   * their stored values); null for a group set aside. */
+   * their stored values: one this client cannot read is not counted, and set aside in
+   * `skipped`); null for a group set aside (unless `strict`: its data error). */
   private async above(groups: GroupKeys[], horizons: bigint[], strict: boolean, skipped: Skipped[]): Promise<(number | null)[]> {
     const edges = horizons.map((h) => h / 1000n);
     const counts = await this.sound(groups, (gk) => this.redis.zcount(gk.hb, `(${edges[groups.indexOf(gk)]}`, "+inf"), strict, skipped);
@@ -718,9 +695,9 @@ export class PresenceRegistry {
             try {
               beat = parseStored(gk, ties[j], value).heartbeat;
             } catch (error) {
-              if (strict || !(error instanceof PresenceDataError)) throw error;
-              skipped.push({ key: gk.data, reason: error.message });
-              return null;
+              if (!(error instanceof PresenceDataError)) throw error;
+              skipped.push({ ...aside(gk, error.message), consumer: ties[j] });
+              continue;
             }
             if (beat > horizons[i]) n += 1;
           }
@@ -731,29 +708,49 @@ export class PresenceRegistry {
     );
   }
 
-  /** Each group's shared TTL, read with the protocol version when this client has not
-   * read them for TTL_CACHE_MS. */
+  /** Each group's shared TTL (its data error, or the prefix's, when it cannot be read). */
   private async sharedTtls(groups: GroupKeys[]): Promise<number[]> {
-    await this.refresh(groups, "ttl");
-    const shared = this.settings.get(this.keys.ttl)?.value ?? DEFAULT_PRESENCE_TTL_MS;
-    return groups.map((gk) => this.settings.get(gk.ttl)?.value ?? shared);
+    return sound((await this.settingsOf(groups, undefined, null)).ttls);
   }
 
-  private async sharedStucks(groups: GroupKeys[]): Promise<number[]> {
-    await this.refresh(groups, "stuck");
-    const shared = this.settings.get(this.keys.stuck)?.value ?? DEFAULT_STUCK_AFTER_MS;
-    return groups.map((gk) => this.settings.get(gk.stuck)?.value ?? shared);
+  /** Each group's TTL and progress budget: the given ones (`ttlMs`, `stuckMs`; null: not
+   * needed), else its shared ones (its own, else the prefix's, else the default), read with
+   * the protocol version in one round trip when this client has not read them for
+   * TTL_CACHE_MS; Spoilt for a group whose own cannot be read (a spoilt one of the prefix
+   * throws its data error where a group needs it). */
+  private async settingsOf(
+    groups: GroupKeys[],
+    ttlMs: number | undefined,
+    stuckMs: number | undefined | null,
+  ): Promise<{ ttls: (number | Spoilt)[]; stucks: (number | Spoilt)[] }> {
+    const kinds: Kind[] = [...(ttlMs === undefined ? ["ttl" as const] : []), ...(stuckMs === undefined ? ["stuck" as const] : [])];
+    const seen = await this.refresh(groups, kinds);
+    return {
+      ttls: ttlMs === undefined ? settled(seen, this.keys.ttl, groups, "ttl") : groups.map(() => ttlMs),
+      stucks: stuckMs === undefined ? settled(seen, this.keys.stuck, groups, "stuck") : stuckMs === null ? [] : groups.map(() => stuckMs),
+    };
   }
 
-  private async refresh(groups: GroupKeys[], kind: "ttl" | "stuck"): Promise<void> {
+  /** The settings of `kinds` of the prefix and of each group, from the cache, reading (in
+   * one round trip, with the protocol version when due) those older than TTL_CACHE_MS; what
+   * this read saw, by key (its own: another call may empty the cache meanwhile). */
+  private async refresh(groups: GroupKeys[], kinds: Kind[]): Promise<Map<string, Setting>> {
     const limit = performance.now() - TTL_CACHE_MS;
-    const wanted = [...new Set([kind === "ttl" ? this.keys.ttl : this.keys.stuck, ...groups.map((gk) => gk[kind])])];
-    const due = wanted.filter((key) => (this.settings.get(key)?.at ?? -Infinity) < limit);
+    const seen = new Map<string, Setting>();
+    const due: [string, Kind][] = [];
+    for (const kind of kinds) {
+      for (const key of [kind === "ttl" ? this.keys.ttl : this.keys.stuck, ...groups.map((gk) => gk[kind])]) {
+        if (seen.has(key) || due.some(([k]) => k === key)) continue;
+        const cached = this.settings.get(key);
+        if (cached !== undefined && cached.at >= limit) seen.set(key, cached.value);
+        else due.push([key, kind]);
+      }
+    }
     const checking = this.protocolAt === null || this.protocolAt < limit;
-    if (!due.length && !checking) return;
+    if (!due.length && !checking) return seen;
     const [version, ...values] = await Promise.all([
-      checking ? this.redis.get(this.keys.protocol) : null,
-      ...due.map((key) => this.redis.get(key)),
+      checking ? this.redis.get(this.keys.protocol).catch((error: unknown) => Promise.reject(translate(error))) : null,
+      ...due.map(([key]) => this.getSetting(key)),
     ]);
     const at = performance.now();
     if (checking) {
@@ -764,10 +761,39 @@ export class PresenceRegistry {
       }
       this.protocolAt = at;
     }
-    due.forEach((key, i) => this.settings.set(key, { value: storedSetting(key, values[i]), at }));
+    due.forEach(([key, kind], i) => {
+      const value = storedSetting(key, values[i], kind);
+      this.settings.set(key, { value, at });
+      seen.set(key, value);
+    });
+    return seen;
   }
 
+  /** `GET` of a setting: its value, null, or the data error of a key of another type. */
+  private async getSetting(key: string): Promise<string | null | PresenceDataError> {
+    try {
+      return await this.redis.get(key);
+    } catch (error) {
+      const failure = translate(error);
+      if (failure instanceof PresenceDataError) return failure;
+      throw failure;
+    }
+  }
+
+  /** One report (`onSkipped`) for each key a read set aside: the whole group, or the
+   * consumers of it it set aside (how many, and the first one's reason). */
   private report(skipped: Skipped[]): void {
-    for (const item of unique(skipped)) this.onSkipped(item);
+    const byKey = new Map<string, Skipped[]>();
+    for (const item of unique(skipped)) {
+      const items = byKey.get(item.key);
+      if (items === undefined) byKey.set(item.key, [item]);
+      else items.push(item);
+    }
+    for (const [key, items] of byKey) {
+      const whole = items.find((item) => item.consumer === undefined);
+      const n = items.length;
+      const reason = whole?.reason ?? `${n === 1 ? "1 consumer" : `${n} consumers`}, read the group's others: ${items[0].reason}`;
+      this.onSkipped({ key, reason, queue: items[0].queue, group: items[0].group });
+    }
   }
 }

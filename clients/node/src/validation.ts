@@ -68,11 +68,12 @@ export function checkNs(value: unknown): string {
   return text;
 }
 
-/** How many active consumers a declared group must have: an integer in [0, MAX_MIN_ACTIVE]. */
+/** How many active consumers a declared group must have: an integer in [1, MAX_MIN_ACTIVE]
+ * (a group stops being declared with `unexpect`, not with 0). */
 export function checkMinActive(value: unknown, argument = "minActive"): number {
   if (typeof value !== "number") throw new TypeError(`${argument} must be a number, got ${kind(value)}`);
-  if (!Number.isInteger(value) || value < 0 || value > MAX_MIN_ACTIVE) {
-    throw new RangeError(`${argument} must be an integer in [0, ${MAX_MIN_ACTIVE}], got ${value}`);
+  if (!Number.isInteger(value) || value < 1 || value > MAX_MIN_ACTIVE) {
+    throw new RangeError(`${argument} must be an integer in [1, ${MAX_MIN_ACTIVE}], got ${value}`);
   }
   return value;
 }

@@ -104,23 +104,27 @@ test("a lease count, TTL or instant of the wrong type is a TypeError, one out of
 
 // -- declared minimums ------------------------------------------------------------------
 
-test("a declared minimum is an integer in [0, 1000000], as Python's", async () => {
+test("a declared minimum is an integer in [1, 1000000], as Python's", async () => {
   assert.equal(presence.MAX_MIN_ACTIVE, 1_000_000);
-  await registry.expect("q", "none", 0);
+  await registry.expect("q", "least", 1);
   await registry.expect("q", "most", 1_000_000);
+  assert.deepStrictEqual(await store(), {
+    "presence:expects": ["presence:{q}:expect", "0"],
+    "presence:{q}:expect": { least: "1", most: "1000000" },
+  });
   const skipped = [];
   const reader = new presence.PresenceRegistry(server.client(), { onSkipped: (s) => skipped.push(s) });
   try {
     assert.deepStrictEqual(await reader.expected(), [
+      ["q", "least", 1],
       ["q", "most", 1_000_000],
-      ["q", "none", 0],
     ]);
     const groups = await reader.groups({ nowNs: T0 });
     assert.deepStrictEqual(
       groups.map((g) => [g.group, g.minActive, g.below]),
       [
+        ["least", 1, true],
         ["most", 1_000_000, true],
-        ["none", 0, false],
       ],
     );
   } finally {
@@ -130,6 +134,7 @@ test("a declared minimum is an integer in [0, 1000000], as Python's", async () =
 });
 
 for (const [label, value, error] of [
+  ["0 (unexpect stops declaring a group)", 0, RangeError],
   ["above the most", 1_000_001, RangeError],
   ["1e7", 1e7, RangeError],
   ["negative", -1, RangeError],
@@ -147,19 +152,24 @@ for (const [label, value, error] of [
   });
 }
 
-test("a stored minimum outside the range is set aside by the reader, as Python does", async () => {
-  await client.hset("presence:{q}:expect", "big", "10000000", "ok", "3");
+test("a stored minimum that is not canonical digits from 1 to 1000000 is set aside by the reader, as Python does", async () => {
+  const spoilt = ["0", "02", "+5", " 5", "5 ", "1_0", "1e3", "5.0", "٥", "1000001", "10000000", "-1", ""];
+  await client.hset("presence:{q}:expect", "ok", "3", ...spoilt.flatMap((value, i) => [`v${i}`, value]));
   await client.zadd("presence:expects", 0, "presence:{q}:expect");
   const skipped = [];
   const reader = new presence.PresenceRegistry(server.client(), { onSkipped: (s) => skipped.push(s) });
   try {
     assert.deepStrictEqual(await reader.expected(), [["q", "ok", 3]]);
+    assert.deepStrictEqual(
+      (await reader.groups({ nowNs: T0 })).map((g) => [g.group, g.minActive]),
+      [["ok", 3]],
+    );
   } finally {
     reader.redis.disconnect();
   }
   assert.deepStrictEqual(
     skipped.map((s) => s.key),
-    ["presence:{q}:expect"],
+    ["presence:{q}:expect", "presence:{q}:expect"],
   );
 });
 

@@ -23,6 +23,9 @@ after(async () => {
   await server.stop();
 });
 
+const ARGUMENT_ERRORS = { ValueError: RangeError, TypeError };
+const camel = (name) => name.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
+
 const ns = (value) => (value === null || value === undefined ? null : String(value));
 
 function neutralRow(row) {
@@ -158,7 +161,15 @@ for (const file of files) {
         assert.ok(op, `${label}: no such operation`);
         skipped = [];
         if ("error" in step) {
-          await assert.rejects(op(registry, step.args ?? {}), presence[step.error], label);
+          // The client's errors, or an argument refused (Python's ValueError is this client's
+          // RangeError) whose message starts with the argument's name, in camelCase.
+          const error = presence[step.error] ?? ARGUMENT_ERRORS[step.error];
+          assert.ok(error, `${label}: no such error ${step.error}`);
+          await assert.rejects(op(registry, step.args ?? {}), (thrown) => {
+            assert.ok(thrown instanceof error, `${label}: ${thrown}`);
+            if ("argument" in step) assert.ok(thrown.message.startsWith(camel(step.argument)), `${label}: ${thrown.message}`);
+            return true;
+          });
           continue;
         }
         const reply = await op(registry, step.args ?? {});

@@ -88,3 +88,30 @@ for (const [name, write] of Object.entries(WRITES)) {
     });
   }
 }
+
+// Readers too (docs/protocol.md, section 1): with the first page of the index of groups, or
+// of declared groups, a reader reads the version, and refuses another one.
+const READS = {
+  size: (r) => r.size(),
+  expected: (r) => r.expected(),
+  "snapshot (ttlMs)": (r) => r.snapshot({ nowNs: T0, ttlMs: 1_000, stuckAfterMs: 1_000 }),
+  "countActiveByGroup (ttlMs)": (r) => r.countActiveByGroup({ nowNs: T0, ttlMs: 1_000 }),
+  "groups (ttlMs)": (r) => r.groups({ nowNs: T0, ttlMs: 1_000 }),
+};
+
+for (const [name, read] of Object.entries(READS)) {
+  test(`${name} refuses another version`, async () => {
+    const writer = await seed();
+    writer.redis.disconnect();
+    const registry = new presence.PresenceRegistry(server.client());
+    try {
+      await assert.rejects(read(registry), (error) => {
+        assert.ok(error instanceof presence.PresenceProtocolError, `${error.name}: ${error.message}`);
+        assert.match(error.message, /written by protocol version "2"/);
+        return true;
+      });
+    } finally {
+      registry.redis.disconnect();
+    }
+  });
+}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from redis_presence.validation import MAX_MIN_ACTIVE
+
 from ..app import App, pass_app
 from ..options import MESSAGE_FORMATS, format_option
 
@@ -13,11 +15,14 @@ from ..options import MESSAGE_FORMATS, format_option
 @click.argument("group")
 @click.option(
     "--min-active",
-    type=click.IntRange(0),
+    type=click.IntRange(1, MAX_MIN_ACTIVE),
     default=1,
     show_default=True,
     metavar="N",
-    help="Active consumers the group must have (`counts` marks it below, `check` fails).",
+    help=(
+        "Active consumers the group must have, 1 to 1,000,000 (`counts` marks it below, "
+        "`check` fails); `unexpect` stops declaring it."
+    ),
 )
 @format_option("text: one line; json: the names and min_active.", MESSAGE_FORMATS)
 @pass_app
