@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import pytest
-from test_cli import invoke
+from cli_invoke import invoke
 
 from redis_presence import RedisPresenceRegistry
 from redis_presence.keys import Keyspace

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 from backends import BACKENDS, dump, make_registry, raw_client
-from test_cli import NOW, Backend, backend  # noqa: F401 (the fixture)
+from cli_invoke import NOW, Backend, backend  # noqa: F401 (the fixture)
 
 from redis_presence import PresenceDataError, PresenceDataWarning
 from redis_presence.keys import Keyspace

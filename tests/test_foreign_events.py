@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
-from test_web_api import make_client
+from web_client import make_client
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,

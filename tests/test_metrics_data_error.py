@@ -15,7 +15,7 @@ import warnings
 from typing import Any
 
 import pytest
-from test_web_api import make_client, metric_samples
+from web_client import make_client, metric_samples
 
 from redis_presence import PresenceDataWarning, RedisPresenceRegistry
 
