@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from redis.backoff import EqualJitterBackoff
 
 from .__about__ import __version__
-from ._executor import Executor
+from ._base import RegistryBase
 from .errors import PresenceBatchError, PresenceError
 from .model import DEFAULT_PRESENCE_TTL_MS, NS_PER_MS, NS_PER_US
 from .plans import Plan
@@ -67,7 +67,7 @@ _MAX_DOUBLINGS = 32
 
 logger = logging.getLogger("redis_presence.reporter")
 
-R = TypeVar("R", bound=Executor)
+R = TypeVar("R", bound=RegistryBase)
 _MAX_DELAY_US = MAX_DELAY_MS * 1_000
 
 __all__ = [
@@ -249,7 +249,7 @@ class _Coalescer:
             self._beats, self._deregs = {}, {}
             return started, taken
 
-    def plan(self, registry: Executor, taken: _Taken) -> Plan[_Flushed]:
+    def plan(self, registry: RegistryBase, taken: _Taken) -> Plan[_Flushed]:
         """Send the taken deregistrations, then the beats with their age measured just
         before they are sent. A group Redis refuses (a foreign or corrupt key, say) costs
         only its own writes: the others are written, and the result names it."""

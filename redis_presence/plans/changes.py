@@ -33,9 +33,12 @@ from ..keys import GroupKeys
 from ..model import NS_PER_MS, ConsumerPresence, Skipped
 from ..replies import server_now_ns, sound_columns
 from ..validation import check_consumer_key, check_filter, check_name, check_now_ns
-from .core import _report, _text, heartbeat_of
+from .caches import SettingsCache
+from .core import Job, Scope, _report, _text, heartbeat_of
+from .index import IndexPlans
 from .reads import ReadPlans
 from .requests import Command, Partial, Plan, Request
+from .settings import SettingsPlans
 
 
 def _last_generated(info: Any) -> str | None:
@@ -63,10 +66,27 @@ def _trimmed_past(info: Any, start: str) -> bool:
     return stream_id(first[0]) > stream_id(start.lstrip("("))
 
 
-class ChangePlans(ReadPlans):
-    """The event plans: `changes` across the queues' event logs (derived events for what"""
+class ChangePlans(Job):
+    """The event plans: `changes` across the queues' event logs (derived events for what
+    expired), the rows a log entry names, and the cursor a follower starts from. Built from
+    its `Scope`, its planner's `SettingsCache` (the protocol version read with the clock),
+    and the jobs whose steps it takes (`SettingsPlans`, `IndexPlans`, `ReadPlans`' snapshot)."""
 
-    __slots__ = ()
+    __slots__ = ("_cache", "_index", "_reads", "_settings")
+
+    def __init__(
+        self,
+        scope: Scope,
+        cache: SettingsCache,
+        settings: SettingsPlans,
+        index: IndexPlans,
+        reads: ReadPlans,
+    ) -> None:
+        super().__init__(scope)
+        self._cache = cache
+        self._settings = settings
+        self._index = index
+        self._reads = reads
 
     def changes(
         self,
@@ -171,8 +191,8 @@ class ChangePlans(ReadPlans):
             return now, []
         skipped: list[Skipped] = []
         named = {self.keys.group(*name): names for name, names in by_group.items()}
-        groups, ttls = self._keep(
-            list(named), (yield from self._settled_ttls(list(named))), skipped
+        groups, ttls = self._settings.keep(
+            list(named), (yield from self._settings.settled_ttls(list(named))), skipped
         )
         most = self.limits.consumers
         asked = [
@@ -206,7 +226,9 @@ class ChangePlans(ReadPlans):
     def _snapshot_cursor(self, queue: str | None, group: str | None) -> Plan[FollowSnapshot]:
         _, cursor = yield from self._changes(None, None, queue, group, DEFAULT_CHANGES_LIMIT)
         now = Cursor.decode(cursor).now_ns
-        rows = yield from self._collect(self.iter_snapshot(now, None, queue=queue, group=group))
+        rows = yield from self._reads.collect(
+            self._reads.iter_snapshot(now, None, queue=queue, group=group)
+        )
         return FollowSnapshot(rows, cursor, now)
 
     def _changes(
@@ -222,9 +244,9 @@ class ChangePlans(ReadPlans):
         clock, marker, *version = yield [
             Command("TIME", node_key=self.keys.events),
             Command("GET", (self.keys.epoch,)),
-            *self._protocol_asks(),
+            *self._cache.protocol_asks(),
         ]
-        self._protocol_took(version)
+        self._cache.protocol_took(version)
         epoch = None if marker is None else _text(marker)
         server_ns = server_now_ns(*clock)
         server_ms = server_ns // NS_PER_MS
@@ -430,13 +452,13 @@ class ChangePlans(ReadPlans):
         kinds = (EventKind.STALE, EventKind.EXPIRED)
         skipped: list[Skipped] = []
         while True:
-            groups, going_on = yield from self._listed(
+            groups, going_on = yield from self._index.listed(
                 queue, group, None, skipped, start=member or None
             )
             # A group whose shared TTL cannot be read: set aside (its data error, when it is
             # the one group the changes are read of).
             aside = None if queue is not None and group is not None else skipped
-            groups, ttls = yield from self._sound_ttls(groups, None, aside)
+            groups, ttls = yield from self._settings.sound_ttls(groups, None, aside)
             # (group, kind number, ttl, low, high, first score, how many at it to skip), in
             # the order events are given: a round reads them all at once, and the first
             # that has more than a page (or the limit) is where the next round goes on.
