@@ -92,9 +92,14 @@ def default_meta() -> dict[str, str]:
     }
 
 
-def _check_interval_ms(value: object) -> int:
+def check_interval_ms(value: object, default: int | None = None) -> int:
+    """A reporter's ``interval_ms``: an int in [1, MAX_REPORT_INTERVAL_MS]; with `default`,
+    None is that (what an integration's settings take)."""
+    if value is None and default is not None:
+        return default
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"interval_ms must be an int, got {type(value).__name__}")
+        kind = "an int" if default is None else "an int or None"
+        raise TypeError(f"interval_ms must be {kind}, got {type(value).__name__}")
     if not 0 < value <= MAX_REPORT_INTERVAL_MS:
         raise ValueError(f"interval_ms must be in [1, {MAX_REPORT_INTERVAL_MS}], got {value}")
     return value
@@ -157,7 +162,7 @@ class _Coalescer:
         clock: Callable[[], int],
         meta: dict[str, str] | None = None,
     ) -> None:
-        self.interval_ns = _check_interval_ms(interval_ms) * NS_PER_MS
+        self.interval_ns = check_interval_ms(interval_ms) * NS_PER_MS
         self.clock = clock
         self.closed = False
         self._lock = threading.Lock()
