@@ -1,12 +1,12 @@
 """Each operation's signature, held in agreement wherever it is written.
 
 An operation's parameters are written by hand in its plan (`redis_presence.plans`), in
-`redis_presence.operations` (`Contract`, `Operations`), in the in-process model
+`redis_presence.operations` (`ContractOperations`, `Operations`), in the in-process model
 (`ConsumerPresenceRegistry`) and in the Node client (``clients/node``); the asyncio form and
 the `PresenceRegistry` protocol are generated (tests/test_codegen.py). These tests fail when
 they disagree:
 
-- `Contract` and `ConsumerPresenceRegistry`: the same parameters (names, order, kinds,
+- `ContractOperations` and `ConsumerPresenceRegistry`: the same parameters (names, order, kinds,
   defaults, types) and the same return type, operation by operation;
 - an operation and the plan it runs (found in its body: ``self.plans.<plan>(...)``): the
   same parameters;
@@ -28,7 +28,7 @@ import pytest
 
 import redis_presence
 from redis_presence.memory import ConsumerPresenceRegistry
-from redis_presence.operations import Contract, Operations
+from redis_presence.operations import ContractOperations, Operations
 from redis_presence.plans import Planner
 
 ROOT = Path(redis_presence.__file__).parent
@@ -76,7 +76,7 @@ def operations(cls: type) -> dict[str, Callable[..., Any]]:
     }
 
 
-CONTRACT = operations(Contract)
+CONTRACT = operations(ContractOperations)
 REDIS_ONLY = operations(Operations)
 
 
@@ -214,7 +214,7 @@ NODE: dict[str, tuple[str, dict[str, str | None]] | str] = {
     "follow": "no event reads",
     "size": ("size", {}),
 }
-"""Each operation of `Contract`: its method in the Node client, with where each parameter
+"""Each operation of `ContractOperations`: its method in the Node client, with where each parameter
 went (a parameter, or a field of an options parameter; None: not offered), or why the Node
 client has none."""
 

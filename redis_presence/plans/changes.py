@@ -13,7 +13,7 @@ from ..events import (
     EVENT_LOG_TTL_MS,
     LOG_LAG_MS,
     Changes,
-    Cursor,
+    EventCursor,
     EventKind,
     FollowSnapshot,
     Ordered,
@@ -109,7 +109,7 @@ class ChangePlans(Job):
         now = check_now_ns(now_ns)
         queue, group = check_filter("queue", queue), check_filter("group", group)
         most = check_changes_limit(limit)
-        since = None if cursor is None else Cursor.decode(cursor)
+        since = None if cursor is None else EventCursor.decode(cursor)
         if since is not None:
             check_cursor_filter(since, self.keys, queue, group)
         return self._changes(since, now, queue, group, most)
@@ -128,11 +128,11 @@ class ChangePlans(Job):
         the data it was read from is still there is `changes`' to tell (a resync)."""
         now = check_now_ns(now_ns)
         queue, group = check_filter("queue", queue), check_filter("group", group)
-        since = Cursor.decode(cursor)
+        since = EventCursor.decode(cursor)
         check_cursor_filter(since, self.keys, queue, group)
         return self._check_clock(since, now)
 
-    def _check_clock(self, since: Cursor, now_ns: int | None) -> Plan[None]:
+    def _check_clock(self, since: EventCursor, now_ns: int | None) -> Plan[None]:
         (clock,) = yield [Command("TIME", node_key=self.keys.events)]
         check_cursor_clock(since, server_now_ns(*clock) // NS_PER_MS, now_ns)
 
@@ -225,7 +225,7 @@ class ChangePlans(Job):
 
     def _snapshot_cursor(self, queue: str | None, group: str | None) -> Plan[FollowSnapshot]:
         _, cursor = yield from self._changes(None, None, queue, group, DEFAULT_CHANGES_LIMIT)
-        now = Cursor.decode(cursor).now_ns
+        now = EventCursor.decode(cursor).now_ns
         rows = yield from self._reads.collect(
             self._reads.iter_snapshot(now, None, queue=queue, group=group)
         )
@@ -233,7 +233,7 @@ class ChangePlans(Job):
 
     def _changes(
         self,
-        since: Cursor | None,
+        since: EventCursor | None,
         now_ns: int | None,
         queue: str | None,
         group: str | None,
@@ -254,7 +254,8 @@ class ChangePlans(Job):
         if since is None:
             ends = yield from self._log_ends(server_ms, queue)
             return Changes(
-                [], Cursor(now, server_ms, ends, epoch, self.keys.prefix, queue, group).encode()
+                [],
+                EventCursor(now, server_ms, ends, epoch, self.keys.prefix, queue, group).encode(),
             )
         check_epoch(since, epoch)
         check_cursor_clock(since, server_ms, now_ns)
@@ -274,7 +275,7 @@ class ChangePlans(Job):
         else:
             step = step if step is not None and step.log is not None else None
         if step is not None:
-            middle = Cursor(
+            middle = EventCursor(
                 since.now_ns,
                 since.server_ms,
                 since.positions,
@@ -289,12 +290,12 @@ class ChangePlans(Job):
         for log_queue, kept in since.positions.items():
             if log_queue not in recent and stream_id(kept)[0] >= at.server_ms - LOG_LAG_MS:
                 recent[log_queue] = kept
-        after = Cursor(at.now_ns, at.server_ms, recent, epoch, self.keys.prefix, queue, group)
+        after = EventCursor(at.now_ns, at.server_ms, recent, epoch, self.keys.prefix, queue, group)
         return Changes(sorted_events(events), after.encode())
 
     def _logged(
         self,
-        since: Cursor,
+        since: EventCursor,
         at: Window,
         recent: dict[str, str],
         events: list[Ordered],
