@@ -22,7 +22,7 @@ class RegistryBase:
     its client's `Wire`.
 
     `plans` builds the plans of every operation (`redis_presence.plans.Planner`); the
-    subclass's ``execute`` runs them, and `wire` says how its transport writes them.
+    subclass's ``execute`` runs them, and its `Wire` says how its transport writes them.
     """
 
     packs = False
@@ -97,7 +97,8 @@ class RegistryBase:
             events_kept=events_kept,
             max_future_ms=max_future_ms,
         )
-        self.wire = Wire(
+        # How this registry's transport writes commands, and which it sends prebuilt.
+        self._wire = Wire(
             (
                 getattr(encoder, "encoding", "utf-8"),
                 getattr(encoder, "encoding_errors", "strict"),
@@ -105,7 +106,6 @@ class RegistryBase:
             hiredis_packer(client),
             prebuilt=encoder is not None and self.sends_prebuilt(client),
         )
-        """How this registry's transport writes commands, and which it sends prebuilt."""
         self._client = client
         self._owns_client = False
         self.policy_check = PolicyCheck()

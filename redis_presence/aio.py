@@ -136,7 +136,7 @@ class AsyncRedisPresenceRegistry(AsyncOperations, RegistryBase):
         if len(batch) == 1:
             return [await self._one(batch[0])]
         if not self.clustered:
-            packed = self.wire.batch(batch)
+            packed = self._wire.batch(batch)
             if packed is not None:
                 return await self._on_pooled(packed, len(batch))
             return await self._pipeline(batch)
@@ -189,7 +189,7 @@ class AsyncRedisPresenceRegistry(AsyncOperations, RegistryBase):
         """A single beat: prebuilt (`Wire.single`) on a pooled connection and the reply read
         back (an error reply raised, as ``execute_command`` raises it); else through
         ``execute_command``."""
-        wire = self.wire
+        wire = self._wire
         if not wire.prebuilt:
             return await self._command(*plan.head, *plan.rest)
         (reply,) = await self._on_pooled(wire.single(plan), 1)
@@ -210,7 +210,7 @@ class AsyncRedisPresenceRegistry(AsyncOperations, RegistryBase):
             await pool.release(connection)
 
     async def _one(self, request: Request) -> Any:
-        packed = self.wire.call(request)
+        packed = self._wire.call(request)
         if packed is not None:
             return (await self._on_pooled(packed, 1))[0]
         try:

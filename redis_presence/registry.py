@@ -149,7 +149,7 @@ class RedisPresenceRegistry(Operations, RegistryBase):
         if len(batch) == 1:
             return [self._one(batch[0])]
         if not self.clustered:
-            packed = self.wire.batch(batch)
+            packed = self._wire.batch(batch)
             if packed is not None:
                 return self._on_connection(_round_trips, packed, len(batch))
             return self._pipeline(self._client, batch)
@@ -177,7 +177,7 @@ class RedisPresenceRegistry(Operations, RegistryBase):
         return list(pipe.execute(raise_on_error=False))
 
     def _one(self, request: Request) -> Any:
-        packed = self.wire.call(request)
+        packed = self._wire.call(request)
         if packed is not None:
             return self._on_connection(_round_trips, packed, 1)[0]
         try:
@@ -214,7 +214,7 @@ class RedisPresenceRegistry(Operations, RegistryBase):
         """A single beat: prebuilt (`Wire.single`), written to a pooled connection and the
         reply read back, under the client's own retry policy; else through
         ``execute_command``."""
-        wire = self.wire
+        wire = self._wire
         if not wire.prebuilt:
             return self._command(*plan.head, *plan.rest)
         return self._on_connection(_round_trip, wire.single(plan))

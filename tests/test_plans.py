@@ -229,7 +229,7 @@ def test_a_registry_prebuilds_the_bytes_its_client_writes() -> None:
     assert calls
     for call in calls:
         written = b"".join(connection.pack_command(*call.args))  # type: ignore[no-untyped-call]
-        assert registry.wire.call(call) == written
+        assert registry._wire.call(call) == written
     client.close()
 
 
@@ -246,7 +246,7 @@ def test_an_async_registry_prebuilds_the_bytes_its_client_writes() -> None:
         assert calls
         for call in calls:
             assert isinstance(call, ScriptCall)
-            assert registry.wire.call(call) == b"".join(connection.pack_command(*call.args))
+            assert registry._wire.call(call) == b"".join(connection.pack_command(*call.args))
 
 
 def test_an_async_single_connection_registry_prebuilds_nothing() -> None:
@@ -256,12 +256,12 @@ def test_an_async_single_connection_registry_prebuilds_nothing() -> None:
     assert not AsyncRedisPresenceRegistry.sends_prebuilt(single)
     assert AsyncRedisPresenceRegistry.sends_prebuilt(redis.asyncio.Redis())
     registry = AsyncRedisPresenceRegistry(single, prefix="p")
-    assert not registry.wire.prebuilt
+    assert not registry._wire.prebuilt
     plan = registry.plans.heartbeat_many(BEATS, T0)
     batch = next(plan)
     calls = plan.send([None] * len(batch))
     assert calls
-    assert all(registry.wire.call(c) is None for c in calls)
+    assert all(registry._wire.call(c) is None for c in calls)
 
 
 def test_the_hiredis_packer_is_used_exactly_when_redis_py_uses_it(
@@ -290,7 +290,7 @@ def test_the_hiredis_packer_is_used_exactly_when_redis_py_uses_it(
     batch = next(plan)
     calls = plan.send([None] * len(batch))
     assert calls
-    assert all(registry.wire.call(c) == b"packed by hiredis" for c in calls)
+    assert all(registry._wire.call(c) == b"packed by hiredis" for c in calls)
 
 
 def test_the_single_beat_cache_is_bounded() -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from ._stream_reader import DEFAULT_BLOCK_MS, AsyncStreamReader, Entry, StreamReader
 from ._stream_reaper import (
     MAX_ENTRIES_PER_CALL,
+    NO_TARGET,
     UNSEEN,
     ReapedConsumer,
     StreamReap,
@@ -32,6 +33,7 @@ from ._stream_reaper import (
 __all__ = [
     "DEFAULT_BLOCK_MS",
     "MAX_ENTRIES_PER_CALL",
+    "NO_TARGET",
     "UNSEEN",
     "AsyncStreamReader",
     "Entry",

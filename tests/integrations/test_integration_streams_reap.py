@@ -36,8 +36,7 @@ from integrations.stream_groups import (
 )
 from redis_presence import PresenceError, RedisPresenceRegistry
 from redis_presence.integrations import streams
-from redis_presence.integrations._stream_reaper import NO_TARGET
-from redis_presence.integrations.streams import UNSEEN, reap_stream_consumers
+from redis_presence.integrations.streams import NO_TARGET, UNSEEN, reap_stream_consumers
 from redis_presence.keys import encode_name
 from redis_presence.scripts import script
 
