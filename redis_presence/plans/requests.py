@@ -83,7 +83,7 @@ class Single(Generator[list[Request], list[Any], T]):
     @property
     def args(self) -> tuple[Any, ...]:
         """The whole command, from ``EVALSHA`` on."""
-        return (*self.head, *self.rest)
+        return self.head + self.rest
 
     @property
     def call(self) -> ScriptCall:

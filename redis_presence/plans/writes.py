@@ -39,7 +39,16 @@ class WritePlans(Job):
     shared settings, which a beat needs to tell a recovery, and the single-beat calls it
     keeps ready), and the jobs whose steps it takes (`SettingsPlans`, `IndexPlans`)."""
 
-    __slots__ = ("_beat_script", "_beats", "_cache", "_clock", "_index", "_settings")
+    __slots__ = (
+        "_beat_script",
+        "_beats",
+        "_cache",
+        "_clock",
+        "_index",
+        "_kept",
+        "_read_only",
+        "_settings",
+    )
 
     def __init__(
         self,
@@ -54,8 +63,11 @@ class WritePlans(Job):
         self._beats = beats
         self._settings = settings
         self._index = index
-        self._clock = scope.clock
         self._beat_script = script("heartbeat")
+        # What the hot path of a heartbeat reads, at hand (each set once).
+        self._clock = scope.clock
+        self._read_only = scope.read_only
+        self._kept = beats.get
 
     def heartbeat(
         self,
@@ -72,7 +84,7 @@ class WritePlans(Job):
         script tells a recovery with the group's shared TTL, which the planner reads first
         when it has not read it for TTL_CACHE_MS. With `progressed`, the beat also records
         progress at its instant (one call of ``heartbeat_many.lua`` instead)."""
-        if self.scope.read_only:
+        if self._read_only:
             self.scope.writable("heartbeat")
         queue, group, consumer = check_consumer_key(queue, group, consumer)
         lease = check_lease_count(lease_count)
@@ -81,7 +93,7 @@ class WritePlans(Job):
                 raise TypeError(f"progressed must be a bool, got {type(progressed).__name__}")
             return self._progressed((queue, group, consumer, lease, 0, 0), check_now_ns(now_ns))
         now = "" if now_ns is None else str(check_now_ns(now_ns))
-        cached = self._beats.get((queue, group))
+        cached = self._kept((queue, group))
         if cached is None or self._clock() > cached[2]:
             return self._beat_after_ttl(queue, group, consumer, lease, now)
         head, tail, _ = cached
