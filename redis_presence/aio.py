@@ -1,9 +1,11 @@
 """AsyncRedisPresenceRegistry: the Redis registry for asyncio brokers (``redis.asyncio``).
 
-It shares its planner, scripts, routing, NOSCRIPT reload and error translation with
-`RedisPresenceRegistry` (`redis_presence._executor`), and its operations are the same
-plans (`redis_presence.aio_operations`, generated from `redis_presence.operations`); only
-its transport is asynchronous.
+It shares with `RedisPresenceRegistry` its planner, scripts, set-up
+(`redis_presence._base`), routing (`redis_presence._routing`), wire format
+(`redis_presence._wire`) and how a plan runs: the NOSCRIPT reload and error translation
+(`redis_presence._executor`); and its operations are the same plans
+(`redis_presence.aio_operations`, generated from `redis_presence.operations`); only its
+transport is asynchronous.
 """
 
 from __future__ import annotations
@@ -15,16 +17,15 @@ from typing import Any, TypeVar
 
 from redis.asyncio.cluster import PipelineCommand
 
-from ._executor import (
+from ._base import RegistryBase
+from ._executor import Run
+from ._routing import (
     REPLY_ERRORS,
     RESEND,
     SLOT_MOVING,
-    Executor,
-    Run,
     SlotMoving,
     by_node,
     command_args,
-    prebuilt,
     rerouted,
     single,
     slot_moving,
@@ -33,7 +34,7 @@ from .aio_operations import AsyncOperations
 from .clients import open_async_client
 from .errors import DRIVER_ERRORS, PresenceError, PresenceMetaError, translate
 from .model import ConsumerPresence
-from .plans import Plan, Request, RowStream, ScriptCall, Single
+from .plans import Plan, Request, RowStream, Single
 from .policy import memory_policy
 
 T = TypeVar("T")
@@ -41,7 +42,7 @@ T = TypeVar("T")
 __all__ = ["AsyncRedisPresenceRegistry"]
 
 
-class AsyncRedisPresenceRegistry(AsyncOperations, Executor):
+class AsyncRedisPresenceRegistry(AsyncOperations, RegistryBase):
     """`RedisPresenceRegistry` with coroutine methods, over ``redis.asyncio`` clients.
 
     `client` is a ``redis.asyncio.Redis`` or a ``redis.asyncio.cluster.RedisCluster``. The
@@ -95,7 +96,7 @@ class AsyncRedisPresenceRegistry(AsyncOperations, Executor):
         return run.result  # type: ignore[return-value]
 
     async def _check_policy(self) -> None:
-        """The registry's one check of ``maxmemory-policy`` (`Executor.policy_check`)."""
+        """The registry's one check of ``maxmemory-policy`` (`RegistryBase.policy_check`)."""
         check = self.policy_check
         if not check.claim():
             return
@@ -135,7 +136,7 @@ class AsyncRedisPresenceRegistry(AsyncOperations, Executor):
         if len(batch) == 1:
             return [await self._one(batch[0])]
         if not self.clustered:
-            packed = prebuilt(batch)
+            packed = self._wire.batch(batch)
             if packed is not None:
                 return await self._on_pooled(packed, len(batch))
             return await self._pipeline(batch)
@@ -185,18 +186,19 @@ class AsyncRedisPresenceRegistry(AsyncOperations, Executor):
         return super().sends_prebuilt(client) and not single_connection
 
     async def _send_single(self, plan: Single[Any]) -> Any:
-        """A single beat: its prebuilt RESP on a pooled connection and the reply read back
-        (an error reply raised, as ``execute_command`` raises it); else through
+        """A single beat: prebuilt (`Wire.single`) on a pooled connection and the reply read
+        back (an error reply raised, as ``execute_command`` raises it); else through
         ``execute_command``."""
-        if plan.packed is None:
-            return await self._command(*plan.args)
-        (reply,) = await self._on_pooled(plan.packed, 1)
+        wire = self._wire
+        if not wire.prebuilt:
+            return await self._command(*(plan.head + plan.rest))
+        (reply,) = await self._on_pooled(wire.single(plan), 1)
         if isinstance(reply, BaseException):
             raise reply
         return reply
 
     async def _on_pooled(self, packed: bytes, count: int) -> list[Any]:
-        """`count` prebuilt commands (`ScriptCall.packed`) written at once on a connection of
+        """`count` prebuilt commands (`Wire.batch`) written at once on a connection of
         the client's pool and their replies read back, an error reply in place of its
         command, retried as the connection's `retry` says (a pipeline whose arguments
         redis-py does not pack again)."""
@@ -208,8 +210,9 @@ class AsyncRedisPresenceRegistry(AsyncOperations, Executor):
             await pool.release(connection)
 
     async def _one(self, request: Request) -> Any:
-        if type(request) is ScriptCall and request.packed is not None:
-            return (await self._on_pooled(request.packed, 1))[0]
+        packed = self._wire.call(request)
+        if packed is not None:
+            return (await self._on_pooled(packed, 1))[0]
         try:
             return await self._alone(request)
         except RESEND:

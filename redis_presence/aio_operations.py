@@ -2,9 +2,9 @@
 # edit that file and run the generator, not this one.
 """The registries' operations as coroutines, for `AsyncRedisPresenceRegistry`.
 
-`AsyncContract` and `AsyncOperations` are `redis_presence.operations`'s `Contract` and
-`Operations` with coroutine methods: the same plans, run by the asyncio registry's
-``execute``. ``len()`` cannot be awaited: ``await registry.size()``.
+`AsyncContractOperations` and `AsyncOperations` are `redis_presence.operations`'s
+`ContractOperations` and `Operations` with coroutine methods: the same plans, run by the
+asyncio registry's ``execute``. ``len()`` cannot be awaited: ``await registry.size()``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .events import (
     DEFAULT_CHANGES_LIMIT,
     DEFAULT_FOLLOW_INTERVAL_S,
     Changes,
-    Cursor,
+    EventCursor,
     FollowCursor,
     FollowMessage,
     HeldGroups,
@@ -30,10 +30,10 @@ from .validation import Beat
 
 T = TypeVar("T")
 
-__all__ = ["AsyncContract", "AsyncOperations"]
+__all__ = ["AsyncContractOperations", "AsyncOperations"]
 
 
-class AsyncContract:
+class AsyncContractOperations:
     """Heartbeat, snapshot (whole or streamed), counts, prune and deregister, the shared TTL
     and the events, metadata, the progress budget and declared groups, with the contract's
     signatures; `queue` / `group` filter a read to one queue or one group, and `ttl_ms`
@@ -284,7 +284,7 @@ class AsyncContract:
         goes on from there at once, without the first snapshot."""
         interval = check_interval_s(interval_s)
         if cursor is not None:
-            Cursor.decode(cursor)
+            EventCursor.decode(cursor)
         held = HeldGroups(clustered=self.plans.clustered, indexed=queue is None or group is None)
         while True:
             wait = cursor is None
@@ -303,7 +303,7 @@ class AsyncContract:
                     for event in events:
                         held.apply(event)
                         yield event
-                    read = Cursor.decode(cursor)
+                    read = EventCursor.decode(cursor)
                     if wait and held:  # a whole window read: are its groups still there?
                         due = held.due(self.plans.limits.groups)
                         plan = self.plans.vanished_groups(due, indexed=held.indexed)
@@ -317,9 +317,9 @@ class AsyncContract:
         return await self.execute(self.plans.size())
 
 
-class AsyncOperations(AsyncContract):
-    """`AsyncContract` and what only a Redis registry offers: the index read page by page and
-    the migration of an older release's keys."""
+class AsyncOperations(AsyncContractOperations):
+    """`AsyncContractOperations` and what only a Redis registry offers: the index read page by
+    page and the migration of an older release's keys."""
 
     async def group_names(self, queue: str | None = None) -> list[tuple[str, str]]:
         """Every indexed (queue, group) (of one `queue`), ordered by name, from the index

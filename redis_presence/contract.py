@@ -5,7 +5,7 @@
 Type against it to accept `RedisPresenceRegistry` and `ConsumerPresenceRegistry` alike
 (the CLI, the demo brokers and the test suite do); it is `runtime_checkable`, so
 `isinstance` checks that the methods exist (not their signatures). Its signatures are
-`redis_presence.operations.Contract`'s, so the two cannot drift apart.
+`redis_presence.operations.ContractOperations`', so the two cannot drift apart.
 """
 
 from __future__ import annotations

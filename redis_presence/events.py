@@ -279,7 +279,7 @@ class Window(NamedTuple):
         }
 
 
-class Cursor(NamedTuple):
+class EventCursor(NamedTuple):
     """Where `changes` goes on from: the instant up to which events were given (`now_ns`),
     the server's millisecond when the logs were read (`server_ms`), and, for the logs read
     within `LOG_LAG_MS` of it, the last entry read of each (queue -> stream entry id); the
@@ -312,7 +312,7 @@ class Cursor(NamedTuple):
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
     @classmethod
-    def decode(cls, cursor: Any) -> Cursor:
+    def decode(cls, cursor: Any) -> EventCursor:
         """The cursor a string names; anything else (too long, nested, forged, of another
         release) is a `ValueError` naming `cursor`. Parsed without deep recursion: its size
         and bracket count are checked first."""
@@ -409,7 +409,7 @@ def _window(value: Any) -> Window:
 
 
 def check_cursor_filter(
-    cursor: Cursor, keys: Keyspace, queue: str | None, group: str | None
+    cursor: EventCursor, keys: Keyspace, queue: str | None, group: str | None
 ) -> None:
     """A `ValueError` naming `cursor` unless it was made under this prefix for exactly this
     filter (a cursor of queue A holds no place in the logs of the other queues: used for
@@ -470,7 +470,7 @@ def _check_member(keys: Keyspace, member: str, queue: str | None, group: str | N
         raise ValueError("cursor is not one that changes() returned: its window is forged")
 
 
-def check_cursor_clock(cursor: Cursor, server_ms: int, now_ns: int | None) -> None:
+def check_cursor_clock(cursor: EventCursor, server_ms: int, now_ns: int | None) -> None:
     """A `ValueError` naming `cursor` unless its instants are ones a read could have made:
     its server milliseconds at most LOG_LAG_MS ahead of the server clock (`server_ms`, the
     clocks of a cluster's nodes differ by up to that), and the instant its events were
@@ -493,7 +493,7 @@ def check_cursor_clock(cursor: Cursor, server_ms: int, now_ns: int | None) -> No
         )
 
 
-def check_epoch(cursor: Cursor, epoch: str | None) -> None:
+def check_epoch(cursor: EventCursor, epoch: str | None) -> None:
     """`PresenceResyncRequired` unless the data a cursor was read from is still there: the
     epoch marker it carries is the one Redis holds (a marker gone or changed means Redis
     lost its data: restarted without persistence, flushed, or failed over to an empty

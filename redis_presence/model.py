@@ -24,6 +24,7 @@ DEFAULT_STUCK_AFTER_MS = 300_000
 consumer holding leases is `stuck` when it has made no progress (nor, before its first,
 been registered) for longer than this."""
 
+NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
 NS_PER_US = 1_000
 

@@ -3,15 +3,18 @@
 Every operation of the Redis registries is one method here that asks the planner
 (`redis_presence.plans`) for its plan and runs it with the registry's ``execute``:
 
-- `Contract`: the operations every registry offers, the in-process model too;
+- `ContractOperations`: the operations every registry offers, the in-process model too
+  (the contract itself, their signatures as a protocol, is `redis_presence.contract`'s
+  `PresenceRegistry`);
 - `Operations`: those and the ones only a Redis registry has (`group_page`, `migrate`).
 
 This file is the synchronous form, mixed into `RedisPresenceRegistry`. Two modules are
 generated from it by ``python -m tools.codegen`` (a test fails when either is
 behind): `redis_presence.aio_operations`, the same methods as coroutines for
 `AsyncRedisPresenceRegistry`, and `redis_presence.contract`, the `PresenceRegistry`
-protocol with `Contract`'s signatures. So adding an operation takes its Lua file, its plan,
-one method here and the in-process model (`redis_presence.memory`).
+protocol with `ContractOperations`' signatures. So adding an operation takes its Lua file,
+its plan, one method here and the in-process model (`redis_presence.memory`), as
+docs/development.md says.
 
 What the generator changes, and so what this file may use: each method becomes
 ``async def`` (one that returns ``self.stream(...)`` stays a plain method returning an
@@ -31,7 +34,7 @@ from .events import (
     DEFAULT_CHANGES_LIMIT,
     DEFAULT_FOLLOW_INTERVAL_S,
     Changes,
-    Cursor,
+    EventCursor,
     FollowCursor,
     FollowMessage,
     HeldGroups,
@@ -43,10 +46,10 @@ from .validation import Beat
 
 T = TypeVar("T")
 
-__all__ = ["Contract", "Operations"]
+__all__ = ["ContractOperations", "Operations"]
 
 
-class Contract:
+class ContractOperations:
     """Heartbeat, snapshot (whole or streamed), counts, prune and deregister, the shared TTL
     and the events, metadata, the progress budget and declared groups, with the contract's
     signatures; `queue` / `group` filter a read to one queue or one group, and `ttl_ms`
@@ -289,7 +292,7 @@ class Contract:
         goes on from there at once, without the first snapshot."""
         interval = check_interval_s(interval_s)
         if cursor is not None:
-            Cursor.decode(cursor)
+            EventCursor.decode(cursor)
         held = HeldGroups(clustered=self.plans.clustered, indexed=queue is None or group is None)
         while True:
             wait = cursor is None
@@ -308,7 +311,7 @@ class Contract:
                     for event in events:
                         held.apply(event)
                         yield event
-                    read = Cursor.decode(cursor)
+                    read = EventCursor.decode(cursor)
                     if wait and held:  # a whole window read: are its groups still there?
                         due = held.due(self.plans.limits.groups)
                         plan = self.plans.vanished_groups(due, indexed=held.indexed)
@@ -325,9 +328,9 @@ class Contract:
         return self.size()
 
 
-class Operations(Contract):
-    """`Contract` and what only a Redis registry offers: the index read page by page and
-    the migration of an older release's keys."""
+class Operations(ContractOperations):
+    """`ContractOperations` and what only a Redis registry offers: the index read page by
+    page and the migration of an older release's keys."""
 
     def group_names(self, queue: str | None = None) -> list[tuple[str, str]]:
         """Every indexed (queue, group) (of one `queue`), ordered by name, from the index

@@ -13,16 +13,15 @@ from contextlib import nullcontext
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ._executor import (
+from ._base import RegistryBase
+from ._executor import Run
+from ._routing import (
     REPLY_ERRORS,
     RESEND,
     SLOT_MOVING,
-    Executor,
-    Run,
     SlotMoving,
     by_node,
     command_args,
-    prebuilt,
     rerouted,
     single,
     slot_moving,
@@ -31,7 +30,7 @@ from .clients import open_client
 from .errors import DRIVER_ERRORS, PresenceError, PresenceMetaError, translate
 from .model import ConsumerPresence
 from .operations import Operations
-from .plans import Plan, Request, RowStream, ScriptCall, Single
+from .plans import Plan, Request, RowStream, Single
 from .policy import memory_policy
 
 T = TypeVar("T")
@@ -39,7 +38,7 @@ T = TypeVar("T")
 __all__ = ["RedisPresenceRegistry"]
 
 
-class RedisPresenceRegistry(Operations, Executor):
+class RedisPresenceRegistry(Operations, RegistryBase):
     """Consumer presence in Redis: the same answer for every broker that shares the server.
 
     `client` is any redis-py client (``redis.Redis``, a fakeredis client, a
@@ -113,7 +112,7 @@ class RedisPresenceRegistry(Operations, Executor):
         return run.result  # type: ignore[return-value]
 
     def _check_policy(self) -> None:
-        """The registry's one check of ``maxmemory-policy`` (`Executor.policy_check`)."""
+        """The registry's one check of ``maxmemory-policy`` (`RegistryBase.policy_check`)."""
         check = self.policy_check
         if not check.claim():
             return
@@ -150,7 +149,7 @@ class RedisPresenceRegistry(Operations, Executor):
         if len(batch) == 1:
             return [self._one(batch[0])]
         if not self.clustered:
-            packed = prebuilt(batch)
+            packed = self._wire.batch(batch)
             if packed is not None:
                 return self._on_connection(_round_trips, packed, len(batch))
             return self._pipeline(self._client, batch)
@@ -178,8 +177,9 @@ class RedisPresenceRegistry(Operations, Executor):
         return list(pipe.execute(raise_on_error=False))
 
     def _one(self, request: Request) -> Any:
-        if type(request) is ScriptCall and request.packed is not None:
-            return self._on_connection(_round_trips, request.packed, 1)[0]
+        packed = self._wire.call(request)
+        if packed is not None:
+            return self._on_connection(_round_trips, packed, 1)[0]
         try:
             return self._alone(request)
         except RESEND:
@@ -211,11 +211,13 @@ class RedisPresenceRegistry(Operations, Executor):
                 time.sleep(moving.pause_s(exc))
 
     def _send_single(self, plan: Single[Any]) -> Any:
-        """A single beat: its prebuilt RESP written to a pooled connection and the reply
-        read back, under the client's own retry policy; else through ``execute_command``."""
-        if plan.packed is None:
-            return self._command(*plan.args)
-        return self._on_connection(_round_trip, plan.packed)
+        """A single beat: prebuilt (`Wire.single`), written to a pooled connection and the
+        reply read back, under the client's own retry policy; else through
+        ``execute_command``."""
+        wire = self._wire
+        if not wire.prebuilt:
+            return self._command(*(plan.head + plan.rest))
+        return self._on_connection(_round_trip, wire.single(plan))
 
     def _on_connection(self, exchange: Callable[..., T], *args: Any) -> T:
         """``exchange(connection, *args)`` on the client's one connection (a

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from redis.backoff import EqualJitterBackoff
 
 from .__about__ import __version__
-from ._executor import Executor
+from ._base import RegistryBase
 from .errors import PresenceBatchError, PresenceError
 from .model import DEFAULT_PRESENCE_TTL_MS, NS_PER_MS, NS_PER_US
 from .plans import Plan
@@ -67,7 +67,7 @@ _MAX_DOUBLINGS = 32
 
 logger = logging.getLogger("redis_presence.reporter")
 
-R = TypeVar("R", bound=Executor)
+R = TypeVar("R", bound=RegistryBase)
 _MAX_DELAY_US = MAX_DELAY_MS * 1_000
 
 __all__ = [
@@ -92,9 +92,14 @@ def default_meta() -> dict[str, str]:
     }
 
 
-def _check_interval_ms(value: object) -> int:
+def check_interval_ms(value: object, default: int | None = None) -> int:
+    """A reporter's ``interval_ms``: an int in [1, MAX_REPORT_INTERVAL_MS]; with `default`,
+    None is that (what an integration's settings take)."""
+    if value is None and default is not None:
+        return default
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"interval_ms must be an int, got {type(value).__name__}")
+        kind = "an int" if default is None else "an int or None"
+        raise TypeError(f"interval_ms must be {kind}, got {type(value).__name__}")
     if not 0 < value <= MAX_REPORT_INTERVAL_MS:
         raise ValueError(f"interval_ms must be in [1, {MAX_REPORT_INTERVAL_MS}], got {value}")
     return value
@@ -157,7 +162,7 @@ class _Coalescer:
         clock: Callable[[], int],
         meta: dict[str, str] | None = None,
     ) -> None:
-        self.interval_ns = _check_interval_ms(interval_ms) * NS_PER_MS
+        self.interval_ns = check_interval_ms(interval_ms) * NS_PER_MS
         self.clock = clock
         self.closed = False
         self._lock = threading.Lock()
@@ -249,7 +254,7 @@ class _Coalescer:
             self._beats, self._deregs = {}, {}
             return started, taken
 
-    def plan(self, registry: Executor, taken: _Taken) -> Plan[_Flushed]:
+    def plan(self, registry: RegistryBase, taken: _Taken) -> Plan[_Flushed]:
         """Send the taken deregistrations, then the beats with their age measured just
         before they are sent. A group Redis refuses (a foreign or corrupt key, say) costs
         only its own writes: the others are written, and the result names it."""

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from redis_presence.aio import AsyncRedisPresenceRegistry
-from redis_presence.aio_operations import AsyncContract, AsyncOperations
+from redis_presence.aio_operations import AsyncContractOperations, AsyncOperations
 from redis_presence.contract import PresenceRegistry
 from redis_presence.memory import ConsumerPresenceRegistry
-from redis_presence.operations import Contract, Operations
+from redis_presence.operations import ContractOperations, Operations
 from redis_presence.registry import RedisPresenceRegistry
 from tools import codegen
 
@@ -70,7 +70,10 @@ def _public(cls: type) -> dict[str, inspect.Signature]:
 
 
 def test_the_async_operations_have_the_sync_signatures() -> None:
-    for sync, asyncio_form in ((Contract, AsyncContract), (Operations, AsyncOperations)):
+    for sync, asyncio_form in (
+        (ContractOperations, AsyncContractOperations),
+        (Operations, AsyncOperations),
+    ):
         sync_methods, async_methods = _public(sync), _public(asyncio_form)
         assert sorted(async_methods) == sorted(sync_methods)
         for name, signature in sync_methods.items():
@@ -85,18 +88,18 @@ def test_the_async_operations_have_the_sync_signatures() -> None:
 
 
 def test_the_protocol_names_every_contract_operation() -> None:
-    operations = set(_public(Contract))
+    operations = set(_public(ContractOperations))
     members = {name for name in vars(PresenceRegistry) if not name.startswith("_")}
     assert operations <= members
     assert "__len__" in vars(PresenceRegistry)
     for name in operations:
         protocol_signature = inspect.signature(getattr(PresenceRegistry, name))
-        assert protocol_signature == _public(Contract)[name], name
+        assert protocol_signature == _public(ContractOperations)[name], name
 
 
 @pytest.mark.parametrize("registry", [RedisPresenceRegistry, ConsumerPresenceRegistry])
 def test_every_sync_registry_has_every_contract_operation(registry: type) -> None:
-    for name, signature in _public(Contract).items():
+    for name, signature in _public(ContractOperations).items():
         own = inspect.signature(getattr(registry, name))
         assert list(own.parameters) == list(signature.parameters), (registry.__name__, name)
 

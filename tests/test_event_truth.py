@@ -28,7 +28,7 @@ from redis_presence import (
     PresenceResyncRequired,
     RedisPresenceRegistry,
 )
-from redis_presence.events import Changes, Cursor
+from redis_presence.events import Changes, EventCursor
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -179,7 +179,7 @@ def test_a_long_window_comes_in_pages_that_add_up_to_it(
     events in one window, given at most 64 at a time (a log entry is never split: each here
     holds at most 5 events), and the pages together are the window read at once."""
     _, start = registry.changes()
-    base = int(Cursor.decode(start).now_ns)
+    base = int(EventCursor.decode(start).now_ns)
     _, start_q1 = registry.changes(queue="q1")  # a cursor goes with its own filter only
     names = [(f"q{i % 3}", f"g{i % 2}", f"w{i:03}") for i in range(350)]
     for i in range(0, len(names), 5):
@@ -205,7 +205,7 @@ def test_a_long_window_comes_in_pages_that_add_up_to_it(
 
 def test_the_default_limit_bounds_a_poll(registry: RedisPresenceRegistry) -> None:
     _, start = registry.changes()
-    base = int(Cursor.decode(start).now_ns)
+    base = int(EventCursor.decode(start).now_ns)
     registry.heartbeat_many([("q", "g", f"w{i}", 0) for i in range(1_500)], now_ns=base + MS)
     page = registry.changes(start, now_ns=base + 2 * MS)
     assert len(page.events) == 1_000
@@ -259,7 +259,7 @@ def test_a_forged_or_mismatched_cursor_is_refused(registry: RedisPresenceRegistr
     other = RedisPresenceRegistry(registry.client, prefix="other")
     with pytest.raises(ValueError, match="prefix"):
         other.changes(of_all)
-    future = Cursor.decode(of_all).server_ms + 3_600_000
+    future = EventCursor.decode(of_all).server_ms + 3_600_000
     with pytest.raises(ValueError, match="ahead of the server clock"):
         registry.changes(_forged(of_all, s=future, q={}))
     with pytest.raises(ValueError, match="cursor"):
@@ -275,7 +275,7 @@ def test_a_cursor_of_the_earlier_release_asks_for_a_resync(
     registry: RedisPresenceRegistry,
 ) -> None:
     _, cursor = registry.changes()
-    now = Cursor.decode(cursor)
+    now = EventCursor.decode(cursor)
     old = _spell({"v": 1, "t": now.now_ns, "s": now.server_ms, "q": {}})
     with pytest.raises(PresenceResyncRequired, match="earlier release"):
         registry.changes(old)

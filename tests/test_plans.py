@@ -20,9 +20,9 @@ from redis_presence import (
     AsyncRedisPresenceRegistry,
     PresenceReadOnlyError,
     RedisPresenceRegistry,
-    _executor,
+    _wire,
 )
-from redis_presence._executor import Wire, resp
+from redis_presence._wire import Wire, resp
 from redis_presence.keys import INDEX_MARK_MS
 from redis_presence.plans import (
     MAX_CACHED_GROUPS,
@@ -65,8 +65,9 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
     clustered: bool, now: int | None, encoding: str
 ) -> None:
     encode = ENCODERS[encoding] or same
-    wire = Wire(ENCODERS[encoding] or same)
-    planner = Planner("präsenz", clustered=clustered, wire=wire if ENCODERS[encoding] else None)
+    codec = (encoding, "strict")
+    wire = Wire(codec, prebuilt=True)  # how a registry of that encoding writes it
+    planner = Planner("präsenz", clustered=clustered)
     sha = script("heartbeat").sha
     seen: set[tuple[str, str]] = set()
     claim = [Command("SET", (planner.keys.protocol, "1", "NX"))]  # after the first beat only
@@ -134,6 +135,9 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
             # Standalone, TTL known: one call and nothing else, sent as it is.
             assert isinstance(again, Single)
             assert [encode(arg) for arg in again.args] == [encode(arg) for arg in expected]
+            if ENCODERS[encoding] is not None:  # and written, prebuilt, as the client would
+                assert wire.single(again) == client_bytes(codec, expected)
+                assert wire.single(again) == client_bytes(codec, expected)  # its head kept
 
 
 CODECS = [("utf-8", "strict"), ("latin-1", "strict"), ("utf-8", "replace")]
@@ -177,40 +181,41 @@ def test_resp_refuses_what_it_cannot_pack() -> None:
 
 
 @pytest.mark.parametrize("codec", CODECS, ids="/".join)
-def test_batched_calls_carry_their_bytes_prebuilt(codec: tuple[str, str]) -> None:
-    """Each call of a split batch (Limits.beats = 2 here) carries the RESP the client would
-    write for its arguments; delayed beats, with and without progress, too."""
-    client = redis.Redis(encoding=codec[0], encoding_errors=codec[1])
-    encode = client.get_encoder().encode
+def test_batched_calls_are_sent_prebuilt(codec: tuple[str, str]) -> None:
+    """Each call of a split batch (Limits.beats = 2 here) goes as the RESP the client would
+    write for its arguments, all in one write, when the registry writes on its connections
+    itself (`Wire.prebuilt`); delayed beats, with and without progress, too. Other script
+    calls, and every call of a registry that does not, go through the client."""
     delayed: list[DelayedBeat] = [(q, g, c, lease, 1_500) for q, g, c, lease in BEATS]
     delayed[1] = (*delayed[1], 700)  # this one recorded progress
     plans: list[Callable[[Planner], Plan[int]]] = [
         lambda p: p.heartbeat_many(BEATS, T0),
         lambda p: p.heartbeat_delayed(delayed),
     ]
+    wire = Wire(codec, prebuilt=True)
     for make in plans:
-        calls = []
-        for packs in (True, False):
-            wire = Wire(encode, codec)
-            planner = Planner("p", wire=wire, packed=packs, limits=Limits(beats=2))
-            plan = make(planner)
-            batch = next(plan)  # the shared TTLs first
-            assert all(isinstance(r, Command) for r in batch)
-            calls.append(plan.send([None] * len(batch)))
-        packed, unpacked = calls
-        assert isinstance(packed, Partial)
-        assert len(packed) == 2
-        assert [c.args for c in packed] == [c.args for c in unpacked]
-        assert all(isinstance(c, ScriptCall) and c.packed is None for c in unpacked)
-        for call in packed:
-            assert isinstance(call, ScriptCall)
-            assert call.packed is not None
-            assert call.packed == client_bytes(codec, call.args)
+        plan = make(Planner("p", limits=Limits(beats=2)))
+        batch = next(plan)  # the shared TTLs first
+        assert all(isinstance(r, Command) for r in batch)
+        assert wire.batch(batch) is None
+        calls = plan.send([None] * len(batch))
+        assert isinstance(calls, Partial)
+        assert len(calls) == 2
+        expected = [client_bytes(codec, c.args) for c in calls]
+        assert [wire.call(c) for c in calls] == expected
+        assert wire.batch(calls) == b"".join(expected)
+        assert Wire(codec).batch(calls) is None
+        assert all(Wire(codec).call(c) is None for c in calls)
+    planner = Planner("p")
+    prune = planner.prune_expired(T0, 1_000)
+    batch = next(prune)  # the index (and the protocol version)
+    batch = prune.send([[planner.keys.group("q", "g").member], None])
+    assert [wire.call(c) for c in batch] == [None]  # a prune call goes through the client
 
 
 def test_a_registry_prebuilds_the_bytes_its_client_writes() -> None:
-    """A registry's batched calls carry exactly what its client's connections would write
-    for them: `_executor.resp` without hiredis, ``hiredis.pack_command`` where redis-py packs
+    """A registry's batched calls go as exactly what its client's connections would write
+    for them: `_wire.resp` without hiredis, ``hiredis.pack_command`` where redis-py packs
     with hiredis (run with and without hiredis installed)."""
     client = redis.Redis()
     registry = RedisPresenceRegistry(client, prefix="p")
@@ -223,43 +228,47 @@ def test_a_registry_prebuilds_the_bytes_its_client_writes() -> None:
     calls = [c for c in batch if isinstance(c, ScriptCall)]
     assert calls
     for call in calls:
-        assert call.packed == b"".join(connection.pack_command(*call.args))  # type: ignore[no-untyped-call]
+        written = b"".join(connection.pack_command(*call.args))  # type: ignore[no-untyped-call]
+        assert registry._wire.call(call) == written
     client.close()
 
 
 def test_an_async_registry_prebuilds_the_bytes_its_client_writes() -> None:
-    """The asyncio twin: its batched calls carry what a ``redis.asyncio`` connection of the
+    """The asyncio twin: its batched calls go as what a ``redis.asyncio`` connection of the
     same encoding writes (always packed in Python, with the client's encoder)."""
     for encoding in ("utf-8", "latin-1"):
         client = redis.asyncio.Redis(encoding=encoding)
-        plan = AsyncRedisPresenceRegistry(client, prefix="p").plans.heartbeat_many(BEATS, T0)
+        registry = AsyncRedisPresenceRegistry(client, prefix="p")
+        plan = registry.plans.heartbeat_many(BEATS, T0)
         batch = next(plan)
         calls = plan.send([None] * len(batch))
         connection = client.connection_pool.make_connection()  # type: ignore[no-untyped-call]
         assert calls
         for call in calls:
             assert isinstance(call, ScriptCall)
-            assert call.packed == b"".join(connection.pack_command(*call.args))
+            assert registry._wire.call(call) == b"".join(connection.pack_command(*call.args))
 
 
 def test_an_async_single_connection_registry_prebuilds_nothing() -> None:
     """An asyncio ``single_connection_client`` locks its one connection itself, so the
-    registry sends through it and its planner builds no RESP that nothing would send."""
+    registry sends through it and builds no RESP that nothing would send."""
     single = redis.asyncio.Redis(single_connection_client=True)
     assert not AsyncRedisPresenceRegistry.sends_prebuilt(single)
     assert AsyncRedisPresenceRegistry.sends_prebuilt(redis.asyncio.Redis())
-    plan = AsyncRedisPresenceRegistry(single, prefix="p").plans.heartbeat_many(BEATS, T0)
+    registry = AsyncRedisPresenceRegistry(single, prefix="p")
+    assert not registry._wire.prebuilt
+    plan = registry.plans.heartbeat_many(BEATS, T0)
     batch = next(plan)
     calls = plan.send([None] * len(batch))
     assert calls
-    assert all(isinstance(c, ScriptCall) and c.packed is None for c in calls)
+    assert all(registry._wire.call(c) is None for c in calls)
 
 
 def test_the_hiredis_packer_is_used_exactly_when_redis_py_uses_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`hiredis_packer` follows redis-py's own rule: hiredis available and no
-    ``command_packer`` given to the pool; otherwise the registry packs with `_executor.resp`."""
+    ``command_packer`` given to the pool; otherwise the registry packs with `_wire.resp`."""
     fake = types.ModuleType("hiredis")
 
     def pack_command(command: tuple[Any, ...]) -> bytes:
@@ -267,21 +276,21 @@ def test_the_hiredis_packer_is_used_exactly_when_redis_py_uses_it(
 
     fake.pack_command = pack_command  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "hiredis", fake)
-    monkeypatch.setattr(_executor, "HIREDIS_AVAILABLE", False)
-    assert _executor.hiredis_packer(redis.Redis()) is None
-    monkeypatch.setattr(_executor, "HIREDIS_AVAILABLE", True)
-    assert _executor.hiredis_packer(redis.Redis()) is pack_command
+    monkeypatch.setattr(_wire, "HIREDIS_AVAILABLE", False)
+    assert _wire.hiredis_packer(redis.Redis()) is None
+    monkeypatch.setattr(_wire, "HIREDIS_AVAILABLE", True)
+    assert _wire.hiredis_packer(redis.Redis()) is pack_command
     own = redis.Redis(connection_pool=redis.ConnectionPool(command_packer=object()))
-    assert _executor.hiredis_packer(own) is None
-    assert _executor.hiredis_packer(object()) is None  # no pool: nothing to follow
+    assert _wire.hiredis_packer(own) is None
+    assert _wire.hiredis_packer(object()) is None  # no pool: nothing to follow
     # An asyncio client packs in Python with its encoder, hiredis or not.
-    assert _executor.hiredis_packer(redis.asyncio.Redis()) is None
-    planner = RedisPresenceRegistry(redis.Redis(encoding="latin-1"), prefix="p").plans
-    plan = planner.heartbeat_many(BEATS, T0)
+    assert _wire.hiredis_packer(redis.asyncio.Redis()) is None
+    registry = RedisPresenceRegistry(redis.Redis(encoding="latin-1"), prefix="p")
+    plan = registry.plans.heartbeat_many(BEATS, T0)
     batch = next(plan)
     calls = plan.send([None] * len(batch))
     assert calls
-    assert all(isinstance(c, ScriptCall) and c.packed == b"packed by hiredis" for c in calls)
+    assert all(registry._wire.call(c) == b"packed by hiredis" for c in calls)
 
 
 def test_the_single_beat_cache_is_bounded() -> None:
@@ -292,7 +301,7 @@ def test_the_single_beat_cache_is_bounded() -> None:
         if batch[0].script if isinstance(batch[0], ScriptCall) else False:
             continue
         plan.send([None] * len(batch))
-        assert len(planner._beat_calls) <= MAX_CACHED_GROUPS
+        assert len(planner.beat_cache) <= MAX_CACHED_GROUPS
 
 
 def replace(registry: Any, old: str, new: str) -> Plan[bool]:
@@ -391,7 +400,7 @@ def test_the_ttl_a_reader_shows_is_the_one_its_reads_used(fake_client: Any) -> N
     assert row.state.value == "active"  # under the group's 40 s
     waiting = planner.ttl_in_use("q", "new")  # the prefix's is fresh: one GET
     (ask,) = next(waiting)
-    planner._ttls.clear()  # another plan emptied the cache while this one waited
+    planner.settings_cache.forget()  # another plan emptied the cache while this one waited
     with pytest.raises(StopIteration) as done:  # it answers with what it saw and read
         waiting.send([fake_client.get(*ask.args)])
     assert done.value.value == (20_000, "prefix")

@@ -13,7 +13,7 @@ from servers import free_port
 from web_client import MS, T0, TTL_MS, Clock, clock, make_client, writer
 
 from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
-from redis_presence.events import Cursor
+from redis_presence.events import EventCursor
 from redis_presence.web import feed as live_events
 from redis_presence.web.feed import StreamMessage
 from redis_presence.web.reads import PresenceData
@@ -109,7 +109,7 @@ def test_events_polled_with_a_cursor(redis_url: str, writer: RedisPresenceRegist
         assert fresh.status_code == 200
         assert fresh.json()["events"] == []
         # A cursor older than the logs last: the same answer.
-        old = Cursor(T0, 1_000, {}).encode()
+        old = EventCursor(T0, 1_000, {}).encode()
         assert client.get("/api/v1/events", params={"cursor": old}).status_code == 410
         for junk in ["junk", "0000.1", base64.urlsafe_b64encode(b'{"v": 2}').decode()]:
             bad = client.get("/api/v1/events", params={"cursor": junk})

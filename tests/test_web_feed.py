@@ -14,7 +14,7 @@ from servers import MakeRedisServer
 from waiting import wait_until_async
 
 from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
-from redis_presence.events import Cursor
+from redis_presence.events import EventCursor
 from redis_presence.web import feed as live_events
 from redis_presence.web.feed import LiveFeed, StreamMessage, StreamsFull
 from redis_presence.web.reads import PresenceData
@@ -216,7 +216,7 @@ def test_every_stream_rereads_after_a_lost_log_and_after_an_outage(
 
         # The log trimmed past the poller's cursor: one snapshot to every stream.
         events = feed._pollers[(None, None)]
-        events.cursor = Cursor(T0 - 10**15, 1_000, {}).encode()
+        events.cursor = EventCursor(T0 - 10**15, 1_000, {}).encode()
         for stream, got in zip(streams, seen, strict=True):
             snapshot = await until(stream, "snapshot", got)
             assert "fresh snapshot" in snapshot.data["reason"]

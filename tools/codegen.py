@@ -14,7 +14,7 @@ method that returns an iterator without yielding, as `iter_snapshot` returns
 before each call of ``self.execute`` and of another method made a coroutine,
 ``time.sleep`` -> ``asyncio.sleep``, ``Iterator`` -> ``AsyncIterator``; dunder methods
 are left out (``len()`` cannot be awaited: ``size()`` is the asyncio spelling). The
-protocol is `Contract`'s public methods with their signatures and docstrings.
+protocol is `ContractOperations`' public methods with their signatures and docstrings.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ SOURCE = PACKAGE / "operations.py"
 ASYNC_TARGET = PACKAGE / "aio_operations.py"
 PROTOCOL_TARGET = PACKAGE / "contract.py"
 
-SOURCE_CLASSES = ("Contract", "Operations")
+SOURCE_CLASSES = ("ContractOperations", "Operations")
 RUNNERS = ("execute", "stream")
-"""Methods of `Contract` that a registry implements (its transport): not in the protocol."""
+"""Methods of `ContractOperations` that a registry implements (its transport): not in the
+protocol."""
 
 GENERATED = (
     "# Generated from redis_presence/operations.py by `python -m tools.codegen`:\n"
@@ -42,9 +43,9 @@ GENERATED = (
 
 ASYNC_DOC = '''"""The registries' operations as coroutines, for `AsyncRedisPresenceRegistry`.
 
-`AsyncContract` and `AsyncOperations` are `redis_presence.operations`'s `Contract` and
-`Operations` with coroutine methods: the same plans, run by the asyncio registry's
-``execute``. ``len()`` cannot be awaited: ``await registry.size()``.
+`AsyncContractOperations` and `AsyncOperations` are `redis_presence.operations`'s
+`ContractOperations` and `Operations` with coroutine methods: the same plans, run by the
+asyncio registry's ``execute``. ``len()`` cannot be awaited: ``await registry.size()``.
 """
 '''
 
@@ -53,7 +54,7 @@ PROTOCOL_DOC = '''"""`PresenceRegistry`: the methods every synchronous registry 
 Type against it to accept `RedisPresenceRegistry` and `ConsumerPresenceRegistry` alike
 (the CLI, the demo brokers and the test suite do); it is `runtime_checkable`, so
 `isinstance` checks that the methods exist (not their signatures). Its signatures are
-`redis_presence.operations.Contract`'s, so the two cannot drift apart.
+`redis_presence.operations.ContractOperations`', so the two cannot drift apart.
 """
 '''
 

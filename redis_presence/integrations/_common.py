@@ -15,9 +15,9 @@ from redis_presence.clients import open_async_client
 from redis_presence.registry import RedisPresenceRegistry
 from redis_presence.reporter import (
     DEFAULT_REPORT_INTERVAL_MS,
-    MAX_REPORT_INTERVAL_MS,
     AsyncPresenceReporter,
     PresenceReporter,
+    check_interval_ms,
 )
 from redis_presence.validation import check_name, check_prefix
 
@@ -32,16 +32,6 @@ def host_pid() -> str:
     """``host:pid`` of this process: unique among live processes, and it tells an operator
     where to look (the naming scheme the README recommends)."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _check_interval_ms(value: object) -> int:
-    if value is None:
-        return DEFAULT_REPORT_INTERVAL_MS
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"interval_ms must be an int or None, got {type(value).__name__}")
-    if not 0 < value <= MAX_REPORT_INTERVAL_MS:
-        raise ValueError(f"interval_ms must be in [1, {MAX_REPORT_INTERVAL_MS}], got {value}")
-    return value
 
 
 def _check_url(value: object) -> str:
@@ -69,7 +59,7 @@ class Settings:
             url=_check_url(url),
             prefix=check_prefix(prefix),
             group=None if group is None else check_name("group", group),
-            interval_ms=_check_interval_ms(interval_ms),
+            interval_ms=check_interval_ms(interval_ms, DEFAULT_REPORT_INTERVAL_MS),
         )
 
     def reporter(self) -> PresenceReporter:

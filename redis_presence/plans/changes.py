@@ -13,7 +13,7 @@ from ..events import (
     EVENT_LOG_TTL_MS,
     LOG_LAG_MS,
     Changes,
-    Cursor,
+    EventCursor,
     EventKind,
     FollowSnapshot,
     Ordered,
@@ -34,9 +34,12 @@ from ..keys import GroupKeys
 from ..model import NS_PER_MS, ConsumerPresence, Skipped
 from ..replies import server_now_ns, sound_columns
 from ..validation import check_consumer_key, check_filter, check_name, check_now_ns
-from .core import _report, _text, heartbeat_of
+from .caches import SettingsCache
+from .core import Job, Scope, _report, _text, heartbeat_of
+from .index import IndexPlans
 from .reads import ReadPlans
 from .requests import Command, Partial, Plan, Request
+from .settings import SettingsPlans
 
 
 def _last_generated(info: Any) -> str | None:
@@ -64,10 +67,27 @@ def _trimmed_past(info: Any, start: str) -> bool:
     return stream_id(first[0]) > stream_id(start.lstrip("("))
 
 
-class ChangePlans(ReadPlans):
-    """The event plans: `changes` across the queues' event logs (derived events for what"""
+class ChangePlans(Job):
+    """The event plans: `changes` across the queues' event logs (derived events for what
+    expired), the rows a log entry names, and the cursor a follower starts from. Built from
+    its `Scope`, its planner's `SettingsCache` (the protocol version read with the clock),
+    and the jobs whose steps it takes (`SettingsPlans`, `IndexPlans`, `ReadPlans`' snapshot)."""
 
-    __slots__ = ()
+    __slots__ = ("_cache", "_index", "_reads", "_settings")
+
+    def __init__(
+        self,
+        scope: Scope,
+        cache: SettingsCache,
+        settings: SettingsPlans,
+        index: IndexPlans,
+        reads: ReadPlans,
+    ) -> None:
+        super().__init__(scope)
+        self._cache = cache
+        self._settings = settings
+        self._index = index
+        self._reads = reads
 
     def changes(
         self,
@@ -90,7 +110,7 @@ class ChangePlans(ReadPlans):
         now = check_now_ns(now_ns)
         queue, group = check_filter("queue", queue), check_filter("group", group)
         most = check_changes_limit(limit)
-        since = None if cursor is None else Cursor.decode(cursor)
+        since = None if cursor is None else EventCursor.decode(cursor)
         if since is not None:
             check_cursor_filter(since, self.keys, queue, group)
         return self._changes(since, now, queue, group, most)
@@ -109,11 +129,11 @@ class ChangePlans(ReadPlans):
         the data it was read from is still there is `changes`' to tell (a resync)."""
         now = check_now_ns(now_ns)
         queue, group = check_filter("queue", queue), check_filter("group", group)
-        since = Cursor.decode(cursor)
+        since = EventCursor.decode(cursor)
         check_cursor_filter(since, self.keys, queue, group)
         return self._check_clock(since, now)
 
-    def _check_clock(self, since: Cursor, now_ns: int | None) -> Plan[None]:
+    def _check_clock(self, since: EventCursor, now_ns: int | None) -> Plan[None]:
         (clock,) = yield [Command("TIME", node_key=self.keys.events)]
         check_cursor_clock(since, server_now_ns(*clock) // NS_PER_MS, now_ns)
 
@@ -172,8 +192,8 @@ class ChangePlans(ReadPlans):
             return now, []
         skipped: list[Skipped] = []
         named = {self.keys.group(*name): names for name, names in by_group.items()}
-        groups, ttls = self._keep(
-            list(named), (yield from self._settled_ttls(list(named))), skipped
+        groups, ttls = self._settings.keep(
+            list(named), (yield from self._settings.settled_ttls(list(named))), skipped
         )
         most = self.limits.consumers
         asked = [
@@ -206,13 +226,15 @@ class ChangePlans(ReadPlans):
 
     def _snapshot_cursor(self, queue: str | None, group: str | None) -> Plan[FollowSnapshot]:
         _, cursor = yield from self._changes(None, None, queue, group, DEFAULT_CHANGES_LIMIT)
-        now = Cursor.decode(cursor).now_ns
-        rows = yield from self._collect(self.iter_snapshot(now, None, queue=queue, group=group))
+        now = EventCursor.decode(cursor).now_ns
+        rows = yield from self._reads.collect(
+            self._reads.iter_snapshot(now, None, queue=queue, group=group)
+        )
         return FollowSnapshot(rows, cursor, now)
 
     def _changes(
         self,
-        since: Cursor | None,
+        since: EventCursor | None,
         now_ns: int | None,
         queue: str | None,
         group: str | None,
@@ -223,9 +245,9 @@ class ChangePlans(ReadPlans):
         clock, marker, *version = yield [
             Command("TIME", node_key=self.keys.events),
             Command("GET", (self.keys.epoch,)),
-            *self._protocol_asks(),
+            *self._cache.protocol_asks(),
         ]
-        self._protocol_took(version)
+        self._cache.protocol_took(version)
         epoch = None if marker is None else _text(marker)
         server_ns = server_now_ns(*clock)
         server_ms = server_ns // NS_PER_MS
@@ -233,7 +255,8 @@ class ChangePlans(ReadPlans):
         if since is None:
             ends = yield from self._log_ends(server_ms, queue)
             return Changes(
-                [], Cursor(now, server_ms, ends, epoch, self.keys.prefix, queue, group).encode()
+                [],
+                EventCursor(now, server_ms, ends, epoch, self.keys.prefix, queue, group).encode(),
             )
         check_epoch(since, epoch)
         check_cursor_clock(since, server_ms, now_ns)
@@ -256,7 +279,7 @@ class ChangePlans(ReadPlans):
         else:
             step = step if step is not None and step.log is not None else None
         if step is not None:
-            middle = Cursor(
+            middle = EventCursor(
                 since.now_ns,
                 since.server_ms,
                 since.positions,
@@ -271,12 +294,12 @@ class ChangePlans(ReadPlans):
         for log_queue, kept in since.positions.items():
             if log_queue not in recent and stream_id(kept)[0] >= at.server_ms - LOG_LAG_MS:
                 recent[log_queue] = kept
-        after = Cursor(at.now_ns, at.server_ms, recent, epoch, self.keys.prefix, queue, group)
+        after = EventCursor(at.now_ns, at.server_ms, recent, epoch, self.keys.prefix, queue, group)
         return Changes(sorted_events(events), after.encode())
 
     def _logged(
         self,
-        since: Cursor,
+        since: EventCursor,
         at: Window,
         recent: dict[str, str],
         events: list[Ordered],
@@ -438,13 +461,13 @@ class ChangePlans(ReadPlans):
         kinds = (EventKind.STALE, EventKind.EXPIRED)
         skipped: list[Skipped] = []
         while True:
-            groups, going_on = yield from self._listed(
+            groups, going_on = yield from self._index.listed(
                 queue, group, None, skipped, start=member or None
             )
             # A group whose shared TTL cannot be read: set aside (its data error, when it is
             # the one group the changes are read of).
             aside = None if queue is not None and group is not None else skipped
-            groups, ttls = yield from self._sound_ttls(groups, None, aside)
+            groups, ttls = yield from self._settings.sound_ttls(groups, None, aside)
             # (group, kind number, ttl, low, high, first score, how many at it to skip), in
             # the order events are given: a round reads them all at once, and the first
             # that has more than a page (or the limit) is where the next round goes on.

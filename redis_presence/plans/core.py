@@ -1,5 +1,6 @@
-"""What every job of the planner shares: its state (`PlannerCore`), the script calls and
-their KEYS, the clock, and the small decoders of replies more than one job reads.
+"""What every job of the planner shares: its `Scope` (prefix, limits, clock; the script
+calls and their KEYS), the `Job` base that holds it, and the small decoders of replies
+more than one job reads.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from ..errors import (
 )
 from ..events import DEFAULT_EVENTS_KEPT, PresenceEvent
 from ..keys import PROTOCOL_VERSION, GroupKeys, Keyspace, setting_digits
-from ..model import DEFAULT_MAX_FUTURE_MS, NS_PER_MS, Skipped
+from ..model import DEFAULT_MAX_FUTURE_MS, Skipped
 from ..replies import server_now_ns
 from ..scripts import script
 from ..validation import check_max_future_ms, check_ttl_ms
-from .limits import TTL_CACHE_MS, Limits
-from .requests import Command, Packing, Plan, Request, ScriptCall
+from .limits import Limits
+from .requests import Command, Plan, ScriptCall
 
 T = TypeVar("T")
 
@@ -40,16 +41,8 @@ def _now_arg(now_ns: int | None) -> str:
     return "" if now_ns is None else str(now_ns)
 
 
-def _same(value: T) -> T:
-    return value
-
-
 _queue = itemgetter(0)
 
-
-_BeatArgs = tuple[tuple[Any, ...], tuple[Any, ...], bytes | None, int]
-"""A group's prebuilt single-beat call: head, tail, RESP head, and until when (monotonic
-ns) its TTL may be trusted."""
 
 TtlSource = str
 """Where a shared TTL comes from: "group", "prefix" or "default"."""
@@ -151,24 +144,17 @@ def _stored_ttl(key: str, reply: Any, what: str = "a TTL") -> int | None:
         ) from None
 
 
-class PlannerCore:
-    """The planner's state and the steps every job shares (`Planner` documents the
-    arguments)."""
+class Scope:
+    """What every job of one planner shares and never changes: its keys (`Keyspace`), whether
+    it plans for a cluster, whether it refuses writes, its `Limits`, how many events each log
+    keeps, the clock guard and the clock (`Planner` documents them); and the steps every job
+    takes with them. Set once when built, so shared by every plan on any thread or task."""
 
     __slots__ = (
-        "_beat_calls",
-        "_beat_script",
-        "_claimed",
-        "_clock",
-        "_encode",
-        "_guard",
-        "_packed",
-        "_protocol_at",
-        "_stucks",
-        "_ttls",
-        "_wire",
+        "clock",
         "clustered",
         "events_kept",
+        "guard",
         "keys",
         "limits",
         "max_future_ms",
@@ -181,8 +167,6 @@ class PlannerCore:
         *,
         clustered: bool = False,
         read_only: bool = False,
-        wire: Packing | None = None,
-        packed: bool = False,
         limits: Limits = Limits(),  # noqa: B008 (an immutable tuple)
         events_kept: int = DEFAULT_EVENTS_KEPT,
         max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
@@ -200,46 +184,31 @@ class PlannerCore:
         self.limits = limits
         self.events_kept = events_kept
         self.max_future_ms = check_max_future_ms(max_future_ms)
-        self._guard: int | str = "" if self.max_future_ms is None else self.max_future_ms
-        self._clock = clock
-        self._encode: Callable[[Any], Any] = wire.encode if wire is not None else _same
-        self._wire = wire
-        self._packed = packed and wire is not None and not clustered
-        self._beat_calls: dict[tuple[str, str], _BeatArgs] = {}
-        self._beat_script = script("heartbeat")
-        # Shared TTLs read from Redis: None (the prefix's) or a group's hash key -> (the
-        # stored ms, None when none is stored, Spoilt when it cannot be read; when it was
-        # read, monotonic ns).
-        self._ttls: dict[str | None, tuple[Setting, int]] = {}
-        # The shared progress budgets, read with the TTLs: (the stored ms or None, when).
-        self._stucks: dict[str | None, tuple[Setting, int]] = {}
-        # When this planner last checked ``P:protocol`` (monotonic ns; None: never).
-        self._protocol_at: int | None = None
-        self._claimed = False  # whether a beat of this planner claimed it (SET NX)
+        self.guard: int | str = "" if self.max_future_ms is None else self.max_future_ms
+        """The clock guard as the scripts take it ('': none)."""
+        self.clock = clock
+        """Monotonic nanoseconds: how long what a planner read is trusted."""
 
     @property
     def prefix(self) -> str:
         """The key prefix; planners with different prefixes never touch each other's keys."""
         return self.keys.prefix
 
-    def _writable(self, operation: str) -> None:
+    def writable(self, operation: str) -> None:
+        """Refuse `operation` (a write) when this scope is read-only."""
         if self.read_only:
             raise PresenceReadOnlyError(
                 f"{operation} writes, but this registry is read-only (read_only=True); "
                 "use a registry on the primary"
             )
 
-    def _call(
-        self, name: str, keys: Sequence[str], args: Sequence[Any], *, pack: bool = False
-    ) -> ScriptCall:
-        """A call of ``lua/<name>.lua`` (only writes use scripts); with `pack`, carrying its
-        RESP too (`ScriptCall.packed`)."""
+    @staticmethod
+    def call(name: str, keys: Sequence[str], args: Sequence[Any]) -> ScriptCall:
+        """A call of ``lua/<name>.lua`` (only writes use scripts)."""
         found = script(name)
-        command = ("EVALSHA", found.sha, len(keys), *keys, *args)
-        wire = self._wire
-        return ScriptCall(found, command, wire.command(command) if pack and wire else None)
+        return ScriptCall(found, ("EVALSHA", found.sha, len(keys), *keys, *args))
 
-    def _write_keys(self, groups: Sequence[GroupKeys]) -> list[str]:
+    def write_keys(self, groups: Sequence[GroupKeys]) -> list[str]:
         """The KEYS of a script: each group's sorted set, hash, index mark, event log and
         hash of metadata (``group_keys(g)`` and ``meta_key(g)`` in lua/lib.lua); then, on a
         standalone server only, the index of groups, the index of event logs, the epoch
@@ -250,37 +219,23 @@ class PlannerCore:
             keys += (self.keys.groups, self.keys.events, self.keys.epoch, self.keys.protocol)
         return keys
 
-    def _protocol_asks(self) -> list[Request]:
-        """The read of ``P:protocol`` when this planner has not read it for TTL_CACHE_MS
-        (else none), for a plan that sends no read of the shared settings (which carry it):
-        hand its replies to `_protocol_took`."""
-        limit = self._clock() - TTL_CACHE_MS * NS_PER_MS
-        if self._protocol_at is None or self._protocol_at < limit:
-            return [Command("GET", (self.keys.protocol,))]
-        return []
-
-    def _protocol_took(self, replies: Sequence[Any]) -> None:
-        """Check the replies to `_protocol_asks` (none: nothing was asked)."""
-        if replies:
-            _check_protocol(self.keys.protocol, replies[0])
-            self._protocol_at = self._clock()
-
-    def _protocol_checked(self) -> Plan[None]:
-        """Refuse a prefix of another protocol version, read when this planner has not read
-        it for TTL_CACHE_MS: what a write checks on a cluster, where its script cannot read
-        ``P:protocol`` (another slot), and a read that takes no shared setting."""
-        asks = self._protocol_asks()
-        if asks:
-            self._protocol_took((yield asks))
-
-    def clock_ns(self) -> Plan[int]:
-        """The clock every read uses when its ``now_ns`` is None: the server's ``TIME`` (on
-        a cluster, that of the index's node), in nanoseconds."""
-        return (yield from self._now(None))
-
-    def _now(self, now_ns: int | None) -> Plan[int]:
+    def now(self, now_ns: int | None) -> Plan[int]:
         """`now_ns`, or the server clock (on a cluster, the clock of the index's node)."""
         if now_ns is not None:
             return now_ns
         (reply,) = yield [Command("TIME", node_key=self.keys.groups)]
         return server_now_ns(*reply)
+
+
+class Job:
+    """What every job class of the planner holds: its `Scope`, with the names its plans
+    read most (`keys`, `limits`, `clustered`) at hand. A job holds no state of its own: what
+    its plans share lives in the caches it is given (`redis_presence.plans.caches`)."""
+
+    __slots__ = ("clustered", "keys", "limits", "scope")
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+        self.keys = scope.keys
+        self.limits = scope.limits
+        self.clustered = scope.clustered

@@ -19,9 +19,12 @@ from ..validation import (
     check_now_ns,
     check_optional_ttl_ms,
 )
-from .core import T, _report, _text, _unique
+from .caches import SettingsCache
+from .core import Job, Scope, T, _report, _text, _unique
+from .index import IndexPlans
 from .reads import ReadPlans
 from .requests import Command, Partial, Plan
+from .settings import SettingsPlans
 
 
 def _lowest_score_ns(reply: Any) -> int | None:
@@ -34,16 +37,34 @@ def _lowest_score_ns(reply: Any) -> int | None:
     return int(float(score)) * 1_000
 
 
-class DeclaredPlans(ReadPlans):
-    """Declared groups (``expect``/``unexpect``, their minimums) and the per-group summary"""
+class DeclaredPlans(Job):
+    """Declared groups (``expect``/``unexpect``, their minimums) and the per-group summary
+    (`groups`, `group_page`, `group_names`), which reports the declared groups with the live
+    ones. Built from its `Scope`, its planner's `SettingsCache` (the protocol version read
+    with the declarations), and the jobs whose steps it takes (`SettingsPlans`,
+    `IndexPlans`, and `ReadPlans`' counting)."""
 
-    __slots__ = ()
+    __slots__ = ("_cache", "_index", "_reads", "_settings")
+
+    def __init__(
+        self,
+        scope: Scope,
+        cache: SettingsCache,
+        settings: SettingsPlans,
+        index: IndexPlans,
+        reads: ReadPlans,
+    ) -> None:
+        super().__init__(scope)
+        self._cache = cache
+        self._settings = settings
+        self._index = index
+        self._reads = reads
 
     def expect(self, queue: str, group: str, min_active: int = 1) -> Plan[None]:
         """Declare that `group` must have at least `min_active` active readers of `queue`:
         kept in Redis (``P:{Q}:expect``, listed in ``P:expects``) until `unexpect`, whether
         or not the group has consumers."""
-        self._writable("expect")
+        self.scope.writable("expect")
         queue, group = check_name("queue", queue), check_name("group", group)
         least = check_min_active(min_active)
         return self._expect(queue, group, least)
@@ -55,15 +76,15 @@ class DeclaredPlans(ReadPlans):
         key = self.keys.queue_expect(queue)
         if not self.clustered:
             keys = [key, self.keys.expects, self.keys.protocol]
-            yield [self._call("expect", keys, [group, least])]
+            yield [self.scope.call("expect", keys, [group, least])]
             return
-        yield from self._protocol_checked()
-        yield [self._call("expect", [key], [group, least])]
+        yield from self._cache.protocol_checked()
+        yield [self.scope.call("expect", [key], [group, least])]
         yield [Command("ZADD", (self.keys.expects, 0, key))]
 
     def unexpect(self, queue: str, group: str) -> Plan[bool]:
         """Forget a declared group; returns whether it was declared."""
-        self._writable("unexpect")
+        self.scope.writable("unexpect")
         queue, group = check_name("queue", queue), check_name("group", group)
         return self._unexpect(queue, group)
 
@@ -74,10 +95,10 @@ class DeclaredPlans(ReadPlans):
         key = self.keys.queue_expect(queue)
         if not self.clustered:
             keys = [key, self.keys.expects, self.keys.protocol]
-            ((removed, _),) = yield [self._call("unexpect", keys, [group])]
+            ((removed, _),) = yield [self.scope.call("unexpect", keys, [group])]
             return int(removed) == 1
-        yield from self._protocol_checked()
-        ((removed, left),) = yield [self._call("unexpect", [key], [group])]
+        yield from self._cache.protocol_checked()
+        ((removed, left),) = yield [self.scope.call("unexpect", [key], [group])]
         if not int(left):
             # As the index of groups (docs/index-protocol.md): unlist, re-check, list again
             # when a racing expect declared a group meanwhile.
@@ -116,9 +137,9 @@ class DeclaredPlans(ReadPlans):
         while True:
             members, *version = yield [
                 Command("ZRANGEBYLEX", (self.keys.expects, low, "+", "LIMIT", 0, page)),
-                *self._protocol_asks(),  # with the first page (as the index of groups)
+                *self._cache.protocol_asks(),  # with the first page (as the index of groups)
             ]
-            self._protocol_took(version)
+            self._cache.protocol_took(version)
             every = [_text(member) for member in members]
             keys, queues = [], []
             for key in every:
@@ -183,23 +204,26 @@ class DeclaredPlans(ReadPlans):
     def _groups(
         self, now_ns: int | None, ttl_ms: int | None, details: bool = False
     ) -> Plan[list[GroupPresence]]:
-        now = yield from self._now(now_ns)
+        now = yield from self.scope.now(now_ns)
         skipped: list[Skipped] = []
         declared = yield from self._expected(skipped)
         counts: dict[tuple[str, str], tuple[int, int, int]] = {}
         extra: dict[tuple[str, str], tuple[int | None, int]] = {}
         after: Any = None
         while True:
-            groups, after = yield from self._listed(None, None, after, skipped)
+            groups, after = yield from self._index.listed(None, None, after, skipped)
             if groups:
-                groups, ttls = yield from self._sound_ttls(groups, ttl_ms, skipped)
+                groups, ttls = yield from self._settings.sound_ttls(groups, ttl_ms, skipped)
             if groups:
                 horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
                 # Each group's size (and, with details, its oldest beat) with both counts'
                 # first requests, in one batch.
                 lows, highs = [h[0] for h in horizons], [h[1] for h in horizons]
                 pairs = [gk for gk in groups for _ in (0, 1)]
-                counting = [*self._above_asks(groups, lows), *self._above_asks(groups, highs)]
+                counting = [
+                    *self._reads.above_asks(groups, lows),
+                    *self._reads.above_asks(groups, highs),
+                ]
                 n = len(groups)
                 if details:
                     sizes = [
@@ -214,18 +238,18 @@ class DeclaredPlans(ReadPlans):
                         )
                     ]
                     replies = yield Partial([*sizes, *counting])
-                    cards = self._set_aside(groups, replies[0 : 2 * n : 2], skipped)
-                    firsts = self._set_aside(groups, replies[1 : 2 * n : 2], skipped)
+                    cards = self._index.set_aside(groups, replies[0 : 2 * n : 2], skipped)
+                    firsts = self._index.set_aside(groups, replies[1 : 2 * n : 2], skipped)
                     counted = replies[2 * n :]
                 else:
                     replies = yield Partial(
                         [*(Command("ZCARD", (gk.hb,)) for gk in groups), *counting]
                     )
-                    cards = self._set_aside(groups, replies[:n], skipped)
+                    cards = self._index.set_aside(groups, replies[:n], skipped)
                     counted = replies[n:]
-                counted = self._set_aside([*pairs, *pairs], counted, skipped)
-                active = yield from self._above_rest(groups, lows, counted[: 2 * n], skipped)
-                alive = yield from self._above_rest(groups, highs, counted[2 * n :], skipped)
+                counted = self._index.set_aside([*pairs, *pairs], counted, skipped)
+                active = yield from self._reads.above_rest(groups, lows, counted[: 2 * n], skipped)
+                alive = yield from self._reads.above_rest(groups, highs, counted[2 * n :], skipped)
                 for gk, card, a, b in zip(groups, cards, active, alive, strict=True):
                     if card is not None and a is not None and b is not None:
                         counts[(gk.queue, gk.group)] = (a, b - a, int(card) - b)
@@ -259,11 +283,11 @@ class DeclaredPlans(ReadPlans):
     ) -> Plan[list[tuple[int, int, int] | None]]:
         """Each group's active, stale and expired consumers (``ZCARD`` and ``ZCOUNT``s,
         O(log n) a group); None for a group set aside in `skipped` (data it cannot read)."""
-        cards = yield from self._sound(
+        cards = yield from self._index.sound(
             groups, [Command("ZCARD", (gk.hb,)) for gk in groups], skipped
         )
-        active = yield from self._above(groups, [h[0] for h in horizons], skipped, skipped)
-        alive = yield from self._above(groups, [h[1] for h in horizons], skipped, skipped)
+        active = yield from self._reads.above(groups, [h[0] for h in horizons], skipped, skipped)
+        alive = yield from self._reads.above(groups, [h[1] for h in horizons], skipped, skipped)
         return [
             None if card is None or a is None or b is None else (a, b - a, int(card) - b)
             for card, a, b in zip(cards, active, alive, strict=True)
@@ -316,7 +340,7 @@ class DeclaredPlans(ReadPlans):
         skipped: list[Skipped] = []
         after: Any = None
         while True:
-            groups, after = yield from self._listed(queue, None, after, skipped)
+            groups, after = yield from self._index.listed(queue, None, after, skipped)
             found += [(gk.queue, gk.group) for gk in groups]
             if after is None:
                 _report(skipped)
@@ -339,7 +363,7 @@ class DeclaredPlans(ReadPlans):
         now_ns: int | None,
         ttl_ms: int | None,
     ) -> Plan[GroupsPage]:
-        now = yield from self._now(now_ns)
+        now = yield from self.scope.now(now_ns)
         skipped: list[Skipped] = []
         declared = yield from self._expected(skipped)
         lonely = sorted(
@@ -394,7 +418,7 @@ class DeclaredPlans(ReadPlans):
                 counted: dict[str, tuple[int, int, int] | None] = {}
                 if tracked:
                     lost: list[Skipped] = []
-                    sound, ttls = yield from self._sound_ttls(tracked, ttl_ms, lost)
+                    sound, ttls = yield from self._settings.sound_ttls(tracked, ttl_ms, lost)
                     skipped += lost
                     counted.update((s.key, None) for s in lost)
                     horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]

@@ -14,16 +14,24 @@ from typing import Any
 from ..errors import PresenceDataError, PresenceError
 from ..keys import PROTOCOL_VERSION, GroupKeys
 from ..model import Skipped
-from .core import PlannerCore, _check_protocol, _text
+from .caches import SettingsCache
+from .core import Job, Scope, _check_protocol, _text
 from .requests import Command, Partial, Plan, Request
 
 
-class IndexPlans(PlannerCore):
-    """The index of groups (``P:groups``) and, on a Redis Cluster, the protocol that keeps it"""
+class IndexPlans(Job):
+    """The index of groups (``P:groups``) and, on a Redis Cluster, the protocol that keeps it
+    (docs/index-protocol.md): listing, unlisting, a page of groups, the protocol claim, and
+    the migration. Built from its `Scope` and its planner's `SettingsCache` (which says when
+    the protocol version is to be checked again, and whether this planner claimed it)."""
 
-    __slots__ = ()
+    __slots__ = ("_cache",)
 
-    def _list_on_cluster(
+    def __init__(self, scope: Scope, cache: SettingsCache) -> None:
+        super().__init__(scope)
+        self._cache = cache
+
+    def list_on_cluster(
         self, groups: Sequence[GroupKeys], logged: Sequence[tuple[str, int]]
     ) -> Plan[None]:
         """A cluster's index writes after a script: ``ZADD`` the groups it found without a
@@ -41,7 +49,7 @@ class IndexPlans(PlannerCore):
         if batch:
             yield batch
 
-    def _unlist(self, groups: list[GroupKeys]) -> Plan[None]:
+    def unlist(self, groups: list[GroupKeys]) -> Plan[None]:
         """Step 2 of the cluster index protocol (docs/index-protocol.md): ``ZREM`` the groups
         a script left empty, re-check each (``EXISTS``), ``ZADD`` back those a racing
         heartbeat filled again. Without the re-check a live group can be lost."""
@@ -56,14 +64,14 @@ class IndexPlans(PlannerCore):
         if back:
             yield [Command("ZADD", (self.keys.groups, *back))]
 
-    def _claim(self) -> Plan[None]:
+    def claim(self) -> Plan[None]:
         """After this planner's first beat that wrote: claim the prefix for this protocol
         version (``SET NX``; once, and never for a beat that was refused)."""
-        if not self._claimed:
+        if not self._cache.claimed:
             yield [Command("SET", (self.keys.protocol, PROTOCOL_VERSION, "NX"))]
-            self._claimed = True
+            self._cache.claim()
 
-    def _listed(
+    def listed(
         self,
         queue: str | None,
         group: str | None,
@@ -91,9 +99,9 @@ class IndexPlans(PlannerCore):
         # the index of another version's prefix is refused, an empty one too.
         members, *version = yield [
             Command("ZRANGEBYLEX", (self.keys.groups, low, high, "LIMIT", 0, page)),
-            *self._protocol_asks(),
+            *self._cache.protocol_asks(),
         ]
-        self._protocol_took(version)
+        self._cache.protocol_took(version)
         groups = []
         for member in members:
             try:
@@ -105,20 +113,20 @@ class IndexPlans(PlannerCore):
             groups = [gk for gk in groups if gk.group == group]
         return groups, last
 
-    def _sound(
+    def sound(
         self, groups: Sequence[GroupKeys], requests: Sequence[Request], aside: list[Skipped] | None
     ) -> Plan[list[Any]]:
         """The replies to `requests` (one per entry of `groups`); with `aside`, a data error
         (a key of another type) is None in place and its group set aside there."""
         if aside is None:
             return (yield list(requests))
-        return self._set_aside(groups, (yield Partial(requests)), aside)
+        return self.set_aside(groups, (yield Partial(requests)), aside)
 
     @staticmethod
-    def _set_aside(
+    def set_aside(
         groups: Sequence[GroupKeys], replies: Sequence[Any], aside: list[Skipped]
     ) -> list[Any]:
-        """`_sound`'s replies from a `Partial` batch's: a data error None in place and its
+        """`sound`'s replies from a `Partial` batch's: a data error None in place and its
         group set aside in `aside`, any other error raised."""
         out: list[Any] = []
         for gk, reply in zip(groups, replies, strict=True):
@@ -131,7 +139,7 @@ class IndexPlans(PlannerCore):
                 out.append(reply)
         return out
 
-    def _per_queue(self, groups: list[GroupKeys]) -> list[list[GroupKeys]]:
+    def per_queue(self, groups: list[GroupKeys]) -> list[list[GroupKeys]]:
         """Standalone: one script call for everything; cluster: one per queue (one slot)."""
         if not groups:
             return []
@@ -143,7 +151,7 @@ class IndexPlans(PlannerCore):
         """List in ``P:groups`` every group of the index of release 0.1 (``P:index``), a page
         at a time, and empty that index; returns how many groups it moved. Safe to run while
         brokers beat, and again at any time (it moves only what is left)."""
-        self._writable("migrate")
+        self.scope.writable("migrate")
         return self._migrate()
 
     def _migrate(self) -> Plan[int]:

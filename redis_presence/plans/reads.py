@@ -43,7 +43,9 @@ from ..validation import (
     check_optional_stuck_after_ms,
     check_optional_ttl_ms,
 )
-from .core import Spoilt, _report, _text, _unique, heartbeat_of
+from .caches import SettingsCache
+from .core import Job, Scope, Spoilt, _report, _text, _unique, heartbeat_of
+from .index import IndexPlans
 from .requests import Command, Partial, Plan, Request, RowStream
 from .settings import SettingsPlans
 
@@ -97,10 +99,27 @@ def _log_counts(info: Any) -> tuple[int, int]:
     return int(fields.get("entries-added", 0)), int(fields.get("length", 0))
 
 
-class ReadPlans(SettingsPlans):
-    """The plans that read: snapshots (whole and streamed), counts, one consumer, its"""
+class ReadPlans(Job):
+    """The plans that read: snapshots (whole and streamed), counts, one consumer, its
+    metadata, group timelines from the event logs, the size of a prefix, and the server
+    clock. Built from its `Scope`, its planner's `SettingsCache` (a snapshot reads the
+    settings it needs with each page), and the jobs whose steps it takes (`SettingsPlans`,
+    `IndexPlans`)."""
 
-    __slots__ = ()
+    __slots__ = ("_cache", "_index", "_settings")
+
+    def __init__(
+        self, scope: Scope, cache: SettingsCache, settings: SettingsPlans, index: IndexPlans
+    ) -> None:
+        super().__init__(scope)
+        self._cache = cache
+        self._settings = settings
+        self._index = index
+
+    def clock_ns(self) -> Plan[int]:
+        """The clock every read uses when its ``now_ns`` is None: the server's ``TIME`` (on
+        a cluster, that of the index's node), in nanoseconds."""
+        return (yield from self.scope.now(None))
 
     def snapshot(
         self,
@@ -122,10 +141,10 @@ class ReadPlans(SettingsPlans):
             stuck_after_ms=stuck_after_ms,
             with_meta=with_meta,
         )
-        return self._collect(stream)
+        return self.collect(stream)
 
     @staticmethod
-    def _collect(stream: RowStream) -> Plan[list[ConsumerPresence]]:
+    def collect(stream: RowStream) -> Plan[list[ConsumerPresence]]:
         yield from stream.plan
         rows: Rows[ConsumerPresence] = Rows()
         with gc_paused():
@@ -187,18 +206,18 @@ class ReadPlans(SettingsPlans):
         stuck_after_ms: int | None = None,
         unreadable: dict[ConsumerKey, str] | None = None,
     ) -> Plan[None]:
-        now = yield from self._now(now_ns)
+        now = yield from self.scope.now(now_ns)
         after: Any = None
         # A read of one named group fails on its group's bad data (a key of another type, a
         # shared setting it cannot read); a fleet read sets that group aside. A stored
         # value it cannot read costs its own row only, in either (`_read`).
         aside = None if queue is not None and group is not None else skipped
         while True:
-            groups, after = yield from self._listed(queue, group, after, skipped)
+            groups, after = yield from self._index.listed(queue, group, after, skipped)
             if groups:
                 # Each group's size with the shared settings the page needs, in one batch.
                 shared = ttl_ms is None or stuck_after_ms is None
-                asks = self._shared_asks(groups, stucks=stuck_after_ms is None) if shared else None
+                asks = self._cache.asks(groups, stucks=stuck_after_ms is None) if shared else None
                 also = asks.requests if asks is not None else ()
                 n = len(groups)
                 lengths = [Command("HLEN", (gk.data,)) for gk in groups]
@@ -207,22 +226,24 @@ class ReadPlans(SettingsPlans):
                     sizes = replies[:n]
                 else:
                     replies = yield Partial([*lengths, *also])
-                    sizes = self._set_aside(groups, replies[:n], aside)
+                    sizes = self._index.set_aside(groups, replies[:n], aside)
                 kept = [i for i, size in enumerate(sizes) if size is not None]
                 groups = [groups[i] for i in kept]
                 if asks is not None and also:
-                    self._take_shared(asks, replies[n:], {gk.data for gk in groups})
+                    self._cache.take(asks, replies[n:], {gk.data for gk in groups})
                 sized = dict(zip(groups, (int(sizes[i]) for i in kept), strict=True))
                 seen = asks.seen if asks is not None else {}  # what this plan saw or read
                 ttls: list[int | Spoilt] = (
                     [ttl_ms] * len(groups)
                     if ttl_ms is not None
-                    else self._settled(seen["ttl"], DEFAULT_PRESENCE_TTL_MS, groups, "ttl")
+                    else self._settings.settled(seen["ttl"], DEFAULT_PRESENCE_TTL_MS, groups, "ttl")
                 )
                 stucks: list[int | Spoilt] = (
                     [stuck_after_ms] * len(groups)
                     if stuck_after_ms is not None
-                    else self._settled(seen["stuck"], DEFAULT_STUCK_AFTER_MS, groups, "stuck")
+                    else self._settings.settled(
+                        seen["stuck"], DEFAULT_STUCK_AFTER_MS, groups, "stuck"
+                    )
                 )
                 settings = [
                     t if isinstance(t, Spoilt) else (u if isinstance(u, Spoilt) else (t, u))
@@ -234,7 +255,9 @@ class ReadPlans(SettingsPlans):
                     for setting in settings:
                         if isinstance(setting, Spoilt):
                             raise setting.error()
-                groups, pairs = self._keep(groups, settings, [] if aside is None else aside)
+                groups, pairs = self._settings.keep(
+                    groups, settings, [] if aside is None else aside
+                )
                 yield from self._read(
                     groups,
                     [sized[gk] for gk in groups],
@@ -368,16 +391,16 @@ class ReadPlans(SettingsPlans):
     def _count(
         self, now_ns: int | None, ttl_ms: int | None, queue: str | None, group: str | None
     ) -> Plan[dict[tuple[str, str], int]]:
-        now = yield from self._now(now_ns)
+        now = yield from self.scope.now(now_ns)
         counts: Counts = Counts()
         skipped: list[Skipped] = []
         aside = None if queue is not None and group is not None else skipped
         after: Any = None
         while True:
-            groups, after = yield from self._listed(queue, group, after, skipped)
+            groups, after = yield from self._index.listed(queue, group, after, skipped)
             if groups:
-                groups, ttls = yield from self._sound_ttls(groups, ttl_ms, aside)
-                found = yield from self._active(groups, now, ttls, aside, skipped)
+                groups, ttls = yield from self._settings.sound_ttls(groups, ttl_ms, aside)
+                found = yield from self.active(groups, now, ttls, aside, skipped)
                 counts.update(
                     ((gk.queue, gk.group), n)
                     for gk, n in zip(groups, found, strict=True)
@@ -428,8 +451,8 @@ class ReadPlans(SettingsPlans):
         ttl_ms: int | None,
         stuck_after_ms: int | None,
     ) -> Plan[ConsumerPresence | None]:
-        now = yield from self._now(now_ns)
-        (ttl,), (stuck,) = yield from self._ttls_and_stucks([gk], ttl_ms, stuck_after_ms)
+        now = yield from self.scope.now(now_ns)
+        (ttl,), (stuck,) = yield from self._settings.ttls_and_stucks([gk], ttl_ms, stuck_after_ms)
         ((value,),) = yield [Command("HMGET", (gk.data, consumer))]  # the reader role's
         if value is None:
             return None
@@ -479,10 +502,10 @@ class ReadPlans(SettingsPlans):
     def _group_logs(
         self, gks: list[GroupKeys], since_ns: int, now_ns: int | None, ttl_ms: int | None, most: int
     ) -> Plan[list[GroupLog]]:
-        now = yield from self._now(now_ns)
-        ttls = yield from self._ttls_for(gks, ttl_ms)
+        now = yield from self.scope.now(now_ns)
+        ttls = yield from self._settings.ttls_for(gks, ttl_ms)
         skipped: list[Skipped] = []  # consumers whose stored values cannot be read
-        actives = yield from self._active(gks, now, ttls, None, skipped)
+        actives = yield from self.active(gks, now, ttls, None, skipped)
         queues = list(dict.fromkeys(gk.queue for gk in gks))
         logs = [self.keys.queue_events(q) for q in queues]
         reads = yield [Command("XREVRANGE", (log, "+", "-", "COUNT", most)) for log in logs]
@@ -572,14 +595,14 @@ class ReadPlans(SettingsPlans):
         return out
 
     def _count_one(self, gk: GroupKeys, now_ns: int | None, ttl_ms: int | None) -> Plan[int]:
-        now = yield from self._now(now_ns)
-        ttls = yield from self._ttls_for([gk], ttl_ms)
+        now = yield from self.scope.now(now_ns)
+        ttls = yield from self._settings.ttls_for([gk], ttl_ms)
         skipped: list[Skipped] = []
-        (found,) = yield from self._active([gk], now, ttls, None, skipped)
+        (found,) = yield from self.active([gk], now, ttls, None, skipped)
         _report(skipped)
         return found or 0
 
-    def _active(
+    def active(
         self,
         groups: list[GroupKeys],
         now_ns: int,
@@ -587,11 +610,11 @@ class ReadPlans(SettingsPlans):
         aside: list[Skipped] | None,
         skipped: list[Skipped],
     ) -> Plan[list[int | None]]:
-        """Active consumers of each group under its TTL (`_above` its active horizon)."""
+        """Active consumers of each group under its TTL (`above` its active horizon)."""
         horizons = [PresenceState.horizons_ns(now_ns, ttl)[0] for ttl in ttls]
-        return (yield from self._above(groups, horizons, aside, skipped))
+        return (yield from self.above(groups, horizons, aside, skipped))
 
-    def _above(
+    def above(
         self,
         groups: list[GroupKeys],
         horizons: list[int],
@@ -605,11 +628,11 @@ class ReadPlans(SettingsPlans):
         instead of failing; a consumer on the horizon whose stored value this package cannot
         decode is not counted, and set aside in `skipped`."""
         pairs = [gk for gk in groups for _ in (0, 1)]
-        replies = yield from self._sound(pairs, self._above_asks(groups, horizons), aside)
-        return (yield from self._above_rest(groups, horizons, replies, skipped))
+        replies = yield from self._index.sound(pairs, self.above_asks(groups, horizons), aside)
+        return (yield from self.above_rest(groups, horizons, replies, skipped))
 
-    def _above_asks(self, groups: list[GroupKeys], horizons: list[int]) -> list[Request]:
-        """The first requests of `_above`: two per group (``ZCOUNT``, then the ties)."""
+    def above_asks(self, groups: list[GroupKeys], horizons: list[int]) -> list[Request]:
+        """The first requests of `above`: two per group (``ZCOUNT``, then the ties)."""
         most = self.limits.consumers
         return [
             request
@@ -620,14 +643,14 @@ class ReadPlans(SettingsPlans):
             )
         ]
 
-    def _above_rest(
+    def above_rest(
         self,
         groups: list[GroupKeys],
         horizons: list[int],
         replies: list[Any],
         skipped: list[Skipped],
     ) -> Plan[list[int | None]]:
-        """`_above` from the replies to its first requests (None for a group set aside; a
+        """`above` from the replies to its first requests (None for a group set aside; a
         consumer on the horizon whose stored value cannot be decoded set aside in
         `skipped`, uncounted)."""
         edges = [horizon // 1_000 for horizon in horizons]
@@ -681,10 +704,10 @@ class ReadPlans(SettingsPlans):
         skipped: list[Skipped] = []
         after: Any = None
         while True:
-            groups, after = yield from self._listed(None, None, after, skipped)
+            groups, after = yield from self._index.listed(None, None, after, skipped)
             if groups:
                 asks = [Command("ZCARD", (gk.hb,)) for gk in groups]
-                cards = yield from self._sound(groups, asks, skipped)
+                cards = yield from self._index.sound(groups, asks, skipped)
                 total += sum(int(n) for n in cards if n is not None)
             if after is None:
                 _report(skipped)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 from types import TracebackType
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from ..keys import GroupKeys
 from ..model import ConsumerPresence, Skipped
@@ -16,33 +16,13 @@ from ..validation import ConsumerKey
 T = TypeVar("T")
 
 
-class Packing(Protocol):
-    """How the client writes a command, which only the executor knows (the wire format):
-    a planner asked to prebuild calls keeps what they share per group as this gives it."""
-
-    def encode(self, value: Any) -> Any:
-        """One argument as the client encodes it."""
-
-    def command(self, args: tuple[Any, ...]) -> bytes:
-        """A whole command, as the client's connections write it."""
-
-    def head(self, args: tuple[Any, ...], count: int) -> bytes:
-        """The start of a command of `count` arguments: `args`, its first ones."""
-
-    def beat(self, head: bytes, now: str, consumer: str, lease: int) -> bytes:
-        """A single beat's whole command: its `head`, then the beat."""
-
-
 class ScriptCall(NamedTuple):
     """One call of one of the package's scripts, ready to send: `args` is the whole command,
     from ``EVALSHA`` (or ``EVALSHA_RO``, which a replica runs) and the SHA of `script` on.
-    After ``NOSCRIPT`` an executor loads ``script.source`` and sends the same call again.
-    `packed`, when the planner was asked for it (the batched heartbeat's calls), is `args`
-    already in RESP: an executor that writes to a connection itself may send it as it is."""
+    After ``NOSCRIPT`` an executor loads ``script.source`` and sends the same call again."""
 
     script: Script
     args: tuple[Any, ...]
-    packed: bytes | None = None
 
     @property
     def first_key(self) -> Any:
@@ -78,32 +58,37 @@ class Partial(list[Request]):
 
 
 class Single(Generator[list[Request], list[Any], T]):
-    """A plan of exactly one script call (the single heartbeat): ``ScriptCall(script,
-    args)``. It steps like any plan; an executor may instead send it itself and take
+    """A plan of exactly one script call (the single heartbeat): ``ScriptCall(script, head +
+    rest)``. It steps like any plan; an executor may instead send it itself and take
     `then(reply)` as the result, which saves running a generator (and building the
-    `ScriptCall`) on the hottest path of all. `packed`, when the planner was asked for it,
-    is the whole command already in RESP (the client's own packing of a script call's many
-    arguments costs more than the rest of the call in pure Python)."""
+    `ScriptCall`) on the hottest path of all. `head` is what every such call of a group
+    shares, the same tuple from call to call while the planner keeps it ready, so an
+    executor may prepare it once for all of them; `rest` is what this call adds."""
 
-    __slots__ = ("_sent", "args", "packed", "script", "then")
+    __slots__ = ("_sent", "head", "rest", "script", "then")
 
     def __init__(
         self,
         script: Script,
-        args: tuple[Any, ...],
+        head: tuple[Any, ...],
+        rest: tuple[Any, ...],
         then: Callable[[Any], T],
-        packed: bytes | None = None,
     ) -> None:
         self.script = script
-        self.args = args
+        self.head = head
+        self.rest = rest
         self.then = then
-        self.packed = packed
         self._sent = False
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """The whole command, from ``EVALSHA`` on."""
+        return self.head + self.rest
 
     @property
     def call(self) -> ScriptCall:
         """The plan's one request."""
-        return ScriptCall(self.script, self.args, self.packed)
+        return ScriptCall(self.script, self.args)
 
     def send(self, replies: list[Any] | None) -> list[Request]:
         if not self._sent:

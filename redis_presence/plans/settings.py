@@ -1,41 +1,27 @@
-"""The shared settings: the TTL and the progress budget stored for a prefix or a group,
-and the cache of them every write and read consults (`TTL_CACHE_MS`).
+"""The shared settings: the TTL and the progress budget stored for a prefix or a group, as
+plans that store and read them, and the steps every write and read takes to know them
+(from the planner's `SettingsCache`, read again after `TTL_CACHE_MS`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import TypeVar
 
 from ..errors import PresenceDataError, PresenceError
 from ..keys import GroupKeys
-from ..model import DEFAULT_PRESENCE_TTL_MS, DEFAULT_STUCK_AFTER_MS, NS_PER_MS, Skipped
+from ..model import DEFAULT_PRESENCE_TTL_MS, DEFAULT_STUCK_AFTER_MS, Skipped
 from ..validation import (
     check_filter,
     check_name,
     check_optional_stuck_after_ms,
     check_optional_ttl_ms,
 )
-from .core import Setting, Spoilt, TtlSource, _check_protocol, _stored_ttl
-from .index import IndexPlans
-from .limits import MAX_CACHED_GROUPS, TTL_CACHE_MS
-from .requests import Command, Partial, Plan, Request
+from .caches import _WHAT, BeatCache, Entry, SettingsCache, SharedAsks, _setting
+from .core import Job, Scope, Spoilt, TtlSource
+from .requests import Command, Partial, Plan
 
 V = TypeVar("V")
-
-_WHAT = {"ttl": "a TTL", "stuck": "a progress budget"}
-"""How a data error names each kind of shared setting."""
-
-
-def _setting(key: str, reply: Any, kind: str) -> Setting:
-    """A stored setting as the cache keeps it: the ms, None (nothing stored), or `Spoilt`
-    (a value, or a key type, this package did not write)."""
-    if isinstance(reply, PresenceDataError):  # a key of another type (WRONGTYPE)
-        return Spoilt(f"{key} holds another type of data than {_WHAT[kind]}: {reply}")
-    try:
-        return _stored_ttl(key, reply, _WHAT[kind])
-    except PresenceDataError as error:
-        return Spoilt(str(error))
 
 
 def _prefix_error(spoilt: Spoilt, kind: str) -> PresenceDataError:
@@ -49,31 +35,24 @@ def _prefix_error(spoilt: Spoilt, kind: str) -> PresenceDataError:
     )
 
 
-class SharedAsks(NamedTuple):
-    """The reads of shared settings a plan has to send (`SettingsPlans._shared_asks`)."""
+class SettingsPlans(Job):
+    """The shared settings: the TTL and the progress budget stored for a prefix or a group.
+    Built from its `Scope`, its planner's `SettingsCache` (what the planner read of them)
+    and `BeatCache` (whose calls carry a TTL, forgotten when this planner stores one)."""
 
-    requests: tuple[Request, ...]
-    protocol: bool
-    """Whether the first request reads ``P:protocol``."""
-    asks: list[tuple[dict[str | None, tuple[Setting, int]], str | None, str, str]]
-    """Each other request's cache, member (None: the prefix's), key and kind."""
-    seen: dict[str, dict[str | None, tuple[Setting, int]]]
-    """What the plan goes on with, by kind (``"ttl"``, ``"stuck"``): the entries that were
-    fresh when it asked, then its replies (`_take_shared`). Its own, not the cache: another
-    plan may empty the cache while this one waits on Redis."""
+    __slots__ = ("_beats", "_cache")
 
-
-class SettingsPlans(IndexPlans):
-    """The shared settings: the TTL and the progress budget stored for a prefix or a group,"""
-
-    __slots__ = ()
+    def __init__(self, scope: Scope, cache: SettingsCache, beats: BeatCache) -> None:
+        super().__init__(scope)
+        self._cache = cache
+        self._beats = beats
 
     def set_ttl(
         self, ttl_ms: int | None, *, queue: str | None = None, group: str | None = None
     ) -> Plan[None]:
         """Store the TTL every reader and writer of this prefix shares (None: forget it): for
         the prefix (the default of every group), or for one group (`queue` and `group`)."""
-        self._writable("set_ttl")
+        self.scope.writable("set_ttl")
         ttl = check_optional_ttl_ms(ttl_ms)
         key = self._ttl_key(queue, group)
         return self._set_ttl(key, ttl)
@@ -82,12 +61,11 @@ class SettingsPlans(IndexPlans):
         """One call of ``setting.lua``, which checks the protocol version and stores (or
         forgets) the setting atomically; on a cluster the version is checked first."""
         if self.clustered:
-            yield from self._protocol_checked()
+            yield from self._cache.protocol_checked()
         keys = [key] if self.clustered else [key, self.keys.protocol]
-        yield [self._call("setting", keys, ["" if ttl_ms is None else ttl_ms])]
-        self._ttls.clear()  # this planner's next reads and beats see it at once
-        self._stucks.clear()
-        self._beat_calls.clear()
+        yield [self.scope.call("setting", keys, ["" if ttl_ms is None else ttl_ms])]
+        self._cache.forget()  # this planner's next reads and beats see it at once
+        self._beats.clear()
 
     def set_stuck_after(
         self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None
@@ -95,7 +73,7 @@ class SettingsPlans(IndexPlans):
         """Store the progress budget every reader shares (None: forget it), for the prefix
         or one group, as `set_ttl` stores the TTL: reads whose `stuck_after_ms` is None use
         it (within TTL_CACHE_MS in other processes)."""
-        self._writable("set_stuck_after")
+        self.scope.writable("set_stuck_after")
         budget = check_optional_stuck_after_ms(stuck_after_ms)
         key = self._setting_key(queue, group, "stuck")
         return self._set_ttl(key, budget)
@@ -136,7 +114,7 @@ class SettingsPlans(IndexPlans):
             ("stuck", DEFAULT_STUCK_AFTER_MS) if stucks else ("ttl", DEFAULT_PRESENCE_TTL_MS)
         )
         groups = [] if gk is None else [gk]
-        asks = yield from self._refresh_shared(groups, ttls=not stucks, stucks=stucks)
+        asks = yield from self.refresh_shared(groups, ttls=not stucks, stucks=stucks)
         known = asks.seen[kind]
         own = None if gk is None else known[gk.data][0]
         if isinstance(own, Spoilt):
@@ -227,57 +205,57 @@ class SettingsPlans(IndexPlans):
         queue, group = check_filter("queue", queue) or "", check_filter("group", group) or ""
         return self.keys.group(queue, group)
 
-    def _ttls_for(self, groups: list[GroupKeys], ttl_ms: int | None) -> Plan[list[int]]:
+    def ttls_for(self, groups: list[GroupKeys], ttl_ms: int | None) -> Plan[list[int]]:
         """`ttl_ms` for every group, or, when it is None, each group's shared TTL (read with
         the protocol version; a given TTL reads the version alone, when it is due)."""
         if ttl_ms is not None:
-            yield from self._protocol_checked()
+            yield from self._cache.protocol_checked()
             return [ttl_ms] * len(groups)
-        return (yield from self._shared_ttls(groups))
+        return (yield from self.shared_ttls(groups))
 
-    def _shared_ttls(self, groups: Sequence[GroupKeys]) -> Plan[list[int]]:
+    def shared_ttls(self, groups: Sequence[GroupKeys]) -> Plan[list[int]]:
         """Each group's shared TTL (its own, else the prefix's, else the default), from what
         this planner read in the last TTL_CACHE_MS, reading the rest in one batch; a TTL it
         cannot read is a `PresenceDataError`."""
-        asks = yield from self._refresh_shared(groups, stucks=False)
-        return self._cached(asks.seen["ttl"], DEFAULT_PRESENCE_TTL_MS, groups, "ttl")
+        asks = yield from self.refresh_shared(groups, stucks=False)
+        return self.cached(asks.seen["ttl"], DEFAULT_PRESENCE_TTL_MS, groups, "ttl")
 
-    def _settled_ttls(self, groups: Sequence[GroupKeys]) -> Plan[list[int | Spoilt]]:
-        """`_shared_ttls`, with `Spoilt` for a group whose own TTL cannot be read (a spoilt
-        prefix TTL still raises: `_settled`)."""
-        asks = yield from self._refresh_shared(groups, stucks=False)
-        return self._settled(asks.seen["ttl"], DEFAULT_PRESENCE_TTL_MS, groups, "ttl")
+    def settled_ttls(self, groups: Sequence[GroupKeys]) -> Plan[list[int | Spoilt]]:
+        """`shared_ttls`, with `Spoilt` for a group whose own TTL cannot be read (a spoilt
+        prefix TTL still raises: `settled`)."""
+        asks = yield from self.refresh_shared(groups, stucks=False)
+        return self.settled(asks.seen["ttl"], DEFAULT_PRESENCE_TTL_MS, groups, "ttl")
 
-    def _shared_stucks(self, groups: Sequence[GroupKeys]) -> Plan[list[int]]:
+    def shared_stucks(self, groups: Sequence[GroupKeys]) -> Plan[list[int]]:
         """Each group's shared progress budget (its own, else the prefix's, else
         DEFAULT_STUCK_AFTER_MS), cached and read as the TTLs are."""
-        asks = yield from self._refresh_shared(groups, stucks=True)
-        return self._cached(asks.seen["stuck"], DEFAULT_STUCK_AFTER_MS, groups, "stuck")
+        asks = yield from self.refresh_shared(groups, stucks=True)
+        return self.cached(asks.seen["stuck"], DEFAULT_STUCK_AFTER_MS, groups, "stuck")
 
     @classmethod
-    def _cached(
+    def cached(
         cls,
-        known: dict[str | None, tuple[Setting, int]],
+        known: dict[str | None, Entry],
         default: int,
         groups: Sequence[GroupKeys],
         kind: str,
     ) -> list[int]:
         """Each group's setting from what a plan just saw or read (`SharedAsks.seen`): its
         own, else the prefix's, else `default`; one that cannot be read raises."""
-        found = cls._settled(known, default, groups, kind)
+        found = cls.settled(known, default, groups, kind)
         for value in found:
             if isinstance(value, Spoilt):
                 raise value.error()
         return found  # type: ignore[return-value]  # no Spoilt left
 
     @staticmethod
-    def _settled(
-        known: dict[str | None, tuple[Setting, int]],
+    def settled(
+        known: dict[str | None, Entry],
         default: int,
         groups: Sequence[GroupKeys],
         kind: str,
     ) -> list[int | Spoilt]:
-        """`_cached`, with `Spoilt` for a group whose own setting cannot be read (its
+        """`cached`, with `Spoilt` for a group whose own setting cannot be read (its
         group's alone: a read of many sets that group aside). A spoilt setting of the
         prefix raises when a group has none of its own: it concerns them all."""
         prefix = known[None][0]
@@ -292,7 +270,7 @@ class SettingsPlans(IndexPlans):
         return out
 
     @staticmethod
-    def _keep(
+    def keep(
         groups: Sequence[GroupKeys], settings: Sequence[V | Spoilt], aside: list[Skipped]
     ) -> tuple[list[GroupKeys], list[V]]:
         """The groups whose settings could be read, with them; the others set aside in
@@ -307,28 +285,28 @@ class SettingsPlans(IndexPlans):
                 values.append(value)
         return kept, values
 
-    def _sound_ttls(
+    def sound_ttls(
         self, groups: list[GroupKeys], ttl_ms: int | None, aside: list[Skipped] | None
     ) -> Plan[tuple[list[GroupKeys], list[int]]]:
-        """`_ttls_for`, for a read that sets aside (in `aside`) a group whose own shared
+        """`ttls_for`, for a read that sets aside (in `aside`) a group whose own shared
         TTL cannot be read, and reads the others; `aside` None: that raises."""
         if ttl_ms is not None or aside is None:
-            return groups, (yield from self._ttls_for(groups, ttl_ms))
-        return self._keep(groups, (yield from self._settled_ttls(groups)), aside)
+            return groups, (yield from self.ttls_for(groups, ttl_ms))
+        return self.keep(groups, (yield from self.settled_ttls(groups)), aside)
 
-    def _ttls_and_stucks(
+    def ttls_and_stucks(
         self, groups: Sequence[GroupKeys], ttl_ms: int | None, stuck_after_ms: int | None
     ) -> Plan[tuple[list[int], list[int]]]:
         """The TTL and the progress budget of every group: the given ones, else the shared
         ones (read in one batch when both are needed)."""
         if ttl_ms is None and stuck_after_ms is None:
-            yield from self._refresh_shared(groups, ttls=True, stucks=True)
-        ttls = yield from self._ttls_for(list(groups), ttl_ms)
+            yield from self.refresh_shared(groups, ttls=True, stucks=True)
+        ttls = yield from self.ttls_for(list(groups), ttl_ms)
         if stuck_after_ms is not None:
             return ttls, [stuck_after_ms] * len(groups)
-        return ttls, (yield from self._shared_stucks(groups))
+        return ttls, (yield from self.shared_stucks(groups))
 
-    def _refresh_shared(
+    def refresh_shared(
         self,
         groups: Sequence[GroupKeys],
         *,
@@ -338,76 +316,7 @@ class SettingsPlans(IndexPlans):
         """Read, in one batch, the shared TTLs (and with `stucks` the progress budgets) of
         the prefix and of each group that this planner did not read in the last
         TTL_CACHE_MS; the asks, whose `seen` holds every setting asked for."""
-        asks = self._shared_asks(groups, ttls=ttls, stucks=stucks)
+        asks = self._cache.asks(groups, ttls=ttls, stucks=stucks)
         if asks.requests:
-            self._take_shared(asks, (yield Partial(asks.requests)))
+            self._cache.take(asks, (yield Partial(asks.requests)))
         return asks
-
-    def _shared_asks(
-        self,
-        groups: Sequence[GroupKeys],
-        *,
-        ttls: bool = True,
-        stucks: bool = False,
-    ) -> SharedAsks:
-        """The requests `_refresh_shared` sends (none when all is fresh), so that a plan may
-        send them with requests of its own and hand their replies to `_take_shared`."""
-        limit = self._clock() - TTL_CACHE_MS * NS_PER_MS
-        caches = [(self._ttls, "ttl")] if ttls else []
-        if stucks:
-            caches.append((self._stucks, "stuck"))
-        if len(self._ttls) + len(self._stucks) + len(groups) > MAX_CACHED_GROUPS:
-            self._ttls.clear()  # start over, as the single-beat cache does
-            self._stucks.clear()
-        asks: list[tuple[dict[str | None, tuple[Setting, int]], str | None, str, str]] = []
-        seen: dict[str, dict[str | None, tuple[Setting, int]]] = {}
-        for cache, kind in caches:
-            wanted: list[str | None] = [None, *dict.fromkeys(gk.data for gk in groups)]
-            fresh = seen[kind] = {}
-            for member in wanted:
-                entry = cache.get(member)
-                if entry is None or entry[1] < limit:
-                    place = self.keys if member is None else self.keys.from_member(member)
-                    asks.append((cache, member, getattr(place, kind), kind))
-                else:
-                    fresh[member] = entry
-        protocol: list[Request] = []
-        if self._protocol_at is None or self._protocol_at < limit:
-            # The protocol version, with the shared settings (docs/protocol.md): every read
-            # of the settings checks it (and a heartbeat claims it, `_claim`).
-            protocol.append(Command("GET", (self.keys.protocol,)))
-        requests = (*protocol, *(Command("GET", (key,)) for _, _, key, _ in asks))
-        return SharedAsks(requests, bool(protocol), asks, seen)
-
-    def _take_shared(
-        self, asks: SharedAsks, replies: Sequence[Any], only: set[str] | None = None
-    ) -> None:
-        """Keep the replies to `asks` (with `only`, of those groups' members and the
-        prefix's only: what the plan went on to read). A setting this package cannot read
-        (a value, or a key of another type) is kept as `Spoilt`, for the plan to raise or
-        set its group aside; any other error reply among them raises."""
-        read_at = self._clock()
-        skip = 1 if asks.protocol else 0
-        kept = [
-            reply
-            for i, reply in enumerate(replies)
-            if i < skip or only is None or asks.asks[i - skip][1] in (None, *only)
-        ]
-        for i, reply in enumerate(kept):  # error replies come back in place (`Partial`)
-            if isinstance(reply, PresenceError):
-                if i >= skip and isinstance(reply, PresenceDataError):
-                    continue  # a setting's key of another type: Spoilt, below
-                raise reply
-        if asks.protocol:
-            _check_protocol(self.keys.protocol, replies[0])
-            self._protocol_at = read_at
-        for (cache, member, key, kind), reply in zip(asks.asks, replies[skip:], strict=True):
-            if only is None or member is None or member in only:
-                cache[member] = asks.seen[kind][member] = (_setting(key, reply, kind), read_at)
-
-    def _trusted_until(self, gk: GroupKeys) -> int:  # the TTL cache is refreshed as a whole
-        """Until when (monotonic ns) the TTL this planner read for `gk` may be trusted."""
-        prefix, own = self._ttls.get(None), self._ttls.get(gk.data)
-        if prefix is None or own is None:  # emptied since (by another thread's plan)
-            return 0  # trusted no longer: the next beat reads the TTL again
-        return min(prefix[1], own[1]) + TTL_CACHE_MS * NS_PER_MS

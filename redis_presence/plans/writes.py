@@ -12,6 +12,7 @@ from ..errors import PresenceBatchError, PresenceDataError, PresenceError
 from ..events import EVENT_LOG_TTL_MS
 from ..keys import INDEX_MARK_MS, GroupKeys, encode_meta
 from ..model import NS_PER_MS, Skipped
+from ..scripts import script
 from ..validation import (
     Beat,
     ConsumerKey,
@@ -25,16 +26,48 @@ from ..validation import (
     check_now_ns,
     check_optional_ttl_ms,
 )
-from .core import Spoilt, _BeatArgs, _none, _now_arg, _queue, _refusals, _report
-from .limits import MAX_CACHED_GROUPS
+from .caches import BeatCache, BeatCall, SettingsCache
+from .core import Job, Scope, Spoilt, _none, _now_arg, _queue, _refusals, _report
+from .index import IndexPlans
 from .requests import Command, Partial, Plan, Request, ScriptCall, Single
 from .settings import SettingsPlans
 
 
-class WritePlans(SettingsPlans):
-    """The plans that write: heartbeats (single, batched, delayed), deregistering,"""
+class WritePlans(Job):
+    """The plans that write: heartbeats (single, batched, delayed), deregistering, metadata,
+    and pruning of expired consumers. Built from its `Scope`, its planner's caches (the
+    shared settings, which a beat needs to tell a recovery, and the single-beat calls it
+    keeps ready), and the jobs whose steps it takes (`SettingsPlans`, `IndexPlans`)."""
 
-    __slots__ = ()
+    __slots__ = (
+        "_beat_script",
+        "_beats",
+        "_cache",
+        "_clock",
+        "_index",
+        "_kept",
+        "_read_only",
+        "_settings",
+    )
+
+    def __init__(
+        self,
+        scope: Scope,
+        cache: SettingsCache,
+        beats: BeatCache,
+        settings: SettingsPlans,
+        index: IndexPlans,
+    ) -> None:
+        super().__init__(scope)
+        self._cache = cache
+        self._beats = beats
+        self._settings = settings
+        self._index = index
+        self._beat_script = script("heartbeat")
+        # What the hot path of a heartbeat reads, at hand (each set once).
+        self._clock = scope.clock
+        self._read_only = scope.read_only
+        self._kept = beats.get
 
     def heartbeat(
         self,
@@ -51,8 +84,8 @@ class WritePlans(SettingsPlans):
         script tells a recovery with the group's shared TTL, which the planner reads first
         when it has not read it for TTL_CACHE_MS. With `progressed`, the beat also records
         progress at its instant (one call of ``heartbeat_many.lua`` instead)."""
-        if self.read_only:
-            self._writable("heartbeat")
+        if self._read_only:
+            self.scope.writable("heartbeat")
         queue, group, consumer = check_consumer_key(queue, group, consumer)
         lease = check_lease_count(lease_count)
         if progressed is not False:
@@ -60,18 +93,14 @@ class WritePlans(SettingsPlans):
                 raise TypeError(f"progressed must be a bool, got {type(progressed).__name__}")
             return self._progressed((queue, group, consumer, lease, 0, 0), check_now_ns(now_ns))
         now = "" if now_ns is None else str(check_now_ns(now_ns))
-        cached = self._beat_calls.get((queue, group))
-        if cached is None or self._clock() > cached[3]:
+        cached = self._kept((queue, group))
+        if cached is None or self._clock() > cached[2]:
             return self._beat_after_ttl(queue, group, consumer, lease, now)
-        head, tail, resp, _ = cached
-        args = (*head, now, consumer, lease, *tail)
+        head, tail, _ = cached
         if self.clustered:
-            return self._beat_on_cluster(ScriptCall(self._beat_script, args), queue, group)
-        if resp is None:
-            return Single(self._beat_script, args, _none)
-        wire = self._wire
-        packed = wire.beat(resp, now, consumer, lease) if wire is not None else None
-        return Single(self._beat_script, args, _none, packed)
+            call = ScriptCall(self._beat_script, (*head, now, consumer, lease, *tail))
+            return self._beat_on_cluster(call, queue, group)
+        return Single(self._beat_script, head, (now, consumer, lease), _none)
 
     def _progressed(self, beat: DelayedBeat, now_ns: int | None) -> Plan[None]:
         """A single beat that records progress; a refusal raises as a plain beat's would."""
@@ -86,55 +115,44 @@ class WritePlans(SettingsPlans):
         """A heartbeat whose group's shared TTL must be read first (a new group, or one whose
         TTL was read more than TTL_CACHE_MS ago)."""
         gk = self.keys.group(queue, group)
-        (ttl,) = yield from self._shared_ttls([gk])
-        head, tail, _, _ = self._beat_args(queue, group, ttl)
+        (ttl,) = yield from self._settings.shared_ttls([gk])
+        head, tail, _ = self._beat_call(queue, group, ttl)
         call = ScriptCall(self._beat_script, (*head, now, consumer, lease, *tail))
         if self.clustered:
             yield from self._beat_on_cluster(call, queue, group)
         else:
             yield [call]
-        yield from self._claim()
+        yield from self._index.claim()
 
     def _beat_on_cluster(self, call: ScriptCall, queue: str, group: str) -> Plan[None]:
         (reply,) = yield [call]
         gk = self.keys.group(queue, group)
         listing = [gk] if int(reply[0]) else []  # step 1 of the index protocol: no mark
-        yield from self._list_on_cluster(listing, [(gk.events, int(reply[1]))])
+        yield from self._index.list_on_cluster(listing, [(gk.events, int(reply[1]))])
 
-    def _beat_args(self, queue: str, group: str, ttl: int) -> _BeatArgs:
-        """What every ``heartbeat.lua`` call of one group shares, encoded: the command up to
-        the beat (KEYS, the TTL, how much the log keeps), what follows it (the mark's lifetime
-        on a cluster), with `packed` the command up to the beat in RESP, and until when the
-        TTL in it may be trusted."""
-        if len(self._beat_calls) >= MAX_CACHED_GROUPS:
-            self._beat_calls.clear()
+    def _beat_call(self, queue: str, group: str, ttl: int) -> BeatCall:
+        """What every ``heartbeat.lua`` call of one group shares (`BeatCall`: the command up
+        to the beat, what follows it, until when its TTL may be trusted), kept ready."""
         gk = self.keys.group(queue, group)
-        keys = self._write_keys([gk])
-        encode = self._encode
+        keys = self.scope.write_keys([gk])
         tail = (INDEX_MARK_MS,) if self.clustered else ()
-        # The command name stays a str: a cluster client looks it up by name.
         head = (
             "EVALSHA",
             self._beat_script.sha,
-            *map(encode, (len(keys), *keys, ttl, self.events_kept, EVENT_LOG_TTL_MS, self._guard)),
+            len(keys),
+            *keys,
+            ttl,
+            self.scope.events_kept,
+            EVENT_LOG_TTL_MS,
+            self.scope.guard,
         )
-        resp = None
-        if self._packed and self._wire is not None:
-            resp = self._wire.head(head, len(head) + 3)  # then now, consumer, lease
-        trusted = self._trusted_until(gk)
-        cached = self._beat_calls[(queue, group)] = (
-            head,
-            tuple(map(encode, tail)),
-            resp,
-            trusted,
-        )
-        return cached
+        return self._beats.keep(queue, group, (head, tail, self._cache.trusted_until(gk)))
 
     def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> Plan[int]:
         """Write many ``(queue, group, consumer, lease_count)`` beats, each atomically; returns
         how many. One script call per queue on a cluster, one in all else, and one more per
         `Limits.beats` beats (MAX_BEATS_PER_CALL)."""
-        self._writable("heartbeat_many")
+        self.scope.writable("heartbeat_many")
         checked = check_beats(beats)
         now = check_now_ns(now_ns)
         return self._heartbeat(checked, now)
@@ -142,14 +160,14 @@ class WritePlans(SettingsPlans):
     def heartbeat_delayed(self, beats: Sequence[DelayedBeat]) -> Plan[int]:
         """Write beats that happened earlier, as a reporter collects them: each is stamped
         ``server_now - delay_us``; returns how many."""
-        self._writable("heartbeat")
+        self.scope.writable("heartbeat")
         return self._heartbeat(check_delayed_beats(beats), None)
 
     def _heartbeat(self, beats: Sequence[Beat | DelayedBeat], now_ns: int | None) -> Plan[int]:
         """Checked beats (a `Beat` is one without delay) in calls of ``heartbeat_many.lua``:
         at most `Limits.beats` a call, one queue a call on a cluster, all in one pipeline.
         This is the reporter's path, so it is written for speed: groups are found once each
-        by name, and with `packed` every call also carries its RESP (`ScriptCall.packed`)."""
+        by name."""
         if not beats:
             return 0
         now = _now_arg(now_ns)
@@ -163,7 +181,8 @@ class WritePlans(SettingsPlans):
         # every other group written: bad data costs only what it spoils.
         ttl_of: dict[tuple[str, str], int] = {}
         failed: dict[tuple[str, str], PresenceError] = {}
-        for name, ttl in zip(group_of, (yield from self._settled_ttls(every)), strict=True):
+        settled = yield from self._settings.settled_ttls(every)
+        for name, ttl in zip(group_of, settled, strict=True):
             if isinstance(ttl, Spoilt):
                 failed[name] = ttl.error()
             else:
@@ -181,7 +200,7 @@ class WritePlans(SettingsPlans):
             else [beats]
         )
         most = self.limits.beats
-        head = (now, INDEX_MARK_MS, self.events_kept, EVENT_LOG_TTL_MS, self._guard)
+        head = (now, INDEX_MARK_MS, self.scope.events_kept, EVENT_LOG_TTL_MS, self.scope.guard)
         for part in per_queue:
             for start in range(0, len(part), most):
                 batch = part[start : start + most]
@@ -197,9 +216,9 @@ class WritePlans(SettingsPlans):
                     progress = beat[5] if size == 6 else ""  # type: ignore[misc]
                     tail += (number, beat[2], beat[3], delay, progress)
                 names = list(numbers)
-                keys = self._write_keys([group_of[name] for name in names])
+                keys = self.scope.write_keys([group_of[name] for name in names])
                 args = (*head, *(ttl_of[name] for name in names), *tail)
-                calls.append(self._call("heartbeat_many", keys, args, pack=self._packed))
+                calls.append(self.scope.call("heartbeat_many", keys, args))
                 called.append((names, batch))
         # Each call on its own: one refused call (or group) must not hide what the others wrote.
         replies = (yield Partial(calls) if len(calls) > 1 else calls) if calls else []
@@ -226,9 +245,9 @@ class WritePlans(SettingsPlans):
                 unlisted += (group_of[names[int(number) - 1]] for number in reply[0])
                 logged.append((group_of[names[0]].events, int(reply[1])))
         if self.clustered:
-            yield from self._list_on_cluster(unlisted, logged)
+            yield from self._index.list_on_cluster(unlisted, logged)
         if len(unwritten) < total:
-            yield from self._claim()
+            yield from self._index.claim()
         if (
             len(unwritten) == total
             and replies
@@ -244,28 +263,28 @@ class WritePlans(SettingsPlans):
     ) -> Plan[bool]:
         """Forget one consumer (graceful shutdown) and log that it left, at `now_ns` (None:
         the server clock); returns whether it was tracked."""
-        self._writable("deregister")
+        self.scope.writable("deregister")
         queue, group, consumer = check_consumer_key(queue, group, consumer)
         now = _now_arg(check_now_ns(now_ns))
         return self._deregister(self.keys.group(queue, group), consumer, now)
 
     def _deregister(self, gk: GroupKeys, consumer: str, now: str) -> Plan[bool]:
-        args: list[str | int] = [consumer, now, self.events_kept, EVENT_LOG_TTL_MS]
+        args: list[str | int] = [consumer, now, self.scope.events_kept, EVENT_LOG_TTL_MS]
         if self.clustered:  # else the script checks the version
-            yield from self._protocol_checked()
-        (reply,) = yield [self._call("deregister", self._write_keys([gk]), args)]
+            yield from self._cache.protocol_checked()
+        (reply,) = yield [self.scope.call("deregister", self.scope.write_keys([gk]), args)]
         existed, emptied = int(reply[0]), int(reply[1])
         if self.clustered:
-            yield from self._list_on_cluster([], [(gk.events, int(reply[2]))])
+            yield from self._index.list_on_cluster([], [(gk.events, int(reply[2]))])
         if emptied:
-            yield from self._unlist([gk])
+            yield from self._index.unlist([gk])
         return existed == 1
 
     def describe(self, queue: str, group: str, consumer: str, meta: dict[str, str]) -> Plan[bool]:
         """Store the consumer's metadata (`check_meta`; an empty mapping removes it), written
         only when it changed; returns whether the consumer is tracked (an untracked one's
         metadata is not stored: it lives and dies with its consumer)."""
-        self._writable("describe")
+        self.scope.writable("describe")
         queue, group, consumer = check_consumer_key(queue, group, consumer)
         checked = check_meta(meta)
         value = encode_meta(checked) if checked else ""
@@ -280,7 +299,7 @@ class WritePlans(SettingsPlans):
     ) -> Plan[list[bool]]:
         """`describe` for many ``(queue, group, consumer, meta)``: one script call (one per
         queue on a cluster, one more per `Limits.beats`); returns whether each is tracked."""
-        self._writable("describe")
+        self.scope.writable("describe")
         items = []
         for index, (queue, group, consumer, meta) in enumerate(descriptions):
             try:
@@ -310,11 +329,11 @@ class WritePlans(SettingsPlans):
                     queue, group, consumer, value = items[i]
                     number = numbers.setdefault(self.keys.group(queue, group), len(numbers) + 1)
                     args += (number, consumer, value)
-                keys = self._write_keys(list(numbers))
-                calls.append(self._call("describe", keys, args))
+                keys = self.scope.write_keys(list(numbers))
+                calls.append(self.scope.call("describe", keys, args))
                 called.append(chunk)
         if self.clustered:  # else the script checks the version
-            yield from self._protocol_checked()
+            yield from self._cache.protocol_checked()
         replies = yield calls
         tracked = [False] * len(items)
         for chunk, reply in zip(called, replies, strict=True):
@@ -335,7 +354,7 @@ class WritePlans(SettingsPlans):
         how many. `ttl_ms` None is each group's shared TTL. Each call of ``prune.lua``
         visits at most `Limits.prune_consumers` consumers of `Limits.prune_groups` groups,
         and the next call resumes where it stopped."""
-        self._writable("prune_expired")
+        self.scope.writable("prune_expired")
         ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
         return self._prune(now, ttl, check_filter("queue", queue), check_filter("group", group))
@@ -343,7 +362,7 @@ class WritePlans(SettingsPlans):
     def _prune(
         self, now_ns: int | None, ttl_ms: int | None, queue: str | None, group: str | None
     ) -> Plan[int]:
-        now = str((yield from self._now(now_ns)))
+        now = str((yield from self.scope.now(now_ns)))
         budget = self.limits.prune_consumers
         removed = 0
         failed: dict[tuple[str, str], PresenceError] = {}
@@ -351,11 +370,11 @@ class WritePlans(SettingsPlans):
         after: Any = None
         aside: list[Skipped] = []
         while True:
-            groups, after = yield from self._listed(queue, group, after, aside)
+            groups, after = yield from self._index.listed(queue, group, after, aside)
             # A group whose shared TTL cannot be read is left in place, and named (as a group
             # with a key of another type is), and every other group pruned.
             spoilt: list[Skipped] = []
-            groups, ttls = yield from self._sound_ttls(groups, ttl_ms, spoilt)
+            groups, ttls = yield from self._settings.sound_ttls(groups, ttl_ms, spoilt)
             for item in spoilt:
                 failed.setdefault(
                     (item.queue or "", item.group or ""), PresenceDataError(item.reason)
@@ -367,22 +386,22 @@ class WritePlans(SettingsPlans):
             most = self.limits.prune_groups
             parts = [
                 (part[start : start + most], 0, 0)
-                for part in self._per_queue(groups)
+                for part in self._index.per_queue(groups)
                 for start in range(0, len(part), most)
             ]
             emptied: list[GroupKeys] = []
             logged: list[tuple[str, int]] = []
             while parts:
                 replies = yield [
-                    self._call(
+                    self.scope.call(
                         "prune",
-                        self._write_keys(part),
+                        self.scope.write_keys(part),
                         [
                             now,
                             budget,
                             below,
                             ties,
-                            self.events_kept,
+                            self.scope.events_kept,
                             EVENT_LOG_TTL_MS,
                             *(ttl_of[gk] for gk in part),
                         ],
@@ -404,15 +423,15 @@ class WritePlans(SettingsPlans):
                         going_on.append((part[stop - 1 :], int(reply[2]), int(reply[3])))
                 parts = going_on
             if self.clustered:
-                yield from self._list_on_cluster([], logged)
+                yield from self._index.list_on_cluster([], logged)
             if emptied:
-                yield from self._unlist(emptied)
+                yield from self._index.unlist(emptied)
             if after is None:
                 if queue is None:
                     # The event index is scored by the server's clock (as the logs expire),
                     # not by the instants of the events: a caller's now_ns a day ahead must
                     # not forget the logs that hold this very prune's events.
-                    server_ns = int(now) if now_ns is None else (yield from self._now(None))
+                    server_ns = int(now) if now_ns is None else (yield from self.scope.now(None))
                     yield from self._forget_logs(server_ns // NS_PER_MS - EVENT_LOG_TTL_MS)
                 _report(aside)
                 if failed:

@@ -58,7 +58,7 @@ from redis_presence.errors import (
     PresenceProtocolError,
     PresenceResyncRequired,
 )
-from redis_presence.events import LOG_LAG_MS, Cursor, PresenceEvent
+from redis_presence.events import LOG_LAG_MS, EventCursor, PresenceEvent
 from redis_presence.model import ConsumerPresence
 
 from .reads import PresenceData
@@ -121,7 +121,7 @@ class StreamsFull(Exception):
 
 def cursor_now_ns(cursor: str) -> int:
     """The instant up to which a cursor's events were given."""
-    return Cursor.decode(cursor).now_ns
+    return EventCursor.decode(cursor).now_ns
 
 
 def _hello(cursor: str) -> StreamMessage:

@@ -22,10 +22,9 @@ from prometheus_client.utils import floatToGoString
 
 from redis_presence import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
 from redis_presence.errors import PresenceDataError, PresenceError, PresenceProtocolError
+from redis_presence.model import NS_PER_S
 
 from .reads import GroupStats, PresenceData
-
-NS_PER_S = 1_000_000_000
 
 METRICS: dict[str, str] = {
     "redis_presence_up": (

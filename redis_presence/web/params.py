@@ -16,7 +16,7 @@ from urllib.parse import unquote
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from redis_presence.events import Cursor as EventCursor
+from redis_presence.events import EventCursor
 from redis_presence.model import PresenceState
 from redis_presence.validation import check_name
 

@@ -144,7 +144,7 @@ def declared_or_one(registry: PresenceRegistry, queue: str, group: str) -> int:
     return 1 if least is None else least
 
 
-def active_counts(
+def active_per_pair(
     registry: PresenceRegistry,
     pairs: Sequence[tuple[str, str]],
     *,
@@ -296,7 +296,7 @@ def groups_check(
             (q, g, least if least is not None else declared_or_one(app.registry(), q, g))
             for q, g, least in pairs_of(queues, groups, minimums)
         ]
-    active = active_counts(
+    active = active_per_pair(
         app.registry(), [(q, g) for q, g, _ in wanted], now_ns=app.now_ns, ttl_ms=app.ttl_ms
     )
     verdicts = [Verdict(q, g, n, m) for (q, g, m), n in zip(wanted, active, strict=True)]
