@@ -25,6 +25,7 @@ from waiting import wait_until
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,
+    PresenceConnectionError,
     PresenceState,
     RedisPresenceRegistry,
 )
@@ -121,10 +122,14 @@ def test_a_killed_master_fails_over_under_load(
             promoted = time.monotonic() - killed
             # The reporters lost no consumer: every one of them is there and active, and
             # every queue of the killed master is written on its new master.
+            # The reader's own client may still name the dead master for a read or two
+            # after the cluster says ok: such a read raises PresenceConnectionError (as
+            # docs/production.md says of calls during a failover) and counts as not yet.
             wait_until(
                 lambda: all(states().get(key) == PresenceState.ACTIVE for key in every | probed),
                 timeout_s=30,
                 what="every consumer active after the failover",
+                ignoring=(PresenceConnectionError,),
             )
             recovered = time.monotonic() - killed
             with cluster.client() as client:
