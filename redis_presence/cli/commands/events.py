@@ -47,10 +47,10 @@ def command(
 
     Stale and expired events use the TTL the brokers share ('redis-presence ttl').
     With --format json every line is one JSON object, flushed as it is written, and the
-    last line (at the end, or on Ctrl-C, SIGTERM or SIGHUP) is {"cursor": "..."}. When the event log was
-    trimmed past the cursor, --follow prints a "resync" line and goes on from a fresh
-    cursor (the events in between are lost: read 'ls' again if you keep a state);
-    without --follow it is an error (exit code 1).
+    last line (at the end, or on Ctrl-C, SIGTERM or SIGHUP) is {"cursor": "..."}. When the
+    event log was trimmed past the cursor, --follow prints a "resync" line and goes on
+    from a fresh cursor (the events in between are lost: read 'ls' again if you keep a
+    state); without --follow it is an error (exit code 1).
 
     \b
     Examples:
