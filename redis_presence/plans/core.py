@@ -221,6 +221,13 @@ class PlannerCore:
         a cluster, that of the index's node), in nanoseconds."""
         return (yield from self._now(None))
 
+    def epoch(self) -> Plan[str | None]:
+        """The epoch marker Redis holds now (None: none yet), as `changes` reads it: two reads
+        under different markers read different data (Redis lost or replaced its data in
+        between). Compared for equality only."""
+        (marker,) = yield [Command("GET", (self.keys.epoch,))]
+        return None if marker is None else _text(marker)
+
     def _now(self, now_ns: int | None) -> Plan[int]:
         """`now_ns`, or the server clock (on a cluster, the clock of the index's node)."""
         if now_ns is not None:

@@ -168,16 +168,22 @@ class Views:
             attention=_flag(request, "idle"),
         )
         # One page of groups (read and counted from the cursor on) and, meanwhile, the
-        # fleet's totals (one shared read of every group, at most `totals_cache_s` old).
+        # fleet's totals (one shared read of every group, at most `totals_cache_s` old),
+        # which must agree with the page: of its epoch, and holding what it shows; else
+        # read again, or "recounting" (None) when Redis's data changed in between.
         ask = paging.ask(request, paging.GROUPS_PAGE)
-        totals, (now_ns, page, ttl) = await asyncio.gather(
+        cached, reading = await asyncio.gather(
             service.reads.totals(), service.reads.group_page(where, page=ask)
         )
+        now_ns, page, ttl = reading.now_ns, reading.page, reading.ttl
+        totals = await service.reads.totals_for(reading, cached)
+        shown_totals = totals.to_dict() if totals is not None else None
         if _json_view(request):
             return _json(
                 {"now_ns": now_ns}
                 | ttl.to_dict()
-                | {"totals": totals.to_dict(), "groups": [group_json(g) for g in page.rows]}
+                | {"totals": shown_totals, "recounting": totals is None}
+                | {"groups": [group_json(g) for g in page.rows]}
                 | paging.cursors(page)
             )
         filters = {
@@ -202,7 +208,8 @@ class Views:
                 "ttl_ms": ttl.ttl_ms,
                 "filters": filters,
                 "groups": [group_json(g) for g in page.rows],
-                "totals": totals.to_dict(),
+                "totals": shown_totals,
+                "recounting": totals is None,
             }
             | paging.cursors(page),
         )
@@ -351,7 +358,7 @@ class Views:
 
     async def api_groups(self, request: Request) -> Response:
         where = GroupFilter(queue=_text(request, "queue"), group=_text(request, "group"))
-        now_ns, page, ttl = await self.service.reads.group_page(
+        now_ns, page, ttl, _ = await self.service.reads.group_page(
             where, page=paging.ask(request, paging.GROUPS_API)
         )
         return JSONResponse(

@@ -152,9 +152,14 @@ class GroupsReading(NamedTuple):
     ttl: TtlInUse
 
 
+UNSETTLED = "\x00unsettled"
+"""The epoch of totals whose read saw the epoch marker change under it (never a page's)."""
+
+
 class GroupTotals(NamedTuple):
-    """The fleet's totals from one read of every group (`registry.groups()`), and the
-    instant it was aged at (`read_at_ns`, the server's clock)."""
+    """The fleet's totals from one read of every group (`registry.groups()`), the instant
+    it was aged at (`read_at_ns`, the server's clock) and the epoch marker it was read
+    under (`Planner.epoch`)."""
 
     groups: int
     active: int
@@ -163,9 +168,12 @@ class GroupTotals(NamedTuple):
     nobody_reading: int
     below: int
     read_at_ns: int
+    epoch: str | None = None
 
     @classmethod
-    def of(cls, groups: Sequence[GroupStats], read_at_ns: int) -> GroupTotals:
+    def of(
+        cls, groups: Sequence[GroupStats], read_at_ns: int, epoch: str | None = None
+    ) -> GroupTotals:
         return cls(
             len(groups),
             sum(g.active for g in groups),
@@ -174,18 +182,36 @@ class GroupTotals(NamedTuple):
             sum(g.nobody_reading for g in groups),
             sum(g.below for g in groups),
             read_at_ns,
+            epoch,
         )
 
+    def contradicts(self, rows: Sequence[GroupStats]) -> bool:
+        """Whether `rows` (a page of groups, read later) hold more than these totals count,
+        in any count: they cannot both be true of one instant."""
+        sums = (
+            len(rows),
+            sum(g.active for g in rows),
+            sum(g.stale for g in rows),
+            sum(g.expired for g in rows),
+            sum(g.nobody_reading for g in rows),
+            sum(g.below for g in rows),
+        )
+        return any(shown > total for shown, total in zip(sums, self[:6], strict=True))
+
     def to_dict(self) -> dict[str, int]:
-        return self._asdict()
+        fields = self._asdict()
+        del fields["epoch"]
+        return fields
 
 
 class GroupsPageReading(NamedTuple):
-    """One page of groups, the instant it was read at and the TTL of the prefix."""
+    """One page of groups, the instant it was read at, the TTL of the prefix and the epoch
+    marker it was read under."""
 
     now_ns: int
     page: Page[GroupStats]
     ttl: TtlInUse
+    epoch: str | None = None
 
 
 def stats_from_rows(
@@ -361,8 +387,47 @@ class PresenceData:
         return await asyncio.shield(task)
 
     async def _read_totals(self) -> GroupTotals:
-        now, groups, _ = await self.groups()
-        return GroupTotals.of(groups, now)
+        """One read of every group, between two reads of the epoch marker: totals whose
+        marker changed meanwhile (Redis lost or replaced its data during the read) are
+        read once more, then marked UNSETTLED (no page agrees with them)."""
+        for _ in range(2):
+            before = await self.epoch()
+            now, groups, _ = await self.groups()
+            after = await self.epoch()
+            if before == after:
+                return GroupTotals.of(groups, now, after)
+        return GroupTotals.of(groups, now, UNSETTLED)
+
+    def forget_totals(self) -> None:
+        """The totals read so far are not served again (Redis could not be reached since:
+        what it holds now may be other data): the next page awaits a fresh read."""
+        self._totals = None
+
+    async def totals_for(self, page: GroupsPageReading, known: GroupTotals) -> GroupTotals | None:
+        """Totals that agree with `page` (`known`, the cached ones, if they do): of the
+        page's epoch, and either read after it or holding what it shows. Else a fresh read
+        begun after the page's; None when even that one is of another epoch (Redis lost or
+        replaced its data between the two reads: the totals are being recounted)."""
+        found: GroupTotals | None = known
+        for _ in range(3):
+            if (
+                found is not None
+                and found.epoch == page.epoch
+                and (found.read_at_ns > page.now_ns or not found.contradicts(page.page.rows))
+            ):
+                return found
+            self.forget_totals()
+            found = await self.totals()
+        return None
+
+    async def epoch(self) -> str | None:
+        """The epoch marker Redis holds now (`Planner.epoch`; None without one, or for a
+        registry that runs no plans)."""
+        registry = self.registry
+        if not hasattr(registry, "plans"):
+            return None
+        marker: str | None = await registry.execute(registry.plans.epoch())
+        return marker
 
     def _totals_done(self, task: asyncio.Task[GroupTotals]) -> None:
         if self._totals_task is task:
@@ -386,6 +451,7 @@ class PresenceData:
         the first page."""
         ttl = await self.ttl()
         now = await self.now_ns()
+        epoch = await self.epoch()
         options: dict[str, Any] = {
             "limit": page.limit,
             "queue": where.queue,
@@ -409,7 +475,7 @@ class PresenceData:
             backwards=backwards,
             from_cursor=edge is not None,
         )
-        return GroupsPageReading(now, shown, ttl)
+        return GroupsPageReading(now, shown, ttl, epoch)
 
     async def declared(self, queue: str, group: str) -> int | None:
         """The `min_active` the group was declared with (None: not declared)."""

@@ -1,0 +1,163 @@
+"""Views that never contradict themselves (issue 30 item 6), over Starlette's test client
+against a real redis-server: the groups page's totals come from the epoch of its rows (or
+say they are being recounted), a restore is a recount, the alarm cards stay true.
+
+Time is the app's `clock`; the totals are cached as a service caches them by default (a
+fresh read every 5 s, the last one served meanwhile for up to a minute).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from servers import MakeRedisServer
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+    from starlette.testclient import TestClient
+
+from redis_presence import RedisPresenceRegistry
+from redis_presence.web import WebConfig, create_app
+from redis_presence.web.reads import PresenceData
+
+pytestmark = [pytest.mark.redis_server, pytest.mark.timeout(60)]
+
+TTL_MS = 10_000
+MS = 1_000_000
+T0 = 1_796_000_000_000 * MS
+JSON = {"Accept": "application/json"}
+
+
+def make_client(url: str) -> TestClient:
+    config = WebConfig(url=url, ttl_ms=TTL_MS, read_cache_s=0, totals_cache_s=60.0)
+    return TestClient(
+        create_app(config, clock=lambda: T0),
+        base_url="http://127.0.0.1",
+        raise_server_exceptions=False,
+    )
+
+
+@pytest.fixture
+def writer(redis_url: str) -> Iterator[RedisPresenceRegistry]:
+    registry = RedisPresenceRegistry.from_url(redis_url, max_future_ms=None)
+    try:
+        yield registry
+    finally:
+        registry.close()
+
+
+def twin(client: TestClient) -> dict[str, Any]:
+    response = client.get("/", headers=JSON)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def agree(model: dict[str, Any]) -> None:
+    """The totals hold at least what the page's rows show, in every count (the rows are a
+    page of the groups the totals count)."""
+    totals, rows = model["totals"], model["groups"]
+    assert totals is not None
+    assert totals["groups"] >= len(rows)
+    for name in ("active", "stale", "expired"):
+        assert totals[name] >= sum(g[name] for g in rows), name
+    assert totals["nobody_reading"] >= sum(g["nobody_reading"] for g in rows)
+    assert totals["below"] >= sum(g["below"] for g in rows)
+
+
+def test_totals_after_redis_lost_its_data_are_those_of_the_new_data(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    """29 active consumers, the totals read (and cached); Redis loses its data (a flush:
+    a restart without persistence, without the service seeing an outage) and one
+    consumer beats again: the cards count the new data, never 29 above one row."""
+    writer.heartbeat_many([("orders", f"g{i % 3}", f"w{i}", 0) for i in range(29)], now_ns=T0)
+    with make_client(redis_url) as client:
+        before = twin(client)
+        assert before["totals"]["active"] == 29
+        writer.client.flushall()
+        writer.heartbeat("orders", "g0", "survivor", now_ns=T0)
+        after = twin(client)
+        assert [(g["group"], g["active"]) for g in after["groups"]] == [("g0", 1)]
+        assert after["recounting"] is False
+        assert (after["totals"]["groups"], after["totals"]["active"]) == (1, 1)
+        agree(after)
+
+
+def test_totals_read_before_an_outage_are_not_served_after_it(
+    make_redis_server: MakeRedisServer,
+) -> None:
+    """Redis restarts empty under the service (its reads fail meanwhile), then one
+    consumer beats: the first page after it counts what Redis holds now."""
+    server = make_redis_server()
+    writer = RedisPresenceRegistry.from_url(server.url, max_future_ms=None)
+    writer.heartbeat_many([("orders", "g", f"w{i}", 0) for i in range(12)], now_ns=T0)
+    with make_client(server.url) as client:
+        assert twin(client)["totals"]["active"] == 12
+        server.stop()
+        assert client.get("/", headers=JSON).status_code == 503
+        server.restart()  # the same port, no data
+        writer.close()
+        writer = RedisPresenceRegistry.from_url(server.url, max_future_ms=None)
+        writer.heartbeat("orders", "g", "again", now_ns=T0)
+        after = twin(client)
+        assert after["totals"]["active"] == 1
+        agree(after)
+    writer.close()
+
+
+def test_a_restore_after_empty_totals_is_a_recount_and_the_alarms_are_true(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    """The totals were read from an empty Redis (0 groups, nobody reading: none); then 200
+    consumers come back, none of them active, in 20 groups (a restore), first without the
+    epoch marker, then with one: never "0 groups, 0 nobody reading" above those rows."""
+    with make_client(redis_url) as client:
+        empty = twin(client)
+        assert (empty["totals"]["groups"], empty["totals"]["nobody_reading"]) == (0, 0)
+        old = T0 - 3 * TTL_MS * MS  # expired: nobody reads these groups
+        restored = [("orders", f"g{i % 20:02}", f"w{i:03}", 0) for i in range(200)]
+        writer.heartbeat_many(restored, now_ns=old)
+        writer.client.delete(writer.plans.keys.epoch)  # restored keys, without the marker
+        first = twin(client)
+        assert len(first["groups"]) == 20
+        assert all(g["nobody_reading"] for g in first["groups"])
+        assert (first["totals"]["groups"], first["totals"]["nobody_reading"]) == (20, 20)
+        agree(first)
+        html = client.get("/").text
+        card = re.search(
+            r'<div class="card alarm" data-total="nobody_reading">\s*<span class="n">20<', html
+        )
+        assert card is not None, html[:2_000]
+
+
+def test_totals_of_another_epoch_than_the_rows_are_a_recount(
+    redis_url: str, writer: RedisPresenceRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every read of the epoch marker finds another one (Redis keeps losing its data between
+    the page's read and the totals'): the page says the totals are being recounted, shows
+    no count it cannot vouch for, and its alarm cards count the page's own groups."""
+    writer.heartbeat("orders", "busy", "w1", now_ns=T0)
+    writer.heartbeat("orders", "idle", "w2", now_ns=T0 - 3 * TTL_MS * MS)  # nobody reads it
+    epochs = itertools.count()
+
+    async def epoch(self: PresenceData) -> str:
+        return f"epoch-{next(epochs)}"
+
+    monkeypatch.setattr(PresenceData, "epoch", epoch)
+    with make_client(redis_url) as client:
+        model = twin(client)
+        assert model["totals"] is None
+        assert model["recounting"] is True
+        assert [g["group"] for g in model["groups"]] == ["busy", "idle"]
+        html = client.get("/").text
+        assert 'class="cards recounting" id="totals"' in html
+        assert re.search(r'data-total="nobody_reading">\s*<span class="n">≥ 1<', html)
+        assert re.search(r'class="card alarm" data-total="nobody_reading"', html)
+        assert re.search(r'data-total="active"><span class="n">…<', html)
+        assert "Recounting the totals" in html
+        assert "of … (recounting)" in html
