@@ -602,6 +602,44 @@ def test_a_page_drops_consumers_lost_in_an_empty_restart(
             assert same_document(page)
 
 
+def test_a_charts_now_follows_the_cards_and_rows(page: Page, writer: RedisPresenceRegistry) -> None:
+    """Issue 30 item 6: a chart kept "2 now" under a "0 active" card. Here: two consumers
+    of a group leave under its open page, then one comes back: the chart's caption, label
+    and last point say what the card says; the groups page's sparkline follows its row."""
+    future = 4_000_000_000_000 * MS
+    for name in ("a", "b"):
+        writer.heartbeat("charts", "now", name, 0, now_ns=future)
+    live(page, "/group?queue=charts&group=now")
+    chart = page.locator("#active-chart svg")
+    now = page.locator("#active-chart figcaption")
+    active = page.locator('#group-stats [data-total="active"] .n')
+    expect(active).to_have_text("2")
+    expect(now).to_have_text(re.compile(r"\b2 now\b"))
+    expect(chart).to_have_attribute("aria-label", re.compile(r"\b2 now\b"))
+    for name in ("a", "b"):
+        writer.deregister("charts", "now", name)
+    expect(active).to_have_text("0", timeout=5_000)
+    expect(now).to_have_text(re.compile(r"\b0 now\b"))
+    expect(chart).to_have_attribute("aria-label", re.compile(r"\b0 now\b"))
+    last = page.evaluate(
+        "() => document.querySelector('#active-chart polyline.sure')"
+        ".getAttribute('points').trim().split(' ').pop()"
+    )
+    assert last == "600,118"  # the bottom of the box: 0
+    writer.heartbeat("charts", "now", "a", 0, now_ns=future)
+    expect(now).to_have_text(re.compile(r"\b1 now\b"), timeout=5_000)
+    assert same_document(page)
+    page.goto("/?group=now")
+    spark = page.locator("#groups tbody tr").filter(has_text="charts").locator("svg.spark")
+    expect(spark).to_have_attribute("aria-label", re.compile(r"\b1 now\b"))
+    writer.heartbeat("charts", "now", "b", 0, now_ns=future)
+    row = page.locator("#groups tbody tr").filter(has_text="charts")
+    expect(row.locator("td.num.active")).to_have_text("2", timeout=5_000)
+    expect(spark).to_have_attribute("aria-label", re.compile(r"\b2 now\b"))
+    writer.deregister("charts", "now", "a")
+    writer.deregister("charts", "now", "b")
+
+
 def card(page: Page, name: str) -> Locator:
     return page.locator(f'#totals [data-total="{name}"]')
 

@@ -161,3 +161,61 @@ def test_totals_of_another_epoch_than_the_rows_are_a_recount(
         assert re.search(r'data-total="active"><span class="n">…<', html)
         assert "Recounting the totals" in html
         assert "of … (recounting)" in html
+
+
+# -- charts: outages and changes of data are marked, not drawn as zero -------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_ns = T0
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+
+def test_a_chart_marks_an_outage_and_an_empty_restart_instead_of_drawing_zero(
+    make_redis_server: MakeRedisServer,
+) -> None:
+    """A group page read before Redis restarts empty, one that fails while it is down (at
+    T0 + 10 min), then the group's consumer beats again (T0 + 12 min): the group's chart
+    marks the outage (drawn over the line) and where the data changed, draws nothing
+    before it (before: the new log made the whole hour before "surely 0"), and says so."""
+    server = make_redis_server()
+    clock = Clock()
+    writer = RedisPresenceRegistry.from_url(server.url, max_future_ms=None)
+    writer.heartbeat("orders", "billing", "w1", now_ns=T0)
+    config = WebConfig(url=server.url, ttl_ms=TTL_MS, read_cache_s=0)
+    app = create_app(config, clock=clock)
+    page = {"queue": "orders", "group": "billing"}
+    with TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False) as client:
+        first = client.get("/group", params=page).text
+        assert 'class="outage"' not in first
+        clock.now_ns = T0 + 10 * 60_000 * MS
+        server.stop()
+        assert client.get("/group", params=page).status_code == 503
+        server.restart()  # empty
+        writer.close()
+        writer = RedisPresenceRegistry.from_url(server.url, max_future_ms=None)
+        clock.now_ns = T0 + 12 * 60_000 * MS
+        writer.heartbeat("orders", "billing", "w1", now_ns=clock.now_ns)
+        html = client.get("/group", params=page).text
+        model = client.get("/group", params=page, headers=JSON)
+        assert model.status_code == 200
+    writer.close()
+    chart = html[html.index('id="active-chart"') :]
+    chart = chart[: chart.index("</svg>")]
+    outage = re.search(r'<rect class="outage" x="([\d.]+)" y="0" width="([\d.]+)"', chart)
+    assert outage is not None, chart
+    # The window is the hour to T0 + 12 min (600 wide): from T0 + 10 min (x = 580) to the
+    # read that found Redis again, at T0 + 12 min (its right end).
+    assert (float(outage.group(1)), float(outage.group(2))) == (580.0, 20.0)
+    assert "Redis could not be reached from" in chart
+    change = re.search(r'<line class="data-change" x1="([\d.]+)"', chart)
+    assert change is not None
+    assert float(change.group(1)) == 600.0  # seen at the first read of the new data
+    nothing_before = re.search(r'<rect class="no-log" x="0" y="0" width="([\d.]+)"', chart)
+    assert nothing_before is not None  # the hour before is not this data's past
+    assert float(nothing_before.group(1)) == 600.0
+    assert "Redis lost or replaced its data between" in html
+    assert 'class="note outage-note"' in html

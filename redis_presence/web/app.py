@@ -192,7 +192,9 @@ class Views:
             "states": sorted(s.value for s in where.states),
             "idle": where.attention,
         }
-        sparks = await history.sparklines(service.reads, [(g.queue, g.group) for g in page.rows])
+        sparks = await history.sparklines(
+            service.reads, [(g.queue, g.group, g.active) for g in page.rows]
+        )
         context = service.context(
             request,
             now_ns=now_ns,
@@ -268,7 +270,9 @@ class Views:
             )
         past = None
         if group_page and queue is not None and group is not None:
-            past = await history.group_history(service.reads, queue, group)
+            past = await history.group_history(
+                service.reads, queue, group, active_now=stats.active if stats else None
+            )
         context = service.context(
             request,
             now_ns=now_ns,

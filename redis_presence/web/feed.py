@@ -616,6 +616,7 @@ class LiveFeed:
         of this outage): a failure after OUTAGE_GAP_S without one, while no poller is down
         (a route's failure, with no stream open to see Redis come back), starts a new one."""
         self.data.forget_totals()  # what Redis holds when it answers again may be other data
+        self.data.observed.unreachable()
         now = time.time_ns()
         gap = now - self._down_seen_ns > OUTAGE_GAP_S * 1e9
         ongoing = any(poller.down is not None for poller in self._pollers.values())

@@ -52,9 +52,11 @@ from typing import Any, NamedTuple
 
 from redis_presence import AsyncRedisPresenceRegistry, ConsumerPresence, PresenceState
 from redis_presence.errors import PresenceMetaError
+from redis_presence.events import Cursor as EventCursor
 from redis_presence.events import PresenceEvent
 from redis_presence.model import GroupPresence
 
+from .observed import Observed
 from .paging import Cursor, Page, PageAsk, group_key
 from .selection import ConsumerFilter, GroupFilter, PageCollector, page_of
 
@@ -320,6 +322,8 @@ class PresenceData:
         self._totals_task: asyncio.Task[GroupTotals] | None = None
         self.last_ttl = TtlInUse(ttl_ms, "option") if ttl_ms is not None else None
         """The TTL of the prefix the last read used (None before the first)."""
+        self.observed = Observed(clock)
+        """What this service saw of Redis lately (outages, changes of data), for the charts."""
 
     async def now_ns(self) -> int:
         """The instant reads are aged at: the fixed clock, or the Redis server's `TIME`."""
@@ -427,6 +431,7 @@ class PresenceData:
         if not hasattr(registry, "plans"):
             return None
         marker: str | None = await registry.execute(registry.plans.epoch())
+        self.observed.answered(marker)
         return marker
 
     def _totals_done(self, task: asyncio.Task[GroupTotals]) -> None:
@@ -671,9 +676,11 @@ class PresenceData:
         if now_ns is None:
             now_ns = None if self._clock is None else self._clock()
         options: dict[str, Any] = {} if limit is None else {"limit": limit}
-        return await self.registry.changes(
+        found = await self.registry.changes(
             cursor, now_ns=now_ns, queue=queue, group=group, **options
         )
+        self.observed.answered(EventCursor.decode(found[1]).epoch)  # the marker it read
+        return found
 
 
 __all__ = [
