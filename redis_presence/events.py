@@ -154,6 +154,41 @@ def logged_events(
     return out
 
 
+class Departure(NamedTuple):
+    """What a ``left`` or ``pruned`` entry of the log kept of a consumer that went: its
+    metadata as stored then (`keys.META_VALUE`, still to decode), and when it went."""
+
+    group: str
+    consumer: str
+    kind: EventKind
+    at_ns: int
+    meta: str
+
+
+def logged_departures(keys: Keyspace, queue: str, fields: Mapping[Any, Any]) -> list[Departure]:
+    """The metadata a ``left`` or ``pruned`` entry kept (its ``'m' + consumer`` fields,
+    `keys.EVENT_FIELDS`); none for another entry, or a foreign one."""
+
+    def text(value: Any) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    plain = {text(name): value for name, value in fields.items()}
+    kind = _LOGGED.get(text(plain.get("k", "")))
+    member = plain.get("g")
+    if kind not in (EventKind.LEFT, EventKind.PRUNED) or member is None:
+        return []
+    gk = keys.from_member(member)
+    if gk.queue != queue:
+        return []
+    out = []
+    for name, value in plain.items():
+        beat = plain.get("c" + name[1:]) if name.startswith("m") else None
+        parts = text(beat).split() if beat is not None else []
+        if len(parts) == STORED_FIELDS + 1 and parts[0].isdigit():
+            out.append(Departure(gk.group, name[1:], kind, int(parts[0]), text(value)))
+    return out
+
+
 def group_event(
     kind: EventKind, gk: GroupKeys, consumer: str, value: Any, ttl_ms: int
 ) -> PresenceEvent | None:

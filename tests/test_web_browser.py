@@ -640,6 +640,24 @@ def test_a_charts_now_follows_the_cards_and_rows(page: Page, writer: RedisPresen
     writer.deregister("charts", "now", "b")
 
 
+def test_a_consumer_that_left_shows_what_it_described_itself_with(
+    page: Page, writer: RedisPresenceRegistry
+) -> None:
+    """Issue 30 item 6: a consumer that left said "stored none" on its page. Its host, pid
+    and version now come from its `left` entry of the event log, as text (a hostile host
+    included), with when it left."""
+    writer.heartbeat("gone", "away", "w1", 0)
+    writer.describe("gone", "away", "w1", {"host": HOSTILE, "pid": "4242", "version": "9.9"})
+    writer.deregister("gone", "away", "w1")
+    page.goto("/consumer?queue=gone&group=away&consumer=w1")
+    expect(page.locator("#not-tracked")).to_be_visible()
+    expect(page.locator("#meta-from-log")).to_contain_text("From the event log")
+    expect(page.locator("#meta-from-log")).to_contain_text("when it left, at 20")
+    facts = page.locator("#consumer-meta dd.v")
+    expect(facts).to_have_text([HOSTILE, "4242", "9.9"])
+    expect(page.locator("#meta-empty")).to_have_count(0)
+
+
 def card(page: Page, name: str) -> Locator:
     return page.locator(f'#totals [data-total="{name}"]')
 

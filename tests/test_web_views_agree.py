@@ -219,3 +219,52 @@ def test_a_chart_marks_an_outage_and_an_empty_restart_instead_of_drawing_zero(
     assert float(nothing_before.group(1)) == 600.0
     assert "Redis lost or replaced its data between" in html
     assert 'class="note outage-note"' in html
+
+
+# -- a consumer that went keeps what it described itself with --------------------------
+
+
+def test_a_consumer_that_left_or_was_pruned_keeps_its_host_pid_and_version(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    """Its page said "describe stored none" once it left: the `left` (or `pruned`) entry of
+    the event log now keeps its metadata, and the page shows it, saying it is from the log
+    and when."""
+    meta = {"host": "web-7", "pid": "4242", "version": "1.2.3"}
+    writer.heartbeat("orders", "billing", "leaver", now_ns=T0 - 60_000 * MS)
+    writer.describe("orders", "billing", "leaver", meta)
+    writer.deregister("orders", "billing", "leaver", now_ns=T0 - 30_000 * MS)
+    writer.heartbeat("orders", "billing", "crashed", now_ns=T0 - 3 * TTL_MS * MS)
+    writer.describe("orders", "billing", "crashed", meta | {"host": "web-8"})
+    assert writer.prune_expired(now_ns=T0, ttl_ms=TTL_MS) == 1
+    with make_client(redis_url) as client:
+        for consumer, host, how in (
+            ("leaver", "web-7", "left"),
+            ("crashed", "web-8", "was pruned"),
+        ):
+            params = {"queue": "orders", "group": "billing", "consumer": consumer}
+            html = client.get("/consumer", params=params).text
+            assert 'id="not-tracked"' in html
+            assert "stored none" not in html
+            assert f"From the event log: what it had described itself with when it {how}" in html
+            shown = dict(re.findall(r'<dt class="k">([^<]+)</dt><dd class="v">([^<]+)</dd>', html))
+            assert shown == meta | {"host": host}
+            model = client.get(f"/api/v1/consumers/orders/billing/{consumer}").json()
+            assert model["row"] is None
+            assert model["meta"] == {}
+            assert model["departed"]["meta"] == meta | {"host": host}
+            assert model["departed"]["kind"] == ("left" if how == "left" else "pruned")
+
+
+def test_the_log_keeps_no_metadata_another_program_wrote_too_long(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    """Metadata longer than any this package writes (another program's) is not copied into
+    the log: the `left` entry has its beat field only."""
+    writer.heartbeat("orders", "billing", "odd", now_ns=T0)
+    gk = writer.plans.keys.group("orders", "billing")
+    writer.client.hset(gk.meta, "odd", "x" * 7_000)
+    writer.deregister("orders", "billing", "odd", now_ns=T0)
+    (_, fields), *_ = writer.client.xrevrange(gk.events, count=1)
+    assert fields[b"k"] == b"left"
+    assert sorted(fields) == [b"codd", b"g", b"k"]

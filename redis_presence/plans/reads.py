@@ -10,8 +10,16 @@ from operator import attrgetter
 from typing import Any
 
 from ..errors import PresenceDataError, PresenceMetaError
-from ..events import EventKind, PresenceEvent, group_event, logged_events, sorted_events, window
-from ..history import GroupLog
+from ..events import (
+    EventKind,
+    PresenceEvent,
+    group_event,
+    logged_departures,
+    logged_events,
+    sorted_events,
+    window,
+)
+from ..history import Departed, GroupLog
 from ..keys import GroupKeys, decode_meta
 from ..model import (
     DEFAULT_PRESENCE_TTL_MS,
@@ -455,12 +463,23 @@ class ReadPlans(SettingsPlans):
         infos_of = iter(infos)
         events: dict[str, list[PresenceEvent]] = {}
         reach: dict[str, int | None] = {}
+        gone: dict[tuple[str, str], dict[str, Departed]] = {}  # newest first, as read
         for queue, entries in zip(queues, read, strict=True):
             found = [
                 item
                 for entry_id, fields in entries
                 for item in logged_events(self.keys, queue, entry_id, fields)
             ]
+            for _, fields in entries:
+                for d in logged_departures(self.keys, queue, fields):
+                    known = gone.setdefault((queue, d.group), {})
+                    if d.consumer in known:
+                        continue
+                    try:
+                        meta = decode_meta(self.keys.group(queue, d.group).meta, d.consumer, d.meta)
+                    except PresenceDataError:  # another program's: not shown
+                        continue
+                    known[d.consumer] = Departed(d.consumer, d.kind, d.at_ns, meta)
             events[queue] = sorted_events(found)
             info = next(infos_of) if entries else None
             added, length = _log_counts(info)
@@ -522,6 +541,7 @@ class ReadPlans(SettingsPlans):
                     tuple(sorted(crossings, key=attrgetter("at_ns"))),
                     reach[gk.queue],
                     capped=any(len(names[j]) >= line for j in (2 * i, 2 * i + 1)),
+                    departures=tuple(gone.get((gk.queue, gk.group), {}).values()),
                 )
             )
         return out

@@ -322,6 +322,7 @@ class Views:
             row=view.row,
             meta=view.meta,
             meta_error=view.meta_error,
+            departed=view.departed,
             log=view.log,
             timeline=view.timeline,
             stuck_after_ms=stuck_after_ms,
@@ -345,13 +346,17 @@ class Views:
             raise HTTPException(
                 404, f"group {queue!r}/{group!r} has no consumer {consumer!r} (nor had this hour)"
             )
-        model = view.log.to_dict() | {
-            "consumer": consumer,
-            "row": None if view.row is None else consumer_json(view.row, with_meta=False),
-            "meta": dict(view.meta),
-            "meta_error": view.meta_error,
-            "timeline": [t.to_dict() for t in view.timeline],
-        }
+        model = (
+            view.log.to_dict()
+            | {
+                "consumer": consumer,
+                "row": None if view.row is None else consumer_json(view.row, with_meta=False),
+                "meta": dict(view.meta),
+                "meta_error": view.meta_error,
+                "timeline": [t.to_dict() for t in view.timeline],
+            }
+            | view.to_dict()
+        )
         return view, model
 
     # -- the JSON API

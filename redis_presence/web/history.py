@@ -20,6 +20,7 @@ from redis_presence.errors import PresenceMetaError
 from redis_presence.formatting import iso_utc
 from redis_presence.history import (
     HISTORY_WINDOW_NS,
+    Departed,
     GroupLog,
     Series,
     Transition,
@@ -185,6 +186,16 @@ class ConsumerView(NamedTuple):
     timeline: list[Transition]
     meta_error: str | None = None
     """Why its metadata is not shown (another program's, unreadable); None: it is."""
+    departed: Departed | None = None
+    """Not tracked now: the metadata the event log kept when it last left or was pruned."""
+
+    def to_dict(self) -> dict[str, object]:
+        gone = self.departed
+        return {
+            "departed": None
+            if gone is None
+            else {"kind": gone.kind.value, "at_ns": gone.at_ns, "meta": gone.meta}
+        }
 
 
 async def _logs(
@@ -244,8 +255,16 @@ async def consumer_view(reads: PresenceData, queue: str, group: str, consumer: s
     except PresenceMetaError as exc:  # another program's: shown as unreadable, not a 502
         meta, meta_error = NO_META, str(exc)
     (log,) = await _logs(reads, [(queue, group)], GROUP_ENTRIES)
+    departed = None
+    if row is None:  # gone: what the log kept of it when it went
+        departed = next((d for d in log.departures if d.consumer == consumer), None)
     return ConsumerView(
-        row, meta, log, timeline(log, TIMELINE_LIMIT, consumer), meta_error=meta_error
+        row,
+        meta,
+        log,
+        timeline(log, TIMELINE_LIMIT, consumer),
+        meta_error=meta_error,
+        departed=departed,
     )
 
 
