@@ -48,6 +48,9 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "pages": lambda server, sizes: importlib.import_module("benchmarks.pages").case_pages(
         server, sizes
     ),
+    "streams": lambda server, sizes: importlib.import_module("benchmarks.streams").case_streams(
+        server, sizes
+    ),
 }
 """Every case, in the order of issue 6, then the CLI's startup; the keys are the JSON's ``cases``
 keys."""

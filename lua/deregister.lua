@@ -1,5 +1,5 @@
 -- deregister.lua: forget one consumer (graceful shutdown) and its metadata, and log that it
--- left.
+-- left (with the metadata it had: 'm' .. consumer, see log_meta in lib.lua).
 -- KEYS: group_keys(1) and meta_key(1) of lib.lua (sorted set, hash, index mark, event log,
 --       metadata), then INDEX, EVENTS, EPOCH and the protocol version on a standalone
 --       server
@@ -18,13 +18,16 @@ if err then return err end
 local zset, data, mark = group_keys(1)
 local old = redis.call('HGET', data, ARGV[1])
 if old and not parse_beat(old) then return redis.error_reply(corrupt(2, ARGV[1], old)) end
+local meta = redis.call('HGET', meta_key(1), ARGV[1])
 local existed = redis.call('ZREM', zset, ARGV[1])
 redis.call('HDEL', data, ARGV[1])
 redis.call('HDEL', meta_key(1), ARGV[1])
 local logged = 0
 if old then
   local _, _, now = now_parts(ARGV[2])
-  logged = append_event(1, ARGV[3], ARGV[4], 'left', {'c' .. ARGV[1], now .. ' ' .. beat_part(old)})
+  local fields = {'c' .. ARGV[1], now .. ' ' .. beat_part(old)}
+  log_meta(fields, ARGV[1], meta)  -- what it described itself with, kept by the log
+  logged = append_event(1, ARGV[3], ARGV[4], 'left', fields)
 end
 local emptied = 0
 if existed == 1 and redis.call('EXISTS', zset) == 0 then

@@ -242,6 +242,20 @@ local function mark_epoch(id)
   redis.pcall('SET', EPOCH, t[1] .. '.' .. t[2] .. ':' .. id, 'NX')
 end
 
+-- The longest stored metadata a `left` or `pruned` entry carries (MAX_STORED_META_CHARS of
+-- redis_presence/keys.py: the longest a valid mapping is spelled); a longer value (another
+-- program's) is not copied into the log.
+local MAX_LOGGED_META = 6 * 1024 + 6 * 16 + 2
+
+-- Add the 'm' .. consumer field of a `left` or `pruned` entry to `fields`: the consumer's
+-- metadata as stored when it went (`meta`: its value in meta_key(g), or false for none).
+local function log_meta(fields, consumer, meta)
+  if meta and #meta <= MAX_LOGGED_META then
+    fields[#fields + 1] = 'm' .. consumer
+    fields[#fields + 1] = meta
+  end
+end
+
 -- Append one entry to group g's event log (redis_presence/keys.py, EVENT_FIELDS): the kind,
 -- the group's hash key, then `fields`, a flat list of 'c' .. consumer (so no name meets
 -- 'k' or 'g'), 'at_ns registered_ns last_heartbeat_ns lease_count'. The log keeps about

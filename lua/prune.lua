@@ -1,5 +1,5 @@
 -- prune.lua: remove the expired consumers of the given groups (and their metadata), visiting
--- at most a budget, and log who was pruned.
+-- at most a budget, and log who was pruned (with the metadata each had: log_meta in lib.lua).
 -- KEYS: group_keys(g) and meta_key(g) of lib.lua for each group g = 1..GROUPS, then INDEX,
 --       EVENTS, EPOCH and the protocol version on a standalone server
 -- ARGV[1] now_ns as a decimal string (the caller reads the server clock once for a whole
@@ -86,6 +86,8 @@ for g = 1, GROUPS do
       stop, resume_below, resume_ties = g, below + spoilt_below, offset + kept
     end
     if #gone > 0 then
+      local metas = redis.call('HMGET', meta_key(g), unpack(gone))
+      for i, consumer in ipairs(gone) do log_meta(fields, consumer, metas[i]) end
       redis.call('ZREM', zset, unpack(gone))
       redis.call('HDEL', data, unpack(gone))
       redis.call('HDEL', meta_key(g), unpack(gone))

@@ -207,6 +207,41 @@ def foreign_entries(log: str, queue: str, aside: list[tuple[str, str]]) -> list[
     ]
 
 
+class Departure(NamedTuple):
+    """What a ``left`` or ``pruned`` entry of the log kept of a consumer that went: its
+    metadata as stored then (`keys.META_VALUE`, still to decode), and when it went."""
+
+    group: str
+    consumer: str
+    kind: EventKind
+    at_ns: int
+    meta: str
+
+
+def logged_departures(keys: Keyspace, queue: str, fields: Mapping[Any, Any]) -> list[Departure]:
+    """The metadata a ``left`` or ``pruned`` entry kept (its ``'m' + consumer`` fields,
+    `keys.EVENT_FIELDS`); none for another entry, or a foreign one."""
+
+    plain = {_plain(name): value for name, value in fields.items()}
+    kind = _LOGGED.get(_plain(plain.get("k", "")))
+    member = plain.get("g")
+    if kind not in (EventKind.LEFT, EventKind.PRUNED) or member is None:
+        return []
+    try:
+        gk = keys.from_member(member)
+    except PresenceDataError:  # another program's entry: `logged_events` reports it
+        return []
+    if gk.queue != queue:
+        return []
+    out = []
+    for name, value in plain.items():
+        beat = plain.get("c" + name[1:]) if name.startswith("m") else None
+        numbers = _event_numbers(beat) if beat is not None else None
+        if numbers is not None:
+            out.append(Departure(gk.group, name[1:], kind, numbers[0], _plain(value)))
+    return out
+
+
 def group_event(
     kind: EventKind, gk: GroupKeys, consumer: str, value: Any, ttl_ms: int
 ) -> PresenceEvent | None:

@@ -27,6 +27,15 @@ HISTORY_WINDOW_NS = 3_600 * 1_000_000_000
 """How far back the dashboard's pictures look (an hour)."""
 
 
+class Departed(NamedTuple):
+    """A consumer's metadata as the log kept it when it left or was pruned (at `at_ns`)."""
+
+    consumer: str
+    kind: EventKind
+    at_ns: int
+    meta: dict[str, str]
+
+
 class GroupLog(NamedTuple):
     """What one read of a group's recent past found (`Planner.group_logs`)."""
 
@@ -49,6 +58,9 @@ class GroupLog(NamedTuple):
     about (it was trimmed, or the read's bound was reached)."""
     capped: bool = False
     """The crossings read hit their bound: more consumers crossed a line than were read."""
+    departures: tuple[Departed, ...] = ()
+    """For each consumer of the group that left or was pruned in the entries read, the
+    metadata the newest such entry kept (`keys.EVENT_FIELDS`), newest first."""
 
     @property
     def start_ns(self) -> int:
@@ -260,6 +272,7 @@ def timeline(log: GroupLog, limit: int, consumer: str | None = None) -> list[Tra
 
 __all__ = [
     "HISTORY_WINDOW_NS",
+    "Departed",
     "GroupLog",
     "Series",
     "Span",

@@ -79,13 +79,17 @@ per mapping, so a script tells a change by comparing strings (`encode_meta`)."""
 
 EVENT_FIELDS = (
     "k: kind, g: the group's hash key, "
-    "'c' + consumer: 'at_ns registered_ns last_heartbeat_ns lease_count'"
+    "'c' + consumer: 'at_ns registered_ns last_heartbeat_ns lease_count', "
+    "then in left and pruned entries 'm' + consumer: its metadata (META_VALUE) if it had any"
 )
 """One entry of ``P:{Q}:events``: the kind, the group (its hash key, an index member), then
-one field per consumer the event is about, valued by four decimal integers. One script call
-writes one entry per (kind, group), so a prune of a thousand consumers is one entry.
-``append_event`` in ``lua/lib.lua`` is the only writer; `redis_presence.events` the only
-reader."""
+one field per consumer the event is about, valued by four decimal integers; a ``left`` or
+``pruned`` entry also keeps the metadata each consumer had when it went (``'m' +
+consumer``, its stored value, unless longer than MAX_STORED_META_CHARS: ``log_meta`` in
+``lua/lib.lua``), so a consumer's page still says which host, pid and version it was once
+it is gone. One script call writes one entry per (kind, group), so a prune of a thousand
+consumers is one entry. ``append_event`` in ``lua/lib.lua`` is the only writer;
+`redis_presence.events` the only reader (which skips fields it does not know)."""
 
 
 SETTING_VALUE = "1 to 10**12 ms in ASCII decimal digits"

@@ -29,6 +29,7 @@ CASES = (
     "node",
     "queues",
     "pages",
+    "streams",
 )
 
 

@@ -3,7 +3,7 @@
 Real processes on a real server: `watch` shows an active consumer's real age and leases
 (not "<=57s ago" and the leases of its last event), re-reads after Redis restarted empty
 (no ghosts), says it cannot reach a Redis it never reached (not "no consumers"), and
-`events --follow` prints its resume cursor on SIGTERM as on Ctrl-C.
+`events --follow` prints its resume cursor on SIGTERM and SIGHUP as on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -160,9 +160,13 @@ def test_watch_that_never_reached_redis_says_it_cannot() -> None:
     assert re.search(r"Redis unreachable since \d\d:\d\d:\d\d", output), output
 
 
-def test_events_follow_prints_its_cursor_on_sigterm(redis_url: str) -> None:
-    """SIGTERM (what a container runtime or systemd sends) ends `events --follow` as
-    Ctrl-C does: exit code 0, and the last line is the cursor to resume from."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_events_follow_prints_its_cursor_on_sigterm_and_sighup(
+    redis_url: str, signum: signal.Signals
+) -> None:
+    """SIGTERM (what a container runtime or systemd sends) and SIGHUP (its terminal closed,
+    or a supervisor's reload) end `events --follow` as Ctrl-C does: exit code 0, and the
+    last line is the cursor to resume from."""
     proc = subprocess.Popen(
         [*CLI, "--url", redis_url, "events", "--follow", "--format", "json", "--interval", "0.1"],
         stdout=subprocess.PIPE,
@@ -175,7 +179,7 @@ def test_events_follow_prints_its_cursor_on_sigterm(redis_url: str) -> None:
     with RedisPresenceRegistry.from_url(redis_url) as registry:
         registry.heartbeat("orders", "billing", "w1")
     time.sleep(0.3)  # a read or two; what is asserted is the end, whenever it comes
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     lines = [json.loads(line) for line in out.splitlines()]

@@ -8,200 +8,42 @@ Waits are Playwright's auto-retrying expectations with a deadline, never fixed s
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-import shutil
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from browser_pages import (  # noqa: F401 (the fixtures, used by name)
+    HOSTILE,
+    MS,
+    TTL_MS,
+    beating,
+    browser,
+    json_reads,
+    keep_screenshot,
+    live,
+    page,
+    redis_url_module,
+    row,
+    same_document,
+    service,
+    settled,
+    writer,
+)
 from playwright.sync_api import (
     Browser,
-    ConsoleMessage,
-    Dialog,
     Error,
-    Locator,
     Page,
     expect,
-    sync_playwright,
 )
-from servers import RedisServer
 from waiting import wait_until
-from webservers import ROOT, Broker, ServeProcess, need_tool
+from webservers import Broker, ServeProcess
 
 from redis_presence import PresenceState, RedisPresenceRegistry
 from redis_presence.web.security import CONTENT_SECURITY_POLICY
 
-TTL_MS = 2_000
-MS = 1_000_000
-TOKEN = "browser-t0ken"
-HOSTILE = "<img src=x onerror=alert(1)>"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-_SERVICES: list[ServeProcess] = []
-SCREENSHOT_ENV = "REDIS_PRESENCE_SCREENSHOTS"
-"""Set to a directory (e.g. docs) to keep the screenshots the tests take."""
-
 pytestmark = [pytest.mark.slow, pytest.mark.redis_server, pytest.mark.timeout(120)]
-
-
-@pytest.fixture(scope="module")
-def redis_url_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with RedisServer(dir=tmp_path_factory.mktemp("redis-browser")) as server:
-        yield server.url
-
-
-@pytest.fixture(scope="module")
-def writer(redis_url_module: str) -> Iterator[RedisPresenceRegistry]:
-    # Some rows are stamped far in the future so that they stay active for the whole test:
-    # the clock guard, which would refuse them, is off for this writer.
-    registry = RedisPresenceRegistry.from_url(redis_url_module, max_future_ms=None)
-    registry.set_ttl(TTL_MS)  # what the brokers, the service and its events share
-    try:
-        yield registry
-    finally:
-        registry.close()
-
-
-@pytest.fixture(scope="module")
-def service(redis_url_module: str, writer: RedisPresenceRegistry) -> Iterator[ServeProcess]:
-    with ServeProcess(
-        redis_url_module,  # no --ttl-ms: the shared TTL
-        env={"REDIS_PRESENCE_AUTH_TOKEN": TOKEN},
-        token=TOKEN,
-    ) as serve:
-        _SERVICES.append(serve)
-        yield serve
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    executable = need_tool("chromium", "chromium")
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
-@contextlib.contextmanager
-def open_page(browser: Browser, base_url: str) -> Iterator[Page]:
-    """A page in a fresh browser context on `base_url` that fails its test when a name ran
-    as code, the page's script failed, or the browser refused anything under the page's
-    Content-Security-Policy."""
-    context = browser.new_context(
-        base_url=base_url,
-        http_credentials={"username": "ops", "password": TOKEN},
-        viewport={"width": 1280, "height": 860},
-    )
-    context.set_default_timeout(10_000)
-    page = context.new_page()
-    dialogs: list[str] = []
-    errors: list[str] = []
-    refused: list[str] = []
-
-    def refuse(dialog: Dialog) -> None:
-        dialogs.append(dialog.message)
-        dialog.dismiss()
-
-    def console(message: ConsoleMessage) -> None:
-        if message.type == "error" and "Content Security Policy" in message.text:
-            refused.append(message.text)
-
-    page.on("dialog", refuse)
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.on("console", console)
-    reads: list[str] = []
-    page.on(
-        "request",
-        lambda request: (
-            reads.append(request.url)
-            if request.headers.get("accept") == "application/json"
-            else None
-        ),
-    )
-    page.__dict__["json_reads"] = reads
-    page.__dict__["csp_refused"] = refused
-    try:
-        yield page
-    finally:
-        context.close()
-    assert dialogs == [], "a name ran as code"
-    assert errors == [], "the page's script failed"
-    assert refused == [], "the browser refused something under the page's CSP"
-
-
-@pytest.fixture
-def page(browser: Browser, service: ServeProcess) -> Iterator[Page]:
-    with open_page(browser, service.base_url) as opened:
-        yield opened
-
-
-def live(page: Page, path: str) -> None:
-    """Open `path` and wait until its event stream is connected; mark the document so a
-    reload would show."""
-    page.goto(path)
-    try:
-        expect(page.locator("#live")).to_have_attribute("data-state", "live", timeout=10_000)
-    except AssertionError as exc:
-        log = _SERVICES[-1].stderr[-4000:] if _SERVICES else ""
-        raise AssertionError(f"{exc}\nservice log:\n{log}") from None
-    page.evaluate("window.__same_document = true")
-
-
-def same_document(page: Page) -> bool:
-    return bool(page.evaluate("window.__same_document === true"))
-
-
-def json_reads(page: Page) -> int:
-    """How many times the page's script read its JSON twin (a read of what it shows)."""
-    return len(page.__dict__["json_reads"])
-
-
-def settled(page: Page) -> int:
-    """Wait for the one read a page takes when its stream opens; how many reads so far."""
-    wait_until(lambda: json_reads(page) >= 1, timeout_s=10, what="the page's catch-up read")
-    page.wait_for_load_state("networkidle")
-    return json_reads(page)
-
-
-def row(page: Page, consumer: str) -> Locator:
-    return page.locator("#consumers tbody tr").filter(
-        has=page.locator("td.consumer", has_text=consumer)
-    )
-
-
-def beating(writer: RedisPresenceRegistry, *consumers: str) -> None:
-    """Wait until every named consumer has beaten (broker processes take a moment)."""
-    wait_until(
-        lambda: set(consumers) <= {r.consumer for r in writer.snapshot(ttl_ms=TTL_MS)},
-        timeout_s=20,
-        what=f"{consumers} to beat",
-    )
-
-
-def keep_screenshot(page: Page, tmp_path: Path, name: str) -> Path:
-    shot = tmp_path / name
-    page.screenshot(path=str(shot), full_page=True)
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert shot.stat().st_size > 10_000
-    keep = os.environ.get(SCREENSHOT_ENV)
-    if keep:
-        shutil.copyfile(shot, ROOT / keep / name)
-    return shot
 
 
 def test_the_page_asks_for_the_token(browser: Browser, service: ServeProcess) -> None:
@@ -465,176 +307,6 @@ def test_declared_groups_stuck_consumers_and_metadata(
         writer.deregister("vault", "guards", consumer)
     writer.unexpect("vault", "keepers")
     writer.unexpect("vault", "porters")
-
-
-# -- Redis going away under an open page, and coming back empty ------------------------------
-
-
-@pytest.fixture(scope="module")
-def outage_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A server of its own that the outage tests stop and start again (empty: no
-    persistence) under an open page, on the same port."""
-    with RedisServer(dir=tmp_path_factory.mktemp("redis-outage")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def outage_service(outage_server: RedisServer) -> Iterator[ServeProcess]:
-    with ServeProcess(outage_server.url, env={"REDIS_PRESENCE_AUTH_TOKEN": TOKEN}) as serve:
-        _SERVICES.append(serve)
-        yield serve
-
-
-@pytest.fixture
-def outage(outage_server: RedisServer) -> Iterator[RedisPresenceRegistry]:
-    """A writer on the outage server, which is running (and empty) again afterwards."""
-    if not outage_server.is_running:
-        outage_server.restart()
-    outage_server.client().flushall()
-    registry = RedisPresenceRegistry.from_url(outage_server.url, max_future_ms=None)
-    try:
-        yield registry
-    finally:
-        registry.close()
-        if not outage_server.is_running:
-            outage_server.restart()
-
-
-def ghosts(writer: RedisPresenceRegistry) -> None:
-    """Two consumers beating from the future (active however long the test takes)."""
-    future = 4_000_000_000_000 * MS
-    writer.heartbeat("orders", "ghosts", "ghost-1", 2, now_ns=future)
-    writer.heartbeat("orders", "ghosts", "ghost-2", 0, now_ns=future)
-
-
-UNREACHABLE = re.compile(r"Redis unreachable since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
-
-
-def test_a_page_never_shows_rows_as_live_while_redis_is_unreachable(
-    browser: Browser,
-    outage_server: RedisServer,
-    outage_service: ServeProcess,
-    outage: RedisPresenceRegistry,
-    tmp_path: Path,
-) -> None:
-    ghosts(outage)
-    with (
-        open_page(browser, outage_service.base_url) as group,
-        open_page(browser, outage_service.base_url) as overview,
-    ):
-        live(group, "/group?queue=orders&group=ghosts")
-        live(overview, "/")
-        expect(row(group, "ghost-1").locator(".pill")).to_have_text("active")
-        settled(group)
-        outage_server.stop()
-        for page in (group, overview):
-            expect(page.locator("#banner")).to_be_visible()
-            expect(page.locator("#banner")).to_have_text(UNREACHABLE)
-            expect(page.locator("#live")).to_have_attribute("data-state", "down")
-            expect(page.locator("#live")).not_to_have_text("live")
-        # No row, pill or count still claims to be active: each is marked unknown.
-        for consumer in ("ghost-1", "ghost-2"):
-            expect(row(group, consumer)).to_have_class(re.compile(r"\bunknown\b"))
-            expect(row(group, consumer).locator(".pill")).to_have_text("unknown")
-        expect(group.locator("#consumers .pill.active")).to_have_count(0)
-        expect(group.locator("#group-stats")).to_have_class(re.compile(r"\bunknown\b"))
-        ghosts_row = overview.locator("#groups tbody tr").filter(has_text="ghosts")
-        expect(ghosts_row).to_have_class(re.compile(r"\bunknown\b"))
-        expect(overview.locator("#totals")).to_have_class(re.compile(r"\bunknown\b"))
-        keep_screenshot(group, tmp_path, "dashboard-unreachable.png")
-        # The page's own reads (503: Redis is down) keep it so.
-        group.reload()
-        expect(group.locator("#banner")).to_have_text(UNREACHABLE)
-        expect(group.locator("#live")).to_have_attribute("data-state", "down")
-
-
-OTHER_VERSION = re.compile(
-    r"Cannot read this prefix since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(presence:protocol says "
-    r'this prefix was written by protocol version "2"'
-)
-
-
-def test_a_page_says_which_protocol_version_wrote_the_prefix_not_that_redis_is_down(
-    browser: Browser,
-    outage_server: RedisServer,
-    outage_service: ServeProcess,
-    outage: RedisPresenceRegistry,
-) -> None:
-    """A newer release claims the prefix under an open page (issue 30, item 4): the page
-    says so, not "Redis unreachable", and claims nothing live; back to version 1, it is
-    live again."""
-    ghosts(outage)
-    path = "/group?queue=orders&group=ghosts"
-    with open_page(browser, outage_service.base_url) as group, outage_server.client() as admin:
-        live(group, path)
-        expect(row(group, "ghost-1").locator(".pill")).to_have_text("active")
-        settled(group)
-        admin.set("presence:protocol", "2")
-        # The feed reads the version again within TTL_CACHE_MS.
-        expect(group.locator("#banner")).to_have_text(OTHER_VERSION, timeout=20_000)
-        expect(group.locator("#banner")).not_to_have_text(UNREACHABLE)
-        expect(group.locator("#live")).to_have_attribute("data-state", "down")
-        expect(row(group, "ghost-1")).to_have_class(re.compile(r"\bunknown\b"))
-        expect(group.locator("#consumers .pill.active")).to_have_count(0)
-        group.reload()  # the page's own read: a 502 page naming the version
-        expect(group.locator(".message")).to_contain_text('written by protocol version "2"')
-        admin.set("presence:protocol", "1")
-        live(group, path)
-        expect(row(group, "ghost-1").locator(".pill")).to_have_text("active")
-
-
-def test_a_page_drops_consumers_lost_in_an_empty_restart(
-    browser: Browser,
-    outage_server: RedisServer,
-    outage_service: ServeProcess,
-    outage: RedisPresenceRegistry,
-) -> None:
-    ghosts(outage)
-    outage.heartbeat("orders", "ghosts", "survivor", 0, now_ns=4_000_000_000_000 * MS)
-    outage.heartbeat("orders", "vanished", "ghost-3", 0, now_ns=4_000_000_000_000 * MS)
-    with (
-        open_page(browser, outage_service.base_url) as group,
-        open_page(browser, outage_service.base_url) as gone,
-        open_page(browser, outage_service.base_url) as overview,
-    ):
-        live(group, "/group?queue=orders&group=ghosts")
-        live(gone, "/group?queue=orders&group=vanished")
-        live(overview, "/")
-        expect(row(group, "ghost-1")).to_have_count(1)
-        expect(row(gone, "ghost-3")).to_have_count(1)
-        ghosts_row = overview.locator("#groups tbody tr").filter(has_text="ghosts")
-        expect(ghosts_row.locator("td.num.active")).to_have_text("3")
-        settled(group)
-        outage_server.stop()
-        for page in (group, gone, overview):
-            expect(page.locator("#banner")).to_have_text(UNREACHABLE)
-        expect(row(gone, "ghost-3").locator(".pill")).to_have_text("unknown")
-        outage_server.restart()  # the same port, no data: every consumer is gone
-        again = RedisPresenceRegistry.from_url(outage_server.url, max_future_ms=None)
-        try:
-            again.heartbeat("orders", "ghosts", "survivor", 0, now_ns=4_000_000_000_000 * MS)
-        finally:
-            again.close()
-        deadline_ms = 10_000
-        for page in (group, overview):
-            expect(page.locator("#live")).to_have_attribute(
-                "data-state", "live", timeout=deadline_ms
-            )
-            expect(page.locator("#banner")).to_be_hidden(timeout=deadline_ms)
-        expect(row(group, "ghost-1")).to_have_count(0, timeout=deadline_ms)
-        expect(row(group, "ghost-2")).to_have_count(0)
-        expect(row(group, "survivor").locator(".pill")).to_have_text("active")
-        expect(group.locator(".unknown")).to_have_count(0)
-        expect(ghosts_row.locator("td.num.active")).to_have_text("1", timeout=deadline_ms)
-        expect(overview.locator(".unknown")).to_have_count(0)
-        # A group that lost every consumer: its page empties (it no longer exists).
-        expect(row(gone, "ghost-3")).to_have_count(0, timeout=deadline_ms)
-        expect(gone.locator("#consumers-empty")).to_be_visible()
-        expect(gone.locator('[data-total="nobody_reading"]')).to_be_visible()
-        expect(gone.locator("#live")).to_have_attribute("data-state", "live")
-        expect(overview.locator("#groups tbody tr").filter(has_text="vanished")).to_have_count(0)
-        for page in (group, gone, overview):
-            assert same_document(page)
 
 
 def test_the_dashboard_works_under_its_content_security_policy(

@@ -6,6 +6,7 @@ real redis-server; time is the feed's fixed clock, waits are deadlines."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
@@ -304,6 +305,199 @@ def test_a_poller_sends_the_beats_and_leases_of_the_rows_its_pages_show(
             await feed.close()
 
     asyncio.run(main())
+
+
+# -- what the streams may cost the service (issue 30 item 8) --------------------------------
+
+
+def test_a_burst_of_events_is_one_snapshot_per_stream_not_the_events(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    """1,500 consumers go stale at one instant (more than one read of the events gives):
+    every stream gets one ``snapshot``, not 1,500 ``presence`` messages, and the stream
+    goes on with the events after it."""
+    clock = Clock()
+    beats = [("burst", "g", f"w{i:04}", 0) for i in range(1_500)]
+    for start in range(0, len(beats), 500):
+        writer.heartbeat_many(beats[start : start + 500], now_ns=T0)
+
+    async def main() -> None:
+        async with AsyncRedisPresenceRegistry.from_url(redis_url) as registry:
+            data = PresenceData(registry, ttl_ms=None, clock=clock)
+            feed = LiveFeed(data, interval_s=0.02)
+            streams = [feed.subscribe(None, queue="burst").messages() for _ in range(5)]
+            seen: list[list[StreamMessage]] = [[] for _ in streams]
+            for stream, got in zip(streams, seen, strict=True):
+                await until(stream, "hello", got)
+            clock.now_ns = T0 + (TTL_MS + 5) * MS  # every one of them crosses the stale line
+            for stream, got in zip(streams, seen, strict=True):
+                snapshot = await until(stream, "snapshot", got)
+                assert "more than 1,000 events at once" in snapshot.data["reason"]
+            writer.heartbeat("burst", "g", "after", now_ns=clock.now_ns)
+            for stream, got in zip(streams, seen, strict=True):
+                await until(stream, "presence", got)
+                assert consumers(got) == [("joined", "after")]  # none of the burst's
+            for stream in streams:
+                await stream.aclose()
+            await feed.close()
+
+    asyncio.run(main())
+
+
+def test_a_stream_is_written_at_most_once_per_interval_and_loses_nothing(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    """A poller reading every 20 ms with events each time: its stream is written at most
+    once every 300 ms (what came meanwhile goes in the next write), every event once."""
+    clock = Clock()
+    joins = 40
+
+    async def main() -> None:
+        async with AsyncRedisPresenceRegistry.from_url(redis_url) as registry:
+            data = PresenceData(registry, ttl_ms=None, clock=clock)
+            feed = LiveFeed(data, interval_s=0.02)
+            sub = feed.subscribe(None, queue="paced")
+            chunks = sub.chunks(min_interval_s=0.3)
+            written: list[tuple[float, bytes]] = []
+            loop = asyncio.get_running_loop()
+
+            async def read() -> None:
+                async for chunk in chunks:
+                    written.append((loop.time(), chunk))
+
+            reader = asyncio.ensure_future(read())
+            await wait_until_async(lambda: written, timeout_s=DEADLINE_S, what="the hello")
+            for i in range(joins):
+                await asyncio.to_thread(writer.heartbeat, "paced", "g", f"w{i:02}", now_ns=T0)
+                await asyncio.sleep(0.02)
+            await wait_until_async(
+                lambda: b"".join(c for _, c in written).count(b"event: presence") >= joins,
+                timeout_s=DEADLINE_S,
+                what="every join written",
+            )
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            await feed.close()
+            gaps = [b[0] - a[0] for a, b in itertools.pairwise(written)]
+            assert gaps
+            assert min(gaps) >= 0.3 - 0.01, gaps
+            body = b"".join(c for _, c in written)
+            assert body.count(b"event: presence") == joins  # each once
+            assert len(written) <= 1 + (written[-1][0] - written[0][0]) / 0.3 + 1
+
+    asyncio.run(main())
+
+
+def test_every_stream_writes_the_pollers_bytes_made_once(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    """50 streams of one poller: each write of a read's events is the very bytes object
+    the poller made, not a copy per stream."""
+    clock = Clock()
+
+    async def main() -> None:
+        async with AsyncRedisPresenceRegistry.from_url(redis_url) as registry:
+            data = PresenceData(registry, ttl_ms=None, clock=clock)
+            feed = LiveFeed(data, interval_s=0.02)
+            chunks = [feed.subscribe(None, queue="shared").chunks() for _ in range(50)]
+            for stream in chunks:  # each one's hello
+                assert b"event: hello" in await asyncio.wait_for(anext(stream), DEADLINE_S)
+            writer.heartbeat_many([("shared", "g", f"w{i}", 0) for i in range(3)], now_ns=T0)
+            got = [await asyncio.wait_for(anext(stream), DEADLINE_S) for stream in chunks]
+            assert got[0].count(b"event: presence") == 3
+            assert all(chunk is got[0] for chunk in got)
+            for stream in chunks:
+                await stream.aclose()
+            await feed.close()
+
+    asyncio.run(main())
+
+
+def test_pollers_read_redis_a_few_at_a_time_whatever_the_number_of_filters(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    """30 streams of 30 groups (30 pollers): never more than FEED_READS reads of Redis at
+    once, so open streams never take the pool's connections from the pages."""
+    clock = Clock()
+
+    async def main() -> None:
+        async with AsyncRedisPresenceRegistry.from_url(redis_url) as registry:
+            data = PresenceData(registry, ttl_ms=None, clock=clock)
+            running, most, reads = 0, 0, 0
+            inner = data.changes
+
+            async def changes(cursor: str | None, **kwargs: Any) -> Any:
+                nonlocal running, most, reads
+                running += 1
+                most = max(most, running)
+                try:
+                    await asyncio.sleep(0.01)  # a read that takes a while
+                    return await inner(cursor, **kwargs)
+                finally:
+                    running -= 1
+                    reads += 1
+
+            data.changes = changes  # type: ignore[method-assign]
+            feed = LiveFeed(data, interval_s=0.02)
+            streams = [feed.subscribe(None, queue="q", group=f"g{i}").messages() for i in range(30)]
+            for stream in streams:
+                await until(stream, "hello", [])
+            await wait_until_async(lambda: reads > 120, timeout_s=DEADLINE_S, what="reads")
+            assert most <= live_events.FEED_READS
+            for stream in streams:
+                await stream.aclose()
+            await feed.close()
+
+    asyncio.run(main())
+
+
+def test_a_wave_of_closed_streams_is_reclaimed_once(redis_url: str) -> None:
+    """150 streams close: one reclaim (a full collection, the heap given back) runs a
+    moment after the last, not one per stream."""
+
+    async def main() -> None:
+        async with AsyncRedisPresenceRegistry.from_url(redis_url) as registry:
+            data = PresenceData(registry, ttl_ms=None, clock=Clock())
+            feed = LiveFeed(data, interval_s=0.02)
+            feed.reclaimer.after_s = 0.05
+            streams = [feed.subscribe(None).messages() for _ in range(150)]
+            for stream in streams:
+                await until(stream, "hello", [])
+            for stream in streams:
+                await stream.aclose()
+            await wait_until_async(
+                lambda: feed.reclaimer.runs >= 1, timeout_s=DEADLINE_S, what="a reclaim"
+            )
+            await asyncio.sleep(0.2)
+            assert feed.reclaimer.runs == 1
+            assert feed.reclaimer.closed_since == 0
+            await feed.close()
+
+    asyncio.run(main())
+
+
+def test_stream_frames_are_made_by_sse_starlettes_encoder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 35 item 6: a message's bytes on the wire are `ServerSentEvent.encode`'s (its
+    framing, its escaping of line breaks in ids), not written by hand."""
+    from sse_starlette import ServerSentEvent
+
+    encoded: list[bytes] = []
+    original = ServerSentEvent.encode
+
+    def encode(self: ServerSentEvent) -> bytes:
+        encoded.append(original(self))
+        return encoded[-1]
+
+    monkeypatch.setattr(ServerSentEvent, "encode", encode)
+    message = StreamMessage("presence", {"consumer": "a\nb", "kind": "joined"}, "7-0")
+    assert message.wire() == encoded[0]
+    assert message.wire() is message.wire()  # made once
+    assert (
+        encoded[0]
+        == b'id: 7-0\r\nevent: presence\r\ndata: {"consumer": "a\\nb", "kind": "joined"}\r\n\r\n'
+    )
 
 
 def test_a_group_page_rereads_when_the_rows_it_shows_vanish_without_an_event(

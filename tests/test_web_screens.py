@@ -13,8 +13,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-from playwright.sync_api import Locator, Page, expect
-from test_web_browser import (  # the fixtures, shared by name
+from browser_pages import (  # the fixtures, shared by name
     HOSTILE,
     MS,
     browser,  # noqa: F401
@@ -25,6 +24,7 @@ from test_web_browser import (  # the fixtures, shared by name
     settled,
     writer,  # noqa: F401
 )
+from playwright.sync_api import Locator, Page, expect
 
 from redis_presence import RedisPresenceRegistry
 
@@ -92,7 +92,7 @@ WORDS = (
 
 
 @pytest.fixture(scope="module")
-def fleet(writer: RedisPresenceRegistry) -> Iterator[list[tuple[str, str, str]]]:  # noqa: F811
+def fleet(writer: RedisPresenceRegistry) -> Iterator[list[tuple[str, str, str]]]:
     rows = [
         (QUEUE, "billing", "worker-1"),
         (QUEUE, "billing", "worker-2"),
@@ -110,14 +110,14 @@ def fleet(writer: RedisPresenceRegistry) -> Iterator[list[tuple[str, str, str]]]
             writer.deregister(queue, group, consumer)
 
 
-def visit(page: Page, width: int, path: str) -> None:  # noqa: F811
+def visit(page: Page, width: int, path: str) -> None:
     """Open `path` live, after the catch-up read: the rows shown are the script's."""
     page.set_viewport_size({"width": width, "height": 844 if width < 500 else 860})
     live(page, path)
     settled(page)
 
 
-def fits(page: Page) -> None:  # noqa: F811
+def fits(page: Page) -> None:
     """The document does not scroll sideways."""
     geometry = page.evaluate(GEOMETRY)
     assert geometry["scrollWidth"] <= geometry["innerWidth"], geometry
@@ -131,16 +131,16 @@ def on_screen(*locators: Locator) -> None:
             assert problems == [], f"{locator}: {problems}"
 
 
-def words_whole(page: Page) -> None:  # noqa: F811
+def words_whole(page: Page) -> None:
     assert page.evaluate(BROKEN_WORDS, WORDS) == []
 
 
-def no_markup(page: Page) -> None:  # noqa: F811
+def no_markup(page: Page) -> None:
     assert page.locator("main img").count() == 0
     assert page.locator("main script").count() == 0
 
 
-def counts(page: Page, cards: str) -> list[Locator]:  # noqa: F811
+def counts(page: Page, cards: str) -> list[Locator]:
     return [page.locator(f'{cards} [data-total="{state}"]') for state in STATES]
 
 
@@ -148,7 +148,7 @@ STATES = ("active", "stale", "expired")
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_the_groups_page_fits(page: Page, fleet: object, width: int) -> None:  # noqa: F811
+def test_the_groups_page_fits(page: Page, fleet: object, width: int) -> None:
     visit(page, width, "/?" + urlencode({"queue": QUEUE}))
     expect(page.locator("#groups tbody tr")).to_have_count(3)
     fits(page)
@@ -161,7 +161,7 @@ def test_the_groups_page_fits(page: Page, fleet: object, width: int) -> None:  #
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_the_group_page_fits(page: Page, fleet: object, width: int) -> None:  # noqa: F811
+def test_the_group_page_fits(page: Page, fleet: object, width: int) -> None:
     visit(page, width, "/group?" + urlencode({"queue": QUEUE, "group": LONG}))
     expect(page.locator("#consumers tbody tr")).to_have_count(1)
     fits(page)
@@ -175,7 +175,7 @@ def test_the_group_page_fits(page: Page, fleet: object, width: int) -> None:  # 
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_the_consumer_list_fits(page: Page, fleet: object, width: int) -> None:  # noqa: F811
+def test_the_consumer_list_fits(page: Page, fleet: object, width: int) -> None:
     visit(page, width, "/consumers?" + urlencode({"queue": QUEUE}))
     expect(page.locator("#consumers tbody tr")).to_have_count(4)
     fits(page)
@@ -191,7 +191,7 @@ def test_the_consumer_list_fits(page: Page, fleet: object, width: int) -> None: 
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_an_error_page_fits(page: Page, fleet: object, width: int) -> None:  # noqa: F811
+def test_an_error_page_fits(page: Page, fleet: object, width: int) -> None:
     page.set_viewport_size({"width": width, "height": 844})
     response = page.goto("/group?" + urlencode({"queue": QUEUE, "group": LONG + "!"}))
     assert response is not None

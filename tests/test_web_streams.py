@@ -209,3 +209,69 @@ def test_500_streams_share_pollers_and_leave_the_api_fast_and_the_service_small(
     assert figures["rss_mb_500"] < RSS_LIMIT_MB
     assert "Redis unreachable" not in serve.stderr
     assert "cannot reach Redis" not in serve.stderr
+
+
+CLOSED_STREAMS = 1_000
+HELD_AFTER_CLOSE_MB = 60.0
+"""What 1,000 closed streams may leave on top of the idle service (the service before the
+fix kept 130 MB of them, the heap at its peak; it now keeps about 30)."""
+
+
+def joining(writer: RedisPresenceRegistry, stop: threading.Event) -> None:
+    """50 consumers joining every 50 ms over 50 queues: every stream gets a steady flow of
+    events (what its write buffers, and so the heap, are made of)."""
+    n = 0
+    while not stop.is_set():
+        writer.heartbeat_many([(f"q{(n + i) % 50}", "g", f"c{n}-{i}", 0) for i in range(50)])
+        n += 50
+        stop.wait(0.05)
+
+
+def settled_rss_mb(pid: int, *, above_mb: float, timeout_s: float) -> float:
+    """The RSS once it is at most `above_mb`, or the last one seen after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = rss_mb(pid)
+        if now <= above_mb or time.monotonic() > deadline:
+            return now
+        time.sleep(0.25)
+
+
+def test_the_memory_of_1000_closed_streams_is_given_back(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    """1,000 streams open while consumers keep joining (every stream gets events), then
+    close: the service's RSS comes back to within HELD_AFTER_CLOSE_MB of its idle RSS,
+    measured in the same run (after a warm-up wave, so first-use imports count as idle)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=joining, args=(writer, stop), daemon=True)
+    with ServeProcess(redis_url, serve_options=["--max-streams", str(CLOSED_STREAMS)]) as serve:
+        pid = serve.pid
+
+        async def wave(count: int, hold_s: float) -> float:
+            streams: list[Stream] = []
+            try:
+                for start in range(0, count, 50):
+                    opened = await asyncio.gather(
+                        *(open_stream(serve.base_url) for _ in range(start, min(count, start + 50)))
+                    )
+                    for status, head, stream in opened:
+                        assert status == 200, head
+                        stream.task = asyncio.ensure_future(stream.read_forever())
+                        streams.append(stream)
+                await asyncio.sleep(hold_s)
+                return rss_mb(pid)
+            finally:
+                for stream in streams:
+                    stream.close()
+
+        thread.start()
+        asyncio.run(wave(20, 1.0))  # warm-up: every code path of a stream loaded once
+        idle = settled_rss_mb(pid, above_mb=0, timeout_s=3)
+        peak = asyncio.run(wave(CLOSED_STREAMS, 5.0))
+        after = settled_rss_mb(pid, above_mb=idle + HELD_AFTER_CLOSE_MB / 2, timeout_s=20)
+        stop.set()
+        thread.join(10)
+    print(f"\nRSS: idle {idle:.1f} MB, {CLOSED_STREAMS:,} open {peak:.1f}, closed {after:.1f}")
+    assert peak > idle  # the streams did cost memory while open
+    assert after - idle <= HELD_AFTER_CLOSE_MB, (idle, peak, after)

@@ -145,6 +145,7 @@ class Planner:
         self.describe_many = writes.describe_many
         self.prune_expired = writes.prune_expired
         self.clock_ns = reads.clock_ns
+        self.epoch = reads.epoch
         self.snapshot = reads.snapshot
         self.iter_snapshot = reads.iter_snapshot
         self.count_active_by_group = reads.count_active_by_group

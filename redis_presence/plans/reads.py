@@ -15,11 +15,12 @@ from ..events import (
     PresenceEvent,
     foreign_entries,
     group_event,
+    logged_departures,
     logged_events,
     sorted_events,
     window,
 )
-from ..history import GroupLog
+from ..history import Departed, GroupLog
 from ..keys import GroupKeys, decode_meta
 from ..model import (
     DEFAULT_PRESENCE_TTL_MS,
@@ -120,6 +121,13 @@ class ReadPlans(Job):
         """The clock every read uses when its ``now_ns`` is None: the server's ``TIME`` (on
         a cluster, that of the index's node), in nanoseconds."""
         return (yield from self.scope.now(None))
+
+    def epoch(self) -> Plan[str | None]:
+        """The epoch marker Redis holds now (None: none yet), as `changes` reads it: two reads
+        under different markers read different data (Redis lost or replaced its data in
+        between). Compared for equality only."""
+        (marker,) = yield [Command("GET", (self.scope.keys.epoch,))]
+        return None if marker is None else _text(marker)
 
     def snapshot(
         self,
@@ -515,6 +523,7 @@ class ReadPlans(Job):
         infos_of = iter(infos)
         events: dict[str, list[PresenceEvent]] = {}
         reach: dict[str, int | None] = {}
+        gone: dict[tuple[str, str], dict[str, Departed]] = {}  # newest first, as read
         for queue, log, entries in zip(queues, logs, read, strict=True):
             aside: list[tuple[str, str]] = []  # entries another program wrote
             found = [
@@ -523,6 +532,16 @@ class ReadPlans(Job):
                 for item in logged_events(self.keys, queue, entry_id, fields, aside)
             ]
             skipped += foreign_entries(log, queue, aside)
+            for _, fields in entries:
+                for d in logged_departures(self.keys, queue, fields):
+                    known = gone.setdefault((queue, d.group), {})
+                    if d.consumer in known:
+                        continue
+                    try:
+                        meta = decode_meta(self.keys.group(queue, d.group).meta, d.consumer, d.meta)
+                    except PresenceDataError:  # another program's: not shown
+                        continue
+                    known[d.consumer] = Departed(d.consumer, d.kind, d.at_ns, meta)
             events[queue] = sorted_events(found)
             info = next(infos_of) if entries else None
             added, length = _log_counts(info)
@@ -589,6 +608,7 @@ class ReadPlans(Job):
                     tuple(sorted(crossings, key=attrgetter("at_ns"))),
                     reach[gk.queue],
                     capped=any(len(names[j]) >= line for j in (2 * i, 2 * i + 1)),
+                    departures=tuple(gone.get((gk.queue, gk.group), {}).values()),
                 )
             )
         _report(skipped)

@@ -168,16 +168,22 @@ class Views:
             attention=_flag(request, "idle"),
         )
         # One page of groups (read and counted from the cursor on) and, meanwhile, the
-        # fleet's totals (one shared read of every group, at most `totals_cache_s` old).
+        # fleet's totals (one shared read of every group, at most `totals_cache_s` old),
+        # which must agree with the page: of its epoch, and holding what it shows; else
+        # read again, or "recounting" (None) when Redis's data changed in between.
         ask = paging.ask(request, paging.GROUPS_PAGE)
-        totals, (now_ns, page, ttl) = await asyncio.gather(
+        cached, reading = await asyncio.gather(
             service.reads.totals(), service.reads.group_page(where, page=ask)
         )
+        now_ns, page, ttl = reading.now_ns, reading.page, reading.ttl
+        totals = await service.reads.totals_for(reading, cached)
+        shown_totals = totals.to_dict() if totals is not None else None
         if _json_view(request):
             return _json(
                 {"now_ns": now_ns}
                 | ttl.to_dict()
-                | {"totals": totals.to_dict(), "groups": [group_json(g) for g in page.rows]}
+                | {"totals": shown_totals, "recounting": totals is None}
+                | {"groups": [group_json(g) for g in page.rows]}
                 | paging.cursors(page)
             )
         filters = {
@@ -186,7 +192,9 @@ class Views:
             "states": sorted(s.value for s in where.states),
             "idle": where.attention,
         }
-        sparks = await history.sparklines(service.reads, [(g.queue, g.group) for g in page.rows])
+        sparks = await history.sparklines(
+            service.reads, [(g.queue, g.group, g.active) for g in page.rows]
+        )
         context = service.context(
             request,
             now_ns=now_ns,
@@ -202,7 +210,8 @@ class Views:
                 "ttl_ms": ttl.ttl_ms,
                 "filters": filters,
                 "groups": [group_json(g) for g in page.rows],
-                "totals": totals.to_dict(),
+                "totals": shown_totals,
+                "recounting": totals is None,
             }
             | paging.cursors(page),
         )
@@ -261,7 +270,9 @@ class Views:
             )
         past = None
         if group_page and queue is not None and group is not None:
-            past = await history.group_history(service.reads, queue, group)
+            past = await history.group_history(
+                service.reads, queue, group, active_now=stats.active if stats else None
+            )
         context = service.context(
             request,
             now_ns=now_ns,
@@ -311,6 +322,7 @@ class Views:
             row=view.row,
             meta=view.meta,
             meta_error=view.meta_error,
+            departed=view.departed,
             log=view.log,
             timeline=view.timeline,
             stuck_after_ms=stuck_after_ms,
@@ -334,13 +346,17 @@ class Views:
             raise HTTPException(
                 404, f"group {queue!r}/{group!r} has no consumer {consumer!r} (nor had this hour)"
             )
-        model = view.log.to_dict() | {
-            "consumer": consumer,
-            "row": None if view.row is None else consumer_json(view.row, with_meta=False),
-            "meta": dict(view.meta),
-            "meta_error": view.meta_error,
-            "timeline": [t.to_dict() for t in view.timeline],
-        }
+        model = (
+            view.log.to_dict()
+            | {
+                "consumer": consumer,
+                "row": None if view.row is None else consumer_json(view.row, with_meta=False),
+                "meta": dict(view.meta),
+                "meta_error": view.meta_error,
+                "timeline": [t.to_dict() for t in view.timeline],
+            }
+            | view.to_dict()
+        )
         return view, model
 
     # -- the JSON API
@@ -351,7 +367,7 @@ class Views:
 
     async def api_groups(self, request: Request) -> Response:
         where = GroupFilter(queue=_text(request, "queue"), group=_text(request, "group"))
-        now_ns, page, ttl = await self.service.reads.group_page(
+        now_ns, page, ttl, _ = await self.service.reads.group_page(
             where, page=paging.ask(request, paging.GROUPS_API)
         )
         return JSONResponse(

@@ -7,7 +7,12 @@ changed since the last one, once, whatever the number of open dashboards. Each s
 gets the poller's messages through a bounded queue of its own; a stream that falls more
 than `SUBSCRIBER_BACKLOG` messages behind loses them and gets one ``snapshot`` instead, so
 a slow reader never makes the service hold more. The poller stops when its last stream
-closes. The messages a stream sends:
+closes. What the streams may cost the pages and the API is bounded: a read's messages
+are one `Delivery`, framed once (sse-starlette's encoder) and written as the same bytes to
+every stream; a stream is written at most once every STREAM_WRITE_INTERVAL_S; a read that
+finds more than PAGE_EVENTS events (a burst) is one ``snapshot`` to every stream, not the
+events; the pollers read Redis FEED_READS at a time; and the memory of closed streams is
+given back (`Reclaimer`). The messages a stream sends:
 
 * ``hello`` ``{"cursor"}``: the stream is open and goes on from this cursor;
 * ``presence``: one `PresenceEvent` (`PresenceEvent.to_dict`), in the registry's order;
@@ -22,8 +27,8 @@ closes. The messages a stream sends:
   say in a restart without persistence, disappear);
 * ``snapshot`` ``{"reason", "cursor"}``: what the stream knew cannot go on (the cursor's log
   was trimmed or Redis lost its data, Redis answers again after an outage, rows the pages
-  show vanished without an event, or the stream fell behind): take a fresh read of what
-  you show, then apply the events after `cursor`;
+  show vanished without an event, the stream fell behind, or more events came at once than
+  one read gives): take a fresh read of what you show, then apply the events after `cursor`;
 * ``rows`` ``{"now_ns", "rows"}``: the current rows, read at `now_ns` (the server's clock),
   of the consumers the poller watches whose last beat or leases changed since its last
   ``rows``: no event carries the beats of an active consumer, so a view ages and counts
@@ -52,6 +57,8 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
+from sse_starlette import ServerSentEvent
+
 from redis_presence.errors import (
     PresenceError,
     PresencePoolExhausted,
@@ -62,6 +69,7 @@ from redis_presence.events import LOG_LAG_MS, EventCursor, PresenceEvent
 from redis_presence.model import ConsumerPresence
 
 from .reads import PresenceData
+from .reclaim import Reclaimer
 
 log = logging.getLogger("redis_presence.web")
 
@@ -81,6 +89,12 @@ DEFAULT_MAX_STREAMS = 1_000
 """Open event streams one service serves at most (``--max-streams``)."""
 WATCHED_ROWS = 500
 """At most this many consumers a poller reads the rows of again at each interval."""
+STREAM_WRITE_INTERVAL_S = 0.5
+"""The least time between two writes to one stream: what comes meanwhile waits (within
+SUBSCRIBER_BACKLOG) and goes in the next write."""
+FEED_READS = 4
+"""Reads of Redis the pollers make at once, all pollers together; the others wait their
+turn, so open streams never hold more than this many of the pool's connections."""
 
 _Key = tuple[str, str, str]
 _Beat = tuple[int, int, int]  # (registered_at_ns, last_heartbeat_ns, lease_count)
@@ -104,11 +118,10 @@ class StreamMessage:
         return json.dumps(self.data, ensure_ascii=False)
 
     def wire(self) -> bytes:
-        """The message as sse-starlette writes it (``id``, ``event``, ``data`` lines)."""
+        """The message framed by sse-starlette's own encoder (`ServerSentEvent.encode`:
+        ``id``, ``event``, ``data`` lines), made once."""
         if self._wire is None:
-            lines = [] if self.id is None else [f"id: {self.id}"]
-            lines += [f"event: {self.event}", f"data: {self.json()}"]
-            self._wire = ("\r\n".join(lines) + "\r\n\r\n").encode()
+            self._wire = ServerSentEvent(self.json(), event=self.event, id=self.id).encode()
         return self._wire
 
     def __repr__(self) -> str:
@@ -146,13 +159,31 @@ class _Page:
         self.events, self.cursor, self.more = events, cursor, more
 
 
+class Delivery:
+    """What a poller sends its streams at once: its messages, and their bytes on the wire,
+    made once and written as they are to every stream that gets the whole of it."""
+
+    __slots__ = ("_wire", "messages")
+
+    def __init__(self, messages: Sequence[StreamMessage]) -> None:
+        self.messages = tuple(messages)
+        self._wire: bytes | None = None
+
+    def wire(self) -> bytes:
+        if self._wire is None:
+            self._wire = b"".join(message.wire() for message in self.messages)
+        return self._wire
+
+
 class Subscriber:
-    """One open stream of a poller: its queue of messages to send."""
+    """One open stream of a poller: its queue of deliveries to send."""
 
     def __init__(self, poller: _Poller, cursor: str | None) -> None:
         self.poller = poller
         self.resume_from = cursor
-        self.queue: deque[StreamMessage] = deque()
+        self.queue: deque[Delivery] = deque()
+        self.waiting = 0
+        """Messages in `queue`."""
         self.wakeup = asyncio.Event()
         self.greeted = False
         """Whether its ``hello`` is queued; until then the poller's reads are not its."""
@@ -160,61 +191,85 @@ class Subscriber:
         """Resumed from a cursor the poller does not remember: its own read comes first."""
         self.closed = False
 
-    def put(self, messages: Sequence[StreamMessage], cursor: str | None) -> None:
-        if len(self.queue) + len(messages) > SUBSCRIBER_BACKLOG and cursor is not None:
+    def put(self, delivery: Delivery | Sequence[StreamMessage], cursor: str | None) -> None:
+        if not isinstance(delivery, Delivery):
+            delivery = Delivery(delivery)
+        count = len(delivery.messages)
+        if not count:
+            return
+        if self.waiting + count > SUBSCRIBER_BACKLOG and cursor is not None:
             self.queue.clear()  # fallen behind: what it missed is one snapshot
-            self.queue.append(
-                _snapshot(
-                    f"this stream fell more than {SUBSCRIBER_BACKLOG:,} messages behind: "
-                    "events were dropped",
-                    cursor,
-                )
+            dropped = _snapshot(
+                f"this stream fell more than {SUBSCRIBER_BACKLOG:,} messages behind: "
+                "events were dropped",
+                cursor,
             )
+            self.queue.append(Delivery([dropped]))
+            self.waiting = 1
         else:
-            self.queue.extend(messages)
+            self.queue.append(delivery)
+            self.waiting += count
         self.wakeup.set()
+
+    def _take(self) -> list[Delivery]:
+        taken = list(self.queue)
+        self.queue.clear()
+        self.waiting = 0
+        return taken
 
     async def messages(self) -> AsyncGenerator[StreamMessage, None]:
         """The stream's messages until it is closed (`close`, or the generator's own)."""
-        batches = self.batches()
+        deliveries = self.deliveries()
         try:
-            async for batch in batches:
-                for message in batch:
+            async for delivery in deliveries:
+                for message in delivery.messages:
                     yield message
         finally:
-            await batches.aclose()  # leaves the poller now, not when collected
+            await deliveries.aclose()  # leaves the poller now, not when collected
 
-    async def chunks(self) -> AsyncGenerator[bytes, None]:
-        """`messages` as the bytes to write, all those waiting in one write: a stream
-        costs one send per read of its poller, whatever the number of events."""
-        batches = self.batches()
+    async def chunks(
+        self, min_interval_s: float = STREAM_WRITE_INTERVAL_S
+    ) -> AsyncGenerator[bytes, None]:
+        """What to write, at most once every `min_interval_s`: everything waiting goes in
+        one write, and a delivery that is the whole write is the poller's own bytes (made
+        once for all its streams, not copied per stream)."""
+        deliveries = self.deliveries(min_interval_s)
         try:
-            async for batch in batches:
-                yield b"".join(message.wire() for message in batch)
+            async for delivery in deliveries:
+                yield delivery.wire()
         finally:
-            await batches.aclose()
+            await deliveries.aclose()
 
-    async def batches(self) -> AsyncGenerator[list[StreamMessage], None]:
-        """`messages`, all those waiting at once."""
+    async def deliveries(self, min_interval_s: float = 0.0) -> AsyncGenerator[Delivery, None]:
+        """`messages`, all those waiting at once (one `Delivery`), at most once every
+        `min_interval_s`."""
+        loop = asyncio.get_running_loop()
         try:
             if self.catching_up:
-                hello = list(self.queue)  # its hello, at once
-                self.queue.clear()
-                yield hello
+                yield Delivery([m for d in self._take() for m in d.messages])  # its hello
                 async for batch in self.poller.catch_up(self):
-                    yield batch
-            skip = self._skip
+                    yield Delivery(batch)
             while not self.closed:
-                if self.queue:
-                    batch = list(self.queue)
-                    self.queue.clear()
-                    if skip is not None:
-                        batch = [m for m in batch if m.event != "presence" or not skip(m)]
-                    if batch:
-                        yield batch
+                if not self.queue:
+                    self.wakeup.clear()
+                    await self.wakeup.wait()
                     continue
-                self.wakeup.clear()
-                await self.wakeup.wait()
+                taken = self._take()
+                skip = self._skip
+                if skip is not None:
+                    kept = [
+                        m for d in taken for m in d.messages if m.event != "presence" or not skip(m)
+                    ]
+                    taken = [Delivery(kept)] if kept else []
+                if len(taken) > 1:
+                    taken = [Delivery([m for d in taken for m in d.messages])]
+                if not taken:
+                    continue
+                wrote_at = loop.time()
+                yield taken[0]
+                rest = wrote_at + min_interval_s - loop.time()
+                if rest > 0 and not self.closed:
+                    await asyncio.sleep(rest)  # what comes meanwhile goes in the next write
         finally:
             self.close()
 
@@ -287,7 +342,10 @@ class _Poller:
         return sub
 
     def leave(self, sub: Subscriber) -> None:
+        if sub not in self.subscribers:
+            return
         self.subscribers.discard(sub)
+        self.feed.reclaimer.closed(self.feed.streams)
         if not self.subscribers:
             self.feed._stopped(self)
             if self.task is not None:
@@ -312,21 +370,25 @@ class _Poller:
 
     def _send(self, messages: list[StreamMessage], cursor: str | None) -> None:
         """Send to every greeted stream (one not greeted yet gets its ``hello`` at `cursor`
-        instead: what came before it is not its own)."""
+        instead: what came before it is not its own), one `Delivery` for all."""
+        delivery = Delivery(messages)
+        hello: Delivery | None = None
         for sub in list(self.subscribers):
             if sub.catching_up:
                 continue
             if not sub.greeted:
                 if cursor is not None:
                     sub.greeted = True
-                    sub.put([_hello(cursor)], None)
+                    hello = hello or Delivery([_hello(cursor)])
+                    sub.put(hello, None)
                 continue
-            sub.put(messages, cursor)
+            sub.put(delivery, cursor)
 
     def _send_status(self, message: StreamMessage) -> None:
         """Send a ``status`` to every stream, greeted or not."""
+        delivery = Delivery([message])
         for sub in list(self.subscribers):
-            sub.put([message], None)
+            sub.put(delivery, None)
 
     def _remember(self, cursor: str, messages: list[StreamMessage]) -> None:
         self.history.append((cursor, tuple(messages)))
@@ -352,7 +414,6 @@ class _Poller:
         feed = self.feed
         lost: str | None = None  # why the poller starts over: every stream re-reads
         while self.subscribers:
-            more = False
             fresh = self.cursor is None or lost is not None
             try:
                 page = await feed.read(None if fresh else self.cursor, self.queue, self.group)
@@ -406,15 +467,22 @@ class _Poller:
                     self._restart(page.cursor, lost or "")
                 lost = None
                 self.ready.set()
+            elif page.more or len(page.events) > PAGE_EVENTS:
+                # More events at once than one read gives (a fleet gone stale together, a
+                # mass restart): every stream takes one fresh read, not the events one by
+                # one, so a burst costs each stream one message whatever its size.
+                lost = (
+                    f"more than {PAGE_EVENTS:,} events at once: take a fresh snapshot() of "
+                    "what you show"
+                )
+                continue
             else:
-                self._deliver(page)
-                more = page.more
-                if not more and self.watched and feed.rereads:
-                    await self._reread()
-            if not more:
-                await asyncio.sleep(feed.interval_s)
+                rows = await self._reread() if self.watched and feed.rereads else []
+                self._deliver(page, rows)
+            await asyncio.sleep(feed.interval_s)
 
-    def _deliver(self, page: _Page) -> None:
+    def _deliver(self, page: _Page, rows: list[StreamMessage]) -> None:
+        """Send a read's events, its cursor and `rows` (`_reread`'s), in one delivery."""
         messages = [StreamMessage("presence", event.to_dict()) for event in page.events]
         for event in page.events:
             if not self.shows_rows:
@@ -436,18 +504,20 @@ class _Poller:
             messages.append(_cursor(page.cursor))
         self.cursor = page.cursor
         self._remember(page.cursor, messages)
-        self._send(messages, page.cursor)
+        self._send(messages + rows, page.cursor)
 
-    async def _reread(self) -> None:
-        """Read the watched rows again; send those whose beat or leases changed."""
+    async def _reread(self) -> list[StreamMessage]:
+        """Read the watched rows again: a ``rows`` message of those whose beat or leases
+        changed (none when none did)."""
         keys = list(self.watched)
         try:
-            now_ns, rows = await self.feed.data.rows_of(keys)
+            async with self.feed.reads:
+                now_ns, rows = await self.feed.data.rows_of(keys)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the next read of the events says what is wrong
             log.warning("event stream: rows not read again: %s", repr(exc))
-            return
+            return []
         found: set[_Key] = set()
         changed: list[dict[str, Any]] = []
         for row in rows:
@@ -466,9 +536,8 @@ class _Poller:
                         "state": row.state.value,
                     }
                 )
-        if changed:
-            self._send([StreamMessage("rows", {"now_ns": now_ns, "rows": changed})], self.cursor)
         self._vanished([key for key in keys if key not in found])
+        return [StreamMessage("rows", {"now_ns": now_ns, "rows": changed})] if changed else []
 
     def _vanished(self, gone: list[_Key]) -> None:
         """Watched consumers whose rows are gone: their event (left, pruned) comes with the
@@ -506,19 +575,10 @@ class _Poller:
         assert sub.resume_from is not None
         sub.catching_up = False  # the poller's reads after `base` are its own from now
         up_to = cursor_now_ns(base)
-        cursor = sub.resume_from
-        seen: set[tuple[Any, ...]] = set()
         try:
-            while True:
-                # The logged events up to now, the derived ones up to the poller's cursor.
-                page = await self.feed.read(cursor, self.queue, self.group, now_ns=up_to)
-                batch = [StreamMessage("presence", event.to_dict()) for event in page.events]
-                seen.update(_event_key(message) for message in batch)
-                if batch:
-                    yield batch
-                cursor = page.cursor
-                if not page.more:
-                    break
+            # The logged events up to now, the derived ones up to the poller's cursor: one
+            # read (more than it gives is a burst, answered with one fresh read instead).
+            page = await self.feed.read(sub.resume_from, self.queue, self.group, now_ns=up_to)
         except PresenceResyncRequired as exc:
             yield [_snapshot(str(exc), base)]
             return
@@ -526,6 +586,17 @@ class _Poller:
             reason = f"the events since this stream's cursor could not be read: {exc}"
             yield [_snapshot(reason, base)]
             return
+        if page.more or len(page.events) > PAGE_EVENTS:
+            reason = (
+                f"more than {PAGE_EVENTS:,} events since this stream's cursor: take a fresh "
+                "snapshot() of what you show"
+            )
+            yield [_snapshot(reason, base)]
+            return
+        batch = [StreamMessage("presence", event.to_dict()) for event in page.events]
+        seen = {_event_key(message) for message in batch}
+        if batch:
+            yield batch
         yield [_cursor(base)]
         if seen:
             # The poller's reads after `base` may give again an event this read gave (one
@@ -575,11 +646,17 @@ class LiveFeed:
         """Since when (the service's clock) Redis cannot be reached, as the pollers and
         the routes saw it; None once a poller's read succeeds."""
         self._down_seen_ns = 0
+        self.reads = asyncio.Semaphore(FEED_READS)
+        """What every poller's read of Redis holds (FEED_READS at once)."""
+        self.reclaimer = Reclaimer()
+        """Gives the memory of closed streams back (`Reclaimer`)."""
 
     def unreachable_since_ns(self) -> int:
         """Since when Redis cannot be reached (one instant for every stream and error page
         of this outage): a failure after OUTAGE_GAP_S without one, while no poller is down
         (a route's failure, with no stream open to see Redis come back), starts a new one."""
+        self.data.forget_totals()  # what Redis holds when it answers again may be other data
+        self.data.observed.unreachable()
         now = time.time_ns()
         gap = now - self._down_seen_ns > OUTAGE_GAP_S * 1e9
         ongoing = any(poller.down is not None for poller in self._pollers.values())
@@ -629,15 +706,18 @@ class LiveFeed:
         *,
         now_ns: int | None = None,
     ) -> _Page:
-        """One `changes` read: a page of at most PAGE_EVENTS events."""
-        page = await self.data.changes(
-            cursor, queue=queue, group=group, now_ns=now_ns, limit=PAGE_EVENTS
-        )
+        """One `changes` read: a page of at most PAGE_EVENTS events (one of FEED_READS
+        reads at once)."""
+        async with self.reads:
+            page = await self.data.changes(
+                cursor, queue=queue, group=group, now_ns=now_ns, limit=PAGE_EVENTS
+            )
         events, after = page
         return _Page(list(events), after, bool(getattr(page, "more", False)))
 
     async def close(self) -> None:
         """Stop every poller (the app's shutdown)."""
+        self.reclaimer.cancel()
         pollers = list(self._pollers.values())
         self._pollers.clear()
         for poller in pollers:

@@ -58,9 +58,10 @@ from redis_presence.errors import (
     PresenceMetaError,
     PresenceProtocolError,
 )
-from redis_presence.events import PresenceEvent
+from redis_presence.events import EventCursor, PresenceEvent
 from redis_presence.model import GroupPresence, groups_set_aside
 
+from .observed import Observed
 from .paging import Cursor, Page, PageAsk, group_key
 from .selection import ConsumerFilter, GroupFilter, PageCollector, page_of
 
@@ -158,9 +159,14 @@ class GroupsReading(NamedTuple):
     ttl: TtlInUse
 
 
+UNSETTLED = "\x00unsettled"
+"""The epoch of totals whose read saw the epoch marker change under it (never a page's)."""
+
+
 class GroupTotals(NamedTuple):
-    """The fleet's totals from one read of every group (`registry.groups()`), and the
-    instant it was aged at (`read_at_ns`, the server's clock)."""
+    """The fleet's totals from one read of every group (`registry.groups()`), the instant
+    it was aged at (`read_at_ns`, the server's clock) and the epoch marker it was read
+    under (`Planner.epoch`)."""
 
     groups: int
     active: int
@@ -169,9 +175,12 @@ class GroupTotals(NamedTuple):
     nobody_reading: int
     below: int
     read_at_ns: int
+    epoch: str | None = None
 
     @classmethod
-    def of(cls, groups: Sequence[GroupStats], read_at_ns: int) -> GroupTotals:
+    def of(
+        cls, groups: Sequence[GroupStats], read_at_ns: int, epoch: str | None = None
+    ) -> GroupTotals:
         return cls(
             len(groups),
             sum(g.active for g in groups),
@@ -180,18 +189,36 @@ class GroupTotals(NamedTuple):
             sum(g.nobody_reading for g in groups),
             sum(g.below for g in groups),
             read_at_ns,
+            epoch,
         )
 
+    def contradicts(self, rows: Sequence[GroupStats]) -> bool:
+        """Whether `rows` (a page of groups, read later) hold more than these totals count,
+        in any count: they cannot both be true of one instant."""
+        sums = (
+            len(rows),
+            sum(g.active for g in rows),
+            sum(g.stale for g in rows),
+            sum(g.expired for g in rows),
+            sum(g.nobody_reading for g in rows),
+            sum(g.below for g in rows),
+        )
+        return any(shown > total for shown, total in zip(sums, self[:6], strict=True))
+
     def to_dict(self) -> dict[str, int]:
-        return self._asdict()
+        fields = self._asdict()
+        del fields["epoch"]
+        return fields
 
 
 class GroupsPageReading(NamedTuple):
-    """One page of groups, the instant it was read at and the TTL of the prefix."""
+    """One page of groups, the instant it was read at, the TTL of the prefix and the epoch
+    marker it was read under."""
 
     now_ns: int
     page: Page[GroupStats]
     ttl: TtlInUse
+    epoch: str | None = None
 
 
 def stats_from_rows(
@@ -263,6 +290,8 @@ wait, so memory stays a few chunks whatever the number of requests."""
 STREAM_CHUNK = 1_000
 """Rows handed to a page collector at a time."""
 
+OBSERVE_EVERY_S = 0.25
+"""How often the event reads tell `Observed` what they found (the epoch in their cursor)."""
 TOTALS_STALE_S = 60.0
 """How old the fleet's totals may be and still be shown while a fresh read of them runs in
 the background; older (or none yet), a page waits for that read."""
@@ -300,6 +329,9 @@ class PresenceData:
         self._totals_task: asyncio.Task[GroupTotals] | None = None
         self.last_ttl = TtlInUse(ttl_ms, "option") if ttl_ms is not None else None
         """The TTL of the prefix the last read used (None before the first)."""
+        self.observed = Observed(clock)
+        """What this service saw of Redis lately (outages, changes of data), for the charts."""
+        self._observed_at = -float("inf")
 
     async def now_ns(self) -> int:
         """The instant reads are aged at: the fixed clock, or the Redis server's `TIME`."""
@@ -367,8 +399,48 @@ class PresenceData:
         return await asyncio.shield(task)
 
     async def _read_totals(self) -> GroupTotals:
-        now, groups, _ = await self.groups()
-        return GroupTotals.of(groups, now)
+        """One read of every group, between two reads of the epoch marker: totals whose
+        marker changed meanwhile (Redis lost or replaced its data during the read) are
+        read once more, then marked UNSETTLED (no page agrees with them)."""
+        for _ in range(2):
+            before = await self.epoch()
+            now, groups, _ = await self.groups()
+            after = await self.epoch()
+            if before == after:
+                return GroupTotals.of(groups, now, after)
+        return GroupTotals.of(groups, now, UNSETTLED)
+
+    def forget_totals(self) -> None:
+        """The totals read so far are not served again (Redis could not be reached since:
+        what it holds now may be other data): the next page awaits a fresh read."""
+        self._totals = None
+
+    async def totals_for(self, page: GroupsPageReading, known: GroupTotals) -> GroupTotals | None:
+        """Totals that agree with `page` (`known`, the cached ones, if they do): of the
+        page's epoch, and either read after it or holding what it shows. Else a fresh read
+        begun after the page's; None when even that one is of another epoch (Redis lost or
+        replaced its data between the two reads: the totals are being recounted)."""
+        found: GroupTotals | None = known
+        for _ in range(3):
+            if (
+                found is not None
+                and found.epoch == page.epoch
+                and (found.read_at_ns > page.now_ns or not found.contradicts(page.page.rows))
+            ):
+                return found
+            self.forget_totals()
+            found = await self.totals()
+        return None
+
+    async def epoch(self) -> str | None:
+        """The epoch marker Redis holds now (`Planner.epoch`; None without one, or for a
+        registry that runs no plans)."""
+        registry = self.registry
+        if not hasattr(registry, "plans"):
+            return None
+        marker: str | None = await registry.execute(registry.plans.epoch())
+        self.observed.answered(marker)
+        return marker
 
     def _totals_done(self, task: asyncio.Task[GroupTotals]) -> None:
         if self._totals_task is task:
@@ -392,6 +464,7 @@ class PresenceData:
         the first page."""
         ttl = await self.ttl()
         now = await self.now_ns()
+        epoch = await self.epoch()
         options: dict[str, Any] = {
             "limit": page.limit,
             "queue": where.queue,
@@ -415,7 +488,7 @@ class PresenceData:
             backwards=backwards,
             from_cursor=edge is not None,
         )
-        return GroupsPageReading(now, shown, ttl)
+        return GroupsPageReading(now, shown, ttl, epoch)
 
     async def declared(self, queue: str, group: str) -> int | None:
         """The `min_active` the group was declared with (None: not declared)."""
@@ -636,9 +709,14 @@ class PresenceData:
         if now_ns is None:
             now_ns = None if self._clock is None else self._clock()
         options: dict[str, Any] = {} if limit is None else {"limit": limit}
-        return await self.registry.changes(
+        found = await self.registry.changes(
             cursor, now_ns=now_ns, queue=queue, group=group, **options
         )
+        seen = time.monotonic()
+        if seen - self._observed_at >= OBSERVE_EVERY_S:  # a decode costs ~60 µs: not per poller
+            self._observed_at = seen
+            self.observed.answered(EventCursor.decode(found[1]).epoch)  # the marker it read
+        return found
 
 
 __all__ = [

@@ -47,10 +47,10 @@ def command(
 
     Stale and expired events use the TTL the brokers share ('redis-presence ttl').
     With --format json every line is one JSON object, flushed as it is written, and the
-    last line (at the end, or on Ctrl-C or SIGTERM) is {"cursor": "..."}. When the event log was
-    trimmed past the cursor, --follow prints a "resync" line and goes on from a fresh
-    cursor (the events in between are lost: read 'ls' again if you keep a state);
-    without --follow it is an error (exit code 1).
+    last line (at the end, or on Ctrl-C, SIGTERM or SIGHUP) is {"cursor": "..."}. When the
+    event log was trimmed past the cursor, --follow prints a "resync" line and goes on
+    from a fresh cursor (the events in between are lost: read 'ls' again if you keep a
+    state); without --follow it is an error (exit code 1).
 
     \b
     Examples:
@@ -58,6 +58,8 @@ def command(
       redis-presence events --follow --format json | jq -r 'select(.kind == "expired") | .consumer'
       redis-presence events --since "$(cat cursor)" --format json
     """
+    import signal
+
     from redis_presence.events import FollowMessage, FollowSnapshot, PresenceEvent
 
     from .. import render
@@ -126,11 +128,12 @@ def command(
 
     stream = registry.follow(cursor=since, interval_s=interval, queue=queue, group=group)
     try:
-        # SIGTERM (a container runtime's stop, systemd's) ends it as Ctrl-C does.
-        with bad_cursor(), interrupt_on_sigterm():
+        # SIGTERM (a container runtime's stop, systemd's) and SIGHUP (its terminal closed, a
+        # supervisor's reload) end it as Ctrl-C does: with the cursor to resume from.
+        with bad_cursor(), interrupt_on_sigterm(signal.SIGHUP):
             for message in stream:
                 handle(message)
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP
         # The rest of a read's events and its cursor come without I/O: print them, so the
         # cursor printed last covers every event printed.
         while owed[0]:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
 
 from redis_presence.contract import PresenceRegistry
 from redis_presence.errors import PresenceError
@@ -49,21 +49,25 @@ def beat_interval_s(ttl_ms: int) -> float:
 
 
 @contextlib.contextmanager
-def interrupt_on_sigterm() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C inside the block, so cleanup (`finally`) always happens."""
+def interrupt_on_sigterm(*also: signal.Signals) -> Iterator[None]:
+    """Treat SIGTERM (and the signals in `also`, say SIGHUP) like Ctrl-C inside the block,
+    so cleanup (`finally`) always happens."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
+    previous: dict[signal.Signals, Any] = {}
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
+        for signum in (signal.SIGTERM, *also):
+            previous[signum] = signal.signal(signum, handler)
     except ValueError:  # not the main thread: nothing to install
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, before in previous.items():
+            signal.signal(signum, before)
 
 
 # ---------------------------------------------------------------- the child process

@@ -350,20 +350,45 @@
     }, Math.min(Math.max(0, waitMs), 2 ** 31 - 1));
   }
 
+  // Totals the server is recounting (Redis lost or replaced its data between its reads):
+  // no number the page cannot vouch for; the alarms count what this page shows, so a
+  // group nobody reads is never under an all-clear.
+  const RECOUNT_RETRY_MS = 2000;
+  function setRecounting(container, groups) {
+    container.classList.add("recounting");
+    for (const card of container.querySelectorAll("[data-total]")) {
+      const name = card.dataset.total;
+      const alarm = name === "nobody_reading" || name === "below";
+      const seen = alarm ? groups.filter((g) => g[name]).length : 0;
+      card.querySelector(".n").textContent = seen ? `≥ ${thousands(seen)}` : "…";
+      card.classList.toggle("alarm", seen > 0);
+    }
+  }
+
   function renderGroups(model) {
     const tbody = document.querySelector("#groups tbody");
     tbody.replaceChildren(...model.groups.map(groupRow));
     document.getElementById("groups-empty").hidden = model.groups.length > 0;
-    setCards(document.getElementById("totals"), model.totals);
+    const cards = document.getElementById("totals");
+    const recounting = !model.totals;
+    if (recounting) {
+      setRecounting(cards, model.groups);
+      scheduleRefresh(RECOUNT_RETRY_MS);
+    } else {
+      cards.classList.remove("recounting");
+      setCards(cards, model.totals);
+    }
+    document.getElementById("recounting").hidden = !recounting;
+    document.getElementById("totals-note").hidden = recounting;
     const readAt = document.getElementById("totals-read-at");
     if (readAt && model.totals) {
       readAt.dataset.ns = String(model.totals.read_at_ns);
       readAt.textContent = isoUtc(model.totals.read_at_ns);
     }
     const count = document.querySelector("#pager .count");
-    if (count && model.totals) {
-      count.textContent =
-        `${thousands(model.groups.length)} group(s) on this page, of ${thousands(model.totals.groups)}`;
+    if (count) {
+      const of = model.totals ? thousands(model.totals.groups) : "… (recounting)";
+      count.textContent = `${thousands(model.groups.length)} group(s) on this page, of ${of}`;
     }
     const pager = document.getElementById("pager");
     pager.dataset.next = model.next_cursor || "";
@@ -545,12 +570,15 @@
   const GROUPS_REFRESH_MS = 1000;
   const groupKey = (queue, group) => JSON.stringify([queue, group]);
   let shownGroups = new Map(); // group key -> its counts, for the groups on the page
-  let totals = { ...(page.totals || {}) };
+  let totals = null; // the fleet's totals (null: the server is recounting them)
   function loadGroups(groups, fresh) {
     shownGroups = new Map(groups.map((g) => [groupKey(g.queue, g.group), { ...g }]));
-    totals = { ...fresh };
+    totals = fresh ? { ...fresh } : null;
   }
-  if (page.view === "groups") loadGroups(page.groups || [], page.totals || {});
+  if (page.view === "groups") {
+    loadGroups(page.groups || [], page.totals);
+    if (!page.totals) scheduleRefresh(RECOUNT_RETRY_MS);
+  }
 
   let renderTimer = null;
   function applyToGroups(event, key, to) {
@@ -559,14 +587,16 @@
       scheduleRefresh();
       return;
     }
-    move(totals, from, to);
+    if (totals) move(totals, from, to);
     const g = shownGroups.get(groupKey(event.queue, event.group));
     if (g) {
       const was = { nobody: g.active === 0, below: isBelow(g), gone: isGone(g) };
       move(g, from, to);
-      totals.nobody_reading += (g.active === 0) - was.nobody;
-      totals.below += isBelow(g) - was.below;
-      totals.groups -= isGone(g) - was.gone;
+      if (totals) {
+        totals.nobody_reading += (g.active === 0) - was.nobody;
+        totals.below += isBelow(g) - was.below;
+        totals.groups -= isGone(g) - was.gone;
+      }
     } else if (from === null || to === null || from === "active" || to === "active") {
       scheduleRefresh(GROUPS_REFRESH_MS);
     }

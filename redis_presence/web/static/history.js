@@ -23,6 +23,56 @@
     }
   }
 
+  // A chart's "now" is the page's: when the count the page shows changes (the group's
+  // cards, a group's row), the chart's last point, its label and its caption follow, drawn
+  // again from the series' numbers the server put on it (data-xs, data-low, data-high).
+  const count = (node) => Number((node?.textContent || "").replace(/,/g, ""));
+  function setNow(svg, now) {
+    if (!svg || !svg.dataset.xs || !Number.isFinite(now)) return null;
+    const xs = svg.dataset.xs.split(" ").map(Number);
+    const low = svg.dataset.low.split(" ").map(Number);
+    const high = svg.dataset.high.split(" ").map(Number);
+    low[low.length - 1] = now;
+    high[high.length - 1] = now;
+    const height = svg.viewBox.baseVal.height;
+    const pad = Number(svg.dataset.pad);
+    const peak = Math.max(...high);
+    const y = (n) => Math.round((height - pad - (n * (height - 2 * pad)) / Math.max(1, peak)) * 10) / 10;
+    const sure = xs.map((x, i) => `${x},${y(low[i])}`);
+    svg.querySelector("polyline.sure").setAttribute("points", sure.join(" "));
+    const band = svg.querySelector("polygon.maybe");
+    if (band) {
+      const top = xs.map((x, i) => `${x},${y(high[i])}`);
+      band.setAttribute("points", [...top, ...sure.reverse()].join(" "));
+    }
+    const label = svg
+      .getAttribute("aria-label")
+      .replace(/[\d,]+ now, at most [\d,]+/, `${now} now, at most ${peak}`);
+    svg.setAttribute("aria-label", label);
+    svg.querySelector(":scope > title").textContent = label;
+    svg.dataset.low = low.join(" ");
+    svg.dataset.high = high.join(" ");
+    return peak;
+  }
+
+  // The group page: its chart follows the active card.
+  const activeCard = document.querySelector('#group-stats [data-total="active"] .n');
+  const chart = document.querySelector("#active-chart svg");
+  if (activeCard && chart) {
+    const follow = () => {
+      const peak = setNow(chart, count(activeCard));
+      if (peak === null) return;
+      document.querySelector("#active-chart .chart-now").textContent = activeCard.textContent;
+      document.querySelector("#active-chart .chart-peak").textContent = String(peak);
+    };
+    new MutationObserver(follow).observe(activeCard, {
+      childList: true,
+      characterData: true,
+      subtree: true,
+    });
+    follow();
+  }
+
   // A group row gets its sparkline cell back (rows dashboard.js builds have none).
   const sparks = new Map();
   const template = document.getElementById("sparklines");
@@ -37,7 +87,9 @@
       const key = JSON.stringify([tr.dataset.queue, tr.dataset.group]);
       const cell = sparks.get(key);
       if (cell) {
-        tr.append(cell.cloneNode(true));
+        const copy = cell.cloneNode(true);
+        tr.append(copy);
+        setNow(copy.querySelector("svg"), count(tr.querySelector("td.num.active")));
       } else {
         const td = document.createElement("td");
         td.className = "spark";
