@@ -22,8 +22,8 @@
 -- hb <= now - (2 ttl + r + 1) ms: every score below the horizon, and on the horizon's
 -- microsecond those whose nanosecond rest is <= now's (r = 0: exactly what a snapshot at
 -- the same now and ttl calls expired).
--- Cost: one command (ZRANGEBYSCORE of the oldest beat) for a group with nothing to remove, which
--- is most groups; a group with consumers to remove costs about ten more, and at most
+-- Cost: one command (ZRANGEBYSCORE of the oldest beat) for a group with nothing to remove,
+-- which is most groups; a group with consumers to remove costs about ten more, and at most
 -- MAX_WRITTEN of them are written per call (the call stops after the last, and the caller
 -- sends the following groups again); then O(log n) per group plus O(1) per visited
 -- consumer, at most `budget` in all: kept consumers are not visited, but for those on the
@@ -31,10 +31,11 @@
 -- Isolation: a group with a key of another type that this call would touch is refused
 -- whole, and an expired consumer whose stored value this package did not write is left in
 -- place (nothing of either changes; the reply says why); everything else is pruned. Types
--- are checked by the reads that come first (redis.pcall, as the heartbeats do), and with
--- TYPE only for the keys no read touches (the event log before its first entry, the mark
--- before an emptied group is deleted). A prefix of another protocol version (check_protocol,
--- standalone only) or an index of another type refuses the whole call.
+-- are checked by the reads that come first (redis.pcall, as the heartbeats do), with TYPE
+-- only for the keys no read touches (the event log and the mark, before a group's first
+-- write; every key but the sorted set, before an empty group's keys are deleted). A prefix
+-- of another protocol version (check_protocol, standalone only) or an index of another type
+-- refuses the whole call.
 local err = check_protocol(PROTOCOL_AT) or (INDEX and check_indexes())
 if err then return err end
 
@@ -81,8 +82,9 @@ for g = 1, GROUPS do
   local zset, data, _, _, at = group_keys(g)
   local retention = tonumber(ARGV[6 + GROUPS + g] or '0')
   local edge = int_str(now_us - (2 * tonumber(ARGV[6 + g]) + retention + 1) * 1000)
-  -- The oldest beat (ZRANGEBYSCORE, which the janitor role may run): an empty group, or one whose oldest beat is after the horizon, has
-  -- nothing to remove (one command for most groups).
+  -- The oldest beat (ZRANGEBYSCORE, which the janitor role may run): an empty group, or
+  -- one whose oldest beat is after the horizon, has nothing to remove (one command for
+  -- most groups).
   local oldest = redis.pcall('ZRANGEBYSCORE', zset, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if oldest.err then
     refuse_group(g, why(oldest, at, 'zset'))
