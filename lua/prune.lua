@@ -81,7 +81,7 @@ end
 for g = 1, GROUPS do
   local zset, data, _, _, at = group_keys(g)
   local retention = tonumber(ARGV[6 + GROUPS + g] or '0')
-  local edge = int_str(now_us - (2 * tonumber(ARGV[6 + g]) + retention + 1) * 1000)
+  local horizon = now_us - (2 * tonumber(ARGV[6 + g]) + retention + 1) * 1000
   -- The oldest beat (ZRANGEBYSCORE, which the janitor role may run): an empty group, or
   -- one whose oldest beat is after the horizon, has nothing to remove (one command for
   -- most groups).
@@ -92,7 +92,8 @@ for g = 1, GROUPS do
     -- An empty group is unlisted even when nothing expired: on a cluster, a heartbeat that
     -- races with a deregister can leave an empty group in the index (docs/index-protocol.md).
     drop_empty(g, at, false)
-  elseif tonumber(oldest[2]) <= tonumber(edge) then
+  elseif tonumber(oldest[2]) <= horizon then
+    local edge = int_str(horizon)
     local below = g == 1 and tonumber(ARGV[3]) or 0
     local offset = g == 1 and tonumber(ARGV[4]) or 0
     local doomed = redis.call('ZRANGEBYSCORE', zset, '-inf', '(' .. edge, 'LIMIT', below, left)
