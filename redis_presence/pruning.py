@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .errors import PresenceError
+from .errors import PresenceBatchError
 
 
 class PrunePass(NamedTuple):
@@ -23,19 +23,25 @@ class PrunePass(NamedTuple):
     (or refused part of it), and how long it took in seconds."""
 
     removed: int | None
-    error: PresenceError | None
+    error: Exception | None
     seconds: float
 
 
 def prune_pass(registry: Any, retention_ms: int | None, ttl_ms: int | None = None) -> PrunePass:
-    """One pass of `registry.prune_expired` that never raises a `PresenceError`: a refused
-    group (`PresenceBatchError`) still counts what went, anything else is the error."""
+    """One pass of `registry.prune_expired` that never raises an `Exception`: a refused
+    group (`PresenceBatchError`) still counts what went, anything else is the error (a loop
+    that runs for days must outlive an outage, and report it)."""
     started = time.monotonic()
     try:
         removed = registry.prune_expired(ttl_ms=ttl_ms, retention_ms=retention_ms)
-    except PresenceError as exc:
-        return PrunePass(getattr(exc, "completed", None), exc, time.monotonic() - started)
+    except Exception as exc:
+        return _failed(exc, started)
     return PrunePass(int(removed), None, time.monotonic() - started)
+
+
+def _failed(exc: Exception, started: float) -> PrunePass:
+    removed = exc.completed if isinstance(exc, PresenceBatchError) else None
+    return PrunePass(removed, exc, time.monotonic() - started)
 
 
 async def aprune_pass(
@@ -45,8 +51,8 @@ async def aprune_pass(
     started = time.monotonic()
     try:
         removed = await registry.prune_expired(ttl_ms=ttl_ms, retention_ms=retention_ms)
-    except PresenceError as exc:
-        return PrunePass(getattr(exc, "completed", None), exc, time.monotonic() - started)
+    except Exception as exc:
+        return _failed(exc, started)
     return PrunePass(int(removed), None, time.monotonic() - started)
 
 

@@ -125,3 +125,27 @@ def test_every_keeps_going_when_redis_is_unreachable(fake_client: Any) -> None:
     assert result.exit_code == 0, result.output
     assert result.stdout.split(" ", 1)[1] == "prune failed: Redis unreachable at 127.0.0.1:1\n"
     assert calls[0] == {"ttl_ms": None, "retention_ms": None}
+
+
+def test_every_counts_what_went_when_a_group_is_refused() -> None:
+    """A pass that pruned some and had a group refused (bad data) says both, and goes on."""
+    from redis_presence import PresenceBatchError, PresenceDataError
+
+    calls = []
+
+    class Partly:
+        def prune_expired(self, **options: Any) -> int:
+            calls.append(options)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            spoilt = PresenceDataError("WRONGTYPE presence:{q}:g:c holds a list")
+            raise PresenceBatchError({("q", "g"): spoilt}, 3)
+
+    def factory(url: str, prefix: str, read_only: bool) -> PresenceRegistry:
+        return cast(PresenceRegistry, Partly())
+
+    result = invoke(["prune", "--every", "100ms", "--format", "json"], obj=factory)
+    assert result.exit_code == 0, result.output
+    line = json.loads(result.stdout)
+    assert line["pruned"] == 3
+    assert line["error"].startswith("refused in 1 group, 3 done: q/g: WRONGTYPE")
