@@ -51,6 +51,7 @@ function read(args) {
   if (args.queue !== undefined && args.queue !== null) out.queue = args.queue;
   if (args.group !== undefined && args.group !== null) out.group = args.group;
   if (args.with_meta) out.withMeta = true;
+  if (args.retention_ms !== undefined) out.retentionMs = args.retention_ms;
   return out;
 }
 
