@@ -53,7 +53,7 @@ from urllib.parse import quote, unquote
 
 from ._json import loads_flat
 from .errors import PresenceDataError
-from .validation import MAX_META_BYTES, MAX_META_KEYS, MAX_MIN_ACTIVE, check_prefix
+from .validation import MAX_META_BYTES, MAX_META_KEYS, MAX_MIN_ACTIVE, check_meta, check_prefix
 
 PROTOCOL_VERSION = "1"
 """The version of the wire format (docs/protocol.md) this package reads and writes, stored
@@ -146,15 +146,15 @@ value is refused unread."""
 
 
 def decode_meta(key: str, consumer: Any, value: Any) -> dict[str, str]:
-    """The mapping a stored metadata value spells; anything else (another type, an
-    oversized or nested document: refused before JSON parsing recurses) is a
-    `PresenceDataError` naming `key` and `consumer`."""
+    """The mapping a stored metadata value spells, when it is what a client writes
+    (META_VALUE): the canonical spelling (`encode_meta`) of a mapping `check_meta` takes, so
+    at most MAX_META_KEYS keys. Anything else (another type, an oversized or nested
+    document: refused before JSON parsing recurses, 17 keys, keys out of order, a duplicate
+    key) is a `PresenceDataError` naming `key` and `consumer`."""
     try:
         text = value.decode() if isinstance(value, bytes) else value
         meta = loads_flat(text, opening="{", max_chars=MAX_STORED_META_CHARS)
-        if not isinstance(meta, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
-        ):
+        if not isinstance(meta, dict) or encode_meta(check_meta(meta)) != text:
             raise ValueError
     except (ValueError, TypeError, UnicodeDecodeError, AttributeError):
         name = consumer.decode("utf-8", "replace") if isinstance(consumer, bytes) else consumer
