@@ -113,6 +113,32 @@ def writes_check_no_version(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(redis_presence.plans.core, "script", unchecked)
 
 
+def version_compared_as_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    """P:protocol compared as a number ("01" and "1 " taken for version 1)."""
+    real = redis_presence.plans.core._check_protocol
+
+    def numeric(key: str, reply: Any) -> None:
+        try:
+            if reply is not None and int(reply) == 1:
+                return
+        except ValueError:
+            pass
+        real(key, reply)
+
+    def loose(name: str) -> Script:
+        found = script(name)
+        text = found.source.replace(
+            "if found and found ~= VERSION then",
+            "if found and tonumber(found) ~= tonumber(VERSION) then",
+        )
+        assert text != found.source
+        return Script(name, text, hashlib.sha1(text.encode()).hexdigest())
+
+    monkeypatch.setattr(redis_presence.plans.caches, "_check_protocol", numeric)
+    monkeypatch.setattr(redis_presence.plans.index, "_check_protocol", numeric)
+    monkeypatch.setattr(redis_presence.plans.core, "script", loose)
+
+
 def no_version_check(monkeypatch: pytest.MonkeyPatch) -> None:
     """No protocol-version check at all."""
     reads_check_no_version(monkeypatch)
@@ -221,6 +247,7 @@ MUTANTS: list[tuple[Patch, str, int]] = [
     (reads_check_no_version, "17-another-protocol-version", 16),
     (writes_check_no_version, "17-another-protocol-version", 5),
     (no_version_check, "17-another-protocol-version", 4),
+    (version_compared_as_number, "27-protocol-version-spellings", 3),
     (len_by_hlen, "22-len-counts-the-sorted-sets", 6),
     (minimum_zero_written, "09-declared-groups", 15),
     (minimum_read_leniently, "13-tolerant-reads-declared-and-metadata", 13),
