@@ -26,8 +26,10 @@ from redis_presence.errors import PresenceDataError
 from redis_presence.keys import decode_min_active
 from redis_presence.model import Skipped
 from redis_presence.plans import declared
+from redis_presence.plans.core import Spoilt
 from redis_presence.plans.reads import ReadPlans
 from redis_presence.plans.requests import Command, ScriptCall
+from redis_presence.plans.settings import SettingsPlans
 from redis_presence.plans.writes import WritePlans
 from redis_presence.scripts import Script, script
 
@@ -240,6 +242,19 @@ def skipped_in_found_order(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(module, "_unique", found)
 
 
+def spoilt_setting_fails_the_fleet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group's spoilt shared setting fails a read of many groups, instead of setting that
+    group aside."""
+
+    def keep(groups: Any, settings: Any, aside: list[Skipped]) -> Any:
+        for value in settings:
+            if isinstance(value, Spoilt):
+                raise value.error()
+        return list(groups), list(settings)
+
+    monkeypatch.setattr(SettingsPlans, "keep", staticmethod(keep))
+
+
 MUTANTS: list[tuple[Patch, str, int]] = [
     (meta_unsorted, "07-metadata", 11),
     (meta_utf16_order, "21-metadata-code-point-order", 5),
@@ -254,6 +269,8 @@ MUTANTS: list[tuple[Patch, str, int]] = [
     (prune_forgets_offsets, "23-prune-resumes-where-it-stopped", 4),
     (large_group_one_page, "24-large-group-read", 5),
     (settings_read_leniently, "25-spoilt-setting-spellings", 2),
+    (spoilt_setting_fails_the_fleet, "14-tolerant-reads-spoilt-group-setting", 3),
+    (spoilt_setting_fails_the_fleet, "25-spoilt-setting-spellings", 2),
     (lease_read_unbounded, "26-tolerant-reads-out-of-range-and-order", 5),
     (skipped_in_found_order, "26-tolerant-reads-out-of-range-and-order", 10),
 ]
