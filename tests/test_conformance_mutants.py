@@ -269,6 +269,7 @@ MUTANTS: list[tuple[Patch, str, int]] = [
     (prune_forgets_offsets, "23-prune-resumes-where-it-stopped", 4),
     (large_group_one_page, "24-large-group-read", 5),
     (settings_read_leniently, "25-spoilt-setting-spellings", 2),
+    (settings_read_leniently, "28-spoilt-group-progress-budget", 4),
     (spoilt_setting_fails_the_fleet, "14-tolerant-reads-spoilt-group-setting", 3),
     (spoilt_setting_fails_the_fleet, "25-spoilt-setting-spellings", 2),
     (lease_read_unbounded, "26-tolerant-reads-out-of-range-and-order", 5),
