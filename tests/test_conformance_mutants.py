@@ -182,16 +182,33 @@ def minimum_read_leniently(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(declared, "decode_min_active", lenient)
 
 
-def prune_forgets_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
-    """prune resumes a group from its start (offsets 0 0) instead of where it stopped."""
+def _prune_resumed(monkeypatch: pytest.MonkeyPatch, forget: Callable[[Any, Any], Any]) -> None:
+    """prune with its resume offsets (below, ties) replaced by `forget` of them; a prune
+    that makes 100 calls is taken for one that never ends (a wrong client may loop)."""
+    calls = [0]
 
-    def from_start(r: Any) -> Any:
+    def resumed(r: Any) -> Any:
         if isinstance(r, ScriptCall) and r.script.name == "prune":
+            calls[0] += 1
+            if calls[0] > 100:
+                raise RuntimeError("prune never ends")
             at = 3 + int(r.args[2])  # EVALSHA sha numkeys KEYS... now budget below ties
-            return r._replace(args=(*r.args[: at + 2], 0, 0, *r.args[at + 4 :]))
+            offsets = forget(r.args[at + 2], r.args[at + 3])
+            return r._replace(args=(*r.args[: at + 2], *offsets, *r.args[at + 4 :]))
         return r
 
-    monkeypatch.setattr(WritePlans, "_prune", _rewritten(WritePlans._prune, request=from_start))
+    monkeypatch.setattr(WritePlans, "_prune", _rewritten(WritePlans._prune, request=resumed))
+
+
+def prune_forgets_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """prune resumes a group from its start (offsets 0 0) instead of where it stopped."""
+    _prune_resumed(monkeypatch, lambda below, ties: (0, 0))
+
+
+def prune_forgets_tie_offset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """prune resumes a group at the first of the horizon's microsecond's consumers, not at
+    the one after those it visited."""
+    _prune_resumed(monkeypatch, lambda below, ties: (below, 0))
 
 
 def large_group_one_page(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -267,6 +284,7 @@ MUTANTS: list[tuple[Patch, str, int]] = [
     (minimum_zero_written, "09-declared-groups", 15),
     (minimum_read_leniently, "13-tolerant-reads-declared-and-metadata", 13),
     (prune_forgets_offsets, "23-prune-resumes-where-it-stopped", 4),
+    (prune_forgets_tie_offset, "23-prune-resumes-where-it-stopped", 8),
     (large_group_one_page, "24-large-group-read", 5),
     (settings_read_leniently, "25-spoilt-setting-spellings", 2),
     (settings_read_leniently, "28-spoilt-group-progress-budget", 4),
