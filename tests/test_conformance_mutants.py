@@ -274,6 +274,7 @@ def spoilt_setting_fails_the_fleet(monkeypatch: pytest.MonkeyPatch) -> None:
 
 MUTANTS: list[tuple[Patch, str, int]] = [
     (meta_unsorted, "07-metadata", 11),
+    (meta_unsorted, "21-metadata-code-point-order", 5),
     (meta_utf16_order, "21-metadata-code-point-order", 5),
     (meta_read_leniently, "21-metadata-code-point-order", 10),
     (reads_check_no_version, "17-another-protocol-version", 16),
