@@ -23,6 +23,7 @@ from prometheus_client.utils import floatToGoString
 from redis_presence import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
 from redis_presence.errors import PresenceDataError, PresenceError, PresenceProtocolError
 from redis_presence.model import NS_PER_S
+from redis_presence.verdict import VERDICTS
 
 from .reads import GroupStats, PresenceData
 
@@ -52,6 +53,11 @@ METRICS: dict[str, str] = {
     "redis_presence_group_below_min": (
         "1 when a declared group has fewer active consumers than its minimum, else 0; every "
         "declared group is reported, with or without consumers."
+    ),
+    "redis_presence_group_verdict": (
+        "The group's verdict: one series per verdict (OK, DRAINING, DEGRADED, STALLED, "
+        "STOPPED), 1 for the group's and 0 for the others; STALLED only with --stuck-metrics "
+        "or --per-consumer-metrics (docs/concepts.md, one verdict per group)."
     ),
     "redis_presence_consumers_stuck": (
         "Active consumers holding leases without progress for longer than the group's "
@@ -140,6 +146,7 @@ def families(reading: ScrapeReading, *, per_consumer: bool) -> list[Family]:
     active: Samples = []
     minimum: Samples = []
     below: Samples = []
+    verdicts: Samples = []
     stuck: Samples = []
     oldest: Samples = []
     leases: Samples = []
@@ -156,6 +163,11 @@ def families(reading: ScrapeReading, *, per_consumer: bool) -> list[Family]:
         if stats.min_active is not None:
             minimum.append((names, stats.min_active))
             below.append((names, 1.0 if stats.below else 0.0))
+        judged = stats.judged.verdict
+        verdicts += (
+            ((queue, group, verdict.value), 1.0 if verdict is judged else 0.0)
+            for verdict in VERDICTS
+        )
         if stats.stuck is not None:
             stuck.append((names, stats.stuck))
         if stats.oldest_heartbeat_ns is not None:
@@ -169,6 +181,7 @@ def families(reading: ScrapeReading, *, per_consumer: bool) -> list[Family]:
         Family("redis_presence_group_active", GROUP, active),
         Family("redis_presence_group_min_active", GROUP, minimum),
         Family("redis_presence_group_below_min", GROUP, below),
+        Family("redis_presence_group_verdict", (*GROUP, "verdict"), verdicts),
     )
     out += [
         family
