@@ -140,3 +140,34 @@ def test_draining_is_judged_once_rows_say_so() -> None:
     assert judge(left._replace(draining_active=None, draining_stale=None)).verdict is (
         Verdict.DEGRADED
     )
+
+
+def test_one_group_reads_as_its_row_of_groups(registry: Any) -> None:
+    """`group(queue, group)`: the row `groups()` has for it (a group neither tracked nor
+    declared: zeros, STOPPED), for `check`; a bad name is refused naming the argument."""
+    fleet(registry)
+    rows = {row.group: row for row in registry.groups(now_ns=T0, ttl_ms=TTL)}
+    for name, row in rows.items():
+        assert registry.group("q", name, now_ns=T0, ttl_ms=TTL) == row
+    nobody = registry.group("q", "unknown", now_ns=T0, ttl_ms=TTL)
+    assert (nobody.active, nobody.stale, nobody.expired, nobody.min_active) == (0, 0, 0, None)
+    assert nobody.verdict is Verdict.STOPPED
+    with pytest.raises(ValueError, match="group"):
+        registry.group("q", "", now_ns=T0)
+    with pytest.raises(ValueError, match="ttl_ms"):
+        registry.group("q", "g", now_ns=T0, ttl_ms=0)
+
+
+@pytest.mark.redis_server
+def test_one_group_reads_its_keys_alone(redis_client: Any) -> None:
+    """No consumer's row, no index, no other group: ``ZCARD``, the counts and one
+    ``HMGET``, in two round trips (the shared TTL, then one batch)."""
+    writer = RedisPresenceRegistry(redis_client)
+    writer.heartbeat_many([("q", "g", f"c{i}", 0) for i in range(1_000)], now_ns=T0)
+    writer.heartbeat("q", "other", "c", 0, now_ns=T0)
+    assert trips_of(redis_client, lambda plans: plans.group("q", "g", now_ns=T0)) == 2
+    redis_client.config_resetstat()
+    assert writer.group("q", "g", now_ns=T0).active == 1_000
+    commands = {name.removeprefix("cmdstat_") for name in redis_client.info("commandstats")}
+    assert {"zcard", "zcount", "hmget"} <= commands
+    assert not commands & {"hgetall", "hscan", "zrangebylex", "smembers", "scan"}
