@@ -163,3 +163,34 @@ def test_a_row_with_below_agrees() -> None:
         for least in range(1, 4):
             judged = judge(GroupFacts(active, 0, 0, least))
             assert judged.verdict.passes == (active >= least)
+
+
+def test_the_table_of_docs_concepts_is_the_rule() -> None:
+    """Each row of docs/concepts.md's table of inputs gives the verdict it says."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "concepts.md").read_text(encoding="utf-8")
+    table = text.split("The inputs of each verdict", 1)[1].split("**Where it is read.**", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "`" in line]
+    assert len(rows) >= 10
+    for line in rows:
+        active, stale, expired, stuck, draining, said = (c.strip() for c in line.split("|")[1:-1])
+        wanted = re.search(r"`wanted` (\d+)", draining)
+        pair = re.match(r"\((\d+), (\d+)\)", draining)
+        d_active, d_stale = (int(pair[1]), int(pair[2])) if pair else (None, None)
+        verdict = Verdict(re.match(r"`(\w+)`", said)[1])  # type: ignore[index]
+        for n_expired in (0, 5) if expired == "any" else (int(expired),):
+            for n_stuck in (
+                (0, None) if stuck == "0 or -" else (None if stuck == "-" else int(stuck),)
+            ):
+                facts = GroupFacts(
+                    int(active),
+                    int(stale),
+                    n_expired,
+                    int(wanted[1]) if wanted else 2,
+                    n_stuck,
+                    d_active,
+                    d_stale,
+                )
+                assert judge(facts).verdict is verdict, (line, facts, judge(facts))
