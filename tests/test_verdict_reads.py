@@ -171,3 +171,54 @@ def test_one_group_reads_its_keys_alone(redis_client: Any) -> None:
     commands = {name.removeprefix("cmdstat_") for name in redis_client.info("commandstats")}
     assert {"zcard", "zcount", "hmget"} <= commands
     assert not commands & {"hgetall", "hscan", "zrangebylex", "smembers", "scan"}
+
+
+def test_the_groups_table_marks_each_verdict_but_ok(
+    client: Any, writer: RedisPresenceRegistry
+) -> None:
+    """A pill with the verdict, its reason as the title (escaped), on the server's page."""
+    fleet(writer)
+    page = client.get("/").text
+    assert (
+        '<span class="pill verdict degraded" title="below its minimum: 1 active, at least 2 '
+        'wanted">DEGRADED</span>' in page
+    )
+    assert page.count('class="pill verdict stopped"') == 2  # gone, never
+    assert page.count('class="pill verdict ') == 4  # below, stale, gone, never: not OK
+
+
+def test_the_pages_script_judges_moved_counts_as_the_library(tmp_path: Any) -> None:
+    """The overview's script judges a group whose counts the events moved (dashboard.js's
+    `countsVerdict`): the same verdict and words as `judge` for every count around the
+    boundaries, declared or not."""
+    import json
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from binaries import need_binary
+
+    node = need_binary("node")
+    script = Path(__file__).parent.parent / "redis_presence/web/static/dashboard.js"
+    source = script.read_text(encoding="utf-8")
+    found = re.search(r"\n  function countsVerdict\(g\) \{\n.*?\n  \}\n", source, re.S)
+    assert found, "countsVerdict in dashboard.js"
+    cases = [
+        {"active": a, "stale": s, "expired": e, "min_active": m}
+        for a in range(4)
+        for s in range(3)
+        for e in range(3)
+        for m in (None, 1, 2, 3)
+    ]
+    program = tmp_path / "verdicts.js"
+    program.write_text(
+        found[0] + f"console.log(JSON.stringify({json.dumps(cases)}.map(countsVerdict)));\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [node, str(program)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    for case, said in zip(cases, json.loads(done.stdout), strict=True):
+        judged = judge(GroupFacts(**case))
+        assert said == judged.to_dict(), case
