@@ -97,52 +97,67 @@ def _consumers(n: int) -> str:
     return f"{n} consumer" if n == 1 else f"{n} consumers"
 
 
+def verdict_of(facts: GroupFacts) -> Verdict:
+    """The group's verdict alone (the module's rules, first match wins), without building
+    its reason: what ``/metrics`` needs for every group of a scrape."""
+    active, stale, _, min_active, stuck, d_active, d_stale, _, _ = facts
+    gone = min(d_stale or 0, stale)
+    unexcused = max(0, (1 if min_active is None else min_active) - active - gone)
+    lapsed = stale - gone
+    if active == 0 and (unexcused or lapsed):
+        return Verdict.STOPPED
+    if stuck is not None and active > 0 and stuck >= active:
+        return Verdict.STALLED
+    if unexcused or lapsed or stuck:
+        return Verdict.DEGRADED
+    if d_active or gone:
+        return Verdict.DRAINING
+    return Verdict.OK
+
+
 def judge(facts: GroupFacts) -> GroupVerdict:
-    """The group's verdict and its reason (the module's rules, first match wins)."""
+    """The group's verdict (`verdict_of`) and its reason in words."""
+    verdict = verdict_of(facts)
     active, stale, expired, min_active, stuck, d_active, d_stale, capacity, leases = facts
     wanted = 1 if min_active is None else min_active
-    leaving = d_active or 0
     gone = min(d_stale or 0, stale)
-    shortfall = max(0, wanted - active)
-    excused = min(shortfall, gone)
-    unexcused = shortfall - excused
-    lapsed = stale - gone  # stale without having said they were leaving
-
-    counts = f"{active} active" + (f", at least {min_active} wanted" if min_active else "")
-    if capacity is not None and leases is not None:
-        counts += f"; {leases} of {capacity} slots in use"
-    if active == 0 and (unexcused or lapsed):
+    unexcused = max(0, wanted - active - gone)
+    lapsed = stale - gone
+    if verdict is Verdict.STOPPED:
         if stale or expired:
             others = ", ".join(
                 f"{n} {state}" for n, state in ((stale, "stale"), (expired, "expired")) if n
             )
-            return GroupVerdict(Verdict.STOPPED, f"nobody reading: 0 active ({others})")
+            return GroupVerdict(verdict, f"nobody reading: 0 active ({others})")
         if min_active is not None:
             return GroupVerdict(
-                Verdict.STOPPED, f"nobody reading: no consumer, at least {min_active} wanted"
+                verdict, f"nobody reading: no consumer, at least {min_active} wanted"
             )
-        return GroupVerdict(Verdict.STOPPED, "nobody reading: no consumer")
-    if stuck is not None and active > 0 and stuck >= active:
+        return GroupVerdict(verdict, "nobody reading: no consumer")
+    if verdict is Verdict.STALLED:
         what = "the only active consumer is" if active == 1 else f"all {active} active are"
         return GroupVerdict(
-            Verdict.STALLED,
+            verdict,
             f"alive but not progressing: {what} stuck, holding leases without progress "
             "for longer than the progress budget",
         )
-    faults = []
-    if unexcused:
-        faults.append(f"below its minimum: {active} active, at least {wanted} wanted")
-    if lapsed:
-        faults.append(f"{_consumers(lapsed)} stale (missed beats without draining)")
-    if stuck:
-        faults.append(f"{stuck} of {active} active stuck")
-    if faults:
-        return GroupVerdict(Verdict.DEGRADED, "; ".join(faults))
-    if leaving or gone:
+    if verdict is Verdict.DEGRADED:
+        faults = []
+        if unexcused:
+            faults.append(f"below its minimum: {active} active, at least {wanted} wanted")
+        if lapsed:
+            faults.append(f"{_consumers(lapsed)} stale (missed beats without draining)")
+        if stuck:
+            faults.append(f"{stuck} of {active} active stuck")
+        return GroupVerdict(verdict, "; ".join(faults))
+    counts = f"{active} active" + (f", at least {min_active} wanted" if min_active else "")
+    if capacity is not None and leases is not None:
+        counts += f"; {leases} of {capacity} slots in use"
+    if verdict is Verdict.DRAINING:
         parts = []
-        if leaving:
-            parts.append(f"{_consumers(leaving)} draining")
+        if d_active:
+            parts.append(f"{_consumers(d_active)} draining")
         if gone:
             parts.append(f"{_consumers(gone)} left on purpose")
-        return GroupVerdict(Verdict.DRAINING, f"planned departure: {', '.join(parts)}; {counts}")
-    return GroupVerdict(Verdict.OK, counts)
+        return GroupVerdict(verdict, f"planned departure: {', '.join(parts)}; {counts}")
+    return GroupVerdict(verdict, counts)

@@ -23,7 +23,6 @@ from prometheus_client.utils import floatToGoString
 from redis_presence import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence
 from redis_presence.errors import PresenceDataError, PresenceError, PresenceProtocolError
 from redis_presence.model import NS_PER_S
-from redis_presence.verdict import VERDICTS
 
 from .reads import GroupStats, PresenceData
 
@@ -55,9 +54,9 @@ METRICS: dict[str, str] = {
         "declared group is reported, with or without consumers."
     ),
     "redis_presence_group_verdict": (
-        "The group's verdict: one series per verdict (OK, DRAINING, DEGRADED, STALLED, "
-        "STOPPED), 1 for the group's and 0 for the others; STALLED only with --stuck-metrics "
-        "or --per-consumer-metrics (docs/concepts.md, one verdict per group)."
+        "1, labelled with the group's verdict (OK, DRAINING, DEGRADED, STALLED, STOPPED): "
+        "one series a group, whose verdict label changes with it; STALLED only with "
+        "--stuck-metrics or --per-consumer-metrics (docs/concepts.md, one verdict per group)."
     ),
     "redis_presence_consumers_stuck": (
         "Active consumers holding leases without progress for longer than the group's "
@@ -163,11 +162,7 @@ def families(reading: ScrapeReading, *, per_consumer: bool) -> list[Family]:
         if stats.min_active is not None:
             minimum.append((names, stats.min_active))
             below.append((names, 1.0 if stats.below else 0.0))
-        judged = stats.judged.verdict
-        verdicts += (
-            ((queue, group, verdict.value), 1.0 if verdict is judged else 0.0)
-            for verdict in VERDICTS
-        )
+        verdicts.append(((queue, group, stats.verdict.value), 1.0))
         if stats.stuck is not None:
             stuck.append((names, stats.stuck))
         if stats.oldest_heartbeat_ns is not None:
