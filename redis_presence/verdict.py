@@ -24,11 +24,12 @@ stale consumers whose row says `draining`, a planned departure still inside the 
 5. ``OK``: none of these.
 
 Inputs a read does not have are None, and no rule that needs them can hold: `stuck` is
-known to reads of the rows (a group's page, ``/metrics --stuck-metrics``, `check`), not to
-`groups()`'s counts; `draining` and `capacity` come with the protocol version that stores
-them (until then always None, and `DRAINING` is never the verdict). Capacity never changes
-the verdict (a group using every slot is busy, not unwell: a threshold on it is the kind
-of tuning the window avoids); with `leases`, the reason says how many slots are in use.
+known to reads of the rows (a group's page, ``/metrics --stuck-metrics``, ``check
+--progress``), not to `groups()`'s counts; `draining` and `capacity` come with the
+protocol version that stores them (until then always None, and `DRAINING` is never the
+verdict). Capacity never changes the verdict (a group using every slot is busy, not
+unwell: a threshold on it is the kind of tuning the window avoids); with `leases`, the
+reason says how many slots are in use.
 """
 
 from __future__ import annotations
