@@ -143,6 +143,10 @@ def test_the_overview_follows_the_events(page: Page, writer: RedisPresenceRegist
     expect(trail.locator("td.num.stale")).to_have_text("1", timeout=TTL_MS + 1_000)
     expect(trail.locator("td.num.active")).to_have_text("0")
     expect(trail.locator(".badge")).to_have_text("nobody is reading")
+    verdict = trail.locator(".pill.verdict")  # drawn by the page's script, from the JSON
+    expect(verdict).to_have_text("STOPPED")
+    expect(verdict).to_have_attribute("title", "nobody reading: 0 active (1 stale)")
+    expect(trail.locator(".pill.verdict.stopped")).to_have_count(1)
     expect(trail.locator("td.num.expired")).to_have_text("1", timeout=TTL_MS + 1_000)
     expect(stale).to_have_text(str(before))
     writer.deregister("audit", "trail", "lonely")

@@ -68,7 +68,9 @@ ROUTES: dict[str, dict[str, Any]] = {
     "/api/v1/groups": {
         "summary": "Every tracked or declared group with its counts",
         "description": "`groups`: `queue`, `group`, `active`, `stale`, `expired`, "
-        "`min_active` (null: not declared) and `below`, in the index's order; "
+        "`min_active` (null: not declared), `below`, and its `verdict` (`OK`, `DRAINING`, "
+        "`DEGRADED`, `STOPPED`; `STALLED` needs the consumers' progress, which the group's "
+        "own page reads) with its `reason` in words, in the index's order; "
         "`next_cursor` / `prev_cursor` (null at either end).",
         "query": [_QUEUE, _GROUP, _GROUPS_API, _CURSOR],
         "kind": "application/json",
@@ -77,6 +79,8 @@ ROUTES: dict[str, dict[str, Any]] = {
         "path": "/api/v1/groups/{queue}/{group}",
         "summary": "One group: its counts, progress budget and a page of its consumers",
         "description": "Each name is one percent-encoded path segment (`a/b` is `a%2Fb`); "
+        "`group` has the list's fields, its `verdict` judged with its consumers' progress "
+        "(`STALLED` when every active one is stuck); "
         "404 when the group is neither tracked nor declared.",
         "path_params": [
             ("queue", "the queue, percent-encoded"),

@@ -60,6 +60,7 @@ from redis_presence.errors import (
 )
 from redis_presence.events import EventCursor, PresenceEvent
 from redis_presence.model import GroupPresence, groups_set_aside
+from redis_presence.verdict import GroupFacts, GroupVerdict, Verdict, judge, verdict_of
 
 from .observed import Observed
 from .paging import Cursor, Page, PageAsk, group_key
@@ -104,6 +105,19 @@ class GroupStats(NamedTuple):
         """Shown first and marked: below its declared minimum, or nobody reading it."""
         return self.below or self.nobody_reading
 
+    @property
+    def judged(self) -> GroupVerdict:
+        """Its verdict and reason from what the read in use knows (`STALLED` only where
+        it read the consumers' progress: `stuck` not None)."""
+        return judge(GroupFacts(self.active, self.stale, self.expired, self.min_active, self.stuck))
+
+    @property
+    def verdict(self) -> Verdict:
+        """`judged`'s verdict alone, without its reason (for every group of a scrape)."""
+        return verdict_of(
+            GroupFacts(self.active, self.stale, self.expired, self.min_active, self.stuck)
+        )
+
     def to_dict(self) -> dict[str, object]:
         return {
             "queue": self.queue,
@@ -113,6 +127,7 @@ class GroupStats(NamedTuple):
             "expired": self.expired,
             "min_active": self.min_active,
             "below": self.below,
+            **self.judged.to_dict(),
         }
 
 
