@@ -1,13 +1,16 @@
-"""Every screen and every person (issue 34 item 7), in chromium under the page's CSP.
+"""Every screen and every person, and charts that can be read (issue 34 items 7 and 6), in
+chromium under the page's CSP.
 
 WCAG AA contrast (4.5:1) for every text the pages render and every text/background pair
 the stylesheets declare, in the light and the dark scheme (`prefers-color-scheme`,
-emulated); the skip link; the sortable headers. The phone layout of each page is
+emulated); the skip link; the group chart's axes and values (pointer, keyboard, a table);
+a sparkline on every row, on one scale. The phone layout of each page is
 test_web_screens.py's.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any, Literal
 from urllib.parse import urlencode
@@ -26,6 +29,7 @@ from browser_pages import (  # the fixtures, shared by name
 from playwright.sync_api import Page, expect
 
 from redis_presence import RedisPresenceRegistry
+from redis_presence.formatting import iso_utc
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis_server, pytest.mark.timeout(120)]
 
@@ -33,6 +37,7 @@ QUEUE = "a11y"
 FUTURE_NS = 4_000_000_000_000 * MS  # beats from the future stay active
 PAST_NS = 1_700_000_000_000 * MS  # long expired
 AA = 4.5
+GEOMETRY_FITS = "() => document.documentElement.scrollWidth <= window.innerWidth"
 Scheme = Literal["light", "dark"]
 SCHEMES = [pytest.param(s, id=s) for s in ("light", "dark")]
 
@@ -252,3 +257,58 @@ def test_the_skip_link_comes_first_and_leads_to_the_content(
     assert box["y"] >= 0
     page.keyboard.press("Enter")
     expect(page.locator("main#main")).to_be_focused()
+
+
+@pytest.mark.parametrize("width", [pytest.param(w, id=f"{w}px") for w in (390, 1280)])
+def test_the_group_chart_tells_its_values_by_pointer_and_keyboard(
+    page: Page, fleet: object, writer: RedisPresenceRegistry, width: int
+) -> None:
+    writer.heartbeat(QUEUE, "billing", "newcomer", 1)  # joins now (the server's clock)
+    page.set_viewport_size({"width": width, "height": 844})
+    visit(page, "/group?" + urlencode({"queue": QUEUE, "group": "billing"}))
+    chart = page.locator("#active-chart svg.chart")
+    scale = chart.get_attribute("data-scale")
+    assert scale is not None
+    # the axes: 0 to the scale (one for the whole chart), the time to now, both titled
+    expect(page.locator("#active-chart .y-axis span")).to_have_text([scale, "0"])
+    ticks = page.locator("#active-chart .chart-axis span")
+    expect(ticks).to_have_text(["-60 min", "-45 min", "-30 min", "-15 min", "now"])
+    expect(page.locator("#active-chart .x-title")).to_contain_text("time (UTC)")
+    assert page.evaluate(GEOMETRY_FITS), "the chart widens the page"
+    # the keyboard: focus tells now, the arrows move an instant, Home goes to the start
+    readout = page.locator("#chart-readout")
+    expect(readout).to_have_attribute("aria-live", "polite")
+    chart.focus()
+    active = page.locator('#group-stats [data-total="active"] .n').inner_text()
+    expect(readout).to_contain_text(f"{active} active (now)")
+    expect(readout).to_contain_text("1 joined between")  # the newcomer's mark
+    page.keyboard.press("ArrowLeft")
+    expect(readout).not_to_contain_text("(now)")
+    page.keyboard.press("Home")
+    since = int(chart.get_attribute("data-since") or 0)
+    expect(readout).to_contain_text(iso_utc(since))
+    # the pointer: the instant under it
+    box = chart.bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] - 1, box["y"] + box["height"] / 2)
+    expect(readout).to_contain_text("(now)")
+    # the values as a table, built when opened (no copy of them in the page before)
+    assert page.locator("#active-chart table").count() == 0
+    page.locator("#active-chart details summary").click()
+    rows = page.locator("#active-chart table.chart-table tbody tr")
+    expect(rows).to_have_count(61)
+    expect(rows.last.locator("td").nth(1)).to_have_text(active)
+    expect(rows.first.locator("td").first).to_have_text(iso_utc(since))
+
+
+def test_every_row_keeps_its_sparkline_on_one_scale_live(page: Page, fleet: object) -> None:
+    visit(page, "/?" + urlencode({"queue": QUEUE}))  # rows re-rendered by the page's script
+    rows = page.locator("#groups tbody tr")
+    expect(rows).to_have_count(2)
+    sparks = page.locator("#groups tbody tr td.spark svg.spark")
+    expect(sparks).to_have_count(2)
+    scales = {s.get_attribute("data-scale") for s in sparks.all()}
+    assert len(scales) == 1
+    expect(page.locator("#spark-scale")).to_have_text(scales.pop() or "")
+    expect(sparks.first).to_have_accessible_name(re.compile("active consumers over the last hour"))
+    assert page.locator("template").count() == 0  # no second copy of the charts

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from prometheus_client import exposition
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -87,6 +87,24 @@ def group_json(stats: GroupStats) -> dict[str, object]:
 # -- query parameters (checked in .params) ----------------------------------------------
 
 _text, _flag, _states, _path_names = params.text, params.flag, params.states, params.path_names
+
+
+def _window(request: Request) -> history.Window:
+    """The pictures' time window (``window=1h|6h|24h``; the last hour by default)."""
+    return history.window_of(params.choice(request, "window", history.WINDOWS))
+
+
+def window_links(request: Request, shown: history.Window) -> list[tuple[str, str, bool]]:
+    """``(name, query, shown)`` of each window: this page's query with that window."""
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k != "window"]
+    return [
+        (
+            name,
+            urlencode(kept + ([] if w == history.DEFAULT_WINDOW else [("window", name)])),
+            w == shown,
+        )
+        for name, w in history.WINDOWS.items()
+    ]
 
 
 def _json(model: dict[str, Any]) -> Response:
@@ -167,6 +185,7 @@ class Views:
             states=_states(request),
             attention=_flag(request, "idle"),
         )
+        window = _window(request)
         # One page of groups (read and counted from the cursor on) and, meanwhile, the
         # fleet's totals (one shared read of every group, at most `totals_cache_s` old),
         # which must agree with the page: of its epoch, and holding what it shows; else
@@ -193,7 +212,7 @@ class Views:
             "idle": where.attention,
         }
         sparks = await history.sparklines(
-            service.reads, [(g.queue, g.group, g.active) for g in page.rows]
+            service.reads, [(g.queue, g.group, g.active) for g in page.rows], window
         )
         context = service.context(
             request,
@@ -201,6 +220,9 @@ class Views:
             ttl=ttl,
             groups=page.rows,
             sparks=sparks,
+            spark_scale=max((c.scale for c in sparks.values()), default=None),
+            window=window,
+            windows=window_links(request, window),
             totals=totals,
             **paging.links(request, page),
             filters=filters,
@@ -236,6 +258,7 @@ class Views:
         stats: GroupStats | None = None
         stuck_after_ms: int | None = None
         with_meta = group_page or _flag(request, "meta")
+        window = _window(request) if group_page else history.DEFAULT_WINDOW
         if group_page and queue is not None and group is not None:
             found = await service.reads.group(queue, group, states=states, search=search, page=ask)
             reading, stats, page = found.reading, found.stats, found.page
@@ -271,7 +294,11 @@ class Views:
         past = None
         if group_page and queue is not None and group is not None:
             past = await history.group_history(
-                service.reads, queue, group, active_now=stats.active if stats else None
+                service.reads,
+                queue,
+                group,
+                active_now=stats.active if stats else None,
+                window=window,
             )
         context = service.context(
             request,
@@ -279,6 +306,8 @@ class Views:
             ttl=ttl,
             stats=stats,
             past=past,
+            window=window,
+            windows=window_links(request, window),
             group_page=group_page,
             with_meta=with_meta,
             meta_errors=reading.meta_errors,
