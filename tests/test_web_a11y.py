@@ -116,7 +116,10 @@ DECLARED = (
       const color = rule.style.getPropertyValue("color");
       const background = rule.style.getPropertyValue("background-color")
         || rule.style.getPropertyValue("background");
-      if (!color || !background) continue;
+      // a pair names both colours (one that inherits or shows through is the rendered
+      // test's: it measures what is under it)
+      if (!color || !background || /^(inherit|currentcolor)$/i.test(color)) continue;
+      if (/^(none|transparent)$/i.test(background)) continue;
       probe.style.color = color;
       probe.style.background = background;
       const computed = getComputedStyle(probe);
@@ -312,3 +315,79 @@ def test_every_row_keeps_its_sparkline_on_one_scale_live(page: Page, fleet: obje
     expect(page.locator("#spark-scale")).to_have_text(scales.pop() or "")
     expect(sparks.first).to_have_accessible_name(re.compile("active consumers over the last hour"))
     assert page.locator("template").count() == 0  # no second copy of the charts
+
+
+WIDTHS = [pytest.param(w, id=f"{w}px") for w in (390, 1280)]
+
+
+def states_shown(page: Page) -> list[int]:
+    """The rank of each consumer row's state, top to bottom."""
+    rank = {"active": 0, "stale": 1, "expired": 2}
+    shown = page.evaluate(
+        "() => [...document.querySelectorAll('#consumers tbody tr')].map((tr) => tr.dataset.state)"
+    )
+    return [rank[state] for state in shown]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_header_sorts_its_column_and_says_so_and_the_sort_holds_live(
+    page: Page, fleet: object, writer: RedisPresenceRegistry, width: int
+) -> None:
+    page.set_viewport_size({"width": width, "height": 844})
+    visit(page, "/?" + urlencode({"queue": QUEUE}))
+    names = page.locator("#groups tbody tr td.name a")
+    expect(names).to_have_text(["billing", "reports"])  # the index's order
+    active = page.get_by_role("button", name="Active")
+    header = page.locator("#groups thead th", has=active)
+    expect(header).not_to_have_attribute("aria-sort", re.compile("."))
+    active.click()  # a count sorts the most first
+    expect(header).to_have_attribute("aria-sort", "descending")
+    expect(names).to_have_text(["billing", "reports"])
+    active.click()
+    expect(header).to_have_attribute("aria-sort", "ascending")
+    expect(names).to_have_text(["reports", "billing"])
+    expect(page.locator("p.visually-hidden[aria-live]").first).to_contain_text(
+        "Sorted by active, ascending"
+    )
+    extra = [f"late-{i}" for i in range(3)]
+    try:
+        for name in extra:  # reports passes billing: the rows re-rendered live, sorted again
+            writer.heartbeat(QUEUE, "reports", name, 0, now_ns=FUTURE_NS)
+        expect(page.locator("#groups tbody tr td.num.active")).to_have_text(["2", "3"])
+        expect(names).to_have_text(["billing", "reports"])
+        group = page.get_by_role("button", name="Group")
+        group.click()  # names sort from a to z first
+        expect(names).to_have_text(["billing", "reports"])
+        expect(page.locator("#groups thead th", has=group)).to_have_attribute(
+            "aria-sort", "ascending"
+        )
+        expect(header).not_to_have_attribute("aria-sort", re.compile("."))
+    finally:
+        for name in extra:
+            writer.deregister(QUEUE, "reports", name)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_consumer_lists_sort_by_state_and_last_seen(
+    page: Page, fleet: object, width: int
+) -> None:
+    page.set_viewport_size({"width": width, "height": 844})
+    visit(page, "/consumers?" + urlencode({"queue": QUEUE}))
+    state = page.get_by_role("button", name="State")
+    state.click()
+    expect(page.locator("#consumers thead th", has=state)).to_have_attribute(
+        "aria-sort", "ascending"
+    )
+    states = states_shown(page)
+    assert states == sorted(states)
+    assert states[0] == 0  # active first
+    state.click()
+    states = states_shown(page)
+    assert states == sorted(states, reverse=True)
+    assert states[0] == 2  # expired first
+    page.get_by_role("button", name="Last seen").click()
+    beats = page.evaluate(
+        "() => [...document.querySelectorAll('#consumers tbody td.age')]"
+        ".map((td) => Number(td.dataset.hb))"
+    )
+    assert beats == sorted(beats, reverse=True)  # the freshest first
