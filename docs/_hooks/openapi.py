@@ -45,6 +45,12 @@ ROUTES: dict[str, dict[str, Any]] = {
             ("idle", "`1`: only the groups nobody reads or below their minimum"),
             _GROUPS_PAGE,
             _CURSOR,
+            (
+                "sort",
+                "`active`, `stale`, `expired` or `min` (the fewest first), `-active`... (the "
+                "most first): ordered over every group by the shared read of the totals; the "
+                "page's rows read now",
+            ),
             _WINDOW,
         ],
         "kind": "text/html",

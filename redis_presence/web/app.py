@@ -32,7 +32,7 @@ from redis_presence.errors import (
 )
 
 from . import feed as live_events
-from . import history, metrics, paging, params
+from . import history, metrics, paging, params, sorting
 from .asgi import AccessLog, PrefixRoute
 from .auth import TokenAuth, check_token
 from .guard import CatchAll
@@ -105,6 +105,18 @@ def window_links(request: Request, shown: history.Window) -> list[tuple[str, str
         )
         for name, w in history.WINDOWS.items()
     ]
+
+
+def sort_links(request: Request, shown: sorting.Sort | None) -> dict[str, str]:
+    """The query of each sortable column of the groups table (a count: the most first, then
+    reversed; ``queue``: the index's order), from the first page, the filters kept."""
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k not in ("sort", "cursor")]
+    links = {"queue": urlencode(kept)}
+    for column in sorting.COLUMNS:
+        now_descending = shown is not None and shown.column == column and shown.descending
+        name = sorting.Sort(column, not now_descending).name
+        links[column] = urlencode([*kept, ("sort", name)])
+    return links
 
 
 def _json(model: dict[str, Any]) -> Response:
@@ -191,9 +203,20 @@ class Views:
         # which must agree with the page: of its epoch, and holding what it shows; else
         # read again, or "recounting" (None) when Redis's data changed in between.
         ask = paging.ask(request, paging.GROUPS_PAGE)
-        cached, reading = await asyncio.gather(
-            service.reads.totals(), service.reads.group_page(where, page=ask)
-        )
+        sort = sorting.parse(request.query_params.get("sort"))
+        if sort is None:
+            cached, reading = await asyncio.gather(
+                service.reads.totals(), service.reads.group_page(where, page=ask)
+            )
+        else:  # ordered by every group's counts (the totals' read), the page's read now
+            cached = await service.reads.totals()
+            passing = [g for g in cached.rows if where.names(g.queue, g.group) and where.counts(g)]
+            chosen = sorting.page(passing, sort, ask)
+            reading = await service.reads.groups_named(chosen.rows)
+            rows = sorting.reorder(reading.page.rows, sort)
+            reading = reading._replace(
+                page=paging.Page(rows, chosen.next_cursor, chosen.prev_cursor)
+            )
         now_ns, page, ttl = reading.now_ns, reading.page, reading.ttl
         totals = await service.reads.totals_for(reading, cached)
         shown_totals = totals.to_dict() if totals is not None else None
@@ -210,6 +233,7 @@ class Views:
             "group": where.group_text,
             "states": sorted(s.value for s in where.states),
             "idle": where.attention,
+            "sort": sort.name if sort else "",
         }
         sparks = await history.sparklines(
             service.reads, [(g.queue, g.group, g.active) for g in page.rows], window
@@ -223,6 +247,8 @@ class Views:
             spark_scale=max((c.scale for c in sparks.values()), default=None),
             window=window,
             windows=window_links(request, window),
+            sort=sort,
+            sort_links=sort_links(request, sort),
             totals=totals,
             **paging.links(request, page),
             filters=filters,

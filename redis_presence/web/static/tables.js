@@ -1,7 +1,8 @@
 // redis-presence dashboard: sortable tables. A header that can sort (th[data-sort]) gets a
 // button; its column's order is told by aria-sort (and a line screen readers announce), and
-// kept over the rows dashboard.js re-renders live. It sorts the rows the page holds: a page
-// sorted on the server (groups: `sort=`) says so with data-server-sort and links instead.
+// kept over the rows dashboard.js re-renders live. It sorts the rows the page holds; the
+// groups page is sorted by the server over every group (`sort=`): its headers are links,
+// and the order they say is kept here over the live re-renders.
 "use strict";
 
 (() => {
@@ -40,6 +41,12 @@
     for (const th of head.cells) {
       const kind = th.dataset.sort;
       if (!kind) continue;
+      if (th.querySelector("a.sort")) {
+        // sorted by the server over every row (a link): kept over the live re-renders
+        const order = th.getAttribute("aria-sort");
+        if (order && kind !== "text") shown = { index: th.cellIndex, kind, order };
+        continue;
+      }
       const button = document.createElement("button");
       button.type = "button";
       button.className = "sort";
