@@ -23,6 +23,10 @@ _GROUPS_API = ("limit", paging.GROUPS_API.describe())
 _CONSUMERS_PAGE = ("limit", paging.CONSUMERS_PAGE.describe())
 _CONSUMERS_API = ("limit", paging.CONSUMERS_API.describe())
 _CURSOR = ("cursor", "opaque, from `next_cursor` / `prev_cursor` (names a row, not an offset)")
+_WINDOW = (
+    "window",
+    "`1h` (default), `6h` or `24h`: the charts' time window, as far as the event log reaches",
+)
 _JSON = ("Accept", "`application/json` answers the page's JSON twin")
 
 # app route path -> what it serves. `path` (optional) is the OpenAPI path when the app's
@@ -41,6 +45,13 @@ ROUTES: dict[str, dict[str, Any]] = {
             ("idle", "`1`: only the groups nobody reads or below their minimum"),
             _GROUPS_PAGE,
             _CURSOR,
+            (
+                "sort",
+                "`active`, `stale`, `expired` or `min` (the fewest first), `-active`... (the "
+                "most first): ordered over every group by the shared read of the totals; the "
+                "page's rows read now",
+            ),
+            _WINDOW,
         ],
         "kind": "text/html",
     },
@@ -48,7 +59,7 @@ ROUTES: dict[str, dict[str, Any]] = {
         "summary": "One group's page: its consumers, their metadata and progress",
         "description": "400 without `queue` and `group`; 404 when the group is neither "
         "tracked nor declared.",
-        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _CONSUMERS_PAGE, _CURSOR],
+        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _CONSUMERS_PAGE, _CURSOR, _WINDOW],
         "kind": "text/html",
     },
     "/consumers": {

@@ -742,17 +742,22 @@
     const rows = [...tbody.rows];
     const keys = rows.map((tr) => JSON.parse(tr.dataset.key));
     if ((hasPrev || hasNext) && !rows.length) return; // another page's: left to them
-    if (hasPrev && compareKeys(key, keys[0]) < 0) return;
-    if (hasNext && compareKeys(key, keys[keys.length - 1]) > 0) return;
+    // The page's bounds are its least and greatest keys (the rows may be sorted otherwise:
+    // tables.js keeps a sort the reader chose).
+    const ends = (sign) => keys.reduce((a, k) => (compareKeys(k, a) * sign > 0 ? k : a), keys[0]);
+    if (hasPrev && compareKeys(key, ends(-1)) < 0) return;
+    if (hasNext && compareKeys(key, ends(1)) > 0) return;
     const tr = consumerRow(c);
     tr.classList.add("changed");
     const at = keys.findIndex((k) => compareKeys(k, key) > 0);
     if (at < 0) tbody.append(tr);
     else rows[at].before(tr);
     if (tbody.rows.length > (page.limit || 50)) {
-      tbody.rows[tbody.rows.length - 1].remove();
+      const byKey = [...tbody.rows].sort((a, b) =>
+        compareKeys(JSON.parse(a.dataset.key), JSON.parse(b.dataset.key)));
+      byKey.pop().remove(); // past the page's end: the next page's
       hasNext = true;
-      const last = JSON.parse(tbody.rows[tbody.rows.length - 1].dataset.key);
+      const last = JSON.parse(byKey[byKey.length - 1].dataset.key);
       setPagerLink("next", "Next →", encodeCursor("a", last), "cursor");
     }
   }
