@@ -64,6 +64,18 @@
     span.title = "holds leases without progress for longer than the progress budget";
     return span;
   }
+  // "no progress for …" (the service's `lasting`): whole units, rounded down.
+  function lasting(ms) {
+    const s = Math.floor(Math.max(0, ms) / 1000);
+    if (s < 60) return `${s} s`;
+    if (s < 3600) return `${Math.floor(s / 60)} min`;
+    return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  }
+  function noProgress() {
+    const span = document.createElement("span");
+    span.className = "no-progress";
+    return span;
+  }
   // A consumer's metadata as `key=value` pairs, sorted by key, written as text; metadata
   // another program wrote, which the service could not read, is marked as such.
   function metaCell(meta, error) {
@@ -113,6 +125,11 @@
         td.title = "";
         td.classList.remove("refreshing");
       }
+    }
+    // A stuck row's "no progress for …", from the instant its budget counts from.
+    for (const span of document.querySelectorAll("tr[data-since] .no-progress")) {
+      const since = Number(span.closest("tr").dataset.since) / 1e6;
+      span.textContent = `no progress for ${lasting(nowMs - since)}`;
     }
     if (overdue) scheduleRefresh(0);
   }
@@ -213,7 +230,7 @@
     }
     const state = cell("");
     state.append(pill(c.state));
-    if (c.stuck) state.append(" ", stuckPill());
+    if (c.stuck) state.append(" ", stuckPill(), " ", noProgress());
     const age = cell("", "age");
     age.dataset.hb = String(c.last_heartbeat_ns);
     tr.append(
@@ -250,6 +267,15 @@
       badge.append(span);
     }
     const declared = g.min_active !== null && g.min_active !== undefined;
+    const stuck = cell(g.stuck === null || g.stuck === undefined ? "?" : "0", "num stuck");
+    if (g.stuck) {
+      const params = new URLSearchParams({ queue: g.queue, group: g.group, stuck: "1" });
+      const link = document.createElement("a");
+      link.className = "stuck-count";
+      link.href = `${root}/group?${params}`;
+      link.textContent = thousands(g.stuck);
+      stuck.replaceChildren(link);
+    }
     tr.append(
       cell(g.queue, "name"),
       linkCell(g.group, groupHref(g.queue, g.group), "name"),
@@ -257,6 +283,7 @@
       cell(thousands(g.stale), "num stale"),
       cell(thousands(g.expired), "num expired"),
       cell(declared ? thousands(g.min_active) : "", "num min"),
+      stuck,
       badge,
     );
     return tr;
@@ -278,7 +305,7 @@
         continue;
       }
       card.querySelector(".n").textContent = thousands(counts[name] ?? 0);
-      if (name === "nobody_reading" || name === "below") {
+      if (name === "nobody_reading" || name === "below" || name === "stuck") {
         card.classList.toggle("alarm", counts[name] > 0);
       }
     }
@@ -359,7 +386,8 @@
     for (const card of container.querySelectorAll("[data-total]")) {
       const name = card.dataset.total;
       const alarm = name === "nobody_reading" || name === "below";
-      const seen = alarm ? groups.filter((g) => g[name]).length : 0;
+      let seen = alarm ? groups.filter((g) => g[name]).length : 0;
+      if (name === "stuck") seen = groups.reduce((n, g) => n + (g.stuck || 0), 0);
       card.querySelector(".n").textContent = seen ? `≥ ${thousands(seen)}` : "…";
       card.classList.toggle("alarm", seen > 0);
     }
@@ -598,6 +626,10 @@
         totals.groups -= isGone(g) - was.gone;
       }
     } else if (from === null || to === null || from === "active" || to === "active") {
+      scheduleRefresh(GROUPS_REFRESH_MS);
+    }
+    // Stuck counts come from reads: a stuck one may have left the active state.
+    if (from === "active" && ((g && g.stuck) || (totals && totals.stuck))) {
       scheduleRefresh(GROUPS_REFRESH_MS);
     }
     if (renderTimer === null) {
