@@ -335,6 +335,8 @@ class Views:
         if _json_view(request):
             return _json(model)
         service = self.service
+        if view.row is not None:  # its stream's `rows` move its age and leases
+            service.live.shown(queue, group, [view.row])
         stuck_after_ms = await service.reads.stuck_after_ms(queue, group)
         context = service.context(
             request,
@@ -349,7 +351,14 @@ class Views:
             log=view.log,
             timeline=view.timeline,
             stuck_after_ms=stuck_after_ms,
-            live={},
+            live={
+                "view": "consumer",
+                "now_ns": view.log.now_ns,
+                "ttl_ms": view.log.ttl_ms,
+                "queue": queue,
+                "group": group,
+                "consumer": consumer,
+            },
         )
         return _page(service.templates.TemplateResponse(request, "consumer.html", context))
 
