@@ -86,6 +86,7 @@ def test_every_route_answers_from_the_snapshot(
         "below": 0,
         "read_at_ns": T0,
         "stuck": 0,
+        "stuck_read_at_ns": T0,
     }
     assert [(g["group"], g["nobody_reading"]) for g in twin["groups"]] == [
         ("billing", False),

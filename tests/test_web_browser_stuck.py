@@ -23,6 +23,7 @@ from browser_pages import (  # noqa: F401 (the fixtures, used by name)
     redis_url_module,
     row,
     service,
+    settled,
     writer,
 )
 from playwright.sync_api import Browser, Page, expect
@@ -177,6 +178,7 @@ def test_an_active_row_past_its_ttl_shows_an_age_not_an_ellipsis(
     group = f"halt-{size['width']}"
     writer.heartbeat("stk", group, "quiet", 0, now_ns=writer.clock_ns() + HOUR_MS * MS)
     live(page, f"/group?queue=stk&group={group}")
+    settled(page)  # its catch-up read landed: nothing re-renders the row meanwhile
     cell = row(page, "quiet").locator("td.age")
     expect(cell).to_have_text("0s ago")
     # A beat 2.5 s old, of a registration no `rows` message is about (they leave it be).

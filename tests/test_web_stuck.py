@@ -249,3 +249,36 @@ def test_the_group_pages_note_reads_as_a_sentence(web: TestClient) -> None:
     page = web.get("/group", params={"queue": "b", "group": "g0"}).text
     assert "Read when the page was" not in page
     assert "These transitions were read with the page: reload it for newer ones." in page
+
+
+def test_stuck_groups_cost_the_groups_they_show(redis_url: str, redis_client: Any) -> None:
+    """200 groups with an active consumer, 3 of them stuck: once the service has counted
+    them (with the totals), ``stuck=1`` reads the stored values of those 3 groups alone,
+    not of the 200 (INFO commandstats)."""
+    writer = RedisPresenceRegistry.from_url(redis_url, max_future_ms=None)
+    try:
+        beats = [(f"q{g % 10}", f"g{g:03d}", "c", 1) for g in range(200)]
+        writer.heartbeat_many(beats, now_ns=T0)  # registered now: none stuck
+        for g in (7, 70, 170):
+            writer.heartbeat(f"q{g % 10}", f"g{g:03d}", "hung", 2, now_ns=AGO_10_MIN)
+            writer.heartbeat(f"q{g % 10}", f"g{g:03d}", "hung", 2, now_ns=T0)
+
+        def values_read() -> int:
+            info = redis_client.info("commandstats")
+            return sum(
+                int(info.get(f"cmdstat_{name}", {}).get("calls", 0))
+                for name in ("hgetall", "hmget", "hscan", "hget")
+            )
+
+        with make_client(redis_url, Clock(T0), ttl_ms=TTL) as web:
+            assert web.get("/", headers=JSON).json()["totals"]["stuck"] == 3  # the count
+            before = values_read()
+            groups = web.get("/api/v1/groups", params={"stuck": "1"}).json()["groups"]
+            assert sorted((g["group"], g["stuck"]) for g in groups) == [
+                ("g007", 1),
+                ("g070", 1),
+                ("g170", 1),
+            ]
+            assert values_read() - before <= 3 * 2, "stuck=1 read more groups than it shows"
+    finally:
+        writer.close()

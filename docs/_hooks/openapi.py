@@ -31,8 +31,8 @@ _STUCK = (
 )
 _GROUPS_STUCK = (
     "stuck",
-    "`1`: only the groups with a stuck consumer (their consumers are read until the page is "
-    "full), each with its count in `stuck`",
+    "`1`: only the groups with a stuck consumer, each with its count in `stuck` (the groups "
+    "the service's last count found, at most 30 s old, each read again now)",
 )
 _IDLE = ("idle", "`1`: only the groups nobody reads or below their minimum")
 _GROUPS_STATE = ("state", "only the groups with consumers in one of these states: " + _STATE[1])

@@ -187,17 +187,19 @@ class Views:
         # read again, or "recounting" (None) when Redis's data changed in between.
         ask = paging.ask(request, paging.GROUPS_PAGE)
         cached, reading = await asyncio.gather(
-            service.reads.totals(), service.reads.group_page(where, page=ask, count_stuck=True)
+            service.reads.totals(), service.reads.group_page(where, page=ask)
         )
         now_ns, page, ttl = reading.now_ns, reading.page, reading.ttl
         totals = await service.reads.totals_for(reading, cached)
         shown_totals = totals.to_dict() if totals is not None else None
+        # Each group's stuck consumers: counted with the totals (or by `stuck=1`'s read).
+        rows = page.rows if where.stuck or totals is None else totals.with_stuck(page.rows)
         if _json_view(request):
             return _json(
                 {"now_ns": now_ns}
                 | ttl.to_dict()
                 | {"totals": shown_totals, "recounting": totals is None}
-                | {"groups": [group_json(g) for g in page.rows]}
+                | {"groups": [group_json(g) for g in rows]}
                 | paging.cursors(page)
             )
         filters = {
@@ -208,13 +210,13 @@ class Views:
             "stuck": where.stuck,
         }
         sparks = await history.sparklines(
-            service.reads, [(g.queue, g.group, g.active) for g in page.rows]
+            service.reads, [(g.queue, g.group, g.active) for g in rows]
         )
         context = service.context(
             request,
             now_ns=now_ns,
             ttl=ttl,
-            groups=page.rows,
+            groups=rows,
             sparks=sparks,
             totals=totals,
             **paging.links(request, page),
@@ -224,7 +226,7 @@ class Views:
                 "now_ns": now_ns,
                 "ttl_ms": ttl.ttl_ms,
                 "filters": filters,
-                "groups": [group_json(g) for g in page.rows],
+                "groups": [group_json(g) for g in rows],
                 "totals": shown_totals,
                 "recounting": totals is None,
             }

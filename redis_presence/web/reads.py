@@ -10,9 +10,7 @@ what replaces it:
   page's totals are `PresenceData.totals`: one `groups()` read shared by every page, read
   again at most every `totals_cache_s` (in the background while the last one is younger
   than TOTALS_STALE_S).
-* Stuck consumers need a read of consumers (`stuck`): the groups page counts those of the
-  groups it shows, ``stuck=1`` those of the groups it reads until its page is full, and
-  the totals one streamed read of every consumer (shared like the rest of them).
+* Stuck consumers need a read of consumers: see `stuck` (its module says what each costs).
 * `PresenceData.groups` (the totals, `/metrics`) is one
   `registry.groups(now_ns, ttl_ms)`: every tracked or declared group with its counts under
   its own shared TTL (or ``--ttl-ms``), its `min_active` and `below`; it visits groups,
@@ -67,7 +65,7 @@ from redis_presence.model import GroupPresence, groups_set_aside
 from .observed import Observed
 from .paging import Cursor, Page, PageAsk, group_key
 from .selection import ConsumerFilter, GroupFilter, PageCollector, page_of
-from .stuck import fleet_stuck, stuck_counts, stuck_page
+from .stuck import StuckCount, fleet_stuck, stuck_page
 
 
 class GroupStats(NamedTuple):
@@ -181,8 +179,9 @@ class GroupTotals(NamedTuple):
     below: int
     read_at_ns: int
     epoch: str | None = None
-    stuck: int | None = None
-    """Stuck consumers (a read of every consumer, `stuck.fleet_stuck`); None: not counted."""
+    stuck: int | None = None  # stuck consumers (`stuck.fleet_stuck`); None: not counted
+    stuck_read_at_ns: int | None = None  # when they were counted (STUCK_EVERY_S at most ago)
+    stuck_groups: Mapping[tuple[str, str], int] = MappingProxyType({})  # > 0 only
 
     @classmethod
     def of(
@@ -190,7 +189,7 @@ class GroupTotals(NamedTuple):
         groups: Sequence[GroupStats],
         read_at_ns: int,
         epoch: str | None = None,
-        stuck: int | None = None,
+        stuck: StuckCount | None = None,
     ) -> GroupTotals:
         return cls(
             len(groups),
@@ -201,8 +200,16 @@ class GroupTotals(NamedTuple):
             sum(g.below for g in groups),
             read_at_ns,
             epoch,
-            stuck,
+            None if stuck is None else stuck.total,
+            None if stuck is None else stuck.read_at_ns,
+            MappingProxyType({}) if stuck is None else stuck.groups,
         )
+
+    def with_stuck(self, rows: Sequence[GroupStats]) -> list[GroupStats]:
+        """`rows` with each group's stuck consumers from this count (None: not counted)."""
+        if self.stuck is None:
+            return list(rows)
+        return [g._replace(stuck=self.stuck_groups.get((g.queue, g.group), 0)) for g in rows]
 
     def contradicts(self, rows: Sequence[GroupStats]) -> bool:
         """Whether `rows` (a page of groups, read later) hold more than these totals count,
@@ -215,13 +222,11 @@ class GroupTotals(NamedTuple):
             sum(g.nobody_reading for g in rows),
             sum(g.below for g in rows),
         )
-        stuck = sum(g.stuck or 0 for g in rows)
-        more_stuck = self.stuck is not None and stuck > self.stuck
-        return more_stuck or any(shown > total for shown, total in zip(sums, self[:6], strict=True))
+        return any(shown > total for shown, total in zip(sums, self[:6], strict=True))
 
     def to_dict(self) -> dict[str, int]:
         fields = self._asdict()
-        del fields["epoch"]
+        del fields["epoch"], fields["stuck_groups"]
         return fields
 
 
@@ -304,6 +309,9 @@ wait, so memory stays a few chunks whatever the number of requests."""
 STREAM_CHUNK = 1_000
 """Rows handed to a page collector at a time."""
 
+STUCK_EVERY_S = 30.0
+"""How old the count of stuck consumers in the totals may be (a read of every consumer);
+0 when the totals are read for every page (`totals_cache_s` 0)."""
 OBSERVE_EVERY_S = 0.25
 """How often the event reads tell `Observed` what they found (the epoch in their cursor)."""
 TOTALS_STALE_S = 60.0
@@ -341,6 +349,9 @@ class PresenceData:
         self._totals: GroupTotals | None = None
         self._totals_at = 0.0
         self._totals_task: asyncio.Task[GroupTotals] | None = None
+        self._stuck: tuple[StuckCount, str | None] | None = None
+        self._stuck_at = -float("inf")
+        self._stuck_cache_s = STUCK_EVERY_S if totals_cache_s > 0 else 0.0
         self.last_ttl = TtlInUse(ttl_ms, "option") if ttl_ms is not None else None
         """The TTL of the prefix the last read used (None before the first)."""
         self.observed = Observed(clock)
@@ -419,16 +430,28 @@ class PresenceData:
         for _ in range(2):
             before = await self.epoch()
             now, groups, _ = await self.groups()
-            stuck = await fleet_stuck(self.registry, now_ns=now, ttl_ms=self._read_ttl_ms)
+            stuck = await self._stuck_count(now, before)
             after = await self.epoch()
             if before == after:
                 return GroupTotals.of(groups, now, after, stuck)
         return GroupTotals.of(groups, now, UNSETTLED, stuck)
 
+    async def _stuck_count(self, now_ns: int, epoch: str | None) -> StuckCount:
+        """The fleet's stuck consumers (`stuck.fleet_stuck`: a read of every consumer): the
+        last count while it is of `epoch` and younger than `stuck_cache_s`, else a new one."""
+        known = self._stuck
+        age = time.monotonic() - self._stuck_at
+        if known is not None and known[1] == epoch and age <= self._stuck_cache_s:
+            return known[0]
+        count = await fleet_stuck(self.registry, now_ns=now_ns, ttl_ms=self._read_ttl_ms)
+        self._stuck, self._stuck_at = (count, epoch), time.monotonic()
+        return count
+
     def forget_totals(self) -> None:
         """The totals read so far are not served again (Redis could not be reached since:
         what it holds now may be other data): the next page awaits a fresh read."""
         self._totals = None
+        self._stuck = None
 
     async def totals_for(self, page: GroupsPageReading, known: GroupTotals) -> GroupTotals | None:
         """Totals that agree with `page` (`known`, the cached ones, if they do): of the
@@ -471,15 +494,13 @@ class PresenceData:
             with contextlib.suppress(BaseException):
                 await task
 
-    async def group_page(
-        self, where: GroupFilter, *, page: PageAsk, count_stuck: bool = False
-    ) -> GroupsPageReading:
+    async def group_page(self, where: GroupFilter, *, page: PageAsk) -> GroupsPageReading:
         """One page of the tracked or declared groups matching `where`, in the index's
         order, after (or before) the cursor's group: the index is read from there and only
         the groups the page shows, and those `where` refuses by their counts, are counted
         (`registry.group_page`). A page before the cursor that reaches the first group is
-        the first page. With `count_stuck` (or `where.stuck`) each shown group's stuck
-        consumers are counted too, from a read of its consumers (`stuck`)."""
+        the first page. With `where.stuck`, the groups with a stuck consumer, each with
+        its count, from a read of their consumers (`stuck.stuck_page`)."""
         ttl = await self.ttl()
         now = await self.now_ns()
         epoch = await self.epoch()
@@ -501,14 +522,12 @@ class PresenceData:
             found = await self.registry.group_page(after=edge, **options)
         if backwards and not found.more and len(found.groups) < page.limit:
             found, backwards, edge = await self.registry.group_page(**options), False, None
-        rows = stats_from_groups(found.groups)
-        if count_stuck:
-            counts = await stuck_counts(
-                self.registry, found.groups, now_ns=now, ttl_ms=self._read_ttl_ms
-            )
-            rows = [g._replace(stuck=counts[(g.queue, g.group)]) for g in rows]
         shown = Page.keyset(
-            rows, group_key, more=found.more, backwards=backwards, from_cursor=edge is not None
+            stats_from_groups(found.groups),
+            group_key,
+            more=found.more,
+            backwards=backwards,
+            from_cursor=edge is not None,
         )
         return GroupsPageReading(now, shown, ttl, epoch)
 
@@ -521,7 +540,11 @@ class PresenceData:
         ttl: TtlInUse,
         epoch: str | None,
     ) -> GroupsPageReading:
-        """`group_page` of the groups with a stuck consumer (`stuck.stuck_page`)."""
+        """`group_page` of the groups with a stuck consumer (`stuck.stuck_page`): those the
+        last count found (`_stuck_count`), read again now: it costs what it shows."""
+        counted = await self._stuck_count(options["now_ns"], epoch)
+        found_by, names = counted.groups, options["names"]
+        options["names"] = lambda q, g: (q, g) in found_by and (names is None or names(q, g))
         found, more = await stuck_page(
             self.registry, options, edge=edge, backwards=backwards, limit=limit
         )

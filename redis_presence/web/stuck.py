@@ -6,18 +6,22 @@ the library keeps no index of progress, and a group's counts (``ZCOUNT`` of its 
 cannot say it. So a view reads the consumers of the groups it shows, a group at a time
 (`iter_snapshot` of that group, in the package's bounded chunks, none of it kept), at most
 STUCK_READS groups at once, and only groups with an active consumer (only an active
-consumer can be stuck): the stuck column of a page of groups costs the consumers of that
-page's groups; the groups with a stuck consumer (``stuck=1``) cost the consumers of the
-groups read until the page is full; the fleet's total costs one streamed read of every
-consumer (the totals' read, shared by every page).
+consumer can be stuck): the groups with a stuck consumer (``stuck=1``, the groups the
+last count below found, read again) cost the consumers of the groups they show. The
+fleet's total and each group's count (the
+dashboard's Stuck card and column) cost one streamed read of every consumer
+(`fleet_stuck`), which the totals' read makes at most every `PresenceData`'s
+STUCK_EVERY_S: a consumer is stuck only after minutes without progress (5 by default),
+so a count some seconds old loses nothing, and a page costs what it did.
 """
 
 from __future__ import annotations
 
 import asyncio
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from redis_presence import AsyncRedisPresenceRegistry
 from redis_presence.errors import PresenceDataError, PresenceDataWarning, PresenceProtocolError
@@ -66,14 +70,26 @@ async def stuck_counts(
     return {(g.queue, g.group): n for g, n in zip(groups, found, strict=True)}
 
 
+class StuckCount(NamedTuple):
+    """The fleet's stuck consumers at `read_at_ns`, in total and per group (the groups with
+    one only)."""
+
+    total: int
+    groups: Mapping[tuple[str, str], int]
+    read_at_ns: int
+
+
 async def fleet_stuck(
     registry: AsyncRedisPresenceRegistry, *, now_ns: int, ttl_ms: int | None
-) -> int:
-    """The fleet's stuck consumers at `now_ns`: one streamed read of every consumer."""
-    stuck = 0
+) -> StuckCount:
+    """The fleet's stuck consumers at `now_ns`: one streamed read of every consumer (a
+    chunk at a time, none kept)."""
+    found: dict[tuple[str, str], int] = {}
     async for row in registry.iter_snapshot(now_ns=now_ns, ttl_ms=ttl_ms):
-        stuck += row.stuck
-    return stuck
+        if row.stuck:
+            key = (row.queue, row.group)
+            found[key] = found.get(key, 0) + 1
+    return StuckCount(sum(found.values()), MappingProxyType(found), now_ns)
 
 
 async def stuck_page(
@@ -111,4 +127,11 @@ async def stuck_page(
     return (shown[::-1] if backwards else shown), len(picked) > limit
 
 
-__all__ = ["STUCK_CHUNK", "STUCK_READS", "fleet_stuck", "stuck_counts", "stuck_page"]
+__all__ = [
+    "STUCK_CHUNK",
+    "STUCK_READS",
+    "StuckCount",
+    "fleet_stuck",
+    "stuck_counts",
+    "stuck_page",
+]

@@ -423,6 +423,11 @@
       readAt.dataset.ns = String(model.totals.read_at_ns);
       readAt.textContent = isoUtc(model.totals.read_at_ns);
     }
+    const stuckAt = document.getElementById("stuck-read-at");
+    if (stuckAt && model.totals && model.totals.stuck_read_at_ns) {
+      stuckAt.dataset.ns = String(model.totals.stuck_read_at_ns);
+      stuckAt.textContent = isoUtc(model.totals.stuck_read_at_ns);
+    }
     const count = document.querySelector("#pager .count");
     if (count) {
       const of = model.totals ? thousands(model.totals.groups) : "… (recounting)";
