@@ -282,3 +282,15 @@ def test_stuck_groups_cost_the_groups_they_show(redis_url: str, redis_client: An
             assert values_read() - before <= 3 * 2, "stuck=1 read more groups than it shows"
     finally:
         writer.close()
+
+
+def test_every_filter_of_a_page_is_on_its_api_twin() -> None:
+    """A page's filters (not its names in the path, nor its paging) are its API route's
+    too: the dashboard's `queue` and `group` contain a text, spelled `*_contains` there."""
+    twins = {"/": "/api/v1/groups", "/group": "/api/v1/groups/", "/consumers": "/api/v1/consumers"}
+    spelled = {"/": {"queue": "queue_contains", "group": "group_contains"}}
+    in_path = {"/group": {"queue", "group"}}
+    for page, api in twins.items():
+        filters = set(QUERY[page]) - in_path.get(page, set())
+        named = {spelled.get(page, {}).get(name, name) for name in filters}
+        assert named <= set(QUERY[api]), (page, named - set(QUERY[api]))
