@@ -191,3 +191,23 @@ def test_an_active_row_past_its_ttl_shows_an_age_not_an_ellipsis(
     expect(cell).to_have_text(re.compile(r"^≤ [23]s ago$"))
     assert row(page, "quiet").get_attribute("data-state") == "active"
     assert "at most this long ago" in (cell.get_attribute("title") or "")
+
+
+def test_a_live_stuck_only_list_takes_in_no_consumer_an_event_brings(
+    page: Page, browser: Browser, service: ServeProcess, fleet: RedisPresenceRegistry
+) -> None:
+    """No event says a consumer is stuck: a `stuck=1` list shows what its reads say, and a
+    consumer that joins (seen live on the unfiltered list beside it) is not added."""
+    size = page.viewport_size
+    assert size is not None
+    newcomer = f"newcomer-{size['width']}"
+    live(page, "/consumers?queue=stk&stuck=1")
+    expect(page.locator("#consumers tbody tr")).to_have_count(1)
+    with open_page(browser, service.base_url) as beside:
+        live(beside, "/consumers?queue=stk")
+        fleet.heartbeat("stk", "jam", newcomer, 4)
+        expect(row(beside, newcomer)).to_have_count(1)  # the event reached both streams
+        settled(page)
+        expect(page.locator("#consumers tbody tr")).to_have_count(1)
+        expect(row(page, "stuck-a")).to_have_count(1)
+    fleet.deregister("stk", "jam", newcomer)

@@ -696,6 +696,7 @@
     if (page.search && !event.consumer.toLowerCase().includes(page.search.toLowerCase())) {
       return false;
     }
+    if (page.stuck && state !== "active") return false; // only an active row is stuck
     return !(page.states && page.states.length) || page.states.includes(state);
   }
 
@@ -740,7 +741,7 @@
         tr.querySelector("td.num").textContent = thousands(event.lease_count);
         tr.dataset.leases = String(event.lease_count);
       }
-    } else if (wanted(event, to)) {
+    } else if (wanted(event, to) && !page.stuck) { // no event says a consumer is stuck
       const meta = metas.get(key);
       insertRow(tbody, { ...event, state: to, meta: meta || {} });
       // Events carry no metadata: a consumer the page has not read yet is read once (a
