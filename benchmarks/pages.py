@@ -44,6 +44,11 @@ def pages_fleet(consumers: int, groups: int) -> list[Beat]:
     ]
 
 
+async def _count_stuck(registry: AsyncRedisPresenceRegistry) -> int:
+    """What the totals' count of stuck consumers reads: every consumer, streamed."""
+    return sum([row.stuck async for row in registry.iter_snapshot(now_ns=NOW_NS, ttl_ms=TTL_MS)])
+
+
 def _config(url: str, **options: Any) -> Any:
     known = {f.name for f in dataclasses.fields(WebConfig)}
     return WebConfig(
@@ -81,6 +86,12 @@ async def _run(server: BenchServer, n: int, groups: int, rounds: int, result: Ca
             "GET /api/v1/groups?limit=200": lambda: get(web, f"/api/v1/groups?limit={SHOWN}"),
             "GET /api/v1/groups (default limit 1,000)": lambda: get(web, "/api/v1/groups"),
             "GET /metrics": lambda: web.get("/metrics"),
+            # Nobody is stuck here: stuck=1 reads every active group's consumers (its worst
+            # case), which is what the totals' stuck count reads too (at most every 30 s).
+            "GET /api/v1/groups?stuck=1 (none stuck)": lambda: get(
+                web, f"/api/v1/groups?stuck=1&limit={SHOWN}"
+            ),
+            "stuck count: iter_snapshot() of every consumer": lambda: _count_stuck(registry),
             "totals read: groups()": lambda: registry.groups(now_ns=NOW_NS, ttl_ms=TTL_MS),
             "baseline: count_active_by_group()": lambda: registry.count_active_by_group(
                 now_ns=NOW_NS, ttl_ms=TTL_MS
@@ -134,7 +145,8 @@ async def _run(server: BenchServer, n: int, groups: int, rounds: int, result: Ca
         "of the index of groups from the cursor; for the groups shown and one more, the "
         "shared TTLs (cached), ZCARD and two ZCOUNT (+ a ZRANGEBYSCORE for ties) each; the "
         "totals: one groups() (every group's ZCARD and ZCOUNTs) shared by every page for "
-        "totals_cache_s (5 s), served while it is refreshed for up to 60 s"
+        "totals_cache_s (5 s), served while it is refreshed for up to 60 s, and at most every "
+        "30 s a streamed read of every consumer (the stuck card and column)"
     )
     result.facts["what /metrics reads"] = (
         "registry.groups(details=True): every group (one series per group by design)"

@@ -19,7 +19,7 @@ from redis_presence.web.auth import presented_token
 from redis_presence.web.metrics import ScrapeReading, registry_for
 from redis_presence.web.paging import Cursor, parse_limit
 from redis_presence.web.params import parse_states
-from redis_presence.web.reads import GroupStats, stats_from_groups, stats_from_rows
+from redis_presence.web.readings import GroupStats, stats_from_groups, stats_from_rows
 from redis_presence.web.selection import ConsumerFilter, GroupFilter, PageCollector, page_of
 
 TTL_MS = 1_000

@@ -28,6 +28,18 @@ _WINDOW = (
     "`1h` (default), `6h` or `24h`: the charts' time window, as far as the event log reaches",
 )
 _JSON = ("Accept", "`application/json` answers the page's JSON twin")
+_STUCK = (
+    "stuck",
+    "`1`: only stuck consumers (active, holding leases, no progress within their group's "
+    "progress budget)",
+)
+_GROUPS_STUCK = (
+    "stuck",
+    "`1`: only the groups with a stuck consumer, each with its count in `stuck` (the groups "
+    "the service's last count found, at most 30 s old, each read again now)",
+)
+_IDLE = ("idle", "`1`: only the groups nobody reads or below their minimum")
+_GROUPS_STATE = ("state", "only the groups with consumers in one of these states: " + _STATE[1])
 
 # app route path -> what it serves. `path` (optional) is the OpenAPI path when the app's
 # route matches a prefix; `kind` is the response's media type.
@@ -41,8 +53,9 @@ ROUTES: dict[str, dict[str, Any]] = {
         "query": [
             ("queue", "queue name contains"),
             ("group", "group name contains"),
-            _STATE,
-            ("idle", "`1`: only the groups nobody reads or below their minimum"),
+            _GROUPS_STATE,
+            _IDLE,
+            _GROUPS_STUCK,
             _GROUPS_PAGE,
             _CURSOR,
             (
@@ -59,13 +72,22 @@ ROUTES: dict[str, dict[str, Any]] = {
         "summary": "One group's page: its consumers, their metadata and progress",
         "description": "400 without `queue` and `group`; 404 when the group is neither "
         "tracked nor declared.",
-        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _CONSUMERS_PAGE, _CURSOR, _WINDOW],
+        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _STUCK, _CONSUMERS_PAGE, _CURSOR, _WINDOW],
         "kind": "text/html",
     },
     "/consumers": {
         "summary": "Consumers across groups, searchable by name",
         "description": "The same filters as `/api/v1/consumers`.",
-        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _CONSUMERS_PAGE, _CURSOR],
+        "query": [
+            _QUEUE,
+            _GROUP,
+            _STATE,
+            _SEARCH,
+            _STUCK,
+            ("meta", "`1`: show each row's metadata"),
+            _CONSUMERS_PAGE,
+            _CURSOR,
+        ],
         "kind": "text/html",
     },
     "/consumer": {
@@ -79,11 +101,22 @@ ROUTES: dict[str, dict[str, Any]] = {
     "/api/v1/groups": {
         "summary": "Every tracked or declared group with its counts",
         "description": "`groups`: `queue`, `group`, `active`, `stale`, `expired`, "
-        "`min_active` (null: not declared), `below`, and its `verdict` (`OK`, `DRAINING`, "
-        "`DEGRADED`, `STOPPED`; `STALLED` needs the consumers' progress, which the group's "
-        "own page reads) with its `reason` in words, in the index's order; "
-        "`next_cursor` / `prev_cursor` (null at either end).",
-        "query": [_QUEUE, _GROUP, _GROUPS_API, _CURSOR],
+        "`min_active` (null: not declared), `below`, `stuck` (null unless `stuck=1`), and its "
+        "`verdict` (`OK`, `DRAINING`, `DEGRADED`, `STOPPED`; `STALLED` needs the consumers' "
+        "progress, which the group's own page reads) with its `reason` in words, in the "
+        "index's order; `next_cursor` / `prev_cursor` (null at either end). The dashboard's "
+        "filters, with exact names in `queue` and `group`.",
+        "query": [
+            _QUEUE,
+            _GROUP,
+            ("queue_contains", "queue name contains (case-insensitive), as the dashboard's"),
+            ("group_contains", "group name contains (case-insensitive), as the dashboard's"),
+            _GROUPS_STATE,
+            _IDLE,
+            _GROUPS_STUCK,
+            _GROUPS_API,
+            _CURSOR,
+        ],
         "kind": "application/json",
     },
     "/api/v1/groups/": {
@@ -97,7 +130,7 @@ ROUTES: dict[str, dict[str, Any]] = {
             ("queue", "the queue, percent-encoded"),
             ("group", "the group, percent-encoded"),
         ],
-        "query": [_STATE, _SEARCH, _CONSUMERS_API, _CURSOR],
+        "query": [_STATE, _SEARCH, _STUCK, _CONSUMERS_API, _CURSOR],
         "kind": "application/json",
     },
     "/api/v1/consumers": {
@@ -109,9 +142,10 @@ ROUTES: dict[str, dict[str, Any]] = {
             _GROUP,
             _STATE,
             _SEARCH,
+            _STUCK,
+            ("meta", "`1`: read each row's metadata too"),
             _CONSUMERS_API,
             _CURSOR,
-            ("meta", "`1`: read each row's metadata too"),
         ],
         "kind": "application/json",
     },
@@ -164,9 +198,9 @@ ROUTES: dict[str, dict[str, Any]] = {
 }
 
 ERRORS = {
-    "400": "a bad parameter",
+    "400": "a bad parameter, or one the route does not take (`parameter` names it)",
     "401": "the auth token is missing or wrong",
-    "404": "no such group",
+    "404": "no such group (`see`: its queue's groups) or consumer",
     "405": "any method but GET",
     "410": "an event cursor that cannot go on: resync",
     "421": "a `Host` the service does not answer to",

@@ -345,6 +345,8 @@ def text_table(
 
 
 def _state_style(cell: str) -> str:
+    if cell.startswith("active stuck"):  # and how long without progress
+        return STATE_STYLES["active stuck"]
     return STATE_STYLES.get(cell, "")
 
 
@@ -368,9 +370,16 @@ CONSUMER_COLUMNS = (
 )
 
 
-def state_cell(row: ConsumerPresence) -> str:
-    """`active`, `stale`, `expired`; `active stuck` for an active row that is stuck."""
-    return "active stuck" if row.stuck else row.state.value
+def state_cell(row: ConsumerPresence, now_ns: int | None = None) -> str:
+    """`active`, `stale`, `expired`; `active stuck` for an active row that is stuck, and with
+    `now_ns` how long it made no progress (`active stuck 7m`: since the later of its
+    registration and its last progress, as `is_stuck` counts)."""
+    if not row.stuck:
+        return row.state.value
+    if now_ns is None:
+        return "active stuck"
+    since_ns = max(row.registered_at_ns, row.last_progress_ns or 0)
+    return f"active stuck {human_age((now_ns - since_ns) // 1_000_000).removesuffix(' ago')}"
 
 
 def meta_cell(row: ConsumerPresence) -> str:
@@ -383,7 +392,7 @@ def _consumer_cells(row: ConsumerPresence, now_ns: int | None = None) -> tuple[s
         row.queue,
         row.group,
         row.consumer,
-        state_cell(row),
+        state_cell(row, now_ns),
         last_seen(row, now_ns),
         str(row.lease_count),
         iso_utc(row.registered_at_ns),

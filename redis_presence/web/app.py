@@ -37,11 +37,13 @@ from .asgi import AccessLog, PrefixRoute
 from .auth import TokenAuth, check_token
 from .guard import CatchAll
 from .params import BadRequest
-from .reads import NO_META_ERRORS, GroupStats, TtlInUse
+from .readings import NO_META_ERRORS, GroupStats, TtlInUse
 from .security import HostCheck, SecurityHeaders
 from .selection import ConsumerFilter, GroupFilter
 from .service import (
     BUSY_RETRY_AFTER_S,
+    Link,
+    NotFound,
     RegistryFactory,
     WebConfig,
     _json_view,
@@ -119,6 +121,16 @@ def sort_links(request: Request, shown: sorting.Sort | None) -> dict[str, str]:
     return links
 
 
+def _no_group(queue: str, group: str, *, page: bool) -> NotFound:
+    """The 404 of a group neither tracked nor declared: it links to its queue's groups (the
+    dashboard filtered by the queue's name, or the API's exact list)."""
+    if page:
+        link = Link("/", urlencode({"queue": queue}, quote_via=quote), f"The groups of {queue}")
+    else:
+        link = Link("/api/v1/groups", urlencode({"queue": queue}, quote_via=quote), "")
+    return NotFound(NO_GROUP.format(queue=queue, group=group), link)
+
+
 def _json(model: dict[str, Any]) -> Response:
     return JSONResponse(model, headers={"Cache-Control": "no-store", "Vary": "Accept"})
 
@@ -190,12 +202,14 @@ class Views:
     # -- pages
 
     async def overview(self, request: Request) -> Response:
+        params.known(request, "/")
         service = self.service
         where = GroupFilter(
             queue_text=_text(request, "queue") or "",
             group_text=_text(request, "group") or "",
             states=_states(request),
             attention=_flag(request, "idle"),
+            stuck=_flag(request, "stuck"),
         )
         window = _window(request)
         # One page of groups (read and counted from the cursor on) and, meanwhile, the
@@ -210,7 +224,13 @@ class Views:
             )
         else:  # ordered by every group's counts (the totals' read), the page's read now
             cached = await service.reads.totals()
-            passing = [g for g in cached.rows if where.names(g.queue, g.group) and where.counts(g)]
+            passing = [
+                g
+                for g in cached.rows
+                if where.names(g.queue, g.group)
+                and where.counts(g)
+                and (not where.stuck or (g.queue, g.group) in cached.stuck_groups)
+            ]
             chosen = sorting.page(passing, sort, ask)
             reading = await service.reads.groups_named(chosen.rows)
             rows = sorting.reorder(reading.page.rows, sort)
@@ -220,12 +240,16 @@ class Views:
         now_ns, page, ttl = reading.now_ns, reading.page, reading.ttl
         totals = await service.reads.totals_for(reading, cached)
         shown_totals = totals.to_dict() if totals is not None else None
+        # Each group's stuck consumers: counted with the totals (or by `stuck=1`'s read).
+        # (a sorted page's rows come from the totals' order: the count gives them theirs)
+        counted = where.stuck and sort is None
+        rows = page.rows if counted or totals is None else totals.with_stuck(page.rows)
         if _json_view(request):
             return _json(
                 {"now_ns": now_ns}
                 | ttl.to_dict()
                 | {"totals": shown_totals, "recounting": totals is None}
-                | {"groups": [group_json(g) for g in page.rows]}
+                | {"groups": [group_json(g) for g in rows]}
                 | paging.cursors(page)
             )
         filters = {
@@ -233,16 +257,17 @@ class Views:
             "group": where.group_text,
             "states": sorted(s.value for s in where.states),
             "idle": where.attention,
+            "stuck": where.stuck,
             "sort": sort.name if sort else "",
         }
         sparks = await history.sparklines(
-            service.reads, [(g.queue, g.group, g.active) for g in page.rows], window
+            service.reads, [(g.queue, g.group, g.active) for g in rows], window
         )
         context = service.context(
             request,
             now_ns=now_ns,
             ttl=ttl,
-            groups=page.rows,
+            groups=rows,
             sparks=sparks,
             spark_scale=max((c.scale for c in sparks.values()), default=None),
             window=window,
@@ -257,7 +282,7 @@ class Views:
                 "now_ns": now_ns,
                 "ttl_ms": ttl.ttl_ms,
                 "filters": filters,
-                "groups": [group_json(g) for g in page.rows],
+                "groups": [group_json(g) for g in rows],
                 "totals": shown_totals,
                 "recounting": totals is None,
             }
@@ -266,12 +291,14 @@ class Views:
         return _page(service.templates.TemplateResponse(request, "overview.html", context))
 
     async def group_page(self, request: Request) -> Response:
+        params.known(request, "/group")
         queue, group = _text(request, "queue"), _text(request, "group")
         if queue is None or group is None:
             raise BadRequest("queue" if queue is None else "group", NEEDS_BOTH)
         return await self._consumers_view(request, queue, group, group_page=True)
 
     async def consumers_page(self, request: Request) -> Response:
+        params.known(request, "/consumers")
         queue, group = _text(request, "queue"), _text(request, "group")
         return await self._consumers_view(request, queue, group, group_page=False)
 
@@ -280,19 +307,22 @@ class Views:
     ) -> Response:
         service = self.service
         states, search = _states(request), _text(request, "search")
+        stuck = _flag(request, "stuck")
         ask = paging.ask(request, paging.CONSUMERS_PAGE)
         stats: GroupStats | None = None
         stuck_after_ms: int | None = None
         with_meta = group_page or _flag(request, "meta")
         window = _window(request) if group_page else history.DEFAULT_WINDOW
         if group_page and queue is not None and group is not None:
-            found = await service.reads.group(queue, group, states=states, search=search, page=ask)
+            found = await service.reads.group(
+                queue, group, states=states, search=search, page=ask, stuck=stuck
+            )
             reading, stats, page = found.reading, found.stats, found.page
             stuck_after_ms = found.stuck_after_ms
             if stats is None:
-                raise HTTPException(404, NO_GROUP.format(queue=queue, group=group))
+                raise _no_group(queue, group, page=True)
         else:
-            where = ConsumerFilter(queue, group, states, search)
+            where = ConsumerFilter(queue, group, states, search, stuck)
             reading, page = await service.reads.consumers(where, page=ask, with_meta=with_meta)
         now_ns, ttl = reading.now_ns, reading.ttl
         service.live.shown(queue, group, page.rows)  # its stream's rows, read again live
@@ -301,6 +331,7 @@ class Views:
             "group": group or "",
             "states": sorted(s.value for s in states),
             "search": search or "",
+            "stuck": stuck,
             "limit": ask.limit,
         }
         if _json_view(request):
@@ -351,6 +382,7 @@ class Views:
                 "stuck_after_ms": stuck_after_ms,
                 "states": filters["states"],
                 "search": search or "",
+                "stuck": stuck,
                 "limit": ask.limit,
             }
             | paging.cursors(page),
@@ -358,6 +390,7 @@ class Views:
         return _page(service.templates.TemplateResponse(request, "consumers.html", context))
 
     async def consumer_page(self, request: Request) -> Response:
+        params.known(request, "/consumer")
         fields = ("queue", "group", "consumer")
         queue, group, consumer = (_text(request, field) for field in fields)
         if queue is None or group is None or consumer is None:
@@ -367,6 +400,8 @@ class Views:
         if _json_view(request):
             return _json(model)
         service = self.service
+        if view.row is not None:  # its stream's `rows` move its age and leases
+            service.live.shown(queue, group, [view.row])
         stuck_after_ms = await service.reads.stuck_after_ms(queue, group)
         context = service.context(
             request,
@@ -381,11 +416,19 @@ class Views:
             log=view.log,
             timeline=view.timeline,
             stuck_after_ms=stuck_after_ms,
-            live={},
+            live={
+                "view": "consumer",
+                "now_ns": view.log.now_ns,
+                "ttl_ms": view.log.ttl_ms,
+                "queue": queue,
+                "group": group,
+                "consumer": consumer,
+            },
         )
         return _page(service.templates.TemplateResponse(request, "consumer.html", context))
 
     async def api_consumer(self, request: Request) -> Response:
+        params.known(request, CONSUMER_API)
         queue, group, consumer = params.path_parts(
             request, CONSUMER_API, ("queue", "group", "consumer")
         )
@@ -421,17 +464,28 @@ class Views:
         return {"now_ns": now_ns} | ttl.to_dict()
 
     async def api_groups(self, request: Request) -> Response:
-        where = GroupFilter(queue=_text(request, "queue"), group=_text(request, "group"))
+        params.known(request, "/api/v1/groups")
+        where = GroupFilter(
+            queue=_text(request, "queue"),
+            group=_text(request, "group"),
+            queue_text=_text(request, "queue_contains") or "",
+            group_text=_text(request, "group_contains") or "",
+            states=_states(request),
+            attention=_flag(request, "idle"),
+            stuck=_flag(request, "stuck"),
+        )
         now_ns, page, ttl, _ = await self.service.reads.group_page(
             where, page=paging.ask(request, paging.GROUPS_API)
         )
         return JSONResponse(
             self._meta(now_ns, ttl)
-            | {"groups": [g.to_dict() for g in page.rows]}  # min_active, below too
+            # min_active, below too; `stuck` null unless counted (`stuck=1`)
+            | {"groups": [g.to_dict() for g in page.rows]}
             | paging.cursors(page)
         )
 
     async def api_group(self, request: Request) -> Response:
+        params.known(request, GROUP_API)
         queue, group = _path_names(request, GROUP_API)
         found = await self.service.reads.group(
             queue,
@@ -439,10 +493,11 @@ class Views:
             states=_states(request),
             search=_text(request, "search"),
             page=paging.ask(request, paging.CONSUMERS_API),
+            stuck=_flag(request, "stuck"),
         )
         reading, stats, page = found.reading, found.stats, found.page
         if stats is None:
-            raise HTTPException(404, NO_GROUP.format(queue=queue, group=group))
+            raise _no_group(queue, group, page=False)
         return JSONResponse(
             self._meta(reading.now_ns, reading.ttl)
             | {
@@ -457,11 +512,13 @@ class Views:
         )
 
     async def api_consumers(self, request: Request) -> Response:
+        params.known(request, "/api/v1/consumers")
         where = ConsumerFilter(
             _text(request, "queue"),
             _text(request, "group"),
             _states(request),
             _text(request, "search"),
+            _flag(request, "stuck"),
         )
         with_meta = _flag(request, "meta")
         reading, page = await self.service.reads.consumers(
@@ -481,6 +538,7 @@ class Views:
     async def api_events(self, request: Request) -> Response:
         """The events of the registry: a server-sent event stream for ``Accept:
         text/event-stream``, else one poll (`cursor` None: no events, a cursor from now)."""
+        params.known(request, "/api/v1/events")
         queue, group = _text(request, "queue"), _text(request, "group")
         cursor, source = params.event_cursor(request)
         reads = self.service.reads

@@ -10,6 +10,7 @@ what replaces it:
   page's totals are `PresenceData.totals`: one `groups()` read shared by every page, read
   again at most every `totals_cache_s` (in the background while the last one is younger
   than TOTALS_STALE_S).
+* Stuck consumers need a read of consumers: see `stuck` (its module says what each costs).
 * `PresenceData.groups` (the totals, `/metrics`) is one
   `registry.groups(now_ns, ttl_ms)`: every tracked or declared group with its counts under
   its own shared TTL (or ``--ttl-ms``), its `min_active` and `below`; it visits groups,
@@ -46,10 +47,9 @@ import contextlib
 import time
 import warnings
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import count, groupby
-from types import MappingProxyType
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from itertools import count
+from typing import Any
 
 from redis_presence import AsyncRedisPresenceRegistry, ConsumerPresence, PresenceState
 from redis_presence.errors import (
@@ -59,249 +59,26 @@ from redis_presence.errors import (
     PresenceProtocolError,
 )
 from redis_presence.events import EventCursor, PresenceEvent
-from redis_presence.model import GroupPresence, groups_set_aside
-from redis_presence.verdict import GroupFacts, GroupVerdict, Verdict, judge, verdict_of
+from redis_presence.model import groups_set_aside
 
 from . import sorting
 from .observed import Observed
 from .paging import Cursor, Page, PageAsk, group_key
+from .readings import (
+    NO_META_ERRORS,
+    UNSETTLED,
+    GroupReading,
+    GroupsPageReading,
+    GroupsReading,
+    GroupStats,
+    GroupTotals,
+    Reading,
+    TtlInUse,
+    stats_from_groups,
+    stats_from_rows,
+)
 from .selection import ConsumerFilter, GroupFilter, PageCollector, page_of
-
-
-class GroupStats(NamedTuple):
-    """One tracked group: how many of its consumers are in each state."""
-
-    queue: str
-    group: str
-    active: int
-    stale: int
-    expired: int
-    oldest_heartbeat_ns: int | None = None
-    """The least recent heartbeat of the group, where the read in use knows it."""
-    min_active: int | None = None
-    """The minimum it was declared with (`expect`); None: not declared."""
-    stuck: int | None = None
-    """Its stuck consumers, where the read in use knows them (a read of its consumers)."""
-    leases: int | None = None
-    """The leases its consumers hold, where the read in use knows them."""
-    leases_expired: int | None = None
-    """The leases its expired consumers hold (work nobody will finish), likewise."""
-
-    @property
-    def total(self) -> int:
-        return self.active + self.stale + self.expired
-
-    @property
-    def nobody_reading(self) -> bool:
-        """No active consumer: nobody is reading this group right now."""
-        return self.active == 0
-
-    @property
-    def below(self) -> bool:
-        """Declared, with fewer active consumers than its `min_active`."""
-        return self.min_active is not None and self.active < self.min_active
-
-    @property
-    def attention(self) -> bool:
-        """Shown first and marked: below its declared minimum, or nobody reading it."""
-        return self.below or self.nobody_reading
-
-    @property
-    def judged(self) -> GroupVerdict:
-        """Its verdict and reason from what the read in use knows (`STALLED` only where
-        it read the consumers' progress: `stuck` not None)."""
-        return judge(GroupFacts(self.active, self.stale, self.expired, self.min_active, self.stuck))
-
-    @property
-    def verdict(self) -> Verdict:
-        """`judged`'s verdict alone, without its reason (for every group of a scrape)."""
-        return verdict_of(
-            GroupFacts(self.active, self.stale, self.expired, self.min_active, self.stuck)
-        )
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "queue": self.queue,
-            "group": self.group,
-            "active": self.active,
-            "stale": self.stale,
-            "expired": self.expired,
-            "min_active": self.min_active,
-            "below": self.below,
-            **self.judged.to_dict(),
-        }
-
-
-class TtlInUse(NamedTuple):
-    """The TTL a read used and where it came from: ``"option"`` (``--ttl-ms``), or the
-    shared TTL stored for the ``"group"``, stored for the ``"prefix"``, or the
-    ``"default"`` (nothing stored)."""
-
-    ttl_ms: int
-    source: str
-
-    def to_dict(self) -> dict[str, object]:
-        return {"ttl_ms": self.ttl_ms, "ttl_source": self.source}
-
-
-NO_META_ERRORS: Mapping[tuple[str, str, str], str] = MappingProxyType({})
-
-
-class Reading(NamedTuple):
-    """One snapshot, the instant its ages were computed at and the TTL it reports; for a
-    read of metadata, why each consumer whose metadata could not be read (another
-    program's) has none (`PresenceMetaError.unreadable`)."""
-
-    serial: int
-    now_ns: int
-    rows: list[ConsumerPresence]
-    ttl: TtlInUse
-    meta_errors: Mapping[tuple[str, str, str], str] = NO_META_ERRORS
-
-
-class GroupReading(NamedTuple):
-    """One group's consumers (a page of them), its counts (None: neither tracked nor
-    declared) and the progress budget its `stuck` flags were judged with."""
-
-    reading: Reading
-    stats: GroupStats | None
-    page: Page[ConsumerPresence]
-    stuck_after_ms: int
-
-
-class GroupsReading(NamedTuple):
-    now_ns: int
-    groups: list[GroupStats]
-    ttl: TtlInUse
-
-
-UNSETTLED = "\x00unsettled"
-"""The epoch of totals whose read saw the epoch marker change under it (never a page's)."""
-
-
-class GroupTotals(NamedTuple):
-    """The fleet's totals from one read of every group (`registry.groups()`), the instant
-    it was aged at (`read_at_ns`, the server's clock) and the epoch marker it was read
-    under (`Planner.epoch`)."""
-
-    groups: int
-    active: int
-    stale: int
-    expired: int
-    nobody_reading: int
-    below: int
-    read_at_ns: int
-    epoch: str | None = None
-    rows: tuple[GroupStats, ...] = ()
-    """Every group's counts, as read (what a page sorted by a count is ordered by)."""
-
-    @classmethod
-    def of(
-        cls, groups: Sequence[GroupStats], read_at_ns: int, epoch: str | None = None
-    ) -> GroupTotals:
-        return cls(
-            len(groups),
-            sum(g.active for g in groups),
-            sum(g.stale for g in groups),
-            sum(g.expired for g in groups),
-            sum(g.nobody_reading for g in groups),
-            sum(g.below for g in groups),
-            read_at_ns,
-            epoch,
-            tuple(groups),
-        )
-
-    def contradicts(self, rows: Sequence[GroupStats]) -> bool:
-        """Whether `rows` (a page of groups, read later) hold more than these totals count,
-        in any count: they cannot both be true of one instant."""
-        sums = (
-            len(rows),
-            sum(g.active for g in rows),
-            sum(g.stale for g in rows),
-            sum(g.expired for g in rows),
-            sum(g.nobody_reading for g in rows),
-            sum(g.below for g in rows),
-        )
-        return any(shown > total for shown, total in zip(sums, self[:6], strict=True))
-
-    def to_dict(self) -> dict[str, int]:
-        fields = self._asdict()
-        del fields["epoch"], fields["rows"]
-        return fields
-
-
-class GroupsPageReading(NamedTuple):
-    """One page of groups, the instant it was read at, the TTL of the prefix and the epoch
-    marker it was read under."""
-
-    now_ns: int
-    page: Page[GroupStats]
-    ttl: TtlInUse
-    epoch: str | None = None
-
-
-def stats_from_rows(
-    rows: Iterable[ConsumerPresence], declared: Mapping[tuple[str, str], int] | None = None
-) -> list[GroupStats]:
-    """Per-group counts, oldest heartbeat and stuck consumers of rows ordered by `(queue,
-    group, ...)`; with `declared` (`expected()`), its groups too, with their minimum (a
-    declared group without a row has zero of everything)."""
-    stats = []
-    for (queue, group), part in groupby(rows, key=lambda row: (row.queue, row.group)):
-        tally = dict.fromkeys(PresenceState, 0)
-        oldest: int | None = None
-        stuck = leases = lost = 0
-        for row in part:
-            tally[row.state] += 1
-            stuck += row.stuck
-            leases += row.lease_count
-            if row.state is PresenceState.EXPIRED:
-                lost += row.lease_count
-            if oldest is None or row.last_heartbeat_ns < oldest:
-                oldest = row.last_heartbeat_ns
-        stats.append(
-            GroupStats(
-                queue,
-                group,
-                tally[PresenceState.ACTIVE],
-                tally[PresenceState.STALE],
-                tally[PresenceState.EXPIRED],
-                oldest,
-                None if declared is None else declared.get((queue, group)),
-                stuck,
-                leases,
-                lost,
-            )
-        )
-    if declared:
-        seen = {(s.queue, s.group) for s in stats}
-        stats += [
-            GroupStats(queue, group, 0, 0, 0, None, minimum, 0, 0, 0)
-            for (queue, group), minimum in declared.items()
-            if (queue, group) not in seen
-        ]
-        stats.sort(key=lambda s: (s.queue, s.group))
-    return stats
-
-
-def stats_from_groups(groups: Iterable[GroupPresence]) -> list[GroupStats]:
-    """`registry.groups()` rows as `GroupStats` (the order kept: by `(queue, group)`)."""
-    return [
-        GroupStats(
-            g.queue,
-            g.group,
-            g.active,
-            g.stale,
-            g.expired,
-            g.oldest_heartbeat_ns,
-            g.min_active,
-            None,
-            None,
-            g.leases_expired,
-        )
-        for g in groups
-    ]
-
+from .stuck import StuckCount, fleet_stuck, stuck_page
 
 FLEET_READS = 2
 """Streaming reads of the whole fleet (consumer lists without a queue) at once; the others
@@ -309,6 +86,9 @@ wait, so memory stays a few chunks whatever the number of requests."""
 STREAM_CHUNK = 1_000
 """Rows handed to a page collector at a time."""
 
+STUCK_EVERY_S = 30.0
+"""How old the count of stuck consumers in the totals may be (a read of every consumer);
+0 when the totals are read for every page (`totals_cache_s` 0)."""
 OBSERVE_EVERY_S = 0.25
 """How often the event reads tell `Observed` what they found (the epoch in their cursor)."""
 TOTALS_STALE_S = 60.0
@@ -346,6 +126,9 @@ class PresenceData:
         self._totals: GroupTotals | None = None
         self._totals_at = 0.0
         self._totals_task: asyncio.Task[GroupTotals] | None = None
+        self._stuck: tuple[StuckCount, str | None] | None = None
+        self._stuck_at = -float("inf")
+        self._stuck_cache_s = STUCK_EVERY_S if totals_cache_s > 0 else 0.0
         self.last_ttl = TtlInUse(ttl_ms, "option") if ttl_ms is not None else None
         """The TTL of the prefix the last read used (None before the first)."""
         self.observed = Observed(clock)
@@ -424,15 +207,28 @@ class PresenceData:
         for _ in range(2):
             before = await self.epoch()
             now, groups, _ = await self.groups()
+            stuck = await self._stuck_count(now, before)
             after = await self.epoch()
             if before == after:
-                return GroupTotals.of(groups, now, after)
-        return GroupTotals.of(groups, now, UNSETTLED)
+                return GroupTotals.of(groups, now, after, stuck)
+        return GroupTotals.of(groups, now, UNSETTLED, stuck)
+
+    async def _stuck_count(self, now_ns: int, epoch: str | None) -> StuckCount:
+        """The fleet's stuck consumers (`stuck.fleet_stuck`: a read of every consumer): the
+        last count while it is of `epoch` and younger than `stuck_cache_s`, else a new one."""
+        known = self._stuck
+        age = time.monotonic() - self._stuck_at
+        if known is not None and known[1] == epoch and age <= self._stuck_cache_s:
+            return known[0]
+        count = await fleet_stuck(self.registry, now_ns=now_ns, ttl_ms=self._read_ttl_ms)
+        self._stuck, self._stuck_at = (count, epoch), time.monotonic()
+        return count
 
     def forget_totals(self) -> None:
         """The totals read so far are not served again (Redis could not be reached since:
         what it holds now may be other data): the next page awaits a fresh read."""
         self._totals = None
+        self._stuck = None
 
     async def totals_for(self, page: GroupsPageReading, known: GroupTotals) -> GroupTotals | None:
         """Totals that agree with `page` (`known`, the cached ones, if they do): of the
@@ -480,7 +276,8 @@ class PresenceData:
         order, after (or before) the cursor's group: the index is read from there and only
         the groups the page shows, and those `where` refuses by their counts, are counted
         (`registry.group_page`). A page before the cursor that reaches the first group is
-        the first page."""
+        the first page. With `where.stuck`, the groups with a stuck consumer, each with
+        its count, from a read of their consumers (`stuck.stuck_page`)."""
         ttl = await self.ttl()
         now = await self.now_ns()
         epoch = await self.epoch()
@@ -494,6 +291,8 @@ class PresenceData:
         }
         edge = None if page.cursor is None else (page.cursor.key[0], page.cursor.key[1])
         backwards = page.before
+        if where.stuck:
+            return await self._stuck_page(options, edge, backwards, page.limit, ttl, epoch)
         if backwards:
             found = await self.registry.group_page(before=edge, **options)
         else:
@@ -525,6 +324,35 @@ class PresenceData:
         )
         rows = stats_from_groups(found.groups) if shown else []
         return GroupsPageReading(now, Page(rows, None, None), ttl, epoch)
+
+    async def _stuck_page(
+        self,
+        options: dict[str, Any],
+        edge: tuple[str, str] | None,
+        backwards: bool,
+        limit: int,
+        ttl: TtlInUse,
+        epoch: str | None,
+    ) -> GroupsPageReading:
+        """`group_page` of the groups with a stuck consumer (`stuck.stuck_page`): those the
+        last count found (`_stuck_count`), read again now: it costs what it shows."""
+        counted = await self._stuck_count(options["now_ns"], epoch)
+        found_by, names = counted.groups, options["names"]
+        options["names"] = lambda q, g: (q, g) in found_by and (names is None or names(q, g))
+        found, more = await stuck_page(
+            self.registry, options, edge=edge, backwards=backwards, limit=limit
+        )
+        if backwards and not more and len(found) < limit:
+            found, more = await stuck_page(
+                self.registry, options, edge=None, backwards=False, limit=limit
+            )
+            backwards, edge = False, None
+        stats = stats_from_groups(group for group, _ in found)
+        rows = [g._replace(stuck=n) for g, (_, n) in zip(stats, found, strict=True)]
+        shown = Page.keyset(
+            rows, group_key, more=more, backwards=backwards, from_cursor=edge is not None
+        )
+        return GroupsPageReading(options["now_ns"], shown, ttl, epoch)
 
     async def declared(self, queue: str, group: str) -> int | None:
         """The `min_active` the group was declared with (None: not declared)."""
@@ -624,7 +452,7 @@ class PresenceData:
             for key in other_side:
                 if collector.beyond:
                     break
-                if where.search is None and not where.states:
+                if not where.by_rows:
                     collector.mark_beyond()
                     break
                 await self._feed(collector, key, now, with_meta, meta_errors)
@@ -675,6 +503,7 @@ class PresenceData:
         states: frozenset[PresenceState],
         search: str | None,
         page: PageAsk,
+        stuck: bool = False,
     ) -> GroupReading:
         """One group's counts (None when it is neither tracked nor declared) and a page of
         its consumers with their metadata, from one read of that group alone (and of the
@@ -686,7 +515,7 @@ class PresenceData:
         )
         declared = {} if minimum is None else {(queue, group): minimum}
         stats = stats_from_rows(reading.rows, declared)
-        where = ConsumerFilter(queue, group, states, search)
+        where = ConsumerFilter(queue, group, states, search, stuck)
         shown = page_of(reading.rows, where, cursor=page.cursor, limit=page.limit)
         return GroupReading(reading, (stats[0] if stats else None), shown, stuck_after)
 

@@ -1,0 +1,269 @@
+"""What the web service's reads answer: a group's counts and verdict (`GroupStats`), the
+fleet's totals (`GroupTotals`), the TTL a read used (`TtlInUse`) and the readings of a page,
+with the functions that count rows into them. I/O-free: `reads` makes the reads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import groupby
+from types import MappingProxyType
+from typing import NamedTuple
+
+from redis_presence import ConsumerPresence, PresenceState
+from redis_presence.model import GroupPresence
+from redis_presence.verdict import GroupFacts, GroupVerdict, Verdict, judge, verdict_of
+
+from .paging import Page
+from .stuck import StuckCount
+
+
+class GroupStats(NamedTuple):
+    """One tracked group: how many of its consumers are in each state."""
+
+    queue: str
+    group: str
+    active: int
+    stale: int
+    expired: int
+    oldest_heartbeat_ns: int | None = None
+    """The least recent heartbeat of the group, where the read in use knows it."""
+    min_active: int | None = None
+    """The minimum it was declared with (`expect`); None: not declared."""
+    stuck: int | None = None
+    """Its stuck consumers, where the read in use knows them (a read of its consumers)."""
+    leases: int | None = None
+    """The leases its consumers hold, where the read in use knows them."""
+    leases_expired: int | None = None
+    """The leases its expired consumers hold (work nobody will finish), likewise."""
+
+    @property
+    def total(self) -> int:
+        return self.active + self.stale + self.expired
+
+    @property
+    def nobody_reading(self) -> bool:
+        """No active consumer: nobody is reading this group right now."""
+        return self.active == 0
+
+    @property
+    def below(self) -> bool:
+        """Declared, with fewer active consumers than its `min_active`."""
+        return self.min_active is not None and self.active < self.min_active
+
+    @property
+    def attention(self) -> bool:
+        """Shown first and marked: below its declared minimum, or nobody reading it."""
+        return self.below or self.nobody_reading
+
+    @property
+    def judged(self) -> GroupVerdict:
+        """Its verdict and reason from what the read in use knows (`STALLED` only where
+        it read the consumers' progress: `stuck` not None)."""
+        return judge(GroupFacts(self.active, self.stale, self.expired, self.min_active, self.stuck))
+
+    @property
+    def verdict(self) -> Verdict:
+        """`judged`'s verdict alone, without its reason (for every group of a scrape)."""
+        return verdict_of(
+            GroupFacts(self.active, self.stale, self.expired, self.min_active, self.stuck)
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "queue": self.queue,
+            "group": self.group,
+            "active": self.active,
+            "stale": self.stale,
+            "expired": self.expired,
+            "min_active": self.min_active,
+            "below": self.below,
+            **self.judged.to_dict(),
+            "stuck": self.stuck,
+        }
+
+
+class TtlInUse(NamedTuple):
+    """The TTL a read used and where it came from: ``"option"`` (``--ttl-ms``), or the
+    shared TTL stored for the ``"group"``, stored for the ``"prefix"``, or the
+    ``"default"`` (nothing stored)."""
+
+    ttl_ms: int
+    source: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"ttl_ms": self.ttl_ms, "ttl_source": self.source}
+
+
+NO_META_ERRORS: Mapping[tuple[str, str, str], str] = MappingProxyType({})
+
+
+class Reading(NamedTuple):
+    """One snapshot, the instant its ages were computed at and the TTL it reports; for a
+    read of metadata, why each consumer whose metadata could not be read (another
+    program's) has none (`PresenceMetaError.unreadable`)."""
+
+    serial: int
+    now_ns: int
+    rows: list[ConsumerPresence]
+    ttl: TtlInUse
+    meta_errors: Mapping[tuple[str, str, str], str] = NO_META_ERRORS
+
+
+class GroupReading(NamedTuple):
+    """One group's consumers (a page of them), its counts (None: neither tracked nor
+    declared) and the progress budget its `stuck` flags were judged with."""
+
+    reading: Reading
+    stats: GroupStats | None
+    page: Page[ConsumerPresence]
+    stuck_after_ms: int
+
+
+class GroupsReading(NamedTuple):
+    now_ns: int
+    groups: list[GroupStats]
+    ttl: TtlInUse
+
+
+UNSETTLED = "\x00unsettled"
+"""The epoch of totals whose read saw the epoch marker change under it (never a page's)."""
+
+
+class GroupTotals(NamedTuple):
+    """The fleet's totals from one read of every group (`registry.groups()`), the instant
+    it was aged at (`read_at_ns`, the server's clock) and the epoch marker it was read
+    under (`Planner.epoch`)."""
+
+    groups: int
+    active: int
+    stale: int
+    expired: int
+    nobody_reading: int
+    below: int
+    read_at_ns: int
+    epoch: str | None = None
+    rows: tuple[GroupStats, ...] = ()
+    """Every group's counts, as read (what a page sorted by a count is ordered by)."""
+    stuck: int | None = None  # stuck consumers (`stuck.fleet_stuck`); None: not counted
+    stuck_read_at_ns: int | None = None  # when they were counted (STUCK_EVERY_S at most ago)
+    stuck_groups: Mapping[tuple[str, str], int] = MappingProxyType({})  # > 0 only
+
+    @classmethod
+    def of(
+        cls,
+        groups: Sequence[GroupStats],
+        read_at_ns: int,
+        epoch: str | None = None,
+        stuck: StuckCount | None = None,
+    ) -> GroupTotals:
+        return cls(
+            len(groups),
+            sum(g.active for g in groups),
+            sum(g.stale for g in groups),
+            sum(g.expired for g in groups),
+            sum(g.nobody_reading for g in groups),
+            sum(g.below for g in groups),
+            read_at_ns,
+            epoch,
+            tuple(groups),
+            None if stuck is None else stuck.total,
+            None if stuck is None else stuck.read_at_ns,
+            MappingProxyType({}) if stuck is None else stuck.groups,
+        )
+
+    def with_stuck(self, rows: Sequence[GroupStats]) -> list[GroupStats]:
+        """`rows` with each group's stuck consumers from this count (None: not counted)."""
+        if self.stuck is None:
+            return list(rows)
+        return [g._replace(stuck=self.stuck_groups.get((g.queue, g.group), 0)) for g in rows]
+
+    def contradicts(self, rows: Sequence[GroupStats]) -> bool:
+        """Whether `rows` (a page of groups, read later) hold more than these totals count,
+        in any count: they cannot both be true of one instant."""
+        sums = (
+            len(rows),
+            sum(g.active for g in rows),
+            sum(g.stale for g in rows),
+            sum(g.expired for g in rows),
+            sum(g.nobody_reading for g in rows),
+            sum(g.below for g in rows),
+        )
+        return any(shown > total for shown, total in zip(sums, self[:6], strict=True))
+
+    def to_dict(self) -> dict[str, int]:
+        fields = self._asdict()
+        del fields["epoch"], fields["rows"], fields["stuck_groups"]
+        return fields
+
+
+class GroupsPageReading(NamedTuple):
+    """One page of groups, the instant it was read at, the TTL of the prefix and the epoch
+    marker it was read under."""
+
+    now_ns: int
+    page: Page[GroupStats]
+    ttl: TtlInUse
+    epoch: str | None = None
+
+
+def stats_from_rows(
+    rows: Iterable[ConsumerPresence], declared: Mapping[tuple[str, str], int] | None = None
+) -> list[GroupStats]:
+    """Per-group counts, oldest heartbeat and stuck consumers of rows ordered by `(queue,
+    group, ...)`; with `declared` (`expected()`), its groups too, with their minimum (a
+    declared group without a row has zero of everything)."""
+    stats = []
+    for (queue, group), part in groupby(rows, key=lambda row: (row.queue, row.group)):
+        tally = dict.fromkeys(PresenceState, 0)
+        oldest: int | None = None
+        stuck = leases = lost = 0
+        for row in part:
+            tally[row.state] += 1
+            stuck += row.stuck
+            leases += row.lease_count
+            if row.state is PresenceState.EXPIRED:
+                lost += row.lease_count
+            if oldest is None or row.last_heartbeat_ns < oldest:
+                oldest = row.last_heartbeat_ns
+        stats.append(
+            GroupStats(
+                queue,
+                group,
+                tally[PresenceState.ACTIVE],
+                tally[PresenceState.STALE],
+                tally[PresenceState.EXPIRED],
+                oldest,
+                None if declared is None else declared.get((queue, group)),
+                stuck,
+                leases,
+                lost,
+            )
+        )
+    if declared:
+        seen = {(s.queue, s.group) for s in stats}
+        stats += [
+            GroupStats(queue, group, 0, 0, 0, None, minimum, 0, 0, 0)
+            for (queue, group), minimum in declared.items()
+            if (queue, group) not in seen
+        ]
+        stats.sort(key=lambda s: (s.queue, s.group))
+    return stats
+
+
+def stats_from_groups(groups: Iterable[GroupPresence]) -> list[GroupStats]:
+    """`registry.groups()` rows as `GroupStats` (the order kept: by `(queue, group)`)."""
+    return [
+        GroupStats(
+            g.queue,
+            g.group,
+            g.active,
+            g.stale,
+            g.expired,
+            g.oldest_heartbeat_ns,
+            g.min_active,
+            None,
+            None,
+            g.leases_expired,
+        )
+        for g in groups
+    ]
