@@ -64,6 +64,7 @@ def test_every_public_name_loads_from_its_module() -> None:
         "DEFAULT_PRESENCE_TTL_MS",
         "DEFAULT_MAX_FUTURE_MS",
         "DEFAULT_STUCK_AFTER_MS",
+        "DEFAULT_RETENTION_TTLS",
         "ConsumerMeta",
         "GroupPresence",
         "GroupsPage",

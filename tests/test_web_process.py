@@ -81,6 +81,8 @@ def test_pagination_at_100000_consumers(redis_url: str) -> None:
             "min_active": None,
             "below": False,
             "stuck": 0,  # its consumers were read: counted
+            "verdict": "OK",
+            "reason": "100 active",
         }
         assert [c["consumer"] for c in one["consumers"]] == [f"c{i:05d}" for i in range(100)]
         groups = client.get("/api/v1/groups").json()

@@ -15,7 +15,7 @@ import pytest
 from web_client import MS, T0, Clock, TestClient, group_path, make_client
 
 from redis_presence import RedisPresenceRegistry
-from redis_presence.web.params import QUERY
+from redis_presence.web.params import QUERY, SHOWN_ONLY
 
 pytestmark = pytest.mark.redis_server
 
@@ -100,6 +100,7 @@ def test_stuck_combines_with_the_other_group_filters(web: TestClient) -> None:
     assert walk(web, "/api/v1/groups", 5, stuck="1", queue="a") == [
         {"queue": "a", "group": "g1", "active": 2, "stale": 0, "expired": 0}
         | {"min_active": None, "below": False, "stuck": 1}
+        | {"verdict": "DEGRADED", "reason": "1 of 2 active stuck"}
     ]
     idle = walk(web, "/api/v1/groups", 5, idle="1")
     assert [(g["queue"], g["group"]) for g in idle] == [("a", "g2"), ("b", "g1")]
@@ -291,6 +292,6 @@ def test_every_filter_of_a_page_is_on_its_api_twin() -> None:
     spelled = {"/": {"queue": "queue_contains", "group": "group_contains"}}
     in_path = {"/group": {"queue", "group"}}
     for page, api in twins.items():
-        filters = set(QUERY[page]) - in_path.get(page, set())
+        filters = set(QUERY[page]) - in_path.get(page, set()) - SHOWN_ONLY
         named = {spelled.get(page, {}).get(name, name) for name in filters}
         assert named <= set(QUERY[api]), (page, named - set(QUERY[api]))

@@ -1,6 +1,7 @@
 """Every read the CLI makes, in one place, and how its rows are chosen and ordered.
 
-`consumers` and `active_counts` are the only functions that ask the library for presence.
+`consumers`, `active_counts` and `stuck_in_group` are the only functions that ask the library
+for presence.
 The library filters by queue and group itself (it reads only that queue's part of the
 index, or that one group's keys); states are chosen here.
 """
@@ -119,6 +120,13 @@ def active_counts(
     groups.update((key, 0) for key in declared(registry, selection))
     groups.update(counts)
     return {key: n for key, n in groups.items() if key not in aside}
+
+
+def stuck_in_group(
+    registry: PresenceRegistry, queue: str, group: str, now_ns: int | None, ttl_ms: int | None
+) -> int:
+    """How many of one group's consumers are stuck now (a read of that group's rows alone)."""
+    return sum(row.stuck for row in registry.snapshot(now_ns, ttl_ms, queue=queue, group=group))
 
 
 def declared(registry: PresenceRegistry, selection: Selection) -> dict[tuple[str, str], int]:

@@ -55,6 +55,10 @@ QUERY: Mapping[str, tuple[str, ...]] = {
 }
 """The query parameters each page and API route takes, by the app's route path (a prefix
 route's path ends with ``/``); docs/_hooks/openapi.py documents exactly these."""
+SHOWN_ONLY = frozenset({"sort", "window"})
+"""The parameters that choose how a page shows its rows (their order over every group, the
+charts' time window), not which rows: not filters, so not the API routes' (a page's own
+JSON twin, ``Accept: application/json``, takes them)."""
 _SPELLED = {
     "/api/v1/groups/": "/api/v1/groups/{queue}/{group}",
     "/api/v1/consumers/": "/api/v1/consumers/{queue}/{group}/{consumer}",
@@ -209,6 +213,7 @@ def refused(source: str, exc: BaseException) -> str:
 
 __all__ = [
     "QUERY",
+    "SHOWN_ONLY",
     "BadRequest",
     "UnknownParameter",
     "choice",

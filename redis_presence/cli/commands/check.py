@@ -20,6 +20,7 @@ from redis_presence.verdict import GroupFacts, GroupVerdict, judge
 
 from ..app import App, pass_app
 from ..errors import UsageProblem, translate
+from ..reads import stuck_in_group
 
 if TYPE_CHECKING:
     from redis_presence.contract import PresenceRegistry
@@ -417,8 +418,5 @@ def judged_group(
     one, else 1) and, with `progress`, its consumers' stuck flags (`snapshot` of it)."""
     row = registry.group(queue, group, now_ns=now_ns, ttl_ms=ttl_ms)
     wanted = least if least is not None else row.min_active if row.min_active is not None else 1
-    stuck = None
-    if progress:
-        rows = registry.snapshot(now_ns, ttl_ms, queue=queue, group=group)
-        stuck = sum(r.stuck for r in rows)
+    stuck = stuck_in_group(registry, queue, group, now_ns, ttl_ms) if progress else None
     return GroupCheck(queue, group, row.active, wanted, row, stuck)
