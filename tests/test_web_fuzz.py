@@ -50,7 +50,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/api/v1/groups/{queue}/{group}": ("state", "search", "cursor", "limit"),
     "/api/v1/consumers": ("queue", "group", "state", "search", "cursor", "limit", "meta"),
     "/api/v1/consumers/{queue}/{group}/{consumer}": (),
-    "/api/v1/events": ("queue", "group", "cursor"),
+    "/api/v1/events": ("queue", "group", "cursor", "since"),
     "/metrics": (),
     "/healthz": (),
     "/readyz": (),
@@ -163,6 +163,7 @@ def seeded(redis_url: str) -> Iterator[Seeded]:
             "meta": ["1", "0"],
             "name": ["dashboard.js", "favicon.svg"],
             "Last-Event-ID": [events["cursor"]],
+            "since": ["15m", "2026-12-04T22:05:00Z", str(T0 - 1_000 * MS)],
         }
         yield Seeded(client, valid)
 
@@ -253,6 +254,9 @@ def check(response: Any, request: dict[str, Any]) -> None:
     elif status == 400:
         assert body["parameter"] in request["named"], where
         assert body["parameter"] in body["message"], where
+    elif status == 410:  # the service's fixed clock is days from the server's: logs gone
+        assert body["error"] == "resync_required", where
+        assert "since" in request["sent"], where
     else:
         assert status in (404, 405), where
 

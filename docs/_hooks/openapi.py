@@ -77,7 +77,9 @@ ROUTES: dict[str, dict[str, Any]] = {
         "path": "/api/v1/groups/{queue}/{group}",
         "summary": "One group: its counts, progress budget and a page of its consumers",
         "description": "Each name is one percent-encoded path segment (`a/b` is `a%2Fb`); "
-        "404 when the group is neither tracked nor declared.",
+        "404 when the group is neither tracked nor declared. `history`: the group page's "
+        "chart (`series`) and `timeline` of the last hour, from one bounded read of the "
+        "queue's event log.",
         "path_params": [
             ("queue", "the queue, percent-encoded"),
             ("group", "the group, percent-encoded"),
@@ -118,11 +120,17 @@ ROUTES: dict[str, dict[str, Any]] = {
         "summary": "The registry's events: one poll, or a server-sent event stream",
         "description": "With `Accept: text/event-stream`, a stream (`hello`, `presence`, "
         "`cursor`, `status`, `snapshot` messages); otherwise the `events` after `cursor` "
-        "and the cursor to go on from. 410 `resync_required` for a cursor that cannot go on.",
+        "(or `since`) and the cursor to go on from, `more` when the next is due at once. "
+        "410 `resync_required` for a cursor that cannot go on.",
         "query": [
             _QUEUE,
             _GROUP,
             ("cursor", "go on from this cursor (no cursor: no events, a cursor from now)"),
+            (
+                "since",
+                "without a cursor: the events after this instant, "
+                "ISO 8601, ns since the epoch, or a time ago (`15m`), at most a day back",
+            ),
         ],
         "headers": [("Last-Event-ID", "a stream's cursor, as `EventSource` resends it")],
         "kind": "application/json",

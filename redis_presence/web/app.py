@@ -247,6 +247,11 @@ class Views:
             reading, page = await service.reads.consumers(where, page=ask, with_meta=with_meta)
         now_ns, ttl = reading.now_ns, reading.ttl
         service.live.shown(queue, group, page.rows)  # its stream's rows, read again live
+        past = None
+        if group_page and queue is not None and group is not None:
+            past = await history.group_history(
+                service.reads, queue, group, active_now=stats.active if stats else None
+            )
         filters = {
             "queue": queue or "",
             "group": group or "",
@@ -261,17 +266,13 @@ class Views:
                 | {
                     "group": group_json(stats) if stats else None,
                     "stuck_after_ms": stuck_after_ms,
+                    "history": None if past is None else past.to_dict(),
                     "consumers": [
                         consumer_json(row, with_meta=with_meta, meta_errors=reading.meta_errors)
                         for row in page.rows
                     ],
                 }
                 | paging.cursors(page)
-            )
-        past = None
-        if group_page and queue is not None and group is not None:
-            past = await history.group_history(
-                service.reads, queue, group, active_now=stats.active if stats else None
             )
         context = service.context(
             request,
@@ -388,11 +389,14 @@ class Views:
         reading, stats, page = found.reading, found.stats, found.page
         if stats is None:
             raise HTTPException(404, NO_GROUP.format(queue=queue, group=group))
+        reads = self.service.reads
+        past = await history.group_history(reads, queue, group, active_now=stats.active)
         return JSONResponse(
             self._meta(reading.now_ns, reading.ttl)
             | {
                 "group": stats.to_dict(),
                 "stuck_after_ms": found.stuck_after_ms,
+                "history": past.to_dict(),  # its chart and timeline: the group page's
                 "consumers": [
                     consumer_json(row, with_meta=True, meta_errors=reading.meta_errors)
                     for row in page.rows
@@ -429,6 +433,11 @@ class Views:
         queue, group = _text(request, "queue"), _text(request, "group")
         cursor, source = params.event_cursor(request)
         reads = self.service.reads
+        since_ns = None
+        if "since" in request.query_params:
+            since_ns = params.since(request, await reads.now_ns())
+            if since_ns is not None:
+                cursor = await reads.cursor_since(since_ns, queue=queue, group=group)
         if "text/event-stream" in request.headers.get("accept", ""):
             if cursor is not None:  # refused here, a 400, not in the stream
                 try:
@@ -455,13 +464,16 @@ class Views:
                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
             )
         try:
-            events, next_cursor = await reads.changes(cursor, queue=queue, group=group)
+            found = await reads.changes(cursor, queue=queue, group=group)
         except PresenceResyncRequired as exc:
             _, fresh = await reads.changes(None, queue=queue, group=group)
+            said = str(exc)
+            if since_ns is not None:  # no cursor of the caller's: the logs do not reach back
+                said = f"the events since {since_ns} ns cannot all be read: {said}"
             return JSONResponse(
                 {
                     "error": "resync_required",
-                    "message": str(exc),
+                    "message": said,
                     "cursor": fresh,
                 },
                 status_code=410,
@@ -469,11 +481,13 @@ class Views:
             )
         except (TypeError, ValueError) as exc:
             raise BadRequest(source, params.refused(source, exc)) from None
+        events, next_cursor = found
         return JSONResponse(
             {
                 "events": [event.to_dict() for event in events],
                 "cursor": next_cursor,
                 "now_ns": live_events.cursor_now_ns(next_cursor),
+                "more": bool(getattr(found, "more", False)),  # ask again at once
             },
             headers={"Cache-Control": "no-store"},
         )

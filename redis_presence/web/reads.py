@@ -58,7 +58,7 @@ from redis_presence.errors import (
     PresenceMetaError,
     PresenceProtocolError,
 )
-from redis_presence.events import EventCursor, PresenceEvent
+from redis_presence.events import EventCursor, PresenceEvent, cursor_since
 from redis_presence.model import GroupPresence, groups_set_aside
 
 from .observed import Observed
@@ -682,6 +682,15 @@ class PresenceData:
         of the named consumers still tracked (`Planner.rows_of`: one round trip)."""
         now_ns, rows = await self.registry.execute(self.registry.plans.rows_of(keys))
         return (now_ns if self._clock is None else self._clock()), rows
+
+    async def cursor_since(
+        self, since_ns: int, *, queue: str | None = None, group: str | None = None
+    ) -> str:
+        """A cursor whose events start after `since_ns` (`events.cursor_since`), under the
+        epoch marker Redis holds now (one ``GET``)."""
+        epoch = await self.epoch()
+        prefix = self.registry.plans.keys.prefix
+        return cursor_since(since_ns, epoch=epoch, prefix=prefix, queue=queue, group=group)
 
     async def check_cursor(
         self, cursor: str, *, queue: str | None = None, group: str | None = None
