@@ -39,16 +39,21 @@ TOKEN = "fuzz-token-1"
 EXAMPLES_PER_ROUTE = 120
 MS = 1_000_000
 
+META = ("host", "version", "field", "value")
+"""The metadata search of the consumer lists."""
+
 # Every route of `create_app` and the query parameters it reads; "{queue}/{group}" and
 # "{name}" are path segments.
 ROUTES: dict[str, tuple[str, ...]] = {
     "/": ("queue", "group", "state", "idle", "cursor", "limit", "page"),  # page: old links
-    "/group": ("queue", "group", "state", "search", "cursor", "limit", "meta"),
-    "/consumers": ("queue", "group", "state", "search", "cursor", "limit", "meta"),
+    "/group": ("queue", "group", "state", "search", "cursor", "limit", "meta", *META),
+    "/consumers": ("queue", "group", "state", "search", "cursor", "limit", "meta", *META),
+    "/hosts": ("by", "queue", "group", "limit"),
     "/consumer": ("queue", "group", "consumer"),
     "/api/v1/groups": ("queue", "group", "cursor", "limit"),
-    "/api/v1/groups/{queue}/{group}": ("state", "search", "cursor", "limit"),
-    "/api/v1/consumers": ("queue", "group", "state", "search", "cursor", "limit", "meta"),
+    "/api/v1/groups/{queue}/{group}": ("state", "search", "cursor", "limit", *META),
+    "/api/v1/consumers": ("queue", "group", "state", "search", "cursor", "limit", "meta", *META),
+    "/api/v1/hosts": ("by", "queue", "group", "limit"),
     "/api/v1/consumers/{queue}/{group}/{consumer}": (),
     "/api/v1/events": ("queue", "group", "cursor", "since"),
     "/metrics": (),
@@ -164,6 +169,11 @@ def seeded(redis_url: str) -> Iterator[Seeded]:
             "name": ["dashboard.js", "favicon.svg"],
             "Last-Event-ID": [events["cursor"]],
             "since": ["15m", "2026-12-04T22:05:00Z", str(T0 - 1_000 * MS)],
+            "by": ["host", "version", "pid"],
+            "host": ["h1", "<img"],
+            "version": ["1.2"],
+            "field": ["host", "region"],
+            "value": ["h1"],
         }
         yield Seeded(client, valid)
 

@@ -24,6 +24,24 @@ _CONSUMERS_PAGE = ("limit", paging.CONSUMERS_PAGE.describe())
 _CONSUMERS_API = ("limit", paging.CONSUMERS_API.describe())
 _CURSOR = ("cursor", "opaque, from `next_cursor` / `prev_cursor` (names a row, not an offset)")
 _JSON = ("Accept", "`application/json` answers the page's JSON twin")
+_META_SEARCH = [
+    ("host", "metadata search: consumers whose `host` is exactly this"),
+    ("version", "metadata search: consumers whose `version` is exactly this"),
+    ("field", "metadata search: any field (with `value`; alone, the consumers without it)"),
+    ("value", "the exact value of `field`"),
+]
+_ROLLUP = [
+    ("by", "the metadata field to roll up by: `host` (default), `version`, or any key"),
+    ("queue", "exact queue name: its consumers alone"),
+    ("group", "exact group name (with `queue`): its consumers alone"),
+    ("limit", "values shown, 1 to 1,000 (default 500); the others are counted"),
+]
+_ROLLUP_DESCRIPTION = (
+    "One row per value of the field: consumers active, stale, expired and stuck, groups, "
+    "leases and leases held by expired consumers, `drained`; `(none)`: consumers without "
+    "the field, `(unreadable)`: metadata another program wrote. Reads every consumer it "
+    "rolls up with its metadata (bounded commands; 3.8 s at 30,000 consumers here)."
+)
 
 # app route path -> what it serves. `path` (optional) is the OpenAPI path when the app's
 # route matches a prefix; `kind` is the response's media type.
@@ -48,13 +66,19 @@ ROUTES: dict[str, dict[str, Any]] = {
         "summary": "One group's page: its consumers, their metadata and progress",
         "description": "400 without `queue` and `group`; 404 when the group is neither "
         "tracked nor declared.",
-        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _CONSUMERS_PAGE, _CURSOR],
+        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, *_META_SEARCH, _CONSUMERS_PAGE, _CURSOR],
         "kind": "text/html",
     },
     "/consumers": {
         "summary": "Consumers across groups, searchable by name",
         "description": "The same filters as `/api/v1/consumers`.",
-        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _CONSUMERS_PAGE, _CURSOR],
+        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, *_META_SEARCH, _CONSUMERS_PAGE, _CURSOR],
+        "kind": "text/html",
+    },
+    "/hosts": {
+        "summary": "Consumers rolled up by a metadata field (by host by default)",
+        "description": _ROLLUP_DESCRIPTION,
+        "query": _ROLLUP,
         "kind": "text/html",
     },
     "/consumer": {
@@ -84,7 +108,7 @@ ROUTES: dict[str, dict[str, Any]] = {
             ("queue", "the queue, percent-encoded"),
             ("group", "the group, percent-encoded"),
         ],
-        "query": [_STATE, _SEARCH, _CONSUMERS_API, _CURSOR],
+        "query": [_STATE, _SEARCH, *_META_SEARCH, _CONSUMERS_API, _CURSOR],
         "kind": "application/json",
     },
     "/api/v1/consumers": {
@@ -96,6 +120,7 @@ ROUTES: dict[str, dict[str, Any]] = {
             _GROUP,
             _STATE,
             _SEARCH,
+            *_META_SEARCH,
             _CONSUMERS_API,
             _CURSOR,
             ("meta", "`1`: read each row's metadata too"),
@@ -114,6 +139,12 @@ ROUTES: dict[str, dict[str, Any]] = {
             ("group", "the group, percent-encoded"),
             ("consumer", "the consumer, percent-encoded"),
         ],
+        "kind": "application/json",
+    },
+    "/api/v1/hosts": {
+        "summary": "Consumers rolled up by a metadata field: `?by=host|version|<field>`",
+        "description": _ROLLUP_DESCRIPTION + " The same model as `/hosts`' JSON twin.",
+        "query": _ROLLUP,
         "kind": "application/json",
     },
     "/api/v1/events": {

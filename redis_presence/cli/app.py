@@ -322,6 +322,35 @@ class App:
             )
         )
 
+    def show_rollup(
+        self,
+        selection: reads.Selection,
+        field: str,
+        fmt: str,
+        *,
+        now_ns: int,
+        wide: bool = False,
+        stuck: bool = False,
+    ) -> None:
+        """The selected consumers (`stuck`: the stuck ones) rolled up by metadata `field`."""
+        from . import render
+        from .render_rollup import render_rollup
+
+        count, rows = reads.rolled_up(
+            self.registry(), selection, field, now_ns=now_ns, ttl_ms=self.ttl_ms, stuck=stuck
+        )
+        text = render_rollup(
+            rows,
+            field,
+            fmt.lower(),
+            render.Styler(self.console),
+            self.width(wide),
+            self.nothing("no consumers", selection),
+        )
+        if fmt.lower() == "table" and rows:
+            text += f"({render.plural(count, 'consumer')} by {field}: '(none)' have no {field})\n"
+        self.emit(text)
+
 
 pass_app = click.make_pass_decorator(App)
 """Hands a command the `App` that the group built from the global options."""

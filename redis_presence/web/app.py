@@ -32,7 +32,7 @@ from redis_presence.errors import (
 )
 
 from . import feed as live_events
-from . import history, metrics, paging, params
+from . import history, metrics, paging, params, rollups
 from .asgi import AccessLog, PrefixRoute
 from .auth import TokenAuth, check_token
 from .guard import CatchAll
@@ -118,10 +118,12 @@ def create_app(
         Route("/group", views.group_page, name="group"),
         Route("/consumers", views.consumers_page, name="consumers"),
         Route("/consumer", views.consumer_page, name="consumer"),
+        Route("/hosts", views.hosts_page, name="hosts"),
         Route("/api/v1/groups", views.api_groups),
         PrefixRoute(GROUP_API, views.api_group),
         Route("/api/v1/consumers", views.api_consumers),
         PrefixRoute(CONSUMER_API, views.api_consumer),
+        Route("/api/v1/hosts", views.api_hosts),
         Route("/api/v1/events", views.api_events),
         Route("/metrics", views.metrics),
         Route("/healthz", views.healthz),
@@ -156,6 +158,7 @@ class Views:
 
     def __init__(self, service: _Service) -> None:
         self.service = service
+        self.rollups = rollups.SharedRollups()
 
     # -- pages
 
@@ -232,18 +235,21 @@ class Views:
     ) -> Response:
         service = self.service
         states, search = _states(request), _text(request, "search")
+        meta = params.meta_filter(request)
         ask = paging.ask(request, paging.CONSUMERS_PAGE)
         stats: GroupStats | None = None
         stuck_after_ms: int | None = None
-        with_meta = group_page or _flag(request, "meta")
+        with_meta = group_page or _flag(request, "meta") or meta is not None
         if group_page and queue is not None and group is not None:
-            found = await service.reads.group(queue, group, states=states, search=search, page=ask)
+            found = await service.reads.group(
+                queue, group, states=states, search=search, page=ask, meta=meta
+            )
             reading, stats, page = found.reading, found.stats, found.page
             stuck_after_ms = found.stuck_after_ms
             if stats is None:
                 raise HTTPException(404, NO_GROUP.format(queue=queue, group=group))
         else:
-            where = ConsumerFilter(queue, group, states, search)
+            where = ConsumerFilter(queue, group, states, search, meta)
             reading, page = await service.reads.consumers(where, page=ask, with_meta=with_meta)
         now_ns, ttl = reading.now_ns, reading.ttl
         service.live.shown(queue, group, page.rows)  # its stream's rows, read again live
@@ -258,6 +264,7 @@ class Views:
             "states": sorted(s.value for s in states),
             "search": search or "",
             "limit": ask.limit,
+            "meta": meta,
         }
         if _json_view(request):
             return _json(
@@ -297,6 +304,7 @@ class Views:
                 "stuck_after_ms": stuck_after_ms,
                 "states": filters["states"],
                 "search": search or "",
+                "meta": meta,
                 "limit": ask.limit,
             }
             | paging.cursors(page),
@@ -330,6 +338,54 @@ class Views:
             live={},
         )
         return _page(service.templates.TemplateResponse(request, "consumer.html", context))
+
+    async def hosts_page(self, request: Request) -> Response:
+        """The consumers rolled up by a metadata field (`by`, the host by default)."""
+        found, model = await self._rollup(request)
+        if _json_view(request):
+            return _json(model)
+        service = self.service
+        context = service.context(
+            request,
+            now_ns=found.now_ns,
+            ttl=found.ttl,
+            reading=found,
+            shown=found.rows[: model["limit"]],
+            fields=rollups.FIELDS,
+            filters={
+                "by": found.field,
+                "queue": _text(request, "queue") or "",
+                "group": _text(request, "group") or "",
+            },
+            live={},
+        )
+        return _page(service.templates.TemplateResponse(request, "hosts.html", context))
+
+    async def api_hosts(self, request: Request) -> Response:
+        _, model = await self._rollup(request)
+        return _json(model)
+
+    async def _rollup(self, request: Request) -> tuple[rollups.RollupReading, dict[str, Any]]:
+        field = params.rollup_field(request, rollups.DEFAULT_FIELD)
+        queue, group = _text(request, "queue"), _text(request, "group")
+        if group is not None and queue is None:
+            raise BadRequest("group", "group= needs queue= (a group is named within its queue)")
+        try:
+            limit = paging.parse_limit(request.query_params.get("limit"), rollups.SHOWN)
+        except ValueError as exc:
+            raise BadRequest("limit", str(exc)) from None
+        found = await self.rollups.read(self.service.reads, field, queue=queue, group=group)
+        model = self._meta(found.now_ns, found.ttl) | {
+            "by": field,
+            "queue": queue,
+            "group": group,
+            "consumers": found.consumers,
+            "unreadable": found.unreadable,
+            "values": [row.to_dict() for row in found.rows[:limit]],
+            "more_values": max(0, len(found.rows) - limit),
+            "limit": limit,
+        }
+        return found, model
 
     async def api_consumer(self, request: Request) -> Response:
         queue, group, consumer = params.path_parts(
@@ -385,6 +441,7 @@ class Views:
             states=_states(request),
             search=_text(request, "search"),
             page=paging.ask(request, paging.CONSUMERS_API),
+            meta=params.meta_filter(request),
         )
         reading, stats, page = found.reading, found.stats, found.page
         if stats is None:
@@ -411,8 +468,9 @@ class Views:
             _text(request, "group"),
             _states(request),
             _text(request, "search"),
+            params.meta_filter(request),
         )
-        with_meta = _flag(request, "meta")
+        with_meta = _flag(request, "meta") or where.meta is not None
         reading, page = await self.service.reads.consumers(
             where, page=paging.ask(request, paging.CONSUMERS_API), with_meta=with_meta
         )

@@ -189,14 +189,57 @@ def since(request: Request, now_ns: int) -> int | None:
         raise BadRequest("since", str(exc)) from None
 
 
+META_SHORTHANDS = ("host", "version")
+"""Query parameters that search one metadata field by its exact value (``host=web-1``)."""
+
+
+def meta_filter(request: Request) -> tuple[str, str | None] | None:
+    """The metadata search of a consumer list: ``host=`` or ``version=`` (that field's
+    exact value), or ``field=`` with ``value=`` (any field; without `value`, the consumers
+    without that field: the roll-up's "(none)"). One of them at most; each checked as
+    `describe` checks metadata."""
+    asked = [name for name in (*META_SHORTHANDS, "field") if request.query_params.get(name)]
+    if len(asked) > 1:
+        raise BadRequest(asked[1], f"search one metadata field at a time: {' and '.join(asked)}")
+    value = request.query_params.get("value") or None
+    if not asked:
+        if value is not None:
+            raise BadRequest("value", "value= searches the field named by field=")
+        return None
+    name = asked[0]
+    if name == "field":
+        field = _meta_text("field", request.query_params["field"])
+        return field, None if value is None else _meta_text("value", value)
+    if value is not None:
+        raise BadRequest("value", f"value= goes with field=, not with {name}=")
+    return name, _meta_text(name, request.query_params[name])
+
+
+def _meta_text(parameter: str, value: str) -> str:
+    """A metadata key or value as `describe` takes it (as a name: non-empty, at most 512
+    UTF-8 bytes)."""
+    try:
+        return check_name(parameter, value)
+    except ValueError as exc:
+        raise BadRequest(parameter, str(exc)) from None
+
+
+def rollup_field(request: Request, default: str) -> str:
+    """The ``by`` of a roll-up: a metadata field's name (`default` when absent)."""
+    value = request.query_params.get("by")
+    return default if not value else _meta_text("by", value)
+
+
 __all__ = [
     "BadRequest",
     "event_cursor",
     "flag",
+    "meta_filter",
     "parse_since",
     "parse_states",
     "path_names",
     "path_parts",
+    "rollup_field",
     "since",
     "states",
     "text",

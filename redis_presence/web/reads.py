@@ -333,6 +333,11 @@ class PresenceData:
         """What this service saw of Redis lately (outages, changes of data), for the charts."""
         self._observed_at = -float("inf")
 
+    @property
+    def fleet_reads(self) -> asyncio.Semaphore:
+        """What a read of the whole fleet holds while it reads (at most FLEET_READS)."""
+        return self._fleet_reads
+
     async def now_ns(self) -> int:
         """The instant reads are aged at: the fixed clock, or the Redis server's `TIME`."""
         if self._clock is not None:
@@ -639,6 +644,7 @@ class PresenceData:
         states: frozenset[PresenceState],
         search: str | None,
         page: PageAsk,
+        meta: tuple[str, str | None] | None = None,
     ) -> GroupReading:
         """One group's counts (None when it is neither tracked nor declared) and a page of
         its consumers with their metadata, from one read of that group alone (and of the
@@ -650,7 +656,7 @@ class PresenceData:
         )
         declared = {} if minimum is None else {(queue, group): minimum}
         stats = stats_from_rows(reading.rows, declared)
-        where = ConsumerFilter(queue, group, states, search)
+        where = ConsumerFilter(queue, group, states, search, meta)
         shown = page_of(reading.rows, where, cursor=page.cursor, limit=page.limit)
         return GroupReading(reading, (stats[0] if stats else None), shown, stuck_after)
 

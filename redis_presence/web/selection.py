@@ -20,12 +20,15 @@ _key = itemgetter(0, 1, 2)
 
 @dataclass(frozen=True)
 class ConsumerFilter:
-    """Which consumers a page shows: exact queue and group, states, a name search."""
+    """Which consumers a page shows: exact queue and group, states, a name search, and a
+    metadata field's exact value (`meta`: ``(field, value)``; value None: consumers without
+    the field), which needs rows read with their metadata."""
 
     queue: str | None = None
     group: str | None = None
     states: frozenset[PresenceState] = frozenset()
     search: str | None = None
+    meta: tuple[str, str | None] | None = None
 
     def matches(self, row: ConsumerPresence) -> bool:
         return (
@@ -33,6 +36,7 @@ class ConsumerFilter:
             and (self.group is None or row.group == self.group)
             and (not self.states or row.state in self.states)
             and (not self.search or self.search.casefold() in row.consumer.casefold())
+            and (self.meta is None or row.meta.get(self.meta[0]) == self.meta[1])
         )
 
     def bounds(self, rows: Sequence[ConsumerPresence]) -> tuple[int, int]:

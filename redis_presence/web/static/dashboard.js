@@ -693,6 +693,8 @@
         tr.querySelector("td.num").textContent = thousands(event.lease_count);
         tr.dataset.leases = String(event.lease_count);
       }
+    } else if (page.meta && wanted(event, to)) {
+      scheduleRefresh(); // a search by metadata: whether it matches is the page's read to say
     } else if (wanted(event, to)) {
       const meta = metas.get(key);
       insertRow(tbody, { ...event, state: to, meta: meta || {} });
