@@ -256,6 +256,7 @@ PAGES = [
     "/group?queue=q&group=g",
     "/consumer?queue=q&group=g&consumer=c",
     "/hosts",
+    "/events",
 ]
 
 

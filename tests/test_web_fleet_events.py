@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from web_client import MS, TTL_MS, Clock, group_path, make_client, writer
+from web_client import HOSTILE, MS, TTL_MS, Clock, group_path, make_client, writer
 
 from redis_presence import RedisPresenceRegistry
 from redis_presence.web.params import parse_since
@@ -148,3 +148,79 @@ def test_a_groups_json_holds_its_chart_and_timeline(
             "/consumers", params={"queue": "q"}, headers={"Accept": "application/json"}
         )
         assert listed.json()["history"] is None
+
+
+def test_the_fleet_events_page(redis_url: str, writer: RedisPresenceRegistry) -> None:
+    clock = near_server_clock()
+    t0 = clock.now_ns
+    writer.set_ttl(TTL_MS)
+    writer.heartbeat("q", "g", "dies", now_ns=t0)
+    writer.heartbeat("q", HOSTILE, "leaves", 2, now_ns=t0)
+    writer.heartbeat("other", "g", "elsewhere", now_ns=t0)
+    writer.deregister("q", HOSTILE, "leaves", now_ns=t0)
+    clock.advance_ms(TTL_MS + 1)
+    json_accept = {"Accept": "application/json"}
+    with make_client(redis_url, clock, ttl_ms=None) as client:
+        # By default, the last 15 minutes of every queue, oldest first.
+        body = client.get("/events", headers=json_accept).json()
+        assert body["since_ns"] == clock.now_ns - 15 * 60 * S
+        kinds = sorted((e["kind"], e["consumer"], e["derived"]) for e in body["events"])
+        assert kinds == [
+            ("joined", "dies", False),
+            ("joined", "elsewhere", False),
+            ("joined", "leaves", False),
+            ("left", "leaves", False),
+            ("stale", "dies", True),
+            ("stale", "elsewhere", True),
+        ]
+        assert body["more"] is False
+        # Filtered by kind, queue, group; the cursor goes on from where the page stopped.
+        left = client.get("/events", params={"kind": "left,pruned"}, headers=json_accept).json()
+        assert [(e["kind"], e["group"]) for e in left["events"]] == [("left", HOSTILE)]
+        assert left["read"] == 6
+        of_q = client.get("/events", params={"queue": "q", "group": "g"}, headers=json_accept)
+        assert [e["consumer"] for e in of_q.json()["events"]] == ["dies", "dies"]
+        writer.heartbeat("q", "g", "late", now_ns=clock.now_ns)
+        clock.advance_ms(1)
+        after = client.get("/events", params={"cursor": body["cursor"]}, headers=json_accept).json()
+        assert [(e["kind"], e["consumer"]) for e in after["events"]] == [("joined", "late")]
+        assert after["since_ns"] is None
+        # The page: names are text, each links to its own view, "go on" keeps the filters.
+        page = client.get("/events", params={"kind": "left", "queue": "q"})
+        assert page.status_code == 200
+        assert HOSTILE not in page.text
+        assert "&lt;img src=x onerror=alert(1)&gt;" in page.text
+        assert 'rel="next" href="?cursor=' in page.text
+        go_on = page.text.split('rel="next" href="?', 1)[1].split('"', 1)[0]
+        assert go_on.endswith("&amp;kind=left&amp;queue=q")  # the filters kept, not since
+        # Bad input names its parameter.
+        for query, parameter in [
+            ({"kind": "gone"}, "kind"),
+            ({"since": "yesterday"}, "since"),
+            ({"since": "1m", "cursor": body["cursor"]}, "since"),
+            ({"cursor": "junk"}, "cursor"),
+            ({"cursor": body["cursor"], "queue": "q"}, "cursor"),  # another filter's
+        ]:
+            bad = client.get("/events", params=query, headers=json_accept)
+            assert bad.status_code == 400, query
+            assert bad.json()["parameter"] == parameter
+
+
+def test_the_events_page_past_a_trimmed_log(redis_url: str) -> None:
+    import redis
+
+    clock = near_server_clock()
+    raw = redis.Redis.from_url(redis_url)
+    trimming = RedisPresenceRegistry(raw, events_kept=50, max_future_ms=None)
+    for i in range(200):
+        trimming.heartbeat("q", "g", f"c{i}", now_ns=clock.now_ns)
+        trimming.deregister("q", "g", f"c{i}", now_ns=clock.now_ns)
+    raw.close()
+    with make_client(redis_url, clock, ttl_ms=None) as client:
+        gone = client.get("/events")
+        assert gone.status_code == 410
+        assert "the events since 15m cannot all be read" in gone.text
+        assert "trimmed" in gone.text
+        twin = client.get("/events", headers={"Accept": "application/json"})
+        assert twin.status_code == 410
+        assert twin.json()["error"] == "resync_required"

@@ -49,6 +49,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/group": ("queue", "group", "state", "search", "cursor", "limit", "meta", *META),
     "/consumers": ("queue", "group", "state", "search", "cursor", "limit", "meta", *META),
     "/hosts": ("by", "queue", "group", "limit"),
+    "/events": ("queue", "group", "kind", "since", "cursor"),
     "/consumer": ("queue", "group", "consumer"),
     "/api/v1/groups": ("queue", "group", "cursor", "limit"),
     "/api/v1/groups/{queue}/{group}": ("state", "search", "cursor", "limit", *META),
@@ -174,6 +175,7 @@ def seeded(redis_url: str) -> Iterator[Seeded]:
             "version": ["1.2"],
             "field": ["host", "region"],
             "value": ["h1"],
+            "kind": ["joined", "stale,expired"],
         }
         yield Seeded(client, valid)
 
@@ -266,7 +268,7 @@ def check(response: Any, request: dict[str, Any]) -> None:
         assert body["parameter"] in body["message"], where
     elif status == 410:  # the service's fixed clock is days from the server's: logs gone
         assert body["error"] == "resync_required", where
-        assert "since" in request["sent"], where
+        assert "since" in request["sent"] or request["url"].startswith("/events"), where
     else:
         assert status in (404, 405), where
 

@@ -29,6 +29,7 @@ ROUTES = [
     "/",
     "/consumers",
     "/hosts",
+    "/events",
     "/api/v1/groups",
     "/api/v1/consumers",
     "/api/v1/hosts",

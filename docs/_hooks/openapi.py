@@ -75,6 +75,25 @@ ROUTES: dict[str, dict[str, Any]] = {
         "query": [_QUEUE, _GROUP, _STATE, _SEARCH, *_META_SEARCH, _CONSUMERS_PAGE, _CURSOR],
         "kind": "text/html",
     },
+    "/events": {
+        "summary": "The fleet's events since an instant, or after a cursor, a page at a time",
+        "description": "Oldest first, from `since` (15 minutes ago by default) or `cursor` "
+        "(the page's own, to go on); kinds filtered after the read; at most 5 reads of 200 "
+        "events a view. JSON twin: `events` (each with `derived`), `cursor`, `more`, "
+        "`now_ns`, `read`, `since_ns`. 410 when a log was trimmed past `since`.",
+        "query": [
+            _QUEUE,
+            _GROUP,
+            (
+                "kind",
+                "`joined`, `recovered`, `left`, `pruned`, `stale`, `expired`; "
+                "repeatable or comma-separated",
+            ),
+            ("since", "an instant (ISO 8601, ns) or a time ago (`15m`), at most a day back"),
+            ("cursor", "go on from the page's `cursor`"),
+        ],
+        "kind": "text/html",
+    },
     "/hosts": {
         "summary": "Consumers rolled up by a metadata field (by host by default)",
         "description": _ROLLUP_DESCRIPTION,

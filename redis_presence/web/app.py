@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from prometheus_client import exposition
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -30,9 +30,10 @@ from redis_presence.errors import (
     PresencePoolExhausted,
     PresenceResyncRequired,
 )
+from redis_presence.events import EventKind
 
 from . import feed as live_events
-from . import history, metrics, paging, params, rollups
+from . import fleet_events, history, metrics, paging, params, rollups
 from .asgi import AccessLog, PrefixRoute
 from .auth import TokenAuth, check_token
 from .guard import CatchAll
@@ -119,6 +120,7 @@ def create_app(
         Route("/consumers", views.consumers_page, name="consumers"),
         Route("/consumer", views.consumer_page, name="consumer"),
         Route("/hosts", views.hosts_page, name="hosts"),
+        Route("/events", views.events_page, name="events"),
         Route("/api/v1/groups", views.api_groups),
         PrefixRoute(GROUP_API, views.api_group),
         Route("/api/v1/consumers", views.api_consumers),
@@ -386,6 +388,71 @@ class Views:
             "limit": limit,
         }
         return found, model
+
+    async def events_page(self, request: Request) -> Response:
+        """The fleet's events since an instant (15 minutes ago by default) or after a
+        cursor, filtered by queue, group and kind, a page at a time."""
+        queue, group = _text(request, "queue"), _text(request, "group")
+        try:
+            kinds = fleet_events.parse_kinds(request.query_params.getlist("kind"))
+        except ValueError as exc:
+            raise BadRequest("kind", str(exc)) from None
+        reads = self.service.reads
+        cursor = request.query_params.get("cursor") or None  # checked by its decoding
+        since_text = request.query_params.get("since") or fleet_events.DEFAULT_SINCE
+        since_ns = None
+        if cursor is None:
+            try:
+                since_ns = params.parse_since(since_text[:100], await reads.now_ns())
+            except ValueError as exc:
+                raise BadRequest("since", str(exc)) from None
+            cursor = await reads.cursor_since(since_ns, queue=queue, group=group)
+        elif request.query_params.get("since"):
+            raise BadRequest("since", "since starts a read where a cursor would: send one of them")
+        try:
+            found = await fleet_events.events_page(
+                reads, cursor, queue=queue, group=group, kinds=kinds
+            )
+        except PresenceResyncRequired as exc:
+            start = (
+                "" if since_ns is None else f"the events since {since_text} cannot all be read: "
+            )
+            if _json_view(request):
+                return JSONResponse(
+                    {"error": "resync_required", "message": start + str(exc)},
+                    status_code=410,
+                    headers={"Cache-Control": "no-store"},
+                )
+            raise HTTPException(410, start + str(exc)) from None
+        except (TypeError, ValueError) as exc:
+            raise BadRequest("cursor", params.refused("cursor", exc)) from None
+        model = found.to_dict() | {"since_ns": since_ns}
+        if _json_view(request):
+            return _json(model)
+        service = self.service
+        filters = {
+            "queue": queue or "",
+            "group": group or "",
+            "kinds": sorted(k.value for k in kinds),
+            "since": since_text if since_ns is not None else "",
+        }
+        go_on = [("cursor", found.cursor)] + [
+            (name, value)
+            for name, value in request.query_params.multi_items()
+            if name in ("queue", "group", "kind")
+        ]
+        context = service.context(
+            request,
+            now_ns=found.now_ns,
+            found=found,
+            since_ns=since_ns,
+            derived=fleet_events.DERIVED,
+            kinds=[k.value for k in EventKind],
+            filters=filters,
+            next_query=urlencode(go_on, quote_via=quote),
+            live={},
+        )
+        return _page(service.templates.TemplateResponse(request, "events.html", context))
 
     async def api_consumer(self, request: Request) -> Response:
         queue, group, consumer = params.path_parts(
