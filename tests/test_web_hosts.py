@@ -174,3 +174,38 @@ def test_roll_up_of_rows_alone() -> None:
         ("h", 2, 2, 3),
     ]
     assert [r.label for r in roll_up(rows, "host", {("q", "g", "c")})] == [UNREADABLE, "h"]
+
+
+def test_concurrent_views_share_one_read(
+    redis_url: str, writer: RedisPresenceRegistry, clock: Clock
+) -> None:
+    import asyncio
+
+    import httpx
+    import redis
+
+    from redis_presence.web import WebConfig, create_app
+
+    fleet(writer, clock)
+    probe = redis.Redis.from_url(redis_url)
+
+    def metadata_reads() -> int:
+        stats = probe.info("commandstats").get("cmdstat_hmget", {"calls": 0})
+        return int(stats["calls"])
+
+    async def views(n: int) -> tuple[int, list[dict[str, Any]]]:
+        app = create_app(WebConfig(url=redis_url, ttl_ms=TTL_MS, read_cache_s=0), clock=clock)
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as web:
+                await web.get("/api/v1/hosts")  # scripts loaded, settings cached
+                before = metadata_reads()
+                answers = await asyncio.gather(*(web.get("/api/v1/hosts") for _ in range(n)))
+                return metadata_reads() - before, [a.json() for a in answers]
+
+    one, (alone,) = asyncio.run(views(1))
+    shared, answers = asyncio.run(views(5))
+    probe.close()
+    assert one >= 1
+    assert shared == one  # five views at once: one read of the metadata
+    assert all(answer["values"] == alone["values"] for answer in answers)
