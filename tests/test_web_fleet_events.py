@@ -224,3 +224,39 @@ def test_the_events_page_past_a_trimmed_log(redis_url: str) -> None:
         twin = client.get("/events", headers={"Accept": "application/json"})
         assert twin.status_code == 410
         assert twin.json()["error"] == "resync_required"
+
+
+def test_a_stream_starts_at_since(redis_url: str, writer: RedisPresenceRegistry) -> None:
+    import asyncio
+
+    from redis_presence import AsyncRedisPresenceRegistry
+    from redis_presence.web import feed as live_events
+    from redis_presence.web.reads import PresenceData
+
+    clock = near_server_clock()
+    t0 = clock.now_ns
+    writer.heartbeat("q", "g", "early", now_ns=t0)
+
+    async def run() -> list[tuple[str, object]]:
+        registry = AsyncRedisPresenceRegistry.from_url(redis_url)
+        data = PresenceData(registry, ttl_ms=TTL_MS, clock=clock)
+        cursor = await data.cursor_since(t0 - 5 * S, queue="q")
+        messages = live_events.stream(data, cursor, queue="q", interval_s=0.01)
+        seen: list[tuple[str, object]] = []
+        try:
+            while not any(event == "cursor" for event, _ in seen):
+                message = await anext(messages)
+                seen.append((message.event, message.data.get("consumer")))
+        finally:
+            await messages.aclose()
+            await registry.aclose()
+        return seen
+
+    seen = asyncio.run(run())
+    assert seen[:2] == [("hello", None), ("presence", "early")]  # from before it opened
+    with make_client(redis_url, clock, ttl_ms=None) as client:
+        bad = client.get(
+            "/api/v1/events", params={"since": "soon"}, headers={"Accept": "text/event-stream"}
+        )
+        assert bad.status_code == 400
+        assert bad.json()["parameter"] == "since"
