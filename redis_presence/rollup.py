@@ -45,8 +45,10 @@ class RollupRow(NamedTuple):
 
     @property
     def drained(self) -> bool:
-        """No active consumer and no lease held: nothing of this value runs any more."""
-        return self.active == 0 and self.leases == 0
+        """No active or stale consumer (a stale one may only have missed a beat) and no
+        lease held (an expired consumer's leases are work nobody finished): nothing of this
+        value runs any more, nor is owed."""
+        return self.active == 0 and self.stale == 0 and self.leases == 0
 
     def to_dict(self) -> dict[str, object]:
         return {

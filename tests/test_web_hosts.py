@@ -209,3 +209,24 @@ def test_concurrent_views_share_one_read(
     assert one >= 1
     assert shared == one  # five views at once: one read of the metadata
     assert all(answer["values"] == alone["values"] for answer in answers)
+
+
+def test_drained_means_nothing_runs_nor_is_owed() -> None:
+    from redis_presence import ConsumerPresence
+    from redis_presence.model import ConsumerMeta
+
+    def row(name: str, version: str, beat_ago_ms: int, leases: int) -> ConsumerPresence:
+        beat = T0 - beat_ago_ms * MS
+        meta = ConsumerMeta({"version": version})
+        return ConsumerPresence.at(
+            "q", "g", name, beat, beat, leases, now_ns=T0, ttl_ms=TTL_MS, meta=meta
+        )
+
+    rows = [
+        row("a", "gone", 3 * TTL_MS, 0),  # expired, nothing held
+        row("b", "owing", 3 * TTL_MS, 2),  # expired with leases: work nobody finished
+        row("c", "maybe", TTL_MS + 5, 0),  # stale: may only have missed a beat
+        row("d", "running", 1, 0),
+    ]
+    found = {r.label: r.drained for r in roll_up(rows, "version")}
+    assert found == {"gone": True, "owing": False, "maybe": False, "running": False}
