@@ -10,15 +10,14 @@ library's (`redis_presence.events`), refused with its `ValueError`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
-from datetime import datetime, timezone
 from urllib.parse import unquote
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from redis_presence.events import EVENT_LOG_TTL_MS, LOG_LAG_MS, EventCursor
+from redis_presence.events import EventCursor
+from redis_presence.formatting import SINCE_HELP, parse_since
 from redis_presence.model import PresenceState
 from redis_presence.validation import check_name
 
@@ -138,42 +137,6 @@ def refused(source: str, exc: BaseException) -> str:
     return message if message.startswith(source) else f"{source}: {message}"
 
 
-SINCE_UNITS_NS = {"s": 10**9, "m": 60 * 10**9, "h": 3_600 * 10**9, "d": 86_400 * 10**9}
-_AGO = re.compile(r"([0-9]{1,9})([smhd])")
-SINCE_REACH_NS = (EVENT_LOG_TTL_MS - 2 * LOG_LAG_MS) * 1_000_000
-"""How far back `since` may go: the event logs last a day after their last event."""
-SINCE_HELP = (
-    "an instant (ISO 8601, e.g. `2026-12-04T22:05:00Z`; UTC without an offset; or "
-    "nanoseconds since the epoch) or a time ago (`90s`, `15m`, `2h`, `1d`), at most a day back"
-)
-
-
-def parse_since(value: str, now_ns: int) -> int:
-    """The instant a `since` value names (`SINCE_HELP`), in ns; `ValueError` else."""
-    text = value.strip()
-    ago = _AGO.fullmatch(text)
-    if ago is not None:
-        at = now_ns - int(ago[1]) * SINCE_UNITS_NS[ago[2]]
-    elif text.isascii() and text.isdigit() and len(text) <= 20:
-        at = int(text)
-    else:
-        try:
-            when = datetime.fromisoformat(text.replace("z", "Z"))
-        except ValueError:
-            raise ValueError(f"since must be {SINCE_HELP}, got {value!r:.60}") from None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
-        delta = when - datetime(1970, 1, 1, tzinfo=timezone.utc)
-        at = (delta.days * 86_400 + delta.seconds) * 10**9 + delta.microseconds * 1_000
-    if at > now_ns:
-        raise ValueError(f"since must not be in the future (now is {now_ns} ns), got {value!r:.60}")
-    if at < now_ns - SINCE_REACH_NS:
-        raise ValueError(
-            f"since must be at most a day back (the event logs last a day), got {value!r:.60}"
-        )
-    return at
-
-
 def since(request: Request, now_ns: int) -> int | None:
     """The `since` query parameter as an instant in ns (None: absent, or a reconnecting
     `EventSource`'s ``Last-Event-ID`` goes on instead); a `BadRequest` naming it when it
@@ -231,6 +194,7 @@ def rollup_field(request: Request, default: str) -> str:
 
 
 __all__ = [
+    "SINCE_HELP",
     "BadRequest",
     "event_cursor",
     "flag",
