@@ -56,6 +56,19 @@ def test_ls_by_host_and_version(backend: Backend) -> None:  # noqa: F811
     assert nothing.stdout.startswith("(no consumers with queue 'nowhere'")
 
 
+def test_ls_by_with_limit_and_sort(backend: Backend) -> None:  # noqa: F811
+    fleet(backend)
+    first = backend.at_now("ls", "--by", "host", "--limit", "2")
+    assert first.exit_code == 0, first.output
+    lines = first.stdout.splitlines()
+    assert [line.split()[0] for line in lines[1:-1]] == ["(none)", "web-1"]
+    assert lines[-1] == "(4 consumers by host: '(none)' have no host; 2 of 3 values)"
+    sorted_ = backend.at_now("ls", "--by", "host", "--sort", "age")
+    assert one_error_line(sorted_) == (
+        "Error: --sort orders consumers: --by lists the values of FIELD in order"
+    )
+
+
 def test_ls_by_counts_unreadable_metadata_apart(backend: Backend) -> None:  # noqa: F811
     fleet(backend)
     backend.registry.client.hset(Keyspace("presence").group("emails", "sender").meta, "plain", "[[")

@@ -7,6 +7,7 @@ import click
 from redis_presence.validation import check_name
 
 from ..app import App, pass_app
+from ..errors import UsageProblem
 from ..options import arrangement, consumer_formats, filters
 from ..reads import Selection, arrange
 
@@ -59,7 +60,8 @@ def command(
     width: META and REGISTERED are left out first, then names are shortened in the middle
     (state, age and leases never are); --wide shows everything, with each consumer's
     metadata. A stuck consumer's state reads `active stuck`; JSON and CSV carry
-    last_progress_ns, stuck and meta.
+    last_progress_ns, stuck and meta. --by FIELD rolls the chosen consumers up by a
+    metadata field instead, one row per value in order (--limit: the first values).
 
     \b
     Examples:
@@ -72,9 +74,14 @@ def command(
       redis-presence ls --format json | jq -r '.[] | select(.state != "active") | .consumer'
     """
     selection = Selection.of(queue, group, states)
+    if by is not None and click.get_current_context().get_parameter_source("sort") not in (
+        None,
+        click.core.ParameterSource.DEFAULT,
+    ):
+        raise UsageProblem("--sort orders consumers: --by lists the values of FIELD in order")
     now = app.clock_ns()  # one clock for the rows and for the AHEAD marks
     if by is not None:
-        app.show_rollup(selection, by, fmt, now_ns=now, wide=wide, stuck=stuck)
+        app.show_rollup(selection, by, fmt, now_ns=now, wide=wide, stuck=stuck, limit=limit)
         return
     rows = app.consumers(selection, now_ns=now, with_meta=wide or fmt.lower() != "table")
     read = {(row.queue, row.group) for row in rows}
