@@ -123,13 +123,10 @@ def test_a_groups_json_holds_its_chart_and_timeline(
     writer.deregister("q", "g", "b", now_ns=t0 + 1 * S)
     clock.advance_ms(2_000)
     with make_client(redis_url, clock) as client:
+        asked = {"queue": "q", "group": "g", "history": "1"}
         for response in (
-            client.get(group_path("q", "g")),
-            client.get(
-                "/group",
-                params={"queue": "q", "group": "g"},
-                headers={"Accept": "application/json"},
-            ),
+            client.get(group_path("q", "g"), params={"history": "1"}),
+            client.get("/group", params=asked, headers={"Accept": "application/json"}),
         ):
             assert response.status_code == 200, response.text
             past = response.json()["history"]
@@ -143,6 +140,15 @@ def test_a_groups_json_holds_its_chart_and_timeline(
             assert kinds[0] == ("left", "b", False)  # newest first
             assert sorted(kinds[1:]) == [("joined", "a", False), ("joined", "b", False)]
             assert past["marks"] == []
+        # Not asked for, it is not read (a live group page reads its twin again and again).
+        assert client.get(group_path("q", "g")).json()["history"] is None
+        twin = client.get(
+            "/group", params={"queue": "q", "group": "g"}, headers={"Accept": "application/json"}
+        )
+        assert twin.json()["history"] is None
+        bad = client.get(group_path("q", "g"), params={"history": "maybe"})
+        assert bad.status_code == 400
+        assert bad.json()["parameter"] == "history"
         # The consumer lists' JSON, which shows no chart, carries none.
         listed = client.get(
             "/consumers", params={"queue": "q"}, headers={"Accept": "application/json"}

@@ -46,13 +46,13 @@ META = ("host", "version", "field", "value")
 # "{name}" are path segments.
 ROUTES: dict[str, tuple[str, ...]] = {
     "/": ("queue", "group", "state", "idle", "cursor", "limit", "page"),  # page: old links
-    "/group": ("queue", "group", "state", "search", "cursor", "limit", "meta", *META),
+    "/group": ("queue", "group", "state", "search", "cursor", "limit", "meta", "history", *META),
     "/consumers": ("queue", "group", "state", "search", "cursor", "limit", "meta", *META),
     "/hosts": ("by", "queue", "group", "limit"),
     "/events": ("queue", "group", "kind", "since", "cursor"),
     "/consumer": ("queue", "group", "consumer"),
     "/api/v1/groups": ("queue", "group", "cursor", "limit"),
-    "/api/v1/groups/{queue}/{group}": ("state", "search", "cursor", "limit", *META),
+    "/api/v1/groups/{queue}/{group}": ("state", "search", "cursor", "limit", "history", *META),
     "/api/v1/consumers": ("queue", "group", "state", "search", "cursor", "limit", "meta", *META),
     "/api/v1/hosts": ("by", "queue", "group", "limit"),
     "/api/v1/consumers/{queue}/{group}/{consumer}": (),
@@ -176,6 +176,7 @@ def seeded(redis_url: str) -> Iterator[Seeded]:
             "field": ["host", "region"],
             "value": ["h1"],
             "kind": ["joined", "stale,expired"],
+            "history": ["1", "0"],
         }
         yield Seeded(client, valid)
 

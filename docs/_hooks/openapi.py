@@ -30,6 +30,7 @@ _META_SEARCH = [
     ("field", "metadata search: any field (with `value`; alone, the consumers without it)"),
     ("value", "the exact value of `field`"),
 ]
+_HISTORY = ("history", "`1`: the group's chart and timeline of the last hour too (`history`)")
 _ROLLUP = [
     ("by", "the metadata field to roll up by: `host` (default), `version`, or any key"),
     ("queue", "exact queue name: its consumers alone"),
@@ -66,7 +67,16 @@ ROUTES: dict[str, dict[str, Any]] = {
         "summary": "One group's page: its consumers, their metadata and progress",
         "description": "400 without `queue` and `group`; 404 when the group is neither "
         "tracked nor declared.",
-        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, *_META_SEARCH, _CONSUMERS_PAGE, _CURSOR],
+        "query": [
+            _QUEUE,
+            _GROUP,
+            _STATE,
+            _SEARCH,
+            *_META_SEARCH,
+            _CONSUMERS_PAGE,
+            _CURSOR,
+            _HISTORY,
+        ],
         "kind": "text/html",
     },
     "/consumers": {
@@ -120,14 +130,14 @@ ROUTES: dict[str, dict[str, Any]] = {
         "path": "/api/v1/groups/{queue}/{group}",
         "summary": "One group: its counts, progress budget and a page of its consumers",
         "description": "Each name is one percent-encoded path segment (`a/b` is `a%2Fb`); "
-        "404 when the group is neither tracked nor declared. `history`: the group page's "
-        "chart (`series`) and `timeline` of the last hour, from one bounded read of the "
-        "queue's event log.",
+        "404 when the group is neither tracked nor declared. With `history=1`, `history`: "
+        "the group page's chart (`series`) and `timeline` of the last hour, from one bounded "
+        "read of the queue's event log (else null).",
         "path_params": [
             ("queue", "the queue, percent-encoded"),
             ("group", "the group, percent-encoded"),
         ],
-        "query": [_STATE, _SEARCH, *_META_SEARCH, _CONSUMERS_API, _CURSOR],
+        "query": [_STATE, _SEARCH, *_META_SEARCH, _CONSUMERS_API, _CURSOR, _HISTORY],
         "kind": "application/json",
     },
     "/api/v1/consumers": {

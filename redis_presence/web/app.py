@@ -256,7 +256,10 @@ class Views:
         now_ns, ttl = reading.now_ns, reading.ttl
         service.live.shown(queue, group, page.rows)  # its stream's rows, read again live
         past = None
-        if group_page and queue is not None and group is not None:
+        # The page draws its history; its JSON twin (what a live page reads again) carries
+        # it when asked: one bounded read of the queue's log, ~0.2 s for a full one.
+        drawn = not _json_view(request) or _flag(request, "history")
+        if group_page and queue is not None and group is not None and drawn:
             past = await history.group_history(
                 service.reads, queue, group, active_now=stats.active if stats else None
             )
@@ -514,13 +517,15 @@ class Views:
         if stats is None:
             raise HTTPException(404, NO_GROUP.format(queue=queue, group=group))
         reads = self.service.reads
-        past = await history.group_history(reads, queue, group, active_now=stats.active)
+        past = None
+        if _flag(request, "history"):  # one bounded read of the queue's log: asked for
+            past = await history.group_history(reads, queue, group, active_now=stats.active)
         return JSONResponse(
             self._meta(reading.now_ns, reading.ttl)
             | {
                 "group": stats.to_dict(),
                 "stuck_after_ms": found.stuck_after_ms,
-                "history": past.to_dict(),  # its chart and timeline: the group page's
+                "history": None if past is None else past.to_dict(),  # the page's chart
                 "consumers": [
                     consumer_json(row, with_meta=True, meta_errors=reading.meta_errors)
                     for row in page.rows
