@@ -170,6 +170,17 @@ def test_every_route_is_documented() -> None:
     assert documented - served == set(), "docs/_hooks/openapi.py documents no such route"
 
 
+def test_the_documented_query_parameters_are_those_the_routes_take() -> None:
+    """Every page and API route documents exactly the query parameters it takes (any other
+    is a 400: `redis_presence.web.params.QUERY`); the operations' routes take none."""
+    from redis_presence.web.params import QUERY
+
+    module = _hooks_module("openapi")
+    for route, info in module.ROUTES.items():
+        documented = [name for name, _ in info.get("query", [])]
+        assert sorted(documented) == sorted(QUERY.get(route, ())), route
+
+
 def test_openapi_document() -> None:
     module = _hooks_module("openapi")
     document = module.openapi("0", module.served_routes())

@@ -275,6 +275,7 @@ def test_the_api_filters_exactly_and_totals_cover_every_group(web: Any) -> None:
         "nobody_reading": 3,
         "below": 4,
         "read_at_ns": T0,
+        "stuck": 0,
     }
 
 

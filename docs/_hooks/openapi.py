@@ -43,6 +43,18 @@ _ROLLUP_DESCRIPTION = (
     "the field, `(unreadable)`: metadata another program wrote. Reads every consumer it "
     "rolls up with its metadata (bounded commands; 3.8 s at 30,000 consumers here)."
 )
+_STUCK = (
+    "stuck",
+    "`1`: only stuck consumers (active, holding leases, no progress within their group's "
+    "progress budget)",
+)
+_GROUPS_STUCK = (
+    "stuck",
+    "`1`: only the groups with a stuck consumer (their consumers are read until the page is "
+    "full), each with its count in `stuck`",
+)
+_IDLE = ("idle", "`1`: only the groups nobody reads or below their minimum")
+_GROUPS_STATE = ("state", "only the groups with consumers in one of these states: " + _STATE[1])
 
 # app route path -> what it serves. `path` (optional) is the OpenAPI path when the app's
 # route matches a prefix; `kind` is the response's media type.
@@ -56,8 +68,9 @@ ROUTES: dict[str, dict[str, Any]] = {
         "query": [
             ("queue", "queue name contains"),
             ("group", "group name contains"),
-            _STATE,
-            ("idle", "`1`: only the groups nobody reads or below their minimum"),
+            _GROUPS_STATE,
+            _IDLE,
+            _GROUPS_STUCK,
             _GROUPS_PAGE,
             _CURSOR,
         ],
@@ -72,6 +85,7 @@ ROUTES: dict[str, dict[str, Any]] = {
             _GROUP,
             _STATE,
             _SEARCH,
+            _STUCK,
             *_META_SEARCH,
             _CONSUMERS_PAGE,
             _CURSOR,
@@ -82,7 +96,17 @@ ROUTES: dict[str, dict[str, Any]] = {
     "/consumers": {
         "summary": "Consumers across groups, searchable by name",
         "description": "The same filters as `/api/v1/consumers`.",
-        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, *_META_SEARCH, _CONSUMERS_PAGE, _CURSOR],
+        "query": [
+            _QUEUE,
+            _GROUP,
+            _STATE,
+            _SEARCH,
+            _STUCK,
+            ("meta", "`1`: show each row's metadata"),
+            *_META_SEARCH,
+            _CONSUMERS_PAGE,
+            _CURSOR,
+        ],
         "kind": "text/html",
     },
     "/events": {
@@ -121,9 +145,20 @@ ROUTES: dict[str, dict[str, Any]] = {
     "/api/v1/groups": {
         "summary": "Every tracked or declared group with its counts",
         "description": "`groups`: `queue`, `group`, `active`, `stale`, `expired`, "
-        "`min_active` (null: not declared) and `below`, in the index's order; "
-        "`next_cursor` / `prev_cursor` (null at either end).",
-        "query": [_QUEUE, _GROUP, _GROUPS_API, _CURSOR],
+        "`min_active` (null: not declared), `below` and `stuck` (null unless `stuck=1`), in "
+        "the index's order; `next_cursor` / `prev_cursor` (null at either end). The "
+        "dashboard's filters, with exact names in `queue` and `group`.",
+        "query": [
+            _QUEUE,
+            _GROUP,
+            ("queue_contains", "queue name contains (case-insensitive), as the dashboard's"),
+            ("group_contains", "group name contains (case-insensitive), as the dashboard's"),
+            _GROUPS_STATE,
+            _IDLE,
+            _GROUPS_STUCK,
+            _GROUPS_API,
+            _CURSOR,
+        ],
         "kind": "application/json",
     },
     "/api/v1/groups/": {
@@ -137,7 +172,7 @@ ROUTES: dict[str, dict[str, Any]] = {
             ("queue", "the queue, percent-encoded"),
             ("group", "the group, percent-encoded"),
         ],
-        "query": [_STATE, _SEARCH, *_META_SEARCH, _CONSUMERS_API, _CURSOR, _HISTORY],
+        "query": [_STATE, _SEARCH, _STUCK, *_META_SEARCH, _CONSUMERS_API, _CURSOR, _HISTORY],
         "kind": "application/json",
     },
     "/api/v1/consumers": {
@@ -149,10 +184,11 @@ ROUTES: dict[str, dict[str, Any]] = {
             _GROUP,
             _STATE,
             _SEARCH,
+            _STUCK,
+            ("meta", "`1`: read each row's metadata too"),
             *_META_SEARCH,
             _CONSUMERS_API,
             _CURSOR,
-            ("meta", "`1`: read each row's metadata too"),
         ],
         "kind": "application/json",
     },
@@ -217,9 +253,9 @@ ROUTES: dict[str, dict[str, Any]] = {
 }
 
 ERRORS = {
-    "400": "a bad parameter",
+    "400": "a bad parameter, or one the route does not take (`parameter` names it)",
     "401": "the auth token is missing or wrong",
-    "404": "no such group",
+    "404": "no such group (`see`: its queue's groups) or consumer",
     "405": "any method but GET",
     "410": "an event cursor that cannot go on: resync",
     "421": "a `Host` the service does not answer to",

@@ -43,6 +43,8 @@ from .security import HostCheck, SecurityHeaders
 from .selection import ConsumerFilter, GroupFilter
 from .service import (
     BUSY_RETRY_AFTER_S,
+    Link,
+    NotFound,
     RegistryFactory,
     WebConfig,
     _json_view,
@@ -88,6 +90,16 @@ def group_json(stats: GroupStats) -> dict[str, object]:
 # -- query parameters (checked in .params) ----------------------------------------------
 
 _text, _flag, _states, _path_names = params.text, params.flag, params.states, params.path_names
+
+
+def _no_group(queue: str, group: str, *, page: bool) -> NotFound:
+    """The 404 of a group neither tracked nor declared: it links to its queue's groups (the
+    dashboard filtered by the queue's name, or the API's exact list)."""
+    if page:
+        link = Link("/", urlencode({"queue": queue}, quote_via=quote), f"The groups of {queue}")
+    else:
+        link = Link("/api/v1/groups", urlencode({"queue": queue}, quote_via=quote), "")
+    return NotFound(NO_GROUP.format(queue=queue, group=group), link)
 
 
 def _json(model: dict[str, Any]) -> Response:
@@ -165,12 +177,14 @@ class Views:
     # -- pages
 
     async def overview(self, request: Request) -> Response:
+        params.known(request, "/")
         service = self.service
         where = GroupFilter(
             queue_text=_text(request, "queue") or "",
             group_text=_text(request, "group") or "",
             states=_states(request),
             attention=_flag(request, "idle"),
+            stuck=_flag(request, "stuck"),
         )
         # One page of groups (read and counted from the cursor on) and, meanwhile, the
         # fleet's totals (one shared read of every group, at most `totals_cache_s` old),
@@ -178,7 +192,7 @@ class Views:
         # read again, or "recounting" (None) when Redis's data changed in between.
         ask = paging.ask(request, paging.GROUPS_PAGE)
         cached, reading = await asyncio.gather(
-            service.reads.totals(), service.reads.group_page(where, page=ask)
+            service.reads.totals(), service.reads.group_page(where, page=ask, count_stuck=True)
         )
         now_ns, page, ttl = reading.now_ns, reading.page, reading.ttl
         totals = await service.reads.totals_for(reading, cached)
@@ -196,6 +210,7 @@ class Views:
             "group": where.group_text,
             "states": sorted(s.value for s in where.states),
             "idle": where.attention,
+            "stuck": where.stuck,
         }
         sparks = await history.sparklines(
             service.reads, [(g.queue, g.group, g.active) for g in page.rows]
@@ -223,12 +238,14 @@ class Views:
         return _page(service.templates.TemplateResponse(request, "overview.html", context))
 
     async def group_page(self, request: Request) -> Response:
+        params.known(request, "/group")
         queue, group = _text(request, "queue"), _text(request, "group")
         if queue is None or group is None:
             raise BadRequest("queue" if queue is None else "group", NEEDS_BOTH)
         return await self._consumers_view(request, queue, group, group_page=True)
 
     async def consumers_page(self, request: Request) -> Response:
+        params.known(request, "/consumers")
         queue, group = _text(request, "queue"), _text(request, "group")
         return await self._consumers_view(request, queue, group, group_page=False)
 
@@ -237,6 +254,7 @@ class Views:
     ) -> Response:
         service = self.service
         states, search = _states(request), _text(request, "search")
+        stuck = _flag(request, "stuck")
         meta = params.meta_filter(request)
         ask = paging.ask(request, paging.CONSUMERS_PAGE)
         stats: GroupStats | None = None
@@ -244,14 +262,14 @@ class Views:
         with_meta = group_page or _flag(request, "meta") or meta is not None
         if group_page and queue is not None and group is not None:
             found = await service.reads.group(
-                queue, group, states=states, search=search, page=ask, meta=meta
+                queue, group, states=states, search=search, page=ask, stuck=stuck, meta=meta
             )
             reading, stats, page = found.reading, found.stats, found.page
             stuck_after_ms = found.stuck_after_ms
             if stats is None:
-                raise HTTPException(404, NO_GROUP.format(queue=queue, group=group))
+                raise _no_group(queue, group, page=True)
         else:
-            where = ConsumerFilter(queue, group, states, search, meta)
+            where = ConsumerFilter(queue, group, states, search, stuck, meta)
             reading, page = await service.reads.consumers(where, page=ask, with_meta=with_meta)
         now_ns, ttl = reading.now_ns, reading.ttl
         service.live.shown(queue, group, page.rows)  # its stream's rows, read again live
@@ -268,6 +286,7 @@ class Views:
             "group": group or "",
             "states": sorted(s.value for s in states),
             "search": search or "",
+            "stuck": stuck,
             "limit": ask.limit,
             "meta": meta,
         }
@@ -309,6 +328,7 @@ class Views:
                 "stuck_after_ms": stuck_after_ms,
                 "states": filters["states"],
                 "search": search or "",
+                "stuck": stuck,
                 "meta": meta,
                 "limit": ask.limit,
             }
@@ -317,6 +337,7 @@ class Views:
         return _page(service.templates.TemplateResponse(request, "consumers.html", context))
 
     async def consumer_page(self, request: Request) -> Response:
+        params.known(request, "/consumer")
         fields = ("queue", "group", "consumer")
         queue, group, consumer = (_text(request, field) for field in fields)
         if queue is None or group is None or consumer is None:
@@ -326,6 +347,8 @@ class Views:
         if _json_view(request):
             return _json(model)
         service = self.service
+        if view.row is not None:  # its stream's `rows` move its age and leases
+            service.live.shown(queue, group, [view.row])
         stuck_after_ms = await service.reads.stuck_after_ms(queue, group)
         context = service.context(
             request,
@@ -340,12 +363,20 @@ class Views:
             log=view.log,
             timeline=view.timeline,
             stuck_after_ms=stuck_after_ms,
-            live={},
+            live={
+                "view": "consumer",
+                "now_ns": view.log.now_ns,
+                "ttl_ms": view.log.ttl_ms,
+                "queue": queue,
+                "group": group,
+                "consumer": consumer,
+            },
         )
         return _page(service.templates.TemplateResponse(request, "consumer.html", context))
 
     async def hosts_page(self, request: Request) -> Response:
         """The consumers rolled up by a metadata field (`by`, the host by default)."""
+        params.known(request, "/hosts")
         found, model = await self._rollup(request)
         if _json_view(request):
             return _json(model)
@@ -367,6 +398,7 @@ class Views:
         return _page(service.templates.TemplateResponse(request, "hosts.html", context))
 
     async def api_hosts(self, request: Request) -> Response:
+        params.known(request, "/api/v1/hosts")
         _, model = await self._rollup(request)
         return _json(model)
 
@@ -395,6 +427,7 @@ class Views:
     async def events_page(self, request: Request) -> Response:
         """The fleet's events since an instant (15 minutes ago by default) or after a
         cursor, filtered by queue, group and kind, a page at a time."""
+        params.known(request, "/events")
         queue, group = _text(request, "queue"), _text(request, "group")
         try:
             kinds = fleet_events.parse_kinds(request.query_params.getlist("kind"))
@@ -458,6 +491,7 @@ class Views:
         return _page(service.templates.TemplateResponse(request, "events.html", context))
 
     async def api_consumer(self, request: Request) -> Response:
+        params.known(request, CONSUMER_API)
         queue, group, consumer = params.path_parts(
             request, CONSUMER_API, ("queue", "group", "consumer")
         )
@@ -493,17 +527,28 @@ class Views:
         return {"now_ns": now_ns} | ttl.to_dict()
 
     async def api_groups(self, request: Request) -> Response:
-        where = GroupFilter(queue=_text(request, "queue"), group=_text(request, "group"))
+        params.known(request, "/api/v1/groups")
+        where = GroupFilter(
+            queue=_text(request, "queue"),
+            group=_text(request, "group"),
+            queue_text=_text(request, "queue_contains") or "",
+            group_text=_text(request, "group_contains") or "",
+            states=_states(request),
+            attention=_flag(request, "idle"),
+            stuck=_flag(request, "stuck"),
+        )
         now_ns, page, ttl, _ = await self.service.reads.group_page(
             where, page=paging.ask(request, paging.GROUPS_API)
         )
         return JSONResponse(
             self._meta(now_ns, ttl)
-            | {"groups": [g.to_dict() for g in page.rows]}  # min_active, below too
+            # min_active, below too; `stuck` null unless counted (`stuck=1`)
+            | {"groups": [g.to_dict() for g in page.rows]}
             | paging.cursors(page)
         )
 
     async def api_group(self, request: Request) -> Response:
+        params.known(request, GROUP_API)
         queue, group = _path_names(request, GROUP_API)
         found = await self.service.reads.group(
             queue,
@@ -511,11 +556,12 @@ class Views:
             states=_states(request),
             search=_text(request, "search"),
             page=paging.ask(request, paging.CONSUMERS_API),
+            stuck=_flag(request, "stuck"),
             meta=params.meta_filter(request),
         )
         reading, stats, page = found.reading, found.stats, found.page
         if stats is None:
-            raise HTTPException(404, NO_GROUP.format(queue=queue, group=group))
+            raise _no_group(queue, group, page=False)
         reads = self.service.reads
         past = None
         if _flag(request, "history"):  # one bounded read of the queue's log: asked for
@@ -535,11 +581,13 @@ class Views:
         )
 
     async def api_consumers(self, request: Request) -> Response:
+        params.known(request, "/api/v1/consumers")
         where = ConsumerFilter(
             _text(request, "queue"),
             _text(request, "group"),
             _states(request),
             _text(request, "search"),
+            _flag(request, "stuck"),
             params.meta_filter(request),
         )
         with_meta = _flag(request, "meta") or where.meta is not None
@@ -560,6 +608,7 @@ class Views:
     async def api_events(self, request: Request) -> Response:
         """The events of the registry: a server-sent event stream for ``Accept:
         text/event-stream``, else one poll (`cursor` None: no events, a cursor from now)."""
+        params.known(request, "/api/v1/events")
         queue, group = _text(request, "queue"), _text(request, "group")
         cursor, source = params.event_cursor(request)
         reads = self.service.reads

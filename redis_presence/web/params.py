@@ -6,12 +6,18 @@ Names (``queue``, ``group``, the ``search`` text, and the two segments of
 most 512 UTF-8 bytes); page cursors and limits are `paging`'s (`paging.ask`, the same
 for every list); event cursors (``cursor`` or the ``Last-Event-ID`` header) are the
 library's (`redis_presence.events`), refused with its `ValueError`.
+
+Every page and every ``/api/v1`` route takes only the query parameters `QUERY` lists for
+it (`known`): any other is a `BadRequest` naming it, so a filter a route does not have
+(``?stuck=1`` where there is none) is refused, never silently ignored. The operations'
+routes (``/metrics``, ``/healthz``, ``/readyz``, ``/static``) read no parameter and check
+none (scrapers and probes may add their own).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from urllib.parse import unquote
+from collections.abc import Collection, Mapping
+from urllib.parse import quote, unquote, urlencode
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -21,11 +27,45 @@ from redis_presence.formatting import SINCE_HELP, parse_since
 from redis_presence.model import PresenceState
 from redis_presence.validation import check_name
 
-NAMES = frozenset({"queue", "group", "consumer", "search"})
+NAMES = frozenset({"queue", "group", "consumer", "search", "queue_contains", "group_contains"})
 """The query parameters that hold a name (or a part of one), checked as names."""
 MAX_TEXT_CHARS = 16_384
 """The longest value of any other text parameter (a cursor is far shorter)."""
 LAST_EVENT_ID = "Last-Event-ID"
+
+_PAGED = ("limit", "cursor")
+_META = ("host", "version", "field", "value")
+"""The metadata search of the consumer lists (`meta_filter`)."""
+_ROLLUP = ("by", "queue", "group", "limit")
+QUERY: Mapping[str, tuple[str, ...]] = {
+    "/": ("queue", "group", "state", "idle", "stuck", *_PAGED),
+    "/group": ("queue", "group", "state", "search", "stuck", *_META, *_PAGED, "history"),
+    "/consumers": ("queue", "group", "state", "search", "stuck", "meta", *_META, *_PAGED),
+    "/hosts": _ROLLUP,
+    "/events": ("queue", "group", "kind", "since", "cursor"),
+    "/consumer": ("queue", "group", "consumer"),
+    "/api/v1/groups": (
+        "queue",
+        "group",
+        "queue_contains",
+        "group_contains",
+        "state",
+        "idle",
+        "stuck",
+        *_PAGED,
+    ),
+    "/api/v1/groups/": ("state", "search", "stuck", *_META, *_PAGED, "history"),
+    "/api/v1/consumers": ("queue", "group", "state", "search", "stuck", "meta", *_META, *_PAGED),
+    "/api/v1/consumers/": (),
+    "/api/v1/hosts": _ROLLUP,
+    "/api/v1/events": ("queue", "group", "cursor", "since"),
+}
+"""The query parameters each page and API route takes, by the app's route path (a prefix
+route's path ends with ``/``); docs/_hooks/openapi.py documents exactly these."""
+_SPELLED = {
+    "/api/v1/groups/": "/api/v1/groups/{queue}/{group}",
+    "/api/v1/consumers/": "/api/v1/consumers/{queue}/{group}/{consumer}",
+}
 
 
 class BadRequest(ValueError):
@@ -34,6 +74,32 @@ class BadRequest(ValueError):
     def __init__(self, parameter: str, message: str) -> None:
         super().__init__(message)
         self.parameter = parameter
+
+
+class UnknownParameter(BadRequest):
+    """A query parameter the route does not take; `without` is the request's query string
+    without any such parameter (what an error page offers to open instead)."""
+
+    def __init__(self, parameter: str, message: str, without: str) -> None:
+        super().__init__(parameter, message)
+        self.without = without
+
+
+def known(request: Request, route: str) -> None:
+    """Refuse (`UnknownParameter`, a 400 naming it) the first query parameter `route` does
+    not take (`QUERY`)."""
+    takes = QUERY[route]
+    pairs = request.query_params.multi_items()
+    for name, _ in pairs:
+        if name not in takes:
+            kept = urlencode([(k, v) for k, v in pairs if k in takes], quote_via=quote)
+            listed = ", ".join(takes) or "none"
+            raise UnknownParameter(
+                name[:60],
+                f"{_SPELLED.get(route, route)} takes no parameter {name!r:.60} "
+                f"(it takes: {listed})",
+                kept,
+            )
 
 
 def text(request: Request, name: str) -> str | None:
@@ -194,10 +260,13 @@ def rollup_field(request: Request, default: str) -> str:
 
 
 __all__ = [
+    "QUERY",
     "SINCE_HELP",
     "BadRequest",
+    "UnknownParameter",
     "event_cursor",
     "flag",
+    "known",
     "meta_filter",
     "parse_since",
     "parse_states",

@@ -10,6 +10,9 @@ what replaces it:
   page's totals are `PresenceData.totals`: one `groups()` read shared by every page, read
   again at most every `totals_cache_s` (in the background while the last one is younger
   than TOTALS_STALE_S).
+* Stuck consumers need a read of consumers (`stuck`): the groups page counts those of the
+  groups it shows, ``stuck=1`` those of the groups it reads until its page is full, and
+  the totals one streamed read of every consumer (shared like the rest of them).
 * `PresenceData.groups` (the totals, `/metrics`) is one
   `registry.groups(now_ns, ttl_ms)`: every tracked or declared group with its counts under
   its own shared TTL (or ``--ttl-ms``), its `min_active` and `below`; it visits groups,
@@ -64,6 +67,7 @@ from redis_presence.model import GroupPresence, groups_set_aside
 from .observed import Observed
 from .paging import Cursor, Page, PageAsk, group_key
 from .selection import ConsumerFilter, GroupFilter, PageCollector, page_of
+from .stuck import fleet_stuck, stuck_counts, stuck_page
 
 
 class GroupStats(NamedTuple):
@@ -113,6 +117,7 @@ class GroupStats(NamedTuple):
             "expired": self.expired,
             "min_active": self.min_active,
             "below": self.below,
+            "stuck": self.stuck,
         }
 
 
@@ -176,10 +181,16 @@ class GroupTotals(NamedTuple):
     below: int
     read_at_ns: int
     epoch: str | None = None
+    stuck: int | None = None
+    """Stuck consumers (a read of every consumer, `stuck.fleet_stuck`); None: not counted."""
 
     @classmethod
     def of(
-        cls, groups: Sequence[GroupStats], read_at_ns: int, epoch: str | None = None
+        cls,
+        groups: Sequence[GroupStats],
+        read_at_ns: int,
+        epoch: str | None = None,
+        stuck: int | None = None,
     ) -> GroupTotals:
         return cls(
             len(groups),
@@ -190,6 +201,7 @@ class GroupTotals(NamedTuple):
             sum(g.below for g in groups),
             read_at_ns,
             epoch,
+            stuck,
         )
 
     def contradicts(self, rows: Sequence[GroupStats]) -> bool:
@@ -203,7 +215,9 @@ class GroupTotals(NamedTuple):
             sum(g.nobody_reading for g in rows),
             sum(g.below for g in rows),
         )
-        return any(shown > total for shown, total in zip(sums, self[:6], strict=True))
+        stuck = sum(g.stuck or 0 for g in rows)
+        more_stuck = self.stuck is not None and stuck > self.stuck
+        return more_stuck or any(shown > total for shown, total in zip(sums, self[:6], strict=True))
 
     def to_dict(self) -> dict[str, int]:
         fields = self._asdict()
@@ -410,10 +424,11 @@ class PresenceData:
         for _ in range(2):
             before = await self.epoch()
             now, groups, _ = await self.groups()
+            stuck = await fleet_stuck(self.registry, now_ns=now, ttl_ms=self._read_ttl_ms)
             after = await self.epoch()
             if before == after:
-                return GroupTotals.of(groups, now, after)
-        return GroupTotals.of(groups, now, UNSETTLED)
+                return GroupTotals.of(groups, now, after, stuck)
+        return GroupTotals.of(groups, now, UNSETTLED, stuck)
 
     def forget_totals(self) -> None:
         """The totals read so far are not served again (Redis could not be reached since:
@@ -461,12 +476,15 @@ class PresenceData:
             with contextlib.suppress(BaseException):
                 await task
 
-    async def group_page(self, where: GroupFilter, *, page: PageAsk) -> GroupsPageReading:
+    async def group_page(
+        self, where: GroupFilter, *, page: PageAsk, count_stuck: bool = False
+    ) -> GroupsPageReading:
         """One page of the tracked or declared groups matching `where`, in the index's
         order, after (or before) the cursor's group: the index is read from there and only
         the groups the page shows, and those `where` refuses by their counts, are counted
         (`registry.group_page`). A page before the cursor that reaches the first group is
-        the first page."""
+        the first page. With `count_stuck` (or `where.stuck`) each shown group's stuck
+        consumers are counted too, from a read of its consumers (`stuck`)."""
         ttl = await self.ttl()
         now = await self.now_ns()
         epoch = await self.epoch()
@@ -480,20 +498,49 @@ class PresenceData:
         }
         edge = None if page.cursor is None else (page.cursor.key[0], page.cursor.key[1])
         backwards = page.before
+        if where.stuck:
+            return await self._stuck_page(options, edge, backwards, page.limit, ttl, epoch)
         if backwards:
             found = await self.registry.group_page(before=edge, **options)
         else:
             found = await self.registry.group_page(after=edge, **options)
         if backwards and not found.more and len(found.groups) < page.limit:
             found, backwards, edge = await self.registry.group_page(**options), False, None
+        rows = stats_from_groups(found.groups)
+        if count_stuck:
+            counts = await stuck_counts(
+                self.registry, found.groups, now_ns=now, ttl_ms=self._read_ttl_ms
+            )
+            rows = [g._replace(stuck=counts[(g.queue, g.group)]) for g in rows]
         shown = Page.keyset(
-            stats_from_groups(found.groups),
-            group_key,
-            more=found.more,
-            backwards=backwards,
-            from_cursor=edge is not None,
+            rows, group_key, more=found.more, backwards=backwards, from_cursor=edge is not None
         )
         return GroupsPageReading(now, shown, ttl, epoch)
+
+    async def _stuck_page(
+        self,
+        options: dict[str, Any],
+        edge: tuple[str, str] | None,
+        backwards: bool,
+        limit: int,
+        ttl: TtlInUse,
+        epoch: str | None,
+    ) -> GroupsPageReading:
+        """`group_page` of the groups with a stuck consumer (`stuck.stuck_page`)."""
+        found, more = await stuck_page(
+            self.registry, options, edge=edge, backwards=backwards, limit=limit
+        )
+        if backwards and not more and len(found) < limit:
+            found, more = await stuck_page(
+                self.registry, options, edge=None, backwards=False, limit=limit
+            )
+            backwards, edge = False, None
+        stats = stats_from_groups(group for group, _ in found)
+        rows = [g._replace(stuck=n) for g, (_, n) in zip(stats, found, strict=True)]
+        shown = Page.keyset(
+            rows, group_key, more=more, backwards=backwards, from_cursor=edge is not None
+        )
+        return GroupsPageReading(options["now_ns"], shown, ttl, epoch)
 
     async def declared(self, queue: str, group: str) -> int | None:
         """The `min_active` the group was declared with (None: not declared)."""
@@ -593,7 +640,7 @@ class PresenceData:
             for key in other_side:
                 if collector.beyond:
                     break
-                if where.search is None and not where.states:
+                if not where.by_rows:
                     collector.mark_beyond()
                     break
                 await self._feed(collector, key, now, with_meta, meta_errors)
@@ -644,6 +691,7 @@ class PresenceData:
         states: frozenset[PresenceState],
         search: str | None,
         page: PageAsk,
+        stuck: bool = False,
         meta: tuple[str, str | None] | None = None,
     ) -> GroupReading:
         """One group's counts (None when it is neither tracked nor declared) and a page of
@@ -656,7 +704,7 @@ class PresenceData:
         )
         declared = {} if minimum is None else {(queue, group): minimum}
         stats = stats_from_rows(reading.rows, declared)
-        where = ConsumerFilter(queue, group, states, search, meta)
+        where = ConsumerFilter(queue, group, states, search, stuck, meta)
         shown = page_of(reading.rows, where, cursor=page.cursor, limit=page.limit)
         return GroupReading(reading, (stats[0] if stats else None), shown, stuck_after)
 

@@ -20,14 +20,16 @@ _key = itemgetter(0, 1, 2)
 
 @dataclass(frozen=True)
 class ConsumerFilter:
-    """Which consumers a page shows: exact queue and group, states, a name search, and a
-    metadata field's exact value (`meta`: ``(field, value)``; value None: consumers without
-    the field), which needs rows read with their metadata."""
+    """Which consumers a page shows: exact queue and group, states, a name search,
+    (`stuck`) only stuck ones, and a metadata field's exact value (`meta`: ``(field,
+    value)``; value None: consumers without the field), which needs rows read with their
+    metadata."""
 
     queue: str | None = None
     group: str | None = None
     states: frozenset[PresenceState] = frozenset()
     search: str | None = None
+    stuck: bool = False
     meta: tuple[str, str | None] | None = None
 
     def matches(self, row: ConsumerPresence) -> bool:
@@ -36,8 +38,14 @@ class ConsumerFilter:
             and (self.group is None or row.group == self.group)
             and (not self.states or row.state in self.states)
             and (not self.search or self.search.casefold() in row.consumer.casefold())
+            and (not self.stuck or row.stuck)
             and (self.meta is None or row.meta.get(self.meta[0]) == self.meta[1])
         )
+
+    @property
+    def by_rows(self) -> bool:
+        """Whether it refuses rows of its groups (so a listed group may have no match)."""
+        return self.search is not None or bool(self.states) or self.stuck or self.meta is not None
 
     def bounds(self, rows: Sequence[ConsumerPresence]) -> tuple[int, int]:
         """The slice of `rows` (ordered by key) that can hold matches of queue and group."""
@@ -169,7 +177,9 @@ class PageCollector:
 class GroupFilter:
     """Which groups a page of groups shows: an exact queue and group (the API), names that
     contain a text (the dashboard, case-folded), groups with consumers in one of `states`,
-    and (`attention`) only those nobody reads or below their declared minimum."""
+    (`attention`) only those nobody reads or below their declared minimum, and (`stuck`)
+    only those with a stuck consumer (which their counts cannot say: a read of their
+    consumers, `PresenceData.group_page`)."""
 
     queue: str | None = None
     group: str | None = None
@@ -177,6 +187,7 @@ class GroupFilter:
     group_text: str = ""
     states: frozenset[PresenceState] = frozenset()
     attention: bool = False
+    stuck: bool = False
 
     def names(self, queue: str, group: str) -> bool:
         """Whether the names pass (checked before the group is counted)."""
@@ -197,10 +208,12 @@ class GroupFilter:
             PresenceState.STALE: stats.stale,
             PresenceState.EXPIRED: stats.expired,
         }
-        return (not self.states or any(have[s] for s in self.states)) and (
-            not self.attention or stats.active == 0 or stats.below
+        return (
+            (not self.states or any(have[s] for s in self.states))
+            and (not self.attention or stats.active == 0 or stats.below)
+            and (not self.stuck or stats.active > 0)  # only an active consumer is stuck
         )
 
     @property
     def by_counts(self) -> bool:
-        return bool(self.states) or self.attention
+        return bool(self.states) or self.attention or self.stuck

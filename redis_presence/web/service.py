@@ -35,7 +35,7 @@ from redis_presence.redaction import redact
 from redis_presence.url_parsing import parse_url
 
 from . import feed as live_events
-from .params import BadRequest
+from .params import BadRequest, UnknownParameter
 from .reads import PresenceData
 
 log = logging.getLogger("redis_presence.web")
@@ -122,7 +122,19 @@ def _environment() -> jinja2.Environment:
     env.filters["iso"] = iso_utc
     env.filters["q"] = lambda value: quote(value, safe="")
     env.filters["thousands"] = lambda value: f"{value:,}"
+    env.filters["lasting"] = lasting
     return env
+
+
+def lasting(span_ms: int) -> str:
+    """A span as "no progress for" says it: `"40 s"`, `"7 min"`, `"2 h 5 min"` (whole units,
+    rounded down; dashboard.js's `lasting` is the same)."""
+    seconds = max(0, span_ms) // 1000
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
 # -- errors ---------------------------------------------------------------------------
@@ -203,20 +215,27 @@ class _Service:
         code: str,
         message: str,
         since_ns: int | None = None,
+        link: Link | None = None,
         **extra: str,
     ) -> Response:
         """A JSON error (the API, the probes, a page's JSON twin) or an error page; with
         `since_ns`, since when Redis cannot be reached (the page's script shows it); `extra`
-        goes into the JSON (a 400's `parameter`)."""
+        goes into the JSON (a 400's `parameter`); `link`, where to go instead (the page
+        shows it, the JSON has its `see` URL)."""
         since = {} if since_ns is None else {"since_ns": since_ns}
+        root = request.scope.get("root_path", "").rstrip("/")
         if _wants_json(request) or _json_view(request):
-            body = {"error": code, "message": message} | since | extra
+            see = {} if link is None or not link.path else {"see": link.href(root)}
+            body = {"error": code, "message": message} | since | extra | see
             return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
         live = {"error": code, "message": message} | since
+        shown = None if link is None else (link.href(root), link.label)
         return self.templates.TemplateResponse(
             request,
             "error.html",
-            self.context(request, status=status, code=code, message=message, now_ns=0, live=live),
+            self.context(
+                request, status=status, code=code, message=message, now_ns=0, live=live, see=shown
+            ),
             status_code=status,
         )
 
@@ -233,12 +252,17 @@ class _Service:
 
     async def on_bad_request(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, BadRequest)
-        return self.error(request, 400, "bad_request", str(exc), parameter=exc.parameter)
+        # An error page offers the page without a parameter it does not take.
+        link = None
+        if isinstance(exc, UnknownParameter) and not request.url.path.startswith("/api/"):
+            link = Link("", exc.without, "Open this page without it")
+        return self.error(request, 400, "bad_request", str(exc), link=link, parameter=exc.parameter)
 
     async def on_http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        response = self.error(request, exc.status_code, code, str(exc.detail))
+        link = exc.link if isinstance(exc, NotFound) else None
+        response = self.error(request, exc.status_code, code, str(exc.detail), link=link)
         response.headers.update(exc.headers or {})
         return response
 
@@ -258,6 +282,29 @@ class _Service:
             "states": [s.value for s in PresenceState],
         }
         return base | values
+
+
+@dataclass(frozen=True)
+class Link:
+    """Where an error sends its reader instead: a route path of the app (below its root
+    path; empty: the page asked for), its query string and the link's text."""
+
+    path: str
+    query: str
+    label: str
+
+    def href(self, root: str) -> str:
+        if not self.path:
+            return f"?{self.query}"
+        return root + self.path + (f"?{self.query}" if self.query else "")
+
+
+class NotFound(HTTPException):
+    """A 404 that says where to look instead (`link`)."""
+
+    def __init__(self, detail: str, link: Link) -> None:
+        super().__init__(404, detail)
+        self.link = link
 
 
 def _json_view(request: Request) -> bool:

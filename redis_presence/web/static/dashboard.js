@@ -64,6 +64,18 @@
     span.title = "holds leases without progress for longer than the progress budget";
     return span;
   }
+  // "no progress for …" (the service's `lasting`): whole units, rounded down.
+  function lasting(ms) {
+    const s = Math.floor(Math.max(0, ms) / 1000);
+    if (s < 60) return `${s} s`;
+    if (s < 3600) return `${Math.floor(s / 60)} min`;
+    return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  }
+  function noProgress() {
+    const span = document.createElement("span");
+    span.className = "no-progress";
+    return span;
+  }
   // A consumer's metadata as `key=value` pairs, sorted by key, written as text; metadata
   // another program wrote, which the service could not read, is marked as such.
   function metaCell(meta, error) {
@@ -90,6 +102,12 @@
     return td;
   }
 
+  // One consumer's page is live on its own terms (below): it leaves the rest of this script.
+  if (page.view === "consumer") {
+    watchConsumer();
+    return;
+  }
+
   // -- ages ---------------------------------------------------------------------------------
   // An age is the server's clock at the row's last read plus the time since, from the beat
   // that read found. A row is never shown older than its state allows (active: the TTL,
@@ -104,8 +122,12 @@
       const ageMs = nowMs - Number(td.dataset.hb) / 1e6;
       const most = MOST[td.parentElement.dataset.state];
       if (most !== undefined && ageMs > most * ttlMs) {
-        td.textContent = "…";
-        td.title = "older than its state allows on this page's clock: waiting for a read";
+        // Past what its state allows: a newer beat, or its change of state, is on its way
+        // (no event carries a beat). The age since the last beat read is still true as a
+        // bound: an age, never a bare "…".
+        td.textContent = `≤ ${humanAge(ageMs)}`;
+        td.title = "at most this long ago: older than its state allows on this page's clock, "
+          + "so a newer heartbeat or its change of state is on its way";
         td.classList.add("refreshing");
         if (ageMs > most * ttlMs + OVERDUE_MS) overdue = true;
       } else {
@@ -113,6 +135,11 @@
         td.title = "";
         td.classList.remove("refreshing");
       }
+    }
+    // A stuck row's "no progress for …", from the instant its budget counts from.
+    for (const span of document.querySelectorAll("tr[data-since] .no-progress")) {
+      const since = Number(span.closest("tr").dataset.since) / 1e6;
+      span.textContent = `no progress for ${lasting(nowMs - since)}`;
     }
     if (overdue) scheduleRefresh(0);
   }
@@ -213,7 +240,7 @@
     }
     const state = cell("");
     state.append(pill(c.state));
-    if (c.stuck) state.append(" ", stuckPill());
+    if (c.stuck) state.append(" ", stuckPill(), " ", noProgress());
     const age = cell("", "age");
     age.dataset.hb = String(c.last_heartbeat_ns);
     tr.append(
@@ -250,6 +277,15 @@
       badge.append(span);
     }
     const declared = g.min_active !== null && g.min_active !== undefined;
+    const stuck = cell(g.stuck === null || g.stuck === undefined ? "?" : "0", "num stuck");
+    if (g.stuck) {
+      const params = new URLSearchParams({ queue: g.queue, group: g.group, stuck: "1" });
+      const link = document.createElement("a");
+      link.className = "stuck-count";
+      link.href = `${root}/group?${params}`;
+      link.textContent = thousands(g.stuck);
+      stuck.replaceChildren(link);
+    }
     tr.append(
       cell(g.queue, "name"),
       linkCell(g.group, groupHref(g.queue, g.group), "name"),
@@ -257,6 +293,7 @@
       cell(thousands(g.stale), "num stale"),
       cell(thousands(g.expired), "num expired"),
       cell(declared ? thousands(g.min_active) : "", "num min"),
+      stuck,
       badge,
     );
     return tr;
@@ -278,7 +315,7 @@
         continue;
       }
       card.querySelector(".n").textContent = thousands(counts[name] ?? 0);
-      if (name === "nobody_reading" || name === "below") {
+      if (name === "nobody_reading" || name === "below" || name === "stuck") {
         card.classList.toggle("alarm", counts[name] > 0);
       }
     }
@@ -359,7 +396,8 @@
     for (const card of container.querySelectorAll("[data-total]")) {
       const name = card.dataset.total;
       const alarm = name === "nobody_reading" || name === "below";
-      const seen = alarm ? groups.filter((g) => g[name]).length : 0;
+      let seen = alarm ? groups.filter((g) => g[name]).length : 0;
+      if (name === "stuck") seen = groups.reduce((n, g) => n + (g.stuck || 0), 0);
       card.querySelector(".n").textContent = seen ? `≥ ${thousands(seen)}` : "…";
       card.classList.toggle("alarm", seen > 0);
     }
@@ -600,6 +638,10 @@
     } else if (from === null || to === null || from === "active" || to === "active") {
       scheduleRefresh(GROUPS_REFRESH_MS);
     }
+    // Stuck counts come from reads: a stuck one may have left the active state.
+    if (from === "active" && ((g && g.stuck) || (totals && totals.stuck))) {
+      scheduleRefresh(GROUPS_REFRESH_MS);
+    }
     if (renderTimer === null) {
       renderTimer = setTimeout(() => {
         renderTimer = null;
@@ -759,4 +801,101 @@
   });
   planStuckRead();
   tick();
+
+  // -- one consumer's page --------------------------------------------------------------------
+  // Live like the others, on its group's event stream: its `rows` (its beats and leases, read
+  // again at each interval) move its age and leases; an event of its own (it joined, left,
+  // went stale...) reads the page again and puts its new content in place (parsed, never
+  // run; every name in it escaped by the server). The badge says live while the stream is.
+  function watchConsumer() {
+    const params = new URLSearchParams({ queue: page.queue, group: page.group });
+    const ttl = Number(page.ttl_ms);
+    let stream = null;
+    let down = false;
+    let reading = false;
+    let readAgain = false;
+    const mine = (m) => m.queue === page.queue && m.group === page.group
+      && m.consumer === page.consumer;
+    function ageTick() {
+      const nowMs = Date.now() + offsetMs;
+      const age = document.querySelector("#consumer-stats [data-hb]");
+      if (age) {
+        const ms = nowMs - Number(age.dataset.hb) / 1e6;
+        const most = { active: 1, stale: 2 }[age.dataset.state];
+        age.textContent = most !== undefined && ms > most * ttl ? `≤ ${humanAge(ms)}` : humanAge(ms);
+      }
+      const since = document.querySelector("#consumer-facts [data-since]");
+      const span = document.querySelector("#consumer-facts .no-progress");
+      if (since && span) {
+        span.textContent = `no progress for ${lasting(nowMs - Number(since.dataset.since) / 1e6)}`;
+      }
+    }
+    async function readPage() {
+      if (reading) {
+        readAgain = true;
+        return;
+      }
+      reading = true;
+      try {
+        const response = await fetch(location.pathname + location.search, {
+          headers: { Accept: "text/html" },
+          credentials: "same-origin",
+          cache: "no-store",
+        });
+        const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+        const main = fresh.querySelector("main");
+        const data = fresh.getElementById("page-data");
+        if (main && data) {
+          const model = JSON.parse(data.textContent || "{}");
+          if (model.now_ns) offsetMs = Number(model.now_ns) / 1e6 - Date.now();
+          const nodes = [...main.childNodes].map((node) => document.adoptNode(node));
+          document.querySelector("main").replaceChildren(...nodes);
+          const readAt = document.getElementById("read-at");
+          if (readAt && model.now_ns) readAt.textContent = isoUtc(model.now_ns);
+          if (!down) setLive("live", "live");
+        }
+        ageTick();
+      } catch (error) {
+        setLive("static", "reconnecting…");
+      } finally {
+        reading = false;
+        if (readAgain) {
+          readAgain = false;
+          setTimeout(readPage, 1000);
+        }
+      }
+    }
+    stream = new EventSource(`${root}/api/v1/events?${params}`);
+    stream.addEventListener("hello", () => {
+      down = false;
+      setLive("live", "live");
+      readPage(); // the page was read before the stream began: read it once more
+    });
+    stream.addEventListener("presence", (message) => {
+      if (mine(JSON.parse(message.data))) readPage();
+    });
+    stream.addEventListener("rows", (message) => {
+      const read = JSON.parse(message.data);
+      const row = read.rows.find(mine);
+      const age = document.querySelector("#consumer-stats [data-hb]");
+      if (!row || !age || Number(row.last_heartbeat_ns) < Number(age.dataset.hb)) return;
+      offsetMs = Number(read.now_ns) / 1e6 - Date.now();
+      age.dataset.hb = String(row.last_heartbeat_ns);
+      const leases = document.querySelector('#consumer-stats [data-total="leases"] .n');
+      if (leases) leases.textContent = thousands(row.lease_count);
+      ageTick();
+    });
+    stream.addEventListener("snapshot", () => readPage());
+    stream.addEventListener("status", (message) => {
+      const status = JSON.parse(message.data);
+      down = !(status.redis_up && !status.message);
+      if (down) setLive("down", status.redis_up ? "cannot read" : "Redis unreachable");
+      else readPage();
+    });
+    stream.addEventListener("error", () => {
+      if (stream.readyState !== EventSource.OPEN) setLive("static", "reconnecting…");
+    });
+    setInterval(ageTick, 1000);
+    ageTick();
+  }
 })();

@@ -1,0 +1,114 @@
+"""Stuck consumers counted for the web service's views.
+
+Whether a consumer is stuck (active, holding leases, no progress within its group's
+progress budget: `redis_presence.model.is_stuck`) is known only from its stored value:
+the library keeps no index of progress, and a group's counts (``ZCOUNT`` of its beats)
+cannot say it. So a view reads the consumers of the groups it shows, a group at a time
+(`iter_snapshot` of that group, in the package's bounded chunks, none of it kept), at most
+STUCK_READS groups at once, and only groups with an active consumer (only an active
+consumer can be stuck): the stuck column of a page of groups costs the consumers of that
+page's groups; the groups with a stuck consumer (``stuck=1``) cost the consumers of the
+groups read until the page is full; the fleet's total costs one streamed read of every
+consumer (the totals' read, shared by every page).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from redis_presence import AsyncRedisPresenceRegistry
+from redis_presence.errors import PresenceDataError, PresenceDataWarning, PresenceProtocolError
+from redis_presence.model import GroupPresence
+
+STUCK_READS = 4
+"""Groups whose consumers one view reads at once."""
+STUCK_CHUNK = 50
+"""Groups a page of groups with a stuck consumer takes from the index at a time."""
+
+
+async def stuck_counts(
+    registry: AsyncRedisPresenceRegistry,
+    groups: Sequence[GroupPresence],
+    *,
+    now_ns: int,
+    ttl_ms: int | None,
+) -> dict[tuple[str, str], int | None]:
+    """Each group's stuck consumers at `now_ns` (0 for a group without an active consumer,
+    unread; None for one whose own data cannot be read, set aside with a warning)."""
+    gate = asyncio.Semaphore(STUCK_READS)
+
+    async def one(group: GroupPresence) -> int | None:
+        if group.active == 0:
+            return 0
+        async with gate:
+            stuck = 0
+            rows = registry.iter_snapshot(
+                now_ns=now_ns, ttl_ms=ttl_ms, queue=group.queue, group=group.group
+            )
+            try:
+                async for row in rows:
+                    stuck += row.stuck
+            except PresenceDataError as exc:
+                if isinstance(exc, PresenceProtocolError):
+                    raise
+                member = registry.plans.keys.group(group.queue, group.group).member
+                warnings.warn(
+                    PresenceDataWarning(f"redis-presence set aside {member}: {exc}"),
+                    stacklevel=2,
+                )
+                return None
+            return stuck
+
+    found = await asyncio.gather(*(one(group) for group in groups))
+    return {(g.queue, g.group): n for g, n in zip(groups, found, strict=True)}
+
+
+async def fleet_stuck(
+    registry: AsyncRedisPresenceRegistry, *, now_ns: int, ttl_ms: int | None
+) -> int:
+    """The fleet's stuck consumers at `now_ns`: one streamed read of every consumer."""
+    stuck = 0
+    async for row in registry.iter_snapshot(now_ns=now_ns, ttl_ms=ttl_ms):
+        stuck += row.stuck
+    return stuck
+
+
+async def stuck_page(
+    registry: AsyncRedisPresenceRegistry,
+    options: dict[str, Any],
+    *,
+    edge: tuple[str, str] | None,
+    backwards: bool,
+    limit: int,
+) -> tuple[list[tuple[GroupPresence, int]], bool]:
+    """Up to `limit` groups with a stuck consumer after `edge` (before it, `backwards`),
+    in the index's order, each with its stuck count, and whether more lie beyond: the
+    groups `registry.group_page(**options)` passes (its `match` keeps those with an active
+    consumer) are taken STUCK_CHUNK at a time and their consumers read until the page is
+    full or the index ends."""
+    picked: list[tuple[GroupPresence, int]] = []
+    chunk = options | {"limit": STUCK_CHUNK}
+    while True:
+        side: dict[str, Any] = {"before": edge} if backwards else {"after": edge}
+        found = await registry.group_page(**side, **chunk)
+        groups = found.groups[::-1] if backwards else found.groups  # from the edge on
+        counts = await stuck_counts(
+            registry, groups, now_ns=options["now_ns"], ttl_ms=options["ttl_ms"]
+        )
+        for group in groups:
+            stuck = counts[(group.queue, group.group)]
+            if stuck:
+                picked.append((group, stuck))
+                if len(picked) > limit:
+                    break
+        if len(picked) > limit or not found.more or not groups:
+            break
+        edge = (groups[-1].queue, groups[-1].group)
+    shown = picked[:limit]
+    return (shown[::-1] if backwards else shown), len(picked) > limit
+
+
+__all__ = ["STUCK_CHUNK", "STUCK_READS", "fleet_stuck", "stuck_counts", "stuck_page"]
