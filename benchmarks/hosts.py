@@ -2,7 +2,10 @@
 at 30,000 consumers over 2,000 groups in 50 queues, every consumer described with a host (300
 of them) and a version (3), against the reads it is made of, in the same run:
 `snapshot(with_meta=True)` (the same rows and metadata, kept whole) and a plain
-`snapshot()`; and the longest server command of one call (``INFO latencystats``).
+`snapshot()`; and the longest server command of one call (``INFO latencystats``). Beside
+them, the fleet's events since 15 minutes ago (issue 34 item 5): the page (5 reads of 200
+events) and one poll of `/api/v1/events?since=15m` (1,000 events), in the log the fleet's
+writes left (every consumer's `joined`, a few hundred entries per queue).
 
 Run on its own: ``python -m benchmarks.hosts [consumers groups rounds]``.
 """
@@ -57,6 +60,10 @@ async def run(server: BenchServer, consumers: int, groups: int, rounds: int) -> 
             "GET /api/v1/hosts": lambda: get_ok(web, "/api/v1/hosts"),
             "GET /api/v1/hosts?by=version": lambda: get_ok(web, "/api/v1/hosts?by=version"),
             "GET /api/v1/hosts?queue=queue-00": lambda: get_ok(web, "/api/v1/hosts?queue=queue-00"),
+            "GET /events (since 15m: the fleet's joins)": lambda: get_ok(
+                web, "/events", accept="application/json"
+            ),
+            "GET /api/v1/events?since=15m": lambda: get_ok(web, "/api/v1/events?since=15m"),
             "snapshot(with_meta=True)": lambda: registry.snapshot(
                 now_ns=NOW_NS, ttl_ms=TTL_MS, with_meta=True
             ),

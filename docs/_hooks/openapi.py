@@ -41,7 +41,7 @@ _ROLLUP_DESCRIPTION = (
     "One row per value of the field: consumers active, stale, expired and stuck, groups, "
     "leases and leases held by expired consumers, `drained`; `(none)`: consumers without "
     "the field, `(unreadable)`: metadata another program wrote. Reads every consumer it "
-    "rolls up with its metadata (bounded commands; 3.8 s at 30,000 consumers here)."
+    "rolls up with its metadata (bounded commands; 2 to 4 s at 30,000 consumers here)."
 )
 _STUCK = (
     "stuck",
