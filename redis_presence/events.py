@@ -386,6 +386,26 @@ class EventCursor(NamedTuple):
         return cls(now, server, positions, epoch, prefix, queue, group, window)
 
 
+def cursor_since(
+    since_ns: int,
+    *,
+    epoch: str | None,
+    prefix: str,
+    queue: str | None = None,
+    group: str | None = None,
+) -> str:
+    """A cursor whose events start after `since_ns` (what a caller without a saved cursor
+    asks for: "since ten minutes ago"): the logs are read from the entries of `since_ns`'s
+    millisecond on (their ids are the server's milliseconds), the stale and expired events
+    derived for ``(since_ns, now]``. `epoch` is the marker Redis holds now (`Planner.epoch`),
+    so a cursor of lost data still asks for a resync. At most `EVENT_LOG_TTL_MS` back, and
+    a log trimmed past `since_ns` is a `PresenceResyncRequired` of `changes`, as for any
+    cursor."""
+    since_ms = since_ns // NS_PER_MS
+    # `changes` reads each log from `server_ms - LOG_LAG_MS` on: from `since_ms` exactly.
+    return EventCursor(since_ns, since_ms + LOG_LAG_MS, {}, epoch, prefix, queue, group).encode()
+
+
 CURSOR_VERSION = 2
 """The version a cursor carries (1: before the epoch marker; such a cursor asks for a
 resync)."""

@@ -77,6 +77,29 @@ def test_a_bad_cursor_is_one_line_naming_since(backend: Backend) -> None:
     assert backend.run("events", "--since", "garbage").exit_code == 2
 
 
+def test_events_since_a_time_without_a_saved_cursor(backend: Backend) -> None:
+    reg = backend.registry
+    reg.heartbeat("orders", "billing", "w1", 3)
+    reg.heartbeat("emails", "sender", "m1")
+    reg.deregister("orders", "billing", "w1")
+    found = backend.run("events", "--since", "5m", "--format", "json")
+    assert found.exit_code == 0, found.output
+    *events, last = json_lines(found.stdout)
+    assert sorted((e["kind"], e["consumer"]) for e in events) == [
+        ("joined", "m1"),
+        ("joined", "w1"),
+        ("left", "w1"),
+    ]
+    # The cursor it ends with goes on as any cursor does (with the same filter).
+    again = backend.run("events", "--since", last["cursor"], "--format", "json")
+    assert json_lines(again.stdout)[:-1] == []
+    of_orders = backend.run("events", "--since", "1h", "--queue", "orders", "--format", "json")
+    assert [e["consumer"] for e in json_lines(of_orders.stdout)[:-1]] == ["w1", "w1"]
+    for bad in ("25h", "2999-01-01T00:00:00Z"):
+        line = one_error_line(backend.run("events", "--since", bad))
+        assert line.startswith("Error: Invalid value for '--since': since must "), line
+
+
 # ---------------------------------------------------------------- events --follow, resync
 
 

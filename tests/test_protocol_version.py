@@ -243,8 +243,21 @@ def test_the_cli_says_which_version_wrote_the_prefix_in_one_line(
 
 # -- the web service ---------------------------------------------------------------------
 
-API = ["/api/v1/groups", "/api/v1/consumers", "/api/v1/groups/q/g", "/api/v1/events"]
-PAGES = ["/", "/consumers", "/group?queue=q&group=g", "/consumer?queue=q&group=g&consumer=c"]
+API = [
+    "/api/v1/groups",
+    "/api/v1/consumers",
+    "/api/v1/groups/q/g",
+    "/api/v1/events",
+    "/api/v1/hosts",
+]
+PAGES = [
+    "/",
+    "/consumers",
+    "/group?queue=q&group=g",
+    "/consumer?queue=q&group=g&consumer=c",
+    "/hosts",
+    "/events",
+]
 
 
 @pytest.mark.redis_server

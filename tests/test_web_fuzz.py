@@ -46,11 +46,14 @@ ROUTES: dict[str, tuple[str, ...]] = {
     "/": QUERY["/"],
     "/group": QUERY["/group"],
     "/consumers": QUERY["/consumers"],
+    "/hosts": QUERY["/hosts"],
+    "/events": QUERY["/events"],
     "/consumer": QUERY["/consumer"],
     "/api/v1/groups": QUERY["/api/v1/groups"],
     "/api/v1/groups/{queue}/{group}": QUERY["/api/v1/groups/"],
     "/api/v1/consumers": QUERY["/api/v1/consumers"],
     "/api/v1/consumers/{queue}/{group}/{consumer}": QUERY["/api/v1/consumers/"],
+    "/api/v1/hosts": QUERY["/api/v1/hosts"],
     "/api/v1/events": QUERY["/api/v1/events"],
     "/metrics": (),
     "/healthz": (),
@@ -168,6 +171,14 @@ def seeded(redis_url: str) -> Iterator[Seeded]:
             "window": ["1h", "6h", "24h"],
             "name": ["dashboard.js", "favicon.svg"],
             "Last-Event-ID": [events["cursor"]],
+            "since": ["15m", "2026-12-04T22:05:00Z", str(T0 - 1_000 * MS)],
+            "by": ["host", "version", "pid"],
+            "host": ["h1", "<img"],
+            "version": ["1.2"],
+            "field": ["host", "region"],
+            "value": ["h1"],
+            "kind": ["joined", "stale,expired"],
+            "history": ["1", "0"],
         }
         yield Seeded(client, valid)
 
@@ -261,6 +272,9 @@ def check(response: Any, request: dict[str, Any]) -> None:
         stranger = request["stranger"] and "takes no parameter" in body["message"]
         assert stranger or body["parameter"] in request["named"], where
         assert stranger or body["parameter"] in body["message"], where
+    elif status == 410:  # the service's fixed clock is days from the server's: logs gone
+        assert body["error"] == "resync_required", where
+        assert "since" in request["sent"] or request["url"].startswith("/events"), where
     else:
         assert status in (404, 405), where
 

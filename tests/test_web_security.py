@@ -25,7 +25,17 @@ from redis_presence.web.security import CONTENT_SECURITY_POLICY, host_of
 
 pytestmark = pytest.mark.redis_server
 
-ROUTES = ["/", "/consumers", "/api/v1/groups", "/api/v1/consumers", "/metrics", "/readyz"]
+ROUTES = [
+    "/",
+    "/consumers",
+    "/hosts",
+    "/events",
+    "/api/v1/groups",
+    "/api/v1/consumers",
+    "/api/v1/hosts",
+    "/metrics",
+    "/readyz",
+]
 ROUTES += ["/healthz", "/static/dashboard.js", "/static/dashboard.css", "/nope"]
 
 
@@ -134,7 +144,13 @@ def test_every_response_carries_the_security_headers(redis_url: str) -> None:
 
 
 def test_the_templates_hold_no_inline_script_or_style(client: TestClient) -> None:
-    for path in ["/", "/consumers", "/group?queue=q&group=g", "/group?queue=q&group=none"]:
+    for path in [
+        "/",
+        "/consumers",
+        "/hosts",
+        "/group?queue=q&group=g",
+        "/group?queue=q&group=none",
+    ]:
         html = client.get(path).text
         assert " style=" not in html, path
         assert "<style" not in html, path

@@ -182,12 +182,15 @@ API = {
     "/api/v1/consumers": "/api/v1/consumers",
     "/api/v1/consumers/": "/api/v1/consumers/b/g0/busy",
     "/api/v1/events": "/api/v1/events",
+    "/api/v1/hosts": "/api/v1/hosts",
 }
 PAGES = {
     "/": "/",
     "/group": "/group?queue=b&group=g0",
     "/consumers": "/consumers",
     "/consumer": "/consumer?queue=b&group=g0&consumer=busy",
+    "/hosts": "/hosts",
+    "/events": "/events",
 }
 
 

@@ -28,6 +28,25 @@ _WINDOW = (
     "`1h` (default), `6h` or `24h`: the charts' time window, as far as the event log reaches",
 )
 _JSON = ("Accept", "`application/json` answers the page's JSON twin")
+_META_SEARCH = [
+    ("host", "metadata search: consumers whose `host` is exactly this"),
+    ("version", "metadata search: consumers whose `version` is exactly this"),
+    ("field", "metadata search: any field (with `value`; alone, the consumers without it)"),
+    ("value", "the exact value of `field`"),
+]
+_HISTORY = ("history", "`1`: the group's chart and timeline of the last hour too (`history`)")
+_ROLLUP = [
+    ("by", "the metadata field to roll up by: `host` (default), `version`, or any key"),
+    ("queue", "exact queue name: its consumers alone"),
+    ("group", "exact group name (with `queue`): its consumers alone"),
+    ("limit", "values shown, 1 to 1,000 (default 500); the others are counted"),
+]
+_ROLLUP_DESCRIPTION = (
+    "One row per value of the field: consumers active, stale, expired and stuck, groups, "
+    "leases and leases held by expired consumers, `drained`; `(none)`: consumers without "
+    "the field, `(unreadable)`: metadata another program wrote. Reads every consumer it "
+    "rolls up with its metadata (bounded commands; 2 to 4 s at 30,000 consumers here)."
+)
 _STUCK = (
     "stuck",
     "`1`: only stuck consumers (active, holding leases, no progress within their group's "
@@ -72,7 +91,18 @@ ROUTES: dict[str, dict[str, Any]] = {
         "summary": "One group's page: its consumers, their metadata and progress",
         "description": "400 without `queue` and `group`; 404 when the group is neither "
         "tracked nor declared.",
-        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _STUCK, _CONSUMERS_PAGE, _CURSOR, _WINDOW],
+        "query": [
+            _QUEUE,
+            _GROUP,
+            _STATE,
+            _SEARCH,
+            _STUCK,
+            *_META_SEARCH,
+            _WINDOW,
+            _CONSUMERS_PAGE,
+            _CURSOR,
+            _HISTORY,
+        ],
         "kind": "text/html",
     },
     "/consumers": {
@@ -85,9 +115,35 @@ ROUTES: dict[str, dict[str, Any]] = {
             _SEARCH,
             _STUCK,
             ("meta", "`1`: show each row's metadata"),
+            *_META_SEARCH,
             _CONSUMERS_PAGE,
             _CURSOR,
         ],
+        "kind": "text/html",
+    },
+    "/events": {
+        "summary": "The fleet's events since an instant, or after a cursor, a page at a time",
+        "description": "Oldest first, from `since` (15 minutes ago by default) or `cursor` "
+        "(the page's own, to go on); kinds filtered after the read; at most 5 reads of 200 "
+        "events a view. JSON twin: `events` (each with `derived`), `cursor`, `more`, "
+        "`now_ns`, `read`, `since_ns`. 410 when a log was trimmed past `since`.",
+        "query": [
+            _QUEUE,
+            _GROUP,
+            (
+                "kind",
+                "`joined`, `recovered`, `left`, `pruned`, `stale`, `expired`; "
+                "repeatable or comma-separated",
+            ),
+            ("since", "an instant (ISO 8601, ns) or a time ago (`15m`), at most a day back"),
+            ("cursor", "go on from the page's `cursor`"),
+        ],
+        "kind": "text/html",
+    },
+    "/hosts": {
+        "summary": "Consumers rolled up by a metadata field (by host by default)",
+        "description": _ROLLUP_DESCRIPTION,
+        "query": _ROLLUP,
         "kind": "text/html",
     },
     "/consumer": {
@@ -125,12 +181,14 @@ ROUTES: dict[str, dict[str, Any]] = {
         "description": "Each name is one percent-encoded path segment (`a/b` is `a%2Fb`); "
         "`group` has the list's fields, its `verdict` judged with its consumers' progress "
         "(`STALLED` when every active one is stuck); "
-        "404 when the group is neither tracked nor declared.",
+        "404 when the group is neither tracked nor declared. With `history=1`, `history`: "
+        "the group page's chart (`series`) and `timeline` of the last hour, from one bounded "
+        "read of the queue's event log (else null).",
         "path_params": [
             ("queue", "the queue, percent-encoded"),
             ("group", "the group, percent-encoded"),
         ],
-        "query": [_STATE, _SEARCH, _STUCK, _CONSUMERS_API, _CURSOR],
+        "query": [_STATE, _SEARCH, _STUCK, *_META_SEARCH, _CONSUMERS_API, _CURSOR, _HISTORY],
         "kind": "application/json",
     },
     "/api/v1/consumers": {
@@ -144,6 +202,7 @@ ROUTES: dict[str, dict[str, Any]] = {
             _SEARCH,
             _STUCK,
             ("meta", "`1`: read each row's metadata too"),
+            *_META_SEARCH,
             _CONSUMERS_API,
             _CURSOR,
         ],
@@ -163,15 +222,27 @@ ROUTES: dict[str, dict[str, Any]] = {
         ],
         "kind": "application/json",
     },
+    "/api/v1/hosts": {
+        "summary": "Consumers rolled up by a metadata field: `?by=host|version|<field>`",
+        "description": _ROLLUP_DESCRIPTION + " The same model as `/hosts`' JSON twin.",
+        "query": _ROLLUP,
+        "kind": "application/json",
+    },
     "/api/v1/events": {
         "summary": "The registry's events: one poll, or a server-sent event stream",
         "description": "With `Accept: text/event-stream`, a stream (`hello`, `presence`, "
         "`cursor`, `status`, `snapshot` messages); otherwise the `events` after `cursor` "
-        "and the cursor to go on from. 410 `resync_required` for a cursor that cannot go on.",
+        "(or `since`) and the cursor to go on from, `more` when the next is due at once. "
+        "410 `resync_required` for a cursor that cannot go on.",
         "query": [
             _QUEUE,
             _GROUP,
             ("cursor", "go on from this cursor (no cursor: no events, a cursor from now)"),
+            (
+                "since",
+                "without a cursor: the events after this instant, "
+                "ISO 8601, ns since the epoch, or a time ago (`15m`), at most a day back",
+            ),
         ],
         "headers": [("Last-Event-ID", "a stream's cursor, as `EventSource` resends it")],
         "kind": "application/json",

@@ -322,6 +322,42 @@ class App:
             )
         )
 
+    def show_rollup(
+        self,
+        selection: reads.Selection,
+        field: str,
+        fmt: str,
+        *,
+        now_ns: int,
+        wide: bool = False,
+        stuck: bool = False,
+        limit: int | None = None,
+    ) -> None:
+        """The selected consumers (`stuck`: the stuck ones) rolled up by metadata `field`;
+        `limit`: the first values alone."""
+        from . import render
+        from .render_rollup import render_rollup
+
+        count, rows = reads.rolled_up(
+            self.registry(), selection, field, now_ns=now_ns, ttl_ms=self.ttl_ms, stuck=stuck
+        )
+        shown = rows if limit is None else rows[:limit]
+        text = render_rollup(
+            shown,
+            field,
+            fmt.lower(),
+            render.Styler(self.console),
+            self.width(wide),
+            self.nothing("no consumers", selection),
+        )
+        if fmt.lower() == "table" and rows:
+            values = "" if len(shown) == len(rows) else f"; {len(shown)} of {len(rows)} values"
+            text += (
+                f"({render.plural(count, 'consumer')} by {field}: '(none)' have no {field}"
+                f"{values})\n"
+            )
+        self.emit(text)
+
 
 pass_app = click.make_pass_decorator(App)
 """Hands a command the `App` that the group built from the global options."""

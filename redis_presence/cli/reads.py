@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from redis_presence.errors import PresenceMetaError
 from redis_presence.model import (
     DEFAULT_STUCK_AFTER_MS,
     ConsumerPresence,
@@ -21,6 +22,7 @@ from redis_presence.model import (
 
 if TYPE_CHECKING:
     from redis_presence.contract import PresenceRegistry
+    from redis_presence.rollup import RollupRow
 
 T = TypeVar("T")
 
@@ -95,6 +97,35 @@ def consumers(
     if not states or not selection.states:
         return rows
     return [row for row in rows if selection.holds_state(row.state)]
+
+
+def rolled_up(
+    registry: PresenceRegistry,
+    selection: Selection,
+    field: str,
+    *,
+    now_ns: int | None,
+    ttl_ms: int | None,
+    stuck: bool = False,
+) -> tuple[int, list[RollupRow]]:
+    """How many consumers were selected (`stuck`: the stuck ones), and they rolled up by
+    metadata `field` (one snapshot with metadata; a consumer whose metadata another program
+    wrote counts as unreadable, not as one without the field)."""
+    from redis_presence.rollup import roll_up
+
+    unreadable: frozenset[tuple[str, str, str]] = frozenset()
+    try:
+        rows = registry.snapshot(
+            now_ns=now_ns,
+            ttl_ms=ttl_ms,
+            queue=selection.queue,
+            group=selection.group,
+            with_meta=True,
+        )
+    except PresenceMetaError as exc:
+        rows, unreadable = exc.rows, frozenset(exc.unreadable)
+    chosen = [row for row in rows if selection.holds_state(row.state) and (row.stuck or not stuck)]
+    return len(chosen), roll_up(chosen, field, unreadable)
 
 
 def active_counts(

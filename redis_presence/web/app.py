@@ -30,9 +30,10 @@ from redis_presence.errors import (
     PresencePoolExhausted,
     PresenceResyncRequired,
 )
+from redis_presence.events import EventKind
 
 from . import feed as live_events
-from . import history, metrics, paging, params, sorting
+from . import fleet_events, history, metrics, paging, params, rollups, sorting
 from .asgi import AccessLog, PrefixRoute
 from .auth import TokenAuth, check_token
 from .guard import CatchAll
@@ -160,10 +161,13 @@ def create_app(
         Route("/group", views.group_page, name="group"),
         Route("/consumers", views.consumers_page, name="consumers"),
         Route("/consumer", views.consumer_page, name="consumer"),
+        Route("/hosts", views.hosts_page, name="hosts"),
+        Route("/events", views.events_page, name="events"),
         Route("/api/v1/groups", views.api_groups),
         PrefixRoute(GROUP_API, views.api_group),
         Route("/api/v1/consumers", views.api_consumers),
         PrefixRoute(CONSUMER_API, views.api_consumer),
+        Route("/api/v1/hosts", views.api_hosts),
         Route("/api/v1/events", views.api_events),
         Route("/metrics", views.metrics),
         Route("/healthz", views.healthz),
@@ -198,6 +202,7 @@ class Views:
 
     def __init__(self, service: _Service) -> None:
         self.service = service
+        self.rollups = rollups.SharedRollups()
 
     # -- pages
 
@@ -308,24 +313,37 @@ class Views:
         service = self.service
         states, search = _states(request), _text(request, "search")
         stuck = _flag(request, "stuck")
+        meta = params.meta_filter(request)
         ask = paging.ask(request, paging.CONSUMERS_PAGE)
         stats: GroupStats | None = None
         stuck_after_ms: int | None = None
-        with_meta = group_page or _flag(request, "meta")
+        with_meta = group_page or _flag(request, "meta") or meta is not None
         window = _window(request) if group_page else history.DEFAULT_WINDOW
         if group_page and queue is not None and group is not None:
             found = await service.reads.group(
-                queue, group, states=states, search=search, page=ask, stuck=stuck
+                queue, group, states=states, search=search, page=ask, stuck=stuck, meta=meta
             )
             reading, stats, page = found.reading, found.stats, found.page
             stuck_after_ms = found.stuck_after_ms
             if stats is None:
                 raise _no_group(queue, group, page=True)
         else:
-            where = ConsumerFilter(queue, group, states, search, stuck)
+            where = ConsumerFilter(queue, group, states, search, stuck, meta)
             reading, page = await service.reads.consumers(where, page=ask, with_meta=with_meta)
         now_ns, ttl = reading.now_ns, reading.ttl
         service.live.shown(queue, group, page.rows)  # its stream's rows, read again live
+        past = None
+        # The page draws its history; its JSON twin (what a live page reads again) carries
+        # it when asked: one bounded read of the queue's log, ~0.2 s for a full one.
+        drawn = not _json_view(request) or _flag(request, "history")
+        if group_page and queue is not None and group is not None and drawn:
+            past = await history.group_history(
+                service.reads,
+                queue,
+                group,
+                active_now=stats.active if stats else None,
+                window=window,
+            )
         filters = {
             "queue": queue or "",
             "group": group or "",
@@ -333,6 +351,7 @@ class Views:
             "search": search or "",
             "stuck": stuck,
             "limit": ask.limit,
+            "meta": meta,
         }
         if _json_view(request):
             return _json(
@@ -341,21 +360,13 @@ class Views:
                 | {
                     "group": group_json(stats) if stats else None,
                     "stuck_after_ms": stuck_after_ms,
+                    "history": None if past is None else past.to_dict(),
                     "consumers": [
                         consumer_json(row, with_meta=with_meta, meta_errors=reading.meta_errors)
                         for row in page.rows
                     ],
                 }
                 | paging.cursors(page)
-            )
-        past = None
-        if group_page and queue is not None and group is not None:
-            past = await history.group_history(
-                service.reads,
-                queue,
-                group,
-                active_now=stats.active if stats else None,
-                window=window,
             )
         context = service.context(
             request,
@@ -383,6 +394,7 @@ class Views:
                 "states": filters["states"],
                 "search": search or "",
                 "stuck": stuck,
+                "meta": meta,
                 "limit": ask.limit,
             }
             | paging.cursors(page),
@@ -426,6 +438,122 @@ class Views:
             },
         )
         return _page(service.templates.TemplateResponse(request, "consumer.html", context))
+
+    async def hosts_page(self, request: Request) -> Response:
+        """The consumers rolled up by a metadata field (`by`, the host by default)."""
+        params.known(request, "/hosts")
+        found, model = await self._rollup(request)
+        if _json_view(request):
+            return _json(model)
+        service = self.service
+        context = service.context(
+            request,
+            now_ns=found.now_ns,
+            ttl=found.ttl,
+            reading=found,
+            shown=found.rows[: model["limit"]],
+            fields=rollups.FIELDS,
+            filters={
+                "by": found.field,
+                "queue": _text(request, "queue") or "",
+                "group": _text(request, "group") or "",
+            },
+            live={},
+        )
+        return _page(service.templates.TemplateResponse(request, "hosts.html", context))
+
+    async def api_hosts(self, request: Request) -> Response:
+        params.known(request, "/api/v1/hosts")
+        _, model = await self._rollup(request)
+        return _json(model)
+
+    async def _rollup(self, request: Request) -> tuple[rollups.RollupReading, dict[str, Any]]:
+        field = params.rollup_field(request, rollups.DEFAULT_FIELD)
+        queue, group = _text(request, "queue"), _text(request, "group")
+        if group is not None and queue is None:
+            raise BadRequest("group", "group= needs queue= (a group is named within its queue)")
+        try:
+            limit = paging.parse_limit(request.query_params.get("limit"), rollups.SHOWN)
+        except ValueError as exc:
+            raise BadRequest("limit", str(exc)) from None
+        found = await self.rollups.read(self.service.reads, field, queue=queue, group=group)
+        model = self._meta(found.now_ns, found.ttl) | {
+            "by": field,
+            "queue": queue,
+            "group": group,
+            "consumers": found.consumers,
+            "unreadable": found.unreadable,
+            "values": [row.to_dict() for row in found.rows[:limit]],
+            "more_values": max(0, len(found.rows) - limit),
+            "limit": limit,
+        }
+        return found, model
+
+    async def events_page(self, request: Request) -> Response:
+        """The fleet's events since an instant (15 minutes ago by default) or after a
+        cursor, filtered by queue, group and kind, a page at a time."""
+        params.known(request, "/events")
+        queue, group = _text(request, "queue"), _text(request, "group")
+        try:
+            kinds = fleet_events.parse_kinds(request.query_params.getlist("kind"))
+        except ValueError as exc:
+            raise BadRequest("kind", str(exc)) from None
+        reads = self.service.reads
+        cursor = request.query_params.get("cursor") or None  # checked by its decoding
+        since_text = request.query_params.get("since") or fleet_events.DEFAULT_SINCE
+        since_ns = None
+        if cursor is None:
+            try:
+                since_ns = params.parse_since(since_text[:100], await reads.now_ns())
+            except ValueError as exc:
+                raise BadRequest("since", str(exc)) from None
+            cursor = await reads.cursor_since(since_ns, queue=queue, group=group)
+        elif request.query_params.get("since"):
+            raise BadRequest("since", "since starts a read where a cursor would: send one of them")
+        try:
+            found = await fleet_events.events_page(
+                reads, cursor, queue=queue, group=group, kinds=kinds
+            )
+        except PresenceResyncRequired as exc:
+            start = (
+                "" if since_ns is None else f"the events since {since_text} cannot all be read: "
+            )
+            if _json_view(request):
+                return JSONResponse(
+                    {"error": "resync_required", "message": start + str(exc)},
+                    status_code=410,
+                    headers={"Cache-Control": "no-store"},
+                )
+            raise HTTPException(410, start + str(exc)) from None
+        except (TypeError, ValueError) as exc:
+            raise BadRequest("cursor", params.refused("cursor", exc)) from None
+        model = found.to_dict() | {"since_ns": since_ns}
+        if _json_view(request):
+            return _json(model)
+        service = self.service
+        filters = {
+            "queue": queue or "",
+            "group": group or "",
+            "kinds": sorted(k.value for k in kinds),
+            "since": since_text if since_ns is not None else "",
+        }
+        go_on = [("cursor", found.cursor)] + [
+            (name, value)
+            for name, value in request.query_params.multi_items()
+            if name in ("queue", "group", "kind")
+        ]
+        context = service.context(
+            request,
+            now_ns=found.now_ns,
+            found=found,
+            since_ns=since_ns,
+            derived=fleet_events.DERIVED,
+            kinds=[k.value for k in EventKind],
+            filters=filters,
+            next_query=urlencode(go_on, quote_via=quote),
+            live={},
+        )
+        return _page(service.templates.TemplateResponse(request, "events.html", context))
 
     async def api_consumer(self, request: Request) -> Response:
         params.known(request, CONSUMER_API)
@@ -494,15 +622,21 @@ class Views:
             search=_text(request, "search"),
             page=paging.ask(request, paging.CONSUMERS_API),
             stuck=_flag(request, "stuck"),
+            meta=params.meta_filter(request),
         )
         reading, stats, page = found.reading, found.stats, found.page
         if stats is None:
             raise _no_group(queue, group, page=False)
+        reads = self.service.reads
+        past = None
+        if _flag(request, "history"):  # one bounded read of the queue's log: asked for
+            past = await history.group_history(reads, queue, group, active_now=stats.active)
         return JSONResponse(
             self._meta(reading.now_ns, reading.ttl)
             | {
                 "group": stats.to_dict(),
                 "stuck_after_ms": found.stuck_after_ms,
+                "history": None if past is None else past.to_dict(),  # the page's chart
                 "consumers": [
                     consumer_json(row, with_meta=True, meta_errors=reading.meta_errors)
                     for row in page.rows
@@ -519,8 +653,9 @@ class Views:
             _states(request),
             _text(request, "search"),
             _flag(request, "stuck"),
+            params.meta_filter(request),
         )
-        with_meta = _flag(request, "meta")
+        with_meta = _flag(request, "meta") or where.meta is not None
         reading, page = await self.service.reads.consumers(
             where, page=paging.ask(request, paging.CONSUMERS_API), with_meta=with_meta
         )
@@ -542,6 +677,11 @@ class Views:
         queue, group = _text(request, "queue"), _text(request, "group")
         cursor, source = params.event_cursor(request)
         reads = self.service.reads
+        since_ns = None
+        if "since" in request.query_params:
+            since_ns = params.since(request, await reads.now_ns())
+            if since_ns is not None:
+                cursor = await reads.cursor_since(since_ns, queue=queue, group=group)
         if "text/event-stream" in request.headers.get("accept", ""):
             if cursor is not None:  # refused here, a 400, not in the stream
                 try:
@@ -568,13 +708,16 @@ class Views:
                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
             )
         try:
-            events, next_cursor = await reads.changes(cursor, queue=queue, group=group)
+            found = await reads.changes(cursor, queue=queue, group=group)
         except PresenceResyncRequired as exc:
             _, fresh = await reads.changes(None, queue=queue, group=group)
+            said = str(exc)
+            if since_ns is not None:  # no cursor of the caller's: the logs do not reach back
+                said = f"the events since {since_ns} ns cannot all be read: {said}"
             return JSONResponse(
                 {
                     "error": "resync_required",
-                    "message": str(exc),
+                    "message": said,
                     "cursor": fresh,
                 },
                 status_code=410,
@@ -582,11 +725,13 @@ class Views:
             )
         except (TypeError, ValueError) as exc:
             raise BadRequest(source, params.refused(source, exc)) from None
+        events, next_cursor = found
         return JSONResponse(
             {
                 "events": [event.to_dict() for event in events],
                 "cursor": next_cursor,
                 "now_ns": live_events.cursor_now_ns(next_cursor),
+                "more": bool(getattr(found, "more", False)),  # ask again at once
             },
             headers={"Cache-Control": "no-store"},
         )

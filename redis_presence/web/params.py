@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
 from redis_presence.events import EventCursor
+from redis_presence.formatting import SINCE_HELP, parse_since
 from redis_presence.model import PresenceState
 from redis_presence.validation import check_name
 
@@ -33,10 +34,15 @@ MAX_TEXT_CHARS = 16_384
 LAST_EVENT_ID = "Last-Event-ID"
 
 _PAGED = ("limit", "cursor")
+_META = ("host", "version", "field", "value")
+"""The metadata search of the consumer lists (`meta_filter`)."""
+_ROLLUP = ("by", "queue", "group", "limit")
 QUERY: Mapping[str, tuple[str, ...]] = {
     "/": ("queue", "group", "state", "idle", "stuck", "sort", "window", *_PAGED),
-    "/group": ("queue", "group", "state", "search", "stuck", "window", *_PAGED),
-    "/consumers": ("queue", "group", "state", "search", "stuck", "meta", *_PAGED),
+    "/group": ("queue", "group", "state", "search", "stuck", *_META, "window", *_PAGED, "history"),
+    "/consumers": ("queue", "group", "state", "search", "stuck", "meta", *_META, *_PAGED),
+    "/hosts": _ROLLUP,
+    "/events": ("queue", "group", "kind", "since", "cursor"),
     "/consumer": ("queue", "group", "consumer"),
     "/api/v1/groups": (
         "queue",
@@ -48,10 +54,11 @@ QUERY: Mapping[str, tuple[str, ...]] = {
         "stuck",
         *_PAGED,
     ),
-    "/api/v1/groups/": ("state", "search", "stuck", *_PAGED),
-    "/api/v1/consumers": ("queue", "group", "state", "search", "stuck", "meta", *_PAGED),
+    "/api/v1/groups/": ("state", "search", "stuck", *_META, *_PAGED, "history"),
+    "/api/v1/consumers": ("queue", "group", "state", "search", "stuck", "meta", *_META, *_PAGED),
     "/api/v1/consumers/": (),
-    "/api/v1/events": ("queue", "group", "cursor"),
+    "/api/v1/hosts": _ROLLUP,
+    "/api/v1/events": ("queue", "group", "cursor", "since"),
 }
 """The query parameters each page and API route takes, by the app's route path (a prefix
 route's path ends with ``/``); docs/_hooks/openapi.py documents exactly these."""
@@ -211,18 +218,79 @@ def refused(source: str, exc: BaseException) -> str:
     return message if message.startswith(source) else f"{source}: {message}"
 
 
+def since(request: Request, now_ns: int) -> int | None:
+    """The `since` query parameter as an instant in ns (None: absent, or a reconnecting
+    `EventSource`'s ``Last-Event-ID`` goes on instead); a `BadRequest` naming it when it
+    is not `SINCE_HELP`, or with a ``cursor``."""
+    value = request.query_params.get("since")
+    if not value or request.headers.get("last-event-id"):
+        return None  # a reconnecting EventSource goes on from where its stream was
+    if request.query_params.get("cursor"):
+        raise BadRequest("since", "since starts a read where a cursor would: send one of them")
+    try:
+        return parse_since(value[:100], now_ns)
+    except ValueError as exc:
+        raise BadRequest("since", str(exc)) from None
+
+
+META_SHORTHANDS = ("host", "version")
+"""Query parameters that search one metadata field by its exact value (``host=web-1``)."""
+
+
+def meta_filter(request: Request) -> tuple[str, str | None] | None:
+    """The metadata search of a consumer list: ``host=`` or ``version=`` (that field's
+    exact value), or ``field=`` with ``value=`` (any field; without `value`, the consumers
+    without that field: the roll-up's "(none)"). One of them at most; each checked as
+    `describe` checks metadata."""
+    asked = [name for name in (*META_SHORTHANDS, "field") if request.query_params.get(name)]
+    if len(asked) > 1:
+        raise BadRequest(asked[1], f"search one metadata field at a time: {' and '.join(asked)}")
+    value = request.query_params.get("value") or None
+    if not asked:
+        if value is not None:
+            raise BadRequest("value", "value= searches the field named by field=")
+        return None
+    name = asked[0]
+    if name == "field":
+        field = _meta_text("field", request.query_params["field"])
+        return field, None if value is None else _meta_text("value", value)
+    if value is not None:
+        raise BadRequest("value", f"value= goes with field=, not with {name}=")
+    return name, _meta_text(name, request.query_params[name])
+
+
+def _meta_text(parameter: str, value: str) -> str:
+    """A metadata key or value as `describe` takes it (as a name: non-empty, at most 512
+    UTF-8 bytes)."""
+    try:
+        return check_name(parameter, value)
+    except ValueError as exc:
+        raise BadRequest(parameter, str(exc)) from None
+
+
+def rollup_field(request: Request, default: str) -> str:
+    """The ``by`` of a roll-up: a metadata field's name (`default` when absent)."""
+    value = request.query_params.get("by")
+    return default if not value else _meta_text("by", value)
+
+
 __all__ = [
     "QUERY",
     "SHOWN_ONLY",
+    "SINCE_HELP",
     "BadRequest",
     "UnknownParameter",
     "choice",
     "event_cursor",
     "flag",
     "known",
+    "meta_filter",
+    "parse_since",
     "parse_states",
     "path_names",
     "path_parts",
+    "rollup_field",
+    "since",
     "states",
     "text",
 ]

@@ -58,7 +58,7 @@ from redis_presence.errors import (
     PresenceMetaError,
     PresenceProtocolError,
 )
-from redis_presence.events import EventCursor, PresenceEvent
+from redis_presence.events import EventCursor, PresenceEvent, cursor_since
 from redis_presence.model import groups_set_aside
 
 from . import sorting
@@ -134,6 +134,11 @@ class PresenceData:
         self.observed = Observed(clock)
         """What this service saw of Redis lately (outages, changes of data), for the charts."""
         self._observed_at = -float("inf")
+
+    @property
+    def fleet_reads(self) -> asyncio.Semaphore:
+        """What a read of the whole fleet holds while it reads (at most FLEET_READS)."""
+        return self._fleet_reads
 
     async def now_ns(self) -> int:
         """The instant reads are aged at: the fixed clock, or the Redis server's `TIME`."""
@@ -504,6 +509,7 @@ class PresenceData:
         search: str | None,
         page: PageAsk,
         stuck: bool = False,
+        meta: tuple[str, str | None] | None = None,
     ) -> GroupReading:
         """One group's counts (None when it is neither tracked nor declared) and a page of
         its consumers with their metadata, from one read of that group alone (and of the
@@ -515,7 +521,7 @@ class PresenceData:
         )
         declared = {} if minimum is None else {(queue, group): minimum}
         stats = stats_from_rows(reading.rows, declared)
-        where = ConsumerFilter(queue, group, states, search, stuck)
+        where = ConsumerFilter(queue, group, states, search, stuck, meta)
         shown = page_of(reading.rows, where, cursor=page.cursor, limit=page.limit)
         return GroupReading(reading, (stats[0] if stats else None), shown, stuck_after)
 
@@ -547,6 +553,15 @@ class PresenceData:
         of the named consumers still tracked (`Planner.rows_of`: one round trip)."""
         now_ns, rows = await self.registry.execute(self.registry.plans.rows_of(keys))
         return (now_ns if self._clock is None else self._clock()), rows
+
+    async def cursor_since(
+        self, since_ns: int, *, queue: str | None = None, group: str | None = None
+    ) -> str:
+        """A cursor whose events start after `since_ns` (`events.cursor_since`), under the
+        epoch marker Redis holds now (one ``GET``)."""
+        epoch = await self.epoch()
+        prefix = self.registry.plans.keys.prefix
+        return cursor_since(since_ns, epoch=epoch, prefix=prefix, queue=queue, group=group)
 
     async def check_cursor(
         self, cursor: str, *, queue: str | None = None, group: str | None = None

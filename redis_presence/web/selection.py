@@ -20,14 +20,17 @@ _key = itemgetter(0, 1, 2)
 
 @dataclass(frozen=True)
 class ConsumerFilter:
-    """Which consumers a page shows: exact queue and group, states, a name search, and
-    (`stuck`) only stuck ones."""
+    """Which consumers a page shows: exact queue and group, states, a name search,
+    (`stuck`) only stuck ones, and a metadata field's exact value (`meta`: ``(field,
+    value)``; value None: consumers without the field), which needs rows read with their
+    metadata."""
 
     queue: str | None = None
     group: str | None = None
     states: frozenset[PresenceState] = frozenset()
     search: str | None = None
     stuck: bool = False
+    meta: tuple[str, str | None] | None = None
 
     def matches(self, row: ConsumerPresence) -> bool:
         return (
@@ -36,12 +39,13 @@ class ConsumerFilter:
             and (not self.states or row.state in self.states)
             and (not self.search or self.search.casefold() in row.consumer.casefold())
             and (not self.stuck or row.stuck)
+            and (self.meta is None or row.meta.get(self.meta[0]) == self.meta[1])
         )
 
     @property
     def by_rows(self) -> bool:
         """Whether it refuses rows of its groups (so a listed group may have no match)."""
-        return self.search is not None or bool(self.states) or self.stuck
+        return self.search is not None or bool(self.states) or self.stuck or self.meta is not None
 
     def bounds(self, rows: Sequence[ConsumerPresence]) -> tuple[int, int]:
         """The slice of `rows` (ordered by key) that can hold matches of queue and group."""

@@ -9,6 +9,8 @@ from contextlib import contextmanager
 
 import click
 
+from redis_presence.formatting import looks_like_since, parse_since
+
 from ..app import App, pass_app
 from ..options import filters, format_option
 
@@ -17,8 +19,9 @@ from ..options import filters, format_option
 @click.option("--follow", "-f", is_flag=True, help="Keep printing events as they happen.")
 @click.option(
     "--since",
-    metavar="CURSOR",
-    help="Go on from this cursor (the last line of an earlier run). Not given: from now.",
+    metavar="CURSOR|TIME",
+    help="Go on from this cursor (the last line of an earlier run), or start at a time: "
+    "15m, 2h (ago), 2026-12-04T22:05:00Z (UTC), at most a day back. Not given: from now.",
 )
 @filters(states=False)
 @format_option(
@@ -57,6 +60,7 @@ def command(
       redis-presence events --follow
       redis-presence events --follow --format json | jq -r 'select(.kind == "expired") | .consumer'
       redis-presence events --since "$(cat cursor)" --format json
+      redis-presence events --since 15m --queue orders
     """
     import signal
 
@@ -69,6 +73,8 @@ def command(
 
     json_out = fmt.lower() == "json"
     registry = app.registry()
+    if since is not None and looks_like_since(since):
+        since = cursor_at(app, since, queue, group)
     styler = render.Styler(app.console)
     cursor = since
 
@@ -164,6 +170,26 @@ def bad_cursor() -> Iterator[None]:
         raise UsageProblem(
             "Invalid value for '--since': not a cursor that 'redis-presence events' printed"
         ) from None
+
+
+def cursor_at(app: App, since: str, queue: str | None, group: str | None) -> str:
+    """The cursor whose events start at the time `since` names (`events.cursor_since`:
+    the logs read from that millisecond on), under the epoch marker Redis holds now."""
+    from redis_presence import RedisPresenceRegistry
+    from redis_presence.events import cursor_since
+
+    from ..errors import UsageProblem
+
+    try:
+        at = parse_since(since, app.clock_ns())
+    except ValueError as exc:
+        raise UsageProblem(f"Invalid value for '--since': {exc}") from None
+    registry = app.registry()
+    if not isinstance(registry, RedisPresenceRegistry):  # no event log to start in
+        raise UsageProblem("Invalid value for '--since': a time needs a Redis registry")
+    epoch = registry.execute(registry.plans.epoch())
+    prefix = registry.plans.keys.prefix
+    return cursor_since(at, epoch=epoch, prefix=prefix, queue=queue, group=group)
 
 
 def note_ttl(app: App, queue: str | None, group: str | None) -> None:

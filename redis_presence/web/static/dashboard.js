@@ -773,6 +773,8 @@
         tr.querySelector("td.num").textContent = thousands(event.lease_count);
         tr.dataset.leases = String(event.lease_count);
       }
+    } else if (page.meta && wanted(event, to)) {
+      scheduleRefresh(); // a search by metadata: whether it matches is the page's read to say
     } else if (wanted(event, to) && !page.stuck) { // no event says a consumer is stuck
       const meta = metas.get(key);
       insertRow(tbody, { ...event, state: to, meta: meta || {} });
