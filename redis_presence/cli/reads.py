@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from redis_presence.errors import PresenceMetaError
 from redis_presence.model import (
     DEFAULT_STUCK_AFTER_MS,
     ConsumerPresence,
@@ -111,6 +110,7 @@ def rolled_up(
     """How many consumers were selected (`stuck`: the stuck ones), and they rolled up by
     metadata `field` (one snapshot with metadata; a consumer whose metadata another program
     wrote counts as unreadable, not as one without the field)."""
+    from redis_presence.errors import PresenceMetaError  # (it imports the driver)
     from redis_presence.rollup import roll_up
 
     unreadable: frozenset[tuple[str, str, str]] = frozenset()

@@ -9,8 +9,6 @@ from contextlib import contextmanager
 
 import click
 
-from redis_presence.formatting import looks_like_since, parse_since
-
 from ..app import App, pass_app
 from ..options import filters, format_option
 
@@ -73,6 +71,8 @@ def command(
 
     json_out = fmt.lower() == "json"
     registry = app.registry()
+    from redis_presence.formatting import looks_like_since  # (imports the driver)
+
     if since is not None and looks_like_since(since):
         since = cursor_at(app, since, queue, group)
     styler = render.Styler(app.console)
@@ -181,6 +181,8 @@ def cursor_at(app: App, since: str, queue: str | None, group: str | None) -> str
     from ..errors import UsageProblem
 
     try:
+        from redis_presence.formatting import parse_since  # (imports the driver)
+
         at = parse_since(since, app.clock_ns())
     except ValueError as exc:
         raise UsageProblem(f"Invalid value for '--since': {exc}") from None
