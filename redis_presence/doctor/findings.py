@@ -29,9 +29,12 @@ MEMORY_WARN_RATIO = 0.9
 """Used memory above this share of ``maxmemory`` is reported before writes start failing."""
 
 _BROKER = (
-    "evalsha script|load select type time exists get hget hset zadd zscore set zrem hdel del "
-    "xadd pexpire"
+    "evalsha fcall script|load function|load select type time exists get hget hset zadd zscore "
+    "set zrem hdel del xadd pexpire"
 )
+FUNCTION_RIGHTS = ("fcall", "function|load")
+"""What the heartbeats' function library needs; a role without them still plays its part,
+its heartbeats sent by EVALSHA instead (redis_presence._executor.Functions)."""
 _READER = (
     "select time get zrangebylex hlen hgetall hscan zcount zrangebyscore hmget zcard xrange "
     "xinfo|stream"
@@ -300,11 +303,18 @@ def role_findings(
     for role, commands in ROLES.items():
         needed = [c for c in commands if needs_select or c != "select"]
         lacking = [c for c in needed if not rights.get(c, False)]
+        by_sha = [c for c in lacking if c in FUNCTION_RIGHTS]
+        lacking = [c for c in lacking if c not in FUNCTION_RIGHTS]
         if not lacking:
             playable += 1
             db0 = (
                 "" if rights.get("select", False) else "; without SELECT it can use database 0 only"
             )
+            if by_sha:
+                db0 += (
+                    f"; without {' '.join(by_sha)} its heartbeats go by EVALSHA (more server "
+                    "time, docs/production.md)"
+                )
             found.append(
                 Finding(
                     f"acl-{role}",
