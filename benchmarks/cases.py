@@ -28,6 +28,9 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "snapshot": case_snapshot,
     "counts": case_counts,
     "prune": case_prune,
+    "prune-groups": lambda server, sizes: importlib.import_module(
+        "benchmarks.prunes"
+    ).case_prune_groups(server, sizes),
     "memory": case_memory,
     "startup": case_startup,
     "integrations": case_integrations,

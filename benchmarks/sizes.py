@@ -31,6 +31,8 @@ class Sizes:
     ``info:`` rows that show what a keyspace scan pays for them."""
     fleets: tuple[Fleet, ...] = FULL_FLEETS
     """The fleets of case 9 (`benchmarks.fleets`)."""
+    prune_groups: tuple[int, int] = (100, 10_000)
+    """The few and the many groups of case prune-groups (`benchmarks.prunes`)."""
 
 
 FULL = Sizes(
@@ -68,4 +70,5 @@ QUICK = Sizes(
     memory_sizes=(10_000,),
     other_keys=20_000,
     fleets=QUICK_FLEETS,
+    prune_groups=(100, 2_000),
 )

@@ -129,8 +129,9 @@ end
 
 -- The registration, the last heartbeat and the last progress (decimal ns strings; progress
 -- nil before the first) of a stored value, or nil when it is not a value the heartbeats wrote:
--- three or four decimal integers of at most 19 digits, one space between them (so "",
--- "garbage" and "-5 -5 0" are refused, never read as numbers).
+-- three or four decimal integers of at most 19 digits, one space between them, the lease
+-- count at most 2^32-1 (so "", "garbage", "-5 -5 0" and a count no client writes are
+-- refused, never read as numbers).
 local function parse_beat(value)
   local registered, hb, lease = string.match(value, '^(%d+) (%d+) (%d+)$')
   local progress = nil
@@ -138,7 +139,7 @@ local function parse_beat(value)
     registered, hb, lease, progress = string.match(value, '^(%d+) (%d+) (%d+) (%d+)$')
     if not registered or #progress > 19 then return nil end
   end
-  if #registered <= 19 and #hb <= 19 and #lease <= 19 then
+  if #registered <= 19 and #hb <= 19 and #lease <= 10 and tonumber(lease) <= 4294967295 then
     return registered, hb, progress
   end
   return nil

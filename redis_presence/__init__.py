@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .memory import ConsumerPresenceRegistry as ConsumerPresenceRegistry
     from .model import DEFAULT_MAX_FUTURE_MS as DEFAULT_MAX_FUTURE_MS
     from .model import DEFAULT_PRESENCE_TTL_MS as DEFAULT_PRESENCE_TTL_MS
+    from .model import DEFAULT_RETENTION_TTLS as DEFAULT_RETENTION_TTLS
     from .model import DEFAULT_STUCK_AFTER_MS as DEFAULT_STUCK_AFTER_MS
     from .model import ConsumerMeta as ConsumerMeta
     from .model import ConsumerPresence as ConsumerPresence
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "DEFAULT_MAX_FUTURE_MS": "model",
     "DEFAULT_PRESENCE_TTL_MS": "model",
+    "DEFAULT_RETENTION_TTLS": "model",
     "DEFAULT_STUCK_AFTER_MS": "model",
     "ConsumerMeta": "model",
     "GroupPresence": "model",

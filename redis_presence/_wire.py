@@ -5,9 +5,9 @@ The plans know no wire format: they yield requests (`ScriptCall`, `Command`, `Si
 registry that writes on its client's connections itself (`RegistryBase.sends_prebuilt`: a
 standalone client with a connection pool) sends the heartbeats prebuilt, because the client's
 own packing of a script call's many arguments costs more in pure Python than the rest of the
-call: a single beat (`Single`: its head, the same for every beat of a group, packed once) and
-each call of a batched heartbeat (`PREBUILT_SCRIPTS`). Every other request goes through the
-client as it is.
+call: a single beat (`Single`: its head, the same for every beat of a group, packed once),
+each call of a batched heartbeat and of a prune (`PREBUILT_SCRIPTS`). Every other request
+goes through the client as it is.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from .plans import MAX_CACHED_GROUPS, Request, ScriptCall, Single
 
-PREBUILT_SCRIPTS = frozenset(("heartbeat_many",))
+PREBUILT_SCRIPTS = frozenset(("heartbeat_many", "prune"))
 """The scripts whose calls a registry that writes on its connections sends prebuilt: the
-batched heartbeat's (the reporter's path, up to a thousand beats of five arguments a call).
+batched heartbeat's (the reporter's path, up to a thousand beats of five arguments a call)
+and the prune's (five keys and two arguments for each of its 100 groups: prebuilt, a prune
+of 1,000 consumers among 10,000 groups took 0.30 s instead of 0.58 s).
 A single beat's call (`Single`) is prebuilt too, its head once per group."""
 
 

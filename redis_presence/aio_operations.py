@@ -169,10 +169,15 @@ class AsyncContractOperations:
         *,
         queue: str | None = None,
         group: str | None = None,
+        retention_ms: int | None = 0,
     ) -> int:
-        """Remove exactly the consumers `snapshot` would call expired; returns how many."""
+        """Remove exactly the consumers `snapshot` would call expired for longer than
+        `retention_ms` (0: every expired one; None: DEFAULT_RETENTION_TTLS times each group's
+        TTL); returns how many."""
         return await self.execute(
-            self.plans.prune_expired(now_ns, ttl_ms, queue=queue, group=group)
+            self.plans.prune_expired(
+                now_ns, ttl_ms, queue=queue, group=group, retention_ms=retention_ms
+            )
         )
 
     async def deregister(

@@ -118,8 +118,11 @@ class PresenceRegistry(Protocol):
         *,
         queue: str | None = None,
         group: str | None = None,
+        retention_ms: int | None = 0,
     ) -> int:
-        """Remove exactly the consumers `snapshot` would call expired; returns how many."""
+        """Remove exactly the consumers `snapshot` would call expired for longer than
+        `retention_ms` (0: every expired one; None: DEFAULT_RETENTION_TTLS times each group's
+        TTL); returns how many."""
 
     def deregister(self, queue: str, group: str, consumer: str, now_ns: int | None = None) -> bool:
         """Forget one consumer (graceful shutdown); returns whether it was tracked."""

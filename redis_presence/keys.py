@@ -53,7 +53,14 @@ from urllib.parse import quote, unquote
 
 from ._json import loads_flat
 from .errors import PresenceDataError
-from .validation import MAX_META_BYTES, MAX_META_KEYS, MAX_MIN_ACTIVE, check_prefix
+from .validation import (
+    MAX_META_BYTES,
+    MAX_META_KEYS,
+    MAX_MIN_ACTIVE,
+    MAX_NAME_BYTES,
+    check_meta,
+    check_prefix,
+)
 
 PROTOCOL_VERSION = "1"
 """The version of the wire format (docs/protocol.md) this package reads and writes, stored
@@ -134,9 +141,14 @@ a cluster, a random token of the caller's, written with the event index. Only co
 equality: a reader never parses it."""
 
 
+_META_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""``json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``, made once
+(`json.dumps` makes an encoder a call for arguments other than its defaults)."""
+
+
 def encode_meta(meta: dict[str, str]) -> str:
     """The stored spelling of a (validated) metadata mapping (META_VALUE)."""
-    return json.dumps(meta, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _META_ENCODER.encode(meta)
 
 
 MAX_STORED_META_CHARS = 6 * MAX_META_BYTES + 6 * MAX_META_KEYS + 2
@@ -146,16 +158,26 @@ value is refused unread."""
 
 
 def decode_meta(key: str, consumer: Any, value: Any) -> dict[str, str]:
-    """The mapping a stored metadata value spells; anything else (another type, an
-    oversized or nested document: refused before JSON parsing recurses) is a
-    `PresenceDataError` naming `key` and `consumer`."""
+    """The mapping a stored metadata value spells, when it is a mapping a client writes
+    (META_VALUE): of str to str, within `check_meta`'s bounds, so at most MAX_META_KEYS
+    keys (its spelling is not checked). Anything else (another type, an oversized or nested
+    document: refused before JSON parsing recurses, 17 keys) is a `PresenceDataError`
+    naming `key` and `consumer`."""
     try:
         text = value.decode() if isinstance(value, bytes) else value
         meta = loads_flat(text, opening="{", max_chars=MAX_STORED_META_CHARS)
-        if not isinstance(meta, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in meta.items()
-        ):
+        if not isinstance(meta, dict) or not all(type(v) is str for v in meta.values()):
             raise ValueError
+        # Spelt within 512 bytes without a \u escape (which may spell a lone surrogate),
+        # its keys and values are within every bound but these two (the common case,
+        # without a check of each one); else they are all checked.
+        if (
+            len(meta) > MAX_META_KEYS
+            or "" in meta
+            or len(text.encode()) > MAX_NAME_BYTES
+            or "\\u" in text
+        ):
+            check_meta(meta)
     except (ValueError, TypeError, UnicodeDecodeError, AttributeError):
         name = consumer.decode("utf-8", "replace") if isinstance(consumer, bytes) else consumer
         raise PresenceDataError(

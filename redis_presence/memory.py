@@ -34,6 +34,7 @@ from .events import (
 from .model import (
     DEFAULT_MAX_FUTURE_MS,
     DEFAULT_PRESENCE_TTL_MS,
+    DEFAULT_RETENTION_TTLS,
     DEFAULT_STUCK_AFTER_MS,
     NO_META,
     NS_PER_MS,
@@ -58,6 +59,7 @@ from .validation import (
     check_now_ns,
     check_optional_stuck_after_ms,
     check_optional_ttl_ms,
+    check_retention_ms,
 )
 
 Stored = tuple[int, int, int, int | None]
@@ -201,19 +203,25 @@ class ConsumerPresenceRegistry:
         *,
         queue: str | None = None,
         group: str | None = None,
+        retention_ms: int | None = 0,
     ) -> int:
-        """Drop exactly the consumers `snapshot` would call expired; returns how many."""
+        """Drop exactly the consumers `snapshot` would call expired for longer than
+        `retention_ms` (0: every expired one; None: DEFAULT_RETENTION_TTLS times the TTL);
+        returns how many."""
         ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
+        retention = check_retention_ms(retention_ms)
         stamp = time.time_ns() if now is None else now
         queue, group = check_filter("queue", queue), check_filter("group", group)
         with self._lock:
-            doomed = [
-                key
-                for key, (_, hb, _, _) in self._rows.items()
-                if _matches(key, queue, group)
-                and _state(stamp, hb, ttl or self._ttl_of(key[0], key[1])) is PresenceState.EXPIRED
-            ]
+            doomed = []
+            for key, (_, hb, _, _) in self._rows.items():
+                if not _matches(key, queue, group):
+                    continue
+                budget = ttl or self._ttl_of(key[0], key[1])
+                kept = DEFAULT_RETENTION_TTLS * budget if retention is None else retention
+                if age_ms(stamp, hb) > 2 * budget + kept:
+                    doomed.append(key)
             for key in doomed:
                 self._meta.pop(key, None)
                 self._append(EventKind.PRUNED, key, stamp, self._rows.pop(key))

@@ -24,6 +24,12 @@ DEFAULT_STUCK_AFTER_MS = 300_000
 consumer holding leases is `stuck` when it has made no progress (nor, before its first,
 been registered) for longer than this."""
 
+DEFAULT_RETENTION_TTLS = 60
+"""Automatic removal's default retention, in TTLs of the consumer's group: an expired
+consumer stays listed this many TTLs past its expiry (30 minutes at the default TTL), long
+enough for the alerts on stale and expired consumers (10 minutes) to fire and for an
+operator to see who died (docs/concepts.md, "Retention")."""
+
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
 NS_PER_US = 1_000

@@ -9,6 +9,7 @@ from typing import Any
 
 from .errors import PresenceDataError
 from .keys import STORED_FIELDS, STORED_SEPARATOR, GroupKeys
+from .validation import MAX_LEASE_COUNT
 
 Columns = tuple[list[str], list[int], list[int], list[int], list[int | None] | None]
 """One group's consumers as columns: names, registered_at_ns, last_heartbeat_ns, lease_count
@@ -30,7 +31,11 @@ def stored_heartbeat_ns(keys: GroupKeys, consumer: Any, value: Any) -> int:
     write is a data error naming the key and the field."""
     space = _SEPARATORS.get(type(value))
     fields: list[Any] = value.split(space) if space is not None else []
-    if len(fields) not in _FIELD_COUNTS or not all(map(_is_decimal, fields)):
+    if (
+        len(fields) not in _FIELD_COUNTS
+        or not all(map(_is_decimal, fields))
+        or int(fields[2]) > MAX_LEASE_COUNT
+    ):
         raise _foreign(keys, consumer, value)
     return int(fields[1])
 
@@ -110,6 +115,8 @@ def stored_columns(keys: GroupKeys, reply: Any) -> Columns:
         registered = list(map(int, fields[0::width]))
         heartbeat = list(map(int, fields[1::width]))
         lease = list(map(int, fields[2::width]))
+        if max(lease) > MAX_LEASE_COUNT:  # a count no client writes (docs/protocol.md, 4)
+            raise ValueError
         if width > STORED_FIELDS:
             progress = [int(p) if h else None for p, h in zip(fields[3::width], has, strict=True)]
         if kind is str:

@@ -19,6 +19,7 @@ loop stay in the parent, raises `RuntimeError` at its first use in the child.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -37,6 +38,7 @@ from ._base import RegistryBase
 from .errors import PresenceBatchError, PresenceError
 from .model import DEFAULT_PRESENCE_TTL_MS, NS_PER_MS, NS_PER_US
 from .plans import Plan
+from .pruning import PruneLoop, PrunePass, prune_forever
 from .registry import RedisPresenceRegistry
 from .validation import (
     MAX_DELAY_MS,
@@ -45,6 +47,8 @@ from .validation import (
     check_consumer_key,
     check_lease_count,
     check_meta,
+    check_prune_every_ms,
+    check_retention_ms,
 )
 
 if TYPE_CHECKING:  # a sync process never imports the asyncio registry
@@ -427,6 +431,14 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _pruned(done: PrunePass) -> None:
+    """A reporter's automatic prune pass, logged (a failed one as a warning)."""
+    if done.error is not None:
+        logger.warning("prune pass: %s (%s pruned)", done.error, done.removed or 0)
+    elif done.removed:
+        logger.info("prune pass: %d pruned", done.removed)
+
+
 class _Reporter(Generic[R]):
     """What both reporters share: everything but the flusher (a thread or a task)."""
 
@@ -439,9 +451,16 @@ class _Reporter(Generic[R]):
         clock: Callable[[], int] = time.monotonic_ns,
         meta: dict[str, str] | None = None,
         default_meta: bool = True,
+        prune_every_ms: int | None = None,
+        prune_retention_ms: int | None = None,
     ) -> None:
         if registry.read_only:
             raise ValueError("a reporter writes: its registry must not be read_only")
+        # Automatic removal (off by default): a prune pass every `prune_every_ms`, keeping
+        # expired consumers `prune_retention_ms` (None: DEFAULT_RETENTION_TTLS TTLs).
+        every_ms = check_prune_every_ms(prune_every_ms)
+        self._prune_every_s = None if every_ms is None else every_ms / 1000
+        self._prune_retention_ms = check_retention_ms(prune_retention_ms, "prune_retention_ms")
         self._registry = registry
         self._default_meta = default_meta
         described = self._meta_of(meta)
@@ -553,8 +572,14 @@ class PresenceReporter(_Reporter[RedisPresenceRegistry]):
         self._stop = threading.Event()
         self._thread = None
         self._asleep = True
+        self._pruner: PruneLoop | None = None
         if thread:
             self._wake()
+            if self._prune_every_s is not None:  # in the process that made it, not a child
+                self._pruner = PruneLoop(
+                    self._registry, self._prune_every_s, self._prune_retention_ms, None, _pruned
+                )
+                self._pruner.start()
 
     def _wake(self) -> None:
         with self._flush_lock:  # two first beats in two threads start one thread
@@ -594,6 +619,8 @@ class PresenceReporter(_Reporter[RedisPresenceRegistry]):
             return
         self._closed = True
         self._stop.set()
+        if self._pruner is not None:
+            self._pruner.stop()
         with self._flush_lock:  # no thread starts after this
             thread = self._thread
         if thread is not None:
@@ -638,9 +665,16 @@ class AsyncPresenceReporter(_Reporter["AsyncRedisPresenceRegistry"]):
     def _start(self) -> None:
         self._flush_lock = asyncio.Lock()
         self._stop = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(
-            self._loop(), name="redis-presence-reporter"
-        )
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._loop(), name="redis-presence-reporter")
+        self._pruning = None
+        if self._prune_every_s is not None:
+            self._pruning = loop.create_task(
+                prune_forever(
+                    self._registry, self._prune_every_s, self._prune_retention_ms, None, _pruned
+                ),
+                name="redis-presence-prune",
+            )
 
     def _crossed_fork(self) -> None:
         """Its task and event loop stayed in the parent: every use in the child raises."""
@@ -664,6 +698,10 @@ class AsyncPresenceReporter(_Reporter["AsyncRedisPresenceRegistry"]):
             return
         self._closed = True
         self._stop.set()
+        if self._pruning is not None:
+            self._pruning.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pruning
         await self._task
         (await self._attempt(closing=True)).log_at_close()
 

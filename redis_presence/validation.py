@@ -81,6 +81,36 @@ def check_optional_ttl_ms(value: Any, argument: str = "ttl_ms") -> int | None:
     return None if value is None else check_ttl_ms(value, argument)
 
 
+def check_retention_ms(value: Any, argument: str = "retention_ms") -> int | None:
+    """How long past its expiry a consumer is kept before a prune removes it: ms in
+    [0, MAX_TTL_MS], or `None` (DEFAULT_RETENTION_TTLS times its group's TTL)."""
+    if value is None:
+        return None
+    if not _is_int(value):
+        raise TypeError(f"{argument} must be an int or None, got {type(value).__name__}")
+    if not 0 <= value <= MAX_TTL_MS:
+        raise ValueError(f"{argument} must be in [0, {MAX_TTL_MS}] or None, got {value}")
+    return int(value)
+
+
+MIN_PRUNE_EVERY_MS = 100
+"""The shortest interval of automatic removal (`prune_every_ms`)."""
+
+
+def check_prune_every_ms(value: Any, argument: str = "prune_every_ms") -> int | None:
+    """`None` (no automatic removal) or how often to prune, in ms, within
+    [MIN_PRUNE_EVERY_MS, MAX_TTL_MS]."""
+    if value is None:
+        return None
+    if not _is_int(value):
+        raise TypeError(f"{argument} must be an int or None, got {type(value).__name__}")
+    if not MIN_PRUNE_EVERY_MS <= value <= MAX_TTL_MS:
+        raise ValueError(
+            f"{argument} must be in [{MIN_PRUNE_EVERY_MS}, {MAX_TTL_MS}] or None, got {value}"
+        )
+    return int(value)
+
+
 MAX_FUTURE_LIMIT_MS = 24 * 3600 * 1000
 """Largest accepted ``max_future_ms`` (a day)."""
 

@@ -154,47 +154,67 @@ def _actual_store(keys: dict[str, Any], found: dict[str, Any], partial: bool) ->
 
 
 def run(case: dict[str, Any], registry: Any, client: Any | None) -> None:
-    """Every step of `case`, in order, on `registry` (and `client`, its store, or None)."""
+    """Every step of `case`, in order, on `registry` (and `client`, its store, or None); a
+    step that fails is an `AssertionError` that starts with the case's name and the step."""
     prefix = case.get("prefix", "presence")
     for number, step in enumerate(case["steps"], 1):
-        op = step["op"]
-        where = f"{case['name']} step {number} ({op})"
-        if op in ("store", "redis"):
-            if client is None:
-                continue
-            if op == "redis":
-                for command in step["commands"]:
-                    client.execute_command(*command)
-                continue
-            found = store(client, prefix)
-            actual = _actual_store(step["keys"], found, bool(step.get("partial")))
-            assert actual == _expected_store(step["keys"]), where
-            continue
-        args = step.get("args", {})
-        if "error" in step:
-            # The package's errors, or an argument refused (ValueError, TypeError) whose
-            # message starts with the argument's name.
-            error = (
-                getattr(redis_presence.errors, step["error"], None)
-                or ARGUMENT_ERRORS[step["error"]]
-            )
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                with pytest.raises(error) as raised:
-                    call(registry, op, args)
-            if "argument" in step:
-                assert str(raised.value).startswith(step["argument"]), (where, raised.value)
-            continue
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            reply_of = raw_call(registry, op, args)
-        reply = _reply(op, reply_of)
-        if "reply" in step:
-            assert _subset(step["reply"], reply) == step["reply"], where
-        messages = [str(w.message) for w in caught]
-        skipped = step.get("skipped", [])
-        named = sorted(key for key in skipped for message in messages if f" {key}: " in message)
-        assert (len(messages), named) == (len(skipped), sorted(skipped)), (where, messages)
-        if skipped and hasattr(reply_of, "skipped"):
-            # One key a group: a group whose consumers were set aside one by one lists each.
-            assert sorted({s.key for s in reply_of.skipped}) == sorted(skipped), where
+        where = f"{case['name']} step {number} ({step['op']})"
+        try:
+            _step(step, where, prefix, registry, client)
+        except AssertionError as failed:
+            if str(failed).startswith(where):
+                raise
+            raise AssertionError(f"{where}: {failed}") from failed
+        except (Exception, pytest.fail.Exception) as error:
+            raise AssertionError(f"{where}: {error!r}") from error
+
+
+def _step(step: dict[str, Any], where: str, prefix: str, registry: Any, client: Any) -> None:
+    """One step of a case (`run`)."""
+    op = step["op"]
+    if op in ("store", "redis"):
+        if client is None:
+            return
+        if op == "redis":
+            for command in step["commands"]:
+                client.execute_command(*command)
+            return
+        found = store(client, prefix)
+        actual = _actual_store(step["keys"], found, bool(step.get("partial")))
+        assert actual == _expected_store(step["keys"]), where
+        return
+    args = step.get("args", {})
+    if "error" in step:
+        # The package's errors, or an argument refused (ValueError, TypeError) whose
+        # message starts with the argument's name.
+        error = (
+            getattr(redis_presence.errors, step["error"], None) or ARGUMENT_ERRORS[step["error"]]
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(error) as raised:
+                call(registry, op, args)
+        if "argument" in step:
+            assert str(raised.value).startswith(step["argument"]), (where, raised.value)
+        if "completed" in step:
+            assert raised.value.completed == step["completed"], (where, raised.value)
+        if "refused" in step:
+            refused = sorted(list(r) for r in raised.value.refused)
+            assert refused == sorted(step["refused"]), (where, refused)
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reply_of = raw_call(registry, op, args)
+    reply = _reply(op, reply_of)
+    if "reply" in step:
+        assert _subset(step["reply"], reply) == step["reply"], where
+    # The keys set aside, in the order the read warns about them (docs/protocol.md,
+    # section 9), once each.
+    messages = [str(w.message) for w in caught]
+    skipped = step.get("skipped", [])
+    named = [key for message in messages for key in skipped if f" {key}: " in message]
+    assert (len(messages), named) == (len(skipped), skipped), (where, messages)
+    if skipped and hasattr(reply_of, "skipped"):
+        # One key a group: a group whose consumers were set aside one by one lists each.
+        keys = list(dict.fromkeys(s.key for s in reply_of.skipped))
+        assert keys == skipped, where

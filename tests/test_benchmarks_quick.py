@@ -19,6 +19,7 @@ CASES = (
     "snapshot",
     "counts",
     "prune",
+    "prune-groups",
     "memory",
     "startup",
     "integrations",

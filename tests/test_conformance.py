@@ -1,7 +1,7 @@
 """The language-neutral conformance cases (`conformance/*.json`, docs/protocol.md) on every
 backend of the matrix: the in-process registry answers the same replies, and every Redis
 backend also leaves exactly the key contents each case names. The Node.js client runs the
-same files (`clients/node/test/conformance.test.ts`)."""
+same files (`clients/node/test/conformance.test.mjs`)."""
 
 from __future__ import annotations
 

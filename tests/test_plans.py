@@ -184,8 +184,9 @@ def test_resp_refuses_what_it_cannot_pack() -> None:
 def test_batched_calls_are_sent_prebuilt(codec: tuple[str, str]) -> None:
     """Each call of a split batch (Limits.beats = 2 here) goes as the RESP the client would
     write for its arguments, all in one write, when the registry writes on its connections
-    itself (`Wire.prebuilt`); delayed beats, with and without progress, too. Other script
-    calls, and every call of a registry that does not, go through the client."""
+    itself (`Wire.prebuilt`); delayed beats, with and without progress, and a prune's
+    calls too. Other script calls, and every call of a registry that does not, go through
+    the client."""
     delayed: list[DelayedBeat] = [(q, g, c, lease, 1_500) for q, g, c, lease in BEATS]
     delayed[1] = (*delayed[1], 700)  # this one recorded progress
     plans: list[Callable[[Planner], Plan[int]]] = [
@@ -210,7 +211,8 @@ def test_batched_calls_are_sent_prebuilt(codec: tuple[str, str]) -> None:
     prune = planner.prune_expired(T0, 1_000)
     batch = next(prune)  # the index (and the protocol version)
     batch = prune.send([[planner.keys.group("q", "g").member], None])
-    assert [wire.call(c) for c in batch] == [None]  # a prune call goes through the client
+    assert [wire.call(c) for c in batch] == [client_bytes(codec, c.args) for c in batch]
+    assert [Wire(codec).call(c) for c in batch] == [None]
 
 
 def test_a_registry_prebuilds_the_bytes_its_client_writes() -> None:

@@ -182,6 +182,7 @@ NODE: dict[str, tuple[str, dict[str, str | None]] | str] = {
             "ttl_ms": "options.ttlMs",
             "queue": "options.queue",
             "group": "options.group",
+            "retention_ms": "options.retentionMs",
         },
     ),
     "deregister": (

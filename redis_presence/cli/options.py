@@ -150,3 +150,34 @@ def arrangement(f: F) -> F:
         help="name: queue, group, consumer; age: longest silent first; state: expired, "
         "stale, then active.",
     )(f)
+
+
+_DURATION_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class Duration(click.ParamType[int, Any]):
+    """A duration in milliseconds, written ``500ms``, ``30s``, ``5m``, ``2h``, ``1d`` (a
+    bare number is seconds), within [`least_ms`, MAX_TTL_MS]."""
+
+    name = "duration"
+
+    def __init__(self, least_ms: int = 0) -> None:
+        self.least_ms = least_ms
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower()
+        unit = next((u for u in ("ms", "s", "m", "h", "d") if text.endswith(u)), "")
+        number = text[: len(text) - len(unit)] if unit else text
+        try:
+            ms = round(float(number) * _DURATION_UNITS_MS[unit or "s"])
+        except (ValueError, OverflowError):
+            self.fail(f"{value!r} is not a duration (say 500ms, 30s, 5m, 2h or 1d)", param, ctx)
+        if not self.least_ms <= ms <= MAX_TTL_MS or number.strip() != number or not number:
+            self.fail(
+                f"{value!r} must be a duration from {self.least_ms} ms to {MAX_TTL_MS} ms",
+                param,
+                ctx,
+            )
+        return ms

@@ -49,8 +49,13 @@ TtlSource = str
 
 
 def _unique(skipped: list[Skipped]) -> tuple[Skipped, ...]:
-    """What a read set aside, once per key and consumer (the first reason found for it)."""
-    return tuple({(item.key, item.consumer): item for item in reversed(skipped)}.values())[::-1]
+    """What a read set aside, once per key and consumer (the first reason found for it), in
+    the protocol's order: by key, then consumer (a whole group first), in code-point order
+    (docs/protocol.md, section 9), whatever order the read found them in."""
+    once = {(item.key, item.consumer): item for item in reversed(skipped)}
+    return tuple(
+        once[at] for at in sorted(once, key=lambda at: (at[0], at[1] is not None, at[1] or ""))
+    )
 
 
 def _report(skipped: list[Skipped]) -> None:
@@ -64,7 +69,7 @@ def _report(skipped: list[Skipped]) -> None:
             whole.setdefault(item.key, item)
         else:
             rows.setdefault(item.key, []).append(item)
-    for key in dict.fromkeys(item.key for item in found):  # in the order they were found
+    for key in dict.fromkeys(item.key for item in found):  # in `_unique`'s order
         if key in whole:
             said = whole[key].reason
         else:

@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import PresenceBatchError, PresenceDataError, PresenceError
 from ..events import EVENT_LOG_TTL_MS
 from ..keys import INDEX_MARK_MS, GroupKeys, encode_meta
-from ..model import NS_PER_MS, Skipped
+from ..model import DEFAULT_RETENTION_TTLS, NS_PER_MS, Skipped
 from ..scripts import script
 from ..validation import (
     Beat,
@@ -25,6 +25,7 @@ from ..validation import (
     check_meta,
     check_now_ns,
     check_optional_ttl_ms,
+    check_retention_ms,
 )
 from .caches import BeatCache, BeatCall, SettingsCache
 from .core import Job, Scope, Spoilt, _none, _now_arg, _queue, _refusals, _report
@@ -347,22 +348,37 @@ class WritePlans(Job):
         *,
         queue: str | None = None,
         group: str | None = None,
+        retention_ms: int | None = 0,
     ) -> Plan[int]:
         """Remove exactly the consumers a snapshot at the same `now_ns`/`ttl_ms` calls
-        expired (of one queue, or one group, when given), and log them as pruned; returns
-        how many. `ttl_ms` None is each group's shared TTL. Each call of ``prune.lua``
-        visits at most `Limits.prune_consumers` consumers of `Limits.prune_groups` groups,
-        and the next call resumes where it stopped."""
+        expired for longer than `retention_ms` (0: every expired one; None:
+        DEFAULT_RETENTION_TTLS times each group's TTL), of one queue, or one group, when
+        given, and log them as pruned; returns how many. `ttl_ms` None is each group's
+        shared TTL. Each call of ``prune.lua`` visits at most `Limits.prune_consumers`
+        consumers of `Limits.prune_groups` groups, and the next call resumes where it
+        stopped."""
         self.scope.writable("prune_expired")
         ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
-        return self._prune(now, ttl, check_filter("queue", queue), check_filter("group", group))
+        retention = check_retention_ms(retention_ms)
+        return self._prune(
+            now, ttl, check_filter("queue", queue), check_filter("group", group), retention
+        )
 
     def _prune(
-        self, now_ns: int | None, ttl_ms: int | None, queue: str | None, group: str | None
+        self,
+        now_ns: int | None,
+        ttl_ms: int | None,
+        queue: str | None,
+        group: str | None,
+        retention_ms: int | None,
     ) -> Plan[int]:
         now = str((yield from self.scope.now(now_ns)))
         budget = self.limits.prune_consumers
+
+        def keep(ttl: int) -> int:  # a group's retention, in ms
+            return DEFAULT_RETENTION_TTLS * ttl if retention_ms is None else retention_ms
+
         removed = 0
         failed: dict[tuple[str, str], PresenceError] = {}
         left: list[ConsumerKey] = []  # expired, but left in place for a spoilt value
@@ -403,6 +419,7 @@ class WritePlans(Job):
                             self.scope.events_kept,
                             EVENT_LOG_TTL_MS,
                             *(ttl_of[gk] for gk in part),
+                            *(keep(ttl_of[gk]) for gk in part),
                         ],
                     )
                     for part, below, ties in parts

@@ -4,6 +4,7 @@ one app) and the JSON or HTML error responses."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -31,6 +32,7 @@ from redis_presence.errors import (
     PresenceProtocolError,
 )
 from redis_presence.formatting import human_age, iso_utc
+from redis_presence.pruning import PrunePass, prune_forever
 from redis_presence.redaction import redact
 from redis_presence.url_parsing import parse_url
 
@@ -90,6 +92,12 @@ class WebConfig:
     pool_timeout_s: float = DEFAULT_POOL_TIMEOUT_S
     """``--pool-timeout``: how long a read waits for a free connection of a full pool."""
     access_log: bool = True
+    prune_every_s: float | None = None
+    """``--prune-every``: automatic removal, a prune pass this often (None: off, the
+    default); it needs the writer's role, so a read-only service refuses it."""
+    prune_retention_ms: int | None = None
+    """``--prune-retention``: how long past expiry a consumer is kept (None: the default,
+    DEFAULT_RETENTION_TTLS times its group's TTL)."""
     allowed_hosts: tuple[str, ...] = ()
     """The ``Host`` names it answers to besides the loopback ones and the address a request
     arrived at (``--host`` and ``--allowed-host``); others get 421."""
@@ -147,6 +155,14 @@ def _wants_json(request: Request) -> bool:
     return path.startswith("/api/") or path in ("/readyz", "/metrics", "/healthz")
 
 
+def _log_pass(done: PrunePass) -> None:
+    """One log line per automatic prune pass (a failed one is a warning)."""
+    if done.error is not None:
+        log.warning("prune pass: %s (%s pruned)", done.error, done.removed or 0)
+    else:
+        log.info("prune pass: %d pruned in %.3f s", done.removed or 0, done.seconds)
+
+
 class _Service:
     """The state one app holds: its config, registry, reads and live feed."""
 
@@ -177,9 +193,25 @@ class _Service:
             interval_s=self.config.live_interval_s,
             max_streams=self.config.max_streams,
         )
+        pruning = None
+        if self.config.prune_every_s is not None:
+            pruning = asyncio.create_task(
+                prune_forever(
+                    registry,
+                    self.config.prune_every_s,
+                    self.config.prune_retention_ms,
+                    self.config.ttl_ms,
+                    on_pass=_log_pass,
+                ),
+                name="presence-prune",
+            )
         try:
             yield
         finally:
+            if pruning is not None:
+                pruning.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pruning
             await self.feed.close()
             await self.data.aclose()
             await registry.aclose()

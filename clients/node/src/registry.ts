@@ -24,7 +24,7 @@ import {
 } from "./replies";
 import { type ScriptName, script } from "./scripts";
 import { DEFAULT_PRESENCE_TTL_MS, type Kind, prefixError, type Setting, settled, sound, Spoilt, storedSetting } from "./settings";
-import { checkLease, checkMeta, checkMinActive, checkName, checkNs, checkTtl, type Meta } from "./validation";
+import { checkLease, checkMeta, checkMinActive, checkName, checkNs, checkRetention, checkTtl, type Meta } from "./validation";
 
 export { classify, type ConsumerPresence, horizonsNs, type PresenceState, type Skipped, type WithSkipped } from "./replies";
 export { DEFAULT_PRESENCE_TTL_MS, DEFAULT_STUCK_AFTER_MS } from "./settings";
@@ -36,7 +36,10 @@ export const TTL_CACHE_MS = 10_000;
 const MAX_BEATS_PER_CALL = 250;
 const GROUPS_PER_PAGE = 100;
 const CONSUMERS_PER_CALL = 500;
-const PRUNE_GROUPS_PER_CALL = 10;
+const PRUNE_GROUPS_PER_CALL = 100;
+/** Automatic removal's default retention, in TTLs (DEFAULT_RETENTION_TTLS of the Python
+ * package: docs/concepts.md, "Retention"). */
+export const DEFAULT_RETENTION_TTLS = 60;
 const PRUNE_BUDGET = 100;
 
 /** An instant in nanoseconds since the epoch: a bigint, or its decimal string. */
@@ -67,6 +70,12 @@ export interface ReadOptions {
   ttlMs?: number;
   queue?: string;
   group?: string;
+}
+
+export interface PruneOptions extends ReadOptions {
+  /** Remove only consumers expired for longer than this (ms); 0 (the default): every
+   * expired one; null: DEFAULT_RETENTION_TTLS times each group's TTL. */
+  retentionMs?: number | null;
 }
 
 export interface SnapshotOptions extends ReadOptions {
@@ -252,10 +261,12 @@ export class PresenceRegistry {
     return Number(reply[0]) !== 0;
   }
 
-  /** Remove exactly the consumers a snapshot at the same `nowNs`/`ttlMs` calls expired, and
-   * log them as pruned; returns how many. */
-  async pruneExpired(options: ReadOptions = {}): Promise<number> {
+  /** Remove exactly the consumers a snapshot at the same `nowNs`/`ttlMs` calls expired for
+   * longer than `retentionMs` (0 by default), and log them as pruned; returns how many. */
+  async pruneExpired(options: PruneOptions = {}): Promise<number> {
     const ttlMs = options.ttlMs === undefined ? undefined : checkTtl(options.ttlMs);
+    const retention = options.retentionMs === undefined ? 0 : checkRetention(options.retentionMs);
+    const keep = (ttl: number) => (retention === null ? DEFAULT_RETENTION_TTLS * ttl : retention);
     const filter = this.filter(options);
     const now = (await this.now(options.nowNs)).toString();
     let removed = 0;
@@ -274,7 +285,7 @@ export class PresenceRegistry {
       while (parts.length) {
         const replies = await Promise.all(
           parts.map(([part, below, ties]) =>
-            this.call("prune", this.writeKeys(part), [now, PRUNE_BUDGET, below, ties, this.eventsKept, EVENT_LOG_TTL_MS, ...part.map((gk) => ttlOf.get(gk.data) as number)]),
+            this.call("prune", this.writeKeys(part), [now, PRUNE_BUDGET, below, ties, this.eventsKept, EVENT_LOG_TTL_MS, ...part.map((gk) => ttlOf.get(gk.data) as number), ...part.map((gk) => keep(ttlOf.get(gk.data) as number))]),
           ),
         );
         const goingOn: [GroupKeys[], number, number][] = [];

@@ -1,8 +1,12 @@
 /** Decoding of replies into rows (docs/protocol.md, sections 4, 5, 7 and 9): the rule, the
  * stored value and metadata, and what a read sets aside. */
 import { PresenceDataError } from "./errors";
-import type { GroupKeys } from "./keys";
-import { MAX_MIN_ACTIVE } from "./validation";
+import { byCodePoint, type GroupKeys } from "./keys";
+import { checkMeta, MAX_LEASE_COUNT, MAX_META_BYTES, MAX_META_KEYS, MAX_MIN_ACTIVE } from "./validation";
+
+/** The longest spelling of a valid mapping (each byte of its keys and values at most six JSON
+ * characters, six more a pair, and the braces), as Python's MAX_STORED_META_CHARS. */
+const MAX_STORED_META_CHARS = 6 * MAX_META_BYTES + 6 * MAX_META_KEYS + 2;
 
 export const NS_PER_MS = 1_000_000n;
 const STORED = /^(\d{1,19}) (\d{1,19}) (\d{1,19})(?: (\d{1,19}))?$/;
@@ -74,7 +78,8 @@ export interface Stored {
 
 export function parseStored(gk: GroupKeys, consumer: string, value: string): Stored {
   const found = STORED.exec(value);
-  if (found === null) {
+  // A lease count above 2^32-1 is no client's (docs/protocol.md, section 4).
+  if (found === null || Number(found[3]) > MAX_LEASE_COUNT) {
     throw new PresenceDataError(
       `redis-presence key ${gk.data} field ${quoted(consumer)} holds a value this package did not write: ${quoted(value)}`,
     );
@@ -87,10 +92,15 @@ export function parseStored(gk: GroupKeys, consumer: string, value: string): Sto
   };
 }
 
+/** The mapping a stored metadata value spells, when it is a mapping a client writes
+ * (docs/protocol.md, section 5): one `checkMeta` takes, so at most 16 keys (its spelling is
+ * not checked); anything else (17 keys, a value that is not a string) is a data error. */
 export function decodeMeta(gk: GroupKeys, consumer: string, value: string): Record<string, string> {
   try {
-    const meta: unknown = JSON.parse(value);
-    if (typeof meta === "object" && meta !== null && !Array.isArray(meta) && Object.values(meta).every((v) => typeof v === "string")) {
+    // Longer than the longest spelling of a valid mapping: refused unparsed.
+    const meta: unknown = value.length > MAX_STORED_META_CHARS ? null : JSON.parse(value);
+    if (typeof meta === "object" && meta !== null && !Array.isArray(meta)) {
+      checkMeta(meta); // throws for a mapping no client writes
       return meta as Record<string, string>;
     }
   } catch {
@@ -105,14 +115,21 @@ export function withSkipped<T>(items: T[], skipped: Skipped[]): WithSkipped<T> {
   return out;
 }
 
-/** What a read set aside, once per key and consumer (the first reason found for it). */
+/** What a read set aside, once per key and consumer (the first reason found for it), in the
+ * protocol's order: by key, then consumer (a whole group first), in code-point order
+ * (docs/protocol.md, section 9), whatever order the read found them in. */
 export function unique(skipped: Skipped[]): Skipped[] {
   const seen = new Map<string, Skipped>();
   for (const item of skipped) {
     const at = JSON.stringify([item.key, item.consumer ?? null]);
     if (!seen.has(at)) seen.set(at, item);
   }
-  return [...seen.values()];
+  return [...seen.values()].sort(
+    (a, b) =>
+      byCodePoint(a.key, b.key) ||
+      Number(a.consumer !== undefined) - Number(b.consumer !== undefined) ||
+      byCodePoint(a.consumer ?? "", b.consumer ?? ""),
+  );
 }
 
 /** A whole group set aside, for why. */

@@ -57,6 +57,17 @@ export function checkTtl(value: unknown, argument = "ttlMs"): number {
   return value;
 }
 
+/** How long past its expiry a consumer is kept before a prune removes it: ms in
+ * [0, MAX_TTL_MS], or null (DEFAULT_RETENTION_TTLS times its group's TTL). */
+export function checkRetention(value: unknown, argument = "retentionMs"): number | null {
+  if (value === null) return null;
+  if (typeof value !== "number") throw new TypeError(`${argument} must be a number or null, got ${kind(value)}`);
+  if (!Number.isInteger(value) || value < 0 || value > MAX_TTL_MS) {
+    throw new RangeError(`${argument} must be an integer in [0, ${MAX_TTL_MS}] or null, got ${String(value)}`);
+  }
+  return value;
+}
+
 /** An instant in ns as its decimal string ("" when absent: the server's clock). */
 export function checkNs(value: unknown): string {
   if (value === undefined) return "";

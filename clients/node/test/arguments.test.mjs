@@ -95,6 +95,8 @@ test("a lease count, TTL or instant of the wrong type is a TypeError, one out of
     [() => registry.setTtl("1000"), TypeError, "ttlMs"],
     [() => registry.setTtl(0), RangeError, "ttlMs"],
     [() => registry.snapshot({ stuckAfterMs: 1n }), TypeError, "stuckAfterMs"],
+    [() => registry.pruneExpired({ nowNs: T0 + 10n ** 15n, retentionMs: "1000" }), TypeError, "retentionMs"],
+    [() => registry.pruneExpired({ nowNs: T0 + 10n ** 15n, retentionMs: -1 }), RangeError, "retentionMs"],
   ];
   for (const [call, error, argument] of cases) {
     await assert.rejects(call(), (e) => e instanceof error && e.message.startsWith(argument), argument);

@@ -51,6 +51,7 @@ function read(args) {
   if (args.queue !== undefined && args.queue !== null) out.queue = args.queue;
   if (args.group !== undefined && args.group !== null) out.group = args.group;
   if (args.with_meta) out.withMeta = true;
+  if (args.retention_ms !== undefined) out.retentionMs = args.retention_ms;
   return out;
 }
 
@@ -168,13 +169,20 @@ for (const file of files) {
           await assert.rejects(op(registry, step.args ?? {}), (thrown) => {
             assert.ok(thrown instanceof error, `${label}: ${thrown}`);
             if ("argument" in step) assert.ok(thrown.message.startsWith(camel(step.argument)), `${label}: ${thrown.message}`);
+            if ("completed" in step) assert.equal(thrown.completed, step.completed, `${label}: completed`);
+            if ("refused" in step) assert.deepStrictEqual(thrown.refused.map((r) => [...r]).sort(), [...step.refused].sort(), `${label}: refused`);
             return true;
           });
           continue;
         }
         const reply = await op(registry, step.args ?? {});
         if ("reply" in step) assert.deepStrictEqual(subset(step.reply, reply), step.reply, label);
-        assert.deepStrictEqual(skipped.map((s) => s.key).sort(), [...(step.skipped ?? [])].sort(), `${label}: skipped`);
+        // The keys set aside, in the order reported (docs/protocol.md, section 9), once each.
+        assert.deepStrictEqual(
+          skipped.map((s) => s.key),
+          step.skipped ?? [],
+          `${label}: skipped`,
+        );
       }
     } finally {
       registry.redis.disconnect();

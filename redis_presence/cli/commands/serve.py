@@ -7,8 +7,11 @@ import os
 
 import click
 
+from redis_presence.model import DEFAULT_RETENTION_TTLS
+
 from ..app import App, pass_app
 from ..errors import CliError, UsageProblem
+from ..options import Duration
 
 DEFAULT_PORT = 8321
 
@@ -114,6 +117,23 @@ def web_extra_missing(command: str, exc: ImportError) -> CliError:
     "request arrives at; any other Host gets 421. Env (without --allowed-host): "
     "REDIS_PRESENCE_ALLOWED_HOSTS, separated by commas or spaces.",
 )
+@click.option(
+    "--prune-every",
+    type=Duration(least_ms=1_000),
+    metavar="DURATION",
+    envvar="REDIS_PRESENCE_PRUNE_EVERY",
+    help="Automatic removal (off by default): prune every DURATION (1m, 5m) the consumers "
+    "expired for longer than --prune-retention. Writes, so not with --read-only. "
+    "Env: REDIS_PRESENCE_PRUNE_EVERY.",
+)
+@click.option(
+    "--prune-retention",
+    type=Duration(),
+    metavar="DURATION",
+    envvar="REDIS_PRESENCE_PRUNE_RETENTION",
+    help=f"With --prune-every: keep expired consumers this long past expiry (default: "
+    f"{DEFAULT_RETENTION_TTLS} TTLs of each group). Env: REDIS_PRESENCE_PRUNE_RETENTION.",
+)
 @click.option("--read-cache-ms", type=click.IntRange(0, 60_000), default=500, hidden=True)
 @click.option("--live-interval-ms", type=click.IntRange(50, 60_000), default=500, hidden=True)
 @pass_app
@@ -129,11 +149,14 @@ def command(
     max_connections: int,
     pool_timeout: float,
     allowed_hosts: tuple[str, ...],
+    prune_every: int | None,
+    prune_retention: int | None,
     read_cache_ms: int,
     live_interval_ms: int,
 ) -> None:
     """Serve the dashboard (/), the JSON API (/api/v1/), Prometheus metrics (/metrics) and
-    health probes (/healthz, /readyz). Read-only: nothing it serves writes to Redis.
+    health probes (/healthz, /readyz). Read-only: nothing it serves writes to Redis, unless
+    --prune-every asks it to remove expired consumers (automatic removal).
 
     The service starts and answers while Redis is down (/readyz says 503) and recovers by
     itself when Redis returns.
@@ -153,6 +176,13 @@ def command(
         from redis_presence.web.service import WebConfig
     except ImportError as exc:
         raise web_extra_missing("serve", exc) from None
+    if prune_every is not None and app.read_only:
+        raise UsageProblem(
+            "--prune-every writes to Redis, but --read-only (or REDIS_PRESENCE_READ_ONLY) is "
+            "set: a read-only serve cannot prune"
+        )
+    if prune_retention is not None and prune_every is None:
+        raise UsageProblem("--prune-retention needs --prune-every")
     if auth_token:
         try:
             check_token(auth_token)
@@ -172,6 +202,8 @@ def command(
         max_streams=max_streams,
         max_connections=max_connections,
         pool_timeout_s=pool_timeout,
+        prune_every_s=None if prune_every is None else prune_every / 1000,
+        prune_retention_ms=prune_retention,
         allowed_hosts=(
             host,
             *(allowed_hosts or parse_allowed_hosts(os.environ.get(ALLOWED_HOSTS_ENV, ""))),
@@ -192,7 +224,8 @@ def command(
     click.echo(
         f"redis-presence serve: serving {url_of(sock)} (Redis {redact(app.url)}, prefix "
         f"{app.prefix!r}, {ttl_words}, "
-        f"{'auth token required' if auth_token else 'no auth token'})",
+        f"{'auth token required' if auth_token else 'no auth token'}"
+        f"{'' if prune_every is None else f', pruning every {prune_every} ms'})",
         err=True,
     )
     try:
