@@ -68,6 +68,7 @@ end
 -- ZADD, the first write, checks the sorted set.
 local added = redis.pcall('ZADD', hb, us, consumer)
 if type(added) == 'table' then return failed(added, 1, 'zset') end
+if not old then grown(hb) end
 local value = registered .. ' ' .. stamp .. ' ' .. lease
 if progress then
   redis.call('HSET', data, consumer, value .. ' ' .. progress)
@@ -80,7 +81,10 @@ if kind then
 end
 
 if INDEX then
-  if not listed then redis.call('ZADD', INDEX, 0, data) end
+  if not listed then
+    redis.call('ZADD', INDEX, 0, data)
+    grown(INDEX)
+  end
   return 0
 end
 local list = 0

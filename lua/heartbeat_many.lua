@@ -91,6 +91,7 @@ end
 local events = {}  -- events[g] = {joined = {...}, recovered = {...}}
 local latest = {}  -- latest[g][consumer]: the value this call wrote (a consumer beats twice)
 local zset_ok = {}  -- zset_ok[g]: a ZADD into group g's sorted set succeeded
+local joined = {}  -- joined[g]: a consumer joined group g (its sorted set grew)
 for i = first, #ARGV, 5 do
   local g, consumer, lease = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
   if not problem[g] and not (spoilt[g] and spoilt[g][consumer]) then
@@ -141,6 +142,7 @@ for i = first, #ARGV, 5 do
       if not registered then
         registered = stamp
         kind, when = 'joined', stamp
+        joined[g] = true
       elseif was_gone and (delay <= 0 or not inactive_at(stamp, now_us, now_rest, ttl)) then
         kind, when = 'recovered', now_str
       end
@@ -159,6 +161,9 @@ for i = first, #ARGV, 5 do
       end
     end
   end
+end
+for g = 1, GROUPS do
+  if joined[g] then grown((group_keys(g))) end
 end
 local logged = 0
 for g = 1, GROUPS do
@@ -193,7 +198,7 @@ if INDEX then
       members[#members + 1] = data
     end
   end
-  if #members > 0 then redis.call('ZADD', INDEX, unpack(members)) end
+  if #members > 0 and redis.call('ZADD', INDEX, unpack(members)) > 0 then grown(INDEX) end
   return out
 end
 for g = 1, GROUPS do

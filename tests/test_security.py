@@ -72,7 +72,7 @@ READER_USER, READER_PASSWORD = "presence-reader", "change-me-reader"
 ACL_BROKER = (
     f"ACL SETUSER {BROKER_USER} reset on >{BROKER_PASSWORD} ~presence:* resetchannels -@all "
     "+evalsha +fcall +script|load +function|load +select +type +time +exists +get +hget +hset "
-    "+zadd +zscore +set +zrem +hdel +del +xadd +pexpire"
+    "+zadd +zscore +zcard +set +zrem +hdel +del +xadd +pexpire"
 )
 ACL_READER = (
     f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} ~presence:* resetchannels -@all "
@@ -91,8 +91,8 @@ JANITOR_USER, JANITOR_PASSWORD = "presence-janitor", "change-me-janitor"
 ACL_JANITOR = (
     f"ACL SETUSER {JANITOR_USER} reset on >{JANITOR_PASSWORD} ~presence:* resetchannels -@all "
     "+evalsha +fcall +script|load +function|load +select +type +time +exists +get +hget +hset "
-    "+zadd +zscore +set +zrem +hdel +del +xadd +pexpire +zrangebylex +zrangebyscore +hlen "
-    "+hgetall +hscan +hmget"
+    "+zadd +zscore +zcard +set +zrem +hdel +del +xadd +pexpire +zrangebylex +zrangebyscore "
+    "+hlen +hgetall +hscan +hmget"
 )
 OPERATOR_USER, OPERATOR_PASSWORD = "presence-operator", "change-me-operator"
 ACL_OPERATOR = (
