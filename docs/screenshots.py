@@ -3,7 +3,8 @@
 Starts `redis-presence demo --serve` (its own Redis, real broker processes, the dashboard),
 declares one group that nobody reads, waits in Chromium (Playwright driving Debian's
 `chromium`) until the story has a crashed broker's consumers expired and their
-replacement active, and writes the groups page and a group's page at 1280 and 390 px:
+replacement active, and writes the groups page and a group's page at 1280 and 390 px, and
+at 1280 px in the dark scheme (`prefers-color-scheme: dark`):
 
     python docs/screenshots.py            # writes docs/img/*.png
     python docs/screenshots.py --out /tmp/shots --chromium /usr/bin/chromium
@@ -22,6 +23,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Literal
 
 from playwright.sync_api import Page, expect, sync_playwright
 
@@ -33,7 +35,11 @@ TTL_MS = 5_000
 PREFIX = "presence-demo"  # the demo's
 DASHBOARD = re.compile(r"dashboard: (http://\S+)")
 REDIS = re.compile(r"started .* on (127\.0\.0\.1:\d+)")
-SCREENS = {"": (1280, 860), "-phone": (390, 844)}
+SCREENS: dict[str, tuple[int, int, Literal["light", "dark"]]] = {
+    "": (1280, 860, "light"),
+    "-phone": (390, 844, "light"),
+    "-dark": (1280, 860, "dark"),
+}
 PAGES = {"dashboard": "/", "dashboard-group": "/group?queue=orders&group=billing"}
 # The moment to show: the hung consumer and the crashed broker's three expired, the
 # replacement broker's three active, one consumer left (3 brokers x 3 consumers).
@@ -88,9 +94,9 @@ def shoot(url: str, chromium: str, out: Path, ttl_ms: int) -> list[Path]:
         )
         try:
             pages: dict[str, Page] = {}
-            for suffix, (width, height) in SCREENS.items():
+            for suffix, (width, height, scheme) in SCREENS.items():
                 context = browser.new_context(
-                    base_url=url, viewport={"width": width, "height": height}
+                    base_url=url, viewport={"width": width, "height": height}, color_scheme=scheme
                 )
                 context.set_default_timeout(30_000)
                 for name, path in PAGES.items():

@@ -55,6 +55,10 @@ if TYPE_CHECKING:
     from .reporter import DEFAULT_REPORT_INTERVAL_MS as DEFAULT_REPORT_INTERVAL_MS
     from .reporter import AsyncPresenceReporter as AsyncPresenceReporter
     from .reporter import PresenceReporter as PresenceReporter
+    from .verdict import GroupFacts as GroupFacts
+    from .verdict import GroupVerdict as GroupVerdict
+    from .verdict import Verdict as Verdict
+    from .verdict import judge as judge
 
 _EXPORTS: dict[str, str] = {
     "DEFAULT_MAX_FUTURE_MS": "model",
@@ -98,6 +102,10 @@ _EXPORTS: dict[str, str] = {
     "PresenceReporter": "reporter",
     "PresenceState": "model",
     "RedisPresenceRegistry": "registry",
+    "GroupFacts": "verdict",
+    "GroupVerdict": "verdict",
+    "Verdict": "verdict",
+    "judge": "verdict",
 }
 """Each public name and the submodule (of this package) that defines it."""
 

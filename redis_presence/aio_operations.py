@@ -215,6 +215,13 @@ class AsyncContractOperations:
         oldest heartbeat and leases, see `Planner.groups`)."""
         return await self.execute(self.plans.groups(now_ns, ttl_ms, details=details))
 
+    async def group(
+        self, queue: str, group: str, now_ns: int | None = None, ttl_ms: int | None = None
+    ) -> GroupPresence:
+        """One group as a row of `groups()`, with its `verdict` (zeros for a group neither
+        tracked nor declared); reads that group's keys alone, never a consumer's row."""
+        return await self.execute(self.plans.group(queue, group, now_ns, ttl_ms))
+
     async def set_stuck_after(
         self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None
     ) -> None:

@@ -150,6 +150,12 @@ class PresenceRegistry(Protocol):
         (None: not declared) and whether it has fewer active consumers (`details`: and its
         oldest heartbeat and leases, see `Planner.groups`)."""
 
+    def group(
+        self, queue: str, group: str, now_ns: int | None = None, ttl_ms: int | None = None
+    ) -> GroupPresence:
+        """One group as a row of `groups()`, with its `verdict` (zeros for a group neither
+        tracked nor declared); reads that group's keys alone, never a consumer's row."""
+
     def set_stuck_after(
         self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None
     ) -> None:

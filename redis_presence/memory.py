@@ -395,6 +395,24 @@ class ConsumerPresenceRegistry:
             out.append(GroupPresence.of(*key, active, stale, expired, declared.get(key), *more))
         return out
 
+    def group(
+        self, queue: str, group: str, now_ns: int | None = None, ttl_ms: int | None = None
+    ) -> GroupPresence:
+        """One group as a row of `groups()`, with its `verdict` (zeros for a group neither
+        tracked nor declared)."""
+        queue, group = check_name("queue", queue), check_name("group", group)
+        tally = dict.fromkeys(PresenceState, 0)
+        for row in self.snapshot(now_ns, ttl_ms, queue=queue, group=group):
+            tally[row.state] += 1
+        return GroupPresence.of(
+            queue,
+            group,
+            tally[PresenceState.ACTIVE],
+            tally[PresenceState.STALE],
+            tally[PresenceState.EXPIRED],
+            self.min_active(queue, group),
+        )
+
     def size(self) -> int:
         """How many consumers are tracked, in every state (as ``len()``)."""
         with self._lock:

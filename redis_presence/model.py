@@ -11,6 +11,8 @@ from itertools import groupby, repeat
 from operator import and_, eq, floordiv, gt, itemgetter, le, sub
 from typing import Any, NamedTuple, TypeVar
 
+from .verdict import GroupFacts, GroupVerdict, Verdict, judge
+
 DEFAULT_PRESENCE_TTL_MS = 30_000
 """Default heartbeat budget: a consumer is active for this long after its last beat."""
 
@@ -406,8 +408,26 @@ class GroupPresence(NamedTuple):
         """Whether the group was declared with `expect`."""
         return self.min_active is not None
 
+    @property
+    def judged(self) -> GroupVerdict:
+        """Its verdict and reason (`redis_presence.verdict`) from its counts and minimum:
+        never `STALLED` (these counts read no consumer's progress) nor, until rows store
+        it, `DRAINING`."""
+        return judge(GroupFacts(self.active, self.stale, self.expired, self.min_active))
+
+    @property
+    def verdict(self) -> Verdict:
+        """`OK`, `DEGRADED` or `STOPPED` (docs/concepts.md, "One verdict per group")."""
+        return self.judged.verdict
+
+    @property
+    def reason(self) -> str:
+        """Why `verdict`, in words."""
+        return self.judged.reason
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready mapping with the field names of this class."""
+        """Plain JSON-ready mapping with the field names of this class (the protocol's
+        conformance cases; the web API's group adds `verdict` and `reason`)."""
         return self._asdict()
 
 

@@ -229,6 +229,13 @@ class ContractOperations:
         oldest heartbeat and leases, see `Planner.groups`)."""
         return self.execute(self.plans.groups(now_ns, ttl_ms, details=details))
 
+    def group(
+        self, queue: str, group: str, now_ns: int | None = None, ttl_ms: int | None = None
+    ) -> GroupPresence:
+        """One group as a row of `groups()`, with its `verdict` (zeros for a group neither
+        tracked nor declared); reads that group's keys alone, never a consumer's row."""
+        return self.execute(self.plans.group(queue, group, now_ns, ttl_ms))
+
     def set_stuck_after(
         self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None
     ) -> None:

@@ -40,7 +40,10 @@ def fleet(redis_url: str) -> str:
 
 
 def test_exit_0_when_every_group_has_enough(fleet: str) -> None:
-    done = check(fleet, "--queue", "orders", "--group", "billing", "--min-active", "2")
+    """--below-only: the minimum alone, as before verdicts (the stale w3 passes)."""
+    done = check(
+        fleet, "--below-only", "--queue", "orders", "--group", "billing", "--min-active", "2"
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "OK   queue 'orders' group 'billing': 2 active (at least 2 wanted)\n"
     assert done.stderr == "redis-presence: TTL 10000 ms (--ttl-ms)\n"  # where the TTL came from
@@ -49,6 +52,7 @@ def test_exit_0_when_every_group_has_enough(fleet: str) -> None:
 def test_exit_1_when_one_group_has_too_few(fleet: str) -> None:
     done = check(
         fleet,
+        "--below-only",
         "--queue",
         "orders",
         "--group",
@@ -74,6 +78,7 @@ def test_exit_1_when_one_group_has_too_few(fleet: str) -> None:
 def test_min_active_once_per_pair_and_json(fleet: str) -> None:
     done = check(
         fleet,
+        "--below-only",
         "--queue",
         "orders",
         "--group",
@@ -148,9 +153,9 @@ def test_exit_5_when_the_prefix_holds_foreign_data(
 
 def test_check_reads_no_consumer(redis_client: redis.Redis, fleet: str) -> None:
     redis_client.config_resetstat()
-    assert check(fleet, "--queue", "orders", "--group", "billing").returncode == 0
+    assert check(fleet, "--queue", "orders", "--group", "billing").returncode == 10  # stale w3
     commands = {name.removeprefix("cmdstat_") for name in redis_client.info("commandstats")}
-    assert "zcount" in commands  # the named group's count ...
+    assert "zcount" in commands  # the named group's counts ...
     assert not commands & {"hgetall", "hscan", "zrangebylex", "smembers", "scan"}  # ... alone
 
 
@@ -251,14 +256,81 @@ def test_a_named_group_is_checked_against_its_declared_minimum(
     registry.close()
     done = check(fleet, "--queue", "orders", "--group", "billing")
     assert done.returncode == 1
-    assert done.stdout == "FAIL queue 'orders' group 'billing': 2 active (at least 3 wanted)\n"
-    # An explicit --min-active still wins; an undeclared group still wants 1.
+    assert done.stdout == (
+        "DEGRADED queue 'orders' group 'billing': below its minimum: 2 active, at least 3 "
+        "wanted; 1 consumer stale (missed beats without draining)\n"
+    )
+    # An explicit --min-active still wins (the stale w3: DEGRADED, 10); undeclared wants 1.
     assert (
-        check(fleet, "--queue", "orders", "--group", "billing", "--min-active", "2").returncode == 0
+        check(fleet, "--queue", "orders", "--group", "billing", "--min-active", "2").returncode
+        == 10
     )
     redis_client.config_resetstat()
     both = check(fleet, "--queue", "orders", "--group", "billing", "--queue", "q", "--group", "g")
-    assert both.stdout.splitlines()[1] == "FAIL queue 'q' group 'g': 0 active (at least 1 wanted)"
+    assert both.stdout.splitlines()[1] == (
+        "STOPPED  queue 'q' group 'g': nobody reading: no consumer, at least 1 wanted"
+    )
     commands = {name.removeprefix("cmdstat_") for name in redis_client.info("commandstats")}
     assert "hmget" in commands  # each named group's declaration, read alone
     assert not commands & {"hgetall", "hscan", "zrangebylex", "smembers", "scan"}
+
+
+# -- the verdict: an exit code per verdict ------------------------------------------------
+
+
+def test_exit_code_per_verdict(redis_url: str, redis_client: redis.Redis) -> None:
+    """0 for OK (and DRAINING), 1 below the minimum (STOPPED is), 10 DEGRADED, 11 STALLED
+    (with --progress: the consumers' rows), 12 STOPPED at a minimum of 0; the worst wins,
+    1 first."""
+    registry = RedisPresenceRegistry.from_url(redis_url)
+    beat = registry.heartbeat
+    beat("q", "ok", "w1", now_ns=NOW)
+    beat("q", "stale", "w1", now_ns=NOW)
+    beat("q", "stale", "w2", now_ns=NOW - 10_001 * MS)
+    beat("q", "stalled", "w1", 2, now_ns=NOW - 400_000 * MS)  # leases, no progress since
+    beat("q", "stalled", "w1", 2, now_ns=NOW)
+    beat("q", "gone", "w1", now_ns=NOW - 10_001 * MS)
+    registry.close()
+
+    def code(*pairs: str, extra: tuple[str, ...] = ()) -> tuple[int, list[str]]:
+        named = [arg for name in pairs for arg in ("--queue", "q", "--group", name)]
+        done = check(redis_url, *extra, *named)
+        assert done.stderr.startswith("redis-presence: TTL"), done.stderr
+        return done.returncode, [line.split()[0] for line in done.stdout.splitlines()]
+
+    assert code("ok") == (0, ["OK"])
+    assert code("ok", "stale") == (10, ["OK", "DEGRADED"])
+    assert code("stalled") == (0, ["OK"])  # counts alone: its progress is not read
+    assert code("stalled", extra=("--progress",)) == (11, ["STALLED"])
+    assert code("stale", "stalled", extra=("--progress",)) == (11, ["DEGRADED", "STALLED"])
+    assert code("gone") == (1, ["STOPPED"])  # nobody reading: below its minimum of 1
+    assert code("gone", "stalled", extra=("--progress",)) == (1, ["STOPPED", "STALLED"])
+    assert code("gone", extra=("--min-active", "0")) == (12, ["STOPPED"])
+    assert code("gone", extra=("--below-only", "--min-active", "0")) == (0, ["OK"])
+    done = check(redis_url, "--progress", "--format", "json", "--queue", "q", "--group", "stale")
+    assert json.loads(done.stdout) == [
+        {
+            "queue": "q",
+            "group": "stale",
+            "active": 1,
+            "min_active": 1,
+            "ok": False,
+            "stale": 1,
+            "expired": 0,
+            "stuck": 0,
+            "verdict": "DEGRADED",
+            "reason": "1 consumer stale (missed beats without draining)",
+        }
+    ]
+    for bad in (["--progress", "--below-only"], ["--consumer", "w1", "--progress"]):
+        refused = check(redis_url, *bad, "--queue", "q", "--group", "ok")
+        assert refused.returncode == 2, bad
+        assert refused.stderr.count("\n") == 1
+
+
+def test_progress_reads_the_groups_consumers_alone(redis_client: redis.Redis, fleet: str) -> None:
+    redis_client.config_resetstat()
+    assert check(fleet, "--progress", "--queue", "orders", "--group", "billing").returncode == 10
+    commands = {name.removeprefix("cmdstat_") for name in redis_client.info("commandstats")}
+    assert "hgetall" in commands  # the named group's rows ...
+    assert not commands & {"hscan", "zrangebylex", "smembers", "scan"}  # ... alone

@@ -38,13 +38,17 @@ def test_check_without_a_group_checks_every_declared_group(backend: Backend) -> 
     seed(backend.registry)
     assert backend.at_now("check").exit_code == 2  # nothing declared, nothing named
     backend.registry.expect("orders", "billing")
-    ok = backend.at_now("check")
-    assert ok.exit_code == 0, ok.output
-    assert ok.stdout.startswith("OK")
+    ok = backend.at_now("check")  # enough readers, but one stale: DEGRADED
+    assert ok.exit_code == 10, ok.output
+    assert ok.stdout.startswith("DEGRADED queue 'orders' group 'billing': 1 consumer stale")
+    assert backend.at_now("check", "--below-only").exit_code == 0
     backend.registry.expect("payments", "settle", 1)
     failed = backend.at_now("check")
     assert failed.exit_code == 1
-    assert "FAIL queue 'payments' group 'settle': 0 active (at least 1 wanted)" in failed.stdout
+    assert (
+        "STOPPED  queue 'payments' group 'settle': nobody reading: no consumer, at least 1 wanted"
+        in failed.stdout
+    )
 
 
 def test_ls_stuck_and_wide_metadata(backend: Backend) -> None:  # noqa: F811

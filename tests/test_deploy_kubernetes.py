@@ -81,7 +81,9 @@ def test_the_alerting_cronjob_checks_the_declared_groups(redis_url: str) -> None
         registry.close()
     below = run_probe(container["args"], redis_url, "")
     assert below.returncode == 1, below.stderr
-    assert below.stdout.startswith("FAIL queue 'orders' group 'billing': 1 active")
+    assert below.stdout.startswith(
+        "DEGRADED queue 'orders' group 'billing': below its minimum: 1 active, at least 2"
+    )
 
 
 @pytest.fixture

@@ -91,6 +91,12 @@ class RegistryMatchesModel(RuleBasedStateMachine):
             now_ns=self.now, ttl_ms=ttl
         )
 
+    @rule(queue=NAMES, group=NAMES, ttl=TTL)
+    def one_group_and_its_verdict_agree(self, queue: str, group: str, ttl: int) -> None:
+        """`group()`: the same row, so the same verdict and reason, as the model's."""
+        row = self.redis.group(queue, group, now_ns=self.now, ttl_ms=ttl)
+        assert row == self.model.group(queue, group, now_ns=self.now, ttl_ms=ttl)
+
     @rule(beats=st.lists(st.tuples(NAMES, NAMES, NAMES, st.integers(0, 9)), max_size=6))
     def heartbeat_many(self, beats: list[tuple[str, str, str, int]]) -> None:
         # Duplicate consumers in one batch: the last beat wins on both sides.

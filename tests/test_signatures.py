@@ -201,6 +201,7 @@ NODE: dict[str, tuple[str, dict[str, str | None]] | str] = {
         "groups",
         {"now_ns": "options.nowNs", "ttl_ms": "options.ttlMs", "details": None},
     ),
+    "group": "groups() reads every group's row; countActiveByGroup({queue, group}) counts one",
     "set_stuck_after": "no progress budget yet (no progress either)",
     "stuck_after": "no progress budget yet (no progress either)",
     "stuck_after_source": "no progress budget yet (no progress either)",

@@ -150,6 +150,11 @@ def test_a_spoilt_value_on_the_horizon_is_not_counted_and_hides_nothing(
     assert len(said) == 1, said
     one, said = warned(lambda: registry.count_active("bad", "g", now_ns=T0, ttl_ms=ttl_ms))
     assert (one, len(said)) == (1, 1)
+    row, said = warned(lambda: registry.group("bad", "g", now_ns=T0, ttl_ms=ttl_ms))
+    assert len(said) == 1  # and the one uncounted active is no less seen than by groups()
+    rows, _ = warned(lambda: registry.groups(now_ns=T0, ttl_ms=ttl_ms))
+    assert [r for r in rows if r.key == ("bad", "g")] == [row]
+    assert row.active == 1
 
 
 def test_a_consumer_name_that_is_not_utf8_costs_its_own_row(

@@ -185,6 +185,7 @@ def test_a_read_of_the_spoilt_group_alone_raises_its_data_error(
     if spoil.kind == "ttl":
         calls |= {
             "count_active": lambda: registry.count_active("bad", "g", now_ns=T0),
+            "group": lambda: registry.group("bad", "g", now_ns=T0),
             "counts of the group": lambda: registry.count_active_by_group(
                 now_ns=T0, queue="bad", group="g"
             ),

@@ -58,9 +58,12 @@ def test_every_route_answers_from_the_snapshot(
     groups = client.get("/api/v1/groups").json()["groups"]
     undeclared = {"min_active": None, "below": False}
     assert groups == [
-        {"queue": "orders", "group": "billing", "active": 1, "stale": 1, "expired": 0} | undeclared,
+        {"queue": "orders", "group": "billing", "active": 1, "stale": 1, "expired": 0}
+        | undeclared
+        | {"verdict": "DEGRADED", "reason": "1 consumer stale (missed beats without draining)"},
         {"queue": "orders", "group": "shipping", "active": 0, "stale": 0, "expired": 1}
-        | undeclared,
+        | undeclared
+        | {"verdict": "STOPPED", "reason": "nobody reading: 0 active (1 expired)"},
     ]
     one = client.get("/api/v1/groups/orders/shipping").json()
     assert one["group"] == groups[1]

@@ -42,8 +42,9 @@ MS = 1_000_000
 # Every route of `create_app` and the query parameters it reads; "{queue}/{group}" and
 # "{name}" are path segments.
 ROUTES: dict[str, tuple[str, ...]] = {
-    "/": ("queue", "group", "state", "idle", "cursor", "limit", "page"),  # page: old links
-    "/group": ("queue", "group", "state", "search", "cursor", "limit", "meta"),
+    # "/": page, for old links
+    "/": ("queue", "group", "state", "idle", "cursor", "limit", "page", "sort", "window"),
+    "/group": ("queue", "group", "state", "search", "cursor", "limit", "meta", "window"),
     "/consumers": ("queue", "group", "state", "search", "cursor", "limit", "meta"),
     "/consumer": ("queue", "group", "consumer"),
     "/api/v1/groups": ("queue", "group", "cursor", "limit"),
@@ -161,6 +162,8 @@ def seeded(redis_url: str) -> Iterator[Seeded]:
             "cursor": [pages["next_cursor"], groups["next_cursor"], events["cursor"]],
             "limit": ["1", "1000"],
             "meta": ["1", "0"],
+            "sort": ["-active", "min", "expired"],
+            "window": ["1h", "6h", "24h"],
             "name": ["dashboard.js", "favicon.svg"],
             "Last-Event-ID": [events["cursor"]],
         }

@@ -137,12 +137,12 @@ def test_groups_page_sparklines_and_group_chart_walk_back_from_now(
         html = client.get("/").text
         assert HOSTILE not in html
         cells = re.findall(r'<td class="spark"[^>]*>.*?</td>', html, re.S)
-        assert len(cells) == 2  # the row's, and the one history.js keeps for re-renders
-        for cell in cells:  # the key history.js finds the row's cell by
+        assert len(cells) == 1  # the row's only: no second copy of the chart in the page
+        for cell in cells:  # the key history.js keeps the row's cell by
             key = re.search(r"data-key='([^']*)'", cell)
             assert key is not None
             assert json.loads(html_unescape(key.group(1))) == ["q", HOSTILE]
-        label = re.search(r'aria-label="([^"]*)"', cells[0])
+        label = re.search(r"<title>([^<]*)</title>", cells[0])  # its accessible name
         assert label is not None
         assert "1 then, 2 now, at most 2" in label.group(1)
         page = client.get(group_url("q", HOSTILE)).text
@@ -154,6 +154,10 @@ def test_groups_page_sparklines_and_group_chart_walk_back_from_now(
         # one consumer (old) for the first ten minutes, none until a and b joined, two now
         assert ys[0] == ys[5] < ys[15]  # y grows downwards
         assert ys[-1] < ys[0]
+        scale = re.search(r'data-scale="(\d+)"', chart)
+        assert scale is not None  # the counts, exactly, from the drawing: y = scale - count
+        counts = [int(scale.group(1)) - int(y) for y in ys]
+        assert (counts[0], counts[15], counts[-1]) == (1, 0, 2)
         assert "no-log" not in chart
         monkeypatch.setattr(history, "SPARK_PAGE_ENTRIES", 0)  # at least 20 a queue: enough
         assert 'class="trimmed"' not in client.get("/").text
@@ -180,3 +184,58 @@ def test_consumer_page_with_another_programs_metadata_is_shown_without_it(
         assert model["meta"] == {}
         assert "did not write" in model["meta_error"]
         assert model["row"]["lease_count"] == 1
+
+
+def test_every_row_has_a_sparkline_on_one_scale_and_no_second_copy(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    # 60 groups (the first 50 had one before): group i has i % 7 consumers now (none: not
+    # a group), and g03 had 9 others twenty minutes ago (one scale: 9 for every row)
+    for i in range(70):
+        for c in range(i % 7):
+            writer.heartbeat("q", f"g{i:02d}", f"c{c}", now_ns=T0 - 2 * S)
+    for c in range(9):
+        writer.heartbeat("q", "g03", f"gone{c}", now_ns=T0 - 1_200 * S)
+        writer.deregister("q", "g03", f"gone{c}", now_ns=T0 - 1_100 * S)
+    with make_client(redis_url, Clock(T0), ttl_ms=None) as client:
+        html = client.get("/").text
+        cells = re.findall(r'<td class="spark"[^>]*>.*?</td>', html, re.S)
+        assert len(cells) == 60
+        assert html.count("<svg") == 60  # one drawing per row, and no other copy
+        scales = {re.search(r'data-scale="(\d+)"', cell).group(1) for cell in cells}  # type: ignore[union-attr]
+        assert scales == {"9"}  # g03's, 20 minutes ago
+        assert 'id="spark-scale">9<' in html
+        (busy,) = [cell for cell in cells if "g03" in cell]
+        line = re.search(r'class="sure" points="([^"]*)"', busy)
+        assert line is not None
+        counts = [9 - int(p.split(",")[1]) for p in line.group(1).split()]
+        assert (counts[0], max(counts), counts[-1]) == (0, 9, 3)
+        quiet = re.search(r'class="sure" points="([^"]*)"', cells[0])  # g01: 1 now, on 0-9
+        assert quiet is not None
+        assert quiet.group(1).split()[-1] == "30,8"
+
+
+def test_the_window_is_chosen_by_a_parameter_and_checked(
+    redis_url: str, writer: RedisPresenceRegistry
+) -> None:
+    writer.heartbeat("q", "g", "old", now_ns=T0 - 5 * 3_600 * S)  # joined 5 h ago
+    for name in ("a", "b"):
+        writer.heartbeat("q", "g", name, now_ns=T0 - 2 * S)
+    with make_client(redis_url, Clock(T0), ttl_ms=None) as client:
+        hour = client.get(group_url("q", "g")).text
+        assert "Active consumers over the last hour" in hour
+        assert "<span>-60 min</span>" in hour
+        six = client.get(group_url("q", "g") + "&window=6h").text
+        assert "Active consumers over the last 6 hours" in six
+        ticks = re.findall(r"<span>(-\d+ (?:min|h)|now)</span>", six)
+        assert ticks == ["-6 h", "-5 h", "-4 h", "-3 h", "-2 h", "-60 min", "now"]
+        assert "5 joined" not in six
+        assert re.search(r'<line class="ev"[^>]*><title>1 joined between', six)
+        assert 'aria-current="true">6h<' in six
+        assert 'href="?queue=g' not in six
+        day = client.get("/?window=24h").text
+        assert "active consumers over the last 24 hours" in day
+        for path in ("/?window=2h", group_url("q", "g") + "&window=1d"):
+            refused = client.get(path, headers={"Accept": "application/json"})
+            assert refused.status_code == 400
+            assert "window must be one of 1h, 6h, 24h" in refused.json()["message"]

@@ -172,6 +172,14 @@ def test_prometheus_scrapes_the_snapshot_and_drops_a_deregistered_consumer(
         ("emails", "bounces"): 1.0,
         ("payments", "ledger"): 0.0,
     }
+    verdicts = prometheus.query("redis_presence_group_verdict == 1")
+    assert by_labels(verdicts, "queue", "group", "verdict") == {
+        ("orders", "billing", "DEGRADED"): 1.0,  # below its minimum of 2, one stale
+        ("orders", "shipping", "STOPPED"): 1.0,
+        ("emails", 'send "quoted"\nline', "OK"): 1.0,
+        ("emails", "bounces", "STALLED"): 1.0,  # the consumers are read: progress known
+        ("payments", "ledger", "STOPPED"): 1.0,
+    }
     assert by_labels(prometheus.query("redis_presence_up"), "job") == {("redis-presence",): 1.0}
     leases = {("orders", "billing"): 2.0, ("orders", "shipping"): 5.0}
     leases |= {("emails", 'send "quoted"\nline'): 0.0, ("emails", "bounces"): 3.0}
@@ -199,7 +207,9 @@ def test_prometheus_scrapes_the_snapshot_and_drops_a_deregistered_consumer(
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     rules = prometheus.api("rules")["groups"][0]["rules"]
     assert {r["name"] for r in rules} == {
-        "RedisPresenceGroupHasNoActiveConsumer",
+        "RedisPresenceGroupStopped",
+        "RedisPresenceGroupStalled",
+        "RedisPresenceGroupDegraded",
         "RedisPresenceDeclaredGroupBelowMinimum",
         "RedisPresenceGroupVanished",
         "RedisPresenceConsumersNotHeartbeating",

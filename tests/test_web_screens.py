@@ -1,4 +1,5 @@
-"""Every page on a phone (390 px), a tablet (800 px) and a desktop (1280 px), in chromium.
+"""Every page on a phone (390 px), a tablet (800 px) and a desktop (1280 px), in chromium
+(the groups page, a group's, the consumer list, a consumer's, an error).
 
 The document never scrolls sideways, the key figures (the counts, the live badge, the
 names) are on screen and not clipped, ordinary words are never broken mid-word, and a
@@ -199,5 +200,17 @@ def test_an_error_page_fits(page: Page, fleet: object, width: int) -> None:
     fits(page)
     on_screen(page.locator("#live"), page.locator(".error h1"), page.locator(".error .message"))
     expect(page.locator(".error .message")).to_contain_text(LONG + "!")
+    words_whole(page)
+    no_markup(page)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_consumer_page_fits(page: Page, fleet: object, width: int) -> None:
+    page.set_viewport_size({"width": width, "height": 844 if width < 500 else 860})
+    page.goto("/consumer?" + urlencode({"queue": QUEUE, "group": LONG, "consumer": LONG}))
+    fits(page)
+    on_screen(page.locator("#consumer-name"), page.locator("#consumer-stats .card .n"))
+    expect(page.locator("#consumer-name")).to_have_text(LONG)
+    expect(page.locator("#consumer-meta")).to_contain_text(LONG)
     words_whole(page)
     no_markup(page)

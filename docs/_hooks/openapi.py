@@ -23,6 +23,10 @@ _GROUPS_API = ("limit", paging.GROUPS_API.describe())
 _CONSUMERS_PAGE = ("limit", paging.CONSUMERS_PAGE.describe())
 _CONSUMERS_API = ("limit", paging.CONSUMERS_API.describe())
 _CURSOR = ("cursor", "opaque, from `next_cursor` / `prev_cursor` (names a row, not an offset)")
+_WINDOW = (
+    "window",
+    "`1h` (default), `6h` or `24h`: the charts' time window, as far as the event log reaches",
+)
 _JSON = ("Accept", "`application/json` answers the page's JSON twin")
 
 # app route path -> what it serves. `path` (optional) is the OpenAPI path when the app's
@@ -41,6 +45,13 @@ ROUTES: dict[str, dict[str, Any]] = {
             ("idle", "`1`: only the groups nobody reads or below their minimum"),
             _GROUPS_PAGE,
             _CURSOR,
+            (
+                "sort",
+                "`active`, `stale`, `expired` or `min` (the fewest first), `-active`... (the "
+                "most first): ordered over every group by the shared read of the totals; the "
+                "page's rows read now",
+            ),
+            _WINDOW,
         ],
         "kind": "text/html",
     },
@@ -48,7 +59,7 @@ ROUTES: dict[str, dict[str, Any]] = {
         "summary": "One group's page: its consumers, their metadata and progress",
         "description": "400 without `queue` and `group`; 404 when the group is neither "
         "tracked nor declared.",
-        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _CONSUMERS_PAGE, _CURSOR],
+        "query": [_QUEUE, _GROUP, _STATE, _SEARCH, _CONSUMERS_PAGE, _CURSOR, _WINDOW],
         "kind": "text/html",
     },
     "/consumers": {
@@ -68,7 +79,9 @@ ROUTES: dict[str, dict[str, Any]] = {
     "/api/v1/groups": {
         "summary": "Every tracked or declared group with its counts",
         "description": "`groups`: `queue`, `group`, `active`, `stale`, `expired`, "
-        "`min_active` (null: not declared) and `below`, in the index's order; "
+        "`min_active` (null: not declared), `below`, and its `verdict` (`OK`, `DRAINING`, "
+        "`DEGRADED`, `STOPPED`; `STALLED` needs the consumers' progress, which the group's "
+        "own page reads) with its `reason` in words, in the index's order; "
         "`next_cursor` / `prev_cursor` (null at either end).",
         "query": [_QUEUE, _GROUP, _GROUPS_API, _CURSOR],
         "kind": "application/json",
@@ -77,6 +90,8 @@ ROUTES: dict[str, dict[str, Any]] = {
         "path": "/api/v1/groups/{queue}/{group}",
         "summary": "One group: its counts, progress budget and a page of its consumers",
         "description": "Each name is one percent-encoded path segment (`a/b` is `a%2Fb`); "
+        "`group` has the list's fields, its `verdict` judged with its consumers' progress "
+        "(`STALLED` when every active one is stuck); "
         "404 when the group is neither tracked nor declared.",
         "path_params": [
             ("queue", "the queue, percent-encoded"),

@@ -30,6 +30,7 @@ MODULE_ORDER = (
     "aio",
     "reporter",
     "model",
+    "verdict",
     "events",
     "memory",
     "contract",

@@ -166,6 +166,7 @@ class Planner:
         self.expected = declared.expected
         self.min_active = declared.min_active
         self.groups = declared.groups
+        self.group = declared.group
         self.group_page = declared.group_page
         self.group_names = declared.group_names
         self.group_order = declared.group_order

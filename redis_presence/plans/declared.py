@@ -278,6 +278,38 @@ class DeclaredPlans(Job):
         out.skipped = _unique(skipped)
         return out
 
+    def group(
+        self, queue: str, group: str, now_ns: int | None = None, ttl_ms: int | None = None
+    ) -> Plan[GroupPresence]:
+        """One group as a row of `groups()` (its counts at `now_ns` under `ttl_ms` or its
+        shared TTL, and its declared minimum; zeros for a group neither tracked nor
+        declared): its keys alone, ``ZCARD``, both counts and the declaration's ``HMGET`` in
+        one batch (after the shared TTL, cached); no consumer's row is read."""
+        queue, group = check_name("queue", queue), check_name("group", group)
+        ttl = check_optional_ttl_ms(ttl_ms)
+        now = check_now_ns(now_ns)
+        return self._group(queue, group, now, ttl)
+
+    def _group(
+        self, queue: str, group: str, now_ns: int | None, ttl_ms: int | None
+    ) -> Plan[GroupPresence]:
+        now = yield from self.scope.now(now_ns)
+        gk = self.keys.group(queue, group)
+        (ttl,) = yield from self._settings.ttls_for([gk], ttl_ms)
+        horizons = list(PresenceState.horizons_ns(now, ttl))
+        key = self.keys.queue_expect(queue)
+        card, (least,), *counted = yield [
+            Command("ZCARD", (gk.hb,)),
+            Command("HMGET", (key, group)),  # the reader role's, as `min_active`
+            *self._reads.above_asks([gk, gk], horizons),
+        ]
+        skipped: list[Skipped] = []
+        active, alive = yield from self._reads.above_rest([gk, gk], horizons, counted, skipped)
+        _report(skipped)
+        a, b = active or 0, alive or 0
+        minimum = None if least is None else decode_min_active(key, group, least)
+        return GroupPresence.of(queue, group, a, b - a, int(card) - b, minimum)
+
     def _tally(
         self, groups: list[GroupKeys], horizons: list[tuple[int, int]], skipped: list[Skipped]
     ) -> Plan[list[tuple[int, int, int] | None]]:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from prometheus_client import exposition
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -32,7 +32,7 @@ from redis_presence.errors import (
 )
 
 from . import feed as live_events
-from . import history, metrics, paging, params
+from . import history, metrics, paging, params, sorting
 from .asgi import AccessLog, PrefixRoute
 from .auth import TokenAuth, check_token
 from .guard import CatchAll
@@ -87,6 +87,36 @@ def group_json(stats: GroupStats) -> dict[str, object]:
 # -- query parameters (checked in .params) ----------------------------------------------
 
 _text, _flag, _states, _path_names = params.text, params.flag, params.states, params.path_names
+
+
+def _window(request: Request) -> history.Window:
+    """The pictures' time window (``window=1h|6h|24h``; the last hour by default)."""
+    return history.window_of(params.choice(request, "window", history.WINDOWS))
+
+
+def window_links(request: Request, shown: history.Window) -> list[tuple[str, str, bool]]:
+    """``(name, query, shown)`` of each window: this page's query with that window."""
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k != "window"]
+    return [
+        (
+            name,
+            urlencode(kept + ([] if w == history.DEFAULT_WINDOW else [("window", name)])),
+            w == shown,
+        )
+        for name, w in history.WINDOWS.items()
+    ]
+
+
+def sort_links(request: Request, shown: sorting.Sort | None) -> dict[str, str]:
+    """The query of each sortable column of the groups table (a count: the most first, then
+    reversed; ``queue``: the index's order), from the first page, the filters kept."""
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k not in ("sort", "cursor")]
+    links = {"queue": urlencode(kept)}
+    for column in sorting.COLUMNS:
+        now_descending = shown is not None and shown.column == column and shown.descending
+        name = sorting.Sort(column, not now_descending).name
+        links[column] = urlencode([*kept, ("sort", name)])
+    return links
 
 
 def _json(model: dict[str, Any]) -> Response:
@@ -167,14 +197,26 @@ class Views:
             states=_states(request),
             attention=_flag(request, "idle"),
         )
+        window = _window(request)
         # One page of groups (read and counted from the cursor on) and, meanwhile, the
         # fleet's totals (one shared read of every group, at most `totals_cache_s` old),
         # which must agree with the page: of its epoch, and holding what it shows; else
         # read again, or "recounting" (None) when Redis's data changed in between.
         ask = paging.ask(request, paging.GROUPS_PAGE)
-        cached, reading = await asyncio.gather(
-            service.reads.totals(), service.reads.group_page(where, page=ask)
-        )
+        sort = sorting.parse(request.query_params.get("sort"))
+        if sort is None:
+            cached, reading = await asyncio.gather(
+                service.reads.totals(), service.reads.group_page(where, page=ask)
+            )
+        else:  # ordered by every group's counts (the totals' read), the page's read now
+            cached = await service.reads.totals()
+            passing = [g for g in cached.rows if where.names(g.queue, g.group) and where.counts(g)]
+            chosen = sorting.page(passing, sort, ask)
+            reading = await service.reads.groups_named(chosen.rows)
+            rows = sorting.reorder(reading.page.rows, sort)
+            reading = reading._replace(
+                page=paging.Page(rows, chosen.next_cursor, chosen.prev_cursor)
+            )
         now_ns, page, ttl = reading.now_ns, reading.page, reading.ttl
         totals = await service.reads.totals_for(reading, cached)
         shown_totals = totals.to_dict() if totals is not None else None
@@ -191,9 +233,10 @@ class Views:
             "group": where.group_text,
             "states": sorted(s.value for s in where.states),
             "idle": where.attention,
+            "sort": sort.name if sort else "",
         }
         sparks = await history.sparklines(
-            service.reads, [(g.queue, g.group, g.active) for g in page.rows]
+            service.reads, [(g.queue, g.group, g.active) for g in page.rows], window
         )
         context = service.context(
             request,
@@ -201,6 +244,11 @@ class Views:
             ttl=ttl,
             groups=page.rows,
             sparks=sparks,
+            spark_scale=max((c.scale for c in sparks.values()), default=None),
+            window=window,
+            windows=window_links(request, window),
+            sort=sort,
+            sort_links=sort_links(request, sort),
             totals=totals,
             **paging.links(request, page),
             filters=filters,
@@ -236,6 +284,7 @@ class Views:
         stats: GroupStats | None = None
         stuck_after_ms: int | None = None
         with_meta = group_page or _flag(request, "meta")
+        window = _window(request) if group_page else history.DEFAULT_WINDOW
         if group_page and queue is not None and group is not None:
             found = await service.reads.group(queue, group, states=states, search=search, page=ask)
             reading, stats, page = found.reading, found.stats, found.page
@@ -271,7 +320,11 @@ class Views:
         past = None
         if group_page and queue is not None and group is not None:
             past = await history.group_history(
-                service.reads, queue, group, active_now=stats.active if stats else None
+                service.reads,
+                queue,
+                group,
+                active_now=stats.active if stats else None,
+                window=window,
             )
         context = service.context(
             request,
@@ -279,6 +332,8 @@ class Views:
             ttl=ttl,
             stats=stats,
             past=past,
+            window=window,
+            windows=window_links(request, window),
             group_page=group_page,
             with_meta=with_meta,
             meta_errors=reading.meta_errors,

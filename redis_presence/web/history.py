@@ -1,25 +1,27 @@
 """The dashboard's pictures of the recent past: a consumer's page, a group's timeline and
-its active count over the last hour (a chart on the group page, a sparkline per group on
-the groups page).
+its active count over a window (`WINDOWS`: the last hour, 6 or 24 hours, as far as the
+event log reaches; a chart on the group page, a sparkline on every row of the groups page,
+all on one scale).
 
 Each picture is rebuilt from the transition events (`redis_presence.history`) by one
 bounded read (`Planner.group_logs`): at most `GROUP_ENTRIES` entries of the queue's event
 log for a group or consumer page; for the groups page, sparklines for at most
 `SPARK_GROUPS` groups, `SPARK_ENTRIES` entries per queue and `SPARK_PAGE_ENTRIES` in all.
 Nothing is written to draw them. The SVG is drawn here as numbers (coordinates) and
-rendered by the templates, where every name is autoescaped text.
+rendered by the templates, where every name is autoescaped text. The coordinates are the
+only copy of the numbers in the page: history.js reads the counts back from them (with
+the chart's `scale`) for the values it tells on hover and keyboard.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from redis_presence import ConsumerPresence
 from redis_presence.errors import PresenceMetaError
 from redis_presence.formatting import iso_utc
 from redis_presence.history import (
-    HISTORY_WINDOW_NS,
     Departed,
     GroupLog,
     Series,
@@ -38,17 +40,46 @@ SPARK_ENTRIES = 500
 """Event log entries read per queue for the groups page's sparklines at most..."""
 SPARK_PAGE_ENTRIES = 5_000
 """... and per groups page at most (shared by its queues, at least 20 each)."""
-SPARK_GROUPS = 50
-"""Sparklines drawn per groups page at most (the first groups shown)."""
+SPARK_GROUPS = 1_000
+"""Sparklines drawn per groups page at most: every row (a page holds at most 1,000)."""
 TIMELINE_LIMIT = 50
 """Transitions listed on a group or consumer page at most."""
-CHART_POINTS = 61
-"""Instants of the group page's chart (one a minute over the hour)."""
 SPARK_POINTS = 31
+MINUTE_NS = 60 * 1_000_000_000
+
+
+class Window(NamedTuple):
+    """A time window of the pictures: how far back, how many instants the group chart
+    draws, and the step of its time axis."""
+
+    name: str
+    span_ns: int
+    points: int
+    tick_ns: int
+    words: str
+    """As the page says it ("the last hour")."""
+    back: str
+    """How far back it reaches ("an hour")."""
+
+
+WINDOWS = {
+    w.name: w
+    for w in (
+        Window("1h", 60 * MINUTE_NS, 61, 15 * MINUTE_NS, "the last hour", "an hour"),
+        Window("6h", 360 * MINUTE_NS, 73, 60 * MINUTE_NS, "the last 6 hours", "6 hours"),
+        Window("24h", 1_440 * MINUTE_NS, 97, 240 * MINUTE_NS, "the last 24 hours", "24 hours"),
+    )
+}
+"""The windows a page can show (``window=``); the first is the default."""
+DEFAULT_WINDOW = WINDOWS["1h"]
+CHART_POINTS = DEFAULT_WINDOW.points
+"""Instants of the group page's chart over the hour (one a minute)."""
 
 
 class Chart(NamedTuple):
-    """An active-count series as SVG coordinates in a `width` x `height` box."""
+    """An active-count series as SVG coordinates, drawn in a `width` x `height` box: x in
+    the box's units, y in counts (``y = scale - count``, exact) over `viewbox`, which leaves
+    a margin of `pad` (in the box's units) above and below."""
 
     width: int
     height: int
@@ -61,22 +92,38 @@ class Chart(NamedTuple):
     peak: int
     series: Series
     ticks: tuple[tuple[float, str], ...] = ()
-    """``(x, label)`` of the time axis (minutes ago)."""
+    """``(x, label)`` of the time axis (minutes or hours ago)."""
     outages: tuple[tuple[float, float, str], ...] = ()
     """``(x, width, title)`` of each span this service could not reach Redis: drawn over
     the line (no heartbeat got through: what the log's rule draws there is not true)."""
     changes: tuple[tuple[float, str], ...] = ()
     """``(x, title)`` where Redis lost or replaced its data (nothing is drawn before)."""
     pad: int = 2
+    scale: int = 1
+    """The count at the top of the box (one scale for every chart of a page)."""
+    events: tuple[tuple[float, str], ...] = ()
+    """``(x, title)`` of the transitions logged or derived in each step of the series
+    (the group page's chart: who joined, recovered, left, went stale...)."""
 
     @property
-    def xs(self) -> str:
-        """The x of each point of the series (for the page's script, which redraws the
-        line when the count now changes)."""
-        span = max(1, self.series.now_ns - self.series.since_ns)
-        since = self.series.since_ns
-        width = self.width
-        return " ".join(str(round((t - since) * width / span, 1)) for t in self.series.times_ns)
+    def margin(self) -> float:
+        """`pad` in counts."""
+        return _n(round(self.scale * self.pad / (self.height - 2 * self.pad), 3))
+
+    @property
+    def viewbox(self) -> str:
+        return f"0 {_n(-self.margin)} {self.width} {_n(round(self.scale + 2 * self.margin, 3))}"
+
+    @property
+    def bottom(self) -> float:
+        """The box's bottom edge, in counts (below 0 by the margin)."""
+        return _n(round(self.scale + self.margin, 3))
+
+    @property
+    def tick_y(self) -> float:
+        """Where an event's tick starts (it ends at the box's bottom): 3 units tall."""
+        unit = self.scale / (self.height - 2 * self.pad)
+        return _n(round(self.scale + self.margin - 3 * unit, 3))
 
 
 def with_now(series: Series, active: int | None) -> Series:
@@ -97,31 +144,43 @@ def with_marks(log: GroupLog, marks: Sequence[Mark]) -> GroupLog:
     return log._replace(reach_ns=max(*since, log.reach_ns or 0))
 
 
+def _n(value: float) -> float | int:
+    """`value` as the page spells it: an integer without its ``.0``."""
+    return int(value) if value == int(value) else value
+
+
 def chart(
-    series: Series, width: int, height: int, *, pad: int = 2, marks: Sequence[Mark] = ()
+    series: Series,
+    width: int,
+    height: int,
+    *,
+    pad: int = 2,
+    marks: Sequence[Mark] = (),
+    scale: int | None = None,
+    tick_ns: int = DEFAULT_WINDOW.tick_ns,
+    events: Iterable[Transition] = (),
 ) -> Chart:
     """`series` drawn over the whole window (``since_ns`` at x = 0, ``now_ns`` at the
-    right): a trimmed log leaves the start blank; `marks` (`Observed.within`) are drawn
-    over it."""
+    right) on a scale of 0 to `scale` (default: its own peak): a trimmed log leaves the
+    start blank; `marks` (`Observed.within`) are drawn over it, `events` under it (one
+    mark per step of the series that has any)."""
     span = max(1, series.now_ns - series.since_ns)
-    peak = max(1, series.peak)
+    top = max(1, series.peak, scale or 0)
 
     def x(at_ns: int) -> float:
         at = min(max(at_ns, series.since_ns), series.now_ns)  # a mark may start before
-        return round((at - series.since_ns) * width / span, 1)
+        return _n(round((at - series.since_ns) * width / span, 1))
 
-    def y(count: int) -> float:
-        return round(height - pad - count * (height - 2 * pad) / peak, 1)
+    def y(count: int) -> int:
+        return top - count
 
     sure = " ".join(f"{x(t)},{y(n)}" for t, n in zip(series.times_ns, series.low, strict=True))
     band = ""
     if series.unsure:
-        top = [f"{x(t)},{y(n)}" for t, n in zip(series.times_ns, series.high, strict=True)]
-        band = " ".join(top + sure.split()[::-1])
-    minutes = span // 60_000_000_000
+        upper = [f"{x(t)},{y(n)}" for t, n in zip(series.times_ns, series.high, strict=True)]
+        band = " ".join(upper + sure.split()[::-1])
     ticks = tuple(
-        (round(width * (minutes - ago) / max(1, minutes), 1), f"-{ago} min" if ago else "now")
-        for ago in range(minutes, -1, -15)
+        (x(series.now_ns - ago), _ago(ago)) for ago in range(span - span % tick_ns, -1, -tick_ns)
     )
     outages = tuple(
         (x(m.start_ns), round(x(m.end_ns or series.now_ns) - x(m.start_ns), 1), _title(m))
@@ -143,7 +202,37 @@ def chart(
         outages,
         changes,
         pad,
+        top,
+        tuple((x(at), title) for at, title in _steps(series.times_ns, events)),
     )
+
+
+def _ago(ago_ns: int) -> str:
+    if not ago_ns:
+        return "now"
+    minutes = ago_ns // MINUTE_NS
+    return f"-{minutes} min" if minutes < 120 else f"-{minutes // 60} h"
+
+
+def _steps(times_ns: Sequence[int], events: Iterable[Transition]) -> list[tuple[int, str]]:
+    """For each step ``(times_ns[i-1], times_ns[i]]`` with transitions: its end and what
+    happened in it ("2 joined, 1 left between 10:01:00 and 10:02:00 UTC")."""
+    counts: dict[int, dict[str, int]] = {}
+    for t in events:
+        at = t.event.at_ns
+        if not times_ns or not times_ns[0] < at <= times_ns[-1]:
+            continue
+        i = next(i for i, end in enumerate(times_ns) if at <= end)
+        kinds = counts.setdefault(i, {})
+        kinds[t.event.kind.value] = kinds.get(t.event.kind.value, 0) + 1
+    return [
+        (
+            times_ns[i],
+            ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+            + f" between {iso_utc(times_ns[i - 1])} and {iso_utc(times_ns[i])}",
+        )
+        for i, kinds in sorted(counts.items())
+    ]
 
 
 def _title(mark: Mark) -> str:
@@ -199,49 +288,74 @@ class ConsumerView(NamedTuple):
 
 
 async def _logs(
-    reads: PresenceData, groups: Sequence[tuple[str, str]], entries: int
+    reads: PresenceData,
+    groups: Sequence[tuple[str, str]],
+    entries: int,
+    window: Window = DEFAULT_WINDOW,
 ) -> list[GroupLog]:
     now = await reads.now_ns()
     await reads.epoch()  # what it sees of the data's epoch goes into the marks
     ttl_ms = reads.explicit_ttl_ms  # None: each group's shared TTL, as its events use
+    since = max(0, now - window.span_ns)
     plan = reads.registry.plans.group_logs(
-        groups, since_ns=max(0, now - HISTORY_WINDOW_NS), now_ns=now, ttl_ms=ttl_ms, entries=entries
+        groups, since_ns=since, now_ns=now, ttl_ms=ttl_ms, entries=entries
     )
     return await reads.registry.execute(plan)
 
 
 async def group_history(
-    reads: PresenceData, queue: str, group: str, *, active_now: int | None = None
+    reads: PresenceData,
+    queue: str,
+    group: str,
+    *,
+    active_now: int | None = None,
+    window: Window = DEFAULT_WINDOW,
 ) -> GroupHistory:
-    """One group's last hour: the chart of its active count (ending with `active_now`, the
-    count of the page's own read, when given), the spans this service could not read
-    Redis or saw its data change drawn over it, and its newest transitions."""
-    (log,) = await _logs(reads, [(queue, group)], GROUP_ENTRIES)
+    """One group's `window`: the chart of its active count (ending with `active_now`, the
+    count of the page's own read, when given), its transitions marked under it, the spans
+    this service could not read Redis or saw its data change drawn over it, and its
+    newest transitions."""
+    (log,) = await _logs(reads, [(queue, group)], GROUP_ENTRIES, window)
     marks = tuple(reads.observed.within(log.since_ns, log.now_ns))
-    series = with_now(active_series(with_marks(log, marks), CHART_POINTS), active_now)
-    drawn = chart(series, 600, 120, marks=marks)
+    told = with_marks(log, marks)
+    series = with_now(active_series(told, window.points), active_now)
+    every = timeline(told, 2 * GROUP_ENTRIES)  # bounded by the entries read
+    drawn = chart(series, 600, 120, marks=marks, tick_ns=window.tick_ns, events=every, pad=4)
     return GroupHistory(log, drawn, timeline(log, TIMELINE_LIMIT), marks)
 
 
 async def sparklines(
-    reads: PresenceData, groups: Sequence[tuple[str, str, int]]
+    reads: PresenceData,
+    groups: Sequence[tuple[str, str, int]],
+    window: Window = DEFAULT_WINDOW,
 ) -> dict[tuple[str, str], Chart]:
     """The first `SPARK_GROUPS` of `groups`' (queue, group, active count now) active counts
-    over the last hour, each ending with the count the page's row shows."""
+    over `window`, each ending with the count the page's row shows, all on one scale (the
+    highest count of any)."""
     shown = list(groups)[:SPARK_GROUPS]
     if not shown:
         return {}
     queues = len({queue for queue, _, _ in shown})
     entries = min(SPARK_ENTRIES, max(20, SPARK_PAGE_ENTRIES // queues))
-    logs = await _logs(reads, [(q, g) for q, g, _ in shown], entries)
+    logs = await _logs(reads, [(q, g) for q, g, _ in shown], entries, window)
     now_of = {(q, g): n for q, g, n in shown}
-    sparks = {}
+    drawn = []
     for log in logs:
         marks = reads.observed.within(log.since_ns, log.now_ns)
         series = active_series(with_marks(log, marks), SPARK_POINTS)
         series = with_now(series, now_of.get((log.queue, log.group)))
-        sparks[(log.queue, log.group)] = chart(series, 120, 24, marks=marks)
-    return sparks
+        drawn.append((log, series, marks))
+    scale = max((series.peak for _, series, _ in drawn), default=1)
+    width = SPARK_POINTS - 1  # an instant per unit: the page spells short coordinates
+    return {
+        (log.queue, log.group): chart(series, width, 22, marks=marks, scale=scale)
+        for log, series, marks in drawn
+    }
+
+
+def window_of(name: str | None) -> Window:
+    """The window named `name` (None: the default); `KeyError` for another name."""
+    return DEFAULT_WINDOW if name is None else WINDOWS[name]
 
 
 async def consumer_view(reads: PresenceData, queue: str, group: str, consumer: str) -> ConsumerView:
@@ -269,13 +383,17 @@ async def consumer_view(reads: PresenceData, queue: str, group: str, consumer: s
 
 
 __all__ = [
+    "DEFAULT_WINDOW",
+    "WINDOWS",
     "Chart",
     "ConsumerView",
     "GroupHistory",
+    "Window",
     "chart",
     "consumer_view",
     "group_history",
     "sparklines",
+    "window_of",
     "with_marks",
     "with_now",
 ]

@@ -53,6 +53,11 @@ METRICS: dict[str, str] = {
         "1 when a declared group has fewer active consumers than its minimum, else 0; every "
         "declared group is reported, with or without consumers."
     ),
+    "redis_presence_group_verdict": (
+        "1, labelled with the group's verdict (OK, DRAINING, DEGRADED, STALLED, STOPPED): "
+        "one series a group, whose verdict label changes with it; STALLED only with "
+        "--stuck-metrics or --per-consumer-metrics (docs/concepts.md, one verdict per group)."
+    ),
     "redis_presence_consumers_stuck": (
         "Active consumers holding leases without progress for longer than the group's "
         "progress budget (only with --stuck-metrics or --per-consumer-metrics)."
@@ -140,6 +145,7 @@ def families(reading: ScrapeReading, *, per_consumer: bool) -> list[Family]:
     active: Samples = []
     minimum: Samples = []
     below: Samples = []
+    verdicts: Samples = []
     stuck: Samples = []
     oldest: Samples = []
     leases: Samples = []
@@ -156,6 +162,7 @@ def families(reading: ScrapeReading, *, per_consumer: bool) -> list[Family]:
         if stats.min_active is not None:
             minimum.append((names, stats.min_active))
             below.append((names, 1.0 if stats.below else 0.0))
+        verdicts.append(((queue, group, stats.verdict.value), 1.0))
         if stats.stuck is not None:
             stuck.append((names, stats.stuck))
         if stats.oldest_heartbeat_ns is not None:
@@ -169,6 +176,7 @@ def families(reading: ScrapeReading, *, per_consumer: bool) -> list[Family]:
         Family("redis_presence_group_active", GROUP, active),
         Family("redis_presence_group_min_active", GROUP, minimum),
         Family("redis_presence_group_below_min", GROUP, below),
+        Family("redis_presence_group_verdict", (*GROUP, "verdict"), verdicts),
     )
     out += [
         family

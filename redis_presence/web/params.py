@@ -61,6 +61,17 @@ def flag(request: Request, name: str) -> bool:
     raise BadRequest(name, f"{name} must be 1 or 0, got {value!r:.60}")
 
 
+def choice(request: Request, name: str, allowed: Collection[str]) -> str | None:
+    """A query parameter that is one of `allowed` (None when absent or empty)."""
+    value = request.query_params.get(name)
+    if not value:
+        return None
+    if value not in allowed:
+        known = ", ".join(allowed)
+        raise BadRequest(name, f"{name} must be one of {known}, got {value!r:.60}")
+    return value
+
+
 def parse_states(values: Collection[str]) -> frozenset[PresenceState]:
     """`state` query values (repeatable, or comma-separated) as states; `ValueError` else."""
     found = set()
@@ -138,6 +149,7 @@ def refused(source: str, exc: BaseException) -> str:
 
 __all__ = [
     "BadRequest",
+    "choice",
     "event_cursor",
     "flag",
     "parse_states",

@@ -60,7 +60,9 @@ from redis_presence.errors import (
 )
 from redis_presence.events import EventCursor, PresenceEvent
 from redis_presence.model import GroupPresence, groups_set_aside
+from redis_presence.verdict import GroupFacts, GroupVerdict, Verdict, judge, verdict_of
 
+from . import sorting
 from .observed import Observed
 from .paging import Cursor, Page, PageAsk, group_key
 from .selection import ConsumerFilter, GroupFilter, PageCollector, page_of
@@ -104,6 +106,19 @@ class GroupStats(NamedTuple):
         """Shown first and marked: below its declared minimum, or nobody reading it."""
         return self.below or self.nobody_reading
 
+    @property
+    def judged(self) -> GroupVerdict:
+        """Its verdict and reason from what the read in use knows (`STALLED` only where
+        it read the consumers' progress: `stuck` not None)."""
+        return judge(GroupFacts(self.active, self.stale, self.expired, self.min_active, self.stuck))
+
+    @property
+    def verdict(self) -> Verdict:
+        """`judged`'s verdict alone, without its reason (for every group of a scrape)."""
+        return verdict_of(
+            GroupFacts(self.active, self.stale, self.expired, self.min_active, self.stuck)
+        )
+
     def to_dict(self) -> dict[str, object]:
         return {
             "queue": self.queue,
@@ -113,6 +128,7 @@ class GroupStats(NamedTuple):
             "expired": self.expired,
             "min_active": self.min_active,
             "below": self.below,
+            **self.judged.to_dict(),
         }
 
 
@@ -176,6 +192,8 @@ class GroupTotals(NamedTuple):
     below: int
     read_at_ns: int
     epoch: str | None = None
+    rows: tuple[GroupStats, ...] = ()
+    """Every group's counts, as read (what a page sorted by a count is ordered by)."""
 
     @classmethod
     def of(
@@ -190,6 +208,7 @@ class GroupTotals(NamedTuple):
             sum(g.below for g in groups),
             read_at_ns,
             epoch,
+            tuple(groups),
         )
 
     def contradicts(self, rows: Sequence[GroupStats]) -> bool:
@@ -207,7 +226,7 @@ class GroupTotals(NamedTuple):
 
     def to_dict(self) -> dict[str, int]:
         fields = self._asdict()
-        del fields["epoch"]
+        del fields["epoch"], fields["rows"]
         return fields
 
 
@@ -489,6 +508,23 @@ class PresenceData:
             from_cursor=edge is not None,
         )
         return GroupsPageReading(now, shown, ttl, epoch)
+
+    async def groups_named(self, shown: Sequence[GroupStats]) -> GroupsPageReading:
+        """The groups of `shown` (a page of a sorted list), read and counted now: the index
+        is read from its start, and only they are counted (`registry.group_page`)."""
+        ttl = await self.ttl()
+        now = await self.now_ns()
+        epoch = await self.epoch()
+        queues = {g.queue for g in shown}
+        found = await self.registry.group_page(
+            limit=max(1, len(shown)),
+            queue=next(iter(queues)) if len(queues) == 1 else None,
+            names=sorting.wanted(shown),
+            now_ns=now,
+            ttl_ms=self._read_ttl_ms,
+        )
+        rows = stats_from_groups(found.groups) if shown else []
+        return GroupsPageReading(now, Page(rows, None, None), ttl, epoch)
 
     async def declared(self, queue: str, group: str) -> int | None:
         """The `min_active` the group was declared with (None: not declared)."""

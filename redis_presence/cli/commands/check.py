@@ -1,9 +1,10 @@
-"""`redis-presence check`: exit 0 when every named group has enough active consumers, or
+"""`redis-presence check`: exit 0 when every named group's verdict is OK or DRAINING, or
 (`--consumer`) when one consumer is active.
 
-For probes, cron and Nagios-style monitors: one line per group (or for the consumer) on
-stdout, exit 1 when a group has fewer active consumers than asked for (or the consumer is
-not active, or stuck with `--stuck`), 3 when Redis cannot be reached (0 with
+For probes, cron and Nagios-style monitors: one line per group (its verdict and why, or the
+consumer's state) on stdout, exit 1 when a group has fewer active consumers than asked for
+(or the consumer is not active, or stuck with `--stuck`), 10, 11 or 12 when a group at its
+minimum is DEGRADED, STALLED or STOPPED, 3 when Redis cannot be reached (0 with
 `--unreachable ok`), and the CLI's other codes for the other failures.
 """
 
@@ -15,12 +16,14 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import click
 
+from redis_presence.verdict import GroupFacts, GroupVerdict, judge
+
 from ..app import App, pass_app
 from ..errors import UsageProblem, translate
 
 if TYPE_CHECKING:
     from redis_presence.contract import PresenceRegistry
-    from redis_presence.model import ConsumerPresence
+    from redis_presence.model import ConsumerPresence, GroupPresence
 
 T = TypeVar("T")
 
@@ -28,27 +31,79 @@ UNREACHABLE = ("fail", "ok")
 """`--unreachable`: exit 3 when Redis cannot be reached, or exit 0 (with a line on stderr)."""
 
 
-class Verdict(NamedTuple):
+EXIT_BELOW = 1
+"""A group has fewer active consumers than wanted (its minimum not excused by draining)."""
+EXIT_BY_VERDICT = {"DEGRADED": 10, "STALLED": 11, "STOPPED": 12}
+"""The exit code of a group at or above its minimum that does not pass, by its verdict."""
+
+
+class GroupCheck(NamedTuple):
+    """One group's check: its active consumers against the minimum wanted and, unless
+    `--below-only`, its row (`group()`) and stuck consumers (`--progress`; else None)."""
+
     queue: str
     group: str
     active: int
     min_active: int
+    row: GroupPresence | None = None
+    stuck: int | None = None
+
+    @property
+    def below(self) -> bool:
+        return self.active < self.min_active
+
+    @property
+    def judged(self) -> GroupVerdict | None:
+        """Its verdict against the minimum wanted (None: `--below-only`)."""
+        row = self.row
+        if row is None:
+            return None
+        return judge(GroupFacts(row.active, row.stale, row.expired, self.min_active, self.stuck))
+
+    @property
+    def exit_code(self) -> int:
+        """0 when it passes; 1 below its minimum; else 10, 11 or 12 by its verdict."""
+        judged = self.judged
+        if judged is None:
+            return EXIT_BELOW if self.below else 0
+        if judged.verdict.passes:
+            return 0
+        return EXIT_BELOW if self.below else EXIT_BY_VERDICT[judged.verdict.value]
 
     @property
     def ok(self) -> bool:
-        return self.active >= self.min_active
+        return self.exit_code == 0
 
     def to_dict(self) -> dict[str, object]:
-        return self._asdict() | {"ok": self.ok}
+        out: dict[str, object] = {
+            "queue": self.queue,
+            "group": self.group,
+            "active": self.active,
+            "min_active": self.min_active,
+            "ok": self.ok,
+        }
+        row, judged = self.row, self.judged
+        if row is not None and judged is not None:
+            out |= {"stale": row.stale, "expired": row.expired, "stuck": self.stuck}
+            out |= judged.to_dict()
+        return out
 
     def line(self) -> str:
         from ..render import shown
 
-        status = "OK  " if self.ok else "FAIL"
-        return (
-            f"{status} queue {shown(self.queue)!r} group {shown(self.group)!r}: "
-            f"{self.active} active (at least {self.min_active} wanted)"
-        )
+        names = f"queue {shown(self.queue)!r} group {shown(self.group)!r}"
+        judged = self.judged
+        if judged is None:
+            status = "OK  " if self.ok else "FAIL"
+            return f"{status} {names}: {self.active} active (at least {self.min_active} wanted)"
+        return f"{judged.verdict.value:<8} {names}: {judged.reason}"
+
+
+def exit_code_of(checks: Sequence[GroupCheck]) -> int:
+    """The command's exit code: 1 when a group is below its minimum, else the worst
+    verdict's code (12 STOPPED, 11 STALLED, 10 DEGRADED), else 0."""
+    codes = {check.exit_code for check in checks}
+    return EXIT_BELOW if EXIT_BELOW in codes else max(codes, default=0)
 
 
 class ConsumerVerdict(NamedTuple):
@@ -182,6 +237,18 @@ def active_per_pair(
     "for longer than the group's shared budget).",
 )
 @click.option(
+    "--progress",
+    is_flag=True,
+    help="Also read each group's consumers for their progress: a group whose every active "
+    "consumer is stuck is STALLED (exit 11), one with some stuck DEGRADED (exit 10).",
+)
+@click.option(
+    "--below-only",
+    is_flag=True,
+    help="Judge the minimum alone, as before verdicts: exit 1 below it, else 0 (reads each "
+    "group's active count alone).",
+)
+@click.option(
     "--unreachable",
     type=click.Choice(UNREACHABLE, case_sensitive=False),
     default="fail",
@@ -203,15 +270,20 @@ def command(
     minimums: tuple[int, ...],
     consumer: str | None,
     stuck: bool,
+    progress: bool,
+    below_only: bool,
     unreachable: str,
     fmt: str,
 ) -> None:
-    """Check that every named group has at least N active consumers.
+    """Check each named group's verdict: enough active consumers, none stale or stuck.
 
-    Exit 0 when all do, 1 when one does not, 3 when Redis cannot be reached (0 with
-    --unreachable ok; 2 for bad usage, 4 for refused credentials). One line per group on
-    stdout. Without --queue and --group, every declared group (`redis-presence expect`)
-    is checked against its own minimum.
+    One line per group on stdout: its verdict (OK, DRAINING, DEGRADED, STALLED, STOPPED)
+    and why. Exit 0 when every group is OK or DRAINING, 1 when one has fewer active
+    consumers than wanted, else 10 for DEGRADED (stale or stuck consumers), 11 for
+    STALLED (with --progress), 12 for STOPPED; 3 when Redis cannot be reached (0 with
+    --unreachable ok; 2 for bad usage, 4 for refused credentials). --below-only: the
+    minimum alone (exit 0 or 1). Without --queue and --group, every declared group
+    (`redis-presence expect`) is checked against its own minimum.
 
     With --consumer (and one --queue/--group): exit 0 when that consumer is active (and,
     with --stuck, not stuck), 1 when it is stale, expired, stuck or not tracked: a
@@ -228,11 +300,16 @@ def command(
     """
     unreachable = unreachable.lower()
     if consumer is not None:
+        if progress or below_only:
+            raise UsageProblem("--progress and --below-only go with group checks, not --consumer")
         probe(app, consumer, queues, groups, minimums, stuck, unreachable, fmt)
         return
     if stuck:
         raise UsageProblem("--stuck goes with --consumer only")
-    reachable(app, unreachable, lambda: groups_check(app, queues, groups, minimums, fmt))
+    if progress and below_only:
+        raise UsageProblem("--progress judges the verdict, --below-only the minimum alone")
+    reading = "below" if below_only else "progress" if progress else "counts"
+    reachable(app, unreachable, lambda: groups_check(app, queues, groups, minimums, fmt, reading))
 
 
 def probe(
@@ -278,10 +355,12 @@ def groups_check(
     groups: Sequence[str],
     minimums: Sequence[int],
     fmt: str,
+    reading: str = "counts",
 ) -> None:
-    """`check` of named (or declared) groups: one `count_active` each."""
+    """`check` of named (or declared) groups: one `group()` each (its keys, no consumer);
+    `reading` "progress": and its consumers' rows; "below": one `count_active` each."""
+    registry = app.registry()
     if not queues and not groups:  # every declared group, each with its own minimum
-        registry = app.registry()
         declared = registry.expected()
         if not declared:
             raise UsageProblem(
@@ -290,26 +369,56 @@ def groups_check(
             )
         if minimums:
             raise UsageProblem("--min-active goes with --queue/--group pairs only")
-        wanted = [(q, g, least) for (q, g), least in declared.items()]
-    else:
-        wanted = [
-            (q, g, least if least is not None else declared_or_one(app.registry(), q, g))
-            for q, g, least in pairs_of(queues, groups, minimums)
+        named: list[tuple[str, str, int | None]] = [
+            (q, g, least) for (q, g), least in declared.items()
         ]
-    active = active_per_pair(
-        app.registry(), [(q, g) for q, g, _ in wanted], now_ns=app.now_ns, ttl_ms=app.ttl_ms
-    )
-    verdicts = [Verdict(q, g, n, m) for (q, g, m), n in zip(wanted, active, strict=True)]
-    if len({(q, g) for q, g, _ in wanted}) == 1:
-        app.note_ttl(*wanted[0][:2])
     else:
-        app.note_ttl(groups=[(q, g) for q, g, _ in wanted])
+        named = pairs_of(queues, groups, minimums)
+    if reading == "below":
+        wanted = [
+            (q, g, least if least is not None else declared_or_one(registry, q, g))
+            for q, g, least in named
+        ]
+        active = active_per_pair(
+            registry, [(q, g) for q, g, _ in wanted], now_ns=app.now_ns, ttl_ms=app.ttl_ms
+        )
+        checks = [GroupCheck(q, g, n, m) for (q, g, m), n in zip(wanted, active, strict=True)]
+    else:
+        checks = [
+            judged_group(registry, q, g, least, app.now_ns, app.ttl_ms, reading == "progress")
+            for q, g, least in named
+        ]
+    if len({(q, g) for q, g, _ in named}) == 1:
+        app.note_ttl(*named[0][:2])
+    else:
+        app.note_ttl(groups=[(q, g) for q, g, _ in named])
     if fmt.lower() == "json":
         import json
 
-        click.echo(json.dumps([v.to_dict() for v in verdicts], indent=2, ensure_ascii=False))
+        click.echo(json.dumps([c.to_dict() for c in checks], indent=2, ensure_ascii=False))
     else:
-        for verdict in verdicts:
-            click.echo(verdict.line())
-    if not all(v.ok for v in verdicts):
-        raise click.exceptions.Exit(1)
+        for check in checks:
+            click.echo(check.line())
+    code = exit_code_of(checks)
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+def judged_group(
+    registry: PresenceRegistry,
+    queue: str,
+    group: str,
+    least: int | None,
+    now_ns: int | None,
+    ttl_ms: int | None,
+    progress: bool,
+) -> GroupCheck:
+    """One group's check from its row (`group()`: the minimum asked for, else its declared
+    one, else 1) and, with `progress`, its consumers' stuck flags (`snapshot` of it)."""
+    row = registry.group(queue, group, now_ns=now_ns, ttl_ms=ttl_ms)
+    wanted = least if least is not None else row.min_active if row.min_active is not None else 1
+    stuck = None
+    if progress:
+        rows = registry.snapshot(now_ns, ttl_ms, queue=queue, group=group)
+        stuck = sum(r.stuck for r in rows)
+    return GroupCheck(queue, group, row.active, wanted, row, stuck)

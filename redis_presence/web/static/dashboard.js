@@ -241,6 +241,13 @@
     tr.dataset.queue = g.queue;
     tr.dataset.group = g.group;
     const badge = cell("");
+    if (g.verdict && g.verdict !== "OK") {
+      const verdict = document.createElement("span");
+      verdict.className = `pill verdict ${g.verdict.toLowerCase()}`;
+      verdict.title = g.reason || "";
+      verdict.textContent = g.verdict;
+      badge.append(verdict, " ");
+    }
     if (g.nobody_reading || g.below) {
       const span = document.createElement("span");
       span.className = "badge";
@@ -592,6 +599,7 @@
     if (g) {
       const was = { nobody: g.active === 0, below: isBelow(g), gone: isGone(g) };
       move(g, from, to);
+      Object.assign(g, countsVerdict(g));
       if (totals) {
         totals.nobody_reading += (g.active === 0) - was.nobody;
         totals.below += isBelow(g) - was.below;
@@ -612,6 +620,30 @@
   // A declared group stays listed without consumers: that is when it matters most.
   const isGone = (g) => g.active + g.stale + g.expired === 0
     && (g.min_active === null || g.min_active === undefined);
+
+  // The verdict of a group's counts and minimum, as the library judges a row of the list
+  // from them (redis_presence/verdict.py: no progress nor draining in the list), for a
+  // group whose counts the events moved since the page was read.
+  function countsVerdict(g) {
+    const declared = g.min_active !== null && g.min_active !== undefined;
+    const wanted = declared ? g.min_active : 1;
+    const short = Math.max(0, wanted - g.active);
+    const consumers = (n) => (n === 1 ? "1 consumer" : `${n} consumers`);
+    if (g.active === 0 && (short || g.stale)) {
+      const others = [[g.stale, "stale"], [g.expired, "expired"]]
+        .filter(([n]) => n).map(([n, state]) => `${n} ${state}`).join(", ");
+      let reason = "nobody reading: no consumer";
+      if (others) reason = `nobody reading: 0 active (${others})`;
+      else if (declared) reason += `, at least ${g.min_active} wanted`;
+      return { verdict: "STOPPED", reason };
+    }
+    const faults = [];
+    if (short) faults.push(`below its minimum: ${g.active} active, at least ${wanted} wanted`);
+    if (g.stale) faults.push(`${consumers(g.stale)} stale (missed beats without draining)`);
+    if (faults.length) return { verdict: "DEGRADED", reason: faults.join("; ") };
+    const least = g.min_active ? `, at least ${g.min_active} wanted` : "";
+    return { verdict: "OK", reason: `${g.active} active${least}` };
+  }
 
   // The groups page's model (what its JSON twin says), from what the events moved.
   function groupsModel() {
@@ -710,17 +742,22 @@
     const rows = [...tbody.rows];
     const keys = rows.map((tr) => JSON.parse(tr.dataset.key));
     if ((hasPrev || hasNext) && !rows.length) return; // another page's: left to them
-    if (hasPrev && compareKeys(key, keys[0]) < 0) return;
-    if (hasNext && compareKeys(key, keys[keys.length - 1]) > 0) return;
+    // The page's bounds are its least and greatest keys (the rows may be sorted otherwise:
+    // tables.js keeps a sort the reader chose).
+    const ends = (sign) => keys.reduce((a, k) => (compareKeys(k, a) * sign > 0 ? k : a), keys[0]);
+    if (hasPrev && compareKeys(key, ends(-1)) < 0) return;
+    if (hasNext && compareKeys(key, ends(1)) > 0) return;
     const tr = consumerRow(c);
     tr.classList.add("changed");
     const at = keys.findIndex((k) => compareKeys(k, key) > 0);
     if (at < 0) tbody.append(tr);
     else rows[at].before(tr);
     if (tbody.rows.length > (page.limit || 50)) {
-      tbody.rows[tbody.rows.length - 1].remove();
+      const byKey = [...tbody.rows].sort((a, b) =>
+        compareKeys(JSON.parse(a.dataset.key), JSON.parse(b.dataset.key)));
+      byKey.pop().remove(); // past the page's end: the next page's
       hasNext = true;
-      const last = JSON.parse(tbody.rows[tbody.rows.length - 1].dataset.key);
+      const last = JSON.parse(byKey[byKey.length - 1].dataset.key);
       setPagerLink("next", "Next →", encodeCursor("a", last), "cursor");
     }
   }
