@@ -59,7 +59,10 @@ def fcall_refused(reply: Any) -> bool:
     if not isinstance(reply, ResponseError):
         return False
     text = str(reply).lower()
-    return "fcall" in text and ("no permissions to run" in text or "unknown command" in text)
+    return "fcall" in text and any(
+        words in text
+        for words in ("no permissions to run", "unknown command", "unsupported", "not supported")
+    )
 
 
 def load_refused(reply: Any) -> bool:

@@ -16,7 +16,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
-from redis_presence._executor import Functions, Run
+from redis_presence._executor import Functions, Run, fcall_refused, function_missing
 from redis_presence.plans import Command, Plan
 from redis_presence.scripts import FUNCTIONS, library, script
 from tests.servers import MakeRedisServer, RedisServer
@@ -194,3 +194,20 @@ def test_a_refusal_is_kept_per_registry() -> None:
     run = Run(plan(), functions=functions)
     assert run.batch is not None
     assert run.batch[0].args[:2] == ("EVALSHA", script("heartbeat").sha)
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        ("NOPERM this user has no permissions to run the 'fcall' command", True),
+        ("unknown command 'FCALL', with args beginning with: 'rp_heartbeat_x'", True),
+        ("unknown command `FCALL`, with args beginning with: ", True),  # Redis 6.2
+        ("ERR unsupported command 'FCALL'", True),  # a proxy
+        ("NOPERM this user has no permissions to access one of the keys", False),
+        ("Function not found", False),
+        ("WRONGTYPE redis-presence key k holds a list, expected a hash", False),
+    ],
+)
+def test_what_refuses_fcall_itself(text: str, refused: bool) -> None:
+    assert fcall_refused(redis.exceptions.ResponseError(text)) is refused
+    assert function_missing(redis.exceptions.ResponseError(text)) is (text == "Function not found")
