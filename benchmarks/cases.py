@@ -54,6 +54,9 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "streams": lambda server, sizes: importlib.import_module("benchmarks.streams").case_streams(
         server, sizes
     ),
+    "beat_cost": lambda server, sizes: importlib.import_module("benchmarks.beats").case_beat_cost(
+        server, sizes
+    ),
 }
 """Every case, in the order of issue 6, then the CLI's startup; the keys are the JSON's ``cases``
 keys."""

@@ -18,48 +18,73 @@
 -- Events: joined (a consumer this group did not hold) and recovered (one that was not
 -- active at this instant, under the TTL); an active consumer's beat writes nothing more.
 -- Refused before anything is written: a prefix of another protocol version (check_protocol,
--- standalone only), a now_ns too far ahead (future_problem), a key of
--- another type (ZSCORE, or TYPE for a mark, checks the index, read_beat the hash, check_log
--- the log, only when an event is due, and ZADD, the first write, the sorted set) and a
--- stored value this package did not write (read_beat).
+-- standalone only), a now_ns too far ahead (future_problem), a key of another type (HGET
+-- checks the hash, ZSCORE (a new consumer's beat only), or TYPE for a mark, the index, check_log the log, only when an
+-- event is due, and ZADD, the first write, the sorted set) and a stored value this package
+-- did not write (parse_beat). A known consumer's beat does not look at the index (its
+-- group was listed when it joined): a deleted index heals with each group's next batched
+-- beat (heartbeat_many) or new consumer.
 local refused = check_protocol(PROTOCOL_AT)
 if refused then return refused end
 local future = future_problem(ARGV[5], ARGV[4])
 if future then return redis.error_reply(future) end
-local _, data, mark = group_keys(1)
-local listed
+local hb, data, mark = KEYS[1], KEYS[2], KEYS[3]
+local consumer, lease = ARGV[6], ARGV[7]
+local old = redis.pcall('HGET', data, consumer)
+if type(old) == 'table' then return failed(old, 2, 'hash') end
+local registered, last, progress
+if old then
+  registered, last, progress = parse_beat(old)
+  if not registered then return redis.error_reply(corrupt(2, consumer, old)) end
+end
+local listed = true  -- standalone: a group that holds the consumer was listed with it
 if INDEX then
-  listed = redis.pcall('ZSCORE', INDEX, data)
-  if type(listed) == 'table' then return failed(listed, KEYS_PER_GROUP + 1, 'zset') end
+  if not old then
+    listed = redis.pcall('ZSCORE', INDEX, data)
+    if type(listed) == 'table' then return failed(listed, KEYS_PER_GROUP + 1, 'zset') end
+  end
 else
   listed = redis.call('TYPE', mark)['ok']
   if listed ~= 'none' and listed ~= 'string' then return refuse(3, 'string') end
 end
 
-local consumer, lease = ARGV[6], ARGV[7]
-local old, err = read_beat(1, consumer)
-if err then return err end
 local us, rest, stamp = now_parts(ARGV[5])
 local kind = nil
 if not old then
   kind = 'joined'
-elseif inactive_at(select(2, parse_beat(old)), us, rest, tonumber(ARGV[1])) then
-  kind = 'recovered'
+  registered = stamp
+else
+  -- inactive_at, inlined: the last beat's whole microseconds against the horizon
+  local horizon = us - (tonumber(ARGV[1]) + 1) * 1000
+  local last_us = #last > 3 and tonumber(string.sub(last, 1, -4)) or 0
+  if last_us < horizon or (last_us == horizon and tonumber(string.sub(last, -3)) <= rest) then
+    kind = 'recovered'
+  end
 end
 if kind then
-  err = check_log(1)
+  local err = check_log(1)
   if err then return err end
 end
-local value
-err, value = write_beat(1, consumer, old, us, stamp, lease)
-if err then return err end
+-- ZADD, the first write, checks the sorted set.
+local added = redis.pcall('ZADD', hb, us, consumer)
+if type(added) == 'table' then return failed(added, 1, 'zset') end
+if not old then grown(hb) end
+local value = registered .. ' ' .. stamp .. ' ' .. lease
+if progress then
+  redis.call('HSET', data, consumer, value .. ' ' .. progress)
+else
+  redis.call('HSET', data, consumer, value)
+end
 local logged = 0
 if kind then
   logged = append_event(1, ARGV[2], ARGV[3], kind, {'c' .. consumer, stamp .. ' ' .. value})
 end
 
 if INDEX then
-  if not listed then redis.call('ZADD', INDEX, 0, data) end
+  if not listed then
+    redis.call('ZADD', INDEX, 0, data)
+    grown(INDEX)
+  end
   return 0
 end
 local list = 0

@@ -22,13 +22,14 @@
 -- Events, one log entry per (kind, group): joined for a consumer the group did not hold
 -- (at its stamp), recovered for one that was not active now and is after its beat (at now).
 --
--- Isolation: bad data costs only what it spoils. Before anything is written, every key gets
--- one TYPE (the indexes, each mark, sorted set, hash and log) and every beat's stored value
--- is read and checked: a group with a key of another type is refused whole, a consumer
--- whose stored value this package did not write has its beats refused, and everything
--- else is written; the reply says what was refused and why. A prefix of another protocol
--- version (check_protocol, standalone only), a now_ns too far ahead of the server clock, or
--- an index of another type, refuses the whole call.
+-- Isolation: bad data costs only what it spoils. Before anything is written, every beat's
+-- stored value is read (HGET, which checks the hash) and checked, and each group that may
+-- log an event has its log's type checked; the first ZADD of a group, its first write,
+-- checks its sorted set. A group with a key of another type is refused whole (nothing of
+-- it is written), a consumer whose stored value this package did not write has its beats
+-- refused, and everything else is written; the reply says what was refused and why. A
+-- prefix of another protocol version (check_protocol, standalone only), a now_ns too far
+-- ahead of the server clock, or an index of another type, refuses the whole call.
 local mark_ms, kept, log_ms, max_future = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local first = 6 + GROUPS  -- ARGV position of the first beat
 local refused = check_protocol(PROTOCOL_AT)
@@ -40,38 +41,61 @@ if INDEX then
   if err then return err end
 end
 local problem, marked = {}, {}
-for g = 1, GROUPS do
-  local _, _, mark, _, at = group_keys(g)
-  if not INDEX then  -- marks are a cluster's
+if not INDEX then  -- marks are a cluster's
+  for g = 1, GROUPS do
+    local _, _, mark, _, at = group_keys(g)
     local kind = redis.call('TYPE', mark)['ok']
     if kind ~= 'none' and kind ~= 'string' then problem[g] = refusal(at + 2, 'string') end
     marked[g] = kind == 'string'
   end
-  problem[g] = problem[g] or type_problem(at, at + 1, {'zset', 'hash'})
-    or type_problem(at + 3, at + 3, {'stream'})
 end
--- Each beat's stored value, read once and checked before any write (false: none); spoilt[g]
--- maps the consumers of group g whose value this package did not write to why.
-local olds, spoilt = {}, {}
+local now_us, now_rest, now_str = now_parts(ARGV[1])
+
+-- Each beat's stored value, read once and parsed before any write: regs[i] and progs[i]
+-- (registration and last progress: nil for a new consumer), gone[i] (its last beat is not
+-- active now); spoilt[g] maps the consumers of group g whose value this
+-- package did not write to why; due[g] says that group g may log an event (a new
+-- consumer, or one not active now).
+local regs, progs, gone, spoilt, due = {}, {}, {}, {}, {}
 for i = first, #ARGV, 5 do
   local g, consumer = tonumber(ARGV[i]), ARGV[i + 1]
   if not problem[g] then
     local _, data, _, _, at = group_keys(g)
-    local old = redis.call('HGET', data, consumer)
-    if old and not parse_beat(old) then
-      spoilt[g] = spoilt[g] or {}
-      spoilt[g][consumer] = corrupt(at + 1, consumer, old)
+    local old = redis.pcall('HGET', data, consumer)
+    if type(old) == 'table' then
+      if not string.find(tostring(old.err), 'WRONGTYPE', 1, true) then return old end
+      problem[g] = refusal(at + 1, 'hash')
+    elseif not old then
+      due[g] = true
+    else
+      local registered, hb, progress = parse_beat(old)
+      if registered then
+        regs[i], progs[i] = registered, progress
+        if inactive_at(hb, now_us, now_rest, tonumber(ARGV[5 + g])) then
+          gone[i], due[g] = true, true
+        end
+      else
+        spoilt[g] = spoilt[g] or {}
+        spoilt[g][consumer] = corrupt(at + 1, consumer, old)
+      end
     end
-    olds[i] = old
+  end
+end
+for g = 1, GROUPS do
+  if due[g] and not problem[g] then
+    local _, _, _, _, at = group_keys(g)
+    problem[g] = type_problem(at + 3, at + 3, {'stream'})
   end
 end
 
-local now_us, now_rest, now_str = now_parts(ARGV[1])
 local events = {}  -- events[g] = {joined = {...}, recovered = {...}}
 local latest = {}  -- latest[g][consumer]: the value this call wrote (a consumer beats twice)
+local zset_ok = {}  -- zset_ok[g]: a ZADD into group g's sorted set succeeded
+local joined = {}  -- joined[g]: a consumer joined group g (its sorted set grew)
 for i = first, #ARGV, 5 do
   local g, consumer, lease = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
   if not problem[g] and not (spoilt[g] and spoilt[g][consumer]) then
+    local hb_key, data, _, _, at = group_keys(g)
     local delay = tonumber(ARGV[i + 3])
     local us, stamp = now_us, now_str
     if delay > 0 then
@@ -79,37 +103,67 @@ for i = first, #ARGV, 5 do
       if us < 0 then us = 0 end
       stamp = int_str(us) .. string.format('%03d', now_rest)
     end
-    local progress = nil
-    if ARGV[i + 4] ~= '' then
-      progress = now_str
-      local back = tonumber(ARGV[i + 4])
-      if back > 0 then
-        local pus = now_us - back
-        if pus < 0 then pus = 0 end
-        progress = int_str(pus) .. string.format('%03d', now_rest)
+    -- The first write of each group, ZADD, checks its sorted set: a key of another type
+    -- refuses the group, of which nothing was written yet.
+    local added = redis.pcall('ZADD', hb_key, us, consumer)
+    if type(added) == 'table' then
+      if zset_ok[g] or not string.find(tostring(added.err), 'WRONGTYPE', 1, true) then
+        return added  -- not a type error: an ACL denial, say
+      end
+      problem[g] = refusal(at, 'zset')
+    else
+      zset_ok[g] = true
+      local progress = nil
+      if ARGV[i + 4] ~= '' then
+        progress = now_str
+        local back = tonumber(ARGV[i + 4])
+        if back > 0 then
+          local pus = now_us - back
+          if pus < 0 then pus = 0 end
+          progress = int_str(pus) .. string.format('%03d', now_rest)
+        end
+      end
+      local written = latest[g]
+      if not written then
+        written = {}
+        latest[g] = written
+      end
+      local registered, kept_progress, was_gone
+      local before = written[consumer]
+      local ttl = tonumber(ARGV[5 + g])
+      if before then
+        local last
+        registered, last, kept_progress = parse_beat(before)
+        was_gone = inactive_at(last, now_us, now_rest, ttl)
+      else
+        registered, kept_progress, was_gone = regs[i], progs[i], gone[i]
+      end
+      local kind, when = nil, nil
+      if not registered then
+        registered = stamp
+        kind, when = 'joined', stamp
+        joined[g] = true
+      elseif was_gone and (delay <= 0 or not inactive_at(stamp, now_us, now_rest, ttl)) then
+        kind, when = 'recovered', now_str
+      end
+      local value = registered .. ' ' .. stamp .. ' ' .. lease
+      local full = value
+      progress = progress or kept_progress
+      if progress then full = value .. ' ' .. progress end
+      redis.call('HSET', data, consumer, full)
+      written[consumer] = full
+      if kind then
+        events[g] = events[g] or {}
+        local fields = events[g][kind] or {}
+        fields[#fields + 1] = 'c' .. consumer
+        fields[#fields + 1] = when .. ' ' .. value
+        events[g][kind] = fields
       end
     end
-    latest[g] = latest[g] or {}
-    local old = latest[g][consumer] or olds[i]
-    local err, value, full = write_beat(g, consumer, old, us, stamp, lease, progress)
-    if err then return err end  -- not a type error (checked above): an ACL denial, say
-    latest[g][consumer] = full
-    local kind, at = nil, nil
-    local ttl = tonumber(ARGV[5 + g])
-    if not old then
-      kind, at = 'joined', stamp
-    elseif inactive_at(select(2, parse_beat(old)), now_us, now_rest, ttl)
-        and not inactive_at(stamp, now_us, now_rest, ttl) then
-      kind, at = 'recovered', now_str
-    end
-    if kind then
-      events[g] = events[g] or {}
-      local fields = events[g][kind] or {}
-      fields[#fields + 1] = 'c' .. consumer
-      fields[#fields + 1] = at .. ' ' .. value
-      events[g][kind] = fields
-    end
   end
+end
+for g = 1, GROUPS do
+  if joined[g] then grown((group_keys(g))) end
 end
 local logged = 0
 for g = 1, GROUPS do
@@ -144,7 +198,7 @@ if INDEX then
       members[#members + 1] = data
     end
   end
-  if #members > 0 then redis.call('ZADD', INDEX, unpack(members)) end
+  if #members > 0 and redis.call('ZADD', INDEX, unpack(members)) > 0 then grown(INDEX) end
   return out
 end
 for g = 1, GROUPS do

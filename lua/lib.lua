@@ -13,12 +13,25 @@
 -- Timestamps never pass through a double above 2^53: a nanosecond timestamp is split into
 -- whole microseconds (exact as a double and as a sorted-set score) and the 0..999 ns rest.
 
+--
+-- Sent by EVALSHA, KEYS and ARGV are the script's globals and `bind` runs first. Loaded as a
+-- Redis function library (redis_presence/scripts.py, `library`), this text follows
+-- `local KEYS, ARGV` and each function sets them and calls `bind` before its body runs: the
+-- helpers are then defined once, when the library is loaded, not on every call.
+
 local KEYS_PER_GROUP = 5
-local GROUPS = math.floor(#KEYS / KEYS_PER_GROUP)
-local INDEX = KEYS[GROUPS * KEYS_PER_GROUP + 1]
-local EVENTS = KEYS[GROUPS * KEYS_PER_GROUP + 2]
-local EPOCH = KEYS[GROUPS * KEYS_PER_GROUP + 3]
-local PROTOCOL_AT = GROUPS * KEYS_PER_GROUP + 4  -- where the version is in KEYS (standalone)
+local GROUPS, INDEX, EVENTS, EPOCH, PROTOCOL_AT
+
+-- Name the KEYS of this call: GROUPS, the indexes (nil on a cluster) and PROTOCOL_AT, where
+-- the version is in KEYS (standalone).
+local function bind()
+  GROUPS = math.floor(#KEYS / KEYS_PER_GROUP)
+  INDEX = KEYS[GROUPS * KEYS_PER_GROUP + 1]
+  EVENTS = KEYS[GROUPS * KEYS_PER_GROUP + 2]
+  EPOCH = KEYS[GROUPS * KEYS_PER_GROUP + 3]
+  PROTOCOL_AT = GROUPS * KEYS_PER_GROUP + 4
+end
+if KEYS then bind() end  -- EVALSHA (in a library KEYS is still nil here)
 
 -- The protocol version these scripts read and write (PROTOCOL_VERSION of
 -- redis_presence/keys.py; docs/protocol.md, section 1).
@@ -112,10 +125,10 @@ end
 
 -- The stored value of one consumer is 'registered_ns last_heartbeat_ns lease_count', and
 -- ' last_progress_ns' after it once the consumer recorded progress (redis_presence/keys.py,
--- STORED_VALUE); write_beat is its only writer.
+-- STORED_VALUE); heartbeat.lua and heartbeat_many.lua write it, the same way.
 
 -- The registration, the last heartbeat and the last progress (decimal ns strings; progress
--- nil before the first) of a stored value, or nil when it is not a value write_beat wrote:
+-- nil before the first) of a stored value, or nil when it is not a value the heartbeats wrote:
 -- three or four decimal integers of at most 19 digits, one space between them, the lease
 -- count at most 2^32-1 (so "", "garbage", "-5 -5 0" and a count no client writes are
 -- refused, never read as numbers).
@@ -190,36 +203,22 @@ local function inactive_at(hb, now_us, now_rest, ttl)
   return us < horizon or (us == horizon and rest <= now_rest)
 end
 
--- The stored value of `consumer` in group g, or false; a hash of another type, or a value
--- this package did not write, is refused (returns nil and the error reply).
-local function read_beat(g, consumer)
-  local _, data, _, _, first = group_keys(g)
-  local old = redis.pcall('HGET', data, consumer)
-  if type(old) == 'table' then return nil, failed(old, first + 1, 'hash') end
-  if old and not parse_beat(old) then
-    return nil, redis.error_reply(corrupt(first + 1, consumer, old))
+-- A sorted set (a group's heartbeats, the index of groups) that reaches SKIPLIST_AT members
+-- is moved to Redis's skiplist encoding, by adding a member longer than
+-- zset-max-listpack-value and removing it in the same call: in a listpack, updating one
+-- member's score rescans the whole list twice (2 to 3 us of a beat's server time at 100
+-- members, against 0.6 in a skiplist, for about 100 more bytes a member), and Redis never
+-- moves a sorted set back (it does so itself at 129 members). The member is not UTF-8, so
+-- it is no consumer's name and no group's key, and nothing outside the call ever sees it.
+-- Called after a write that added members; a caller whose ACL lacks ZCARD skips it.
+local SKIPLIST_AT = 64
+local SKIPLIST_MARK = '\255redis-presence: skiplist encoding\255 (not UTF-8, longer than 64 bytes) ......'
+local function grown(key)
+  local n = redis.pcall('ZCARD', key)
+  if type(n) == 'number' and n >= SKIPLIST_AT and n <= 128 then
+    redis.call('ZADD', key, 0, SKIPLIST_MARK)
+    redis.call('ZREM', key, SKIPLIST_MARK)
   end
-  return old
-end
-
--- Record one beat of `consumer` in group g at `us` (score) / `stamp` (decimal ns), keeping
--- the registration and the last progress of `old` (its stored value, from read_beat, so
--- well formed), or recording progress at `progress` (decimal ns) when given. ZADD, the
--- first write, checks the sorted set: a key of another type is refused before anything is
--- written. Returns an error reply or nil, the part of the value written that events carry
--- (beat_part) and the whole value written.
-local function write_beat(g, consumer, old, us, stamp, lease, progress)
-  local hb, data, _, _, first = group_keys(g)
-  local added = redis.pcall('ZADD', hb, us, consumer)
-  if type(added) == 'table' then return failed(added, first, 'zset') end
-  local registered, kept = stamp, nil
-  if old then registered, _, kept = parse_beat(old) end
-  local value = registered .. ' ' .. stamp .. ' ' .. lease
-  local full = value
-  progress = progress or kept
-  if progress then full = value .. ' ' .. progress end
-  redis.call('HSET', data, consumer, full)
-  return nil, value, full
 end
 
 -- Refuse an event log of another type (call before the first write of a script that may

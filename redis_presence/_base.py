@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ._executor import Functions
 from ._routing import DEFAULT_CLUSTER_RETRY_MS, check_cluster_retry_ms, is_cluster_client
 from ._wire import Wire, hiredis_packer
 from .events import DEFAULT_EVENTS_KEPT
@@ -108,6 +109,9 @@ class RegistryBase:
         )
         self._client = client
         self._owns_client = False
+        self.functions = Functions()
+        """Whether this registry calls the heartbeats by ``FCALL`` or, once the server
+        refused functions, by ``EVALSHA`` (`redis_presence._executor.Functions`)."""
         self.policy_check = PolicyCheck()
         """The one check of ``maxmemory-policy`` this registry makes, after its first
         operation Redis answered: it logs one warning on the ``redis_presence`` logger when

@@ -78,17 +78,17 @@ class AsyncRedisPresenceRegistry(AsyncOperations, RegistryBase):
     async def execute(self, plan: Plan[T]) -> T:
         """Run `plan` (from `plans`, or your own composition of them) to its result; the
         asyncio twin of `RedisPresenceRegistry.execute`."""
-        if type(plan) is Single:  # one script call, sent directly: no generator to step
+        if type(plan) is Single and not self.functions.refused:  # one call, sent directly
             try:
                 result: T = plan.then(await self._send_single(plan))
             except DRIVER_ERRORS as exc:
-                run = Run(plan, answered=[exc])
+                run = Run(plan, [exc], self.functions)
             else:
                 if self.policy_check.due:
                     await self._check_policy()
                 return result
         else:
-            run = Run(plan)
+            run = Run(plan, functions=self.functions)
         while run.batch is not None:
             run.feed(await self._transport(run.batch))
         if self.policy_check.due:
@@ -109,7 +109,7 @@ class AsyncRedisPresenceRegistry(AsyncOperations, RegistryBase):
 
     async def stream(self, stream: RowStream) -> AsyncIterator[ConsumerPresence]:
         """Run a streaming read, handing out each group's rows as soon as they are read."""
-        run = Run(stream.plan)
+        run = Run(stream.plan, functions=self.functions)
         while run.batch is not None:
             run.feed(await self._transport(run.batch))
             for _, rows in stream.groups:

@@ -73,7 +73,7 @@ STORED_VALUE = "registered_ns last_heartbeat_ns lease_count [last_progress_ns]"
 """The stored value of one consumer (a field of ``P:{Q}:G:c``): three decimal integers
 separated by single spaces, the first beat's and the last beat's instants in nanoseconds
 and the lease count, and, once the consumer recorded progress, a fourth: the instant of
-its last progress. ``write_beat`` in ``lua/lib.lua`` is the only writer;
+its last progress. ``lua/heartbeat.lua`` and ``lua/heartbeat_many.lua`` are its writers;
 `redis_presence.replies.stored_columns` the only reader."""
 
 STORED_FIELDS = 3

@@ -94,17 +94,17 @@ class RedisPresenceRegistry(Operations, RegistryBase):
         Redis failures raise `PresenceError` subclasses; a script the server has forgotten
         is loaded again and its calls re-sent, transparently.
         """
-        if type(plan) is Single:  # one script call, sent directly: no generator to step
+        if type(plan) is Single and not self.functions.refused:  # one call, sent directly
             try:
                 result: T = plan.then(self._send_single(plan))
             except DRIVER_ERRORS as exc:
-                run = Run(plan, answered=[exc])
+                run = Run(plan, [exc], self.functions)
             else:
                 if self.policy_check.due:
                     self._check_policy()
                 return result
         else:
-            run = Run(plan)
+            run = Run(plan, functions=self.functions)
         while run.batch is not None:
             run.feed(self._transport(run.batch))
         if self.policy_check.due:
@@ -125,7 +125,7 @@ class RedisPresenceRegistry(Operations, RegistryBase):
 
     def stream(self, stream: RowStream) -> Iterator[ConsumerPresence]:
         """Run a streaming read, handing out each group's rows as soon as they are read."""
-        run = Run(stream.plan)
+        run = Run(stream.plan, functions=self.functions)
         while run.batch is not None:
             run.feed(self._transport(run.batch))
             for _, rows in stream.groups:

@@ -23,11 +23,21 @@ LIBRARY = "lib"
 
 class Script(NamedTuple):
     """One operation script: its name, its full source (shared helpers included) and the
-    SHA1 that ``EVALSHA`` names it by."""
+    SHA1 that ``EVALSHA`` names it by; `function`, for a script of the `library`, the name
+    ``FCALL`` calls it by (the same KEYS, ARGV and reply), else None."""
 
     name: str
     source: str
     sha: str
+    function: str | None = None
+
+    @property
+    def command(self) -> tuple[str, str]:
+        """How a call of it starts: ``("FCALL", function)`` for a script of the library, else
+        ``("EVALSHA", sha)``; the number of keys, the keys and the arguments follow."""
+        if self.function is not None:
+            return ("FCALL", self.function)
+        return ("EVALSHA", self.sha)
 
 
 def _folder() -> Traversable:
@@ -63,13 +73,51 @@ SCRIPT_NAMES = tuple(
 """Every operation script: each ``lua/<name>.lua`` but ``lib.lua``."""
 
 
+FUNCTIONS = ("heartbeat", "heartbeat_many")
+"""The scripts also loaded as Redis functions (`library`): the heartbeats, the hot path, where
+defining the helpers of ``lib.lua`` on every ``EVALSHA`` costs a third of a beat's server
+time. Every other script is sent by ``EVALSHA`` only."""
+
+
+class Library(NamedTuple):
+    """The Redis function library (``FUNCTION LOAD``): `name`, its `source`, and the function
+    name of each script of FUNCTIONS. Names carry a digest of the source, so libraries of
+    two package versions live side by side on one server and neither replaces the other."""
+
+    name: str
+    source: str
+    functions: dict[str, str]
+
+
+@cache
+def library() -> Library:
+    """The function library: ``lib.lua`` once, after ``local KEYS, ARGV``, then each script
+    of FUNCTIONS as a function that sets KEYS and ARGV, names them (``bind``) and runs its
+    body (docs/protocol.md, section 10)."""
+    bodies = {name: _read(name) for name in FUNCTIONS}
+    digest = hashlib.sha1(
+        "\n".join([_read(LIBRARY), *bodies.values()]).encode("utf-8")
+    ).hexdigest()[:12]
+    name = f"redis_presence_{digest}"
+    functions = {script_name: f"rp_{script_name}_{digest}" for script_name in FUNCTIONS}
+    parts = [f"#!lua name={name}", "local KEYS, ARGV", _read(LIBRARY)]
+    for script_name, body in bodies.items():
+        parts.append(f"-- {script_name}.lua\nlocal function run_{script_name}()\n{body}\nend")
+        parts.append(
+            f"redis.register_function('{functions[script_name]}', function(keys, args)\n"
+            f"  KEYS, ARGV = keys, args\n  bind()\n  return run_{script_name}()\nend)"
+        )
+    return Library(name, "\n".join(parts), functions)
+
+
 @cache
 def script(name: str) -> Script:
     """The operation script `name` (read once per process; a script never changes)."""
     if name not in SCRIPT_NAMES:
         raise KeyError(f"unknown script {name!r}; known: {', '.join(SCRIPT_NAMES)}")
     text = f"{_read(LIBRARY)}\n-- {name}.lua\n{_read(name)}"
-    return Script(name, text, hashlib.sha1(text.encode("utf-8")).hexdigest())
+    function = library().functions.get(name)
+    return Script(name, text, hashlib.sha1(text.encode("utf-8")).hexdigest(), function)
 
 
 def source(name: str) -> str:

@@ -191,7 +191,15 @@ def test_a_batch_split_in_many_calls_says_exactly_what_it_wrote(
     ]
     with pytest.raises(PresenceBatchError) as info:
         registry.heartbeat_many(beats, now_ns=T0)
-    assert_refused_the_bad_beats(client, before, info.value, corruption, beats)
+    if corruption.key == BAD.events and backend != "cluster":
+        # A call that logs nothing in bad/g (the active "w"'s beat) never meets its log, as
+        # a single heartbeat does not; the call that adds "x" refuses the group. (On a
+        # cluster a queue's beats go in one call: both are refused.)
+        refused_for(info.value, corruption, [("bad", "g", "x")])
+        assert client.hget(BAD.data, "w") == b"%d %d 5" % (T0 - MS, T0)
+        assert client.hget(BAD.data, "x") is None
+    else:
+        assert_refused_the_bad_beats(client, before, info.value, corruption, beats)
     assert info.value.completed == len(beats) - len(info.value.refused)
     rows = good_rows(registry)
     assert all(rows[q, g, f"new{i}"] == (i, T0) for i in range(3) for q, g in GOOD)

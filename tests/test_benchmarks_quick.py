@@ -31,6 +31,7 @@ CASES = (
     "queues",
     "pages",
     "streams",
+    "beat_cost",
 )
 
 

@@ -159,7 +159,7 @@ def test_heartbeat_many_sends_one_script_call_per_queue(
     for client in nodes:
         client.config_resetstat()
     assert registry.heartbeat_many(beats) == len(beats)
-    assert command_calls(nodes, "evalsha") == len(queues)
+    assert command_calls(nodes, "fcall") == len(queues)
     assert command_calls(nodes, "hset") == len(beats)
     # A ZADD per beat, one more that lists every group but the one already listed, and one
     # that lists the queues' event logs (their `joined` entries, one per group).
@@ -171,7 +171,7 @@ def test_heartbeat_many_sends_one_script_call_per_queue(
     for client in nodes:
         client.config_resetstat()
     assert registry.heartbeat_many(beats) == len(beats)  # every group is marked: no SADD
-    assert command_calls(nodes, "evalsha") == len(queues)
+    assert command_calls(nodes, "fcall") == len(queues)
     assert command_calls(nodes, "sadd") == 0
 
 
@@ -190,7 +190,7 @@ class PipelineSpy:
             return execute(pipe, *args, **kwargs)
 
         def counted_send(*args: Any, **kwargs: Any) -> Any:
-            if str(args[0]).upper().startswith("EVAL"):
+            if str(args[0]).upper().startswith(("EVAL", "FCALL")):
                 self.single_calls.append(str(args[0]))
             return send(*args, **kwargs)  # type: ignore[no-untyped-call]
 
@@ -210,12 +210,13 @@ def test_per_queue_scripts_go_in_one_pipeline_per_node(
     registry = RedisPresenceRegistry(cluster_client)
     for client in nodes:
         client.script_flush()
+        client.function_flush()
     spy = PipelineSpy(monkeypatch, cluster_client)
     assert registry.heartbeat_many(beats, now_ns=T0) == len(beats)
     space = Keyspace("presence")
     index_nodes = {node_of(cluster_client, space.groups), node_of(cluster_client, space.events)}
-    # The groups' shared TTLs read (one pipeline per node); NOSCRIPT on every node: one
-    # SCRIPT LOAD (the cluster client sends it to every master), then each node's calls
+    # The groups' shared TTLs read (one pipeline per node); "Function not found" on every
+    # node: one FUNCTION LOAD (the cluster client sends it to every master), then each node's calls
     # again in one more pipeline, never one by one; then the new groups and the logs of
     # their `joined` events listed in the two indexes (one pipeline per index's node).
     assert (spy.pipelines, spy.single_calls) == (3 + 3 + 3 + len(index_nodes), [])
@@ -339,7 +340,7 @@ def test_async_heartbeat_many_sends_one_script_call_per_queue(
             for client in nodes:
                 client.config_resetstat()
             await registry.heartbeat_many(beats)
-            calls = command_calls(nodes, "evalsha")
+            calls = command_calls(nodes, "fcall")
             return calls, len(await registry.snapshot())
         finally:
             await registry.client.aclose()

@@ -173,7 +173,7 @@ def test_follow_rereads_a_snapshot_when_a_groups_keys_are_deleted(server: RedisS
 
 
 def test_follow_rereads_a_snapshot_when_the_index_is_deleted(server: RedisServer) -> None:
-    """A deleted index heals as each group beats again (the beat lists its group); a group
+    """A deleted index heals as each group beats again (a batched beat lists its group); a group
     nobody beats in any more stays out of it, with consumers no read finds: a follow that
     holds them re-reads what the index says."""
     registry = RedisPresenceRegistry.from_url(server.url)
@@ -184,7 +184,7 @@ def test_follow_rereads_a_snapshot_when_the_index_is_deleted(server: RedisServer
         first = next(stream)
         assert isinstance(first, FollowSnapshot)
         registry.client.delete(registry.plans.keys.groups)
-        registry.heartbeat("mail", "b", "alive")  # lists its group again
+        registry.heartbeat_many([("mail", "b", "alive", 0)])  # lists its group again
         snapshot, _ = _until_snapshot(stream)
         assert {row.consumer for row in snapshot.rows} == {"alive"}
         stream.close()  # type: ignore[attr-defined]

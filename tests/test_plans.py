@@ -68,7 +68,7 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
     codec = (encoding, "strict")
     wire = Wire(codec, prebuilt=True)  # how a registry of that encoding writes it
     planner = Planner("präsenz", clustered=clustered)
-    sha = script("heartbeat").sha
+    function = script("heartbeat").function
     seen: set[tuple[str, str]] = set()
     claim = [Command("SET", (planner.keys.protocol, "1", "NX"))]  # after the first beat only
     for queue, group, consumer, lease in BEATS:
@@ -102,8 +102,8 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
             )
         tail = (INDEX_MARK_MS,) if clustered else ()
         expected = (
-            "EVALSHA",
-            sha,
+            "FCALL",
+            function,
             len(keys),
             *keys,
             30_000,

@@ -37,7 +37,7 @@ from redis_presence import (
 )
 from redis_presence.cli import cli
 from redis_presence.keys import Keyspace
-from redis_presence.scripts import script
+from redis_presence.scripts import library, script
 from redis_presence.urls import redact, secrets_of
 
 MS = 1_000_000
@@ -71,8 +71,8 @@ BROKER_USER, BROKER_PASSWORD = "presence-broker", "change-me-broker"
 READER_USER, READER_PASSWORD = "presence-reader", "change-me-reader"
 ACL_BROKER = (
     f"ACL SETUSER {BROKER_USER} reset on >{BROKER_PASSWORD} ~presence:* resetchannels -@all "
-    "+evalsha +script|load +select +type +time +exists +get +hget +hset +zadd +zscore +set "
-    "+zrem +hdel +del +xadd +pexpire"
+    "+evalsha +fcall +script|load +function|load +select +type +time +exists +get +hget +hset "
+    "+zadd +zscore +zcard +set +zrem +hdel +del +xadd +pexpire"
 )
 ACL_READER = (
     f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} ~presence:* resetchannels -@all "
@@ -90,8 +90,9 @@ ACL_STRICT_READER = (
 JANITOR_USER, JANITOR_PASSWORD = "presence-janitor", "change-me-janitor"
 ACL_JANITOR = (
     f"ACL SETUSER {JANITOR_USER} reset on >{JANITOR_PASSWORD} ~presence:* resetchannels -@all "
-    "+evalsha +script|load +select +type +time +exists +get +hget +hset +zadd +zscore +set "
-    "+zrem +hdel +del +xadd +pexpire +zrangebylex +zrangebyscore +hlen +hgetall +hscan +hmget"
+    "+evalsha +fcall +script|load +function|load +select +type +time +exists +get +hget +hset "
+    "+zadd +zscore +zcard +set +zrem +hdel +del +xadd +pexpire +zrangebylex +zrangebyscore "
+    "+hlen +hgetall +hscan +hmget"
 )
 OPERATOR_USER, OPERATOR_PASSWORD = "presence-operator", "change-me-operator"
 ACL_OPERATOR = (
@@ -288,13 +289,16 @@ def test_a_reader_can_neither_load_nor_run_a_script_nor_write(
             ("EVALSHA", script("heartbeat").sha, "0"),
             ("EVALSHA_RO", script("heartbeat").sha, "0"),
             ("FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('f', function() end)"),
+            ("FCALL", script("heartbeat").function, "0"),
             ("ZADD", "presence:groups", "0", "x"),
             ("DEL", "presence:groups"),
         ):
             with pytest.raises(redis.exceptions.NoPermissionError):
                 reader.execute_command(*command)
     assert dump(admin) == before
-    assert admin.script_exists(script("heartbeat").sha) == [True]  # the broker's, untouched
+    # the broker's, untouched (the heartbeats are functions, the other writes scripts)
+    assert admin.function_list(library().name) != []
+    assert admin.script_exists(script("describe").sha) == [True]
 
 
 def test_janitor_role_may_prune(acl_server: RedisServer, admin: redis.Redis) -> None:

@@ -61,7 +61,9 @@ def probes(keys: Keyspace, db: int) -> dict[str, tuple[str | int, ...]]:
     hb, data, mark, log = unused.hb, unused.data, unused.mark, unused.events
     return {
         "evalsha": ("EVALSHA", "0" * 40, -1),
+        "fcall": ("FCALL", "redis-presence-doctor-probe", -1),
         "script|load": ("SCRIPT LOAD", "return ("),
+        "function|load": ("FUNCTION LOAD", "not a library"),
         "select": ("SELECT", db),
         "type": ("TYPE", mark),
         "time": ("TIME",),

@@ -29,9 +29,14 @@ MEMORY_WARN_RATIO = 0.9
 """Used memory above this share of ``maxmemory`` is reported before writes start failing."""
 
 _BROKER = (
-    "evalsha script|load select type time exists get hget hset zadd zscore set zrem hdel del "
-    "xadd pexpire"
+    "evalsha fcall script|load function|load select type time exists get hget hset zadd zscore "
+    "zcard set zrem hdel del xadd pexpire"
 )
+FASTER_RIGHTS = ("fcall", "function|load", "zcard")
+"""What makes a beat cheaper on the server and nothing else: the heartbeats' function
+library (without it they go by EVALSHA, redis_presence._executor.Functions) and the move of
+a large group to a skiplist (lua/lib.lua, `grown`). A role without them still plays its
+part."""
 _READER = (
     "select time get zrangebylex hlen hgetall hscan zcount zrangebyscore hmget zcard xrange "
     "xinfo|stream"
@@ -300,11 +305,18 @@ def role_findings(
     for role, commands in ROLES.items():
         needed = [c for c in commands if needs_select or c != "select"]
         lacking = [c for c in needed if not rights.get(c, False)]
+        by_sha = [c for c in lacking if c in FASTER_RIGHTS]
+        lacking = [c for c in lacking if c not in FASTER_RIGHTS]
         if not lacking:
             playable += 1
             db0 = (
                 "" if rights.get("select", False) else "; without SELECT it can use database 0 only"
             )
+            if by_sha:
+                db0 += (
+                    f"; without {' '.join(by_sha)} its heartbeats cost more server time "
+                    "(docs/production.md)"
+                )
             found.append(
                 Finding(
                     f"acl-{role}",

@@ -209,9 +209,10 @@ class Scope:
 
     @staticmethod
     def call(name: str, keys: Sequence[str], args: Sequence[Any]) -> ScriptCall:
-        """A call of ``lua/<name>.lua`` (only writes use scripts)."""
+        """A call of ``lua/<name>.lua`` (only writes use scripts): by ``FCALL`` for a script
+        of the function library, else by ``EVALSHA``."""
         found = script(name)
-        return ScriptCall(found, ("EVALSHA", found.sha, len(keys), *keys, *args))
+        return ScriptCall(found, (*found.command, len(keys), *keys, *args))
 
     def write_keys(self, groups: Sequence[GroupKeys]) -> list[str]:
         """The KEYS of a script: each group's sorted set, hash, index mark, event log and

@@ -18,8 +18,11 @@ T = TypeVar("T")
 
 class ScriptCall(NamedTuple):
     """One call of one of the package's scripts, ready to send: `args` is the whole command,
-    from ``EVALSHA`` (or ``EVALSHA_RO``, which a replica runs) and the SHA of `script` on.
-    After ``NOSCRIPT`` an executor loads ``script.source`` and sends the same call again."""
+    from ``EVALSHA`` (or ``EVALSHA_RO``, which a replica runs) and the SHA of `script` on,
+    or from ``FCALL`` and its function's name on (a script of the function library). After
+    ``NOSCRIPT`` an executor loads ``script.source`` and sends the same call again; after
+    "Function not found" it loads the library, and where functions are refused it sends the
+    call by ``EVALSHA`` instead (`by_sha`; redis_presence._executor)."""
 
     script: Script
     args: tuple[Any, ...]
@@ -28,6 +31,13 @@ class ScriptCall(NamedTuple):
     def first_key(self) -> Any:
         """The call's first key (every package script takes at least one)."""
         return self.args[3]
+
+    @property
+    def by_sha(self) -> ScriptCall:
+        """The same call by ``EVALSHA`` (the same KEYS, ARGV and reply)."""
+        if self.args[0] != "FCALL":
+            return self
+        return ScriptCall(self.script, ("EVALSHA", self.script.sha, *self.args[2:]))
 
 
 class Command(NamedTuple):

@@ -138,8 +138,7 @@ class WritePlans(Job):
         keys = self.scope.write_keys([gk])
         tail = (INDEX_MARK_MS,) if self.clustered else ()
         head = (
-            "EVALSHA",
-            self._beat_script.sha,
+            *self._beat_script.command,
             len(keys),
             *keys,
             ttl,
