@@ -51,6 +51,9 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "streams": lambda server, sizes: importlib.import_module("benchmarks.streams").case_streams(
         server, sizes
     ),
+    "scrape": lambda server, sizes: importlib.import_module("benchmarks.scrape").case_scrape(
+        server, sizes
+    ),
 }
 """Every case, in the order of issue 6, then the CLI's startup; the keys are the JSON's ``cases``
 keys."""

@@ -64,6 +64,10 @@ class SharedAsks(NamedTuple):
     """What the plan goes on with, by kind: the entries that were fresh when it asked, then
     its replies (`SettingsCache.take`). Its own, not the cache: another plan may empty the
     cache while this one waits on Redis."""
+    together: bool = False
+    """Whether the settings' keys are read by one ``MGET`` and one ``EXISTS`` (after the
+    protocol's ``GET``) instead of a ``GET`` each: `spread` turns their replies into a
+    reply per key."""
 
 
 class SettingsCache:
@@ -74,7 +78,7 @@ class SettingsCache:
     and `take` keeps the replies. Shared by its planner's plans across threads and tasks:
     the module's rule."""
 
-    __slots__ = ("_claimed", "_clock", "_keys", "_protocol_at", "_stucks", "_ttls")
+    __slots__ = ("_apart", "_claimed", "_clock", "_keys", "_protocol_at", "_stucks", "_ttls")
 
     def __init__(self, keys: Keyspace, clock: Callable[[], int]) -> None:
         self._keys = keys
@@ -86,6 +90,7 @@ class SettingsCache:
         # When this planner last checked ``P:protocol`` (monotonic ns; None: never).
         self._protocol_at: int | None = None
         self._claimed = False  # whether a beat of this planner claimed it (SET NX)
+        self._apart = False  # whether MGET or EXISTS was refused: a GET a key instead
 
     def __len__(self) -> int:
         """How many settings it holds (of the prefix and of groups, both kinds)."""
@@ -98,12 +103,19 @@ class SettingsCache:
         self._stucks.clear()
 
     def asks(
-        self, groups: Sequence[GroupKeys], *, ttls: bool = True, stucks: bool = False
+        self,
+        groups: Sequence[GroupKeys],
+        *,
+        ttls: bool = True,
+        stucks: bool = False,
+        together: bool = False,
     ) -> SharedAsks:
         """The reads of the shared TTLs (and with `stucks` the progress budgets) of the
         prefix and of each of `groups` not read in the last TTL_CACHE_MS, with the protocol
         version when it is due (none when all is fresh): a plan sends them, alone or with
-        requests of its own, and hands their replies to `take`."""
+        requests of its own, and hands their replies to `take`. With `together` (keys of
+        many slots in one command: a standalone server only) every key is read by one
+        ``MGET`` and one ``EXISTS`` (`SharedAsks.together`; `spread` first)."""
         limit = self._clock() - TTL_CACHE_MS * NS_PER_MS
         caches = [(self._ttls, "ttl")] if ttls else []
         if stucks:
@@ -127,8 +139,37 @@ class SettingsCache:
             # The protocol version, with the shared settings (docs/protocol.md): every read
             # of the settings checks it (and a heartbeat claims it, `IndexPlans.claim`).
             protocol.append(Command("GET", (self._keys.protocol,)))
-        requests = (*protocol, *(Command("GET", (key,)) for _, _, key in asks))
-        return SharedAsks(requests, bool(protocol), asks, seen)
+        keys = [key for _, _, key in asks]
+        if together and keys and not self._apart:
+            reads: tuple[Request, ...] = (
+                Command("MGET", tuple(keys)),
+                Command("EXISTS", tuple(keys)),
+            )
+        else:
+            reads, together = tuple(Command("GET", (key,)) for key in keys), False
+        return SharedAsks((*protocol, *reads), bool(protocol), asks, seen, together)
+
+    def spread(self, asks: SharedAsks, replies: Sequence[Any]) -> tuple[list[Any], list[int]]:
+        """The replies to `asks` as `take` wants them, one per key (those of
+        ``asks.together``'s ``MGET``), and the places of the keys to read again by a ``GET``
+        each (the caller puts those replies in place): the keys ``MGET`` answered with
+        nothing while ``EXISTS`` counted more keys than it returned values (a key of
+        another type among them, which only its own ``GET`` tells from a key that is not
+        there), or every key when either command was refused (a role of ``+get`` without
+        ``+mget +exists``: this planner reads a ``GET`` a key from then on)."""
+        if not asks.together:
+            return list(replies), []
+        skip = 1 if asks.protocol else 0
+        values, exists = replies[skip], replies[skip + 1]
+        head = list(replies[:skip])
+        if isinstance(values, Exception) or isinstance(exists, Exception):
+            self._apart = True
+            return [*head, *([None] * len(asks.asks))], list(range(skip, skip + len(asks.asks)))
+        found = list(values)
+        doubt: list[int] = []
+        if int(exists) != sum(value is not None for value in found):
+            doubt = [skip + i for i, value in enumerate(found) if value is None]
+        return [*head, *found], doubt
 
     def take(self, asks: SharedAsks, replies: Sequence[Any], only: set[str] | None = None) -> None:
         """Keep the replies to `asks` (with `only`, of those groups' members and the
