@@ -207,7 +207,7 @@ class ConsumerPresence(NamedTuple):
         # (a healthy group): no rank is computed row by row.
         everyone_active = not beats or min(beats) > active_after
         ranks: Iterable[int] = (
-            repeat(2)
+            repeat(2, len(beats))
             if everyone_active
             else map(bisect_left, repeat((expired_at, active_after)), beats)
         )
