@@ -70,10 +70,11 @@ def test_commands_per_group_of_each_kind(redis_client: redis.Redis, kind: str) -
         _write(writer, "q", f"g{g:03d}", KINDS[kind])
     commands = scrape_commands(redis_client, prefix)
     # The declared groups' index, the page of groups and the end of the index, the shared
-    # TTLs (MGET, EXISTS) and the protocol version (GET): 6, and the groups' own.
-    fixed = collections.Counter({"ZRANGEBYLEX": 3, "GET": 1, "MGET": 1, "EXISTS": 1})
+    # TTLs (the prefix's and 100 groups': two MGETs and two EXISTS of at most 100 keys) and
+    # the protocol version (GET): 8, and the groups' own.
+    fixed = collections.Counter({"ZRANGEBYLEX": 3, "GET": 1, "MGET": 2, "EXISTS": 2})
     assert collections.Counter(c for c in commands if c in fixed) == fixed
-    assert (len(commands) - 6) / 100 == COST[kind]
+    assert (len(commands) - 8) / 100 == COST[kind]
 
 
 def test_a_scrape_of_a_mostly_healthy_fleet_sends_at_most_4_commands_a_group(
@@ -88,9 +89,9 @@ def test_a_scrape_of_a_mostly_healthy_fleet_sends_at_most_4_commands_a_group(
         _write(writer, f"q{g % 7}", f"g{g:03d}", KINDS[kinds[g % 5]])
     commands = scrape_commands(redis_client, "presence")
     assert len(commands) / 500 <= 4.0
-    # The declared groups' index, 5 pages of groups and the end, 5 pages of TTLs (MGET,
-    # EXISTS), the protocol version: 18; and each group's own.
-    assert len(commands) == 18 + 100 * (2 + 2 + 2 + 5 + 6)
+    # The declared groups' index, 5 pages of groups and the end, 501 TTLs (6 MGETs and 6
+    # EXISTS), the protocol version: 20; and each group's own.
+    assert len(commands) == 20 + 100 * (2 + 2 + 2 + 5 + 6)
 
 
 def _edge_beats(rng: random.Random) -> list[int]:

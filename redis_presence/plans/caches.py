@@ -30,11 +30,15 @@ from ..errors import PresenceDataError, PresenceError
 from ..keys import GroupKeys, Keyspace
 from ..model import NS_PER_MS
 from .core import Setting, Spoilt, _check_protocol, _stored_ttl
-from .limits import MAX_CACHED_GROUPS, TTL_CACHE_MS
+from .limits import MAX_CACHED_GROUPS, MAX_GROUPS_PER_CALL, TTL_CACHE_MS
 from .requests import Command, Plan, Request
 
 _WHAT = {"ttl": "a TTL", "stuck": "a progress budget"}
 """How a data error names each kind of shared setting."""
+
+MAX_KEYS_TOGETHER = MAX_GROUPS_PER_CALL
+"""Most keys of shared settings one ``MGET`` or ``EXISTS`` reads (each a group's, or the
+prefix's): no more groups than an index page."""
 
 Entry = tuple[Setting, int]
 """A shared setting as read (`Setting`), and when (monotonic ns)."""
@@ -65,9 +69,9 @@ class SharedAsks(NamedTuple):
     its replies (`SettingsCache.take`). Its own, not the cache: another plan may empty the
     cache while this one waits on Redis."""
     together: bool = False
-    """Whether the settings' keys are read by one ``MGET`` and one ``EXISTS`` (after the
-    protocol's ``GET``) instead of a ``GET`` each: `spread` turns their replies into a
-    reply per key."""
+    """Whether the settings' keys are read by an ``MGET`` and an ``EXISTS`` of up to
+    MAX_KEYS_TOGETHER keys each (after the protocol's ``GET``) instead of a ``GET`` each:
+    `spread` turns their replies into a reply per key."""
 
 
 class SettingsCache:
@@ -114,8 +118,9 @@ class SettingsCache:
         prefix and of each of `groups` not read in the last TTL_CACHE_MS, with the protocol
         version when it is due (none when all is fresh): a plan sends them, alone or with
         requests of its own, and hands their replies to `take`. With `together` (keys of
-        many slots in one command: a standalone server only) every key is read by one
-        ``MGET`` and one ``EXISTS`` (`SharedAsks.together`; `spread` first)."""
+        many slots in one command: a standalone server only) the keys are read by an
+        ``MGET`` and an ``EXISTS`` of up to MAX_KEYS_TOGETHER keys each
+        (`SharedAsks.together`; `spread` first)."""
         limit = self._clock() - TTL_CACHE_MS * NS_PER_MS
         caches = [(self._ttls, "ttl")] if ttls else []
         if stucks:
@@ -141,9 +146,13 @@ class SettingsCache:
             protocol.append(Command("GET", (self._keys.protocol,)))
         keys = [key for _, _, key in asks]
         if together and keys and not self._apart:
+            parts = [
+                tuple(keys[i : i + MAX_KEYS_TOGETHER])
+                for i in range(0, len(keys), MAX_KEYS_TOGETHER)
+            ]
             reads: tuple[Request, ...] = (
-                Command("MGET", tuple(keys)),
-                Command("EXISTS", tuple(keys)),
+                *(Command("MGET", part) for part in parts),
+                *(Command("EXISTS", part) for part in parts),
             )
         else:
             reads, together = tuple(Command("GET", (key,)) for key in keys), False
@@ -160,15 +169,18 @@ class SettingsCache:
         if not asks.together:
             return list(replies), []
         skip = 1 if asks.protocol else 0
-        values, exists = replies[skip], replies[skip + 1]
         head = list(replies[:skip])
-        if isinstance(values, Exception) or isinstance(exists, Exception):
+        n = (len(replies) - skip) // 2
+        values, exists = replies[skip : skip + n], replies[skip + n :]
+        if any(isinstance(reply, Exception) for reply in (*values, *exists)):
             self._apart = True
             return [*head, *([None] * len(asks.asks))], list(range(skip, skip + len(asks.asks)))
-        found = list(values)
+        found: list[Any] = []
         doubt: list[int] = []
-        if int(exists) != sum(value is not None for value in found):
-            doubt = [skip + i for i, value in enumerate(found) if value is None]
+        for part, count in zip(values, exists, strict=True):
+            if int(count) != sum(value is not None for value in part):
+                doubt += (skip + len(found) + i for i, value in enumerate(part) if value is None)
+            found += part
         return [*head, *found], doubt
 
     def take(self, asks: SharedAsks, replies: Sequence[Any], only: set[str] | None = None) -> None:

@@ -46,6 +46,12 @@ def _lowest(reply: Any) -> tuple[Any, int] | None:
     return name, int(float(score))
 
 
+DETAILED_GROUPS = 1_000
+"""Most groups `groups(details=True)` counts a round trip: ten index pages (each command
+still touches one group, or the settings of a page). A scrape waits for the server once
+per round trip: under load, more than for its work."""
+
+
 class _Degraded:
     """A group of `DeclaredPlans._detailed` whose oldest consumer is not active: its
     horizons (ns) and their microseconds (`edges`), its oldest member (name, µs), and what
@@ -237,6 +243,9 @@ class DeclaredPlans(Job):
         after: Any = None
         while True:
             groups, after = yield from self._index.listed(None, None, after, skipped)
+            while details and after is not None and len(groups) < DETAILED_GROUPS:
+                page, after = yield from self._index.listed(None, None, after, skipped)
+                groups = [*groups, *page]
             if groups and details:
                 found = yield from self._detailed(groups, now, ttl_ms, skipped)
                 for gk, tally, oldest, held in found:
