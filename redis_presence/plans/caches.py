@@ -129,13 +129,12 @@ class SettingsCache:
             self.forget()  # start over, as the single-beat cache does
         asks: list[tuple[str, str | None, str]] = []
         seen: dict[str, dict[str | None, Entry]] = {}
+        places: dict[str | None, Any] = {None: self._keys, **{gk.data: gk for gk in groups}}
         for cache, kind in caches:
-            wanted: list[str | None] = [None, *dict.fromkeys(gk.data for gk in groups)]
             fresh = seen[kind] = {}
-            for member in wanted:
+            for member, place in places.items():
                 entry = cache.get(member)
                 if entry is None or entry[1] < limit:
-                    place = self._keys if member is None else self._keys.from_member(member)
                     asks.append((kind, member, getattr(place, kind)))
                 else:
                     fresh[member] = entry
@@ -191,10 +190,11 @@ class SettingsCache:
         them raises, and so does another protocol version."""
         read_at = self._clock()
         skip = 1 if asks.protocol else 0
+        wanted = None if only is None else {None, *only}
         kept = [
             reply
             for i, reply in enumerate(replies)
-            if i < skip or only is None or asks.asks[i - skip][1] in (None, *only)
+            if i < skip or wanted is None or asks.asks[i - skip][1] in wanted
         ]
         for i, reply in enumerate(kept):  # error replies come back in place (`Partial`)
             if isinstance(reply, PresenceError):
