@@ -30,6 +30,7 @@ CASES = (
     "queues",
     "pages",
     "streams",
+    "scrape",
 )
 
 
