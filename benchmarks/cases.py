@@ -57,6 +57,9 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "beat_cost": lambda server, sizes: importlib.import_module("benchmarks.beats").case_beat_cost(
         server, sizes
     ),
+    "scrape": lambda server, sizes: importlib.import_module("benchmarks.scrape").case_scrape(
+        server, sizes
+    ),
 }
 """Every case, in the order of issue 6, then the CLI's startup; the keys are the JSON's ``cases``
 keys."""

@@ -178,9 +178,9 @@ async def _run(server: BenchServer, n: int, rounds: int, result: CaseResult) -> 
         "the changes and the groups, never with the consumers"
     )
     result.facts["what a scrape reads"] = (
-        "three count_active_by_group() calls at one TIME (active at TTL, active at 2 TTL, "
-        "every tracked consumer at now_ns=0), sent concurrently; no consumer is read "
-        "(registry.groups() of issue 14 makes it one call)"
+        "one registry.groups(details=True): each group's ZCARD and oldest beat with the "
+        "page's shared TTLs (MGET, EXISTS); the counts (two ZCOUNTs) and the expired names "
+        "and values only for a group whose oldest consumer is not active (issue 33)"
     )
 
 

@@ -211,8 +211,14 @@ class ConsumerPresence(NamedTuple):
             beats_past = beats
         ages = map(floordiv, map(sub, repeat(now_ns), beats_past), repeat(NS_PER_MS))
         # How many horizons a beat is above (bisect_left of (expired_at, active_after)):
-        # 2 active, 1 stale, 0 expired.
-        ranks: Iterable[int] = map(bisect_left, repeat((expired_at, active_after)), beats)
+        # 2 active, 1 stale, 0 expired. When the oldest beat is active, so is every one
+        # (a healthy group): no rank is computed row by row.
+        everyone_active = not beats or min(beats) > active_after
+        ranks: Iterable[int] = (
+            repeat(2, len(beats))
+            if everyone_active
+            else map(bisect_left, repeat((expired_at, active_after)), beats)
+        )
         progress: Iterable[int | None]
         refs: Sequence[int]
         if progress_ns is None:
@@ -221,19 +227,25 @@ class ConsumerPresence(NamedTuple):
             progress = progress_ns
             refs = list(map(max, registered_at_ns, [p or 0 for p in progress_ns]))
         stuck: Iterable[bool]
-        if not lease_count or not max(lease_count):
-            stuck = repeat(False)  # nobody holds a lease: nobody is stuck
+        horizon = now_ns - (stuck_after_ms + 1) * NS_PER_MS
+        if not lease_count or not max(lease_count) or min(refs) > horizon:
+            # Nobody holds a lease, or everyone registered or progressed since the horizon:
+            # nobody is stuck.
+            stuck = repeat(False)
         else:
             # Active (rank 2), holding leases, and the later of registration and progress
             # at or before now - (stuck_after + 1) ms (`is_stuck`).
             ranks = list(ranks)
-            horizon = now_ns - (stuck_after_ms + 1) * NS_PER_MS
             stuck = map(
                 and_,
                 map(and_, map(eq, ranks, repeat(2)), map(gt, lease_count, repeat(0))),
                 map(le, refs, repeat(horizon)),
             )
-        states = map(_STATE_BY_RANK.__getitem__, ranks)
+        states: Iterable[PresenceState] = (
+            repeat(PresenceState.ACTIVE)
+            if everyone_active
+            else map(_STATE_BY_RANK.__getitem__, ranks)
+        )
         fields = zip(
             repeat(queue),
             repeat(group),

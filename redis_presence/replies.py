@@ -109,8 +109,13 @@ def stored_columns(keys: GroupKeys, reply: Any) -> Columns:
         digits = joined.replace(space, space[:0])
         if not (digits.isascii() and digits.isdigit()):
             raise ValueError
+        # No empty field (two separators in a row, or one at either end), and none longer
+        # than a number this package writes: the first two checks search the joined text
+        # (in C), not each field.
+        if space + space in joined or joined[:1] == space or joined[-1:] == space:
+            raise ValueError
         fields = joined.split(space)
-        if max(map(len, fields)) > _MAX_DIGITS or not min(map(len, fields)):
+        if max(map(len, fields)) > _MAX_DIGITS:
             raise ValueError
         registered = list(map(int, fields[0::width]))
         heartbeat = list(map(int, fields[1::width]))

@@ -32,6 +32,7 @@ CASES = (
     "pages",
     "streams",
     "beat_cost",
+    "scrape",
 )
 
 

@@ -119,7 +119,9 @@ def work(
             c.argc - 2 for c in inner if c.args[0].upper() == "ZREM" and c.args[1].endswith(":hb")
         )
         return "consumers", removed, bounds.prune_consumers
-    assert name in ("TIME", "GET", "HLEN", "ZCOUNT", "ZCARD", "EXISTS", "SCRIPT"), args[:3]
+    if name in ("MGET", "EXISTS"):  # shared settings of groups (one key in a broker's script)
+        return "groups", command.argc - 1, bounds.groups
+    assert name in ("TIME", "GET", "HLEN", "ZCOUNT", "ZCARD", "SCRIPT"), args[:3]
     return "o1", 1, 1
 
 

@@ -86,6 +86,8 @@ def test_a_fourth_field_is_the_last_progress_and_absent_is_none(text: bool) -> N
         pytest.param({b"a": b"1 2", b"b": b"3 4 5 6"}, "a", "1 2", id="compensating-pair"),
         pytest.param({b"a": b"1 2 x"}, "a", "1 2 x", id="not-a-number"),
         pytest.param({b"a": b"1  2 3"}, "a", "1  2 3", id="double-space"),
+        pytest.param({b"a": b" 1 2"}, "a", " 1 2", id="leading-space"),
+        pytest.param({b"y": b"1 2 3", b"yy": b" 1 2"}, "yy", " 1 2", id="leading-space-inside"),
         pytest.param({b"a": b""}, "a", "", id="empty"),
         pytest.param({b"a": b"garbage"}, "a", "garbage", id="garbage"),
         # What int() would take but this package never writes: signs, spaces, underscores,
@@ -145,6 +147,20 @@ def test_rows_from_columns_are_the_rows_at_builds(beats: list[int], ttl: int) ->
     ]
     assert all(type(row) is ConsumerPresence for row in rows)
     assert {row.state for row in rows} <= set(PresenceState)
+
+
+def test_an_all_active_group_holding_leases_since_long_ago_is_stuck() -> None:
+    """Every consumer active (no rank computed row by row) and some stuck: the rows `at`
+    builds, one by one."""
+    names, beats, lease = ["a", "b", "c"], [T0, T0 - 1, T0 - 5 * MS], [1, 0, 2]
+    registered = [T0 - 3_600_000 * MS, T0 - 3_600_000 * MS, T0 - MS]
+    options: dict[str, Any] = {"now_ns": T0, "ttl_ms": 1_000, "stuck_after_ms": 60_000}
+    rows = list(ConsumerPresence.columns("q", "g", names, registered, beats, lease, **options))
+    assert rows == [
+        ConsumerPresence.at("q", "g", c, r, hb, n, **options)
+        for c, r, hb, n in zip(names, registered, beats, lease, strict=True)
+    ]
+    assert [row.stuck for row in rows] == [True, False, False]
 
 
 def test_rows_are_immutable_typed_records() -> None:

@@ -30,11 +30,15 @@ from ..errors import PresenceDataError, PresenceError
 from ..keys import GroupKeys, Keyspace
 from ..model import NS_PER_MS
 from .core import Setting, Spoilt, _check_protocol, _stored_ttl
-from .limits import MAX_CACHED_GROUPS, TTL_CACHE_MS
+from .limits import MAX_CACHED_GROUPS, MAX_GROUPS_PER_CALL, TTL_CACHE_MS
 from .requests import Command, Plan, Request
 
 _WHAT = {"ttl": "a TTL", "stuck": "a progress budget"}
 """How a data error names each kind of shared setting."""
+
+MAX_KEYS_TOGETHER = MAX_GROUPS_PER_CALL
+"""Most keys of shared settings one ``MGET`` or ``EXISTS`` reads (each a group's, or the
+prefix's): no more groups than an index page."""
 
 Entry = tuple[Setting, int]
 """A shared setting as read (`Setting`), and when (monotonic ns)."""
@@ -64,6 +68,10 @@ class SharedAsks(NamedTuple):
     """What the plan goes on with, by kind: the entries that were fresh when it asked, then
     its replies (`SettingsCache.take`). Its own, not the cache: another plan may empty the
     cache while this one waits on Redis."""
+    together: bool = False
+    """Whether the settings' keys are read by an ``MGET`` and an ``EXISTS`` of up to
+    MAX_KEYS_TOGETHER keys each (after the protocol's ``GET``) instead of a ``GET`` each:
+    `spread` turns their replies into a reply per key."""
 
 
 class SettingsCache:
@@ -74,7 +82,7 @@ class SettingsCache:
     and `take` keeps the replies. Shared by its planner's plans across threads and tasks:
     the module's rule."""
 
-    __slots__ = ("_claimed", "_clock", "_keys", "_protocol_at", "_stucks", "_ttls")
+    __slots__ = ("_apart", "_claimed", "_clock", "_keys", "_protocol_at", "_stucks", "_ttls")
 
     def __init__(self, keys: Keyspace, clock: Callable[[], int]) -> None:
         self._keys = keys
@@ -86,6 +94,7 @@ class SettingsCache:
         # When this planner last checked ``P:protocol`` (monotonic ns; None: never).
         self._protocol_at: int | None = None
         self._claimed = False  # whether a beat of this planner claimed it (SET NX)
+        self._apart = False  # whether MGET or EXISTS was refused: a GET a key instead
 
     def __len__(self) -> int:
         """How many settings it holds (of the prefix and of groups, both kinds)."""
@@ -98,12 +107,20 @@ class SettingsCache:
         self._stucks.clear()
 
     def asks(
-        self, groups: Sequence[GroupKeys], *, ttls: bool = True, stucks: bool = False
+        self,
+        groups: Sequence[GroupKeys],
+        *,
+        ttls: bool = True,
+        stucks: bool = False,
+        together: bool = False,
     ) -> SharedAsks:
         """The reads of the shared TTLs (and with `stucks` the progress budgets) of the
         prefix and of each of `groups` not read in the last TTL_CACHE_MS, with the protocol
         version when it is due (none when all is fresh): a plan sends them, alone or with
-        requests of its own, and hands their replies to `take`."""
+        requests of its own, and hands their replies to `take`. With `together` (keys of
+        many slots in one command: a standalone server only) the keys are read by an
+        ``MGET`` and an ``EXISTS`` of up to MAX_KEYS_TOGETHER keys each
+        (`SharedAsks.together`; `spread` first)."""
         limit = self._clock() - TTL_CACHE_MS * NS_PER_MS
         caches = [(self._ttls, "ttl")] if ttls else []
         if stucks:
@@ -112,13 +129,12 @@ class SettingsCache:
             self.forget()  # start over, as the single-beat cache does
         asks: list[tuple[str, str | None, str]] = []
         seen: dict[str, dict[str | None, Entry]] = {}
+        places: dict[str | None, Any] = {None: self._keys, **{gk.data: gk for gk in groups}}
         for cache, kind in caches:
-            wanted: list[str | None] = [None, *dict.fromkeys(gk.data for gk in groups)]
             fresh = seen[kind] = {}
-            for member in wanted:
+            for member, place in places.items():
                 entry = cache.get(member)
                 if entry is None or entry[1] < limit:
-                    place = self._keys if member is None else self._keys.from_member(member)
                     asks.append((kind, member, getattr(place, kind)))
                 else:
                     fresh[member] = entry
@@ -127,8 +143,44 @@ class SettingsCache:
             # The protocol version, with the shared settings (docs/protocol.md): every read
             # of the settings checks it (and a heartbeat claims it, `IndexPlans.claim`).
             protocol.append(Command("GET", (self._keys.protocol,)))
-        requests = (*protocol, *(Command("GET", (key,)) for _, _, key in asks))
-        return SharedAsks(requests, bool(protocol), asks, seen)
+        keys = [key for _, _, key in asks]
+        if together and keys and not self._apart:
+            parts = [
+                tuple(keys[i : i + MAX_KEYS_TOGETHER])
+                for i in range(0, len(keys), MAX_KEYS_TOGETHER)
+            ]
+            reads: tuple[Request, ...] = (
+                *(Command("MGET", part) for part in parts),
+                *(Command("EXISTS", part) for part in parts),
+            )
+        else:
+            reads, together = tuple(Command("GET", (key,)) for key in keys), False
+        return SharedAsks((*protocol, *reads), bool(protocol), asks, seen, together)
+
+    def spread(self, asks: SharedAsks, replies: Sequence[Any]) -> tuple[list[Any], list[int]]:
+        """The replies to `asks` as `take` wants them, one per key (those of
+        ``asks.together``'s ``MGET``), and the places of the keys to read again by a ``GET``
+        each (the caller puts those replies in place): the keys ``MGET`` answered with
+        nothing while ``EXISTS`` counted more keys than it returned values (a key of
+        another type among them, which only its own ``GET`` tells from a key that is not
+        there), or every key when either command was refused (a role of ``+get`` without
+        ``+mget +exists``: this planner reads a ``GET`` a key from then on)."""
+        if not asks.together:
+            return list(replies), []
+        skip = 1 if asks.protocol else 0
+        head = list(replies[:skip])
+        n = (len(replies) - skip) // 2
+        values, exists = replies[skip : skip + n], replies[skip + n :]
+        if any(isinstance(reply, Exception) for reply in (*values, *exists)):
+            self._apart = True
+            return [*head, *([None] * len(asks.asks))], list(range(skip, skip + len(asks.asks)))
+        found: list[Any] = []
+        doubt: list[int] = []
+        for part, count in zip(values, exists, strict=True):
+            if int(count) != sum(value is not None for value in part):
+                doubt += (skip + len(found) + i for i, value in enumerate(part) if value is None)
+            found += part
+        return [*head, *found], doubt
 
     def take(self, asks: SharedAsks, replies: Sequence[Any], only: set[str] | None = None) -> None:
         """Keep the replies to `asks` (with `only`, of those groups' members and the
@@ -138,10 +190,11 @@ class SettingsCache:
         them raises, and so does another protocol version."""
         read_at = self._clock()
         skip = 1 if asks.protocol else 0
+        wanted = None if only is None else {None, *only}
         kept = [
             reply
             for i, reply in enumerate(replies)
-            if i < skip or only is None or asks.asks[i - skip][1] in (None, *only)
+            if i < skip or wanted is None or asks.asks[i - skip][1] in wanted
         ]
         for i, reply in enumerate(kept):  # error replies come back in place (`Partial`)
             if isinstance(reply, PresenceError):

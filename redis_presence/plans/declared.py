@@ -10,7 +10,15 @@ from typing import Any
 
 from ..errors import PresenceDataError, PresenceError
 from ..keys import GroupKeys, decode_min_active
-from ..model import GroupPresence, GroupsPage, PresenceState, Rows, Skipped, groups_set_aside
+from ..model import (
+    DEFAULT_PRESENCE_TTL_MS,
+    GroupPresence,
+    GroupsPage,
+    PresenceState,
+    Rows,
+    Skipped,
+    groups_set_aside,
+)
 from ..replies import sound_columns
 from ..validation import (
     check_filter,
@@ -20,21 +28,44 @@ from ..validation import (
     check_optional_ttl_ms,
 )
 from .caches import SettingsCache
-from .core import Job, Scope, T, _report, _text, _unique
+from .core import Job, Scope, Spoilt, T, _report, _text, _unique
 from .index import IndexPlans
 from .reads import ReadPlans
-from .requests import Command, Partial, Plan
+from .requests import Command, Partial, Plan, Request
 from .settings import SettingsPlans
 
 
-def _lowest_score_ns(reply: Any) -> int | None:
-    """The nanoseconds of a ``ZRANGE key 0 0 WITHSCORES`` reply's score (whole microseconds;
-    None: an empty set): a flat ``[member, score]`` or, with RESP3, ``[[member, score]]``."""
+def _lowest(reply: Any) -> tuple[Any, int] | None:
+    """The member and score (whole microseconds) of a ``ZRANGEBYSCORE ... WITHSCORES LIMIT
+    0 1`` reply (None: an empty set): a flat ``[member, score]`` or, with RESP3,
+    ``[[member, score]]``."""
     if not reply:
         return None
     first = reply[0]
-    score = first[1] if isinstance(first, list | tuple) else reply[1]
-    return int(float(score)) * 1_000
+    name, score = first if isinstance(first, list | tuple) else (reply[0], reply[1])
+    return name, int(float(score))
+
+
+DETAILED_GROUPS = 1_000
+"""Most groups `groups(details=True)` counts a round trip: ten index pages (each command
+still touches one group, or the settings of a page). A scrape waits for the server once
+per round trip: under load, more than for its work."""
+
+
+class _Degraded:
+    """A group of `DeclaredPlans._detailed` whose oldest consumer is not active: its
+    horizons (ns) and their microseconds (`edges`), its oldest member (name, µs), and what
+    its counts found (`counted`: above the active edge; `between`: between the edges)."""
+
+    __slots__ = ("between", "counted", "edges", "gk", "horizons", "low")
+
+    def __init__(self, gk: GroupKeys, horizons: tuple[int, int], low: tuple[Any, int]) -> None:
+        self.gk = gk
+        self.horizons = horizons
+        self.edges = (horizons[0] // 1_000, horizons[1] // 1_000)
+        self.low = low
+        self.counted = 0
+        self.between = 0
 
 
 class DeclaredPlans(Job):
@@ -212,12 +243,21 @@ class DeclaredPlans(Job):
         after: Any = None
         while True:
             groups, after = yield from self._index.listed(None, None, after, skipped)
-            if groups:
-                groups, ttls = yield from self._settings.sound_ttls(groups, ttl_ms, skipped)
-            if groups:
+            while details and after is not None and len(groups) < DETAILED_GROUPS:
+                page, after = yield from self._index.listed(None, None, after, skipped)
+                groups = [*groups, *page]
+            if groups and details:
+                found = yield from self._detailed(groups, now, ttl_ms, skipped)
+                for gk, tally, oldest, held in found:
+                    counts[(gk.queue, gk.group)] = tally
+                    extra[(gk.queue, gk.group)] = (oldest, held)
+            elif groups:
+                groups, ttls = yield from self._settings.sound_ttls(
+                    groups, ttl_ms, skipped, together=True
+                )
+            if groups and not details:
                 horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
-                # Each group's size (and, with details, its oldest beat) with both counts'
-                # first requests, in one batch.
+                # Each group's size with both counts' first requests, in one batch.
                 lows, highs = [h[0] for h in horizons], [h[1] for h in horizons]
                 pairs = [gk for gk in groups for _ in (0, 1)]
                 counting = [
@@ -225,42 +265,14 @@ class DeclaredPlans(Job):
                     *self._reads.above_asks(groups, highs),
                 ]
                 n = len(groups)
-                if details:
-                    sizes = [
-                        request
-                        for gk in groups
-                        for request in (
-                            Command("ZCARD", (gk.hb,)),
-                            Command(
-                                "ZRANGEBYSCORE",
-                                (gk.hb, "-inf", "+inf", "WITHSCORES", "LIMIT", 0, 1),
-                            ),
-                        )
-                    ]
-                    replies = yield Partial([*sizes, *counting])
-                    cards = self._index.set_aside(groups, replies[0 : 2 * n : 2], skipped)
-                    firsts = self._index.set_aside(groups, replies[1 : 2 * n : 2], skipped)
-                    counted = replies[2 * n :]
-                else:
-                    replies = yield Partial(
-                        [*(Command("ZCARD", (gk.hb,)) for gk in groups), *counting]
-                    )
-                    cards = self._index.set_aside(groups, replies[:n], skipped)
-                    counted = replies[n:]
-                counted = self._index.set_aside([*pairs, *pairs], counted, skipped)
+                replies = yield Partial([*(Command("ZCARD", (gk.hb,)) for gk in groups), *counting])
+                cards = self._index.set_aside(groups, replies[:n], skipped)
+                counted = self._index.set_aside([*pairs, *pairs], replies[n:], skipped)
                 active = yield from self._reads.above_rest(groups, lows, counted[: 2 * n], skipped)
                 alive = yield from self._reads.above_rest(groups, highs, counted[2 * n :], skipped)
                 for gk, card, a, b in zip(groups, cards, active, alive, strict=True):
                     if card is not None and a is not None and b is not None:
                         counts[(gk.queue, gk.group)] = (a, b - a, int(card) - b)
-                if details:
-                    dead = [
-                        card is not None and b is not None and int(card) > b
-                        for card, b in zip(cards, alive, strict=True)
-                    ]
-                    lost = yield from self._expired_leases(groups, highs, dead, skipped)
-                    for gk, first, held in zip(groups, firsts, lost, strict=True):
-                        extra[(gk.queue, gk.group)] = (_lowest_score_ns(first), held)
             if after is None:
                 break
         _report(skipped)
@@ -450,7 +462,9 @@ class DeclaredPlans(Job):
                 counted: dict[str, tuple[int, int, int] | None] = {}
                 if tracked:
                     lost: list[Skipped] = []
-                    sound, ttls = yield from self._settings.sound_ttls(tracked, ttl_ms, lost)
+                    sound, ttls = yield from self._settings.sound_ttls(
+                        tracked, ttl_ms, lost, together=True
+                    )
                     skipped += lost
                     counted.update((s.key, None) for s in lost)
                     horizons = [PresenceState.horizons_ns(now, ttl) for ttl in ttls]
@@ -474,41 +488,181 @@ class DeclaredPlans(Job):
         shown = picked[:limit]
         return GroupsPage(shown[::-1] if reverse else shown, len(picked) > limit)
 
-    def _expired_leases(
+    def _detailed(
+        self, groups: list[GroupKeys], now_ns: int, ttl_ms: int | None, skipped: list[Skipped]
+    ) -> Plan[list[tuple[GroupKeys, tuple[int, int, int], int | None, int]]]:
+        """Each group of an index page that can be read, with its active, stale and expired
+        consumers, its oldest beat (ns; None: no consumer) and the leases its expired
+        consumers hold (what the metrics report), each group set aside in `skipped` left
+        out. What it sends costs what the groups are: first each group's ``ZCARD`` and its
+        oldest member (``ZRANGEBYSCORE ... LIMIT 0 1``), with the page's shared TTLs (one
+        ``MGET`` and one ``EXISTS`` on a standalone server); a group whose oldest beat is
+        after its active horizon is all active (two commands). Only the others are counted
+        (`_degraded`)."""
+        n = len(groups)
+        firsts = [
+            request
+            for gk in groups
+            for request in (
+                Command("ZCARD", (gk.hb,)),
+                Command("ZRANGEBYSCORE", (gk.hb, "-inf", "+inf", "WITHSCORES", "LIMIT", 0, 1)),
+            )
+        ]
+        asks = self._cache.asks(groups, together=not self.clustered) if ttl_ms is None else None
+        also = asks.requests if asks is not None else self._cache.protocol_asks()
+        replies = yield Partial([*firsts, *also])
+        cards = self._index.set_aside(groups, replies[0 : 2 * n : 2], skipped)
+        lows = self._index.set_aside(groups, replies[1 : 2 * n : 2], skipped)
+        kept = [i for i in range(n) if cards[i] is not None and lows[i] is not None]
+        ttls: list[int | Spoilt] = [Spoilt("")] * n
+        if asks is None:
+            self._cache.protocol_took(replies[2 * n :])
+            ttls = [ttl_ms or DEFAULT_PRESENCE_TTL_MS] * n  # ttl_ms is given: no asks
+        else:
+            settings = yield from self._settings.spread(asks, replies[2 * n :])
+            self._cache.take(asks, settings, {groups[i].data for i in kept})
+            if kept:
+                sound = [groups[i] for i in kept]
+                seen = asks.seen["ttl"]
+                found = self._settings.settled(seen, DEFAULT_PRESENCE_TTL_MS, sound, "ttl")
+                for i, ttl in zip(kept, found, strict=True):
+                    ttls[i] = ttl
+        out: list[tuple[GroupKeys, tuple[int, int, int], int | None, int]] = []
+        degraded: list[_Degraded] = []
+        for i in kept:
+            gk, ttl, card = groups[i], ttls[i], int(cards[i])
+            if isinstance(ttl, Spoilt):
+                skipped.append(Skipped(gk.data, ttl.reason, gk.queue, gk.group))
+                continue
+            low = _lowest(lows[i])
+            if card == 0 or low is None:
+                out.append((gk, (0, 0, 0), None, 0))
+                continue
+            horizons = PresenceState.horizons_ns(now_ns, ttl)
+            if low[1] > horizons[0] // 1_000:  # the oldest beat is active: so is every one
+                out.append((gk, (card, 0, 0), low[1] * 1_000, 0))
+            else:
+                degraded.append(_Degraded(gk, horizons, low))
+        if degraded:
+            out += yield from self._degraded(degraded, skipped)
+        return out
+
+    def _degraded(
+        self, groups: list[_Degraded], skipped: list[Skipped]
+    ) -> Plan[list[tuple[GroupKeys, tuple[int, int, int], int | None, int]]]:
+        """The counts, oldest beat and expired leases of groups whose oldest consumer is not
+        active, in one batch: the consumers above the active horizon's microsecond
+        (``ZCOUNT``), between the two horizons' (``ZCOUNT``) and, when the oldest beat is
+        at or before the expired horizon's microsecond, the names up to it (a page of
+        `Limits.consumers`). A consumer on a horizon's microsecond is told by its stored
+        value: those on the active one read when one may be there (`ReadPlans.above_rest`),
+        those on the expired one with the expired names (`_expired`), whose leases that
+        read sums. The counts come from one batch, so a consumer that left meanwhile is
+        never counted alive."""
+        most = self.limits.consumers
+        batch: list[Request] = []
+        owners: list[GroupKeys] = []
+        for d in groups:
+            hb, (active_us, expired_us) = d.gk.hb, d.edges
+            batch += (
+                Command("ZCOUNT", (hb, f"({active_us}", "+inf")),
+                Command("ZCOUNT", (hb, f"({expired_us}", active_us)),
+            )
+            owners += (d.gk, d.gk)
+            if d.low[1] <= expired_us:
+                batch.append(Command("ZRANGEBYSCORE", (hb, "-inf", expired_us, "LIMIT", 0, most)))
+                owners.append(d.gk)
+        replies = iter(self._index.set_aside(owners, (yield Partial(batch)), skipped))
+        sound: list[_Degraded] = []
+        above: list[Any] = []  # `above_rest`'s replies: the count, then the names to tell
+        pages: list[list[Any]] = []
+        probes: list[int] = []
+        for d in groups:
+            count, between = next(replies), next(replies)
+            names = next(replies) if d.low[1] <= d.edges[1] else []
+            if count is None or between is None or names is None:
+                continue  # set aside: a key of another type meanwhile
+            d.between = int(between)
+            if d.between >= 2 or (d.between == 1 and d.low[1] <= d.edges[1]):
+                probes.append(len(sound))  # which of them is on the active edge: read them
+            sound.append(d)
+            tied = [d.low[0]] if d.between == 1 and d.low[1] == d.edges[0] else []
+            d.counted = int(count)
+            above += (d.counted, tied)
+            pages.append(list(names))
+        if probes:
+            found = yield [
+                Command(
+                    "ZRANGEBYSCORE", (sound[j].gk.hb, *(sound[j].edges[0],) * 2, "LIMIT", 0, most)
+                )
+                for j in probes
+            ]
+            for j, names in zip(probes, found, strict=True):
+                above[2 * j + 1] = list(names)
+        keys = [d.gk for d in sound]
+        active = yield from self._reads.above_rest(
+            keys, [d.horizons[0] for d in sound], above, skipped
+        )
+        expired = yield from self._expired(keys, [d.horizons[1] for d in sound], pages, skipped)
+        out: list[tuple[GroupKeys, tuple[int, int, int], int | None, int]] = []
+        for d, n_active, (n_names, alive, held) in zip(sound, active, expired, strict=True):
+            if n_active is None:
+                continue
+            out.append(
+                (
+                    d.gk,
+                    (n_active, d.between - (n_active - d.counted) + alive, n_names - alive),
+                    d.low[1] * 1_000,
+                    held,
+                )
+            )
+        return out
+
+    def _expired(
         self,
         groups: list[GroupKeys],
         horizons: list[int],
-        dead: list[bool],
+        firsts: list[list[Any]],
         skipped: list[Skipped],
-    ) -> Plan[list[int]]:
-        """The leases held by each group's consumers whose last beat is at or before its
-        horizon (ns), for the groups with an expired consumer (`dead`; the others hold
-        none): the names up to the horizon's microsecond, `Limits.consumers` a command, and
-        their stored values (``HMGET``), which say the beat to the nanosecond. A consumer
-        whose stored value cannot be decoded is set aside in `skipped`, uncounted."""
+    ) -> Plan[list[tuple[int, int, int]]]:
+        """For each group, given the first page of its names at or before its expired
+        horizon's microsecond (`firsts`), the number of such names, those of them whose
+        stored beat is after the horizon (on its microsecond: stale), and the leases the
+        others hold: their stored values (``HMGET``, which say the beat to the nanosecond),
+        the names `Limits.consumers` a command. A consumer whose stored value cannot be
+        decoded is set aside in `skipped`, its leases uncounted (it stays expired)."""
         most = self.limits.consumers
         edges = [horizon // 1_000 for horizon in horizons]
-        held = [0] * len(groups)
-        reads = {i: 0 for i, any_dead in enumerate(dead) if any_dead}  # offset of next page
-        while reads:
-            order = list(reads)
-            pages = yield [
-                Command("ZRANGEBYSCORE", (groups[i].hb, "-inf", edges[i], "LIMIT", reads[i], most))
-                for i in order
-            ]
-            found = [(i, list(names)) for i, names in zip(order, pages, strict=True) if names]
-            if not found:
-                break
-            values = yield [Command("HMGET", (groups[i].data, *names)) for i, names in found]
-            going_on: dict[int, int] = {}
-            for (i, names), stored in zip(found, values, strict=True):
+        found = [[0, 0, 0] for _ in groups]
+        pages = {i: (0, names) for i, names in enumerate(firsts) if names}
+        while pages:
+            order = list(pages)
+            values = yield [Command("HMGET", (groups[i].data, *pages[i][1])) for i in order]
+            going_on: list[int] = []
+            for i, stored in zip(order, values, strict=True):
+                _, names = pages[i]
                 table = {n: v for n, v in zip(names, stored, strict=True) if v is not None}
                 gk = groups[i]
                 (_, _, beats, leases, _), bad = sound_columns(gk, table)
                 skipped += (Skipped(gk.data, str(e), gk.queue, gk.group, c) for c, e in bad)
                 edge = horizons[i]
-                held[i] += sum(n for beat, n in zip(beats, leases, strict=True) if beat <= edge)
+                found[i][0] += len(names)
+                found[i][1] += sum(beat > edge for beat in beats)
+                found[i][2] += sum(k for beat, k in zip(beats, leases, strict=True) if beat <= edge)
                 if len(names) == most:
-                    going_on[i] = reads[i] + most
-            reads = going_on
-        return held
+                    going_on.append(i)
+            if not going_on:
+                break
+            more = yield [
+                Command(
+                    "ZRANGEBYSCORE",
+                    (groups[i].hb, "-inf", edges[i], "LIMIT", pages[i][0] + most, most),
+                )
+                for i in going_on
+            ]
+            pages = {
+                i: (pages[i][0] + most, list(names))
+                for i, names in zip(going_on, more, strict=True)
+                if names
+            }
+        return [(a, b, c) for a, b, c in found]

@@ -407,7 +407,9 @@ class ReadPlans(Job):
         while True:
             groups, after = yield from self._index.listed(queue, group, after, skipped)
             if groups:
-                groups, ttls = yield from self._settings.sound_ttls(groups, ttl_ms, aside)
+                groups, ttls = yield from self._settings.sound_ttls(
+                    groups, ttl_ms, aside, together=True
+                )
                 found = yield from self.active(groups, now, ttls, aside, skipped)
                 counts.update(
                     ((gk.queue, gk.group), n)

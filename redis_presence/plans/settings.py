@@ -6,7 +6,7 @@ plans that store and read them, and the steps every write and read takes to know
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..errors import PresenceDataError, PresenceError
 from ..keys import GroupKeys
@@ -220,10 +220,12 @@ class SettingsPlans(Job):
         asks = yield from self.refresh_shared(groups, stucks=False)
         return self.cached(asks.seen["ttl"], DEFAULT_PRESENCE_TTL_MS, groups, "ttl")
 
-    def settled_ttls(self, groups: Sequence[GroupKeys]) -> Plan[list[int | Spoilt]]:
+    def settled_ttls(
+        self, groups: Sequence[GroupKeys], *, together: bool = False
+    ) -> Plan[list[int | Spoilt]]:
         """`shared_ttls`, with `Spoilt` for a group whose own TTL cannot be read (a spoilt
-        prefix TTL still raises: `settled`)."""
-        asks = yield from self.refresh_shared(groups, stucks=False)
+        prefix TTL still raises: `settled`); `together`: as `refresh_shared`."""
+        asks = yield from self.refresh_shared(groups, stucks=False, together=together)
         return self.settled(asks.seen["ttl"], DEFAULT_PRESENCE_TTL_MS, groups, "ttl")
 
     def shared_stucks(self, groups: Sequence[GroupKeys]) -> Plan[list[int]]:
@@ -286,13 +288,20 @@ class SettingsPlans(Job):
         return kept, values
 
     def sound_ttls(
-        self, groups: list[GroupKeys], ttl_ms: int | None, aside: list[Skipped] | None
+        self,
+        groups: list[GroupKeys],
+        ttl_ms: int | None,
+        aside: list[Skipped] | None,
+        *,
+        together: bool = False,
     ) -> Plan[tuple[list[GroupKeys], list[int]]]:
         """`ttls_for`, for a read that sets aside (in `aside`) a group whose own shared
-        TTL cannot be read, and reads the others; `aside` None: that raises."""
+        TTL cannot be read, and reads the others; `aside` None: that raises. `together`
+        (a read of a page of groups): as `refresh_shared`."""
         if ttl_ms is not None or aside is None:
             return groups, (yield from self.ttls_for(groups, ttl_ms))
-        return self.keep(groups, (yield from self.settled_ttls(groups)), aside)
+        settled = yield from self.settled_ttls(groups, together=together)
+        return self.keep(groups, settled, aside)
 
     def ttls_and_stucks(
         self, groups: Sequence[GroupKeys], ttl_ms: int | None, stuck_after_ms: int | None
@@ -312,11 +321,27 @@ class SettingsPlans(Job):
         *,
         ttls: bool = True,
         stucks: bool = False,
+        together: bool = False,
     ) -> Plan[SharedAsks]:
         """Read, in one batch, the shared TTLs (and with `stucks` the progress budgets) of
         the prefix and of each group that this planner did not read in the last
-        TTL_CACHE_MS; the asks, whose `seen` holds every setting asked for."""
-        asks = self._cache.asks(groups, ttls=ttls, stucks=stucks)
+        TTL_CACHE_MS; the asks, whose `seen` holds every setting asked for. With
+        `together` (a read of many groups), on a standalone server, one ``MGET`` and one
+        ``EXISTS`` read them all (`SettingsCache.asks`)."""
+        together = together and not self.clustered
+        asks = self._cache.asks(groups, ttls=ttls, stucks=stucks, together=together)
         if asks.requests:
-            self._cache.take(asks, (yield Partial(asks.requests)))
+            replies = yield from self.spread(asks, (yield Partial(asks.requests)))
+            self._cache.take(asks, replies)
         return asks
+
+    def spread(self, asks: SharedAsks, replies: list[Any]) -> Plan[list[Any]]:
+        """`SettingsCache.spread`, with a ``GET`` of each key it cannot tell (a key of
+        another type, or none): a reply per key of `asks`, as `SettingsCache.take` wants."""
+        found, doubt = self._cache.spread(asks, replies)
+        if doubt:
+            skip = 1 if asks.protocol else 0
+            again = yield Partial([Command("GET", (asks.asks[i - skip][2],)) for i in doubt])
+            for i, reply in zip(doubt, again, strict=True):
+                found[i] = reply
+        return found
