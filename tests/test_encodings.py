@@ -11,9 +11,9 @@ import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from servers import MakeRedisServer
 
 from redis_presence import RedisPresenceRegistry
-from tests.servers import MakeRedisServer
 
 pytestmark = [pytest.mark.redis_server, pytest.mark.timeout(60)]
 

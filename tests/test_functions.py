@@ -14,12 +14,12 @@ import redis
 import redis.asyncio as aredis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from servers import MakeRedisServer, RedisServer
 
 from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
 from redis_presence._executor import Functions, Run, fcall_refused, function_missing
 from redis_presence.plans import Command, Plan
 from redis_presence.scripts import FUNCTIONS, library, script
-from tests.servers import MakeRedisServer, RedisServer
 
 pytestmark = [pytest.mark.redis_server, pytest.mark.timeout(60)]
 

@@ -142,17 +142,14 @@ def test_a_refused_mget_reads_a_get_a_key(redis_client: redis.Redis) -> None:
     for g in range(5):
         _write(writer, "q", f"g{g}", KINDS["stale and expired"])
     writer.set_ttl(TTL // 2, queue="q", group="g3")
-    redis_client.execute_command(
-        "ACL",
-        "SETUSER",
+    redis_client.acl_setuser(
         "old-reader",
-        "reset",
-        "on",
-        ">secret",
-        "~presence:*",
-        "resetchannels",
-        "-@all",
-        *(f"+{c}" for c in OLD_READER),
+        enabled=True,
+        reset=True,
+        passwords=["+secret"],
+        keys=["presence:*"],
+        reset_channels=True,
+        commands=["-@all", *(f"+{c}" for c in OLD_READER)],
     )
     pool = redis_client.connection_pool.connection_kwargs
     reader_client = redis.Redis(
@@ -169,4 +166,4 @@ def test_a_refused_mget_reads_a_get_a_key(redis_client: redis.Redis) -> None:
         assert "GET" in commands
     finally:
         reader_client.close()
-        redis_client.execute_command("ACL", "DELUSER", "old-reader")
+        redis_client.acl_deluser("old-reader")
