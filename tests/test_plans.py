@@ -196,9 +196,11 @@ def test_batched_calls_are_sent_prebuilt(codec: tuple[str, str]) -> None:
     wire = Wire(codec, prebuilt=True)
     for make in plans:
         plan = make(Planner("p", limits=Limits(beats=2)))
-        batch = next(plan)  # the shared TTLs first
-        assert all(isinstance(r, Command) for r in batch)
-        assert wire.batch(batch) is None
+        batch = next(plan)  # the shared TTLs first: plain GETs, prebuilt too (PREBUILT_READS)
+        assert all(isinstance(r, Command) and r.name == "GET" for r in batch)
+        assert wire.batch(batch) == b"".join(
+            client_bytes(codec, (r.name, *r.args)) for r in batch if isinstance(r, Command)
+        )
         calls = plan.send([None] * len(batch))
         assert isinstance(calls, Partial)
         assert len(calls) == 2
