@@ -5,6 +5,8 @@ prints (as redis-cli prints them)."""
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import shlex
 from pathlib import Path
@@ -14,6 +16,8 @@ import pytest
 import redis
 from servers import RedisServer
 
+from redis_presence.events import EventCursor
+from redis_presence.keys import encode_meta
 from redis_presence.scripts import SCRIPT_NAMES, library, script
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "protocol.md"
@@ -114,3 +118,23 @@ def test_the_worked_examples_give_the_replies_shown(redis_server: RedisServer) -
 )
 def test_replies_are_shown_as_redis_cli_shows_them(reply: Any, lines: list[str]) -> None:
     assert shown(reply) == lines
+
+
+def test_metadata_escapes_are_the_ones_section_5_lists() -> None:
+    value = '"\\\b\f\n\r\t\x00\x1f/\x7f<>&\u2028\u2029é😀'
+    expected = (
+        '{"a":"' + '\\"\\\\\\b\\f\\n\\r\\t\\u0000\\u001f/\x7f<>&\u2028\u2029é😀' + '","b":""}'
+    )
+    assert encode_meta({"b": "", "a": value}) == expected
+
+
+def test_a_cursor_is_read_in_any_json_spelling() -> None:
+    cursor = EventCursor(5, 6, {"é": "1-0"}, "epoch", "presence", "é", None)
+    written = cursor.encode()
+    assert "=" not in written
+    document = json.loads(base64.urlsafe_b64decode(written + "=" * (-len(written) % 4)))
+    assert list(document) == ["v", "t", "s", "q", "e", "f"]
+    assert b"\\u00e9" in base64.urlsafe_b64decode(written + "=" * (-len(written) % 4))
+    respelt = json.dumps(dict(reversed(document.items())), indent=1, ensure_ascii=False)
+    padded = base64.urlsafe_b64encode(respelt.encode()).decode()
+    assert EventCursor.decode(padded) == EventCursor.decode(written) == cursor
