@@ -16,12 +16,14 @@ import pytest
 import redis
 from servers import RedisServer
 
+from redis_presence import errors
 from redis_presence.events import EventCursor
 from redis_presence.keys import encode_meta
 from redis_presence.scripts import SCRIPT_NAMES, library, script
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "protocol.md"
 SECTION = re.compile(r"^## 13\. .*?(?=^## |\Z)", re.DOTALL | re.MULTILINE)
+SECTION_11 = re.compile(r"^## 11\. .*?(?=^## |\Z)", re.DOTALL | re.MULTILINE)
 SHA_ROW = re.compile(r"^\| `(?P<name>\w+)\.lua` \| `(?P<sha>[0-9a-f]{40})` \|", re.MULTILINE)
 LIBRARY_NAME = re.compile(r"the library `(?P<name>redis_presence_[0-9a-f]{12})`")
 BLOCK = re.compile(r"^```text\n(?P<body>redis> .*?)^```$", re.DOTALL | re.MULTILINE)
@@ -138,3 +140,25 @@ def test_a_cursor_is_read_in_any_json_spelling() -> None:
     respelt = json.dumps(dict(reversed(document.items())), indent=1, ensure_ascii=False)
     padded = base64.urlsafe_b64encode(respelt.encode()).decode()
     assert EventCursor.decode(padded) == EventCursor.decode(written) == cursor
+
+
+ERROR_ROW = re.compile(
+    r"^\| `(?P<prefix>[A-Z]+) ` \| [^|]+ \| [^|]+ \| `(?P<python>Presence\w+)`", re.MULTILINE
+)
+LUA_PREFIX = re.compile(r"'(PRESENCE[A-Z]+) ")
+
+
+def test_every_script_error_prefix_is_in_the_error_model() -> None:
+    """Section 11 lists each error prefix the scripts send, with the exception the package
+    raises for it."""
+    found = SECTION_11.search(PAGE.read_text(encoding="utf-8"))
+    assert found, "docs/protocol.md has no section 11"
+    listed = {m["prefix"]: m["python"] for m in ERROR_ROW.finditer(found.group(0))}
+    lua = Path(__file__).resolve().parent.parent / "lua"
+    sent = {m for path in lua.glob("*.lua") for m in LUA_PREFIX.findall(path.read_text())}
+    assert sent, "no error prefix found in lua/"
+    assert set(listed) == sent
+    for prefix, name in listed.items():
+        raised = errors.refusal(f"{prefix} because")
+        assert type(raised) is getattr(errors, name), prefix
+        assert str(raised) == "because"
