@@ -4,8 +4,10 @@ resume from."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import signal
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import click
 
@@ -60,12 +62,9 @@ def command(
       redis-presence events --since "$(cat cursor)" --format json
       redis-presence events --since 15m --queue orders
     """
-    import signal
-
     from redis_presence.events import FollowMessage, FollowSnapshot, PresenceEvent
 
     from .. import render
-    from ..demo.broker import interrupt_on_sigterm
     from ..errors import UsageProblem
     from ..reads import Selection
 
@@ -106,17 +105,20 @@ def command(
 
     first = since is None
     noted = False
-    owed = [False]  # events printed whose cursor is not yet known
+    owed = [False]  # events printed (or being printed) whose cursor is not yet known
+    stopping = [False]  # a signal came while owed: it acts once their cursor is known
 
     def handle(message: FollowMessage) -> None:
         nonlocal cursor, noted, first
         if isinstance(message, PresenceEvent):
+            owed[0] = True  # first: a signal from now on waits for this event's cursor
             line = render.event_json(message) if json_out else None
             app.emit(line or render.event_line(message, styler))
-            owed[0] = True
             return
-        owed[0] = False
         cursor = message.cursor
+        owed[0] = False
+        if stopping[0]:
+            raise KeyboardInterrupt
         if not noted:  # on stderr, once following (the cursor is known)
             noted = True
             note_ttl(app, queue, group)
@@ -132,26 +134,46 @@ def command(
             else:
                 app.emit(f"resync: {reason}; going on from now\n")
 
+    def on_signal(signum: int, frame: object) -> None:
+        # An event printed is followed, without I/O, by the cursor that covers it: a signal
+        # in between waits for that cursor (raised inside the stream, it would end the
+        # stream before it, and the cursor printed last would replay the event).
+        if owed[0]:
+            stopping[0] = True
+        else:
+            raise KeyboardInterrupt
+
     stream = registry.follow(cursor=since, interval_s=interval, queue=queue, group=group)
     try:
-        # SIGTERM (a container runtime's stop, systemd's) and SIGHUP (its terminal closed, a
-        # supervisor's reload) end it as Ctrl-C does: with the cursor to resume from.
-        with bad_cursor(), interrupt_on_sigterm(signal.SIGHUP):
+        # Ctrl-C, SIGTERM (a container runtime's stop, systemd's) and SIGHUP (its terminal
+        # closed, a supervisor's reload) end it with the cursor to resume from.
+        with bad_cursor(), signals_call(on_signal, signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             for message in stream:
                 handle(message)
-    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP
-        # The rest of a read's events and its cursor come without I/O: print them, so the
-        # cursor printed last covers every event printed.
-        while owed[0]:
-            rest = next(stream, None)
-            if rest is None:
-                break
-            handle(rest)
+    except KeyboardInterrupt:  # one of those signals: the cursor covers every event printed
+        pass
     except UsageProblem:  # a bad --since: there is no cursor to resume from
         cursor = None
         raise
     finally:
         cursor_line()
+
+
+@contextmanager
+def signals_call(handler: Callable[[int, Any], None], *signums: signal.Signals) -> Iterator[None]:
+    """`handler` for `signums` inside the block (nothing where signals cannot be set: not
+    the main thread), the handlers before restored after it."""
+    before: dict[signal.Signals, Any] = {}
+    try:
+        for signum in signums:
+            before[signum] = signal.signal(signum, handler)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield
+    finally:
+        for signum, previous in before.items():
+            signal.signal(signum, previous)
 
 
 @contextmanager
