@@ -101,9 +101,10 @@ async function present() {
   }
 }
 
-test("the docs hold JavaScript blocks: this README's", () => {
+test("the docs hold JavaScript blocks: this README's and the docs site's Node page", () => {
   const where = new Set(examples.map((example) => example.where.split(":")[0]));
   assert.ok(where.has("clients/node/README.md"), [...where].join(" "));
+  assert.ok(where.has("docs/node.md"), [...where].join(" "));
 });
 
 test("no TypeScript block, which nothing here would run", () => {
