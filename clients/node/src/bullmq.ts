@@ -19,12 +19,14 @@ export interface TrackOptions {
   onError?: (error: unknown) => void;
 }
 
-/** Make `worker`'s presence visible through `presence`; returns a function that stops it. */
+/** Make `worker`'s presence visible through `presence`; returns a function that stops it
+ * (deregisters the worker), resolved once the deregister is done, whoever began it. */
 export function trackBullMQWorker(worker: WorkerEvents, presence: PresenceRegistry, options: TrackOptions): () => Promise<void> {
   const { queue, group, consumer } = options;
   const onError = options.onError ?? (() => undefined);
   let active = 0;
   let closed = false;
+  let stopping: Promise<void> | null = null;
   const beat = () => {
     if (!closed) presence.heartbeat(queue, group, consumer, active).catch(onError);
   };
@@ -42,11 +44,15 @@ export function trackBullMQWorker(worker: WorkerEvents, presence: PresenceRegist
   worker.on("drained", beat);
   const timer = setInterval(beat, options.idleBeatMs ?? 10_000);
   timer.unref();
-  const stop = async () => {
-    if (closed) return;
-    closed = true;
-    clearInterval(timer);
-    await presence.deregister(queue, group, consumer).catch(onError);
+  // Every call answers the same promise: a caller that awaits it after `closing` began the
+  // deregister waits for that deregister.
+  const stop = () => {
+    if (stopping === null) {
+      closed = true;
+      clearInterval(timer);
+      stopping = presence.deregister(queue, group, consumer).then(() => undefined, onError);
+    }
+    return stopping;
   };
   worker.on("closing", () => void stop());
   beat();

@@ -2,6 +2,7 @@
 // start, the active job count as lease_count on each lock renewal, idle after drained, gone
 // after close.
 import assert from "node:assert/strict";
+import { EventEmitter } from "node:events";
 import { after, before, test } from "node:test";
 import { Queue, Worker } from "bullmq";
 import { PresenceRegistry, trackBullMQWorker } from "../dist/index.js";
@@ -62,4 +63,26 @@ test("a BullMQ worker beats on lock renewal with its active jobs, idles, and lea
     await queue.close();
     presence.redis.disconnect();
   }
+});
+
+test("the stop function resolves only once the deregister has, however often it is called", async () => {
+  const worker = new EventEmitter();
+  let release;
+  const calls = [];
+  const presence = {
+    heartbeat: async () => undefined,
+    deregister: (...args) => {
+      calls.push(args);
+      return new Promise((resolve) => (release = resolve));
+    },
+  };
+  const stop = trackBullMQWorker(worker, presence, { queue: "mail", group: "senders", consumer: "w1" });
+  worker.emit("closing");
+  let stopped = false;
+  const second = stop().then(() => (stopped = true));
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  assert.equal(stopped, false, "stop() resolved before the deregister did");
+  release(true);
+  await second;
+  assert.deepStrictEqual(calls, [["mail", "senders", "w1"]]);
 });
