@@ -211,12 +211,13 @@ class PresenceData:
         read once more, then marked UNSETTLED (no page agrees with them)."""
         for _ in range(2):
             before = await self.epoch()
+            sizes = await self.index_sizes()
             now, groups, _ = await self.groups()
             stuck = await self._stuck_count(now, before)
             after = await self.epoch()
             if before == after:
-                return GroupTotals.of(groups, now, after, stuck)
-        return GroupTotals.of(groups, now, UNSETTLED, stuck)
+                return GroupTotals.of(groups, now, after, stuck, sizes)
+        return GroupTotals.of(groups, now, UNSETTLED, stuck, sizes)
 
     async def _stuck_count(self, now_ns: int, epoch: str | None) -> StuckCount:
         """The fleet's stuck consumers (`stuck.fleet_stuck`: a read of every consumer): the
@@ -251,6 +252,15 @@ class PresenceData:
             self.forget_totals()
             found = await self.totals()
         return None
+
+    async def index_sizes(self) -> tuple[int, int] | None:
+        """The sizes of the index of groups and of declared groups (`Planner.index_sizes`:
+        two ``ZCARD``; None for a registry that runs no plans)."""
+        registry = self.registry
+        if not hasattr(registry, "plans"):
+            return None
+        sizes: tuple[int, int] = await registry.execute(registry.plans.index_sizes())
+        return sizes
 
     async def epoch(self) -> str | None:
         """The epoch marker Redis holds now (`Planner.epoch`; None without one, or for a
@@ -329,6 +339,38 @@ class PresenceData:
         )
         rows = stats_from_groups(found.groups) if shown else []
         return GroupsPageReading(now, Page(rows, None, None), ttl, epoch)
+
+    async def ordered_page(
+        self, where: GroupFilter, order: sorting.Sort, *, page: PageAsk
+    ) -> tuple[GroupTotals, GroupsPageReading] | None:
+        """The shared totals (`totals`) and the page `page` asks of the groups `where`
+        passes in `order`, chosen from the totals' rows (with their stuck consumers and
+        leases) and read now (`groups_named`: they cost what a filtered page costs), then
+        ordered again by what they hold now. Totals that no longer hold every group (the
+        indexes' sizes changed since, or the page is of another epoch) are read again;
+        None when even those do not (Redis's data keeps changing: the caller shows the
+        index's order, the totals recounting)."""
+        for _ in range(3):
+            cached = await self.totals()
+            sizes = await self.index_sizes()
+            if cached.epoch != UNSETTLED and cached.index_sizes == sizes:
+                passing = [
+                    g
+                    for g in cached.with_stuck(cached.rows)
+                    if (where.queue is None or g.queue == where.queue)
+                    and where.names(g.queue, g.group)
+                    and where.counts(g)
+                    and (not where.stuck or (g.queue, g.group) in cached.stuck_groups)
+                    and (not where.dead_leases or (g.queue, g.group) in cached.dead_lease_groups)
+                ]
+                chosen = sorting.page(passing, order, page)
+                reading = await self.groups_named(chosen.rows)
+                if reading.epoch == cached.epoch:
+                    rows = sorting.reorder(cached.with_stuck(reading.page.rows), order)
+                    shown = Page(rows, chosen.next_cursor, chosen.prev_cursor)
+                    return cached, reading._replace(page=shown)
+            self.forget_totals()
+        return None
 
     async def _stuck_page(
         self,
