@@ -145,7 +145,8 @@ class GroupTotals(NamedTuple):
     read_at_ns: int
     epoch: str | None = None
     rows: tuple[GroupStats, ...] = ()
-    """Every group's counts, as read (what a page sorted by a count is ordered by)."""
+    """Every group's counts, as read, with its stuck consumers and leases where counted
+    (what a page sorted by a count is ordered by)."""
     stuck: int | None = None  # stuck consumers (`stuck.fleet_stuck`); None: not counted
     stuck_read_at_ns: int | None = None  # when they were counted (STUCK_EVERY_S at most ago)
     stuck_groups: Mapping[tuple[str, str], int] = MappingProxyType({})  # > 0 only
@@ -166,6 +167,16 @@ class GroupTotals(NamedTuple):
         stuck: StuckCount | None = None,
         index_sizes: tuple[int, int] | None = None,
     ) -> GroupTotals:
+        if stuck is not None:  # each row with its counts of the consumers' read, once
+            groups = [
+                g._replace(
+                    stuck=stuck.groups.get(key, 0),
+                    leases=stuck.leases.get(key, 0),
+                    leases_expired=stuck.leases_expired.get(key, 0),
+                )
+                for g in groups
+                for key in ((g.queue, g.group),)
+            ]
         return cls(
             len(groups),
             sum(g.active for g in groups),

@@ -356,7 +356,7 @@ class PresenceData:
             if cached.epoch != UNSETTLED and cached.index_sizes == sizes:
                 passing = [
                     g
-                    for g in cached.with_stuck(cached.rows)
+                    for g in cached.rows
                     if (where.queue is None or g.queue == where.queue)
                     and where.names(g.queue, g.group)
                     and where.counts(g)

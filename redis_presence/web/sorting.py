@@ -105,8 +105,9 @@ def page(rows: Sequence[Any], sort: Sort, ask: PageAsk) -> Page[Any]:
     """The page `ask` asks of `rows` (every group that passes the filters) in `sort`'s
     order: after or before the cursor's position (a page before it that reaches the start
     is the first page)."""
-    ordered = sorted(rows, key=sort.position)
-    positions = [sort.position(g) for g in ordered]
+    keyed = sorted((sort.position(g), i) for i, g in enumerate(rows))  # each once
+    positions = [position for position, _ in keyed]
+    ordered = [rows[i] for _, i in keyed]
     limit = ask.limit
     if ask.cursor is None:
         start = 0
