@@ -185,3 +185,24 @@ def test_a_bad_value_is_a_400_naming_it(web: TestClient, query: str) -> None:
     response = web.get(f"/?{query}", headers=JSON)
     assert response.status_code == 400
     assert response.json()["parameter"] == query.split("=", maxsplit=1)[0]
+
+
+def test_a_page_picked_from_cached_totals_shows_a_group_that_came_since(redis_url: str) -> None:
+    """The totals are cached for an hour; one group goes and another comes, which nobody
+    reads (the indexes' sizes unchanged, and the page's group still there): the next first
+    page shows the new one first, not the totals' old order, because its walk of the index
+    passed a group the totals do not hold (and they are read again)."""
+    writer = RedisPresenceRegistry.from_url(redis_url, max_future_ms=None)
+    try:
+        writer.heartbeat("q", "a", "c", now_ns=T0)
+        writer.heartbeat("q", "b", "c", now_ns=T0)
+        with make_client(redis_url, Clock(T0), ttl_ms=TTL, totals_cache_s=3600.0) as web:
+            first = web.get("/?limit=1", headers=JSON).json()
+            assert keys(first["groups"]) == [("q", "a")]
+            writer.deregister("q", "b", "c")
+            writer.heartbeat("q", "c", "gone", now_ns=AGO_10_MIN)  # expired: STOPPED
+            model = web.get("/?limit=1", headers=JSON).json()
+            assert keys(model["groups"]) == [("q", "c")]
+            assert model["totals"]["nobody_reading"] == 1
+    finally:
+        writer.close()

@@ -608,7 +608,7 @@ class Views:
         if where.dead_leases and found is None:
             raise params.RECOUNTING
         reading = found[1] if found is not None else await reads.group_page(where, page=ask)
-        now_ns, page, ttl, _ = reading
+        now_ns, page, ttl = reading.now_ns, reading.page, reading.ttl
         return JSONResponse(
             self._meta(now_ns, ttl)
             # min_active, below too; `stuck` null unless counted (`stuck=1`)

@@ -157,6 +157,8 @@ class GroupTotals(NamedTuple):
     index_sizes: tuple[int, int] | None = None
     """The indexes' sizes read before the groups (`Planner.index_sizes`): a page picked from
     these rows is true while Redis holds the same ones."""
+    known: frozenset[tuple[str, str]] = frozenset()
+    """The names of `rows`."""
 
     @classmethod
     def of(
@@ -195,6 +197,7 @@ class GroupTotals(NamedTuple):
             MappingProxyType({}) if stuck is None else stuck.leases,
             MappingProxyType({}) if stuck is None else stuck.leases_expired,
             index_sizes,
+            frozenset((g.queue, g.group) for g in groups),
         )
 
     def with_stuck(self, rows: Sequence[GroupStats]) -> list[GroupStats]:
@@ -234,6 +237,7 @@ class GroupTotals(NamedTuple):
         fields = self._asdict()
         del fields["epoch"], fields["rows"], fields["stuck_groups"]
         del fields["lease_groups"], fields["dead_lease_groups"], fields["index_sizes"]
+        del fields["known"]
         fields["dead_leases_groups"] = self.dead_leases_groups
         return fields
 
@@ -246,6 +250,8 @@ class GroupsPageReading(NamedTuple):
     page: Page[GroupStats]
     ttl: TtlInUse
     epoch: str | None = None
+    strangers: bool = False
+    """For a page of a sorted list: its read passed a group the totals do not hold."""
 
 
 def stats_from_rows(

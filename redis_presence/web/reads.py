@@ -47,7 +47,7 @@ import contextlib
 import time
 import warnings
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from itertools import count
 from typing import Any
 
@@ -323,22 +323,35 @@ class PresenceData:
         )
         return GroupsPageReading(now, shown, ttl, epoch)
 
-    async def groups_named(self, shown: Sequence[GroupStats]) -> GroupsPageReading:
+    async def groups_named(
+        self, shown: Sequence[GroupStats], known: Collection[tuple[str, str]] | None = None
+    ) -> GroupsPageReading:
         """The groups of `shown` (a page of a sorted list), read and counted now: the index
-        is read from its start, and only they are counted (`registry.group_page`)."""
+        is read from its start, and only they are counted (`registry.group_page`). With
+        `known` (the groups the order was picked from), `strangers` says whether the walk
+        of the index passed a group not among them (free: the names it walks anyway)."""
         ttl = await self.ttl()
         now = await self.now_ns()
         epoch = await self.epoch()
         queues = {g.queue for g in shown}
+        picked = sorting.wanted(shown)
+        strangers = False
+
+        def names(queue: str, group: str) -> bool:
+            nonlocal strangers
+            if known is not None and (queue, group) not in known:
+                strangers = True
+            return picked(queue, group)
+
         found = await self.registry.group_page(
             limit=max(1, len(shown)),
             queue=next(iter(queues)) if len(queues) == 1 else None,
-            names=sorting.wanted(shown),
+            names=names,
             now_ns=now,
             ttl_ms=self._read_ttl_ms,
         )
         rows = stats_from_groups(found.groups) if shown else []
-        return GroupsPageReading(now, Page(rows, None, None), ttl, epoch)
+        return GroupsPageReading(now, Page(rows, None, None), ttl, epoch, strangers)
 
     async def ordered_page(
         self, where: GroupFilter, order: sorting.Sort, *, page: PageAsk
@@ -347,7 +360,8 @@ class PresenceData:
         passes in `order`, chosen from the totals' rows (with their stuck consumers and
         leases) and read now (`groups_named`: they cost what a filtered page costs), then
         ordered again by what they hold now. Totals that no longer hold every group (the
-        indexes' sizes changed since, or the page is of another epoch) are read again;
+        indexes' sizes changed since, the walk of the index passed a group they do not
+        hold, a group they hold has gone, or the page is of another epoch) are read again;
         None when even those do not (Redis's data keeps changing: the caller shows the
         index's order, the totals recounting)."""
         for _ in range(3):
@@ -364,8 +378,9 @@ class PresenceData:
                     and (not where.dead_leases or (g.queue, g.group) in cached.dead_lease_groups)
                 ]
                 chosen = sorting.page(passing, order, page)
-                reading = await self.groups_named(chosen.rows)
-                if reading.epoch == cached.epoch:
+                reading = await self.groups_named(chosen.rows, cached.known)
+                gone = len(reading.page.rows) < len(chosen.rows)  # a group left since
+                if reading.epoch == cached.epoch and not reading.strangers and not gone:
                     rows = sorting.reorder(cached.with_stuck(reading.page.rows), order)
                     shown = Page(rows, chosen.next_cursor, chosen.prev_cursor)
                     return cached, reading._replace(page=shown)
