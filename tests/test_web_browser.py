@@ -264,8 +264,8 @@ def test_declared_groups_stuck_consumers_and_metadata(
     live(page, "/?queue=vault&sort=queue")
     groups = page.locator("#groups tbody tr")
     expect(groups).to_have_count(3)
-    # In the index's order (`sort=queue`; the default lists keepers first: STOPPED); below its minimum (nobody reads it), shown though it has no
-    # consumer at all.
+    # In the index's order (`sort=queue`; the default lists keepers first: STOPPED); below
+    # its minimum (nobody reads it), shown though it has no consumer at all.
     keepers = groups.filter(has_text="keepers")
     expect(keepers.locator("td.num.active")).to_have_text("0")
     expect(keepers.locator("td.num.min")).to_have_text("1")
