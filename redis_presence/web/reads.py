@@ -96,6 +96,23 @@ TOTALS_STALE_S = 60.0
 the background; older (or none yet), a page waits for that read."""
 
 
+def _passes(where: GroupFilter, totals: GroupTotals) -> Callable[[GroupStats], bool]:
+    """Whether a group of `totals` passes `where` (its stuck and dead-leases filters by
+    the totals' count)."""
+
+    def passes(g: GroupStats) -> bool:
+        key = (g.queue, g.group)
+        return (
+            (where.queue is None or g.queue == where.queue)
+            and where.names(g.queue, g.group)
+            and where.counts(g)
+            and (not where.stuck or key in totals.stuck_groups)
+            and (not where.dead_leases or key in totals.dead_lease_groups)
+        )
+
+    return passes
+
+
 class PresenceData:
     """The registry reads of the web service (`registry` is opened and closed elsewhere).
 
@@ -129,6 +146,8 @@ class PresenceData:
         self._stuck: tuple[StuckCount, str | None] | None = None
         self._stuck_at = -float("inf")
         self._stuck_cache_s = STUCK_EVERY_S if totals_cache_s > 0 else 0.0
+        self._orders_of: GroupTotals | None = None
+        self._orders: dict[sorting.Sort, sorting.Ordered] = {}
         self.last_ttl = TtlInUse(ttl_ms, "option") if ttl_ms is not None else None
         """The TTL of the prefix the last read used (None before the first)."""
         self.observed = Observed(clock)
@@ -368,15 +387,7 @@ class PresenceData:
             cached = await self.totals()
             sizes = await self.index_sizes()
             if cached.epoch != UNSETTLED and cached.index_sizes == sizes:
-                passing = [
-                    g
-                    for g in cached.rows
-                    if (where.queue is None or g.queue == where.queue)
-                    and where.names(g.queue, g.group)
-                    and where.counts(g)
-                    and (not where.stuck or (g.queue, g.group) in cached.stuck_groups)
-                    and (not where.dead_leases or (g.queue, g.group) in cached.dead_lease_groups)
-                ]
+                passing = self._ordered(cached, order).only(_passes(where, cached))
                 chosen = sorting.page(passing, order, page)
                 reading = await self.groups_named(chosen.rows, cached.known)
                 gone = len(reading.page.rows) < len(chosen.rows)  # a group left since
@@ -386,6 +397,16 @@ class PresenceData:
                     return cached, reading._replace(page=shown)
             self.forget_totals()
         return None
+
+    def _ordered(self, totals: GroupTotals, order: sorting.Sort) -> sorting.Ordered:
+        """Every group of `totals` in `order`, kept while they are the totals served (a
+        page then filters them, not sorts them again); those of older totals dropped."""
+        if self._orders_of is not totals:
+            self._orders_of, self._orders = totals, {}
+        found = self._orders.get(order)
+        if found is None:
+            found = self._orders[order] = sorting.ordered(totals.rows, order)
+        return found
 
     async def _stuck_page(
         self,

@@ -101,13 +101,29 @@ def _cursor_position(sort: Sort, cursor: Cursor) -> tuple[int, str, str]:
     return (-value if sort.descending else value, queue, group)
 
 
-def page(rows: Sequence[Any], sort: Sort, ask: PageAsk) -> Page[Any]:
-    """The page `ask` asks of `rows` (every group that passes the filters) in `sort`'s
-    order: after or before the cursor's position (a page before it that reaches the start
-    is the first page)."""
-    keyed = sorted((sort.position(g), i) for i, g in enumerate(rows))  # each once
-    positions = [position for position, _ in keyed]
-    ordered = [rows[i] for _, i in keyed]
+class Ordered(NamedTuple):
+    """Rows in a sort's order, with each one's position (`Sort.position`)."""
+
+    positions: list[tuple[int, str, str]]
+    rows: list[Any]
+
+    def only(self, keep: Callable[[Any], bool]) -> Ordered:
+        """The rows `keep` passes, in the same order (no position computed again)."""
+        picked = [i for i, row in enumerate(self.rows) if keep(row)]
+        return Ordered([self.positions[i] for i in picked], [self.rows[i] for i in picked])
+
+
+def ordered(rows: Sequence[Any], sort: Sort) -> Ordered:
+    """`rows` in `sort`'s order, each position computed once."""
+    keyed = sorted((sort.position(g), i) for i, g in enumerate(rows))
+    return Ordered([position for position, _ in keyed], [rows[i] for _, i in keyed])
+
+
+def page(rows: Sequence[Any] | Ordered, sort: Sort, ask: PageAsk) -> Page[Any]:
+    """The page `ask` asks of `rows` (every group that passes the filters, or those
+    already `ordered`) in `sort`'s order: after or before the cursor's position (a page
+    before it that reaches the start is the first page)."""
+    positions, in_order = rows if isinstance(rows, Ordered) else ordered(rows, sort)
     limit = ask.limit
     if ask.cursor is None:
         start = 0
@@ -115,12 +131,12 @@ def page(rows: Sequence[Any], sort: Sort, ask: PageAsk) -> Page[Any]:
         end = bisect.bisect_left(positions, _cursor_position(sort, ask.cursor))
         start = max(0, end - limit)
         if start > 0:
-            return Page.of(ordered[start:end], sort.key, more_before=True, more_after=True)
+            return Page.of(in_order[start:end], sort.key, more_before=True, more_after=True)
         start = 0  # reaches the start: the first page
     else:
         start = bisect.bisect_right(positions, _cursor_position(sort, ask.cursor))
-    shown = ordered[start : start + limit]
-    more_after = start + limit < len(ordered)
+    shown = in_order[start : start + limit]
+    more_after = start + limit < len(in_order)
     return Page.of(shown, sort.key, more_before=start > 0, more_after=more_after)
 
 
@@ -141,8 +157,10 @@ __all__ = [
     "COLUMNS",
     "DEFAULT",
     "QUEUE",
+    "Ordered",
     "Sort",
     "need",
+    "ordered",
     "page",
     "parse",
     "reorder",
