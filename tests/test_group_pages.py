@@ -222,7 +222,10 @@ def test_the_routes_page_through_every_group_for_every_page_size(
     keys = [g.key for g in everything]
     for limit in range(1, len(keys) + 1):
         assert api_walk(web, "/api/v1/groups", limit) == keys, limit
-        assert api_walk(web, "/", limit) == keys, limit
+        assert api_walk(web, "/", limit, sort="queue") == keys, limit
+        first = api_walk(web, "/", limit)  # attention first: every group once, reordered
+        assert sorted(first) == sorted(keys), limit
+        assert len(first) == len(keys), limit
 
     # Back from the last page to the first, by prev_cursor.
     def get(cursor: str | None) -> Any:
@@ -257,7 +260,10 @@ def test_the_dashboard_filters_pick_what_the_whole_list_holds(
     wanted = [g.key for g in ordered(registry, registry.groups(now_ns=T0, ttl_ms=TTL)) if keep(g)]
     assert wanted
     for limit in (1, 3, 200):
-        assert api_walk(web, "/", limit, **params) == wanted
+        assert api_walk(web, "/", limit, sort="queue", **params) == wanted
+        first = api_walk(web, "/", limit, **params)  # attention first: the same groups
+        assert sorted(first) == sorted(wanted)
+        assert len(first) == len(wanted)
 
 
 def test_the_api_filters_exactly_and_totals_cover_every_group(web: Any) -> None:
@@ -277,6 +283,9 @@ def test_the_api_filters_exactly_and_totals_cover_every_group(web: Any) -> None:
         "read_at_ns": T0,
         "stuck": 0,
         "stuck_read_at_ns": T0,
+        "leases": 0,
+        "leases_expired": 0,
+        "dead_leases_groups": 0,
     }
 
 
@@ -332,7 +341,9 @@ def test_a_dashboard_page_counts_its_groups_while_the_totals_are_fresh(
     redis_url: str, redis_client: redis.Redis
 ) -> None:
     """2,000 groups: the first page reads the totals (every group) once; the next pages,
-    while the totals are fresh, count their 50 groups and one more (INFO commandstats)."""
+    while the totals are fresh, count their 50 groups and the two indexes' sizes (attention
+    first: picked from the totals, which must still hold every group) or their 50 and one
+    more (``sort=queue``: the index's order), INFO commandstats."""
     from web_client import Clock, make_client
 
     registry = RedisPresenceRegistry(redis_client)
@@ -342,15 +353,16 @@ def test_a_dashboard_page_counts_its_groups_while_the_totals_are_fresh(
         json = {"Accept": "application/json"}
         before = commandstats(redis_client, "zcard")
         first = client.get("/", params={"limit": "50"}, headers=json).json()
-        assert commandstats(redis_client, "zcard") - before == FLEET_GROUPS + 51
+        assert commandstats(redis_client, "zcard") - before == FLEET_GROUPS + 50 + 2 * 2
         assert first["totals"]["groups"] == FLEET_GROUPS
-        for _ in range(3):
-            before = commandstats(redis_client, "zcard")
-            cursor = first["next_cursor"]
-            page = client.get("/", params={"limit": "50", "cursor": cursor}, headers=json).json()
-            assert commandstats(redis_client, "zcard") - before == 51
-            assert len(page["groups"]) == 50
-            first = page
+        for order, counted in (("attention", 50 + 2), ("queue", 51)):
+            page = client.get("/", params={"limit": "50", "sort": order}, headers=json).json()
+            for _ in range(3):
+                before = commandstats(redis_client, "zcard")
+                query = {"limit": "50", "sort": order, "cursor": page["next_cursor"]}
+                page = client.get("/", params=query, headers=json).json()
+                assert commandstats(redis_client, "zcard") - before == counted, order
+                assert len(page["groups"]) == 50
         before = commandstats(redis_client, "zcard")
         client.get("/api/v1/groups", params={"limit": "100"})
         assert commandstats(redis_client, "zcard") - before == 101

@@ -335,7 +335,7 @@ def test_the_groups_headers_sort_every_group_and_the_order_holds_live(
     page: Page, fleet: object, writer: RedisPresenceRegistry, width: int
 ) -> None:
     page.set_viewport_size({"width": width, "height": 844})
-    visit(page, "/?" + urlencode({"queue": QUEUE}))
+    visit(page, "/?" + urlencode({"queue": QUEUE, "sort": "queue"}))
     names = page.locator("#groups tbody tr td.name a")
     expect(names).to_have_text(["billing", "reports"])  # the index's order
     queue = page.locator("#groups thead th").first

@@ -56,7 +56,9 @@ def test_every_route_answers_from_the_snapshot(
         "prev_cursor": None,
     }
     groups = client.get("/api/v1/groups").json()["groups"]
-    undeclared = {"min_active": None, "below": False, "stuck": None}  # stuck: not counted
+    # stuck, leases: not counted (the list's read; `stuck=1`, `dead_leases=1` count them)
+    undeclared = {"min_active": None, "below": False, "stuck": None}
+    undeclared |= {"leases": None, "leases_expired": None}
     assert groups == [
         {"queue": "orders", "group": "billing", "active": 1, "stale": 1, "expired": 0}
         | undeclared
@@ -66,7 +68,8 @@ def test_every_route_answers_from_the_snapshot(
         | {"verdict": "STOPPED", "reason": "nobody reading: 0 active (1 expired)"},
     ]
     one = client.get("/api/v1/groups/orders/shipping").json()
-    assert one["group"] == groups[1] | {"stuck": 0}  # its consumers were read: counted
+    # Its consumers were read: counted (the expired one holds its lease)
+    assert one["group"] == groups[1] | {"stuck": 0, "leases": 1, "leases_expired": 1}
     assert one["consumers"] == [row.to_dict() for row in described[2:]]  # meta {} read
     assert one["stuck_after_ms"] == 300_000
 
@@ -74,8 +77,8 @@ def test_every_route_answers_from_the_snapshot(
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
     text = page.text
-    # In the index's order (billing before shipping), the group nobody reads marked.
-    assert text.index("billing") < text.index("shipping")
+    # Attention first (shipping: STOPPED, before billing: DEGRADED), nobody reading marked.
+    assert text.index("shipping") < text.index("billing")
     assert "nobody is reading" in text
     assert client.get("/group", params={"queue": "orders", "group": "billing"}).status_code == 200
     assert client.get("/consumers", params={"search": "w"}).status_code == 200
@@ -90,10 +93,13 @@ def test_every_route_answers_from_the_snapshot(
         "read_at_ns": T0,
         "stuck": 0,
         "stuck_read_at_ns": T0,
+        "leases": 4,
+        "leases_expired": 1,  # w3's, expired
+        "dead_leases_groups": 1,
     }
     assert [(g["group"], g["nobody_reading"]) for g in twin["groups"]] == [
+        ("shipping", True),  # attention first
         ("billing", False),
-        ("shipping", True),
     ]
 
     assert client.get("/healthz").json() == {"status": "ok"}
@@ -153,7 +159,7 @@ def test_declared_groups_metadata_and_stuck_consumers(
         ("orders", "billing", 2, 3, True),
         ("payments", "ledger", 0, 1, True),
     ]
-    twin = client.get("/", headers={"Accept": "application/json"}).json()
+    twin = client.get("/?sort=queue", headers={"Accept": "application/json"}).json()
     # Both below their minimum, marked: the one nobody reads and the one short of readers.
     assert [(g["group"], g["nobody_reading"], g["below"]) for g in twin["groups"]] == [
         ("billing", False, True),
@@ -164,7 +170,7 @@ def test_declared_groups_metadata_and_stuck_consumers(
     assert "nobody is reading" in overview
     assert "below its minimum of 3" in overview
     idle = client.get("/", params={"idle": "1"}, headers={"Accept": "application/json"}).json()
-    assert [g["group"] for g in idle["groups"]] == ["billing", "ledger"]
+    assert [g["group"] for g in idle["groups"]] == ["ledger", "billing"]  # STOPPED first
 
     # A declared group without any consumer has a page (and an API answer), not a 404.
     empty = client.get(group_path("payments", "ledger")).json()

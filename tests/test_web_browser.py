@@ -261,11 +261,11 @@ def test_declared_groups_stuck_consumers_and_metadata(
     hostile = {"host": HOSTILE, "cmd": "<script>alert(3)</script>", "zone": "é\nß"}
     assert writer.describe("vault", "guards", "slow", hostile)
 
-    live(page, "/?queue=vault")
+    live(page, "/?queue=vault&sort=queue")
     groups = page.locator("#groups tbody tr")
     expect(groups).to_have_count(3)
-    # In the index's order; below its minimum (nobody reads it), shown though it has no
-    # consumer at all.
+    # In the index's order (`sort=queue`; the default lists keepers first: STOPPED); below
+    # its minimum (nobody reads it), shown though it has no consumer at all.
     keepers = groups.filter(has_text="keepers")
     expect(keepers.locator("td.num.active")).to_have_text("0")
     expect(keepers.locator("td.num.min")).to_have_text("1")

@@ -213,7 +213,8 @@ def test_an_unexpected_exception_is_one_json_500_logged_once(
     config_client = make_client(redis_url, Clock())
     with TestClient(config_client.app, base_url=BASE_URL, raise_server_exceptions=True) as client:
         service = client.app.state.service
-        monkeypatch.setattr(service.reads, "group_page", broken)
+        monkeypatch.setattr(service.reads, "group_page", broken)  # the index's order
+        monkeypatch.setattr(service.reads, "groups_named", broken)  # attention first
         caplog.clear()
         for path in ("/api/v1/groups", "/"):
             response = client.get(path)

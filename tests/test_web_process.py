@@ -81,6 +81,8 @@ def test_pagination_at_100000_consumers(redis_url: str) -> None:
             "min_active": None,
             "below": False,
             "stuck": 0,  # its consumers were read: counted
+            "leases": sum(i % 7 for i in range(100)),  # and their leases
+            "leases_expired": 0,
             "verdict": "OK",
             "reason": "100 active",
         }

@@ -89,9 +89,13 @@ def test_stuck_groups_page_through_exactly_the_groups_with_a_stuck_consumer(
 ) -> None:
     headers = JSON if path == "/" else {}
     web.headers.update(headers)
-    groups = walk(web, path, limit, stuck="1")
+    order = {"sort": "queue"} if path == "/" else {}  # the page's default: attention first
+    groups = walk(web, path, limit, stuck="1", **order)
     assert {(g["queue"], g["group"]): g["stuck"] for g in groups} == STUCK
     assert [(g["queue"], g["group"]) for g in groups] == sorted(STUCK)
+    if path == "/":  # STALLED (every active one stuck), then DEGRADED, by name
+        first = walk(web, path, limit, stuck="1")
+        assert [(g["queue"], g["group"]) for g in first] == [("c", "g0"), ("a", "g1"), ("b", "g0")]
 
 
 def test_stuck_combines_with_the_other_group_filters(web: TestClient) -> None:
@@ -101,6 +105,7 @@ def test_stuck_combines_with_the_other_group_filters(web: TestClient) -> None:
         {"queue": "a", "group": "g1", "active": 2, "stale": 0, "expired": 0}
         | {"min_active": None, "below": False, "stuck": 1}
         | {"verdict": "DEGRADED", "reason": "1 of 2 active stuck"}
+        | {"leases": None, "leases_expired": None}
     ]
     idle = walk(web, "/api/v1/groups", 5, idle="1")
     assert [(g["queue"], g["group"]) for g in idle] == [("a", "g2"), ("b", "g1")]

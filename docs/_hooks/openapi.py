@@ -57,6 +57,12 @@ _GROUPS_STUCK = (
     "`1`: only the groups with a stuck consumer, each with its count in `stuck` (the groups "
     "the service's last count found, at most 30 s old, each read again now)",
 )
+_DEAD_LEASES = (
+    "dead_leases",
+    "`1`: only the groups whose expired consumers hold leases, in the index's order unless "
+    "sorted (the groups the service's last count of every consumer found, at most 30 s old, "
+    "each read again now; `leases` and `leases_expired` from that count)",
+)
 _IDLE = ("idle", "`1`: only the groups nobody reads or below their minimum")
 _GROUPS_STATE = ("state", "only the groups with consumers in one of these states: " + _STATE[1])
 
@@ -65,23 +71,28 @@ _GROUPS_STATE = ("state", "only the groups with consumers in one of these states
 ROUTES: dict[str, dict[str, Any]] = {
     "/": {
         "summary": "The dashboard: a page of the tracked or declared groups, and totals",
-        "description": "Groups in the index's order, a page at a time (each page reads and "
-        "counts the groups it shows), those below their declared minimum or that nobody "
-        "reads marked; the totals from one shared read of every group, with its time; live "
-        "counts per state, updated from the event stream.",
+        "description": "Attention first: the groups whose verdict is STOPPED, STALLED or "
+        "DEGRADED, or whose expired consumers hold leases, then the rest (`sort=queue`: the "
+        "index's order), a page at a time (each page reads and counts the groups it shows), "
+        "those below their declared minimum or that nobody reads marked; the totals from one "
+        "shared read of every group, with its time; live counts per state, updated from the "
+        "event stream.",
         "query": [
             ("queue", "queue name contains"),
             ("group", "group name contains"),
             _GROUPS_STATE,
             _IDLE,
             _GROUPS_STUCK,
+            _DEAD_LEASES,
             _GROUPS_PAGE,
             _CURSOR,
             (
                 "sort",
-                "`active`, `stale`, `expired` or `min` (the fewest first), `-active`... (the "
-                "most first): ordered over every group by the shared read of the totals; the "
-                "page's rows read now",
+                "`attention` (the default: STOPPED, STALLED, DEGRADED, leases held by expired "
+                "consumers first), `queue` (the index's order), or `active`, `stale`, "
+                "`expired`, `min`, `leases`, `dead_leases` (the fewest first), `-active`... "
+                "(the most first): ordered over every group by the shared read of the "
+                "totals; the page's rows read now",
             ),
             _WINDOW,
         ],
@@ -157,7 +168,8 @@ ROUTES: dict[str, dict[str, Any]] = {
     "/api/v1/groups": {
         "summary": "Every tracked or declared group with its counts",
         "description": "`groups`: `queue`, `group`, `active`, `stale`, `expired`, "
-        "`min_active` (null: not declared), `below`, `stuck` (null unless `stuck=1`), and its "
+        "`min_active` (null: not declared), `below`, `stuck` (null unless `stuck=1`), `leases` "
+        "and `leases_expired` (null unless `dead_leases=1`), and its "
         "`verdict` (`OK`, `DRAINING`, `DEGRADED`, `STOPPED`; `STALLED` needs the consumers' "
         "progress, which the group's own page reads) with its `reason` in words, in the "
         "index's order; `next_cursor` / `prev_cursor` (null at either end). The dashboard's "
@@ -170,6 +182,7 @@ ROUTES: dict[str, dict[str, Any]] = {
             _GROUPS_STATE,
             _IDLE,
             _GROUPS_STUCK,
+            _DEAD_LEASES,
             _GROUPS_API,
             _CURSOR,
         ],

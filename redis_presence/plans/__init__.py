@@ -146,6 +146,7 @@ class Planner:
         self.prune_expired = writes.prune_expired
         self.clock_ns = reads.clock_ns
         self.epoch = reads.epoch
+        self.index_sizes = reads.index_sizes
         self.snapshot = reads.snapshot
         self.iter_snapshot = reads.iter_snapshot
         self.count_active_by_group = reads.count_active_by_group

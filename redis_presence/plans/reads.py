@@ -129,6 +129,17 @@ class ReadPlans(Job):
         (marker,) = yield [Command("GET", (self.scope.keys.epoch,))]
         return None if marker is None else _text(marker)
 
+    def index_sizes(self) -> Plan[tuple[int, int]]:
+        """The number of indexed groups and of declared groups (``ZCARD`` of each index,
+        one batch): they change when a group comes or goes, what a cached read of every
+        group cannot know without reading again."""
+        keys = self.scope.keys
+        indexed, declared = yield [
+            Command("ZCARD", (keys.groups,)),
+            Command("ZCARD", (keys.expects,)),
+        ]
+        return int(indexed), int(declared)
+
     def snapshot(
         self,
         now_ns: int | None = None,

@@ -114,7 +114,7 @@ def sort_links(request: Request, shown: sorting.Sort | None) -> dict[str, str]:
     """The query of each sortable column of the groups table (a count: the most first, then
     reversed; ``queue``: the index's order), from the first page, the filters kept."""
     kept = [(k, v) for k, v in request.query_params.multi_items() if k not in ("sort", "cursor")]
-    links = {"queue": urlencode(kept)}
+    links = {"queue": urlencode([*kept, ("sort", sorting.QUEUE)]), "attention": urlencode(kept)}
     for column in sorting.COLUMNS:
         now_descending = shown is not None and shown.column == column and shown.descending
         name = sorting.Sort(column, not now_descending).name
@@ -215,6 +215,7 @@ class Views:
             states=_states(request),
             attention=_flag(request, "idle"),
             stuck=_flag(request, "stuck"),
+            dead_leases=_flag(request, "dead_leases"),
         )
         window = _window(request)
         # One page of groups (read and counted from the cursor on) and, meanwhile, the
@@ -223,31 +224,26 @@ class Views:
         # read again, or "recounting" (None) when Redis's data changed in between.
         ask = paging.ask(request, paging.GROUPS_PAGE)
         sort = sorting.parse(request.query_params.get("sort"))
-        if sort is None:
+        # `dead_leases=1` pages the groups the totals' count found (the index's order).
+        order = sorting.BY_QUEUE if sort is None and where.dead_leases else sort
+        # Ordered by every group's counts (the totals' read), the page's read now; totals
+        # that cannot be trusted (Redis's data keeps changing): the index's order.
+        found = None if order is None else await service.reads.ordered_page(where, order, page=ask)
+        if found is None and where.dead_leases:
+            raise params.RECOUNTING
+        if found is None:
             cached, reading = await asyncio.gather(
                 service.reads.totals(), service.reads.group_page(where, page=ask)
             )
-        else:  # ordered by every group's counts (the totals' read), the page's read now
-            cached = await service.reads.totals()
-            passing = [
-                g
-                for g in cached.rows
-                if where.names(g.queue, g.group)
-                and where.counts(g)
-                and (not where.stuck or (g.queue, g.group) in cached.stuck_groups)
-            ]
-            chosen = sorting.page(passing, sort, ask)
-            reading = await service.reads.groups_named(chosen.rows)
-            rows = sorting.reorder(reading.page.rows, sort)
-            reading = reading._replace(
-                page=paging.Page(rows, chosen.next_cursor, chosen.prev_cursor)
-            )
+            order = None
+        else:
+            cached, reading = found
         now_ns, page, ttl = reading.now_ns, reading.page, reading.ttl
         totals = await service.reads.totals_for(reading, cached)
         shown_totals = totals.to_dict() if totals is not None else None
         # Each group's stuck consumers: counted with the totals (or by `stuck=1`'s read).
         # (a sorted page's rows come from the totals' order: the count gives them theirs)
-        counted = where.stuck and sort is None
+        counted = where.stuck and order is None
         rows = page.rows if counted or totals is None else totals.with_stuck(page.rows)
         if _json_view(request):
             return _json(
@@ -263,7 +259,8 @@ class Views:
             "states": sorted(s.value for s in where.states),
             "idle": where.attention,
             "stuck": where.stuck,
-            "sort": sort.name if sort else "",
+            "dead_leases": where.dead_leases,
+            "sort": sort.name if sort else sorting.QUEUE,
         }
         sparks = await history.sparklines(
             service.reads, [(g.queue, g.group, g.active) for g in rows], window
@@ -601,10 +598,17 @@ class Views:
             states=_states(request),
             attention=_flag(request, "idle"),
             stuck=_flag(request, "stuck"),
+            dead_leases=_flag(request, "dead_leases"),
         )
-        now_ns, page, ttl, _ = await self.service.reads.group_page(
-            where, page=paging.ask(request, paging.GROUPS_API)
-        )
+        ask = paging.ask(request, paging.GROUPS_API)
+        reads = self.service.reads
+        found = None  # `dead_leases`: counted with the totals, paged from them
+        if where.dead_leases:
+            found = await reads.ordered_page(where, sorting.BY_QUEUE, page=ask)
+        if where.dead_leases and found is None:
+            raise params.RECOUNTING
+        reading = found[1] if found is not None else await reads.group_page(where, page=ask)
+        now_ns, page, ttl = reading.now_ns, reading.page, reading.ttl
         return JSONResponse(
             self._meta(now_ns, ttl)
             # min_active, below too; `stuck` null unless counted (`stuck=1`)

@@ -38,7 +38,7 @@ _META = ("host", "version", "field", "value")
 """The metadata search of the consumer lists (`meta_filter`)."""
 _ROLLUP = ("by", "queue", "group", "limit")
 QUERY: Mapping[str, tuple[str, ...]] = {
-    "/": ("queue", "group", "state", "idle", "stuck", "sort", "window", *_PAGED),
+    "/": ("queue", "group", "state", "idle", "stuck", "dead_leases", "sort", "window", *_PAGED),
     "/group": ("queue", "group", "state", "search", "stuck", *_META, "window", *_PAGED, "history"),
     "/consumers": ("queue", "group", "state", "search", "stuck", "meta", *_META, *_PAGED),
     "/hosts": _ROLLUP,
@@ -52,6 +52,7 @@ QUERY: Mapping[str, tuple[str, ...]] = {
         "state",
         "idle",
         "stuck",
+        "dead_leases",
         *_PAGED,
     ),
     "/api/v1/groups/": ("state", "search", "stuck", *_META, *_PAGED, "history"),
@@ -70,6 +71,12 @@ _SPELLED = {
     "/api/v1/groups/": "/api/v1/groups/{queue}/{group}",
     "/api/v1/consumers/": "/api/v1/consumers/{queue}/{group}/{consumer}",
 }
+
+
+RECOUNTING = HTTPException(
+    503, "the totals are being recounted (Redis's data keeps changing): try again shortly"
+)
+"""A filter only the totals' count knows (``dead_leases=1``) while they cannot be trusted."""
 
 
 class BadRequest(ValueError):

@@ -79,6 +79,8 @@ class GroupStats(NamedTuple):
             "below": self.below,
             **self.judged.to_dict(),
             "stuck": self.stuck,
+            "leases": self.leases,
+            "leases_expired": self.leases_expired,
         }
 
 
@@ -143,10 +145,20 @@ class GroupTotals(NamedTuple):
     read_at_ns: int
     epoch: str | None = None
     rows: tuple[GroupStats, ...] = ()
-    """Every group's counts, as read (what a page sorted by a count is ordered by)."""
+    """Every group's counts, as read, with its stuck consumers and leases where counted
+    (what a page sorted by a count is ordered by)."""
     stuck: int | None = None  # stuck consumers (`stuck.fleet_stuck`); None: not counted
     stuck_read_at_ns: int | None = None  # when they were counted (STUCK_EVERY_S at most ago)
     stuck_groups: Mapping[tuple[str, str], int] = MappingProxyType({})  # > 0 only
+    leases: int | None = None  # leases held, counted with the stuck ones (None: not counted)
+    leases_expired: int | None = None  # of them, held by expired consumers
+    lease_groups: Mapping[tuple[str, str], int] = MappingProxyType({})  # > 0 only
+    dead_lease_groups: Mapping[tuple[str, str], int] = MappingProxyType({})  # > 0 only
+    index_sizes: tuple[int, int] | None = None
+    """The indexes' sizes read before the groups (`Planner.index_sizes`): a page picked from
+    these rows is true while Redis holds the same ones."""
+    known: frozenset[tuple[str, str]] = frozenset()
+    """The names of `rows`."""
 
     @classmethod
     def of(
@@ -155,7 +167,18 @@ class GroupTotals(NamedTuple):
         read_at_ns: int,
         epoch: str | None = None,
         stuck: StuckCount | None = None,
+        index_sizes: tuple[int, int] | None = None,
     ) -> GroupTotals:
+        if stuck is not None:  # each row with its counts of the consumers' read, once
+            groups = [
+                g._replace(
+                    stuck=stuck.groups.get(key, 0),
+                    leases=stuck.leases.get(key, 0),
+                    leases_expired=stuck.leases_expired.get(key, 0),
+                )
+                for g in groups
+                for key in ((g.queue, g.group),)
+            ]
         return cls(
             len(groups),
             sum(g.active for g in groups),
@@ -169,13 +192,33 @@ class GroupTotals(NamedTuple):
             None if stuck is None else stuck.total,
             None if stuck is None else stuck.read_at_ns,
             MappingProxyType({}) if stuck is None else stuck.groups,
+            None if stuck is None else sum(stuck.leases.values()),
+            None if stuck is None else sum(stuck.leases_expired.values()),
+            MappingProxyType({}) if stuck is None else stuck.leases,
+            MappingProxyType({}) if stuck is None else stuck.leases_expired,
+            index_sizes,
+            frozenset((g.queue, g.group) for g in groups),
         )
 
     def with_stuck(self, rows: Sequence[GroupStats]) -> list[GroupStats]:
-        """`rows` with each group's stuck consumers from this count (None: not counted)."""
+        """`rows` with each group's stuck consumers, leases and leases held by expired
+        consumers from this count (None: not counted)."""
         if self.stuck is None:
             return list(rows)
-        return [g._replace(stuck=self.stuck_groups.get((g.queue, g.group), 0)) for g in rows]
+        return [
+            g._replace(
+                stuck=self.stuck_groups.get(key, 0),
+                leases=self.lease_groups.get(key, 0),
+                leases_expired=self.dead_lease_groups.get(key, 0),
+            )
+            for g in rows
+            for key in ((g.queue, g.group),)
+        ]
+
+    @property
+    def dead_leases_groups(self) -> int | None:
+        """The groups whose expired consumers hold leases (None: not counted)."""
+        return None if self.stuck is None else len(self.dead_lease_groups)
 
     def contradicts(self, rows: Sequence[GroupStats]) -> bool:
         """Whether `rows` (a page of groups, read later) hold more than these totals count,
@@ -193,6 +236,9 @@ class GroupTotals(NamedTuple):
     def to_dict(self) -> dict[str, int]:
         fields = self._asdict()
         del fields["epoch"], fields["rows"], fields["stuck_groups"]
+        del fields["lease_groups"], fields["dead_lease_groups"], fields["index_sizes"]
+        del fields["known"]
+        fields["dead_leases_groups"] = self.dead_leases_groups
         return fields
 
 
@@ -204,6 +250,8 @@ class GroupsPageReading(NamedTuple):
     page: Page[GroupStats]
     ttl: TtlInUse
     epoch: str | None = None
+    strangers: bool = False
+    """For a page of a sorted list: its read passed a group the totals do not hold."""
 
 
 def stats_from_rows(

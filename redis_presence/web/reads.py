@@ -47,7 +47,7 @@ import contextlib
 import time
 import warnings
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from itertools import count
 from typing import Any
 
@@ -96,6 +96,23 @@ TOTALS_STALE_S = 60.0
 the background; older (or none yet), a page waits for that read."""
 
 
+def _passes(where: GroupFilter, totals: GroupTotals) -> Callable[[GroupStats], bool]:
+    """Whether a group of `totals` passes `where` (its stuck and dead-leases filters by
+    the totals' count)."""
+
+    def passes(g: GroupStats) -> bool:
+        key = (g.queue, g.group)
+        return (
+            (where.queue is None or g.queue == where.queue)
+            and where.names(g.queue, g.group)
+            and where.counts(g)
+            and (not where.stuck or key in totals.stuck_groups)
+            and (not where.dead_leases or key in totals.dead_lease_groups)
+        )
+
+    return passes
+
+
 class PresenceData:
     """The registry reads of the web service (`registry` is opened and closed elsewhere).
 
@@ -129,6 +146,8 @@ class PresenceData:
         self._stuck: tuple[StuckCount, str | None] | None = None
         self._stuck_at = -float("inf")
         self._stuck_cache_s = STUCK_EVERY_S if totals_cache_s > 0 else 0.0
+        self._orders_of: GroupTotals | None = None
+        self._orders: dict[sorting.Sort, sorting.Ordered] = {}
         self.last_ttl = TtlInUse(ttl_ms, "option") if ttl_ms is not None else None
         """The TTL of the prefix the last read used (None before the first)."""
         self.observed = Observed(clock)
@@ -211,12 +230,13 @@ class PresenceData:
         read once more, then marked UNSETTLED (no page agrees with them)."""
         for _ in range(2):
             before = await self.epoch()
+            sizes = await self.index_sizes()
             now, groups, _ = await self.groups()
             stuck = await self._stuck_count(now, before)
             after = await self.epoch()
             if before == after:
-                return GroupTotals.of(groups, now, after, stuck)
-        return GroupTotals.of(groups, now, UNSETTLED, stuck)
+                return GroupTotals.of(groups, now, after, stuck, sizes)
+        return GroupTotals.of(groups, now, UNSETTLED, stuck, sizes)
 
     async def _stuck_count(self, now_ns: int, epoch: str | None) -> StuckCount:
         """The fleet's stuck consumers (`stuck.fleet_stuck`: a read of every consumer): the
@@ -251,6 +271,15 @@ class PresenceData:
             self.forget_totals()
             found = await self.totals()
         return None
+
+    async def index_sizes(self) -> tuple[int, int] | None:
+        """The sizes of the index of groups and of declared groups (`Planner.index_sizes`:
+        two ``ZCARD``; None for a registry that runs no plans)."""
+        registry = self.registry
+        if not hasattr(registry, "plans"):
+            return None
+        sizes: tuple[int, int] = await registry.execute(registry.plans.index_sizes())
+        return sizes
 
     async def epoch(self) -> str | None:
         """The epoch marker Redis holds now (`Planner.epoch`; None without one, or for a
@@ -313,22 +342,71 @@ class PresenceData:
         )
         return GroupsPageReading(now, shown, ttl, epoch)
 
-    async def groups_named(self, shown: Sequence[GroupStats]) -> GroupsPageReading:
+    async def groups_named(
+        self, shown: Sequence[GroupStats], known: Collection[tuple[str, str]] | None = None
+    ) -> GroupsPageReading:
         """The groups of `shown` (a page of a sorted list), read and counted now: the index
-        is read from its start, and only they are counted (`registry.group_page`)."""
+        is read from its start, and only they are counted (`registry.group_page`). With
+        `known` (the groups the order was picked from), `strangers` says whether the walk
+        of the index passed a group not among them (free: the names it walks anyway)."""
         ttl = await self.ttl()
         now = await self.now_ns()
         epoch = await self.epoch()
         queues = {g.queue for g in shown}
+        picked = sorting.wanted(shown)
+        strangers = False
+
+        def names(queue: str, group: str) -> bool:
+            nonlocal strangers
+            if known is not None and (queue, group) not in known:
+                strangers = True
+            return picked(queue, group)
+
         found = await self.registry.group_page(
             limit=max(1, len(shown)),
             queue=next(iter(queues)) if len(queues) == 1 else None,
-            names=sorting.wanted(shown),
+            names=names,
             now_ns=now,
             ttl_ms=self._read_ttl_ms,
         )
         rows = stats_from_groups(found.groups) if shown else []
-        return GroupsPageReading(now, Page(rows, None, None), ttl, epoch)
+        return GroupsPageReading(now, Page(rows, None, None), ttl, epoch, strangers)
+
+    async def ordered_page(
+        self, where: GroupFilter, order: sorting.Sort, *, page: PageAsk
+    ) -> tuple[GroupTotals, GroupsPageReading] | None:
+        """The shared totals (`totals`) and the page `page` asks of the groups `where`
+        passes in `order`, chosen from the totals' rows (with their stuck consumers and
+        leases) and read now (`groups_named`: they cost what a filtered page costs), then
+        ordered again by what they hold now. Totals that no longer hold every group (the
+        indexes' sizes changed since, the walk of the index passed a group they do not
+        hold, a group they hold has gone, or the page is of another epoch) are read again;
+        None when even those do not (Redis's data keeps changing: the caller shows the
+        index's order, the totals recounting)."""
+        for _ in range(3):
+            cached = await self.totals()
+            sizes = await self.index_sizes()
+            if cached.epoch != UNSETTLED and cached.index_sizes == sizes:
+                passing = self._ordered(cached, order).only(_passes(where, cached))
+                chosen = sorting.page(passing, order, page)
+                reading = await self.groups_named(chosen.rows, cached.known)
+                gone = len(reading.page.rows) < len(chosen.rows)  # a group left since
+                if reading.epoch == cached.epoch and not reading.strangers and not gone:
+                    rows = sorting.reorder(cached.with_stuck(reading.page.rows), order)
+                    shown = Page(rows, chosen.next_cursor, chosen.prev_cursor)
+                    return cached, reading._replace(page=shown)
+            self.forget_totals()
+        return None
+
+    def _ordered(self, totals: GroupTotals, order: sorting.Sort) -> sorting.Ordered:
+        """Every group of `totals` in `order`, kept while they are the totals served (a
+        page then filters them, not sorts them again); those of older totals dropped."""
+        if self._orders_of is not totals:
+            self._orders_of, self._orders = totals, {}
+        found = self._orders.get(order)
+        if found is None:
+            found = self._orders[order] = sorting.ordered(totals.rows, order)
+        return found
 
     async def _stuck_page(
         self,

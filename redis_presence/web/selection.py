@@ -179,7 +179,8 @@ class GroupFilter:
     contain a text (the dashboard, case-folded), groups with consumers in one of `states`,
     (`attention`) only those nobody reads or below their declared minimum, and (`stuck`)
     only those with a stuck consumer (which their counts cannot say: a read of their
-    consumers, `PresenceData.group_page`)."""
+    consumers, `PresenceData.group_page`), and (`dead_leases`) only those whose expired
+    consumers hold leases (from the count of the totals' read: the dashboard's order)."""
 
     queue: str | None = None
     group: str | None = None
@@ -188,6 +189,7 @@ class GroupFilter:
     states: frozenset[PresenceState] = frozenset()
     attention: bool = False
     stuck: bool = False
+    dead_leases: bool = False
 
     def names(self, queue: str, group: str) -> bool:
         """Whether the names pass (checked before the group is counted)."""

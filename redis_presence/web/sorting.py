@@ -15,12 +15,29 @@ import bisect
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from redis_presence.verdict import Verdict
+
 from .paging import Cursor, Key, Page, PageAsk
 from .params import BadRequest
 
-COLUMNS = ("active", "stale", "expired", "min")
+COLUMNS = ("active", "stale", "expired", "min", "leases", "dead_leases")
 """The counts a groups page sorts by: ``sort=active`` (the fewest first) or ``sort=-active``
-(the most first); ``min`` is the declared minimum (an undeclared group's is below 0)."""
+(the most first); ``min`` is the declared minimum (an undeclared group's is below 0),
+``leases`` the leases its consumers hold and ``dead_leases`` those its expired consumers
+hold (counted with the stuck consumers; below 0 before the first count)."""
+ATTENTION = "attention"
+"""The default order (``sort=attention``): the groups that need a look first (`need`),
+each kind in name order, then the rest in name order."""
+QUEUE = "queue"
+"""``sort=queue``: the index's order (by queue, then group), read from the cursor on."""
+_LEVEL = {Verdict.STOPPED: 3, Verdict.STALLED: 2, Verdict.DEGRADED: 1}
+
+
+def need(stats: Any) -> int:
+    """How much `stats` (a `GroupStats`) needs a look, 0 (none) to 7: its verdict (STOPPED,
+    then STALLED, then DEGRADED; OK and DRAINING need none), and within each, leases held by
+    its expired consumers first (work nobody will finish)."""
+    return 2 * _LEVEL.get(stats.verdict, 0) + (1 if stats.leases_expired else 0)
 
 
 class Sort(NamedTuple):
@@ -32,10 +49,19 @@ class Sort(NamedTuple):
         return ("-" if self.descending else "") + self.column
 
     def value(self, stats: Any) -> int:
-        """The count `stats` (a `GroupStats`) sorts by."""
+        """The count `stats` (a `GroupStats`) sorts by (``attention``: -`need`, so that
+        the groups needing a look come first)."""
+        if self.column == ATTENTION:
+            return -need(stats)
+        if self.column == QUEUE:  # the index's order, paged from the totals' rows
+            return 0
         if self.column == "min":
-            return -1 if stats.min_active is None else int(stats.min_active)
-        return int(getattr(stats, self.column))
+            found = stats.min_active
+        elif self.column == "dead_leases":
+            found = stats.leases_expired
+        else:
+            found = getattr(stats, self.column)
+        return -1 if found is None else int(found)
 
     def position(self, stats: Any) -> tuple[int, str, str]:
         """Where `stats` lies in this order (ties in name order)."""
@@ -47,14 +73,23 @@ class Sort(NamedTuple):
         return (stats.queue, stats.group, str(self.value(stats)))
 
 
+DEFAULT = Sort(ATTENTION, False)
+"""The order of a groups page without ``sort``: attention first."""
+BY_QUEUE = Sort(QUEUE, False)
+"""The index's order over the totals' rows (a filter only the totals' count knows)."""
+
+
 def parse(value: str | None) -> Sort | None:
-    """The ``sort`` query value (None: the index's order), or `BadRequest` naming it."""
+    """The ``sort`` query value (None: ``queue``, the index's order; absent or empty:
+    `DEFAULT`), or `BadRequest` naming it."""
     if not value:
+        return DEFAULT
+    if value == QUEUE:
         return None
     column = value.removeprefix("-")
-    if column not in COLUMNS:
+    if column not in (*COLUMNS, ATTENTION) or value == "-" + ATTENTION:
         known = ", ".join(f"{c} or -{c}" for c in COLUMNS)
-        raise BadRequest("sort", f"sort must be one of {known}, got {value!r:.60}")
+        raise BadRequest("sort", f"sort must be {ATTENTION}, {QUEUE}, {known}, got {value!r:.60}")
     return Sort(column, value.startswith("-"))
 
 
@@ -66,12 +101,29 @@ def _cursor_position(sort: Sort, cursor: Cursor) -> tuple[int, str, str]:
     return (-value if sort.descending else value, queue, group)
 
 
-def page(rows: Sequence[Any], sort: Sort, ask: PageAsk) -> Page[Any]:
-    """The page `ask` asks of `rows` (every group that passes the filters) in `sort`'s
-    order: after or before the cursor's position (a page before it that reaches the start
-    is the first page)."""
-    ordered = sorted(rows, key=sort.position)
-    positions = [sort.position(g) for g in ordered]
+class Ordered(NamedTuple):
+    """Rows in a sort's order, with each one's position (`Sort.position`)."""
+
+    positions: list[tuple[int, str, str]]
+    rows: list[Any]
+
+    def only(self, keep: Callable[[Any], bool]) -> Ordered:
+        """The rows `keep` passes, in the same order (no position computed again)."""
+        picked = [i for i, row in enumerate(self.rows) if keep(row)]
+        return Ordered([self.positions[i] for i in picked], [self.rows[i] for i in picked])
+
+
+def ordered(rows: Sequence[Any], sort: Sort) -> Ordered:
+    """`rows` in `sort`'s order, each position computed once."""
+    keyed = sorted((sort.position(g), i) for i, g in enumerate(rows))
+    return Ordered([position for position, _ in keyed], [rows[i] for _, i in keyed])
+
+
+def page(rows: Sequence[Any] | Ordered, sort: Sort, ask: PageAsk) -> Page[Any]:
+    """The page `ask` asks of `rows` (every group that passes the filters, or those
+    already `ordered`) in `sort`'s order: after or before the cursor's position (a page
+    before it that reaches the start is the first page)."""
+    positions, in_order = rows if isinstance(rows, Ordered) else ordered(rows, sort)
     limit = ask.limit
     if ask.cursor is None:
         start = 0
@@ -79,12 +131,12 @@ def page(rows: Sequence[Any], sort: Sort, ask: PageAsk) -> Page[Any]:
         end = bisect.bisect_left(positions, _cursor_position(sort, ask.cursor))
         start = max(0, end - limit)
         if start > 0:
-            return Page.of(ordered[start:end], sort.key, more_before=True, more_after=True)
+            return Page.of(in_order[start:end], sort.key, more_before=True, more_after=True)
         start = 0  # reaches the start: the first page
     else:
         start = bisect.bisect_right(positions, _cursor_position(sort, ask.cursor))
-    shown = ordered[start : start + limit]
-    more_after = start + limit < len(ordered)
+    shown = in_order[start : start + limit]
+    more_after = start + limit < len(in_order)
     return Page.of(shown, sort.key, more_before=start > 0, more_after=more_after)
 
 
@@ -99,4 +151,18 @@ def wanted(rows: Sequence[Any]) -> Callable[[str, str], bool]:
     return lambda queue, group: (queue, group) in names
 
 
-__all__ = ["COLUMNS", "Sort", "page", "parse", "reorder", "wanted"]
+__all__ = [
+    "ATTENTION",
+    "BY_QUEUE",
+    "COLUMNS",
+    "DEFAULT",
+    "QUEUE",
+    "Ordered",
+    "Sort",
+    "need",
+    "ordered",
+    "page",
+    "parse",
+    "reorder",
+    "wanted",
+]

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from redis_presence import AsyncRedisPresenceRegistry
+from redis_presence import AsyncRedisPresenceRegistry, PresenceState
 from redis_presence.errors import PresenceDataError, PresenceDataWarning, PresenceProtocolError
 from redis_presence.model import GroupPresence
 
@@ -72,24 +72,41 @@ async def stuck_counts(
 
 class StuckCount(NamedTuple):
     """The fleet's stuck consumers at `read_at_ns`, in total and per group (the groups with
-    one only)."""
+    one only); from the same read, each group's leases (`leases`) and those its expired
+    consumers hold (`leases_expired`: work nobody will finish), the groups with any only."""
 
     total: int
     groups: Mapping[tuple[str, str], int]
     read_at_ns: int
+    leases: Mapping[tuple[str, str], int] = MappingProxyType({})
+    leases_expired: Mapping[tuple[str, str], int] = MappingProxyType({})
 
 
 async def fleet_stuck(
     registry: AsyncRedisPresenceRegistry, *, now_ns: int, ttl_ms: int | None
 ) -> StuckCount:
-    """The fleet's stuck consumers at `now_ns`: one streamed read of every consumer (a
-    chunk at a time, none kept)."""
+    """The fleet's stuck consumers and leases at `now_ns`: one streamed read of every
+    consumer (a chunk at a time, none kept); the leases cost no command of their own (each
+    row read for `stuck` holds its lease count)."""
     found: dict[tuple[str, str], int] = {}
+    leases: dict[tuple[str, str], int] = {}
+    lost: dict[tuple[str, str], int] = {}
     async for row in registry.iter_snapshot(now_ns=now_ns, ttl_ms=ttl_ms):
         if row.stuck:
             key = (row.queue, row.group)
             found[key] = found.get(key, 0) + 1
-    return StuckCount(sum(found.values()), MappingProxyType(found), now_ns)
+        if row.lease_count:
+            key = (row.queue, row.group)
+            leases[key] = leases.get(key, 0) + row.lease_count
+            if row.state is PresenceState.EXPIRED:
+                lost[key] = lost.get(key, 0) + row.lease_count
+    return StuckCount(
+        sum(found.values()),
+        MappingProxyType(found),
+        now_ns,
+        MappingProxyType(leases),
+        MappingProxyType(lost),
+    )
 
 
 async def stuck_page(

@@ -293,6 +293,9 @@
       link.textContent = thousands(g.stuck);
       stuck.replaceChildren(link);
     }
+    const count = (n) => (n === null || n === undefined ? "?" : thousands(n));
+    const dead = cell(count(g.leases_expired), "num dead-leases");
+    if (g.leases_expired) dead.classList.add("alarm");
     tr.append(
       cell(g.queue, "name"),
       linkCell(g.group, groupHref(g.queue, g.group), "name"),
@@ -301,6 +304,8 @@
       cell(thousands(g.expired), "num expired"),
       cell(declared ? thousands(g.min_active) : "", "num min"),
       stuck,
+      cell(count(g.leases), "num leases"),
+      dead,
       badge,
     );
     return tr;
@@ -322,7 +327,7 @@
         continue;
       }
       card.querySelector(".n").textContent = thousands(counts[name] ?? 0);
-      if (name === "nobody_reading" || name === "below" || name === "stuck") {
+      if (["nobody_reading", "below", "stuck", "leases_expired"].includes(name)) {
         card.classList.toggle("alarm", counts[name] > 0);
       }
     }
@@ -405,6 +410,9 @@
       const alarm = name === "nobody_reading" || name === "below";
       let seen = alarm ? groups.filter((g) => g[name]).length : 0;
       if (name === "stuck") seen = groups.reduce((n, g) => n + (g.stuck || 0), 0);
+      if (name === "leases_expired") {
+        seen = groups.reduce((n, g) => n + (g.leases_expired || 0), 0);
+      }
       card.querySelector(".n").textContent = seen ? `≥ ${thousands(seen)}` : "…";
       card.classList.toggle("alarm", seen > 0);
     }
