@@ -82,7 +82,7 @@ def test_quick_benchmark_writes_every_case(tmp_path: Path) -> None:
             assert isinstance(check["met"], bool)
 
     heartbeat = results["cases"]["heartbeat"]
-    assert heartbeat["facts"]["commands_sent"] == {"EVALSHA": 1}
+    assert heartbeat["facts"]["commands_sent"] == {"FCALL": 1}  # the function library
     assert all(m["median"] > 0 for m in results["cases"]["memory"]["measures"])
     described = results["cases"]["metadata"]["facts"]
     assert described["reporter's default metadata (host, pid, version)"]["B per consumer"] > 0
