@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from redis_presence.events import EventCursor, EventKind, PresenceEvent
 
+from .params import parse_members
 from .reads import PresenceData
 
 DEFAULT_SINCE = "15m"
@@ -52,17 +53,7 @@ class EventsPage(NamedTuple):
 
 def parse_kinds(values: Collection[str]) -> frozenset[EventKind]:
     """`kind` query values (repeatable, or comma-separated) as kinds; `ValueError` else."""
-    found = set()
-    for value in values:
-        for part in value.split(","):
-            if not part.strip():
-                continue
-            try:
-                found.add(EventKind(part.strip().lower()))
-            except ValueError:
-                known = ", ".join(k.value for k in EventKind)
-                raise ValueError(f"kind must be one of {known}, got {part[:40]!r}") from None
-    return frozenset(found)
+    return parse_members("kind", EventKind, values)
 
 
 async def events_page(

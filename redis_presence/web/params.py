@@ -17,6 +17,8 @@ none (scrapers and probes may add their own).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from enum import Enum
+from typing import TypeVar
 from urllib.parse import quote, unquote, urlencode
 
 from starlette.exceptions import HTTPException
@@ -26,6 +28,8 @@ from redis_presence.events import EventCursor
 from redis_presence.formatting import SINCE_HELP, parse_since
 from redis_presence.model import PresenceState
 from redis_presence.validation import check_name
+
+E = TypeVar("E", bound=Enum)
 
 NAMES = frozenset({"queue", "group", "consumer", "search", "queue_contains", "group_contains"})
 """The query parameters that hold a name (or a part of one), checked as names."""
@@ -150,19 +154,25 @@ def choice(request: Request, name: str, allowed: Collection[str]) -> str | None:
     return value
 
 
-def parse_states(values: Collection[str]) -> frozenset[PresenceState]:
-    """`state` query values (repeatable, or comma-separated) as states; `ValueError` else."""
+def parse_members(name: str, kind: type[E], values: Collection[str]) -> frozenset[E]:
+    """The query values of `name` (repeatable, or comma-separated, any case) as members of
+    the string enum `kind`; a `ValueError` naming `name` and the members else."""
     found = set()
     for value in values:
         for part in value.split(","):
             if not part.strip():
                 continue
             try:
-                found.add(PresenceState(part.strip().lower()))
+                found.add(kind(part.strip().lower()))
             except ValueError:
-                known = ", ".join(s.value for s in PresenceState)
-                raise ValueError(f"state must be one of {known}, got {part!r}") from None
+                known = ", ".join(member.value for member in kind)
+                raise ValueError(f"{name} must be one of {known}, got {part[:40]!r}") from None
     return frozenset(found)
+
+
+def parse_states(values: Collection[str]) -> frozenset[PresenceState]:
+    """`state` query values (repeatable, or comma-separated) as states; `ValueError` else."""
+    return parse_members("state", PresenceState, values)
 
 
 def states(request: Request) -> frozenset[PresenceState]:
@@ -292,6 +302,7 @@ __all__ = [
     "flag",
     "known",
     "meta_filter",
+    "parse_members",
     "parse_since",
     "parse_states",
     "path_names",

@@ -29,7 +29,8 @@ def command(
     Examples:
       redis-presence --url redis://redis:6379/0 demo-broker --name broker-a --consumers 3
     """
-    from ..demo.broker import beat_interval_s, interrupt_on_sigterm, run_broker
+    from ..demo.broker import beat_interval_s, run_broker
+    from ..signals import interrupt_on_sigterm
 
     registry = app.writer("demo-broker")
     ttl, source = app.ttl_in_use()

@@ -5,9 +5,8 @@ resume from."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import click
 
@@ -67,6 +66,7 @@ def command(
     from .. import render
     from ..errors import UsageProblem
     from ..reads import Selection
+    from ..signals import signals_call
 
     json_out = fmt.lower() == "json"
     registry = app.registry()
@@ -157,23 +157,6 @@ def command(
         raise
     finally:
         cursor_line()
-
-
-@contextmanager
-def signals_call(handler: Callable[[int, Any], None], *signums: signal.Signals) -> Iterator[None]:
-    """`handler` for `signums` inside the block (nothing where signals cannot be set: not
-    the main thread), the handlers before restored after it."""
-    before: dict[signal.Signals, Any] = {}
-    try:
-        for signum in signums:
-            before[signum] = signal.signal(signum, handler)
-    except ValueError:  # not the main thread
-        pass
-    try:
-        yield
-    finally:
-        for signum, previous in before.items():
-            signal.signal(signum, previous)
 
 
 @contextmanager

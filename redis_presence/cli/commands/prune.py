@@ -103,7 +103,7 @@ def _every(app: App, every_ms: int, retention_ms: int | None, fmt: str) -> None:
     from redis_presence.pruning import prune_pass
 
     from .. import render
-    from ..demo.broker import interrupt_on_sigterm
+    from ..signals import interrupt_on_sigterm
 
     registry = app.writer("prune")
     kept = f"{DEFAULT_RETENTION_TTLS} TTLs" if retention_ms is None else f"{retention_ms} ms"

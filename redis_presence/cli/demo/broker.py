@@ -7,17 +7,15 @@ import contextlib
 import os
 import queue as queue_module
 import random
-import signal
 import subprocess
 import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
-from typing import Any, TextIO
+from typing import TextIO
 
 from redis_presence.contract import PresenceRegistry
 from redis_presence.errors import PresenceError
@@ -46,28 +44,6 @@ def broker_consumers(name: str, count: int, offset: int | None = None) -> list[T
 def beat_interval_s(ttl_ms: int) -> float:
     """How often a demo consumer reads its queue: five times per TTL, within [0.05, 5] s."""
     return min(5.0, max(0.05, ttl_ms / 5000))
-
-
-@contextlib.contextmanager
-def interrupt_on_sigterm(*also: signal.Signals) -> Iterator[None]:
-    """Treat SIGTERM (and the signals in `also`, say SIGHUP) like Ctrl-C inside the block,
-    so cleanup (`finally`) always happens."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous: dict[signal.Signals, Any] = {}
-    try:
-        for signum in (signal.SIGTERM, *also):
-            previous[signum] = signal.signal(signum, handler)
-    except ValueError:  # not the main thread: nothing to install
-        yield
-        return
-    try:
-        yield
-    finally:
-        for signum, before in previous.items():
-            signal.signal(signum, before)
 
 
 # ---------------------------------------------------------------- the child process

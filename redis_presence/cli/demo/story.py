@@ -18,7 +18,8 @@ from redis_presence.registry import RedisPresenceRegistry
 from .. import render
 from ..embedded import LocalRedis, ServerChoice, start_local_redis
 from ..frames import Frame, Watcher
-from .broker import BrokerProcess, interrupt_on_sigterm, start_broker, stop_brokers
+from ..signals import interrupt_on_sigterm
+from .broker import BrokerProcess, start_broker, stop_brokers
 from .dashboard import Dashboard, start_dashboard
 
 DEFAULT_DEMO_PREFIX = "presence-demo"
