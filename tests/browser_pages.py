@@ -119,6 +119,8 @@ def open_page(browser: Browser, base_url: str) -> Iterator[Page]:
         lambda request: (
             reads.append(request.url)
             if request.headers.get("accept") == "application/json"
+            # a live consumer page reads itself again as HTML (no JSON twin of its own)
+            or (request.resource_type == "fetch" and request.headers.get("accept") == "text/html")
             else None
         ),
     )
@@ -156,7 +158,8 @@ def same_document(page: Page) -> bool:
 
 
 def json_reads(page: Page) -> int:
-    """How many times the page's script read its JSON twin (a read of what it shows)."""
+    """How many times the page's script read what it shows again: its JSON twin (a
+    consumer's page: itself, as HTML)."""
     return len(page.__dict__["json_reads"])
 
 
