@@ -141,7 +141,7 @@ def test_the_beat_cache_and_the_wire_alone_under_threads(monkeypatch: pytest.Mon
     script = scripts.script("heartbeat")
 
     def work(n: int) -> None:
-        group = f"g{n % 9}"
+        group = f"g{n % 40}"  # more groups than the bound holds, even with the threads' slack
         kept = beats.get(("q", group))
         if kept is None:
             kept = beats.keep("q", group, (("EVALSHA", script.sha, 1, f"p:{group}", 30_000), (), n))
@@ -151,6 +151,8 @@ def test_the_beat_cache_and_the_wire_alone_under_threads(monkeypatch: pytest.Mon
         assert wire.single(plan) == resp(plan.args, ("utf-8", "strict"))
         if n % 50 == 0:
             beats.clear()
-        assert len(beats) <= 5
+        # 5, and one more for each other thread that found it not yet full at the same
+        # instant (no lock: the rule of the module); CI once saw 6 with the old bound of 5
+        assert len(beats) <= 5 + THREADS - 1
 
     _hammer(work)

@@ -258,9 +258,10 @@ lifetime on a cluster), and until when (monotonic ns) the TTL in it may be trust
 
 class BeatCache:
     """The single-beat calls a planner keeps ready, one per group (`BeatCall`), at most
-    MAX_CACHED_GROUPS (it starts over when full): the hot path of a heartbeat finds its
-    group's here with one ``get``. Shared by its planner's plans across threads and tasks,
-    under the rule of this module."""
+    MAX_CACHED_GROUPS (it starts over when full; without a lock, each other thread keeping
+    a call at the same instant may add one more before the next `keep` starts over): the
+    hot path of a heartbeat finds its group's here with one ``get``. Shared by its
+    planner's plans across threads and tasks, under the rule of this module."""
 
     __slots__ = ("_calls", "get")
 
