@@ -321,7 +321,8 @@ def test_the_process_instance_is_16_hex_digits_and_redrawn_after_fork() -> None:
     import os
 
     token = process_instance()
-    assert len(token) == 16 and int(token, 16) >= 0
+    assert len(token) == 16
+    assert int(token, 16) >= 0
     assert process_instance() == token
     read, write = os.pipe()
     pid = os.fork()
@@ -330,15 +331,18 @@ def test_the_process_instance_is_16_hex_digits_and_redrawn_after_fork() -> None:
         os._exit(0)
     os.waitpid(pid, 0)
     child = os.read(read, 64).decode()
-    assert len(child) == 16 and child != token
+    assert len(child) == 16
+    assert child != token
 
 
 def test_written_is_an_int_with_the_drains() -> None:
     written = Written(3, [(Q, G, "w1")])
-    assert written == 3 and written + 1 == 4
+    assert written == 3
+    assert written + 1 == 4
     assert written.drain_requested == frozenset({(Q, G, "w1")})
     assert Written(2).drain_requested == frozenset()
     import pickle
 
     again = pickle.loads(pickle.dumps(written))
-    assert again == 3 and again.drain_requested == written.drain_requested
+    assert again == 3
+    assert again.drain_requested == written.drain_requested
