@@ -9,9 +9,9 @@ from operator import add
 from typing import Any
 
 from .errors import PresenceDataError
-from .keys import STORED_FIELDS, STORED_SEPARATOR, GroupKeys
+from .keys import STORED_FIELDS, STORED_FIELDS_V2, STORED_SEPARATOR, GroupKeys
 from .model import StoredV2
-from .validation import MAX_LEASE_COUNT
+from .validation import INSTANCE_PATTERN, MAX_CAPACITY, MAX_LEASE_COUNT
 
 Columns = tuple[
     list[str], list[int], list[int], list[int], list[int | None] | None, StoredV2 | None
@@ -21,17 +21,12 @@ last_progress_ns (None when nobody in the group recorded progress, else None for
 consumer who did not) and the columns of version 2 (None when no consumer of the group has
 a version 2 value: `model.StoredV2`)."""
 
-STORED_FIELDS_V2 = 9
-"""Fields of a version 2 stored value: ``registered_ns last_ns lease progress_ns capacity
-flags conflict_ns instance previous`` (V2SPEC; the first seven decimal, the last two
-tokens)."""
 _DECIMALS_V2 = 7
-MAX_CAPACITY = 2**32 - 1
-"""The largest capacity a stored value holds (an unsigned 32-bit integer, as a lease)."""
+"""The decimal fields of a version 2 value (`keys.STORED_VALUE`): the two tokens follow."""
 _MAX_FLAGS = 10**10 - 1
 """Flags are at most ten digits."""
 _MAX_TOKEN = 32
-_TOKEN = re.compile(r"[A-Za-z0-9_.\-]{1,32}")
+_TOKEN = re.compile(INSTANCE_PATTERN)
 _TOKEN_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
 
 
@@ -43,6 +38,7 @@ def _token_chars(text: Any) -> bool:
             return False
         text = text.encode()
     return not text.translate(None, _TOKEN_BYTES)
+
 
 _SEPARATORS: dict[type, Any] = {str: STORED_SEPARATOR, bytes: STORED_SEPARATOR.encode()}
 _NEWLINES: dict[type, Any] = {str: "\n", bytes: b"\n"}
