@@ -100,8 +100,8 @@ export interface Stored {
 
 export function parseStored(gk: GroupKeys, consumer: string, value: string): Stored {
   const found = STORED.exec(value);
-  // A lease count above 2^32-1 is no client's (docs/protocol.md, section 4).
-  if (found === null || Number(found[3]) > MAX_LEASE_COUNT || (found[5] !== undefined && Number(found[5]) > MAX_LEASE_COUNT)) {
+  // A lease count, capacity or flags above 2^32-1 is no client's (docs/protocol.md, section 4).
+  if (found === null || Number(found[3]) > MAX_LEASE_COUNT || (found[5] !== undefined && (Number(found[5]) > MAX_LEASE_COUNT || Number(found[6]) > MAX_LEASE_COUNT))) {
     throw new PresenceDataError(
       `redis-presence key ${gk.data} field ${quoted(consumer)} holds a value this package did not write: ${quoted(value)}`,
     );
