@@ -149,3 +149,20 @@ test("onDrainRequested replaces the close, once, whatever the beats say after", 
   assert.deepStrictEqual(beats[0], ["mail", "senders", "w1", 0, { capacity: 4, draining: false }]);
   await stop();
 });
+
+test("the deregister waits for the beats in flight, so that none lands after it", async () => {
+  const worker = new EventEmitter();
+  const order = [];
+  let land;
+  const presence = {
+    heartbeat: () => new Promise((resolve) => (land = () => (order.push("beat"), resolve({ drainRequested: false })))),
+    deregister: async () => (order.push("deregister"), true),
+  };
+  const stop = trackBullMQWorker(worker, presence, { queue: "mail", group: "senders", consumer: "w1" });
+  worker.emit("closed");
+  await new Promise((resolve) => setTimeout(resolve, 10));
+  assert.deepStrictEqual(order, []);
+  land();
+  await stop();
+  assert.deepStrictEqual(order, ["beat", "deregister"]);
+});
