@@ -155,16 +155,36 @@ function storeView(keys, found, partial) {
   return [actual, expected];
 }
 
+/** Cases of version 1 that assert what version 2 changed, with what: run, and reported as
+ * to do (not failed) until they are rewritten for version 2; a case rewritten (its
+ * `protocol_version` "2") is run as any other. */
+const WRITES_V2 = "a beat writes version 2 now: nine-field values (with the instance token), P:newest and P:oldest, P:protocol claimed 2";
+const VERSION_1_ONLY = {
+  "01-rule-nanoseconds.json": WRITES_V2,
+  "02-rule-milliseconds-shared-ttl.json": "P:protocol is claimed 2, not 1",
+  "03-idle-pollers-and-recovery.json": WRITES_V2,
+  "04-counts-and-ordering.json": "P:protocol is claimed 2, not 1",
+  "05-name-encoding.json": WRITES_V2,
+  "06-deregister.json": WRITES_V2,
+  "10-bad-data-isolation.json": "its store step expects version 1 values (three fields); beats write nine",
+  "14-tolerant-reads-spoilt-group-setting.json": "its store step expects version 1 values (three fields); beats write nine",
+  "17-another-protocol-version.json": "it names version 2 as another version, which version 2 accepts",
+};
+
 for (const file of files) {
   const c = JSON.parse(readFileSync(join(folder, file), "utf8"));
-  test(`conformance ${file}`, async () => {
+  const todo = c.protocol_version === "1" ? (VERSION_1_ONLY[file] ?? false) : false;
+  test(`conformance ${file}`, { todo }, async () => {
     // A case of version 1 still runs: what it shows holds for a client of version 2 unless
     // it looks at what version 2 changed (the stored values, P:protocol's claim).
     assert.ok(presence.ACCEPTED_VERSIONS.includes(c.protocol_version), `${file}: protocol version ${c.protocol_version}`);
     await client.flushall();
     const prefix = c.prefix ?? "presence";
     let skipped = [];
-    const registry = new presence.PresenceRegistry(server.client(), { prefix, onSkipped: (item) => skipped.push(item) });
+    // `instance`: the token the case's beats carry (its stored values name it); by default
+    // this process's, which no case can predict.
+    const instance = c.instance === undefined ? {} : { instance: c.instance };
+    const registry = new presence.PresenceRegistry(server.client(), { prefix, onSkipped: (item) => skipped.push(item), ...instance });
     try {
       for (const [number, step] of c.steps.entries()) {
         const label = `${c.name} step ${number + 1} (${step.op})`;
