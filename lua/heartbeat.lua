@@ -29,8 +29,8 @@
 -- did not write (parse_value). A known consumer's beat does not look at the index (its
 -- group was listed when it joined): a deleted index heals with each group's next batched
 -- beat (heartbeat_many) or new consumer. The fleet indexes (standalone): NEWEST is raised
--- to every beat (ZADD GT), OLDEST lowered when a consumer joins or a beat goes back in time
--- (ZADD LT); a NEWEST of another type is refused before the group is written.
+-- to a beat when newest_due (ZADD GT), OLDEST lowered when a consumer joins or a beat goes
+-- back in time (ZADD LT); a NEWEST of another type is refused before the group is written.
 local refused = check_protocol(PROTOCOL_AT, ARGV[12])
 if refused then return refused end
 local future = future_problem(ARGV[5], ARGV[4])
@@ -84,7 +84,7 @@ if kind or logs then
   local err = check_log(1)
   if err then return err end
 end
-if NEWEST then
+if NEWEST and (not old or newest_due(last_us, us, ttl)) then
   -- The first write: a NEWEST of another type refuses the beat, nothing written.
   local raised = redis.pcall('ZADD', NEWEST, 'GT', us, data)
   if type(raised) == 'table' then return failed(raised, GROUPS * KEYS_PER_GROUP + 5, 'zset') end

@@ -28,8 +28,9 @@
 -- Events, one log entry per (kind, group): joined for a consumer the group did not hold
 -- (at its stamp), recovered for one that was not active now and is after its beat (at now);
 -- with version 2, draining, restarted and conflict (beat_v2 in lib.lua), each at its beat's
--- instant. The fleet indexes (standalone): NEWEST raised to each group's newest beat (ZADD
--- GT), OLDEST lowered to a consumer that joins or goes back in time (ZADD LT).
+-- instant. The fleet indexes (standalone): NEWEST raised to a group's newest beat that is
+-- due (newest_due, ZADD GT), OLDEST lowered to a consumer that joins or goes back in time
+-- (ZADD LT).
 --
 -- Isolation: bad data costs only what it spoils. Before anything is written, every beat's
 -- stored value is read (HGET, which checks the hash) and checked, and each group that may
@@ -61,8 +62,8 @@ if not INDEX then  -- marks are a cluster's
 end
 local now_us, now_rest, now_str = now_parts(ARGV[1])
 
--- Each beat's stored value, read once and parsed before any write: olds[i] (the value
--- itself: nil for a new consumer), gone[i] (its last beat is not active now); spoilt[g]
+-- Each beat's stored value, read once and parsed before any write: olds[i] (its fields,
+-- as parse_value gives them but the lease: nil for a new consumer), gone[i] (its last beat is not active now); spoilt[g]
 -- maps the consumers of group g whose value this package did not write to why; due[g]
 -- says that group g may log an event (a new consumer, or one not active now, or any beat
 -- of version 2 that may say draining, restart or conflict: its log's type is checked).
@@ -78,9 +79,9 @@ for i = first, #ARGV, TUPLE do
     elseif not old then
       due[g] = true
     else
-      local registered, hb, _, _, _, flags, _, inst = parse_value(old)
+      local registered, hb, _, progress, cap, flags, conflict, inst, prev = parse_value(old)
       if registered then
-        olds[i] = old
+        olds[i] = {registered, hb, progress, cap, flags, conflict, inst, prev}
         if inactive_at(hb, now_us, now_rest, tonumber(ARGV[7 + g])) then
           gone[i], due[g] = true, true
         end
@@ -148,15 +149,17 @@ for i = first, #ARGV, TUPLE do
       local ttl = tonumber(ARGV[7 + g])
       local before = written[consumer] or olds[i]
       local registered, last, kept_progress, cap, flags, conflict, inst, prev, was_gone, _
+      local last_us = 0
       if before then
-        registered, last, _, kept_progress, cap, flags, conflict, inst, prev = parse_value(before)
-        if kept_progress == '0' then kept_progress = nil end
         if written[consumer] then
+          registered, last, _, kept_progress, cap, flags, conflict, inst, prev = parse_value(before)
           was_gone = inactive_at(last, now_us, now_rest, ttl)
         else
+          registered, last, kept_progress, cap, flags, conflict, inst, prev = unpack(before)
           was_gone = gone[i]
         end
-        local last_us = #last > 3 and tonumber(string.sub(last, 1, -4)) or 0
+        if kept_progress == '0' then kept_progress = nil end
+        last_us = #last > 3 and tonumber(string.sub(last, 1, -4)) or 0
         if us < last_us and (not oldest[g] or us < oldest[g]) then oldest[g] = us end
       end
       local kind, when = nil, nil
@@ -168,7 +171,9 @@ for i = first, #ARGV, TUPLE do
       elseif was_gone and (delay <= 0 or not inactive_at(stamp, now_us, now_rest, ttl)) then
         kind, when = 'recovered', now_str
       end
-      if not newest[g] or us > newest[g] then newest[g] = us end
+      if (not before or newest_due(last_us, us, ttl)) and (not newest[g] or us > newest[g]) then
+        newest[g] = us
+      end
       progress = progress or kept_progress
       local full, drain, logs
       if MODE == '1' then

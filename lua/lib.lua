@@ -252,6 +252,18 @@ local function inactive_at(hb, now_us, now_rest, ttl)
   return us < horizon or (us == horizon and rest <= now_rest)
 end
 
+-- NEWEST (standalone: a sorted set of the groups' hash keys) holds a lower bound of each
+-- group's newest beat, in whole microseconds, never more than a quarter of the group's TTL
+-- behind it: a beat raises it (ZADD GT) when its consumer joins, or when the beat is the
+-- consumer's first in a new quarter-TTL window (`newest_due`), so a consumer costs one
+-- ZADD per window, not one per beat, and every beat falls at most one window after one
+-- that raised it. A reader asking which groups nobody reads takes the members scored at or
+-- below now - TTL as candidates and checks each exactly (docs/protocol.md, section 2).
+local function newest_due(last_us, us, ttl)
+  local window = ttl * 250
+  return math.floor(us / window) ~= math.floor(last_us / window)
+end
+
 -- What a beat of protocol version 2 writes (MODE '2'), from the stored value's fields
 -- (`old_*`: nil for a new consumer) and the beat's: the new value, whether a drain is
 -- requested after it, and the events it logs beside joined and recovered (nil, or a list
