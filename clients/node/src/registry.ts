@@ -67,7 +67,8 @@ export interface GroupPresence {
   free: number | null;
   /** Active or stale consumers that say they are draining. */
   draining: number;
-  /** Consumers in conflict (another process beat under their name within the TTL). */
+  /** Active or stale consumers in conflict (another process beat under their name within
+   * the TTL). */
   conflicts: number;
 }
 
@@ -138,11 +139,12 @@ function capacities(gk: GroupKeys, table: Record<string, string>, now: bigint, t
       if (error instanceof PresenceDataError) continue;
       throw error;
     }
+    if (r.state === "expired") continue; // live consumers only, as the Python package's LiveTally
     if (r.state === "active" && r.capacity !== null) {
       capacity = (capacity ?? 0) + r.capacity;
       leases += r.leaseCount;
     }
-    if (r.draining && r.state !== "expired") draining += 1;
+    if (r.draining) draining += 1;
     if (r.conflict) conflicts += 1;
   }
   return { capacity, free: capacity === null ? null : Math.max(0, capacity - leases), draining, conflicts };
