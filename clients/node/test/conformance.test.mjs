@@ -41,7 +41,19 @@ function neutralRow(row) {
     last_progress_ns: ns(row.lastProgressNs),
     stuck: row.stuck,
     meta: row.meta,
+    capacity: row.capacity,
+    draining: row.draining,
+    drain_requested: row.drainRequested,
+    conflict: row.conflict,
+    instance: row.instance,
   };
+}
+
+/** A beat of `heartbeat_many`: a `[queue, group, consumer, lease_count]` list, or an object
+ * of the Python `BeatSpec`'s fields. */
+function beat(b) {
+  if (Array.isArray(b)) return b;
+  return { queue: b.queue, group: b.group, consumer: b.consumer, leaseCount: b.lease_count, capacity: b.capacity, draining: b.draining };
 }
 
 function read(args) {
@@ -59,8 +71,13 @@ const where = (args) => (args.queue === undefined ? {} : { queue: args.queue, gr
 
 /** One operation of a case, as the Python registry's method of the same name. */
 const OPS = {
-  heartbeat: async (r, a) => (await r.heartbeat(a.queue, a.group, a.consumer, a.lease_count ?? 0, { nowNs: a.now_ns })) ?? null,
-  heartbeat_many: (r, a) => r.heartbeatMany(a.beats, { nowNs: a.now_ns }),
+  heartbeat: async (r, a) => ({ drain_requested: (await r.heartbeat(a.queue, a.group, a.consumer, a.lease_count ?? 0, { nowNs: a.now_ns, capacity: a.capacity, draining: a.draining })).drainRequested }),
+  // The count, and (a step's `drain_requested`) the beats whose consumer has a drain request.
+  heartbeat_many: async (r, a) => {
+    const written = await r.heartbeatManyWithDrains(a.beats.map(beat), { nowNs: a.now_ns });
+    return Object.assign(new Number(written.count), { drainRequested: written.drainRequested });
+  },
+  request_drain: (r, a) => r.requestDrain(a.queue, a.group, a.consumer, { nowNs: a.now_ns }),
   deregister: (r, a) => r.deregister(a.queue, a.group, a.consumer, { nowNs: a.now_ns }),
   describe: (r, a) => r.describe(a.queue, a.group, a.consumer, a.meta),
   snapshot: async (r, a) => (await r.snapshot(read(a))).map(neutralRow),
@@ -82,6 +99,10 @@ const OPS = {
       expired: g.expired,
       min_active: g.minActive,
       below: g.below,
+      capacity: g.capacity,
+      free: g.free,
+      draining: g.draining,
+      conflicts: g.conflicts,
     })),
 };
 
@@ -138,17 +159,46 @@ function storeView(keys, found, partial) {
   return [actual, expected];
 }
 
+/** Cases of version 1 that assert what version 2 changed, with what: run, and reported as
+ * to do (not failed) until they are rewritten for version 2 (the cases of branch conf2); a
+ * case of version 2 runs as any other. */
+const WRITES_V2 = "a beat writes version 2 now: nine-field values (with the instance token), P:newest and P:oldest, P:protocol claimed 2";
+const VERSION_1_ONLY = {
+  "01-rule-nanoseconds.json": WRITES_V2,
+  "02-rule-milliseconds-shared-ttl.json": "P:protocol is claimed 2, not 1",
+  "03-idle-pollers-and-recovery.json": WRITES_V2,
+  "04-counts-and-ordering.json": "P:protocol is claimed 2, not 1",
+  "05-name-encoding.json": WRITES_V2,
+  "06-deregister.json": WRITES_V2,
+  "10-bad-data-isolation.json": "its store step expects version 1 values (three fields); beats write nine",
+  "14-tolerant-reads-spoilt-group-setting.json": "its store step expects version 1 values (three fields); beats write nine",
+  "17-another-protocol-version.json": "it names version 2 as another version, which version 2 accepts",
+};
+
 for (const file of files) {
   const c = JSON.parse(readFileSync(join(folder, file), "utf8"));
-  test(`conformance ${file}`, async () => {
-    assert.equal(c.protocol_version, presence.PROTOCOL_VERSION);
+  const todo = c.protocol_version === "1" ? (VERSION_1_ONLY[file] ?? false) : false;
+  test(`conformance ${file}`, { todo }, async () => {
+    // A case of version 1 still runs where version 2 keeps what it shows.
+    assert.ok(presence.ACCEPTED_VERSIONS.includes(c.protocol_version), `${file}: protocol version ${c.protocol_version}`);
     await client.flushall();
     const prefix = c.prefix ?? "presence";
     let skipped = [];
-    const registry = new presence.PresenceRegistry(server.client(), { prefix, onSkipped: (item) => skipped.push(item) });
+    // One registry per instance token (the case's, and any a step names: another process
+    // on the same store).
+    const registries = new Map();
+    const registryOf = (instance) => {
+      if (!registries.has(instance)) {
+        const options = { prefix, onSkipped: (item) => skipped.push(item) };
+        if (instance !== undefined) options.instance = instance;
+        registries.set(instance, new presence.PresenceRegistry(server.client(), options));
+      }
+      return registries.get(instance);
+    };
     try {
       for (const [number, step] of c.steps.entries()) {
         const label = `${c.name} step ${number + 1} (${step.op})`;
+        const registry = registryOf(step.instance ?? c.instance);
         if (step.op === "redis") {
           for (const command of step.commands) await client.call(...command);
           continue;
@@ -175,8 +225,16 @@ for (const file of files) {
           });
           continue;
         }
-        const reply = await op(registry, step.args ?? {});
-        if ("reply" in step) assert.deepStrictEqual(subset(step.reply, reply), step.reply, label);
+        const answer = await op(registry, step.args ?? {});
+        const reply = answer instanceof Number ? answer.valueOf() : answer;
+        // A heartbeat of version 1 answered nothing (null); one of version 2 answers whether a
+        // drain was requested, which no case of version 1 requests.
+        const expected = step.op === "heartbeat" && c.protocol_version === "1" && step.reply === null ? { drain_requested: false } : step.reply;
+        if ("reply" in step) assert.deepStrictEqual(subset(expected, reply), expected, label);
+        if ("drain_requested" in step) {
+          const order = (a, b) => (JSON.stringify(a) < JSON.stringify(b) ? -1 : 1);
+          assert.deepStrictEqual(answer.drainRequested.map((d) => [...d]).sort(order), [...step.drain_requested].sort(order), `${label}: drain_requested`);
+        }
         // The keys set aside, in the order reported (docs/protocol.md, section 9), once each.
         assert.deepStrictEqual(
           skipped.map((s) => s.key),
@@ -185,7 +243,7 @@ for (const file of files) {
         );
       }
     } finally {
-      registry.redis.disconnect();
+      for (const registry of registries.values()) registry.redis.disconnect();
     }
   });
 }
