@@ -298,8 +298,13 @@ MUTANTS: list[tuple[Patch, str, int]] = [
 
 def _run(request: pytest.FixtureRequest, name: str) -> None:
     case = load(CONFORMANCE / f"{name}.json")
-    registry = make_registry(request, "redis", prefix=case.get("prefix", "presence"))
-    run(case, registry, raw_client(request, "redis"))
+    prefix = case.get("prefix", "presence")
+    registry = make_registry(request, "redis", prefix=prefix, instance=case.get("instance"))
+
+    def other(instance: str) -> Any:
+        return make_registry(request, "redis", prefix=prefix, instance=instance)
+
+    run(case, registry, raw_client(request, "redis"), other)
 
 
 @pytest.mark.parametrize(
