@@ -40,6 +40,9 @@ export function trackBullMQWorker(worker: WorkerEvents, presence: PresenceRegist
   let closed = false;
   let drainAsked = false;
   let stopping: Promise<void> | null = null;
+  // Beats in flight: the deregister waits for them, so that none lands after it (a beat whose
+  // shared TTL is being read has not reached the server yet) and brings the worker back.
+  const flying = new Set<Promise<void>>();
   const capacity = () => {
     const n = worker.concurrency;
     return typeof n === "number" && Number.isInteger(n) && n >= 0 ? n : null;
@@ -53,12 +56,14 @@ export function trackBullMQWorker(worker: WorkerEvents, presence: PresenceRegist
   };
   const beat = () => {
     if (closed) return;
-    presence
+    const flight: Promise<void> = presence
       .heartbeat(queue, group, consumer, active, { capacity: capacity(), draining: closing })
       .then((reply) => {
         if (reply.drainRequested) drained();
       })
-      .catch(onError);
+      .catch(onError)
+      .finally(() => flying.delete(flight));
+    flying.add(flight);
   };
   worker.on("active", () => {
     active += 1;
@@ -80,7 +85,9 @@ export function trackBullMQWorker(worker: WorkerEvents, presence: PresenceRegist
     if (stopping === null) {
       closed = true;
       clearInterval(timer);
-      stopping = presence.deregister(queue, group, consumer).then(() => undefined, onError);
+      stopping = Promise.allSettled([...flying])
+        .then(() => presence.deregister(queue, group, consumer))
+        .then(() => undefined, onError);
     }
     return stopping;
   };

@@ -67,7 +67,8 @@ export interface GroupPresence {
   free: number | null;
   /** Active or stale consumers that say they are draining. */
   draining: number;
-  /** Consumers in conflict (another process beat under their name within the TTL). */
+  /** Active or stale consumers in conflict (another process beat under their name within
+   * the TTL). */
   conflicts: number;
 }
 
@@ -138,11 +139,12 @@ function capacities(gk: GroupKeys, table: Record<string, string>, now: bigint, t
       if (error instanceof PresenceDataError) continue;
       throw error;
     }
+    if (r.state === "expired") continue; // live consumers only, as the Python package's LiveTally
     if (r.state === "active" && r.capacity !== null) {
       capacity = (capacity ?? 0) + r.capacity;
       leases += r.leaseCount;
     }
-    if (r.draining && r.state !== "expired") draining += 1;
+    if (r.draining) draining += 1;
     if (r.conflict) conflicts += 1;
   }
   return { capacity, free: capacity === null ? null : Math.max(0, capacity - leases), draining, conflicts };
@@ -223,6 +225,7 @@ export class PresenceRegistry {
    * (a `PresenceBatchError` carries them too, in `drainRequested`). */
   async heartbeatManyWithDrains(beats: Beat[], options: { nowNs?: Ns } = {}): Promise<Written> {
     const checked = beats.map((beat) => {
+      if (typeof beat !== "object" || beat === null) throw new TypeError(`beats must hold [queue, group, consumer, leaseCount] lists or BeatSpec objects, got ${beat === null ? "null" : typeof beat}`);
       const [q, g, c, lease, capacity, draining] = Array.isArray(beat) ? [beat[0], beat[1], beat[2], beat[3], undefined, undefined] : [beat.queue, beat.group, beat.consumer, beat.leaseCount, beat.capacity, beat.draining];
       return [checkName("queue", q), checkName("group", g), checkName("consumer", c), checkLease(lease ?? 0), checkCapacity(capacity), checkDraining(draining)] as const;
     });
@@ -301,7 +304,10 @@ export class PresenceRegistry {
       for (const [q, g, c] of batch) {
         const data = this.keys.group(q, g).data;
         if (whole.has(data) || spoilt.has(`${data}\n${c}`)) unwritten.push([q, g, c]);
-        else if (asked.has(`${data}\n${c}`)) drainRequested.push([q, g, c]);
+        else if (asked.has(`${data}\n${c}`)) {
+          asked.delete(`${data}\n${c}`); // once, however often the batch beats it
+          drainRequested.push([q, g, c]);
+        }
       }
     });
     if (unwritten.length < checked.length && !this.claimed) await this.claim();

@@ -166,6 +166,13 @@ test("heartbeatMany: 7-tuples after the token and the mode; drains come back by 
   assert.deepStrictEqual(calls[0].args, [String(T), "60000", "10000", "86400000", "10000", "tok", "", "30000", "30000", "1", "c1", "1", "0", "", "", "", "2", "c2", "3", "0", "", "5", "1", "1", "c3", "0", "0", "", "", "0"]);
   assert.equal(await registry.heartbeatMany(beats, { nowNs: T }), 3);
   await assert.rejects(registry.heartbeatMany([{ queue: "q", group: "g", consumer: "c", capacity: -1 }]), { name: "RangeError", message: /^capacity/ });
+  await assert.rejects(registry.heartbeatMany([null]), { name: "TypeError", message: /^beats/ });
+  await assert.rejects(registry.heartbeatMany(["q"]), { name: "TypeError", message: /^beats/ });
+  await assert.rejects(registry.heartbeatMany([{ queue: "q", group: "g", consumer: "c", draining: "yes" }]), { name: "TypeError", message: /^draining/ });
+  // A consumer beaten twice in one batch is named once.
+  const one = new presence.PresenceRegistry(recorder(() => [1, 0, [1, "c1", 1, "c1"]]).redis);
+  const twice = await one.heartbeatManyWithDrains([["q", "g", "c1"], ["q", "g", "c1", 2]], { nowNs: T });
+  assert.deepStrictEqual(twice.drainRequested, [["q", "g", "c1"]]);
 });
 
 test("heartbeatMany: a refused group's beats are not drains; the batch error carries the others'", async () => {
