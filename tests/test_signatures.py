@@ -191,7 +191,6 @@ NODE: dict[str, tuple[str, dict[str, str | None]] | str] = {
             "retention_ms": "options.retentionMs",
         },
     ),
-    "request_drain": "protocol version 2: not in the Node client yet (its helper adds it)",
     "deregister": (
         "deregister",
         {"queue": "queue", "group": "group", "consumer": "consumer", "now_ns": "options.nowNs"},
