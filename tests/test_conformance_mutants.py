@@ -449,8 +449,8 @@ MUTANTS: list[tuple[Patch, str, int]] = [
     (restart_taken_for_duplicate, "32-restart", 4),
     (restart_taken_for_duplicate, "33-duplicate-consumer", 4),
     (restart_keeps_flags, "32-restart", 4),
-    (conflict_logged_every_beat, "33-duplicate-consumer", 10),
-    (conflict_never_clears, "33-duplicate-consumer", 13),
+    (conflict_logged_every_beat, "33-duplicate-consumer", 11),
+    (conflict_never_clears, "33-duplicate-consumer", 14),
     (long_token_read, "34-tolerant-reads-spoilt-version-2-value", 3),
 ]
 
