@@ -159,28 +159,10 @@ function storeView(keys, found, partial) {
   return [actual, expected];
 }
 
-/** Cases of version 1 that assert what version 2 changed, with what: run, and reported as
- * to do (not failed) until they are rewritten for version 2 (the cases of branch conf2); a
- * case of version 2 runs as any other. */
-const WRITES_V2 = "a beat writes version 2 now: nine-field values (with the instance token), P:newest and P:oldest, P:protocol claimed 2";
-const VERSION_1_ONLY = {
-  "01-rule-nanoseconds.json": WRITES_V2,
-  "02-rule-milliseconds-shared-ttl.json": "P:protocol is claimed 2, not 1",
-  "03-idle-pollers-and-recovery.json": WRITES_V2,
-  "04-counts-and-ordering.json": "P:protocol is claimed 2, not 1",
-  "05-name-encoding.json": WRITES_V2,
-  "06-deregister.json": WRITES_V2,
-  "10-bad-data-isolation.json": "its store step expects version 1 values (three fields); beats write nine",
-  "14-tolerant-reads-spoilt-group-setting.json": "its store step expects version 1 values (three fields); beats write nine",
-  "17-another-protocol-version.json": "it names version 2 as another version, which version 2 accepts",
-};
-
 for (const file of files) {
   const c = JSON.parse(readFileSync(join(folder, file), "utf8"));
-  const todo = c.protocol_version === "1" ? (VERSION_1_ONLY[file] ?? false) : false;
-  test(`conformance ${file}`, { todo }, async () => {
-    // A case of version 1 still runs where version 2 keeps what it shows.
-    assert.ok(presence.ACCEPTED_VERSIONS.includes(c.protocol_version), `${file}: protocol version ${c.protocol_version}`);
+  test(`conformance ${file}`, async () => {
+    assert.equal(c.protocol_version, presence.PROTOCOL_VERSION);
     await client.flushall();
     const prefix = c.prefix ?? "presence";
     let skipped = [];
@@ -227,10 +209,7 @@ for (const file of files) {
         }
         const answer = await op(registry, step.args ?? {});
         const reply = answer instanceof Number ? answer.valueOf() : answer;
-        // A heartbeat of version 1 answered nothing (null); one of version 2 answers whether a
-        // drain was requested, which no case of version 1 requests.
-        const expected = step.op === "heartbeat" && c.protocol_version === "1" && step.reply === null ? { drain_requested: false } : step.reply;
-        if ("reply" in step) assert.deepStrictEqual(subset(expected, reply), expected, label);
+        if ("reply" in step) assert.deepStrictEqual(subset(step.reply, reply), step.reply, label);
         if ("drain_requested" in step) {
           const order = (a, b) => (JSON.stringify(a) < JSON.stringify(b) ? -1 : 1);
           assert.deepStrictEqual(answer.drainRequested.map((d) => [...d]).sort(order), [...step.drain_requested].sort(order), `${label}: drain_requested`);
