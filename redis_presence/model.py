@@ -373,11 +373,15 @@ def _v2_fields(stored: StoredV2 | None, now_ns: int, ttl_ms: int) -> tuple[Itera
         return repeat(None), repeat(False), repeat(False), repeat(False), repeat(None)
     capacity, flags, conflict_ns, instance, _ = stored
     edge = max(0, PresenceState.horizons_ns(now_ns, ttl_ms)[0])
+    # A column that says nothing for anyone (most of a group's, most of the time) is a
+    # `repeat`, not a `map` a row.
+    no: Iterable[bool] = repeat(False)
+    flagged = any(flags)
     return (
-        map(_ZERO_IS_NONE.get, capacity, capacity),
-        map(bool, map(and_, flags, repeat(FLAG_DRAINING))),
-        map(bool, map(and_, flags, repeat(FLAG_DRAIN_REQUESTED))),
-        map(gt, conflict_ns, repeat(edge)),
+        map(_ZERO_IS_NONE.get, capacity, capacity) if any(capacity) else repeat(None),
+        map(bool, map(and_, flags, repeat(FLAG_DRAINING))) if flagged else no,
+        map(bool, map(and_, flags, repeat(FLAG_DRAIN_REQUESTED))) if flagged else no,
+        map(gt, conflict_ns, repeat(edge)) if conflict_ns and max(conflict_ns) > edge else no,
         map(_DASH_IS_NONE.get, instance, instance),
     )
 
