@@ -520,24 +520,27 @@ class GroupPresence(NamedTuple):
         where read (`group()`, ``groups(capacity=True)``), its draining consumers and
         capacity: never `STALLED` (these counts read no consumer's progress), and never
         `DRAINING` where draining was not read."""
+        return judge(self.facts())
+
+    def facts(self, min_active: int | None = None, stuck: int | None = None) -> GroupFacts:
+        """What its verdict is judged from: its counts, `min_active` (None: its own) and
+        `stuck` (None: not known), with its draining consumers and capacity where read."""
         draining_active = None
         if self.draining is not None:
             draining_active = self.draining - (self.draining_stale or 0)
         leases = None
         if self.capacity is not None and self.free is not None:
             leases = self.capacity - self.free
-        return judge(
-            GroupFacts(
-                self.active,
-                self.stale,
-                self.expired,
-                self.min_active,
-                None,
-                draining_active,
-                self.draining_stale,
-                self.capacity,
-                leases,
-            )
+        return GroupFacts(
+            self.active,
+            self.stale,
+            self.expired,
+            self.min_active if min_active is None else min_active,
+            stuck,
+            draining_active,
+            self.draining_stale,
+            self.capacity,
+            leases,
         )
 
     @property

@@ -216,3 +216,19 @@ def test_end_to_end_beats_with_capacity_draining_and_a_duplicate(
     assert one.groups(now_ns=T0, ttl_ms=TTL, capacity=True) == [group]
     later = one.group("q", "g", now_ns=T0 + (TTL + 10) * MS, ttl_ms=TTL)
     assert later.conflicts == 0  # a TTL later the duplicate is history
+
+
+@pytest.mark.redis_server
+def test_check_passes_a_group_whose_shortfall_draining_excuses(
+    redis_client: Any, redis_url: str
+) -> None:
+    """``check``: 4 active and 1 stale that said it was draining meet a minimum of 5
+    (DRAINING, exit 0); a minimum of 6 is short by one (exit 1, below its minimum)."""
+    seed(RedisPresenceRegistry(redis_client), redis_client)
+    at = ["--url", redis_url, "--now-ns", str(T0), "--ttl-ms", str(TTL), "check"]
+    excused = invoke([*at, "--queue", "q", "--group", "g", "--min-active", "5", "--format", "json"])
+    assert excused.exit_code == 0, excused.output
+    (report,) = json.loads(excused.stdout)
+    assert report["verdict"] == "DRAINING"
+    short = invoke([*at, "--queue", "q", "--group", "g", "--min-active", "6"])
+    assert short.exit_code == 1, short.output
