@@ -135,7 +135,7 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
         # keeps a draining row while the worker holds tasks of it.
         self._drained: dict[str, Any] = {}
         self._cancelled: set[str] = set()  # of those, the ones the worker's loop cancelled
-        self._leases: dict[str, int] = {}
+        self._consumed: list[Any] = []  # the kombu Queues consumed at the last beat
         # Connected before any step starts: the Heart only sends the signal when it had
         # receivers at its own start.
         heartbeat_sent.connect(self._on_heartbeat_sent, weak=False)
@@ -207,19 +207,10 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
     def _announce_draining(self) -> None:
         """Beat every row with ``draining=True`` and write it now (the worker's loop may
         stop beating before the next flush)."""
-        with self._lock:
-            reporter = self._reporter
-            if reporter is None:
-                return
-            for queue in (*self._queues, *self._drained):
-                reporter.beat(
-                    queue,
-                    self._group,
-                    self._consumer,
-                    self._leases.get(queue, 0),
-                    capacity=self._capacity_locked(),
-                    draining=True,
-                )
+        self.beat()
+        reporter = self._reporter
+        if reporter is None:
+            return
         try:
             reporter.flush()
         except Exception:  # retried by the next flush, or the last one at close
@@ -295,7 +286,8 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
 
     def _beat_while_running(self) -> None:
         """The reporter's thread, just before each regular write: beat from here while a
-        task runs in this process, which may block the worker's loop (the solo pool)."""
+        task runs in this process, which may block the worker's loop (the solo pool), and
+        during a warm shutdown (the loop's timer stopped; the running tasks go on)."""
         if os.getpid() != self._pid:  # a prefork child's copy of the reporter
             return
         with self._lock:
@@ -306,7 +298,7 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
                 if known is not None:
                     self._running.intersection_update(known)
             running = bool(self._running)
-        if running:
+        if running or self._draining:  # the worker's loop may no longer beat
             self.beat()
 
     def beat(self) -> None:
@@ -316,9 +308,14 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
         (O(queues + held tasks), no I/O)."""
         with self._lock:
             reporter, parent = self._reporter, self._parent
-            if reporter is None or parent is None or parent.task_consumer is None:
+            if reporter is None:
                 return
-            consumed = list(parent.task_consumer.queues)
+            if parent is not None and parent.task_consumer is not None:
+                consumed = self._consumed = list(parent.task_consumer.queues)
+            elif self._draining:  # the worker's loop stopped: its queues as last seen
+                consumed = self._consumed
+            else:
+                return
             queues = tuple(queue.name for queue in consumed)
             for queue in self._cancelled.intersection(queues):  # consumed again
                 self._drained.pop(queue, None)  # (``add_consumer``): no longer drained
@@ -328,7 +325,6 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
             leases = _leases_by_queue(held, known)
             done = _leases_by_queue(self._seen.difference(held), known)
             self._seen = set(held)
-            self._leases = dict(leases)
             size = self._capacity_locked()
             for queue in (*queues, *self._drained):
                 reporter.beat(

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import redis
 from celery import Celery
 from celery.worker import state as worker_state
 from waiting import TimedOut, wait_until
@@ -23,6 +24,9 @@ from integrations.lifecycle import (
     Presence,
     check_drains,
     check_killed,
+    event_cursor,
+    events_since,
+    said_draining_then_left,
     wait_active,
     wait_progress,
     wait_refreshed,
@@ -42,6 +46,7 @@ POOLS = {
     "reader": ["-c", "2"],
     "crash": ["-c", "2"],
     "drain": ["-c", "2"],
+    "drained": ["-c", "2"],
     "solo": ["--pool", "solo"],
     "threads": ["--pool", "threads", "-c", "3"],
     "gevent": ["--pool", "gevent", "-c", "3"],
@@ -316,14 +321,38 @@ def test_sigkill_goes_stale_then_expired_on_time(
     check_killed(presence, worker.kill, rows, interval_ms=INTERVAL_MS, ttl_ms=TTL_MS)
 
 
-def test_warm_shutdown_deregisters_after_running_tasks(
+@pytest.mark.parametrize(
+    ("name", "size"),
+    [("reader", 2), ("solo", 1), ("threads", 3), ("gevent", 3)],
+    ids=["prefork", "solo", "threads", "gevent"],
+)
+def test_each_row_reports_the_pools_size_as_capacity(
+    workers: dict[str, WorkerProcess], presence: Presence, name: str, size: int
+) -> None:
+    wait_rows(presence, workers[name], name)
+    rows = rows_of(presence, name)
+    assert {queue: row.capacity for queue, row in rows.items()} == dict.fromkeys(queues(name), size)
+    assert not any(row.draining for row in rows.values())
+
+
+def test_warm_shutdown_says_draining_then_deregisters_after_running_tasks(
     workers: dict[str, WorkerProcess], presence: Presence, app: Celery, held: HeldTasks
 ) -> None:
     worker = workers["drain"]
     wait_rows(presence, worker, "drain")
     token = hold(app, "drain-a")
     held.wait_started(token)
-    # Still finishing its task: its rows stay until the task is done.
+    cursor = event_cursor(presence)
+
+    def draining() -> dict[str, ConsumerPresence] | None:
+        rows = rows_of(presence, "drain")
+        return rows if rows and all(row.draining for row in rows.values()) else None
+
+    def kept_draining() -> bool:
+        # Still finishing its task: its rows stay, saying draining, until the task is done.
+        rows = wait_until(draining, timeout_s=10, what="the rows to say draining")
+        return set(rows) == queues("drain") and rows["drain-a"].lease_count == 1
+
     check_drains(
         presence,
         worker,
@@ -331,8 +360,61 @@ def test_warm_shutdown_deregisters_after_running_tasks(
         token,
         consumer=consumer("drain"),
         began="Warm shutdown",
-        kept=lambda: set(rows_of(presence, "drain")) == queues("drain"),
+        kept=kept_draining,
     )
+    kinds = events_since(presence, cursor, consumer("drain"))
+    assert set(kinds) == queues("drain"), kinds
+    assert all(said_draining_then_left(k) for k in kinds.values()), kinds
+
+
+def test_a_drain_request_cancels_the_consumer_of_its_queue(
+    workers: dict[str, WorkerProcess],
+    presence: Presence,
+    app: Celery,
+    held: HeldTasks,
+    control: redis.Redis,
+) -> None:
+    """`request_drain` on one queue: the worker stops taking that queue's messages (its
+    consumer is cancelled), the row says draining while the task it holds runs, then it
+    leaves; the worker goes on with its other queue."""
+    worker = workers["drained"]
+    wait_rows(presence, worker, "drained")
+    me = consumer("drained")
+    token = hold(app, "drained-a")
+    held.wait_started(token)
+    cursor = event_cursor(presence)
+    assert presence.registry.request_drain("drained-a", GROUP, me)
+    worker.wait_logged("Canceling queue drained-a", what="the consumer of drained-a cancelled")
+    wait_until(
+        lambda: (
+            (row := rows_of(presence, "drained").get("drained-a")) is not None
+            and row.draining
+            and not row.drain_requested
+            and row.lease_count == 1
+        ),
+        timeout_s=20,
+        what="drained-a's row to say draining (the request acknowledged)",
+        seen=lambda: rows_of(presence, "drained"),
+    )
+    # A message sent to drained-a now stays in the broker, while drained-b's are taken.
+    waiting = hold(app, "drained-a")
+    other = hold(app, "drained-b")
+    held.wait_started(other)
+    held.release(other)
+    assert control.llen("drained-a") == 1
+    assert not rows_of(presence, "drained")["drained-b"].draining
+    held.release(token)
+    wait_until(
+        lambda: set(rows_of(presence, "drained")) == {"drained-b"},
+        timeout_s=20,
+        what="drained-a's row to leave once its task is done",
+        seen=lambda: rows_of(presence, "drained"),
+    )
+    assert control.llen("drained-a") == 1
+    kinds = events_since(presence, cursor, me)
+    assert kinds["drained-a"] == ["drain_requested", "draining", "left"], kinds
+    assert "drained-b" not in kinds, kinds
+    held.release(waiting)  # (never started: nothing consumes drained-a any more)
 
 
 def test_install_checks_its_arguments_where_the_app_is_defined(tmp_path: Path) -> None:
