@@ -148,6 +148,8 @@ NODE: dict[str, tuple[str, dict[str, str | None]] | str] = {
             "lease_count": "leaseCount",
             "now_ns": "options.nowNs",
             "progressed": None,
+            "capacity": None,
+            "draining": None,
         },
     ),
     "heartbeat_many": ("heartbeatMany", {"beats": "beats", "now_ns": "options.nowNs"}),
@@ -185,6 +187,7 @@ NODE: dict[str, tuple[str, dict[str, str | None]] | str] = {
             "retention_ms": "options.retentionMs",
         },
     ),
+    "request_drain": "protocol version 2: not in the Node client yet (its helper adds it)",
     "deregister": (
         "deregister",
         {"queue": "queue", "group": "group", "consumer": "consumer", "now_ns": "options.nowNs"},
