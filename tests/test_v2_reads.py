@@ -8,12 +8,14 @@ over consumers a version 1 beat registered, so each score matches its stored bea
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from backends import make_registry, raw_client
+from cli_invoke import invoke
 
-from redis_presence import Verdict
+from redis_presence import RedisPresenceRegistry, Verdict
 from redis_presence.keys import Keyspace
 
 MS = 1_000_000
@@ -150,3 +152,32 @@ def test_a_group_of_version_1_values_reports_no_capacity(
     row = registry.group("q", "g", now_ns=T0, ttl_ms=TTL)
     assert (row.capacity, row.free, row.draining, row.conflicts) == (None, None, 0, 0)
     assert row.verdict is Verdict.OK
+
+
+@pytest.mark.redis_server
+def test_the_cli_shows_capacity_and_marks(redis_client: Any, redis_url: str) -> None:
+    """``ls``: CAPACITY and NOTE columns, JSON fields; ``counts``: CAPACITY and FREE."""
+    seed(RedisPresenceRegistry(redis_client), redis_client)
+    at = ["--url", redis_url, "--now-ns", str(T0), "--ttl-ms", str(TTL)]
+    table = invoke([*at, "ls", "--wide"])
+    assert table.exit_code == 0, table.output
+    header, *lines = table.stdout.splitlines()
+    assert header.split()[6:9] == ["LEASES", "CAPACITY", "NOTE"]
+    by_name = {line.split()[2]: line for line in lines}
+    assert "10  draining" in by_name["b"]
+    assert "4  ! conflict, drain requested" in by_name["d"]
+    listed = json.loads(invoke([*at, "ls", "--format", "json"]).stdout)
+    assert {d["consumer"]: (d["capacity"], d["draining"], d["conflict"]) for d in listed} == {
+        "a": (None, False, False),
+        "b": (10, True, False),
+        "c": (None, True, False),
+        "d": (4, False, True),
+        "e": (99, False, False),
+        "f": (None, False, False),
+    }
+    counts = invoke([*at, "counts"])
+    assert counts.exit_code == 0, counts.output
+    assert [line.split() for line in counts.stdout.splitlines()] == [
+        ["QUEUE", "GROUP", "ACTIVE", "MIN", "CAPACITY", "FREE"],
+        ["q", "g", "4", "4", "14", "10"],
+    ]
