@@ -8,6 +8,10 @@ own worker and its own queues, so the tests stay independent.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,7 +35,7 @@ from integrations.lifecycle import (
     wait_progress,
     wait_refreshed,
 )
-from integrations.workers import WorkerProcess, python_tool, worker_env
+from integrations.workers import ROOT, WorkerProcess, python_tool, worker_env
 from redis_presence import ConsumerPresence, RedisPresenceRegistry
 from redis_presence.integrations import celery as presence_celery
 from redis_presence.integrations._common import Settings
@@ -443,3 +447,142 @@ def test_a_cluster_url_is_checked_without_connecting() -> None:
     presence_celery.install(app, url="redis+cluster://127.0.0.1:1")
     with pytest.raises(ValueError, match="invalid Redis URL"):
         presence_celery.install(Celery("x"), url="redis+cluster://")
+
+
+ROLLING_QUEUE = "rolling"
+
+
+def check_rolling(presence_url: str) -> tuple[int, str]:
+    """``redis-presence check`` of the rolling group (2 active consumers wanted): its exit
+    status and its line."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "redis_presence.cli",
+            "--url",
+            presence_url,
+            "--prefix",
+            PREFIX,
+            "--ttl-ms",
+            str(TTL_MS),
+            "check",
+            "--queue",
+            ROLLING_QUEUE,
+            "--group",
+            GROUP,
+            "--min-active",
+            "2",
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+class CheckLoop:
+    """Runs `check_rolling` again and again in a thread until stopped: every answer."""
+
+    def __init__(self, presence_url: str) -> None:
+        self.presence_url = presence_url
+        self.answers: list[tuple[int, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.answers.append(check_rolling(self.presence_url))
+
+    def __enter__(self) -> CheckLoop:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def test_a_rolling_restart_passes_check_and_a_kill_fails_it(
+    broker_url: str,
+    presence_url: str,
+    presence: Presence,
+    app: Celery,
+    held: HeldTasks,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Three workers of one queue; each in turn gets a warm shutdown while it runs a task
+    (its rows say draining until the task ends, then leave) and a replacement starts.
+    ``check`` (2 active wanted) passes throughout, DRAINING while one drains; a SIGKILL
+    then fails it (DEGRADED: a stale consumer that did not say it was draining)."""
+    logs = tmp_path_factory.mktemp("rolling")
+    env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
+    command = [python_tool("celery"), "-A", "celery_app", "worker", "--loglevel=INFO"]
+    command += ["--pool", "solo"]
+    started: list[WorkerProcess] = []
+
+    def start(name: str, *own: str) -> WorkerProcess:
+        queues = ",".join([ROLLING_QUEUE, *own])
+        argv = [*command, "-n", consumer(name), "-Q", queues]
+        worker = WorkerProcess(argv, env=env, log=logs / f"{name}.log").start()
+        started.append(worker)
+        return worker
+
+    def active() -> set[str]:
+        rows = presence.rows(ttl_ms=TTL_MS)
+        return {
+            row.consumer
+            for row in rows
+            if row.queue == ROLLING_QUEUE and row.group == GROUP and row.state.value == "active"
+        }
+
+    try:
+        first = {f"rolling-{n}": start(f"rolling-{n}", f"rolling-{n}") for n in (1, 2, 3)}
+        wait_until(
+            lambda: active() == {consumer(name) for name in first},
+            timeout_s=60,
+            what="three active workers of the rolling queue",
+            seen=active,
+        )
+        with CheckLoop(presence_url) as loop:
+            for name, worker in first.items():
+                token = hold(app, name)  # its own queue: this worker runs it
+                held.wait_started(token)
+                worker.send_sigterm()
+                wait_until(
+                    lambda name=name: (
+                        (row := presence.row(ROLLING_QUEUE, consumer(name), ttl_ms=TTL_MS))
+                        is not None
+                        and row.draining
+                    ),
+                    timeout_s=20,
+                    what=f"{name}'s row to say draining",
+                )
+                status, line = check_rolling(presence_url)
+                assert (status, line.split()[0]) == (0, "DRAINING"), line
+                held.release(token)
+                assert worker.wait(30) == 0, worker.log_tail()
+                start(f"{name}-new")
+                wait_until(
+                    lambda name=name: consumer(f"{name}-new") in active() and len(active()) == 3,
+                    timeout_s=60,
+                    what=f"{name}'s replacement",
+                    seen=active,
+                )
+        answers = loop.answers
+        assert len(answers) >= 3, answers
+        assert all(status == 0 for status, _ in answers), [a for a in answers if a[0]]
+        # A crash: the killed worker goes stale, without having said it drains.
+        victim = started[-1]
+        victim.kill()
+        status, line = wait_until(
+            lambda: (found := check_rolling(presence_url))[0] != 0 and found,
+            timeout_s=30,
+            what="check to fail after a SIGKILL",
+        )
+        assert (status, line.split()[0]) == (10, "DEGRADED"), line
+    finally:
+        for worker in started:
+            worker.stop()
