@@ -393,7 +393,8 @@ def test_nested_prefixes_need_exact_key_patterns(
     nested.heartbeat("orders", "billing", "w1", now_ns=T0)  # allowed by ~presence:*
     exact = ACL_BROKER.replace(
         "~presence:*",
-        "~presence:groups ~presence:events ~presence:ttl ~presence:protocol ~presence:{*",
+        "~presence:groups ~presence:events ~presence:ttl ~presence:protocol ~presence:newest "
+        "~presence:oldest ~presence:{*",
     )
     admin.execute_command(*shlex.split(exact))  # type: ignore[no-untyped-call]
     own = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD)
