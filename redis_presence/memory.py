@@ -73,10 +73,6 @@ Stored = tuple[int, int, int, int | None, int, int, int, str, str]
 `(registered_at_ns, last_heartbeat_ns, lease, last_progress_ns, capacity (0: none), flags,
 conflict_ns (0: never), instance, previous)`."""
 
-_V2_ROWS = "capacity" in ConsumerPresence._fields
-"""Whether `ConsumerPresence` has the version 2 fields yet (the read side adds them): the
-model fills them when it does. TODO(v2 read side): drop this test once model.py has them."""
-
 
 def _state(now_ns: int, last_heartbeat_ns: int, ttl_ms: int) -> PresenceState:
     return PresenceState.classify(age_ms(now_ns, last_heartbeat_ns), ttl_ms)
@@ -738,10 +734,7 @@ class ConsumerPresenceRegistry:
 
 
 def _v2_of(value: Stored) -> dict[str, Any]:
-    """What `ConsumerPresence.at` takes of a stored value's version 2 fields (none while the
-    model has no such fields: `_V2_ROWS`)."""
-    if not _V2_ROWS:
-        return {}
+    """What `ConsumerPresence.at` takes of a stored value's version 2 fields."""
     _, _, _, _, capacity, flags, conflict, instance, _ = value
     return {
         "capacity": capacity or None,

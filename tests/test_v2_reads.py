@@ -2,8 +2,9 @@
 version 1 values in one group, give rows their capacity, draining, drain_requested,
 conflict and instance, and groups their capacity, free slots, draining consumers and
 conflicts; `group()` and ``groups(capacity=True)`` judge DRAINING and excuse a shortfall
-with them. The values are written with HSET here (as the version 2 scripts write them),
-over consumers a version 1 beat registered, so each score matches its stored beat.
+with them. `seed` writes exact values with HSET (a version 1 one among them) over
+consumers a beat registered, so each score matches its stored beat; the end-to-end tests
+beat with ``capacity=``, ``draining=``, `request_drain` and two instance tokens.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def seed(registry: Any, client: Any) -> None:
     client.hset(
         G.data,
         mapping={
+            "a": f"{beats['a']} {beats['a']} 2".encode(),  # as a version 1 client wrote it
             "b": v2(beats["b"], beats["b"], 3, beats["b"] - MS, 10, 1, 0, "inst-b", "-"),
             "c": v2(beats["c"], beats["c"], 0, 0, 0, 1, 0, "inst-c", "-"),
             "d": v2(beats["d"], beats["d"], 1, 0, 4, 2, T0 - 5 * MS, "inst-d2", "inst-d1"),
@@ -181,3 +183,36 @@ def test_the_cli_shows_capacity_and_marks(redis_client: Any, redis_url: str) -> 
         ["QUEUE", "GROUP", "ACTIVE", "MIN", "CAPACITY", "FREE"],
         ["q", "g", "4", "4", "14", "10"],
     ]
+
+
+@pytest.mark.parametrize(
+    # Not the in-process model: two of its registries are two stores, not two processes.
+    "every",
+    [*BACKENDS, pytest.param("cluster-small", marks=pytest.mark.redis_server)],
+)
+def test_end_to_end_beats_with_capacity_draining_and_a_duplicate(
+    request: pytest.FixtureRequest, every: str
+) -> None:
+    """The write side's beats (protocol version 2 scripts) read back: capacity, draining, a
+    drain request until a draining beat, and a duplicate (two processes alternating under
+    one name) in conflict, in rows, `group()` and ``groups(capacity=True)``."""
+    one = make_registry(request, every, instance="proc-one")
+    two = make_registry(request, every, instance="proc-two")
+    one.heartbeat("q", "g", "w1", 2, now_ns=T0 - 10 * MS, capacity=8)
+    one.heartbeat("q", "g", "w2", 1, now_ns=T0 - 10 * MS, capacity=4)
+    assert one.request_drain("q", "g", "w2", now_ns=T0 - 9 * MS)
+    row = one.consumer("q", "g", "w2", now_ns=T0, ttl_ms=TTL)
+    assert (row.drain_requested, row.draining, row.capacity) == (True, False, 4)
+    one.heartbeat("q", "g", "w2", 1, now_ns=T0 - 8 * MS, draining=True)
+    # A duplicate of w1: the two processes beat in turn (restart, then back: a conflict).
+    two.heartbeat("q", "g", "w1", 2, now_ns=T0 - 7 * MS)
+    one.heartbeat("q", "g", "w1", 2, now_ns=T0 - 6 * MS)
+    rows = {r.consumer: r for r in one.snapshot(now_ns=T0, ttl_ms=TTL)}
+    assert (rows["w1"].capacity, rows["w1"].conflict, rows["w1"].instance) == (8, True, "proc-one")
+    assert (rows["w2"].draining, rows["w2"].drain_requested) == (True, False)
+    group = one.group("q", "g", now_ns=T0, ttl_ms=TTL)
+    assert (group.capacity, group.free, group.draining, group.conflicts) == (12, 9, 1, 1)
+    assert group.verdict is Verdict.DRAINING
+    assert one.groups(now_ns=T0, ttl_ms=TTL, capacity=True) == [group]
+    later = one.group("q", "g", now_ns=T0 + (TTL + 10) * MS, ttl_ms=TTL)
+    assert later.conflicts == 0  # a TTL later the duplicate is history
