@@ -15,9 +15,9 @@ names one for every row; ``consumer`` is the Redis Streams consumer name where t
 one (so the row names the same consumer as ``XINFO CONSUMERS``), else ``host:pid``;
 ``lease_count`` the messages the subscriber is handling now; and ``capacity`` the
 subscriber's ``max_workers`` where it has one (a concurrent subscriber: ``max_workers=N``
-on the Redis and NATS brokers' subscribers); other subscribers report none (FastStream
-keeps no other concurrency setting a middleware can read: a RabbitMQ subscriber's is the
-channel's prefetch). FastStream's middleware sees
+on the Redis, NATS and Kafka brokers' subscribers); other subscribers report none
+(FastStream keeps no other concurrency setting a middleware can read: a RabbitMQ
+subscriber's is its channel's prefetch). FastStream's middleware sees
 messages, not polls, so liveness comes from the application: after start-up a task beats
 every running subscriber once per interval through an `AsyncPresenceReporter`, and after
 shutdown (once the subscribers have stopped and their handlers are done) every row is
