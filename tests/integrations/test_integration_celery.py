@@ -8,6 +8,7 @@ own worker and its own queues, so the tests stay independent.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -538,6 +539,14 @@ def test_a_rolling_restart_passes_check_and_a_kill_fails_it(
             if row.queue == ROLLING_QUEUE and row.group == GROUP and row.state.value == "active"
         }
 
+    def says_draining(name: str) -> bool:
+        row = presence.row(ROLLING_QUEUE, name, ttl_ms=TTL_MS)
+        return row is not None and row.draining
+
+    def replaced_by(name: str) -> bool:
+        now = active()
+        return name in now and len(now) == 3
+
     try:
         first = {f"rolling-{n}": start(f"rolling-{n}", f"rolling-{n}") for n in (1, 2, 3)}
         wait_until(
@@ -552,11 +561,7 @@ def test_a_rolling_restart_passes_check_and_a_kill_fails_it(
                 held.wait_started(token)
                 worker.send_sigterm()
                 wait_until(
-                    lambda name=name: (
-                        (row := presence.row(ROLLING_QUEUE, consumer(name), ttl_ms=TTL_MS))
-                        is not None
-                        and row.draining
-                    ),
+                    functools.partial(says_draining, consumer(name)),
                     timeout_s=20,
                     what=f"{name}'s row to say draining",
                 )
@@ -569,7 +574,7 @@ def test_a_rolling_restart_passes_check_and_a_kill_fails_it(
                 assert worker.wait(30) == 0, worker.log_tail()
                 start(f"{name}-new")
                 wait_until(
-                    lambda name=name: consumer(f"{name}-new") in active() and len(active()) == 3,
+                    functools.partial(replaced_by, consumer(f"{name}-new")),
                     timeout_s=60,
                     what=f"{name}'s replacement",
                     seen=active,
@@ -580,8 +585,13 @@ def test_a_rolling_restart_passes_check_and_a_kill_fails_it(
         # A crash: the killed worker goes stale, without having said it drains.
         victim = started[-1]
         victim.kill()
+
+        def failing() -> tuple[int, str] | None:
+            found = check_rolling(presence_url)
+            return found if found[0] != 0 else None
+
         status, line = wait_until(
-            lambda: (found := check_rolling(presence_url))[0] != 0 and found,
+            failing,
             timeout_s=30,
             what="check to fail after a SIGKILL",
         )

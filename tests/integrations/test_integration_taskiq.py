@@ -291,13 +291,15 @@ def test_a_drain_request_stops_the_worker_process_and_taskiq_replaces_it(
         seen=lambda: row_of(presence, "drained"),
     )
     held.release(token)
+
+    def replaced() -> ConsumerPresence | None:
+        found = row_of(presence, "drained")
+        if found is None or found.consumer == row.consumer:
+            return None
+        return found if found.state.value == "active" else None
+
     new = wait_until(
-        lambda: (
-            (found := row_of(presence, "drained")) is not None
-            and found.consumer != row.consumer
-            and found.state.value == "active"
-            and found
-        ),
+        replaced,
         timeout_s=30,
         what="a new worker process in the drained one's place",
         alive=worker.check_alive,
