@@ -231,8 +231,17 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
                 return
             self._drained[queue] = found[0]
             logger.info("redis-presence: drain of %s requested: cancelling its consumer", queue)
-            parent.call_soon(self._cancel, parent, queue)
+            reporter = self._reporter
+        # The draining beat is written before the consumer is cancelled: a queue with no
+        # task held is deregistered at the first beat after that, which would drop a
+        # pending beat. (This is the reporter's thread, after its flush: flushing is free.)
         self.beat()
+        if reporter is not None:
+            try:
+                reporter.flush()
+            except Exception:  # retried by the next flush
+                logger.exception("redis-presence could not write that %s drains", queue)
+        parent.call_soon(self._cancel, parent, queue)
 
     def _cancel(self, parent: Any, queue: str) -> None:
         """In the worker's loop: stop consuming `queue` (Celery's ``cancel_consumer``)."""

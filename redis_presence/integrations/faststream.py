@@ -192,10 +192,21 @@ class PresenceMiddleware:
             self._drained.add(key)
             logger.info("redis-presence: drain of %s requested: stopping its subscriber", queue)
             self._beat(key)  # the draining beat acknowledges the request
-            task = asyncio.get_running_loop().create_task(subscriber.stop())
+            task = asyncio.get_running_loop().create_task(self._drain_subscriber(subscriber))
             self._stops.add(task)
             task.add_done_callback(self._stopped)
             return
+
+    async def _drain_subscriber(self, subscriber: Any) -> None:
+        """Write the draining beat, then stop the subscriber (a stopped one with nothing
+        to finish is deregistered at the next beat, which would drop a pending beat)."""
+        reporter = self._reporter
+        if reporter is not None:
+            try:
+                await reporter.flush()
+            except Exception:  # retried by the next flush
+                logger.exception("redis-presence could not write that a subscriber drains")
+        await subscriber.stop()
 
     def _stopped(self, task: asyncio.Task[None]) -> None:
         self._stops.discard(task)

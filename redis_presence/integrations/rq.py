@@ -34,7 +34,8 @@ With ``--with-scheduler``, the worker's scheduler process (RQ's ``RQScheduler``,
 enqueues the jobs scheduled with ``enqueue_at`` / ``enqueue_in``) is a consumer too: one
 row per queue whose scheduler lock it holds, group ``"scheduler"``, consumer ``host:pid``
 of the scheduler process, beaten at each of its ticks (each finished tick is progress),
-deregistered when it stops.
+marked draining, then deregistered, when it stops (no capacity; drain requests on its
+rows are not acted on).
 """
 
 from __future__ import annotations
@@ -371,7 +372,16 @@ class PresenceScheduler(RQScheduler):
         self._presence_beat(progressed=True)
 
     def stop(self) -> None:
-        """The scheduler stops (the worker's warm shutdown): deregister its rows."""
+        """The scheduler stops (the worker's warm shutdown; called from its loop): its rows
+        say draining (written at once), then are deregistered."""
+        reporter = self._presence_reporter
+        if reporter is not None:
+            for name in sorted(self._presence_queues):
+                reporter.beat(name, SCHEDULER_GROUP, self._presence_consumer, draining=True)
+            try:
+                reporter.flush()
+            except Exception:  # the deregistration is written all the same
+                logger.exception("redis-presence could not write that the scheduler drains")
         super().stop()  # type: ignore[no-untyped-call]
         reporter, self._presence_reporter = self._presence_reporter, None
         _close(reporter)

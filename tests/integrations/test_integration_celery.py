@@ -420,6 +420,17 @@ def test_a_drain_request_cancels_the_consumer_of_its_queue(
     assert kinds["drained-a"] == ["drain_requested", "draining", "left"], kinds
     assert "drained-b" not in kinds, kinds
     held.release(waiting)  # (never started: nothing consumes drained-a any more)
+    # An idle queue's row says draining too before it leaves (at once: nothing to finish).
+    cursor = event_cursor(presence)
+    assert presence.registry.request_drain("drained-b", GROUP, me)
+    wait_until(
+        lambda: rows_of(presence, "drained") == {},
+        timeout_s=20,
+        what="drained-b's row to leave",
+        seen=lambda: rows_of(presence, "drained"),
+    )
+    kinds = events_since(presence, cursor, me)
+    assert kinds == {"drained-b": ["drain_requested", "draining", "left"]}, kinds
 
 
 def test_install_checks_its_arguments_where_the_app_is_defined(tmp_path: Path) -> None:

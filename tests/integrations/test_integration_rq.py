@@ -267,8 +267,13 @@ def test_the_scheduler_is_a_consumer_of_group_scheduler(
     assert row is not None
     assert row.state.value == "active"
     assert row.last_progress_ns is not None  # each finished tick
+    assert (row.capacity, row.draining) == (None, False)
+    cursor = event_cursor(presence)
     assert worker.terminate(30) == 0, worker.log_tail()
     assert presence.rows(consumer=scheduler) == []
+    kinds = events_since(presence, cursor, scheduler)
+    assert set(kinds) == queues("sched"), kinds
+    assert all(said_draining_then_left(k) for k in kinds.values()), kinds
     assert presence.rows(consumer=consumer("sched")) == []
 
 
