@@ -148,11 +148,15 @@ NODE: dict[str, tuple[str, dict[str, str | None]] | str] = {
             "lease_count": "leaseCount",
             "now_ns": "options.nowNs",
             "progressed": None,
-            "capacity": None,
-            "draining": None,
+            "capacity": "options.capacity",
+            "draining": "options.draining",
         },
     ),
     "heartbeat_many": ("heartbeatMany", {"beats": "beats", "now_ns": "options.nowNs"}),
+    "request_drain": (
+        "requestDrain",
+        {"queue": "queue", "group": "group", "consumer": "consumer", "now_ns": "options.nowNs"},
+    ),
     "clock_ns": "reads take the server clock inside each read",
     "snapshot": (
         "snapshot",
@@ -187,7 +191,6 @@ NODE: dict[str, tuple[str, dict[str, str | None]] | str] = {
             "retention_ms": "options.retentionMs",
         },
     ),
-    "request_drain": "protocol version 2: not in the Node client yet (its helper adds it)",
     "deregister": (
         "deregister",
         {"queue": "queue", "group": "group", "consumer": "consumer", "now_ns": "options.nowNs"},
