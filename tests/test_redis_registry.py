@@ -168,7 +168,7 @@ def test_a_single_beat_writes_what_a_batch_of_one_writes(
         if epoch in stored:  # its value names the instant it was written: only its presence
             stored[epoch] = (stored[epoch][0], None, stored[epoch][2])
             stored[b"{events}:epoch"] = stored.pop(epoch)
-        for name in (b"groups", b"events"):
+        for name in (b"groups", b"events", b"newest", b"oldest"):
             if name in stored:
                 kind, members, expires = stored[name]
                 members = [
