@@ -123,6 +123,7 @@ class WritePlans(Job):
             return self._progressed(beat, check_now_ns(now_ns))
         now = "" if now_ns is None else str(check_now_ns(now_ns))
         cached = self._kept((queue, group))
+        plain: tuple[Any, ...]
         if cap == "" and drain == "":
             plain = self._plain
             if plain[2] is not self._tokens[0]:
