@@ -44,6 +44,7 @@ from .model import (
     ConsumerMeta,
     ConsumerPresence,
     GroupPresence,
+    LiveTally,
     PresenceState,
     age_ms,
 )
@@ -71,10 +72,6 @@ Stored = tuple[int, int, int, int | None, int, int, int, str, str]
 """What the model keeps of one consumer, as a version 2 stored value (keys.STORED_VALUE):
 `(registered_at_ns, last_heartbeat_ns, lease, last_progress_ns, capacity (0: none), flags,
 conflict_ns (0: never), instance, previous)`."""
-
-_V2_ROWS = "capacity" in ConsumerPresence._fields
-"""Whether `ConsumerPresence` has the version 2 fields yet (the read side adds them): the
-model fills them when it does. TODO(v2 read side): drop this test once model.py has them."""
 
 
 def _state(now_ns: int, last_heartbeat_ns: int, ttl_ms: int) -> PresenceState:
@@ -479,18 +476,28 @@ class ConsumerPresenceRegistry:
             return self._expected.get((queue, group))
 
     def groups(
-        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        details: bool = False,
+        capacity: bool = False,
     ) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
         (None: not declared) and whether it has fewer active consumers (`details`: and its
-        oldest heartbeat, to the microsecond as Redis keeps it, and its expired leases)."""
+        oldest heartbeat, to the microsecond as Redis keeps it, and its expired leases;
+        `capacity`: and its capacity, free slots, draining consumers and conflicts)."""
         if type(details) is not bool:
             raise TypeError(f"details must be a bool, got {type(details).__name__}")
+        if type(capacity) is not bool:
+            raise TypeError(f"capacity must be a bool, got {type(capacity).__name__}")
         counts: dict[tuple[str, str], list[int]] = {}
         oldest: dict[tuple[str, str], int] = {}
+        lives: dict[tuple[str, str], LiveTally] = {}
         index = {PresenceState.ACTIVE: 0, PresenceState.STALE: 1, PresenceState.EXPIRED: 2}
         for row in self.snapshot(now_ns, ttl_ms):
             key = (row.queue, row.group)
+            lives.setdefault(key, LiveTally()).add(row)
             tally = counts.setdefault(key, [0, 0, 0, 0])
             tally[index[row.state]] += 1
             tally[3] += row.lease_count if row.state is PresenceState.EXPIRED else 0
@@ -505,7 +512,10 @@ class ConsumerPresenceRegistry:
                 if details
                 else (None, None)
             )
-            out.append(GroupPresence.of(*key, active, stale, expired, declared.get(key), *more))
+            live = lives.get(key, LiveTally()) if capacity else None
+            out.append(
+                GroupPresence.of(*key, active, stale, expired, declared.get(key), *more, live=live)
+            )
         return out
 
     def group(
@@ -515,8 +525,10 @@ class ConsumerPresenceRegistry:
         tracked nor declared)."""
         queue, group = check_name("queue", queue), check_name("group", group)
         tally = dict.fromkeys(PresenceState, 0)
+        live = LiveTally()
         for row in self.snapshot(now_ns, ttl_ms, queue=queue, group=group):
             tally[row.state] += 1
+            live.add(row)
         return GroupPresence.of(
             queue,
             group,
@@ -524,6 +536,7 @@ class ConsumerPresenceRegistry:
             tally[PresenceState.STALE],
             tally[PresenceState.EXPIRED],
             self.min_active(queue, group),
+            live=live,
         )
 
     def size(self) -> int:
@@ -726,10 +739,7 @@ class ConsumerPresenceRegistry:
 
 
 def _v2_of(value: Stored) -> dict[str, Any]:
-    """What `ConsumerPresence.at` takes of a stored value's version 2 fields (none while the
-    model has no such fields: `_V2_ROWS`)."""
-    if not _V2_ROWS:
-        return {}
+    """What `ConsumerPresence.at` takes of a stored value's version 2 fields."""
     _, _, _, _, capacity, flags, conflict, instance, _ = value
     return {
         "capacity": capacity or None,
