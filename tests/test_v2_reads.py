@@ -257,3 +257,32 @@ def test_groups_with_capacity_cost_what_the_live_consumers_are(redis_client: Any
     assert [(r.capacity, r.draining) for r in rows] == [(None, 0)] * 3
     stats = redis_client.info("commandstats")
     assert "cmdstat_hmget" not in stats  # no expired consumer's value read
+
+
+@pytest.mark.redis_server
+def test_a_roll_up_counts_draining_and_capacity(redis_client: Any) -> None:
+    """``ls --by``: per value, the draining consumers (b active, c stale) and the
+    capacities of the active ones (b 10, d 4; not the expired e's 99); the table gains
+    DRAINING and CAPACITY only when some value has them."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from redis_presence.cli.render import Styler
+    from redis_presence.cli.render_rollup import render_rollup
+    from redis_presence.rollup import roll_up
+
+    registry = RedisPresenceRegistry(redis_client)
+    seed(registry, redis_client)
+    (row,) = roll_up(registry.snapshot(now_ns=T0, ttl_ms=TTL), "host")
+    assert (row.draining, row.capacity, row.active, row.stale) == (2, 14, 4, 1)
+    assert row.to_dict()["draining"] == 2
+    styler = Styler(Console(file=StringIO(), _environ={}))
+    header = render_rollup([row], "host", "table", styler).splitlines()[0].split()
+    assert header[-2:] == ["DRAINING", "CAPACITY"]
+    plain = render_rollup([row._replace(draining=0, capacity=None)], "host", "table", styler)
+    assert "DRAINING" not in plain
+    assert "CAPACITY" not in plain
+    csv_text = render_rollup([row], "host", "csv", styler).splitlines()
+    assert csv_text[0].endswith(",drained,draining,capacity")
+    assert csv_text[1].endswith(",False,2,14")
