@@ -9,7 +9,7 @@ import secrets
 from collections.abc import Sequence
 from itertools import groupby
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import PresenceDataError, PresenceError
 from ..keys import PROTOCOL_VERSION, GroupKeys
@@ -270,3 +270,61 @@ class IndexPlans(Job):
                 yield [Command("ZADD", (self.keys.groups, *listed))]
             yield [Command("SREM", (legacy, *members))]
             moved += len(listed) // 2
+
+    def fleet_indexes(self) -> Plan[FleetIndexes]:
+        """Whether a reader may pick groups from ``P:newest`` and ``P:oldest`` (standalone,
+        a prefix that says ``"2"``: no version-1 writer is left to skip them), and whether
+        each holds as many groups as the index (a group missing from one, as between
+        `migrate`'s ``SET`` and its seeding, makes its fleet-wide ranges incomplete). One
+        round trip: ``GET P:protocol`` (another version is refused) and three ``ZCARD``."""
+        if self.clustered:
+            return FleetIndexes(False, False, False)
+        version, listed, newest, oldest = yield [
+            Command("GET", (self.keys.protocol,)),
+            Command("ZCARD", (self.keys.groups,)),
+            Command("ZCARD", (self.keys.newest,)),
+            Command("ZCARD", (self.keys.oldest,)),
+        ]
+        _check_protocol(self.keys.protocol, version)
+        if version is None or _text(version) != PROTOCOL_VERSION:
+            return FleetIndexes(False, False, False)
+        return FleetIndexes(True, int(newest) >= int(listed), int(oldest) >= int(listed))
+
+    def index_scores(self, key: str, groups: Sequence[GroupKeys]) -> Plan[list[float | None]]:
+        """Each group's score in the fleet index `key` (``ZMSCORE``, one command; None: not
+        there)."""
+        if not groups:
+            return []
+        (scores,) = yield [Command("ZMSCORE", (key, *(gk.member for gk in groups)))]
+        return [None if s is None else float(s) for s in scores]
+
+    def scored_at_most(
+        self, key: str, bound_us: int, skipped: list[Skipped]
+    ) -> Plan[list[GroupKeys]]:
+        """Every group of the fleet index `key` scored at most `bound_us`, lowest first
+        (``ZRANGEBYSCORE``, `Limits.groups` a command, all read before the caller acts on
+        any); a member this package did not write is set aside in `skipped`."""
+        found: list[GroupKeys] = []
+        page = self.limits.groups
+        offset = 0
+        while True:
+            (members,) = yield [
+                Command("ZRANGEBYSCORE", (key, "-inf", bound_us, "LIMIT", offset, page))
+            ]
+            for member in members:
+                try:
+                    found.append(self.keys.from_member(member))
+                except PresenceDataError as error:
+                    skipped.append(Skipped(_text(member), str(error)))
+            if len(members) < page:
+                return found
+            offset += page
+
+
+class FleetIndexes(NamedTuple):
+    """What `IndexPlans.fleet_indexes` found: whether ``P:newest`` and ``P:oldest`` are kept
+    (`kept`), and whether each holds every indexed group."""
+
+    kept: bool
+    newest_complete: bool
+    oldest_complete: bool
