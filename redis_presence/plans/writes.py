@@ -495,7 +495,9 @@ class WritePlans(Job):
             # A group whose shared TTL cannot be read is left in place, and named (as a group
             # with a key of another type is), and every other group pruned.
             spoilt: list[Skipped] = []
-            groups, ttls = yield from self._settings.sound_ttls(groups, ttl_ms, spoilt)
+            groups, ttls = yield from self._settings.sound_ttls(
+                groups, ttl_ms, spoilt, together=True
+            )
             for item in spoilt:
                 failed.setdefault(
                     (item.queue or "", item.group or ""), PresenceDataError(item.reason)
