@@ -14,12 +14,13 @@ variant comes from ``INFO latencystats`` (p100).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis_presence import RedisPresenceRegistry
 
-from .fleet import NOW_NS, Beat, write_fleet
+from .fleet import NOW_NS, TTL_MS, Beat, write_fleet
 from .pages import _config
 from .server import HOST, BenchServer
 from .stats import CaseResult, Check, Measure
@@ -55,11 +56,14 @@ def idle_fleet(groups: int, unread: bool) -> list[Beat]:
 async def _run(server: BenchServer, groups: int, rounds: int, result: CaseResult) -> None:
     url = f"redis://{HOST}:{server.port}/0"
     warm = create_app(_config(url, totals_cache_s=3600.0))
+    # Without --ttl-ms: each group's shared TTL (the prefix's, stored), so the index is
+    # walked and each page's P:newest scores (ZMSCORE) pick the groups to count.
+    shared = create_app(dataclasses.replace(_config(url, totals_cache_s=3600.0), ttl_ms=None))
     probe = server.client()
-    async with serving(warm) as (web,):
+    async with serving(warm, shared) as (web, web_shared):
 
-        async def get(path: str) -> Any:
-            return await get_ok(web, path, accept="application/json")
+        async def get(path: str, client: Any = None) -> Any:
+            return await get_ok(client or web, path, accept="application/json")
 
         unread = groups // UNREAD_EVERY + DECLARED
         for path in ("/?idle=1", "/?idle=1&sort=queue", "/api/v1/groups?idle=1&limit=200"):
@@ -71,6 +75,9 @@ async def _run(server: BenchServer, groups: int, rounds: int, result: CaseResult
             "GET /?idle=1 (totals fresh)": lambda: get("/?idle=1"),
             "GET /?idle=1&sort=queue": lambda: get("/?idle=1&sort=queue"),
             "GET /api/v1/groups?idle=1&limit=200": lambda: get("/api/v1/groups?idle=1&limit=200"),
+            "GET /api/v1/groups?idle=1&limit=200 (shared TTLs, no --ttl-ms)": lambda: get(
+                "/api/v1/groups?idle=1&limit=200", web_shared
+            ),
         }
         longest = await longest_each(variants, probe)
         samples = await _measure(variants, rounds)
@@ -113,6 +120,7 @@ def case_idle(server: BenchServer, sizes: Any) -> CaseResult:
         client.flushall()
         client.config_set("latency-tracking-info-percentiles", "50 99 100")
         registry = RedisPresenceRegistry(client, prefix=PREFIX)
+        registry.set_ttl(TTL_MS)  # what the app without --ttl-ms uses
         write_fleet(registry, idle_fleet(groups, True), NOW_NS - 600_000 * MS)
         write_fleet(registry, idle_fleet(groups, False), NOW_NS)
         for n in range(DECLARED):

@@ -17,6 +17,7 @@ import redis
 
 from redis_presence import RedisPresenceRegistry
 from redis_presence.model import DEFAULT_PRESENCE_TTL_MS, DEFAULT_RETENTION_TTLS
+from redis_presence.plans import Limits
 
 MS = 1_000_000
 SEEDS = range(16)
@@ -49,7 +50,10 @@ def _fleet(rng: random.Random, base_ns: int) -> Fleet:
 def _write(
     client: redis.Redis, prefix: str, fleet: Fleet, rng: random.Random, mode: str
 ) -> RedisPresenceRegistry:
-    registry = RedisPresenceRegistry(client, prefix=prefix, max_future_ms=None)
+    # Odd seeds shrink every bound, so that each read crosses its pages (every_group's
+    # overlapping ranks, ZMSCORE and ZRANGEBYSCORE pages, prune calls and budgets).
+    limits = Limits(*[2] * len(Limits._fields)) if rng.random() < 0.5 else Limits()
+    registry = RedisPresenceRegistry(client, prefix=prefix, max_future_ms=None, limits=limits)
     if mode == "1":
         client.set(f"{prefix}:protocol", "1")
     registry.set_ttl(PREFIX_TTL_MS)

@@ -466,14 +466,20 @@ class DeclaredPlans(Job):
         fleet = FleetIndexes(False, False, False)
         if attention:
             fleet = yield from self._index.fleet_indexes()
-        # One TTL for all: the groups nobody may read are one range of P:newest (at or
-        # below the active horizon; a lower bound of a group's newest beat, so none is
-        # missed), read whole, and the page walks them with the declared ones instead of
-        # the index (every declared group is counted: it may be below its minimum).
+        # The groups nobody may read, read whole, and walked with the declared ones instead
+        # of the index (every declared group is counted: it may be below its minimum).
+        # One TTL for all: one range of P:newest, at or below the active horizon (a lower
+        # bound of a group's newest beat, so none is missed). Each group's own TTL: every
+        # indexed group (`every_group`, two round trips), its shared TTL (one) and its
+        # P:newest (one), kept when at or below its own active horizon or missing.
         unread: list[Any] | None = None
+        quiet: list[GroupKeys] | None = None
         if fleet.newest_complete and ttl_ms is not None:
             edge_us = PresenceState.horizons_ns(now, ttl_ms)[0] // 1_000
             quiet = yield from self._index.scored_at_most(self.keys.newest, edge_us, skipped)
+        elif fleet.kept and ttl_ms is None:
+            quiet = yield from self._maybe_unread(now, skipped)
+        if quiet is not None:
             unread = sorted(
                 {gk.member for gk in quiet} | {self.keys.group(q, g).member for q, g in declared}
             )
@@ -513,10 +519,6 @@ class DeclaredPlans(Job):
                     skipped.append(Skipped(_text(member), str(error)))
             last = _text(members[-1]) if len(members) == step else None  # None: the end
             seen = {gk.member for gk in listed}
-            if fleet.kept and unread is None and listed:
-                # Per-group TTLs: keep the page's groups whose P:newest is at or below
-                # their own active horizon (or missing from it), and the declared ones.
-                listed = yield from self._maybe_unread(listed, declared, now, ttl_ms)
             alone = [
                 gk
                 for gk in lonely
@@ -567,18 +569,13 @@ class DeclaredPlans(Job):
         shown = picked[:limit]
         return GroupsPage(shown[::-1] if reverse else shown, len(picked) > limit)
 
-    def _maybe_unread(
-        self,
-        listed: list[GroupKeys],
-        declared: dict[tuple[str, str], int],
-        now: int,
-        ttl_ms: int | None,
-    ) -> Plan[list[GroupKeys]]:
-        """The groups of `listed` that may have no active consumer (``P:newest`` at or below
-        their active horizon, or missing from it) or are declared; a group whose TTL cannot
-        be read is kept (its count sets it aside, as before)."""
+    def _maybe_unread(self, now: int, skipped: list[Skipped]) -> Plan[list[GroupKeys]]:
+        """Every indexed group that may have no active consumer under its own shared TTL:
+        its ``P:newest`` at or below its active horizon, or missing; and every group whose
+        TTL cannot be read (its count sets it aside, as before)."""
+        groups = yield from self._index.every_group(skipped)
         lost: list[Skipped] = []
-        sound, ttls = yield from self._settings.sound_ttls(listed, ttl_ms, lost, together=True)
+        sound, ttls = yield from self._settings.sound_ttls(groups, None, lost, together=True)
         scores = yield from self._index.index_scores(self.keys.newest, sound)
         quiet = {
             gk.member
@@ -586,11 +583,7 @@ class DeclaredPlans(Job):
             if score is None or score <= PresenceState.horizons_ns(now, ttl)[0] // 1_000
         }
         kept = {gk.member for gk in sound}
-        return [
-            gk
-            for gk in listed
-            if gk.member in quiet or gk.member not in kept or (gk.queue, gk.group) in declared
-        ]
+        return [gk for gk in groups if gk.member in quiet or gk.member not in kept]
 
     def _detailed(
         self, groups: list[GroupKeys], now_ns: int, ttl_ms: int | None, skipped: list[Skipped]

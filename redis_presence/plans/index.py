@@ -43,6 +43,10 @@ def _score(reply: Any) -> int | None:
     return int(float(first[1] if isinstance(first, list | tuple) else reply[1]))
 
 
+RANK_OVERLAP = 10
+"""How many members each page of `IndexPlans.every_group` reads again of the page before."""
+
+
 class IndexPlans(Job):
     """The index of groups (``P:groups``) and, on a Redis Cluster, the protocol that keeps it
     (docs/index-protocol.md): listing, unlisting, a page of groups, the protocol claim, and
@@ -291,12 +295,47 @@ class IndexPlans(Job):
         return FleetIndexes(True, int(newest) >= int(listed), int(oldest) >= int(listed))
 
     def index_scores(self, key: str, groups: Sequence[GroupKeys]) -> Plan[list[float | None]]:
-        """Each group's score in the fleet index `key` (``ZMSCORE``, one command; None: not
-        there)."""
+        """Each group's score in the fleet index `key` (None: not there): a ``ZMSCORE`` of
+        `Limits.groups` members at a time, all in one round trip."""
         if not groups:
             return []
-        (scores,) = yield [Command("ZMSCORE", (key, *(gk.member for gk in groups)))]
-        return [None if s is None else float(s) for s in scores]
+        page = self.limits.groups
+        replies = yield [
+            Command("ZMSCORE", (key, *(gk.member for gk in groups[i : i + page])))
+            for i in range(0, len(groups), page)
+        ]
+        return [None if s is None else float(s) for scores in replies for s in scores]
+
+    def every_group(self, skipped: list[Skipped]) -> Plan[list[GroupKeys]]:
+        """Every indexed group, in the index's order, in two round trips for any size:
+        ``ZCARD``, then pages of `Limits.groups` members by rank (``ZRANGE``), each
+        starting RANK_OVERLAP members before the last one ended, all sent at once (and more
+        pages while the last is full). The pages are not one snapshot: up to RANK_OVERLAP
+        groups that leave the index between two of them shift none out of sight; a group
+        added meanwhile may be missed, as by a read just before it came. A member this
+        package did not write is set aside in `skipped`."""
+        page = self.limits.groups
+        stride = max(1, page - RANK_OVERLAP)
+        (size,) = yield [Command("ZCARD", (self.keys.groups,))]
+        members: dict[Any, None] = {}
+        start = 0
+        while True:
+            starts = list(range(start, max(int(size), start + 1), stride))
+            replies = yield [
+                Command("ZRANGE", (self.keys.groups, first, first + page - 1)) for first in starts
+            ]
+            for reply in replies:
+                members.update(dict.fromkeys(reply))
+            if len(replies[-1]) < page:
+                break
+            start = size = starts[-1] + stride
+        found = []
+        for member in sorted(members, key=_text):
+            try:
+                found.append(self.keys.from_member(member))
+            except PresenceDataError as error:
+                skipped.append(Skipped(_text(member), str(error)))
+        return found
 
     def scored_at_most(
         self, key: str, bound_us: int, skipped: list[Skipped]

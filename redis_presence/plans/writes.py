@@ -485,6 +485,8 @@ class WritePlans(Job):
             picked = yield from self._index.scored_at_most(
                 self.keys.oldest, horizon_us(ttl_ms), aside
             )
+        elif fleet.kept and ttl_ms is None:
+            picked = yield from self._due(horizon_us, aside)
         while True:
             if picked is not None:
                 groups, picked = picked[: self.limits.groups], picked[self.limits.groups :]
@@ -502,14 +504,6 @@ class WritePlans(Job):
                 failed.setdefault(
                     (item.queue or "", item.group or ""), PresenceDataError(item.reason)
                 )
-            if fleet.kept and picked is None and groups:
-                scores = yield from self._index.index_scores(self.keys.oldest, groups)
-                due = [
-                    (gk, ttl)
-                    for gk, ttl, score in zip(groups, ttls, scores, strict=True)
-                    if score is None or score <= horizon_us(ttl)
-                ]
-                groups, ttls = [gk for gk, _ in due], [ttl for _, ttl in due]
             ttl_of = dict(zip(groups, ttls, strict=True))
             removed += yield from self._prune_groups(groups, ttl_of, now, keep, failed, left)
             if last:
@@ -523,6 +517,23 @@ class WritePlans(Job):
                 if failed:
                     raise PresenceBatchError(failed, removed, left)
                 return removed
+
+    def _due(self, horizon_us: Callable[[int], int], aside: list[Skipped]) -> Plan[list[GroupKeys]]:
+        """Every indexed group whose ``P:oldest`` is at or below the horizon of its own
+        shared TTL (`horizon_us`), or missing from it, or whose TTL cannot be read (the
+        prune names it, as before): `every_group`, the TTLs and the scores, four round trips
+        for any number of groups."""
+        groups = yield from self._index.every_group(aside)
+        lost: list[Skipped] = []
+        sound, ttls = yield from self._settings.sound_ttls(groups, None, lost, together=True)
+        scores = yield from self._index.index_scores(self.keys.oldest, sound)
+        due = {
+            gk.member
+            for gk, ttl, score in zip(sound, ttls, scores, strict=True)
+            if score is None or score <= horizon_us(ttl)
+        }
+        kept = {gk.member for gk in sound}
+        return [gk for gk in groups if gk.member in due or gk.member not in kept]
 
     def _prune_groups(
         self,
