@@ -56,8 +56,8 @@ def idle_fleet(groups: int, unread: bool) -> list[Beat]:
 async def _run(server: BenchServer, groups: int, rounds: int, result: CaseResult) -> None:
     url = f"redis://{HOST}:{server.port}/0"
     warm = create_app(_config(url, totals_cache_s=3600.0))
-    # Without --ttl-ms: each group's shared TTL (the prefix's, stored), so the index is
-    # walked and each page's P:newest scores (ZMSCORE) pick the groups to count.
+    # Without --ttl-ms: each group's shared TTL (the prefix's, stored), so every group's
+    # TTL and P:newest score (ZMSCORE) are read to pick the groups to count.
     shared = create_app(dataclasses.replace(_config(url, totals_cache_s=3600.0), ttl_ms=None))
     probe = server.client()
     async with serving(warm, shared) as (web, web_shared):
@@ -101,8 +101,8 @@ async def _run(server: BenchServer, groups: int, rounds: int, result: CaseResult
     result.facts["what an idle page reads"] = (
         "standalone, prefix at version 2: GET P:protocol and three ZCARD (the fleet "
         "indexes complete?), ZRANGEBYSCORE P:newest -inf <active horizon> (--ttl-ms given; "
-        "without it ZMSCORE P:newest per index page against each group's own TTL), the "
-        "declared groups, then ZCARD and two ZCOUNT of each candidate only"
+        "without it every group by rank, its shared TTL and ZMSCORE P:newest, against each "
+        "group's own TTL), the declared groups, then ZCARD and two ZCOUNT of each candidate"
     )
 
 

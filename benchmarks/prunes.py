@@ -69,8 +69,8 @@ def case_prune_groups(server: BenchServer, sizes: Any) -> CaseResult:
             doomed[name] = _doomed(n)
             count[name] = n
         # The same many-group store once more, pruned with each group's shared TTL
-        # (ttl_ms=None, what `prune --every` and `serve --prune-every` do): the index is
-        # walked, and each page's P:oldest scores (ZMSCORE) pick the groups to visit.
+        # (ttl_ms=None, what `prune --every` and `serve --prune-every` do): every group's
+        # TTL and P:oldest score (ZMSCORE) are read to pick the groups to visit.
         shared = f"prune_expired(ttl_ms=None) among {many:,} groups"
         registries[shared] = RedisPresenceRegistry(
             client, prefix=f"pg{many}shared", max_future_ms=None
