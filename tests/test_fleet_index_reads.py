@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import pytest
 import redis
+import redis.cluster
 
 from redis_presence import RedisPresenceRegistry
 from redis_presence.model import DEFAULT_PRESENCE_TTL_MS, DEFAULT_RETENTION_TTLS
@@ -216,3 +217,28 @@ def test_a_page_of_groups_nobody_reads_costs_its_candidates(redis_client: redis.
     assert [g.active for g in page.groups] == [0] * 6
     assert counted <= 6 + 3  # the six groups, and fleet_indexes: ZCARD of three indexes
     assert _delta(calls, _calls(redis_client), "zrangebylex") == 1  # P:expects, not P:groups
+
+
+@pytest.mark.timeout(120)
+def test_on_a_cluster_both_readers_visit_every_group(
+    cluster_client: redis.cluster.RedisCluster,
+) -> None:
+    """Nobody keeps the fleet indexes on a cluster: the prune and the groups nobody reads
+    are the full visit's, and neither index is read or written."""
+    registry = RedisPresenceRegistry(cluster_client, prefix="fcl", max_future_ms=None)
+    now = time.time_ns()
+    for n in range(12):
+        age_ms = [0, 5_000, 200_000][n % 3]
+        registry.heartbeat(f"q{n % 4}", f"g{n}", "c", now_ns=now - age_ms * MS)
+    registry.expect("q0", "nobody", 1)
+    full = [
+        (g.queue, g.group)
+        for g in registry.groups(now_ns=now, ttl_ms=1_000)
+        if g.active == 0 or g.below
+    ]
+    page = registry.group_page(
+        limit=100, now_ns=now, ttl_ms=1_000, attention=True, match=lambda g: g.active == 0
+    )
+    assert [(g.queue, g.group) for g in page.groups] == full
+    assert registry.prune_expired(now_ns=now, ttl_ms=1_000) == 8  # all but the 4 active
+    assert not cluster_client.exists("fcl:newest", "fcl:oldest")
