@@ -242,3 +242,34 @@ def test_on_a_cluster_both_readers_visit_every_group(
     assert [(g.queue, g.group) for g in page.groups] == full
     assert registry.prune_expired(now_ns=now, ttl_ms=1_000) == 8  # all but the 4 active
     assert not cluster_client.exists("fcl:newest", "fcl:oldest")
+
+
+@pytest.mark.redis_server
+@pytest.mark.xfail(
+    strict=True,
+    reason="deregister.lua does not lower P:newest when the group's newest consumer leaves "
+    "(docs/performance.md, the known lag): the group is missed until that consumer's last "
+    "beat is a TTL old",
+)
+def test_a_group_whose_newest_consumer_left_is_unread_at_once(redis_client: redis.Redis) -> None:
+    registry = RedisPresenceRegistry(redis_client, prefix="flag", max_future_ms=None)
+    now = time.time_ns()
+    registry.heartbeat("q", "g", "old", now_ns=now - 60_000 * MS)
+    registry.heartbeat("q", "g", "new", now_ns=now)
+    registry.deregister("q", "g", "new")
+    page = registry.group_page(now_ns=now, ttl_ms=1_000, attention=True)
+    assert [g.group for g in page.groups] == ["g"]
+
+
+@pytest.mark.redis_server
+def test_that_group_is_unread_a_ttl_after_the_beat_of_the_consumer_that_left(
+    redis_client: redis.Redis,
+) -> None:
+    registry = RedisPresenceRegistry(redis_client, prefix="flag2", max_future_ms=None)
+    now = time.time_ns()
+    registry.heartbeat("q", "g", "old", now_ns=now - 60_000 * MS)
+    registry.heartbeat("q", "g", "new", now_ns=now)
+    registry.deregister("q", "g", "new")
+    later = now + 1_001 * MS
+    page = registry.group_page(now_ns=later, ttl_ms=1_000, attention=True)
+    assert [g.group for g in page.groups] == ["g"]
