@@ -165,6 +165,28 @@ def _attention_pages(
         after = (page.groups[-1].queue, page.groups[-1].group)
 
 
+def _attention_pages_back(
+    registry: RedisPresenceRegistry, now: int, ttl_ms: int | None, limit: int, last: tuple[Any, ...]
+) -> list[tuple[Any, ...]]:
+    """The same rows, paged backwards (``before``) from the last one."""
+    shown: list[tuple[Any, ...]] = [last]
+    before = (last[0], last[1])
+    while True:
+        page = registry.group_page(
+            before=before,
+            limit=limit,
+            match=lambda g: g.active == 0 or g.below,
+            now_ns=now,
+            ttl_ms=ttl_ms,
+            attention=True,
+        )
+        rows = [(g.queue, g.group, g.active, g.stale, g.expired, g.min_active) for g in page.groups]
+        shown = rows + shown
+        if not page.more or not rows:
+            return shown
+        before = (rows[0][0], rows[0][1])
+
+
 @pytest.mark.redis_server
 @pytest.mark.parametrize("seed", SEEDS)
 def test_groups_nobody_reads_through_p_newest_are_the_full_visits(
@@ -185,8 +207,11 @@ def test_groups_nobody_reads_through_p_newest_are_the_full_visits(
             calls = _calls(redis_client)
             limit = rng.choice([3, 7, 1_000])
             shown = _attention_pages(registry, now, ttl_ms, limit)
-            assert shown == full, (now - base, ttl_ms)
             counted = _delta(calls, _calls(redis_client), "zcard")
+            assert shown == full, (now - base, ttl_ms)
+            if full:
+                back = _attention_pages_back(registry, now, ttl_ms, limit, full[-1])
+                assert back == full, (now - base, ttl_ms, "backwards")
             complete = redis_client.zcard(f"fi{seed}:newest") == redis_client.zcard(
                 f"fi{seed}:groups"
             )
