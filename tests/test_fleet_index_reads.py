@@ -270,12 +270,22 @@ def test_on_a_cluster_both_readers_visit_every_group(
 
 
 @pytest.mark.redis_server
-@pytest.mark.xfail(
-    strict=True,
-    reason="deregister.lua does not lower P:newest when the group's newest consumer leaves "
-    "(docs/performance.md, the known lag): the group is missed until that consumer's last "
-    "beat is a TTL old",
-)
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_group_whose_newest_beat_went_back_in_time_is_unread_at_once(
+    redis_client: redis.Redis, batched: bool
+) -> None:
+    registry = RedisPresenceRegistry(redis_client, prefix="back", max_future_ms=None)
+    now = time.time_ns()
+    registry.heartbeat("q", "g", "only", now_ns=now)
+    if batched:
+        registry.heartbeat_many([("q", "g", "only", 0)], now_ns=now - 60_000 * MS)
+    else:
+        registry.heartbeat("q", "g", "only", now_ns=now - 60_000 * MS)
+    page = registry.group_page(now_ns=now, ttl_ms=1_000, attention=True)
+    assert [g.group for g in page.groups] == ["g"]
+
+
+@pytest.mark.redis_server
 def test_a_group_whose_newest_consumer_left_is_unread_at_once(redis_client: redis.Redis) -> None:
     registry = RedisPresenceRegistry(redis_client, prefix="flag", max_future_ms=None)
     now = time.time_ns()
