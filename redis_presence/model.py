@@ -11,7 +11,7 @@ from itertools import groupby, repeat
 from operator import and_, eq, floordiv, gt, itemgetter, le, sub
 from typing import Any, NamedTuple, TypeVar
 
-from .keys import FLAG_DRAIN_REQUESTED, FLAG_DRAINING, NO_INSTANCE
+from .validation import FLAG_DRAIN_REQUESTED, FLAG_DRAINING, NO_INSTANCE
 from .verdict import GroupFacts, GroupVerdict, Verdict, judge
 
 DEFAULT_PRESENCE_TTL_MS = 30_000
