@@ -116,12 +116,10 @@ STORED_FIELDS = 3
 """Fields of a version 1 stored value without progress (one more with it)."""
 STORED_FIELDS_V2 = 9
 """Fields of a version 2 stored value."""
-FLAG_DRAINING = 1
-"""Bit of a stored value's flags: the consumer says it is draining."""
-FLAG_DRAIN_REQUESTED = 2
-"""Bit of a stored value's flags: a drain was requested and no draining beat took it yet."""
-NO_INSTANCE = "-"
-"""The instance token a stored value holds for none."""
+# FLAG_DRAINING (1: the consumer says it is draining), FLAG_DRAIN_REQUESTED (2: a drain
+# was requested and no draining beat took it yet) and NO_INSTANCE ("-": the token a stored
+# value holds for none) are spelled in `redis_presence.validation`, which the model imports
+# without a driver (this module imports `errors`, which imports redis-py).
 STORED_SEPARATOR = " "
 
 META_VALUE = "JSON object of str to str, keys sorted, separators ',' and ':', UTF-8"

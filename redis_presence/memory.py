@@ -32,7 +32,6 @@ from .events import (
     sorted_events,
     window,
 )
-from .keys import FLAG_DRAIN_REQUESTED, FLAG_DRAINING, NO_INSTANCE
 from .model import (
     DEFAULT_MAX_FUTURE_MS,
     DEFAULT_PRESENCE_TTL_MS,
@@ -49,6 +48,9 @@ from .model import (
     age_ms,
 )
 from .validation import (
+    FLAG_DRAIN_REQUESTED,
+    FLAG_DRAINING,
+    NO_INSTANCE,
     Beat,
     ConsumerKey,
     check_beats,

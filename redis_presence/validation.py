@@ -27,6 +27,14 @@ MAX_PREFIX_LEN = 128
 ConsumerKey = tuple[str, str, str]
 """The identity of one consumer: `(queue, group, consumer)`."""
 
+FLAG_DRAINING = 1
+"""Bit of a stored value's flags (`redis_presence.keys.STORED_VALUE`): the consumer says it is
+draining."""
+FLAG_DRAIN_REQUESTED = 2
+"""Bit of a stored value's flags: a drain was requested and no draining beat took it yet."""
+NO_INSTANCE = "-"
+"""The instance token a stored value holds for none."""
+
 MAX_CAPACITY = 2**32 - 1
 """Capacities are unsigned 32-bit integers (0: not reported)."""
 
@@ -363,6 +371,8 @@ def check_delayed_beats(beats: Sequence[Any]) -> Sequence[DelayedBeat]:
 
 
 __all__ = [
+    "FLAG_DRAINING",
+    "FLAG_DRAIN_REQUESTED",
     "INSTANCE_PATTERN",
     "MAX_CAPACITY",
     "MAX_DELAY_MS",
@@ -374,6 +384,7 @@ __all__ = [
     "MAX_NAME_BYTES",
     "MAX_TIMESTAMP_NS",
     "MAX_TTL_MS",
+    "NO_INSTANCE",
     "Beat",
     "BeatSpec",
     "CheckedBeat",
