@@ -61,6 +61,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from ._json import loads_flat
+from .errors import PresenceDataError
 from .validation import (
     MAX_META_BYTES,
     MAX_META_KEYS,
@@ -69,14 +70,6 @@ from .validation import (
     check_meta,
     check_prefix,
 )
-
-def _data_error(message: str) -> Exception:
-    """A `PresenceDataError` (imported here, not at the top: the model and the command
-    line's help import this module, and the errors module imports redis)."""
-    from .errors import PresenceDataError
-
-    return PresenceDataError(message)
-
 
 PROTOCOL_VERSION = "2"
 """The version of the wire format (docs/protocol.md) this package reads and writes, stored
@@ -173,7 +166,7 @@ def decode_min_active(key: str, group: Any, value: Any) -> int:
     if isinstance(raw, bytes) and _MIN_ACTIVE.fullmatch(raw) and int(raw) <= MAX_MIN_ACTIVE:
         return int(raw)
     name = group.decode("utf-8", "replace") if isinstance(group, bytes) else group
-    raise _data_error(
+    raise PresenceDataError(
         f"{key} field {name!r:.80} holds a minimum this package did not write: {value!r:.40}"
     )
 
@@ -223,7 +216,7 @@ def decode_meta(key: str, consumer: Any, value: Any) -> dict[str, str]:
             check_meta(meta)
     except (ValueError, TypeError, UnicodeDecodeError, AttributeError):
         name = consumer.decode("utf-8", "replace") if isinstance(consumer, bytes) else consumer
-        raise _data_error(
+        raise PresenceDataError(
             f"redis-presence key {key} field {name!r:.80} holds metadata this package did "
             f"not write: {value!r:.80}"
         ) from None
@@ -336,7 +329,7 @@ class Keyspace:
             queue = ""
         spelled = f"{self.prefix}:{{{encode_name(queue)}}}:{suffix}"
         if not (text.startswith(head) and text.endswith(tail) and queue) or spelled != text:
-            raise _data_error(
+            raise PresenceDataError(
                 f"{index} holds a member this package did not write: {text!r:.80}"
             )
         return queue
@@ -360,7 +353,7 @@ class Keyspace:
         except UnicodeDecodeError:
             keys = None
         if keys is None or not (sep and q and rest) or keys.data != text:
-            raise _data_error(
+            raise PresenceDataError(
                 f"the index {self.groups} holds a member this package did not write: {text!r:.80}"
             )
         return keys
