@@ -258,12 +258,12 @@ if INDEX then
   end
   if #members > 0 and redis.call('ZADD', INDEX, unpack(members)) > 0 then grown(INDEX) end
   for g = 1, GROUPS do
-    if not problem[g] and newest[g] then
+    if not problem[g] then
       local _, data = group_keys(g)
-      redis.call('ZADD', NEWEST, 'GT', newest[g], data)
+      if newest[g] then redis.call('ZADD', NEWEST, 'GT', newest[g], data) end
       if oldest[g] then redis.call('ZADD', OLDEST, 'LT', oldest[g], data) end
+      if back[g] then newest_again(g) end
     end
-    if not problem[g] and back[g] then newest_again(g) end
   end
   return out
 end
