@@ -365,3 +365,22 @@ def test_a_new_instance_drops_what_the_old_one_said_or_was_asked(
     old.request_drain(Q, G, "w1", now_ns=T0 + 4 * MS)
     assert old.heartbeat(Q, G, "w1", now_ns=T0 + 5 * MS) == BeatReply(True)  # a duplicate
     assert store.stored("w1")[5:] == ["3", str(T0 + 5 * MS), "old-1", "new-2"]
+
+
+@pytest.mark.parametrize("backend", ["redis"])
+@pytest.mark.parametrize("batched", [False, True], ids=["heartbeat", "heartbeat_many"])
+def test_a_beat_back_in_time_lowers_p_oldest(
+    request: pytest.FixtureRequest, backend: str, batched: bool
+) -> None:
+    """V2SPEC: ``ZADD P:oldest LT`` when a consumer joins or a beat moves it back in time,
+    whether or not P:newest is due (heartbeat.lua does; heartbeat_many.lua only lowered it
+    together with a due P:newest)."""
+    client = raw_client(request, backend)
+    reg = make_registry(request, backend)
+    reg.heartbeat(Q, G, "w1", now_ns=T0 + 3 * MS)
+    if batched:
+        reg.heartbeat_many([(Q, G, "w1", 0)], now_ns=T0 + 3 * MS - 1_000)
+    else:
+        reg.heartbeat(Q, G, "w1", now_ns=T0 + 3 * MS - 1_000)
+    data = f"presence:{{{Q}}}:{G}:c"
+    assert client.zscore("presence:oldest", data) == (T0 + 3 * MS - 1_000) // 1_000
