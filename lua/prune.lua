@@ -2,7 +2,7 @@
 -- (and their metadata), visiting at most a budget, and log who was pruned (with the
 -- metadata each had: log_meta in lib.lua).
 -- KEYS: group_keys(g) and meta_key(g) of lib.lua for each group g = 1..GROUPS, then INDEX,
---       EVENTS, EPOCH and the protocol version on a standalone server
+--       EVENTS, EPOCH, the protocol version, NEWEST and OLDEST on a standalone server
 -- ARGV[1] now_ns as a decimal string (the caller reads the server clock once for a whole
 --         prune); ARGV[2] budget: the most consumers this call visits; ARGV[3] and ARGV[4]
 --         where group 1 resumes: how many consumers below the horizon's microsecond it
@@ -73,6 +73,8 @@ local function drop_empty(g, at, checked)
   redis.call('DEL', data, mark, meta_key(g))
   if INDEX then
     redis.call('ZREM', INDEX, data)
+    redis.call('ZREM', NEWEST, data)
+    redis.call('ZREM', OLDEST, data)
   else
     emptied[#emptied + 1] = g
   end
