@@ -98,6 +98,10 @@ class WebConfig:
     prune_retention_ms: int | None = None
     """``--prune-retention``: how long past expiry a consumer is kept (None: the default,
     DEFAULT_RETENTION_TTLS times its group's TTL)."""
+    drain_token: str | None = None
+    """``--drain-token``: the second secret that lets the dashboard ask a consumer to
+    drain (``POST /api/v1/drain``, `web.drain`); None (the default): no drain is offered,
+    and the service writes nothing but what ``--prune-every`` asks."""
     allowed_hosts: tuple[str, ...] = ()
     """The ``Host`` names it answers to besides the loopback ones and the address a request
     arrived at (``--host`` and ``--allowed-host``); others get 421."""

@@ -59,6 +59,15 @@ def web_extra_missing(command: str, exc: ImportError) -> CliError:
     "REDIS_PRESENCE_AUTH_TOKEN.",
 )
 @click.option(
+    "--drain-token",
+    envvar="REDIS_PRESENCE_DRAIN_TOKEN",
+    metavar="TOKEN",
+    help="Offer 'Ask it to drain' on consumer pages (POST /api/v1/drain, the writer's role): "
+    "a request must carry this second token in its X-Presence-Drain-Token header. Off by "
+    "default; not with --read-only; must differ from --auth-token. Prefer the environment: "
+    "REDIS_PRESENCE_DRAIN_TOKEN.",
+)
+@click.option(
     "--per-consumer-metrics",
     is_flag=True,
     envvar="REDIS_PRESENCE_PER_CONSUMER_METRICS",
@@ -142,6 +151,7 @@ def command(
     host: str,
     port: int,
     auth_token: str | None,
+    drain_token: str | None,
     per_consumer_metrics: bool,
     stuck_metrics: bool,
     log_level: str,
@@ -156,7 +166,8 @@ def command(
 ) -> None:
     """Serve the dashboard (/), the JSON API (/api/v1/), Prometheus metrics (/metrics) and
     health probes (/healthz, /readyz). Read-only: nothing it serves writes to Redis, unless
-    --prune-every asks it to remove expired consumers (automatic removal).
+    --prune-every asks it to remove expired consumers (automatic removal) or --drain-token
+    lets a person with that token ask a consumer to drain.
 
     The service starts and answers while Redis is down (/readyz says 503) and recovers by
     itself when Redis returns.
@@ -188,12 +199,20 @@ def command(
             check_token(auth_token)
         except ValueError as exc:
             raise UsageProblem(f"--auth-token / REDIS_PRESENCE_AUTH_TOKEN: {exc}") from None
+    if drain_token:
+        from redis_presence.web.drain import check_drain_token
+
+        try:
+            check_drain_token(drain_token, auth_token=auth_token or None, read_only=app.read_only)
+        except ValueError as exc:
+            raise UsageProblem(f"--drain-token / REDIS_PRESENCE_DRAIN_TOKEN: {exc}") from None
     config = WebConfig(
         url=app.url,
         prefix=app.prefix,
         ttl_ms=app.ttl_ms,  # None (not given): each group's shared TTL, re-read as it changes
         read_only=app.read_only,
         auth_token=auth_token or None,
+        drain_token=drain_token or None,
         per_consumer_metrics=per_consumer_metrics,
         stuck_metrics=stuck_metrics,
         now_ns=app.now_ns,
@@ -225,6 +244,7 @@ def command(
         f"redis-presence serve: serving {url_of(sock)} (Redis {redact(app.url)}, prefix "
         f"{app.prefix!r}, {ttl_words}, "
         f"{'auth token required' if auth_token else 'no auth token'}"
+        f"{', drain requests on' if drain_token else ''}"
         f"{'' if prune_every is None else f', pruning every {prune_every} ms'})",
         err=True,
     )
