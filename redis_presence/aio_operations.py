@@ -208,18 +208,27 @@ class AsyncContractOperations:
         return await self.execute(self.plans.min_active(queue, group))
 
     async def groups(
-        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        details: bool = False,
+        capacity: bool = False,
     ) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
         (None: not declared) and whether it has fewer active consumers (`details`: and its
-        oldest heartbeat and leases, see `Planner.groups`)."""
-        return await self.execute(self.plans.groups(now_ns, ttl_ms, details=details))
+        oldest heartbeat and leases; `capacity`: and its capacity, free slots, draining
+        consumers and conflicts, from its live consumers' values; see `Planner.groups`)."""
+        return await self.execute(
+            self.plans.groups(now_ns, ttl_ms, details=details, capacity=capacity)
+        )
 
     async def group(
         self, queue: str, group: str, now_ns: int | None = None, ttl_ms: int | None = None
     ) -> GroupPresence:
-        """One group as a row of `groups()`, with its `verdict` (zeros for a group neither
-        tracked nor declared); reads that group's keys alone, never a consumer's row."""
+        """One group as a row of `groups()`, with its capacity, free slots, draining
+        consumers, conflicts and `verdict` (zeros for a group neither tracked nor declared);
+        reads that group's keys alone, and the values of its live consumers only."""
         return await self.execute(self.plans.group(queue, group, now_ns, ttl_ms))
 
     async def set_stuck_after(

@@ -144,17 +144,24 @@ class PresenceRegistry(Protocol):
         """The minimum one group was declared with (None: not declared)."""
 
     def groups(
-        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        details: bool = False,
+        capacity: bool = False,
     ) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
         (None: not declared) and whether it has fewer active consumers (`details`: and its
-        oldest heartbeat and leases, see `Planner.groups`)."""
+        oldest heartbeat and leases; `capacity`: and its capacity, free slots, draining
+        consumers and conflicts, from its live consumers' values; see `Planner.groups`)."""
 
     def group(
         self, queue: str, group: str, now_ns: int | None = None, ttl_ms: int | None = None
     ) -> GroupPresence:
-        """One group as a row of `groups()`, with its `verdict` (zeros for a group neither
-        tracked nor declared); reads that group's keys alone, never a consumer's row."""
+        """One group as a row of `groups()`, with its capacity, free slots, draining
+        consumers, conflicts and `verdict` (zeros for a group neither tracked nor declared);
+        reads that group's keys alone, and the values of its live consumers only."""
 
     def set_stuck_after(
         self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None

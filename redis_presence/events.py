@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from .errors import PresenceDataError, PresenceResyncRequired
 from .keys import INDEX_MARK_MS, STORED_FIELDS, GroupKeys, Keyspace
 from .model import NS_PER_MS, Skipped
+from .replies import stored_numbers
 
 DEFAULT_EVENTS_KEPT = 10_000
 """About how many entries each queue's event log keeps (``XADD ... MAXLEN ~``); one entry
@@ -247,13 +248,10 @@ def group_event(
 ) -> PresenceEvent | None:
     """The `stale` / `expired` event of one consumer from its stored value (None for a
     value this package did not write: that consumer is set aside, as a snapshot does)."""
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-    parts = text.split(" ")
-    if len(parts) not in (STORED_FIELDS, STORED_FIELDS + 1):  # with progress, one more
+    numbers = stored_numbers(value)  # either protocol version's value
+    if numbers is None:
         return None
-    if not all(0 < len(part) <= 19 and part.isascii() and part.isdigit() for part in parts):
-        return None
-    registered, heartbeat, lease = map(int, parts[:STORED_FIELDS])
+    registered, heartbeat, lease = numbers
     at = crossed(kind, heartbeat, ttl_ms)
     return PresenceEvent(kind, gk.queue, gk.group, consumer, at, lease, registered, heartbeat)
 

@@ -42,6 +42,7 @@ from .model import (
     ConsumerMeta,
     ConsumerPresence,
     GroupPresence,
+    LiveTally,
     PresenceState,
     age_ms,
 )
@@ -366,18 +367,28 @@ class ConsumerPresenceRegistry:
             return self._expected.get((queue, group))
 
     def groups(
-        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        details: bool = False,
+        capacity: bool = False,
     ) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
         (None: not declared) and whether it has fewer active consumers (`details`: and its
-        oldest heartbeat, to the microsecond as Redis keeps it, and its expired leases)."""
+        oldest heartbeat, to the microsecond as Redis keeps it, and its expired leases;
+        `capacity`: and its capacity, free slots, draining consumers and conflicts)."""
         if type(details) is not bool:
             raise TypeError(f"details must be a bool, got {type(details).__name__}")
+        if type(capacity) is not bool:
+            raise TypeError(f"capacity must be a bool, got {type(capacity).__name__}")
         counts: dict[tuple[str, str], list[int]] = {}
         oldest: dict[tuple[str, str], int] = {}
+        lives: dict[tuple[str, str], LiveTally] = {}
         index = {PresenceState.ACTIVE: 0, PresenceState.STALE: 1, PresenceState.EXPIRED: 2}
         for row in self.snapshot(now_ns, ttl_ms):
             key = (row.queue, row.group)
+            lives.setdefault(key, LiveTally()).add(row)
             tally = counts.setdefault(key, [0, 0, 0, 0])
             tally[index[row.state]] += 1
             tally[3] += row.lease_count if row.state is PresenceState.EXPIRED else 0
@@ -392,7 +403,10 @@ class ConsumerPresenceRegistry:
                 if details
                 else (None, None)
             )
-            out.append(GroupPresence.of(*key, active, stale, expired, declared.get(key), *more))
+            live = lives.get(key, LiveTally()) if capacity else None
+            out.append(
+                GroupPresence.of(*key, active, stale, expired, declared.get(key), *more, live=live)
+            )
         return out
 
     def group(
@@ -402,8 +416,10 @@ class ConsumerPresenceRegistry:
         tracked nor declared)."""
         queue, group = check_name("queue", queue), check_name("group", group)
         tally = dict.fromkeys(PresenceState, 0)
+        live = LiveTally()
         for row in self.snapshot(now_ns, ttl_ms, queue=queue, group=group):
             tally[row.state] += 1
+            live.add(row)
         return GroupPresence.of(
             queue,
             group,
@@ -411,6 +427,7 @@ class ConsumerPresenceRegistry:
             tally[PresenceState.STALE],
             tally[PresenceState.EXPIRED],
             self.min_active(queue, group),
+            live=live,
         )
 
     def size(self) -> int:

@@ -12,8 +12,10 @@ from ..errors import PresenceDataError, PresenceError
 from ..keys import GroupKeys, decode_min_active
 from ..model import (
     DEFAULT_PRESENCE_TTL_MS,
+    ConsumerPresence,
     GroupPresence,
     GroupsPage,
+    LiveTally,
     PresenceState,
     Rows,
     Skipped,
@@ -214,7 +216,12 @@ class DeclaredPlans(Job):
             low = f"({every[-1]}"
 
     def groups(
-        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        details: bool = False,
+        capacity: bool = False,
     ) -> Plan[list[GroupPresence]]:
         """Every tracked or declared group, ordered by (queue, group), with its active, stale
         and expired consumers (at `now_ns`, under `ttl_ms` or each group's shared TTL), its
@@ -225,24 +232,39 @@ class DeclaredPlans(Job):
         consumers hold: the expired ones are a range of its sorted set, read
         `Limits.consumers` names at a time, and only their stored values (``HMGET``), so
         this costs what the expired consumers are, not the group (a group's leases in total
-        would need every stored value: a snapshot's cost)."""
+        would need every stored value: a snapshot's cost).
+
+        With `capacity`, also each group's capacity, free slots, draining consumers and
+        conflicts (so its `verdict` can be `DRAINING`, and draining excuses a shortfall):
+        the stored values of its live (active and stale) consumers, never its expired ones
+        (`live`: a ``ZRANGEBYSCORE`` and an ``HMGET`` a group for each `Limits.consumers`
+        live consumers, one round trip more a page of groups). Without it those are None
+        (docs/concepts.md, "Capacity and draining")."""
         ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
         if type(details) is not bool:
             raise TypeError(f"details must be a bool, got {type(details).__name__}")
-        return self._groups(now, ttl, details)
+        if type(capacity) is not bool:
+            raise TypeError(f"capacity must be a bool, got {type(capacity).__name__}")
+        return self._groups(now, ttl, details, capacity)
 
     def _groups(
-        self, now_ns: int | None, ttl_ms: int | None, details: bool = False
+        self,
+        now_ns: int | None,
+        ttl_ms: int | None,
+        details: bool = False,
+        capacity: bool = False,
     ) -> Plan[list[GroupPresence]]:
         now = yield from self.scope.now(now_ns)
         skipped: list[Skipped] = []
         declared = yield from self._expected(skipped)
         counts: dict[tuple[str, str], tuple[int, int, int]] = {}
         extra: dict[tuple[str, str], tuple[int | None, int]] = {}
+        lives: dict[tuple[str, str], LiveTally] = {}
         after: Any = None
         while True:
             groups, after = yield from self._index.listed(None, None, after, skipped)
+            ttls: list[int] = []
             while details and after is not None and len(groups) < DETAILED_GROUPS:
                 page, after = yield from self._index.listed(None, None, after, skipped)
                 groups = [*groups, *page]
@@ -273,6 +295,17 @@ class DeclaredPlans(Job):
                 for gk, card, a, b in zip(groups, cards, active, alive, strict=True):
                     if card is not None and a is not None and b is not None:
                         counts[(gk.queue, gk.group)] = (a, b - a, int(card) - b)
+            if groups and capacity:
+                counted = [gk for gk in groups if (gk.queue, gk.group) in counts]
+                if details:  # the TTLs `_detailed` read (cached)
+                    ttls = yield from self._settings.ttls_for(counted, ttl_ms)
+                else:
+                    ttl_of = dict(zip(groups, ttls, strict=True))
+                    ttls = [ttl_of[gk] for gk in counted]
+                found_live = yield from self.live(counted, now, ttls, skipped)
+                lives.update(
+                    ((gk.queue, gk.group), t) for gk, t in zip(counted, found_live, strict=True)
+                )
             if after is None:
                 break
         _report(skipped)
@@ -284,8 +317,11 @@ class DeclaredPlans(Job):
             more: tuple[int | None, int | None] = (
                 extra.get(key, nothing) if details else (None, None)
             )
+            live = lives.get(key, LiveTally()) if capacity else None
             out.append(
-                GroupPresence.of(*key, n_active, n_stale, n_expired, declared.get(key), *more)
+                GroupPresence.of(
+                    *key, n_active, n_stale, n_expired, declared.get(key), *more, live=live
+                )
             )
         out.skipped = _unique(skipped)
         return out
@@ -295,8 +331,12 @@ class DeclaredPlans(Job):
     ) -> Plan[GroupPresence]:
         """One group as a row of `groups()` (its counts at `now_ns` under `ttl_ms` or its
         shared TTL, and its declared minimum; zeros for a group neither tracked nor
-        declared): its keys alone, ``ZCARD``, both counts and the declaration's ``HMGET`` in
-        one batch (after the shared TTL, cached); no consumer's row is read."""
+        declared), with its capacity, free slots, draining consumers and conflicts (so its
+        `verdict` can be `DRAINING`): its keys alone, ``ZCARD``, both counts and the
+        declaration's ``HMGET`` and its first page of live names in one batch (after the
+        shared TTL, cached), then the stored values of its live consumers only (`live`: a
+        round trip of an ``HMGET`` and the next ``ZRANGEBYSCORE`` for each
+        `Limits.consumers` of them); no expired consumer's value is read."""
         queue, group = check_name("queue", queue), check_name("group", group)
         ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
@@ -310,17 +350,19 @@ class DeclaredPlans(Job):
         (ttl,) = yield from self._settings.ttls_for([gk], ttl_ms)
         horizons = list(PresenceState.horizons_ns(now, ttl))
         key = self.keys.queue_expect(queue)
-        card, (least,), *counted = yield [
+        card, (least,), first, *counted = yield [
             Command("ZCARD", (gk.hb,)),
             Command("HMGET", (key, group)),  # the reader role's, as `min_active`
+            *self.live_asks([gk], now, [ttl]),
             *self._reads.above_asks([gk, gk], horizons),
         ]
         skipped: list[Skipped] = []
         active, alive = yield from self._reads.above_rest([gk, gk], horizons, counted, skipped)
+        (tally,) = yield from self.live_rest([gk], now, [ttl], [first], skipped)
         _report(skipped)
         a, b = active or 0, alive or 0
         minimum = None if least is None else decode_min_active(key, group, least)
-        return GroupPresence.of(queue, group, a, b - a, int(card) - b, minimum)
+        return GroupPresence.of(queue, group, a, b - a, int(card) - b, minimum, live=tally)
 
     def _tally(
         self, groups: list[GroupKeys], horizons: list[tuple[int, int]], skipped: list[Skipped]
@@ -643,7 +685,7 @@ class DeclaredPlans(Job):
                 _, names = pages[i]
                 table = {n: v for n, v in zip(names, stored, strict=True) if v is not None}
                 gk = groups[i]
-                (_, _, beats, leases, _), bad = sound_columns(gk, table)
+                (_, _, beats, leases, _, _), bad = sound_columns(gk, table)
                 skipped += (Skipped(gk.data, str(e), gk.queue, gk.group, c) for c, e in bad)
                 edge = horizons[i]
                 found[i][0] += len(names)
@@ -666,3 +708,68 @@ class DeclaredPlans(Job):
                 if names
             }
         return [(a, b, c) for a, b, c in found]
+
+    def live(
+        self, groups: list[GroupKeys], now_ns: int, ttls: list[int], skipped: list[Skipped]
+    ) -> Plan[list[LiveTally]]:
+        """What the stored values of each group's live consumers say (`LiveTally`: capacity,
+        leases, draining, conflicts): the names whose beat is at or after the expired
+        horizon's microsecond (``ZRANGEBYSCORE``, `Limits.consumers` names a command) and
+        their values (``HMGET`` of those names): two commands a group for each page of
+        `Limits.consumers` live consumers, a round trip a page (the next page's names are
+        asked with this page's values). It costs what the live consumers are, never the
+        expired ones. A consumer on the horizon's microsecond is told by its stored beat;
+        one whose stored value cannot be decoded is set aside in `skipped`, uncounted."""
+        firsts = yield self.live_asks(groups, now_ns, ttls)
+        return (yield from self.live_rest(groups, now_ns, ttls, firsts, skipped))
+
+    def live_asks(self, groups: list[GroupKeys], now_ns: int, ttls: list[int]) -> list[Request]:
+        """The first requests of `live`: one ``ZRANGEBYSCORE`` a group."""
+        return [self._live_page(gk, now_ns, ttl, 0) for gk, ttl in zip(groups, ttls, strict=True)]
+
+    def _live_page(self, gk: GroupKeys, now_ns: int, ttl_ms: int, offset: int) -> Command:
+        edge = PresenceState.horizons_ns(now_ns, ttl_ms)[1] // 1_000
+        return Command(
+            "ZRANGEBYSCORE", (gk.hb, edge, "+inf", "LIMIT", offset, self.limits.consumers)
+        )
+
+    def live_rest(
+        self,
+        groups: list[GroupKeys],
+        now_ns: int,
+        ttls: list[int],
+        firsts: list[Any],
+        skipped: list[Skipped],
+    ) -> Plan[list[LiveTally]]:
+        """`live` from the replies to its first requests (`live_asks`)."""
+        most = self.limits.consumers
+        tallies = [LiveTally() for _ in groups]
+        pages = {i: (0, list(names)) for i, names in enumerate(firsts) if names}
+        while pages:
+            order = list(pages)
+            batch: list[Request] = []
+            for i in order:
+                offset, names = pages[i]
+                batch.append(Command("HMGET", (groups[i].data, *names)))
+                if len(names) == most:
+                    batch.append(self._live_page(groups[i], now_ns, ttls[i], offset + most))
+            answers = iter((yield batch))
+            going_on: dict[int, tuple[int, list[Any]]] = {}
+            for i in order:
+                offset, names = pages[i]
+                gk = groups[i]
+                got = next(answers)
+                table = {n: v for n, v in zip(names, got, strict=True) if v is not None}
+                columns, bad = sound_columns(gk, table)
+                skipped += (Skipped(gk.data, str(e), gk.queue, gk.group, c) for c, e in bad)
+                rows = ConsumerPresence.columns(
+                    gk.queue, gk.group, *columns, now_ns=now_ns, ttl_ms=ttls[i]
+                )
+                for row in rows:
+                    tallies[i].add(row)
+                if len(names) == most:
+                    more = list(next(answers))
+                    if more:
+                        going_on[i] = (offset + most, more)
+            pages = going_on
+        return tallies
