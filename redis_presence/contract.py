@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Protocol, runtime_checkable
 
+from .beats import BeatReply, Written
 from .events import (
     DEFAULT_CHANGES_LIMIT,
     DEFAULT_FOLLOW_INTERVAL_S,
@@ -41,15 +42,25 @@ class PresenceRegistry(Protocol):
         now_ns: int | None = None,
         *,
         progressed: bool = False,
-    ) -> None:
+        capacity: int | None = None,
+        draining: bool | None = None,
+    ) -> BeatReply:
         """Record or refresh one consumer in one atomic script call (one round trip).
         With `progressed`, also records progress (a finished or acknowledged message) at
-        the beat's instant."""
+        the beat's instant; `capacity` and `draining` (None: keep the stored ones) are
+        stored with it. The reply says whether a drain of the consumer was requested."""
 
-    def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
-        """Write many ``(queue, group, consumer, lease_count)`` beats, each atomically, in one
-        script call (one per queue on a cluster, the asyncio registry's sent concurrently);
-        returns how many."""
+    def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> Written:
+        """Write many ``(queue, group, consumer, lease_count)`` beats (or `BeatSpec`s), each
+        atomically, in one script call (one per queue on a cluster, the asyncio registry's
+        sent concurrently); returns how many (`Written`: an int naming the consumers with
+        a drain request)."""
+
+    def request_drain(
+        self, queue: str, group: str, consumer: str, now_ns: int | None = None
+    ) -> bool:
+        """Ask one consumer to drain: its next beats' replies say so until one of them says
+        it is draining; returns whether it is tracked (protocol mode 2 only)."""
 
     def clock_ns(self) -> int:
         """The server clock that reads use when ``now_ns`` is None (``TIME``), in ns."""

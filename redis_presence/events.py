@@ -47,6 +47,16 @@ class EventKind(str, enum.Enum):
     RECOVERED = "recovered"
     LEFT = "left"
     PRUNED = "pruned"
+    # Protocol version 2 (logged in mode 2 only):
+    DRAINING = "draining"
+    """A beat said its consumer is draining (the flag went from clear to set)."""
+    CONFLICT = "conflict"
+    """Two instances beat for one consumer at once (the first duplicate beat while none was
+    active under the TTL)."""
+    RESTARTED = "restarted"
+    """An active consumer's beat came from a new instance (the process restarted)."""
+    DRAIN_REQUESTED = "drain_requested"
+    """A drain of the consumer was requested (`request_drain`; each request)."""
 
     def __str__(self) -> str:
         return self.value
@@ -55,7 +65,16 @@ class EventKind(str, enum.Enum):
 _RANK = {kind: rank for rank, kind in enumerate(EventKind)}
 _LOGGED = {
     kind.value: kind
-    for kind in (EventKind.JOINED, EventKind.RECOVERED, EventKind.LEFT, EventKind.PRUNED)
+    for kind in (
+        EventKind.JOINED,
+        EventKind.RECOVERED,
+        EventKind.LEFT,
+        EventKind.PRUNED,
+        EventKind.DRAINING,
+        EventKind.CONFLICT,
+        EventKind.RESTARTED,
+        EventKind.DRAIN_REQUESTED,
+    )
 }
 
 

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
+from .beats import BeatReply, Written
 from .errors import PresenceResyncRequired
 from .events import (
     DEFAULT_CHANGES_LIMIT,
@@ -42,6 +43,7 @@ from .events import (
 )
 from .model import ConsumerPresence, GroupPresence, GroupsPage
 from .plans import Plan, Planner, RowStream
+from .plans.index import Migrated
 from .validation import Beat
 
 T = TypeVar("T")
@@ -74,19 +76,39 @@ class ContractOperations:
         now_ns: int | None = None,
         *,
         progressed: bool = False,
-    ) -> None:
+        capacity: int | None = None,
+        draining: bool | None = None,
+    ) -> BeatReply:
         """Record or refresh one consumer in one atomic script call (one round trip).
         With `progressed`, also records progress (a finished or acknowledged message) at
-        the beat's instant."""
+        the beat's instant; `capacity` and `draining` (None: keep the stored ones) are
+        stored with it. The reply says whether a drain of the consumer was requested."""
         return self.execute(
-            self.plans.heartbeat(queue, group, consumer, lease_count, now_ns, progressed=progressed)
+            self.plans.heartbeat(
+                queue,
+                group,
+                consumer,
+                lease_count,
+                now_ns,
+                progressed=progressed,
+                capacity=capacity,
+                draining=draining,
+            )
         )
 
-    def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
-        """Write many ``(queue, group, consumer, lease_count)`` beats, each atomically, in one
-        script call (one per queue on a cluster, the asyncio registry's sent concurrently);
-        returns how many."""
+    def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> Written:
+        """Write many ``(queue, group, consumer, lease_count)`` beats (or `BeatSpec`s), each
+        atomically, in one script call (one per queue on a cluster, the asyncio registry's
+        sent concurrently); returns how many (`Written`: an int naming the consumers with
+        a drain request)."""
         return self.execute(self.plans.heartbeat_many(beats, now_ns))
+
+    def request_drain(
+        self, queue: str, group: str, consumer: str, now_ns: int | None = None
+    ) -> bool:
+        """Ask one consumer to drain: its next beats' replies say so until one of them says
+        it is draining; returns whether it is tracked (protocol mode 2 only)."""
+        return self.execute(self.plans.request_drain(queue, group, consumer, now_ns))
 
     def clock_ns(self) -> int:
         """The server clock that reads use when ``now_ns`` is None (``TIME``), in ns."""
@@ -385,6 +407,7 @@ class Operations(ContractOperations):
             )
         )
 
-    def migrate(self) -> int:
-        """Move the index of release 0.1 into this release's (see `Planner.migrate`)."""
+    def migrate(self) -> Migrated:
+        """Move the index of release 0.1 into this release's, set the prefix's protocol
+        version to 2 and seed the fleet indexes (see `Planner.migrate`)."""
         return self.execute(self.plans.migrate())

@@ -19,6 +19,30 @@ from .core import Job, Scope, _check_protocol, _text
 from .requests import Command, Partial, Plan, Request
 
 
+class Migrated(int):
+    """What `migrate` returns: how many groups of the 0.1 index it moved (an int, as
+    before), with `seeded` (groups whose newest and oldest beats it wrote into the fleet
+    indexes) and `was` (``P:protocol`` before it ran; None: none)."""
+
+    seeded: int
+    was: str | None
+
+    def __new__(cls, moved: int = 0, *, seeded: int = 0, was: str | None = None) -> Migrated:
+        migrated = super().__new__(cls, moved)
+        migrated.seeded = seeded
+        migrated.was = was
+        return migrated
+
+
+def _score(reply: Any) -> int | None:
+    """The score of a ``ZRANGE i i WITHSCORES`` reply (flat, or RESP3 pairs): None when
+    empty or an error."""
+    if isinstance(reply, PresenceError) or not reply:
+        return None
+    first = reply[0]
+    return int(float(first[1] if isinstance(first, list | tuple) else reply[1]))
+
+
 class IndexPlans(Job):
     """The index of groups (``P:groups``) and, on a Redis Cluster, the protocol that keeps it
     (docs/index-protocol.md): listing, unlisting, a page of groups, the protocol claim, and
@@ -147,18 +171,89 @@ class IndexPlans(Job):
             return [groups]
         return [list(part) for _, part in groupby(groups, key=attrgetter("queue"))]
 
-    def migrate(self) -> Plan[int]:
-        """List in ``P:groups`` every group of the index of release 0.1 (``P:index``), a page
-        at a time, and empty that index; returns how many groups it moved. Safe to run while
-        brokers beat, and again at any time (it moves only what is left)."""
+    def migrate(self) -> Plan[Migrated]:
+        """Bring a prefix to this protocol version: list in ``P:groups`` every group of the
+        index of release 0.1 (``P:index``), a page at a time, and empty that index; then set
+        ``P:protocol`` to PROTOCOL_VERSION (a prefix in mode 1 leaves it: run it once every
+        client speaks version 2) and, on a standalone server, seed the fleet indexes
+        (``P:newest``, ``P:oldest``) from each indexed group's newest and oldest beat, a
+        page of groups at a time. Returns how many groups it moved (`Migrated`). Safe to
+        run while brokers beat, and again at any time (it moves only what is left, and
+        seeding again changes nothing a beat wrote since: ``ZADD GT`` / ``LT``)."""
         self.scope.writable("migrate")
         return self._migrate()
 
-    def _migrate(self) -> Plan[int]:
+    def _migrate(self) -> Plan[Migrated]:
         # It moves groups into this version's index: the version is read first, always
         # (several commands, not one script: not atomic with the moves).
         (version,) = yield [Command("GET", (self.keys.protocol,))]
         _check_protocol(self.keys.protocol, version)
+        was = None if version is None else _text(version)
+        moved = yield from self._move_legacy()
+        if was != PROTOCOL_VERSION:
+            yield [Command("SET", (self.keys.protocol, PROTOCOL_VERSION))]
+            self._cache.protocol_took([PROTOCOL_VERSION.encode()])
+            self._cache.claim()
+        seeded = 0 if self.clustered else (yield from self._seed_fleet())
+        return Migrated(moved, seeded=seeded, was=was)
+
+    def _seed_fleet(self) -> Plan[int]:
+        """``ZADD P:newest GT`` and ``ZADD P:oldest LT`` every indexed group's newest and
+        oldest beat (whole µs), a page of the index at a time; returns how many groups."""
+        seeded = 0
+        after: Any = None
+        page = self.limits.groups
+        while True:
+            low = (
+                "-"
+                if after is None
+                else (b"(" + after if isinstance(after, bytes) else f"({after}")
+            )
+            (members,) = yield [
+                Command("ZRANGEBYLEX", (self.keys.groups, low, "+", "LIMIT", 0, page))
+            ]
+            if not members:
+                return seeded
+            groups = []
+            for member in members:
+                try:
+                    groups.append(self.keys.from_member(member))
+                except PresenceDataError:
+                    continue  # not a member this package wrote: nothing to seed
+            ends = (
+                (
+                    yield Partial(
+                        [
+                            Command("ZRANGE", (gk.hb, index, index, "WITHSCORES"))
+                            for gk in groups
+                            for index in (-1, 0)
+                        ]
+                    )
+                )
+                if groups
+                else []
+            )
+            newest: list[Any] = []
+            oldest: list[Any] = []
+            for i, gk in enumerate(groups):
+                high, low_end = _score(ends[2 * i]), _score(ends[2 * i + 1])
+                if high is None or low_end is None:
+                    continue  # an emptied group (or a key of another type): nothing to seed
+                newest += (high, gk.member)
+                oldest += (low_end, gk.member)
+                seeded += 1
+            batch: list[Request] = []
+            if newest:
+                batch.append(Command("ZADD", (self.keys.newest, "GT", *newest)))
+                batch.append(Command("ZADD", (self.keys.oldest, "LT", *oldest)))
+            if batch:
+                yield batch
+            if len(members) < page:
+                return seeded
+            after = members[-1]
+
+    def _move_legacy(self) -> Plan[int]:
+        """The 0.1 index's groups moved into ``P:groups``; returns how many."""
         moved = 0
         legacy = self.keys.legacy_index
         while True:
