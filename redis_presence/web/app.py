@@ -775,7 +775,9 @@ class Views:
         config = self.service.config
         per_consumer = config.per_consumer_metrics
         reading = await metrics.scrape(
-            self.service.reads, read_consumers=per_consumer or config.stuck_metrics
+            self.service.reads,
+            read_consumers=per_consumer or config.stuck_metrics,
+            capacity=config.capacity_metrics,
         )
         if reading.error:
             log.warning("scrape: Redis read failed: %s", reading.error)

@@ -252,14 +252,20 @@ class PresenceCollector(Collector):
             yield gauge
 
 
-async def scrape(data: PresenceData, *, read_consumers: bool) -> ScrapeReading:
+async def scrape(
+    data: PresenceData, *, read_consumers: bool, capacity: bool = True
+) -> ScrapeReading:
     """Read what one scrape reports (`read_consumers`: a snapshot, for stuck counts, oldest
     heartbeats and per-consumer series); a Redis failure becomes `error` (and `up` 0), a
     prefix of another protocol version `error` and `other_protocol`, data of the prefix it
-    cannot read (a spoilt ``P:ttl``) `error` and `data_error` (both `up` 1: Redis answered)."""
+    cannot read (a spoilt ``P:ttl``) `error` and `data_error` (both `up` 1: Redis answered).
+    `capacity`: the default read also reads the live consumers' values (capacity, free
+    slots, draining, conflicts: two commands a group more)."""
     started = time.perf_counter()
     try:
-        now, ttl, groups, consumers = await data.metrics(read_consumers=read_consumers)
+        now, ttl, groups, consumers = await data.metrics(
+            read_consumers=read_consumers, capacity=capacity
+        )
     except PresenceError as exc:
         known = data.last_ttl.ttl_ms if data.last_ttl else DEFAULT_PRESENCE_TTL_MS
         other = isinstance(exc, PresenceProtocolError)

@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import groupby
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, TypedDict
 
 from redis_presence import ConsumerPresence, PresenceState
 from redis_presence.model import GroupPresence, LiveTally
 from redis_presence.verdict import GroupFacts, GroupVerdict, Verdict, judge, verdict_of
 
 from .paging import Page
-from .stuck import StuckCount
+from .stuck import NO_LIVE, LiveFields, StuckCount
 
 
 class GroupStats(NamedTuple):
@@ -121,6 +121,26 @@ class GroupStats(NamedTuple):
         }
 
 
+class _LiveReplace(TypedDict):
+    capacity: int | None
+    free: int | None
+    draining: int | None
+    conflicts: int | None
+    draining_stale: int | None
+
+
+def _live(fields: LiveFields) -> _LiveReplace:
+    """`StuckCount.live` fields as `GroupStats._replace` keywords."""
+    capacity, free, draining, conflicts, draining_stale = fields
+    return {
+        "capacity": capacity,
+        "free": free,
+        "draining": draining,
+        "conflicts": conflicts,
+        "draining_stale": draining_stale,
+    }
+
+
 class TtlInUse(NamedTuple):
     """The TTL a read used and where it came from: ``"option"`` (``--ttl-ms``), or the
     shared TTL stored for the ``"group"``, stored for the ``"prefix"``, or the
@@ -196,6 +216,9 @@ class GroupTotals(NamedTuple):
     these rows is true while Redis holds the same ones."""
     known: frozenset[tuple[str, str]] = frozenset()
     """The names of `rows`."""
+    live_groups: Mapping[tuple[str, str], LiveFields] = MappingProxyType({})
+    """Each group's capacity, free slots and draining and conflicting consumers, counted
+    with the stuck ones (`StuckCount.live`: the groups where any is reported only)."""
 
     @classmethod
     def of(
@@ -212,6 +235,7 @@ class GroupTotals(NamedTuple):
                     stuck=stuck.groups.get(key, 0),
                     leases=stuck.leases.get(key, 0),
                     leases_expired=stuck.leases_expired.get(key, 0),
+                    **_live(stuck.live_of(key)),
                 )
                 for g in groups
                 for key in ((g.queue, g.group),)
@@ -235,11 +259,13 @@ class GroupTotals(NamedTuple):
             MappingProxyType({}) if stuck is None else stuck.leases_expired,
             index_sizes,
             frozenset((g.queue, g.group) for g in groups),
+            MappingProxyType({}) if stuck is None else stuck.live,
         )
 
     def with_stuck(self, rows: Sequence[GroupStats]) -> list[GroupStats]:
         """`rows` with each group's stuck consumers, leases and leases held by expired
-        consumers from this count (None: not counted)."""
+        consumers, capacity, free slots, draining consumers and conflicts from this count
+        (None: not counted)."""
         if self.stuck is None:
             return list(rows)
         return [
@@ -247,6 +273,7 @@ class GroupTotals(NamedTuple):
                 stuck=self.stuck_groups.get(key, 0),
                 leases=self.lease_groups.get(key, 0),
                 leases_expired=self.dead_lease_groups.get(key, 0),
+                **_live(self.live_groups.get(key, NO_LIVE)),
             )
             for g in rows
             for key in ((g.queue, g.group),)
@@ -274,7 +301,7 @@ class GroupTotals(NamedTuple):
         fields = self._asdict()
         del fields["epoch"], fields["rows"], fields["stuck_groups"]
         del fields["lease_groups"], fields["dead_lease_groups"], fields["index_sizes"]
-        del fields["known"]
+        del fields["known"], fields["live_groups"]
         fields["dead_leases_groups"] = self.dead_leases_groups
         return fields
 

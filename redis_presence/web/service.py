@@ -74,6 +74,11 @@ class WebConfig:
     stuck_metrics: bool = False
     """``--stuck-metrics``: each scrape reads every consumer, to count the stuck ones per
     group (on with `per_consumer_metrics`, which reads them anyway)."""
+    capacity_metrics: bool = True
+    """The default scrape also reads each group's live consumers' values (two commands a
+    group more): capacity, free slots, draining and conflicts (protocol version 2), and
+    so the verdict DRAINING; ``--no-capacity-metrics`` turns it off (those series go, and
+    a drained consumer that left is judged as a crashed one)."""
     now_ns: int | None = None
     """A fixed clock for every read (tests); None is the Redis server's clock."""
     read_cache_s: float = 0.5

@@ -82,6 +82,16 @@ def web_extra_missing(command: str, exc: ImportError) -> CliError:
     "scrape; implied by --per-consumer-metrics). Env: REDIS_PRESENCE_STUCK_METRICS=1.",
 )
 @click.option(
+    "--capacity-metrics/--no-capacity-metrics",
+    default=True,
+    show_default=True,
+    envvar="REDIS_PRESENCE_CAPACITY_METRICS",
+    help="Read each group's live consumers' values at each scrape (two commands a group "
+    "more): capacity, free slots, draining and duplicates per group, and the verdict "
+    "DRAINING (a drained consumer that left raises no alert). "
+    "Env: REDIS_PRESENCE_CAPACITY_METRICS=0 turns it off.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
     default="info",
@@ -154,6 +164,7 @@ def command(
     drain_token: str | None,
     per_consumer_metrics: bool,
     stuck_metrics: bool,
+    capacity_metrics: bool,
     log_level: str,
     max_streams: int,
     max_connections: int,
@@ -215,6 +226,7 @@ def command(
         drain_token=drain_token or None,
         per_consumer_metrics=per_consumer_metrics,
         stuck_metrics=stuck_metrics,
+        capacity_metrics=capacity_metrics,
         now_ns=app.now_ns,
         read_cache_s=read_cache_ms / 1000,
         live_interval_s=live_interval_ms / 1000,
