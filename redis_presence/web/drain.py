@@ -70,8 +70,8 @@ def _port(netloc: str) -> int | None:
 def same_origin(request: Request) -> bool:
     """Whether nothing the browser says puts the request on another origin: no
     ``Sec-Fetch-Site`` other than ``same-origin`` (or ``none``: typed by the person), and an
-    ``Origin``, when sent, naming this host (and its port, when the ``Host`` names one; the
-    scheme is not compared: a proxy may end TLS in front of the service)."""
+    ``Origin``, when sent, naming this host and port (the scheme is not compared: a proxy
+    may end TLS in front of the service, and browsers leave a default port out of both)."""
     site = request.headers.get("sec-fetch-site")
     if site is not None and site not in ("same-origin", "none"):
         return False
@@ -84,11 +84,8 @@ def same_origin(request: Request) -> bool:
         return False
     if host_of(parts.netloc) is None or host_of(parts.netloc) != host_of(host):
         return False
-    port = _port(host)
-    if port is None:
-        return True
-    default = 443 if parts.scheme == "https" else 80
-    return (_port(parts.netloc) or default) == port
+    # The same explicit port, or none on either (browsers leave a default port out).
+    return _port(parts.netloc) == _port(host)
 
 
 async def _names(request: Request) -> tuple[str, str, str] | Response:
