@@ -268,7 +268,7 @@
       state,
       age,
       cell(thousands(c.lease_count), "num"),
-      cell(c.capacity === null || c.capacity === undefined ? "" : thousands(c.capacity), "num capacity"),
+      cell(c.capacity === null || c.capacity === undefined ? "" : thousands(c.capacity), "capacity"),
       cell(isoUtc(c.registered_at_ns), "when"),
     );
     if (page.with_meta) tr.append(metaCell(c.meta, c.meta_error));
