@@ -93,6 +93,9 @@ def stale_at(heartbeat_ns: int, ttl_ms: int) -> int:
 
 
 _ARRIVALS = (EventKind.JOINED, EventKind.RECOVERED)
+_TRANSITIONS = frozenset((*_ARRIVALS, EventKind.LEFT, EventKind.PRUNED))
+"""The logged events that change whether a consumer is tracked or active (protocol
+version 2's draining, conflict, restarted and drain_requested change neither)."""
 
 
 def active_spans(
@@ -111,6 +114,7 @@ def active_spans(
     its current heartbeat's; before a ``recovered`` it was inactive for a while that the log
     does not bound (a maybe span from its last known beat's stale line)."""
     spans: list[Span] = []
+    events = [event for event in events if event.kind in _TRANSITIONS]
 
     def add(start: int, end: int, sure: bool = True) -> None:
         start, end = max(start, start_ns), min(end, now_ns)
