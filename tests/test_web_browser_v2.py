@@ -146,14 +146,18 @@ def test_asking_a_consumer_to_drain_from_its_page(page: Page, fleet: RedisPresen
     form.get_by_label("Drain token").fill("not-it")
     form.get_by_role("button", name="Ask it to drain").click()
     expect(said).to_have_text(re.compile(r"^Not requested: a drain request needs the drain token"))
-    assert not fleet.consumer(QUEUE, ask, "w2").drain_requested
+    found = fleet.consumer(QUEUE, ask, "w2")
+    assert found is not None
+    assert not found.drain_requested
     form = page.locator("#drain-form")
     form.get_by_label("Drain token").fill(DRAIN_TOKEN)
     form.get_by_role("button", name="Ask it to drain").click()
     expect(page.locator("#drain-result")).to_have_text(
         re.compile(r"^(Drain|A drain was) requested")
     )
-    assert fleet.consumer(QUEUE, ask, "w2").drain_requested
+    found = fleet.consumer(QUEUE, ask, "w2")
+    assert found is not None
+    assert found.drain_requested
     expect(page.locator("#consumer-draining")).to_have_text(re.compile(r"^requested"))
     assert DRAIN_TOKEN not in page.content()
     fits(page)
