@@ -84,6 +84,7 @@ if kind or logs then
   local err = check_log(1)
   if err then return err end
 end
+claim()
 if NEWEST and (not old or newest_due(last_us, us, ttl)) then
   -- The first write: a NEWEST of another type refuses the beat, nothing written.
   local raised = redis.pcall('ZADD', NEWEST, 'GT', us, data)

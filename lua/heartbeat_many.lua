@@ -103,6 +103,7 @@ for g = 1, GROUPS do
   end
 end
 
+claim()
 local events = {}  -- events[g] = {joined = {...}, recovered = {...}, ...}
 local latest = {}  -- latest[g][consumer]: the value this call wrote (a consumer beats twice)
 local zset_ok = {}  -- zset_ok[g]: a ZADD into group g's sorted set succeeded

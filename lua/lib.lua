@@ -204,13 +204,16 @@ end
 -- it read, `given` ('1' or anything else for VERSION). One GET, in the same script as the
 -- write, so a migration that sets another version cannot slip between the check and the
 -- write.
+local UNCLAIMED = nil  -- the version's key, when check_protocol found it missing
 local function check_protocol(i, given)
+  UNCLAIMED = nil
   if not KEYS[i] then
     if given == '1' then MODE = '1' else MODE = VERSION end
     return nil
   end
   local found = redis.pcall('GET', KEYS[i])
   if type(found) == 'table' then return failed(found, i, 'string') end
+  if not found then UNCLAIMED = KEYS[i] end
   if found == '1' then
     MODE = '1'
   elseif not found or found == VERSION then
@@ -221,6 +224,17 @@ local function check_protocol(i, given)
       .. '; this package speaks version ' .. VERSION .. ' (docs/protocol.md)')
   end
   return nil
+end
+
+-- Claim a prefix whose version was missing for VERSION (SET NX), in the script that writes
+-- its first version 2 value, so no such value is ever stored under a prefix another
+-- client could still claim for version 1 (standalone; a caller whose ACL lacks SET leaves
+-- it to the client's own claim after the beat).
+local function claim()
+  if UNCLAIMED then
+    redis.pcall('SET', UNCLAIMED, VERSION, 'NX')
+    UNCLAIMED = nil
+  end
 end
 
 -- Why field `field` of KEYS[i] (a hash of stored values) is refused: its `value` is not one

@@ -49,20 +49,21 @@ class Written(int):
         return (Written, (int(self), self.drain_requested))
 
 
-_instance: list[str] = []
+TOKEN: list[str] = []
+"""This process's instance token, the only item of a list that a fork refills in place: a
+hot path keeps the list and reads ``TOKEN[0]`` (`process_instance` is the public way)."""
 
 
 def _draw() -> None:
-    _instance[:] = [secrets.token_hex(8)]
+    TOKEN[:] = [secrets.token_hex(8)]
 
 
 def process_instance() -> str:
     """This process's instance token: 16 hex digits drawn once per process (drawn again in
     a child after ``fork``, so a forked worker is another instance)."""
-    if not _instance:
-        _draw()
-    return _instance[0]
+    return TOKEN[0]
 
 
+_draw()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_draw)

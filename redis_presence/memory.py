@@ -73,10 +73,6 @@ Stored = tuple[int, int, int, int | None, int, int, int, str, str]
 `(registered_at_ns, last_heartbeat_ns, lease, last_progress_ns, capacity (0: none), flags,
 conflict_ns (0: never), instance, previous)`."""
 
-_V2_ROWS = "capacity" in ConsumerPresence._fields
-"""Whether `ConsumerPresence` has the version 2 fields yet (the read side adds them): the
-model fills them when it does. TODO(v2 read side): drop this test once model.py has them."""
-
 
 def _state(now_ns: int, last_heartbeat_ns: int, ttl_ms: int) -> PresenceState:
     return PresenceState.classify(age_ms(now_ns, last_heartbeat_ns), ttl_ms)
@@ -366,7 +362,7 @@ class ConsumerPresenceRegistry:
             stucks = {key[:2]: stuck or self._stuck_of(key[0], key[1]) for key, _ in rows}
             metas = {key: self._meta.get(key, NO_META) for key, _ in rows} if with_meta else {}
         stamp = time.time_ns() if now is None else now
-        out = [
+        return [
             ConsumerPresence.at(
                 *key,
                 value[0],
@@ -377,15 +373,10 @@ class ConsumerPresenceRegistry:
                 ttl_ms=ttls[key[:2]],
                 stuck_after_ms=stucks[key[:2]],
                 meta=metas.get(key, NO_META),
+                **_v2_of(value),
             )
             for key, value in rows
         ]
-        if _V2_ROWS:
-            out = [
-                _with_v2(row, value, stamp, ttls[key[:2]])
-                for row, (key, value) in zip(out, rows, strict=True)
-            ]
-        return out
 
     def iter_snapshot(
         self,
@@ -742,16 +733,16 @@ class ConsumerPresenceRegistry:
                 cursor = None
 
 
-def _with_v2(row: ConsumerPresence, value: Stored, now_ns: int, ttl_ms: int) -> ConsumerPresence:
-    """`row` with the version 2 fields a reader derives from a stored value (V2SPEC)."""
+def _v2_of(value: Stored) -> dict[str, Any]:
+    """What `ConsumerPresence.at` takes of a stored value's version 2 fields."""
     _, _, _, _, capacity, flags, conflict, instance, _ = value
-    return row._replace(  # type: ignore[call-arg]
-        capacity=capacity or None,
-        draining=bool(flags & FLAG_DRAINING),
-        drain_requested=bool(flags & FLAG_DRAIN_REQUESTED),
-        conflict=conflict != 0 and _state(now_ns, conflict, ttl_ms) is PresenceState.ACTIVE,
-        instance=None if instance == NO_INSTANCE else instance,
-    )
+    return {
+        "capacity": capacity or None,
+        "draining": bool(flags & FLAG_DRAINING),
+        "drain_requested": bool(flags & FLAG_DRAIN_REQUESTED),
+        "conflict_ns": conflict,
+        "instance": None if instance == NO_INSTANCE else instance,
+    }
 
 
 def _encode(now_ns: int, seen: int, queue: str | None, group: str | None) -> str:

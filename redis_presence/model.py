@@ -11,6 +11,7 @@ from itertools import groupby, repeat
 from operator import and_, eq, floordiv, gt, itemgetter, le, sub
 from typing import Any, NamedTuple, TypeVar
 
+from .keys import FLAG_DRAIN_REQUESTED, FLAG_DRAINING, NO_INSTANCE
 from .verdict import GroupFacts, GroupVerdict, Verdict, judge
 
 DEFAULT_PRESENCE_TTL_MS = 30_000
@@ -354,13 +355,8 @@ class StoredV2(NamedTuple):
     previous: Sequence[str]
 
 
-DRAINING_FLAG = 1
-"""Bit of a stored value's flags: the consumer says it is draining."""
-DRAIN_REQUESTED_FLAG = 2
-"""Bit of a stored value's flags: a drain was requested and not yet acknowledged."""
-
 _ZERO_IS_NONE: dict[int, None] = {0: None}
-_DASH_IS_NONE: dict[Any, None] = {"-": None}
+_DASH_IS_NONE: dict[Any, None] = {NO_INSTANCE: None}
 
 
 def in_conflict(conflict_ns: int, *, now_ns: int, ttl_ms: int) -> bool:
@@ -379,8 +375,8 @@ def _v2_fields(stored: StoredV2 | None, now_ns: int, ttl_ms: int) -> tuple[Itera
     edge = max(0, PresenceState.horizons_ns(now_ns, ttl_ms)[0])
     return (
         map(_ZERO_IS_NONE.get, capacity, capacity),
-        map(bool, map(and_, flags, repeat(DRAINING_FLAG))),
-        map(bool, map(and_, flags, repeat(DRAIN_REQUESTED_FLAG))),
+        map(bool, map(and_, flags, repeat(FLAG_DRAINING))),
+        map(bool, map(and_, flags, repeat(FLAG_DRAIN_REQUESTED))),
         map(gt, conflict_ns, repeat(edge)),
         map(_DASH_IS_NONE.get, instance, instance),
     )

@@ -9,9 +9,9 @@ from operator import add
 from typing import Any
 
 from .errors import PresenceDataError
-from .keys import STORED_FIELDS, STORED_SEPARATOR, GroupKeys
+from .keys import STORED_FIELDS, STORED_FIELDS_V2, STORED_SEPARATOR, GroupKeys
 from .model import StoredV2
-from .validation import MAX_LEASE_COUNT
+from .validation import INSTANCE_PATTERN, MAX_CAPACITY, MAX_LEASE_COUNT
 
 Columns = tuple[
     list[str], list[int], list[int], list[int], list[int | None] | None, StoredV2 | None
@@ -21,21 +21,24 @@ last_progress_ns (None when nobody in the group recorded progress, else None for
 consumer who did not) and the columns of version 2 (None when no consumer of the group has
 a version 2 value: `model.StoredV2`)."""
 
-STORED_FIELDS_V2 = 9
-"""Fields of a version 2 stored value: ``registered_ns last_ns lease progress_ns capacity
-flags conflict_ns instance previous`` (V2SPEC; the first seven decimal, the last two
-tokens)."""
 _DECIMALS_V2 = 7
-MAX_CAPACITY = 2**32 - 1
-"""The largest capacity a stored value holds (an unsigned 32-bit integer, as a lease)."""
+"""The decimal fields of a version 2 value (`keys.STORED_VALUE`): the two tokens follow."""
 _MAX_FLAGS = 10**10 - 1
 """Flags are at most ten digits."""
 _MAX_TOKEN = 32
-_TOKEN = re.compile(r"[A-Za-z0-9_.\-]{1,32}")
-_TOKEN_CHARS: dict[type, Any] = {
-    str: re.compile(r"[A-Za-z0-9_.\-]*"),
-    bytes: re.compile(rb"[A-Za-z0-9_.\-]*"),
-}
+_TOKEN = re.compile(INSTANCE_PATTERN)
+_TOKEN_BYTES = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
+
+
+def _token_chars(text: Any) -> bool:
+    """Whether `text` (str or bytes) holds nothing but token characters (`_TOKEN`): what is
+    left once they are deleted (``bytes.translate``, in C) is empty."""
+    if isinstance(text, str):
+        if not text.isascii():
+            return False
+        text = text.encode()
+    return not text.translate(None, _TOKEN_BYTES)
+
 
 _SEPARATORS: dict[type, Any] = {str: STORED_SEPARATOR, bytes: STORED_SEPARATOR.encode()}
 _NEWLINES: dict[type, Any] = {str: "\n", bytes: b"\n"}
@@ -188,9 +191,7 @@ def stored_columns(keys: GroupKeys, reply: Any) -> Columns:
             instance, previous = fields[_DECIMALS_V2::width], fields[_DECIMALS_V2 + 1 :: width]
             tokens = instance + previous
             empty = space[:0]
-            if max(map(len, tokens)) > _MAX_TOKEN or not _TOKEN_CHARS[kind].fullmatch(
-                empty.join(tokens)
-            ):
+            if max(map(len, tokens)) > _MAX_TOKEN or not _token_chars(empty.join(tokens)):
                 raise ValueError
             del fields[_DECIMALS_V2::width]  # the tokens out: seven decimal columns left
             del fields[_DECIMALS_V2 :: width - 1]
@@ -204,23 +205,23 @@ def stored_columns(keys: GroupKeys, reply: Any) -> Columns:
             raise ValueError
         registered = list(map(int, fields[0::step]))
         heartbeat = list(map(int, fields[1::step]))
-        lease = list(map(int, fields[2::step]))
+        lease = _ints(fields[2::step])
         if max(lease) > MAX_LEASE_COUNT:  # a count no client writes (docs/protocol.md, 4)
             raise ValueError
         if width == STORED_FIELDS + 1:
             progress = [int(p) if h else None for p, h in zip(fields[3::width], has, strict=True)]
         elif width == STORED_FIELDS_V2:
-            made = list(map(int, fields[3::step]))
+            made = _ints(fields[3::step])
             if max(made):  # 0: no progress recorded
                 progress = list(map(_ZERO_IS_NONE.get, made, made))
-            capacity = list(map(int, fields[4::step]))
-            flags = list(map(int, fields[5::step]))
+            capacity = _ints(fields[4::step])
+            flags = _ints(fields[5::step])
             if max(capacity) > MAX_CAPACITY or max(flags) > _MAX_FLAGS:
                 raise ValueError
             if kind is not str:
                 instance = _NEWLINES[kind].join(instance).decode().split("\n")
                 previous = _NEWLINES[kind].join(previous).decode().split("\n")
-            stored = StoredV2(capacity, flags, list(map(int, fields[6::step])), instance, previous)
+            stored = StoredV2(capacity, flags, _ints(fields[6::step]), instance, previous)
         if kind is str:
             decoded = names
         else:
@@ -233,6 +234,15 @@ def stored_columns(keys: GroupKeys, reply: Any) -> Columns:
 
 
 _ZERO_IS_NONE: dict[int, None] = {0: None}
+_ZEROS: dict[type, Any] = {str: "0", bytes: b"0"}
+
+
+def _ints(column: list[Any]) -> list[int]:
+    """A column of decimal fields as ints; one of zeros only (no progress, capacity, flags
+    or conflict: most of a version 2 group's columns) without an ``int`` a field."""
+    if column and column.count(_ZEROS[type(column[0])]) == len(column):
+        return [0] * len(column)
+    return list(map(int, column))
 
 
 def sound_columns(

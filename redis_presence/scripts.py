@@ -73,9 +73,7 @@ SCRIPT_NAMES = tuple(
 """Every operation script: each ``lua/<name>.lua`` but ``lib.lua``."""
 
 
-FUNCTIONS: tuple[str, ...] = tuple(
-    name for name in ("heartbeat", "heartbeat_many", "drain") if name in SCRIPT_NAMES
-)
+FUNCTIONS = ("heartbeat", "heartbeat_many", "drain")
 """The scripts also loaded as Redis functions (`library`): the heartbeats, the hot path, where
 defining the helpers of ``lib.lua`` on every ``EVALSHA`` costs a third of a beat's server
 time, and the drain request, a writer's. Every other script is sent by ``EVALSHA`` only."""

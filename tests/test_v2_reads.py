@@ -2,18 +2,21 @@
 version 1 values in one group, give rows their capacity, draining, drain_requested,
 conflict and instance, and groups their capacity, free slots, draining consumers and
 conflicts; `group()` and ``groups(capacity=True)`` judge DRAINING and excuse a shortfall
-with them. The values are written with HSET here (as the version 2 scripts write them),
-over consumers a version 1 beat registered, so each score matches its stored beat.
+with them. `seed` writes exact values with HSET (a version 1 one among them) over
+consumers a beat registered, so each score matches its stored beat; the end-to-end tests
+beat with ``capacity=``, ``draining=``, `request_drain` and two instance tokens.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from backends import make_registry, raw_client
+from cli_invoke import invoke
 
-from redis_presence import Verdict
+from redis_presence import RedisPresenceRegistry, Verdict
 from redis_presence.keys import Keyspace
 
 MS = 1_000_000
@@ -60,6 +63,7 @@ def seed(registry: Any, client: Any) -> None:
     client.hset(
         G.data,
         mapping={
+            "a": f"{beats['a']} {beats['a']} 2".encode(),  # as a version 1 client wrote it
             "b": v2(beats["b"], beats["b"], 3, beats["b"] - MS, 10, 1, 0, "inst-b", "-"),
             "c": v2(beats["c"], beats["c"], 0, 0, 0, 1, 0, "inst-c", "-"),
             "d": v2(beats["d"], beats["d"], 1, 0, 4, 2, T0 - 5 * MS, "inst-d2", "inst-d1"),
@@ -150,3 +154,65 @@ def test_a_group_of_version_1_values_reports_no_capacity(
     row = registry.group("q", "g", now_ns=T0, ttl_ms=TTL)
     assert (row.capacity, row.free, row.draining, row.conflicts) == (None, None, 0, 0)
     assert row.verdict is Verdict.OK
+
+
+@pytest.mark.redis_server
+def test_the_cli_shows_capacity_and_marks(redis_client: Any, redis_url: str) -> None:
+    """``ls``: CAPACITY and NOTE columns, JSON fields; ``counts``: CAPACITY and FREE."""
+    seed(RedisPresenceRegistry(redis_client), redis_client)
+    at = ["--url", redis_url, "--now-ns", str(T0), "--ttl-ms", str(TTL)]
+    table = invoke([*at, "ls", "--wide"])
+    assert table.exit_code == 0, table.output
+    header, *lines = table.stdout.splitlines()
+    assert header.split()[6:9] == ["LEASES", "CAPACITY", "NOTE"]
+    by_name = {line.split()[2]: line for line in lines}
+    assert "10  draining" in by_name["b"]
+    assert "4  ! conflict, drain requested" in by_name["d"]
+    listed = json.loads(invoke([*at, "ls", "--format", "json"]).stdout)
+    assert {d["consumer"]: (d["capacity"], d["draining"], d["conflict"]) for d in listed} == {
+        "a": (None, False, False),
+        "b": (10, True, False),
+        "c": (None, True, False),
+        "d": (4, False, True),
+        "e": (99, False, False),
+        "f": (None, False, False),
+    }
+    counts = invoke([*at, "counts"])
+    assert counts.exit_code == 0, counts.output
+    assert [line.split() for line in counts.stdout.splitlines()] == [
+        ["QUEUE", "GROUP", "ACTIVE", "MIN", "CAPACITY", "FREE"],
+        ["q", "g", "4", "4", "14", "10"],
+    ]
+
+
+@pytest.mark.parametrize(
+    # Not the in-process model: two of its registries are two stores, not two processes.
+    "every",
+    [*BACKENDS, pytest.param("cluster-small", marks=pytest.mark.redis_server)],
+)
+def test_end_to_end_beats_with_capacity_draining_and_a_duplicate(
+    request: pytest.FixtureRequest, every: str
+) -> None:
+    """The write side's beats (protocol version 2 scripts) read back: capacity, draining, a
+    drain request until a draining beat, and a duplicate (two processes alternating under
+    one name) in conflict, in rows, `group()` and ``groups(capacity=True)``."""
+    one = make_registry(request, every, instance="proc-one")
+    two = make_registry(request, every, instance="proc-two")
+    one.heartbeat("q", "g", "w1", 2, now_ns=T0 - 10 * MS, capacity=8)
+    one.heartbeat("q", "g", "w2", 1, now_ns=T0 - 10 * MS, capacity=4)
+    assert one.request_drain("q", "g", "w2", now_ns=T0 - 9 * MS)
+    row = one.consumer("q", "g", "w2", now_ns=T0, ttl_ms=TTL)
+    assert (row.drain_requested, row.draining, row.capacity) == (True, False, 4)
+    one.heartbeat("q", "g", "w2", 1, now_ns=T0 - 8 * MS, draining=True)
+    # A duplicate of w1: the two processes beat in turn (restart, then back: a conflict).
+    two.heartbeat("q", "g", "w1", 2, now_ns=T0 - 7 * MS)
+    one.heartbeat("q", "g", "w1", 2, now_ns=T0 - 6 * MS)
+    rows = {r.consumer: r for r in one.snapshot(now_ns=T0, ttl_ms=TTL)}
+    assert (rows["w1"].capacity, rows["w1"].conflict, rows["w1"].instance) == (8, True, "proc-one")
+    assert (rows["w2"].draining, rows["w2"].drain_requested) == (True, False)
+    group = one.group("q", "g", now_ns=T0, ttl_ms=TTL)
+    assert (group.capacity, group.free, group.draining, group.conflicts) == (12, 9, 1, 1)
+    assert group.verdict is Verdict.DRAINING
+    assert one.groups(now_ns=T0, ttl_ms=TTL, capacity=True) == [group]
+    later = one.group("q", "g", now_ns=T0 + (TTL + 10) * MS, ttl_ms=TTL)
+    assert later.conflicts == 0  # a TTL later the duplicate is history

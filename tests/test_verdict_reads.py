@@ -133,8 +133,9 @@ def test_the_api_and_metrics_say_each_groups_verdict(
 
 
 def test_draining_is_judged_once_rows_say_so() -> None:
-    """No row says `draining` before the protocol stores it: the rule is ready, the reads
-    pass None (never DRAINING), and a group whose one missing consumer drained is DRAINING."""
+    """Reads that do not read the stored values (the plain counts) pass None (never
+    DRAINING), and a group whose one missing consumer drained is DRAINING
+    (tests/test_v2_reads.py reads it from stored values)."""
     left = GroupFacts(1, 1, 0, 2, None, 0, 1)
     assert judge(left).verdict is Verdict.DRAINING
     assert judge(left._replace(draining_active=None, draining_stale=None)).verdict is (

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any, NamedTuple, TypeVar
 
-from ..beats import process_instance
+from ..beats import TOKEN
 from ..errors import (
     PresenceDataError,
     PresenceDataWarning,
@@ -208,7 +208,14 @@ class Scope:
     def token(self) -> str:
         """The instance token of a beat now: `instance`, else `process_instance` (drawn
         again after a fork, so a registry a forked worker inherits beats as another)."""
-        return self.instance or process_instance()
+        return self.tokens[0]
+
+    @property
+    def tokens(self) -> list[str]:
+        """A list whose only item is `token` now (the hot path reads ``tokens[0]``): for no
+        given `instance`, the process's own (`redis_presence.beats.TOKEN`, refilled in a
+        forked child)."""
+        return [self.instance] if self.instance else TOKEN
 
     def writable(self, operation: str) -> None:
         """Refuse `operation` (a write) when this scope is read-only."""

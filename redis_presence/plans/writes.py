@@ -61,7 +61,7 @@ class WritePlans(Job):
         "_kept",
         "_read_only",
         "_settings",
-        "_token",
+        "_tokens",
     )
 
     def __init__(
@@ -82,7 +82,7 @@ class WritePlans(Job):
         self._clock = scope.clock
         self._read_only = scope.read_only
         self._kept = beats.get
-        self._token = scope.token
+        self._tokens = scope.tokens
 
     def heartbeat(
         self,
@@ -119,7 +119,7 @@ class WritePlans(Job):
             return self._progressed(beat, check_now_ns(now_ns))
         now = "" if now_ns is None else str(check_now_ns(now_ns))
         cached = self._kept((queue, group))
-        rest = (now, consumer, lease, cap, drain, self._token())
+        rest = (now, consumer, lease, cap, drain, self._tokens[0])
         if cached is None or self._clock() > cached[2]:
             return self._beat_after_ttl(queue, group, rest)
         head, tail, _ = cached
@@ -238,7 +238,7 @@ class WritePlans(Job):
             self.scope.events_kept,
             EVENT_LOG_TTL_MS,
             self.scope.guard,
-            self._token(),
+            self._tokens[0],
             self._cache.mode if self.clustered else "",  # read with the TTLs
         )
         for part in per_queue:
