@@ -218,8 +218,9 @@ class ConsumerPresenceRegistry:
     ) -> int:
         """One beat stamped `stamp` arriving at `now` (recording progress at `progress`,
         when given, and `capacity` and `draining` when not None) from instance `token`, and
-        its events, as the scripts do in mode 2 (V2 "Beat semantics"); returns the flags
-        stored after it."""
+        its events, as the scripts do in mode 2 (``beat_v2`` in lua/lib.lua: V2SPEC's "Beat
+        semantics", and a new instance drops the draining and drain-requested bits, which
+        were the process's before it); returns the flags stored after it."""
         old = self._rows.get(key)
         ttl = self._ttl_of(key[0], key[1])
         if old is None:
@@ -238,38 +239,42 @@ class ConsumerPresenceRegistry:
             self._rows[key] = new
             self._append(EventKind.JOINED, key, stamp, new)
             if draining:
-                self._append(EventKind.DRAINING, key, now, new)
+                self._append(EventKind.DRAINING, key, stamp, new)
             return flags
         registered, last, _, kept_progress, cap, flags, conflict, instance, previous = old
         if progress is None:
             progress = kept_progress
         if capacity is not None:
             cap = capacity
-        was_draining = flags & FLAG_DRAINING
-        if draining is True:
-            flags = (flags | FLAG_DRAINING) & ~FLAG_DRAIN_REQUESTED
-        elif draining is False:
-            flags &= ~FLAG_DRAINING
         active = _state(now, last, ttl) is PresenceState.ACTIVE
         kinds: list[EventKind] = []
         if token != NO_INSTANCE and instance not in (NO_INSTANCE, token):
             if token == previous and active:  # two instances beat at once: a duplicate
                 if conflict == 0 or _state(now, conflict, ttl) is not PresenceState.ACTIVE:
                     kinds.append(EventKind.CONFLICT)
-                conflict = now
-            elif active:
-                kinds.append(EventKind.RESTARTED)
+                conflict = stamp
+            else:
+                # Another process: what the one before said (draining) or was asked (a
+                # drain) was its own, and goes with it (unknown bits stay), as in lib.lua.
+                flags &= ~(FLAG_DRAINING | FLAG_DRAIN_REQUESTED)
+                if active:
+                    kinds.append(EventKind.RESTARTED)
             previous, instance = instance, token
         elif instance == NO_INSTANCE:
             instance = token
+        was_draining = flags & FLAG_DRAINING
+        if draining is True:
+            flags = (flags | FLAG_DRAINING) & ~FLAG_DRAIN_REQUESTED
+        elif draining is False:
+            flags &= ~FLAG_DRAINING
         new = (registered, stamp, lease, progress, cap, flags, conflict, instance, previous)
         self._rows[key] = new
         if not active and _state(now, stamp, ttl) is PresenceState.ACTIVE:
             kinds.insert(0, EventKind.RECOVERED)
         for kind in kinds:
-            self._append(kind, key, now, new)
+            self._append(kind, key, stamp if kind is not EventKind.RECOVERED else now, new)
         if flags & FLAG_DRAINING and not was_draining:
-            self._append(EventKind.DRAINING, key, now, new)
+            self._append(EventKind.DRAINING, key, stamp, new)
         return flags
 
     def deregister(self, queue: str, group: str, consumer: str, now_ns: int | None = None) -> bool:

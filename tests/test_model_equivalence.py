@@ -85,6 +85,7 @@ class RegistryMatchesModel(RuleBasedStateMachine):
         assert model.heartbeat(queue, group, consumer, 1, **kwargs) == redis.heartbeat(
             queue, group, consumer, 1, **kwargs
         )
+        self.as_("proc-a")  # the other rules beat as the first process
 
     @rule(
         beats=st.lists(
@@ -99,6 +100,7 @@ class RegistryMatchesModel(RuleBasedStateMachine):
         written = redis.heartbeat_many(beats, now_ns=self.now)
         assert written == expected
         assert written.drain_requested == expected.drain_requested
+        self.as_("proc-a")
 
     @rule(queue=NAMES, group=NAMES, consumer=NAMES)
     def request_drain(self, queue: str, group: str, consumer: str) -> None:

@@ -346,3 +346,22 @@ def test_written_is_an_int_with_the_drains() -> None:
     again = pickle.loads(pickle.dumps(written))
     assert again == 3
     assert again.drain_requested == written.drain_requested
+
+
+@BOTH
+def test_a_new_instance_drops_what_the_old_one_said_or_was_asked(
+    store_of: Any, backend: str
+) -> None:
+    """Draining and a pending drain request were the old process's: a restart clears both
+    (lib.lua's beat_v2), a duplicate (the old token again, while active) does not."""
+    store = store_of(backend)
+    old, new = store.reg("old-1"), store.reg("new-2")
+    old.heartbeat(Q, G, "w1", now_ns=T0, draining=True, capacity=4)
+    old.request_drain(Q, G, "w1", now_ns=T0 + MS)
+    assert store.stored("w1")[4:6] == ["4", "3"]
+    assert new.heartbeat(Q, G, "w1", now_ns=T0 + 2 * MS) == BeatReply(False)
+    assert store.stored("w1")[4:6] == ["4", "0"]  # capacity stays: it is the consumer's
+    new.heartbeat(Q, G, "w1", now_ns=T0 + 3 * MS, draining=True)
+    old.request_drain(Q, G, "w1", now_ns=T0 + 4 * MS)
+    assert old.heartbeat(Q, G, "w1", now_ns=T0 + 5 * MS) == BeatReply(True)  # a duplicate
+    assert store.stored("w1")[5:] == ["3", str(T0 + 5 * MS), "old-1", "new-2"]
