@@ -114,6 +114,7 @@ def test_the_asyncio_reporter_tells_drains_alike(redis_server: Any) -> None:
             reporter.beat(Q, G, "w1")
             await reporter.flush()
         await registry.aclose()
+        await client.aclose()
 
     asyncio.run(main())
     assert asked == [(Q, G, "w1")]
