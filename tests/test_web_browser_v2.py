@@ -140,6 +140,7 @@ def test_asking_a_consumer_to_drain_from_its_page(page: Page, fleet: RedisPresen
     ask = f"ask-{width(page)}"
     fleet.heartbeat(QUEUE, ask, "w2", 0, now_ns=ahead)
     live(page, f"/consumer?queue={QUEUE}&group={ask}&consumer=w2")
+    settled(page)  # its catch-up read replaces the page's content
     form = page.locator("#drain-form")
     expect(form).to_be_visible()
     said = page.locator("#drain-result")

@@ -911,7 +911,11 @@
     const form = submitted.target;
     if (!(form instanceof HTMLFormElement) || form.id !== "drain-form") return;
     submitted.preventDefault();
-    const said = document.getElementById("drain-result");
+    // The page may be read again meanwhile: what to say is written where the form is then.
+    const say = (text) => {
+      const said = document.getElementById("drain-result");
+      if (said) said.textContent = text;
+    };
     const button = form.querySelector("button");
     button.disabled = true;
     try {
@@ -928,12 +932,12 @@
       const body = await response.json().catch(() => ({}));
       if (response.ok) {
         form.elements.token.value = "";
-        said.textContent = "Drain requested: its next beat's reply tells it.";
+        say("Drain requested: its next beat's reply tells it.");
       } else {
-        said.textContent = `Not requested: ${body.message || response.statusText}`;
+        say(`Not requested: ${body.message || response.statusText}`);
       }
     } catch (error) {
-      said.textContent = `Not requested: ${error.message}`;
+      say(`Not requested: ${error.message}`);
     } finally {
       button.disabled = false;
     }
