@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from cli_invoke import invoke, one_error_line
 from web_client import (
     HOSTILE,
     MS,
@@ -343,3 +344,22 @@ def test_a_drain_token_the_service_cannot_use_is_refused_at_start(
     with pytest.raises(ValueError, match=words) as caught:
         create_app(config)
     assert DRAIN_TOKEN not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--read-only", "serve", "--drain-token", DRAIN_TOKEN], "drop --read-only"),
+        (
+            ["serve", "--auth-token", DRAIN_TOKEN, "--drain-token", DRAIN_TOKEN],
+            "must differ from the auth token",
+        ),
+    ],
+)
+def test_serve_refuses_a_drain_token_it_cannot_use(argv: list[str], words: str) -> None:
+    """One line, exit 2, before anything listens (and never the token itself)."""
+    result = invoke(["--url", "redis://127.0.0.1:1/0", *argv])
+    assert result.exit_code == 2, result.output
+    line = one_error_line(result)
+    assert words in line
+    assert DRAIN_TOKEN not in line
