@@ -64,6 +64,11 @@ def fleet(writer: RedisPresenceRegistry, redis_url_module: str) -> RedisPresence
     writer.heartbeat(QUEUE, "pool", "asked", 2, now_ns=ahead, capacity=4)
     assert writer.request_drain(QUEUE, "pool", "asked", now_ns=ahead)
     writer.heartbeat(QUEUE, "pool", "plain", 0, now_ns=ahead)
+    # QUEUE/left: its only consumer said it was draining and stopped: stale (under the
+    # group's own TTL of 300 s) for the whole test, DRAINING.
+    writer.set_ttl(300_000, queue=QUEUE, group="left")
+    now = writer.clock_ns()
+    writer.heartbeat(QUEUE, "left", "leaver", 0, now_ns=now - 400_000 * MS, draining=True)
     one = RedisPresenceRegistry.from_url(redis_url_module, max_future_ms=None, instance="a")
     two = RedisPresenceRegistry.from_url(redis_url_module, max_future_ms=None, instance="b")
     try:
@@ -161,4 +166,32 @@ def test_asking_a_consumer_to_drain_from_its_page(page: Page, fleet: RedisPresen
     assert found.drain_requested
     expect(page.locator("#consumer-draining")).to_have_text(re.compile(r"^requested"))
     assert DRAIN_TOKEN not in page.content()
+    fits(page)
+
+
+def test_a_draining_consumer_that_stops_keeps_its_mark_live(
+    page: Page, fleet: RedisPresenceRegistry
+) -> None:
+    """It said it was draining and stopped beating: the stale event moves its row (no
+    read) and the draining mark stays beside the new state."""
+    gone = f"gone-{width(page)}"
+    fleet.set_ttl(5_000, queue=QUEUE, group=gone)  # stale from 5 s to 10 s after its beat
+    fleet.heartbeat(QUEUE, gone, "leaver", 0, draining=True)
+    live(page, f"/group?queue={QUEUE}&group={gone}")
+    settled(page)
+    leaver = row(page, "leaver")
+    expect(leaver.locator(".pill.active")).to_have_text("active")
+    expect(leaver.locator(".pill.stale")).to_have_text("stale", timeout=10_000)
+    expect(leaver.locator(".pill.draining")).to_have_text("draining")
+
+
+def test_a_drained_group_is_not_an_alarm(page: Page, fleet: RedisPresenceRegistry) -> None:
+    """Its only consumer said it was draining and left (stale): its verdict is DRAINING,
+    its row is not red and "nobody is reading" is a grey mark, not the red badge."""
+    live(page, f"/?queue={QUEUE}&group=left")
+    settled(page)
+    group = page.locator("#groups tbody tr[data-group=left]")
+    expect(group.locator(".pill.verdict")).to_have_text("DRAINING")
+    expect(group).not_to_have_class(re.compile(r"\bidle\b"))
+    expect(group.locator(".pill.drained")).to_have_text("nobody is reading")
     fits(page)
