@@ -53,7 +53,9 @@ def _server_cpu_s(client: redis.Redis) -> float:
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
-def _beats_per_core_s(client: redis.Redis, run: Callable[[], object], per: int, calls: int) -> float:
+def _beats_per_core_s(
+    client: redis.Redis, run: Callable[[], object], per: int, calls: int
+) -> float:
     """Beats per second of the server's CPU while `run` (`per` beats) is called `calls` times."""
     before = _server_cpu_s(client)
     for _ in range(calls):
@@ -182,10 +184,12 @@ def case_beat_cost(server: BenchServer, sizes: Sizes) -> CaseResult:
             for _ in range(3)
         ]
         result.measures.append(
-            Measure("reporter flushes (heartbeat_many, 250 beats)", "beats/s", core, per="core second")
+            Measure(
+                "reporter flushes (heartbeat_many, 250 beats)", "beats/s", core, per="core second"
+            )
         )
-        result.facts["beats_per_s_at_80pct_of_one_core"]["reporter flushes of 250 (INFO cpu)"] = round(
-            0.8 * statistics.median(core)
+        result.facts["beats_per_s_at_80pct_of_one_core"]["reporter flushes of 250 (INFO cpu)"] = (
+            round(0.8 * statistics.median(core))
         )
         if functions is not None:
             result.facts["functions_refused"] = functions.refused

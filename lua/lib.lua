@@ -272,10 +272,21 @@ end
 -- consumer's first in a new quarter-TTL window (`newest_due`), so a consumer costs one
 -- ZADD per window, not one per beat, and every beat falls at most one window after one
 -- that raised it. A reader asking which groups nobody reads takes the members scored at or
--- below now - TTL as candidates and checks each exactly (docs/protocol.md, section 2).
+-- below now - TTL as candidates and checks each exactly (docs/protocol.md, section 2). A
+-- consumer that leaves, or a beat that goes back in time, lowers it to the real newest
+-- (`newest_again`), so it is never ahead of the group's newest beat.
 local function newest_due(last_us, us, ttl)
   local window = ttl * 250
   return math.floor(us / window) ~= math.floor(last_us / window)
+end
+
+-- Lower NEWEST to group g's real newest beat (ZADD XX: a group not listed stays out), after
+-- a write that may have taken its newest beat away (a consumer left, or went back in time).
+local function newest_again(g)
+  if not NEWEST then return end
+  local hb, data = group_keys(g)
+  local top = redis.call('ZRANGE', hb, -1, -1, 'WITHSCORES')
+  if top[2] then redis.call('ZADD', NEWEST, 'XX', top[2], data) end
 end
 
 -- What a beat of protocol version 2 writes (MODE '2'), from the stored value's fields

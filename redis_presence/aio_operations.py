@@ -380,9 +380,11 @@ class AsyncOperations(AsyncContractOperations):
         match: Callable[[GroupPresence], bool] | None = None,
         now_ns: int | None = None,
         ttl_ms: int | None = None,
+        attention: bool = False,
     ) -> GroupsPage:
         """One page of `groups()` after (or before) a group, in the index's order, read and
-        counted from that group on (see `Planner.group_page`)."""
+        counted from that group on; with `attention`, only the groups nobody reads or below
+        their declared minimum, picked from the fleet index (see `Planner.group_page`)."""
         return await self.execute(
             self.plans.group_page(
                 after=after,
@@ -393,6 +395,7 @@ class AsyncOperations(AsyncContractOperations):
                 match=match,
                 now_ns=now_ns,
                 ttl_ms=ttl_ms,
+                attention=attention,
             )
         )
 

@@ -625,6 +625,10 @@ EVENT_STYLES: Mapping[str, str] = {
     "expired": "red",
     "left": "magenta",
     "pruned": "dim",
+    "draining": "cyan",
+    "drain_requested": "yellow",
+    "restarted": "blue",
+    "conflict": "bold red",
 }
 
 EVENT_COLUMNS = (

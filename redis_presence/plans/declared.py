@@ -31,7 +31,7 @@ from ..validation import (
 )
 from .caches import SettingsCache
 from .core import Job, Scope, Spoilt, T, _report, _text, _unique
-from .index import IndexPlans
+from .index import FleetIndexes, IndexPlans
 from .reads import ReadPlans
 from .requests import Command, Partial, Plan, Request
 from .settings import SettingsPlans
@@ -390,13 +390,22 @@ class DeclaredPlans(Job):
         match: Callable[[GroupPresence], bool] | None = None,
         now_ns: int | None = None,
         ttl_ms: int | None = None,
+        attention: bool = False,
     ) -> Plan[GroupsPage]:
         """Up to `limit` tracked or declared groups in the index's order (`group_order`),
         strictly after the group `after` (or before `before`, still given in that order), of
         one `queue` when given, whose names pass `names` and whose counts pass `match`; and
         whether more of them lie beyond on that side. The index is read from the cursor a
         page (`Limits.groups`) at a time and only the groups whose names pass are counted,
-        as `groups()` counts them; declared groups come from `expected()`."""
+        as `groups()` counts them; declared groups come from `expected()`.
+
+        With `attention`, only the groups nobody reads (no active consumer) or below their
+        declared minimum: on a standalone server of a prefix at version 2 only the groups
+        whose ``P:newest`` is at or below their active horizon (and the declared ones) are
+        counted, picked from one range of it when `ttl_ms` is given, else from each index
+        page's scores (``ZMSCORE``); elsewhere every group is (docs/performance.md)."""
+        if type(attention) is not bool:
+            raise TypeError(f"attention must be a bool, got {type(attention).__name__}")
         if after is not None and before is not None:
             raise ValueError("a page of groups starts after one group or ends before one, not both")
         if type(limit) is not int or not 1 <= limit <= 10_000:
@@ -414,6 +423,7 @@ class DeclaredPlans(Job):
             match,
             check_now_ns(now_ns),
             check_optional_ttl_ms(ttl_ms),
+            attention,
         )
 
     def group_names(self, queue: str | None = None) -> Plan[list[tuple[str, str]]]:
@@ -448,10 +458,31 @@ class DeclaredPlans(Job):
         match: Callable[[GroupPresence], bool] | None,
         now_ns: int | None,
         ttl_ms: int | None,
+        attention: bool = False,
     ) -> Plan[GroupsPage]:
         now = yield from self.scope.now(now_ns)
         skipped: list[Skipped] = []
         declared = yield from self._expected(skipped)
+        fleet = FleetIndexes(False, False, False)
+        if attention:
+            fleet = yield from self._index.fleet_indexes()
+        # The groups nobody may read, read whole, and walked with the declared ones instead
+        # of the index (every declared group is counted: it may be below its minimum).
+        # One TTL for all: one range of P:newest, at or below the active horizon (a lower
+        # bound of a group's newest beat, so none is missed). Each group's own TTL: every
+        # indexed group (`every_group`, two round trips), its shared TTL (one) and its
+        # P:newest (one), kept when at or below its own active horizon or missing.
+        unread: list[Any] | None = None
+        quiet: list[GroupKeys] | None = None
+        if fleet.newest_complete and ttl_ms is not None:
+            edge_us = PresenceState.horizons_ns(now, ttl_ms)[0] // 1_000
+            quiet = yield from self._index.scored_at_most(self.keys.newest, edge_us, skipped)
+        elif fleet.kept and ttl_ms is None:
+            quiet = yield from self._maybe_unread(now, skipped)
+        if quiet is not None:
+            unread = sorted(
+                {gk.member for gk in quiet} | {self.keys.group(q, g).member for q, g in declared}
+            )
         lonely = sorted(
             (self.keys.group(q, g) for q, g in declared if queue is None or q == queue),
             key=attrgetter("member"),
@@ -471,7 +502,15 @@ class DeclaredPlans(Job):
             else:
                 bottom = low if bound is None or (queue and bound < low[1:]) else f"({bound}"
                 command = Command("ZRANGEBYLEX", (self.keys.groups, bottom, high, "LIMIT", 0, step))
-            (members,) = yield [command]
+            if unread is not None:
+                members = [
+                    m
+                    for m in (unread[::-1] if reverse else unread)
+                    if past(m, bound) and low[1:] <= m and (high == "+" or m < high[1:])
+                ]
+                step = len(members) + 1  # one page: every candidate
+            else:
+                (members,) = yield [command]
             listed = []
             for member in members:
                 try:
@@ -529,6 +568,22 @@ class DeclaredPlans(Job):
         _report(skipped)
         shown = picked[:limit]
         return GroupsPage(shown[::-1] if reverse else shown, len(picked) > limit)
+
+    def _maybe_unread(self, now: int, skipped: list[Skipped]) -> Plan[list[GroupKeys]]:
+        """Every indexed group that may have no active consumer under its own shared TTL:
+        its ``P:newest`` at or below its active horizon, or missing; and every group whose
+        TTL cannot be read (its count sets it aside, as before)."""
+        groups = yield from self._index.every_group(skipped)
+        lost: list[Skipped] = []
+        sound, ttls = yield from self._settings.sound_ttls(groups, None, lost, together=True)
+        scores = yield from self._index.index_scores(self.keys.newest, sound)
+        quiet = {
+            gk.member
+            for gk, ttl, score in zip(sound, ttls, scores, strict=True)
+            if score is None or score <= PresenceState.horizons_ns(now, ttl)[0] // 1_000
+        }
+        kept = {gk.member for gk in sound}
+        return [gk for gk in groups if gk.member in quiet or gk.member not in kept]
 
     def _detailed(
         self, groups: list[GroupKeys], now_ns: int, ttl_ms: int | None, skipped: list[Skipped]

@@ -9,7 +9,7 @@ import secrets
 from collections.abc import Sequence
 from itertools import groupby
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import PresenceDataError, PresenceError
 from ..keys import PROTOCOL_VERSION, GroupKeys
@@ -41,6 +41,10 @@ def _score(reply: Any) -> int | None:
         return None
     first = reply[0]
     return int(float(first[1] if isinstance(first, list | tuple) else reply[1]))
+
+
+RANK_OVERLAP = 10
+"""How many members each page of `IndexPlans.every_group` reads again of the page before."""
 
 
 class IndexPlans(Job):
@@ -270,3 +274,96 @@ class IndexPlans(Job):
                 yield [Command("ZADD", (self.keys.groups, *listed))]
             yield [Command("SREM", (legacy, *members))]
             moved += len(listed) // 2
+
+    def fleet_indexes(self) -> Plan[FleetIndexes]:
+        """Whether a reader may pick groups from ``P:newest`` and ``P:oldest`` (standalone,
+        a prefix that says ``"2"``: no version-1 writer is left to skip them), and whether
+        each holds as many groups as the index (a group missing from one, as between
+        `migrate`'s ``SET`` and its seeding, makes its fleet-wide ranges incomplete). One
+        round trip: ``GET P:protocol`` (another version is refused) and three ``ZCARD``."""
+        if self.clustered:
+            return FleetIndexes(False, False, False)
+        version, listed, newest, oldest = yield [
+            Command("GET", (self.keys.protocol,)),
+            Command("ZCARD", (self.keys.groups,)),
+            Command("ZCARD", (self.keys.newest,)),
+            Command("ZCARD", (self.keys.oldest,)),
+        ]
+        _check_protocol(self.keys.protocol, version)
+        if version is None or _text(version) != PROTOCOL_VERSION:
+            return FleetIndexes(False, False, False)
+        return FleetIndexes(True, int(newest) >= int(listed), int(oldest) >= int(listed))
+
+    def index_scores(self, key: str, groups: Sequence[GroupKeys]) -> Plan[list[float | None]]:
+        """Each group's score in the fleet index `key` (None: not there): a ``ZMSCORE`` of
+        `Limits.groups` members at a time, all in one round trip."""
+        if not groups:
+            return []
+        page = self.limits.groups
+        replies = yield [
+            Command("ZMSCORE", (key, *(gk.member for gk in groups[i : i + page])))
+            for i in range(0, len(groups), page)
+        ]
+        return [None if s is None else float(s) for scores in replies for s in scores]
+
+    def every_group(self, skipped: list[Skipped]) -> Plan[list[GroupKeys]]:
+        """Every indexed group, in the index's order, in two round trips for any size:
+        ``ZCARD``, then pages of `Limits.groups` members by rank (``ZRANGE``), each
+        starting RANK_OVERLAP members before the last one ended, all sent at once (and more
+        pages while the last is full). The pages are not one snapshot: up to RANK_OVERLAP
+        groups that leave the index between two of them shift none out of sight; a group
+        added meanwhile may be missed, as by a read just before it came. A member this
+        package did not write is set aside in `skipped`."""
+        page = self.limits.groups
+        stride = max(1, page - RANK_OVERLAP)
+        (size,) = yield [Command("ZCARD", (self.keys.groups,))]
+        members: dict[Any, None] = {}
+        start = 0
+        while True:
+            starts = list(range(start, max(int(size), start + 1), stride))
+            replies = yield [
+                Command("ZRANGE", (self.keys.groups, first, first + page - 1)) for first in starts
+            ]
+            for reply in replies:
+                members.update(dict.fromkeys(reply))
+            if len(replies[-1]) < page:
+                break
+            start = size = starts[-1] + stride
+        found = []
+        for member in sorted(members, key=_text):
+            try:
+                found.append(self.keys.from_member(member))
+            except PresenceDataError as error:
+                skipped.append(Skipped(_text(member), str(error)))
+        return found
+
+    def scored_at_most(
+        self, key: str, bound_us: int, skipped: list[Skipped]
+    ) -> Plan[list[GroupKeys]]:
+        """Every group of the fleet index `key` scored at most `bound_us`, lowest first
+        (``ZRANGEBYSCORE``, `Limits.groups` a command, all read before the caller acts on
+        any); a member this package did not write is set aside in `skipped`."""
+        found: list[GroupKeys] = []
+        page = self.limits.groups
+        offset = 0
+        while True:
+            (members,) = yield [
+                Command("ZRANGEBYSCORE", (key, "-inf", bound_us, "LIMIT", offset, page))
+            ]
+            for member in members:
+                try:
+                    found.append(self.keys.from_member(member))
+                except PresenceDataError as error:
+                    skipped.append(Skipped(_text(member), str(error)))
+            if len(members) < page:
+                return found
+            offset += page
+
+
+class FleetIndexes(NamedTuple):
+    """What `IndexPlans.fleet_indexes` found: whether ``P:newest`` and ``P:oldest`` are kept
+    (`kept`), and whether each holds every indexed group."""
+
+    kept: bool
+    newest_complete: bool
+    oldest_complete: bool

@@ -4,7 +4,7 @@ deregistering, metadata, and pruning of expired consumers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby
 from typing import Any
 
@@ -33,7 +33,7 @@ from ..validation import (
 )
 from .caches import BeatCache, BeatCall, SettingsCache
 from .core import Job, Scope, Spoilt, _now_arg, _queue, _refusals, _report, _text
-from .index import IndexPlans
+from .index import FleetIndexes, IndexPlans
 from .requests import Command, Partial, Plan, Request, ScriptCall, Single
 from .settings import SettingsPlans
 
@@ -456,75 +456,57 @@ class WritePlans(Job):
         retention_ms: int | None,
     ) -> Plan[int]:
         now = str((yield from self.scope.now(now_ns)))
-        budget = self.limits.prune_consumers
+        now_us = int(now) // 1_000
 
         def keep(ttl: int) -> int:  # a group's retention, in ms
             return DEFAULT_RETENTION_TTLS * ttl if retention_ms is None else retention_ms
+
+        def horizon_us(ttl: int) -> int:  # prune.lua's: at or below it, a beat can go
+            return now_us - (2 * ttl + keep(ttl) + 1) * 1_000
 
         removed = 0
         failed: dict[tuple[str, str], PresenceError] = {}
         left: list[ConsumerKey] = []  # expired, but left in place for a spoilt value
         after: Any = None
         aside: list[Skipped] = []
+        # A whole-fleet prune on a standalone server of a prefix at version 2 visits only the
+        # groups whose P:oldest (a lower bound of their oldest beat) is at or below their
+        # horizon (docs/performance.md, issue 33 item 3); else (a cluster, a prefix in mode 1
+        # or not claimed yet, whose version-1 writers never keep P:oldest) every group.
+        fleet = FleetIndexes(False, False, False)
+        if queue is None and group is None:
+            fleet = yield from self._index.fleet_indexes()
+        # One TTL for all (`ttl_ms` given): one horizon, so the candidates are a range of
+        # P:oldest, read whole first (while it holds every group); else the index is walked,
+        # and each page keeps the groups whose P:oldest is at or below their own horizon (a
+        # group missing from it is visited).
+        picked: list[GroupKeys] | None = None
+        if fleet.oldest_complete and ttl_ms is not None:
+            picked = yield from self._index.scored_at_most(
+                self.keys.oldest, horizon_us(ttl_ms), aside
+            )
+        elif fleet.kept and ttl_ms is None:
+            picked = yield from self._due(horizon_us, aside)
         while True:
-            groups, after = yield from self._index.listed(queue, group, after, aside)
+            if picked is not None:
+                groups, picked = picked[: self.limits.groups], picked[self.limits.groups :]
+                last = not picked
+            else:
+                groups, after = yield from self._index.listed(queue, group, after, aside)
+                last = after is None
             # A group whose shared TTL cannot be read is left in place, and named (as a group
             # with a key of another type is), and every other group pruned.
             spoilt: list[Skipped] = []
-            groups, ttls = yield from self._settings.sound_ttls(groups, ttl_ms, spoilt)
+            groups, ttls = yield from self._settings.sound_ttls(
+                groups, ttl_ms, spoilt, together=True
+            )
             for item in spoilt:
                 failed.setdefault(
                     (item.queue or "", item.group or ""), PresenceDataError(item.reason)
                 )
             ttl_of = dict(zip(groups, ttls, strict=True))
-            # Per queue on a cluster (one slot a call): each part goes on from where the
-            # budget of its last call ran out (a group, and an offset among its ties).
-            # At most `Limits.prune_groups` groups a call.
-            most = self.limits.prune_groups
-            parts = [
-                (part[start : start + most], 0, 0)
-                for part in self._index.per_queue(groups)
-                for start in range(0, len(part), most)
-            ]
-            emptied: list[GroupKeys] = []
-            logged: list[tuple[str, int]] = []
-            while parts:
-                replies = yield [
-                    self.scope.call(
-                        "prune",
-                        self.scope.write_keys(part),
-                        [
-                            now,
-                            budget,
-                            below,
-                            ties,
-                            self.scope.events_kept,
-                            EVENT_LOG_TTL_MS,
-                            *(ttl_of[gk] for gk in part),
-                            *(keep(ttl_of[gk]) for gk in part),
-                        ],
-                    )
-                    for part, below, ties in parts
-                ]
-                going_on = []
-                for (part, _, _), reply in zip(parts, replies, strict=True):
-                    removed += int(reply[0])
-                    stop = int(reply[1])
-                    logged.append((part[0].events, int(reply[4])))
-                    emptied += (part[int(number) - 1] for number in reply[5])
-                    for r in _refusals(reply[6:]):
-                        gk = part[r.group - 1]
-                        failed.setdefault((gk.queue, gk.group), r.error)
-                        if r.consumer is not None:
-                            left.append((gk.queue, gk.group, r.consumer))
-                    if stop:
-                        going_on.append((part[stop - 1 :], int(reply[2]), int(reply[3])))
-                parts = going_on
-            if self.clustered:
-                yield from self._index.list_on_cluster([], logged)
-            if emptied:
-                yield from self._index.unlist(emptied)
-            if after is None:
+            removed += yield from self._prune_groups(groups, ttl_of, now, keep, failed, left)
+            if last:
                 if queue is None:
                     # The event index is scored by the server's clock (as the logs expire),
                     # not by the instants of the events: a caller's now_ns a day ahead must
@@ -535,6 +517,86 @@ class WritePlans(Job):
                 if failed:
                     raise PresenceBatchError(failed, removed, left)
                 return removed
+
+    def _due(self, horizon_us: Callable[[int], int], aside: list[Skipped]) -> Plan[list[GroupKeys]]:
+        """Every indexed group whose ``P:oldest`` is at or below the horizon of its own
+        shared TTL (`horizon_us`), or missing from it, or whose TTL cannot be read (the
+        prune names it, as before): `every_group`, the TTLs and the scores, four round trips
+        for any number of groups."""
+        groups = yield from self._index.every_group(aside)
+        lost: list[Skipped] = []
+        sound, ttls = yield from self._settings.sound_ttls(groups, None, lost, together=True)
+        scores = yield from self._index.index_scores(self.keys.oldest, sound)
+        due = {
+            gk.member
+            for gk, ttl, score in zip(sound, ttls, scores, strict=True)
+            if score is None or score <= horizon_us(ttl)
+        }
+        kept = {gk.member for gk in sound}
+        return [gk for gk in groups if gk.member in due or gk.member not in kept]
+
+    def _prune_groups(
+        self,
+        groups: list[GroupKeys],
+        ttl_of: dict[GroupKeys, int],
+        now: str,
+        keep: Callable[[int], int],
+        failed: dict[tuple[str, str], PresenceError],
+        left: list[ConsumerKey],
+    ) -> Plan[int]:
+        """``prune.lua`` on `groups` (at most `Limits.prune_groups` a call, per queue on a
+        cluster), each call going on from where the budget of the last ran out; returns how
+        many consumers went, and adds what was refused to `failed` and `left`."""
+        budget = self.limits.prune_consumers
+        removed = 0
+        # Per queue on a cluster (one slot a call): each part goes on from where the
+        # budget of its last call ran out (a group, and an offset among its ties).
+        # At most `Limits.prune_groups` groups a call.
+        most = self.limits.prune_groups
+        parts = [
+            (part[start : start + most], 0, 0)
+            for part in self._index.per_queue(groups)
+            for start in range(0, len(part), most)
+        ]
+        emptied: list[GroupKeys] = []
+        logged: list[tuple[str, int]] = []
+        while parts:
+            replies = yield [
+                self.scope.call(
+                    "prune",
+                    self.scope.write_keys(part),
+                    [
+                        now,
+                        budget,
+                        below,
+                        ties,
+                        self.scope.events_kept,
+                        EVENT_LOG_TTL_MS,
+                        *(ttl_of[gk] for gk in part),
+                        *(keep(ttl_of[gk]) for gk in part),
+                    ],
+                )
+                for part, below, ties in parts
+            ]
+            going_on = []
+            for (part, _, _), reply in zip(parts, replies, strict=True):
+                removed += int(reply[0])
+                stop = int(reply[1])
+                logged.append((part[0].events, int(reply[4])))
+                emptied += (part[int(number) - 1] for number in reply[5])
+                for r in _refusals(reply[6:]):
+                    gk = part[r.group - 1]
+                    failed.setdefault((gk.queue, gk.group), r.error)
+                    if r.consumer is not None:
+                        left.append((gk.queue, gk.group, r.consumer))
+                if stop:
+                    going_on.append((part[stop - 1 :], int(reply[2]), int(reply[3])))
+            parts = going_on
+        if self.clustered:
+            yield from self._index.list_on_cluster([], logged)
+        if emptied:
+            yield from self._index.unlist(emptied)
+        return removed
 
     def _forget_logs(self, before_ms: int) -> Plan[None]:
         """Take out of the event index, a page at a time, the logs without an event since

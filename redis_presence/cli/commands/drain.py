@@ -38,7 +38,7 @@ def command(
       redis-presence drain orders billing worker-7
       redis-presence drain orders billing --host web-3 --format json
     """
-    from .. import render
+    from .. import reads, render
 
     registry = app.writer("drain")
     request = getattr(registry, "request_drain", None)
@@ -49,8 +49,14 @@ def command(
             raise UsageProblem("give CONSUMER or --host, not both")
         names = [consumer]
     else:
-        rows = registry.snapshot(queue=queue, group=group, with_meta=host is not None)
-        names = [row.consumer for row in rows if host is None or dict(row.meta).get("host") == host]
+        rows = reads.consumers(
+            registry,
+            reads.Selection(queue, group),
+            now_ns=None,
+            ttl_ms=None,
+            with_meta=host is not None,
+        )
+        names = [row.consumer for row in rows if host is None or row.meta.get("host") == host]
     asked = {name: bool(request(queue, group, name)) for name in names}
     if fmt.lower() == "json":
         app.emit_json(
