@@ -60,3 +60,21 @@ def test_drain_on_a_prefix_in_mode_1_says_to_migrate(backend: Backend) -> None:
     result = backend.run("drain", "orders", "billing", "w1")
     assert result.exit_code != 0
     assert "migrate" in one_error_line(result)
+
+
+def test_heartbeat_takes_capacity_and_draining_and_says_a_drain_was_requested(
+    backend: Backend,
+) -> None:
+    beat = backend.at_now("heartbeat", "q", "g", "c", "--capacity", "8", "--format", "json")
+    assert beat.exit_code == 0, beat.output
+    assert json.loads(beat.stdout)["drain_requested"] is False
+    value = backend.registry.client.hget("presence:{q}:g:c", "c").split(b" ")
+    assert value[4:6] == [b"8", b"0"]
+    backend.registry.request_drain("q", "g", "c")
+    asked = backend.at_now("heartbeat", "q", "g", "c")
+    assert asked.stdout.endswith("0 lease(s); a drain is requested\n")
+    backend.at_now("heartbeat", "q", "g", "c", "--draining")
+    value = backend.registry.client.hget("presence:{q}:g:c", "c").split(b" ")
+    assert value[4:6] == [b"8", b"1"]  # capacity kept, draining, the request taken
+    bad = backend.at_now("heartbeat", "q", "g", "c", "--capacity", "-1")
+    assert bad.exit_code == 2

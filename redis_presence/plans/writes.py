@@ -59,6 +59,7 @@ class WritePlans(Job):
         "_clock",
         "_index",
         "_kept",
+        "_plain",
         "_read_only",
         "_settings",
         "_tokens",
@@ -83,6 +84,9 @@ class WritePlans(Job):
         self._read_only = scope.read_only
         self._kept = beats.get
         self._tokens = scope.tokens
+        # A plain beat's capacity, draining and token ('' keeps both), one tuple while the
+        # token stays (a fork draws a new one): the `Single` tail an executor packs once.
+        self._plain = ("", "", self._tokens[0])
 
     def heartbeat(
         self,
@@ -119,14 +123,20 @@ class WritePlans(Job):
             return self._progressed(beat, check_now_ns(now_ns))
         now = "" if now_ns is None else str(check_now_ns(now_ns))
         cached = self._kept((queue, group))
-        rest = (now, consumer, lease, cap, drain, self._tokens[0])
+        plain: tuple[Any, ...]
+        if cap == "" and drain == "":
+            plain = self._plain
+            if plain[2] is not self._tokens[0]:
+                plain = self._plain = ("", "", self._tokens[0])
+        else:
+            plain = (cap, drain, self._tokens[0])
         if cached is None or self._clock() > cached[2]:
-            return self._beat_after_ttl(queue, group, rest)
+            return self._beat_after_ttl(queue, group, (now, consumer, lease, *plain))
         head, tail, _ = cached
         if self.clustered:
-            call = ScriptCall(self._beat_script, (*head, *rest, *tail))
+            call = ScriptCall(self._beat_script, (*head, now, consumer, lease, *plain, *tail))
             return self._beat_on_cluster(call, queue, group)
-        return Single(self._beat_script, head, rest, _beat_reply)
+        return Single(self._beat_script, head, (now, consumer, lease), _beat_reply, plain)
 
     def _progressed(self, beat: DelayedBeat, now_ns: int | None) -> Plan[BeatReply]:
         """A single beat that records progress; a refusal raises as a plain beat's would."""
