@@ -373,11 +373,15 @@ def _v2_fields(stored: StoredV2 | None, now_ns: int, ttl_ms: int) -> tuple[Itera
         return repeat(None), repeat(False), repeat(False), repeat(False), repeat(None)
     capacity, flags, conflict_ns, instance, _ = stored
     edge = max(0, PresenceState.horizons_ns(now_ns, ttl_ms)[0])
+    # A column that says nothing for anyone (most of a group's, most of the time) is a
+    # `repeat`, not a `map` a row.
+    no: Iterable[bool] = repeat(False)
+    flagged = any(flags)
     return (
-        map(_ZERO_IS_NONE.get, capacity, capacity),
-        map(bool, map(and_, flags, repeat(FLAG_DRAINING))),
-        map(bool, map(and_, flags, repeat(FLAG_DRAIN_REQUESTED))),
-        map(gt, conflict_ns, repeat(edge)),
+        map(_ZERO_IS_NONE.get, capacity, capacity) if any(capacity) else repeat(None),
+        map(bool, map(and_, flags, repeat(FLAG_DRAINING))) if flagged else no,
+        map(bool, map(and_, flags, repeat(FLAG_DRAIN_REQUESTED))) if flagged else no,
+        map(gt, conflict_ns, repeat(edge)) if conflict_ns and max(conflict_ns) > edge else no,
         map(_DASH_IS_NONE.get, instance, instance),
     )
 
@@ -516,24 +520,27 @@ class GroupPresence(NamedTuple):
         where read (`group()`, ``groups(capacity=True)``), its draining consumers and
         capacity: never `STALLED` (these counts read no consumer's progress), and never
         `DRAINING` where draining was not read."""
+        return judge(self.facts())
+
+    def facts(self, min_active: int | None = None, stuck: int | None = None) -> GroupFacts:
+        """What its verdict is judged from: its counts, `min_active` (None: its own) and
+        `stuck` (None: not known), with its draining consumers and capacity where read."""
         draining_active = None
         if self.draining is not None:
             draining_active = self.draining - (self.draining_stale or 0)
         leases = None
         if self.capacity is not None and self.free is not None:
             leases = self.capacity - self.free
-        return judge(
-            GroupFacts(
-                self.active,
-                self.stale,
-                self.expired,
-                self.min_active,
-                None,
-                draining_active,
-                self.draining_stale,
-                self.capacity,
-                leases,
-            )
+        return GroupFacts(
+            self.active,
+            self.stale,
+            self.expired,
+            self.min_active if min_active is None else min_active,
+            stuck,
+            draining_active,
+            self.draining_stale,
+            self.capacity,
+            leases,
         )
 
     @property

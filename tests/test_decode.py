@@ -394,3 +394,35 @@ def test_columns_of_mixed_groups_are_the_values_read_one_by_one(
             nine = value if len(value) == 9 else (*value, *(0,) * (7 - len(value)), "-", "-")
             assert (v2.capacity[i], v2.flags[i], v2.conflict_ns[i]) == nine[4:7]
             assert (v2.instance[i], v2.previous[i]) == nine[7:]
+
+
+@given(
+    flags=st.lists(st.sampled_from([0, 0, 0, 1, 2, 3, 4]), min_size=1, max_size=8),
+    capacity=st.sampled_from([0, 3]),
+    conflict_ago_ms=st.sampled_from([None, 5, 31]),
+)
+def test_version_2_rows_from_columns_are_the_rows_at_builds(
+    flags: list[int], capacity: int, conflict_ago_ms: int | None
+) -> None:
+    """Whether a column says something for some row or for none (a `repeat` then)."""
+    conflict = 0 if conflict_ago_ms is None else T0 - conflict_ago_ms * MS
+    stored = {f"c{i}": f"1 {T0} 1 0 {capacity} {f} {conflict} - -" for i, f in enumerate(flags)}
+    columns = stored_columns(GROUP, stored)
+    rows = list(ConsumerPresence.columns("q", "g", *columns, now_ns=T0, ttl_ms=30))
+    assert rows == [
+        ConsumerPresence.at(
+            "q",
+            "g",
+            f"c{i}",
+            1,
+            T0,
+            1,
+            now_ns=T0,
+            ttl_ms=30,
+            capacity=capacity,
+            draining=bool(f & 1),
+            drain_requested=bool(f & 2),
+            conflict_ns=conflict,
+        )
+        for i, f in enumerate(flags)
+    ]

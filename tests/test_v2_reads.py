@@ -216,3 +216,44 @@ def test_end_to_end_beats_with_capacity_draining_and_a_duplicate(
     assert one.groups(now_ns=T0, ttl_ms=TTL, capacity=True) == [group]
     later = one.group("q", "g", now_ns=T0 + (TTL + 10) * MS, ttl_ms=TTL)
     assert later.conflicts == 0  # a TTL later the duplicate is history
+
+
+@pytest.mark.redis_server
+def test_check_passes_a_group_whose_shortfall_draining_excuses(
+    redis_client: Any, redis_url: str
+) -> None:
+    """``check``: 4 active and 1 stale that said it was draining meet a minimum of 5
+    (DRAINING, exit 0); a minimum of 6 is short by one (exit 1, below its minimum)."""
+    seed(RedisPresenceRegistry(redis_client), redis_client)
+    at = ["--url", redis_url, "--now-ns", str(T0), "--ttl-ms", str(TTL), "check"]
+    excused = invoke([*at, "--queue", "q", "--group", "g", "--min-active", "5", "--format", "json"])
+    assert excused.exit_code == 0, excused.output
+    (report,) = json.loads(excused.stdout)
+    assert report["verdict"] == "DRAINING"
+    short = invoke([*at, "--queue", "q", "--group", "g", "--min-active", "6"])
+    assert short.exit_code == 1, short.output
+
+
+@pytest.mark.redis_server
+def test_groups_with_capacity_cost_what_the_live_consumers_are(redis_client: Any) -> None:
+    """``groups(capacity=True)``: one round trip more for the page of groups (each group's
+    first page of live names), then one a page of 500 live consumers (``HMGET``, with the
+    next page's names): 3 more for groups of 1,000 live consumers; 1 more when every
+    consumer expired (no value read). ``group()`` reads its first page in its one batch."""
+    from test_round_trips import trips_of
+
+    writer = RedisPresenceRegistry(redis_client)
+    for g in ("a", "b", "c"):
+        writer.heartbeat_many([("q", g, f"c{i}", 1) for i in range(1_000)], now_ns=T0)
+
+    def trips(now_ns: int, capacity: bool) -> int:
+        return trips_of(redis_client, lambda plans: plans.groups(now_ns=now_ns, capacity=capacity))
+
+    assert trips(T0, True) == trips(T0, False) + 3
+    later = T0 + 3_600_000 * MS  # every consumer expired
+    assert trips(later, True) == trips(later, False) + 1
+    redis_client.config_resetstat()
+    rows = writer.groups(now_ns=later, capacity=True)
+    assert [(r.capacity, r.draining) for r in rows] == [(None, 0)] * 3
+    stats = redis_client.info("commandstats")
+    assert "cmdstat_hmget" not in stats  # no expired consumer's value read
