@@ -248,3 +248,17 @@ def test_group_logs_on_a_cluster(cluster_client: redis.cluster.RedisCluster) -> 
         assert [e.kind for e in got.crossed] == [EventKind.STALE, EventKind.EXPIRED]
         assert active_series(got, points=2).low == (0, 1)  # a had gone, b not yet come
         assert dict(registry.execute(plans.consumer_meta(queue, "g", "b"))) == {"host": queue}
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [EventKind.DRAINING, EventKind.CONFLICT, EventKind.RESTARTED, EventKind.DRAIN_REQUESTED],
+)
+def test_protocol_v2_events_are_not_transitions(kind: EventKind) -> None:
+    """A consumer that joined, then said it is draining (or met a duplicate, restarted, was
+    asked to drain) while it kept beating was active throughout: those events change no
+    state, and the spans ignore them."""
+    joined, other = ev(EventKind.JOINED, 100 * S), ev(kind, 150 * S)
+    assert spans([joined, other], 995 * S) == [Span(100 * S, 1_000 * S, True)]
+    left = ev(EventKind.LEFT, 300 * S, hb=295 * S)
+    assert spans([joined, other, left], None) == [Span(100 * S, 300 * S, True)]

@@ -106,6 +106,7 @@ def test_stuck_combines_with_the_other_group_filters(web: TestClient) -> None:
         | {"min_active": None, "below": False, "stuck": 1}
         | {"verdict": "DEGRADED", "reason": "1 of 2 active stuck"}
         | {"leases": None, "leases_expired": None}
+        | {"capacity": None, "free": None, "draining": None, "conflicts": None}
     ]
     idle = walk(web, "/api/v1/groups", 5, idle="1")
     assert [(g["queue"], g["group"]) for g in idle] == [("a", "g2"), ("b", "g1")]

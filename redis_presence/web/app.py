@@ -32,8 +32,8 @@ from redis_presence.errors import (
 )
 from redis_presence.events import EventKind
 
+from . import drain, fleet_events, history, metrics, paging, params, rollups, sorting
 from . import feed as live_events
-from . import fleet_events, history, metrics, paging, params, rollups, sorting
 from .asgi import AccessLog, PrefixRoute
 from .auth import TokenAuth, check_token
 from .guard import CatchAll
@@ -155,7 +155,12 @@ def create_app(
     """The ASGI app for `config`. `registry_factory` replaces `config.open_registry` (it is
     called inside the app's event loop); `clock` replaces the Redis server's clock (tests)."""
     service = _Service(config, registry_factory, clock)
-    views = Views(service)
+    drain_token = None
+    if config.drain_token is not None:  # now, not at the first request
+        drain_token = drain.check_drain_token(
+            config.drain_token, auth_token=config.auth_token, read_only=config.read_only
+        )
+    views = Views(service, drain_token)
     routes = [
         Route("/", views.overview, name="overview"),
         Route("/group", views.group_page, name="group"),
@@ -169,6 +174,7 @@ def create_app(
         PrefixRoute(CONSUMER_API, views.api_consumer),
         Route("/api/v1/hosts", views.api_hosts),
         Route("/api/v1/events", views.api_events),
+        Route(drain.DRAIN_PATH, views.api_drain, methods=["POST"]),
         Route("/metrics", views.metrics),
         Route("/healthz", views.healthz),
         Route("/readyz", views.readyz),
@@ -200,9 +206,11 @@ def create_app(
 class Views:
     """The route handlers of one app."""
 
-    def __init__(self, service: _Service) -> None:
+    def __init__(self, service: _Service, drain_token: bytes | None = None) -> None:
         self.service = service
         self.rollups = rollups.SharedRollups()
+        self.drain_token = drain_token
+        """The drain token's bytes (`web.drain`); None: drain requests are off."""
 
     # -- pages
 
@@ -425,6 +433,7 @@ class Views:
             log=view.log,
             timeline=view.timeline,
             stuck_after_ms=stuck_after_ms,
+            drain_offered=self.drain_token is not None,
             live={
                 "view": "consumer",
                 "now_ns": view.log.now_ns,
@@ -551,6 +560,10 @@ class Views:
             live={},
         )
         return _page(service.templates.TemplateResponse(request, "events.html", context))
+
+    async def api_drain(self, request: Request) -> Response:
+        """``POST /api/v1/drain`` (`web.drain`): only with ``--drain-token``."""
+        return await drain.drain(request, self.service.reads.registry, self.drain_token)
 
     async def api_consumer(self, request: Request) -> Response:
         params.known(request, CONSUMER_API)
@@ -762,7 +775,9 @@ class Views:
         config = self.service.config
         per_consumer = config.per_consumer_metrics
         reading = await metrics.scrape(
-            self.service.reads, read_consumers=per_consumer or config.stuck_metrics
+            self.service.reads,
+            read_consumers=per_consumer or config.stuck_metrics,
+            capacity=config.capacity_metrics,
         )
         if reading.error:
             log.warning("scrape: Redis read failed: %s", reading.error)

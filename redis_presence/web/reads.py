@@ -16,8 +16,13 @@ what replaces it:
   its own shared TTL (or ``--ttl-ms``), its `min_active` and `below`; it visits groups,
   never consumers. `/metrics` reads it with ``details=True``: each group's oldest
   heartbeat too (its sorted set's lowest score) and the leases its expired consumers hold
-  (their range of the sorted set and their stored values alone); a stuck count and a
-  group's leases in total need a read of every consumer (`--stuck-metrics`).
+  (their range of the sorted set and their stored values alone); and with
+  ``capacity=True`` (unless ``--no-capacity-metrics``) the stored values of its live
+  consumers (two commands a group more: protocol version 2's capacity, free slots,
+  draining and conflicts, and so the verdict DRAINING); a stuck count and a group's leases
+  in total need a read of every consumer (`--stuck-metrics`). The totals' count of stuck
+  consumers (a read of every consumer) gives the pages' groups their capacity, draining
+  and conflicts too, at no cost of its own.
 * `PresenceData.group` and `consumers` with a queue (the group page, filtered consumer
   lists and API) read `snapshot(queue=, group=)`: the library reads that queue's or that
   group's keys alone, so they cost what they return. The group views read each row's
@@ -196,14 +201,18 @@ class PresenceData:
 
     # -- whole groups -----------------------------------------------------------------
 
-    async def groups(self, *, details: bool = False) -> GroupsReading:
+    async def groups(self, *, details: bool = False, capacity: bool = False) -> GroupsReading:
         """Every tracked or declared group with its active, stale and expired counts (each
         under its own shared TTL, or ``--ttl-ms``), its `min_active` and `below`; `ttl` is
         the prefix's, what a group without a TTL of its own uses. With `details` (the
-        metrics), also its oldest heartbeat and leases (`registry.groups(details=True)`)."""
+        metrics), also its oldest heartbeat and leases (`registry.groups(details=True)`);
+        with `capacity`, its capacity, free slots, draining consumers and conflicts (the
+        values of its live consumers, `registry.groups(capacity=True)`)."""
         ttl = await self.ttl()
         now = await self.now_ns()
-        groups = await self.registry.groups(now_ns=now, ttl_ms=self._read_ttl_ms, details=details)
+        groups = await self.registry.groups(
+            now_ns=now, ttl_ms=self._read_ttl_ms, details=details, capacity=capacity
+        )
         return GroupsReading(now, stats_from_groups(groups), ttl)
 
     async def totals(self) -> GroupTotals:
@@ -608,14 +617,15 @@ class PresenceData:
     # -- metrics ----------------------------------------------------------------------
 
     async def metrics(
-        self, *, read_consumers: bool
+        self, *, read_consumers: bool, capacity: bool = True
     ) -> tuple[int, TtlInUse, list[GroupStats], Sequence[ConsumerPresence]]:
         """What one scrape reports: every tracked or declared group from `groups()` (no
-        consumer is read), or, with `read_consumers`, from one snapshot (and the declared
-        groups): the stuck counts and oldest heartbeats too, and the rows of per-consumer
-        metrics."""
+        expired consumer's value is read; with `capacity`, the values of the live ones, for
+        capacity, free slots, draining and conflicts), or, with `read_consumers`, from one
+        snapshot (and the declared groups): the stuck counts and oldest heartbeats too, and
+        the rows of per-consumer metrics."""
         if not read_consumers:
-            now, groups, ttl = await self.groups(details=True)
+            now, groups, ttl = await self.groups(details=True, capacity=capacity)
             return now, ttl, groups, ()
         reading, declared = await asyncio.gather(self.rows(max_age_s=0), self.registry.expected())
         # A group the snapshot set aside is left out, never shown as one without consumers.

@@ -74,6 +74,11 @@ class WebConfig:
     stuck_metrics: bool = False
     """``--stuck-metrics``: each scrape reads every consumer, to count the stuck ones per
     group (on with `per_consumer_metrics`, which reads them anyway)."""
+    capacity_metrics: bool = True
+    """The default scrape also reads each group's live consumers' values (two commands a
+    group more): capacity, free slots, draining and conflicts (protocol version 2), and
+    so the verdict DRAINING; ``--no-capacity-metrics`` turns it off (those series go, and
+    a drained consumer that left is judged as a crashed one)."""
     now_ns: int | None = None
     """A fixed clock for every read (tests); None is the Redis server's clock."""
     read_cache_s: float = 0.5
@@ -98,6 +103,10 @@ class WebConfig:
     prune_retention_ms: int | None = None
     """``--prune-retention``: how long past expiry a consumer is kept (None: the default,
     DEFAULT_RETENTION_TTLS times its group's TTL)."""
+    drain_token: str | None = None
+    """``--drain-token``: the second secret that lets the dashboard ask a consumer to
+    drain (``POST /api/v1/drain``, `web.drain`); None (the default): no drain is offered,
+    and the service writes nothing but what ``--prune-every`` asks."""
     allowed_hosts: tuple[str, ...] = ()
     """The ``Host`` names it answers to besides the loopback ones and the address a request
     arrived at (``--host`` and ``--allowed-host``); others get 421."""
