@@ -501,6 +501,20 @@ def wait_for_totals(
     raise TimeoutError("the service did not read its totals")
 
 
+def page_split(base_url: str, path: str = "/", rounds: int = 7) -> tuple[float, float]:
+    """Median ms of `path` as HTML and as its JSON twin, which reads the same page and
+    totals but draws no sparkline (so no event log is read), interleaved."""
+    times: dict[str, list[float]] = {"text/html": [], "application/json": []}
+    for _ in range(rounds):
+        for accept, spent in times.items():
+            request = urllib.request.Request(base_url + path, headers={"Accept": accept})
+            started = time.perf_counter()
+            with urllib.request.urlopen(request, timeout=120) as response:
+                response.read()
+            spent.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times["text/html"]), statistics.median(times["application/json"])
+
+
 def _pages(answers: list[list[Answer]]) -> Iterator[tuple[int, int, int, str, list[Visit]]]:
     """(question, step, clicks, page, that page's visits over rounds)."""
     for first, *rest in zip(*answers, strict=True):
@@ -547,6 +561,7 @@ def run(spec: FleetSpec, rounds: int, out: Path | None) -> int:
                     if refused:
                         raise AssertionError(f"the CSP refused: {refused}")
                 browser.close()
+            html_ms, json_ms = page_split(dashboard.url)
         load_after = os.getloadavg()
     finally:
         if dashboard is not None:
@@ -556,7 +571,8 @@ def run(spec: FleetSpec, rounds: int, out: Path | None) -> int:
     print()
     print(
         f"{spec.label}; medians of {rounds} rounds; load average (1 min) {load}; "
-        f"{os.cpu_count()} CPUs; first / (cold totals) {first_ms:.0f} ms"
+        f"{os.cpu_count()} CPUs; first / (cold totals) {first_ms:.0f} ms; GET / "
+        f"{html_ms:.0f} ms as HTML, {json_ms:.0f} ms as JSON (no sparklines)"
     )
     print()
     print("| question | clicks | page | desktop ms (server) | 390 px ms (server) | answer |")
@@ -600,6 +616,8 @@ def run(spec: FleetSpec, rounds: int, out: Path | None) -> int:
                     "fleet": spec.label,
                     "load": load,
                     "first_ms": first_ms,
+                    "html_ms": html_ms,
+                    "json_ms": json_ms,
                     "rows": rows,
                     "failed": bad,
                 },
