@@ -30,7 +30,9 @@ if old then
   logged = append_event(1, ARGV[3], ARGV[4], 'left', fields)
 end
 local emptied = 0
-if existed == 1 and redis.call('EXISTS', zset) == 0 then
+local gone = existed == 1 and redis.call('EXISTS', zset) == 0
+if existed == 1 and not gone then newest_again(1) end  -- it may have been the newest
+if gone then
   redis.call('DEL', data, mark, meta_key(1))
   if INDEX then
     redis.call('ZREM', INDEX, data)

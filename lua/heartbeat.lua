@@ -84,6 +84,7 @@ if kind or logs then
   local err = check_log(1)
   if err then return err end
 end
+claim()
 if NEWEST and (not old or newest_due(last_us, us, ttl)) then
   -- The first write: a NEWEST of another type refuses the beat, nothing written.
   local raised = redis.pcall('ZADD', NEWEST, 'GT', us, data)
@@ -93,7 +94,10 @@ end
 local added = redis.pcall('ZADD', hb, us, consumer)
 if type(added) == 'table' then return failed(added, 1, 'zset') end
 if not old then grown(hb) end
-if OLDEST and (not old or us < last_us) then redis.call('ZADD', OLDEST, 'LT', us, data) end
+if OLDEST and (not old or us < last_us) then
+  redis.call('ZADD', OLDEST, 'LT', us, data)
+  if old then newest_again(1) end  -- it may have been the newest
+end
 redis.call('HSET', data, consumer, value)
 local logged = 0
 if kind then

@@ -103,12 +103,14 @@ for g = 1, GROUPS do
   end
 end
 
+claim()
 local events = {}  -- events[g] = {joined = {...}, recovered = {...}, ...}
 local latest = {}  -- latest[g][consumer]: the value this call wrote (a consumer beats twice)
 local zset_ok = {}  -- zset_ok[g]: a ZADD into group g's sorted set succeeded
 local joined = {}  -- joined[g]: a consumer joined group g (its sorted set grew)
 local newest = {}  -- newest[g]: the newest beat (whole us) this call wrote into group g
 local oldest = {}  -- oldest[g]: the oldest beat of a consumer that joined or went back
+local back = {}  -- back[g]: a known consumer of group g went back in time
 local drains = {}  -- drains[g][consumer]: a drain is requested after its last beat here
 for i = first, #ARGV, TUPLE do
   local g, consumer, lease = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
@@ -160,7 +162,10 @@ for i = first, #ARGV, TUPLE do
         end
         if kept_progress == '0' then kept_progress = nil end
         last_us = #last > 3 and tonumber(string.sub(last, 1, -4)) or 0
-        if us < last_us and (not oldest[g] or us < oldest[g]) then oldest[g] = us end
+        if us < last_us then
+          back[g] = true
+          if not oldest[g] or us < oldest[g] then oldest[g] = us end
+        end
       end
       local kind, when = nil, nil
       if not registered then
@@ -258,6 +263,7 @@ if INDEX then
       redis.call('ZADD', NEWEST, 'GT', newest[g], data)
       if oldest[g] then redis.call('ZADD', OLDEST, 'LT', oldest[g], data) end
     end
+    if not problem[g] and back[g] then newest_again(g) end
   end
   return out
 end

@@ -204,13 +204,16 @@ end
 -- it read, `given` ('1' or anything else for VERSION). One GET, in the same script as the
 -- write, so a migration that sets another version cannot slip between the check and the
 -- write.
+local UNCLAIMED = nil  -- the version's key, when check_protocol found it missing
 local function check_protocol(i, given)
+  UNCLAIMED = nil
   if not KEYS[i] then
     if given == '1' then MODE = '1' else MODE = VERSION end
     return nil
   end
   local found = redis.pcall('GET', KEYS[i])
   if type(found) == 'table' then return failed(found, i, 'string') end
+  if not found then UNCLAIMED = KEYS[i] end
   if found == '1' then
     MODE = '1'
   elseif not found or found == VERSION then
@@ -221,6 +224,17 @@ local function check_protocol(i, given)
       .. '; this package speaks version ' .. VERSION .. ' (docs/protocol.md)')
   end
   return nil
+end
+
+-- Claim a prefix whose version was missing for VERSION (SET NX), in the script that writes
+-- its first version 2 value, so no such value is ever stored under a prefix another
+-- client could still claim for version 1 (standalone; a caller whose ACL lacks SET leaves
+-- it to the client's own claim after the beat).
+local function claim()
+  if UNCLAIMED then
+    redis.pcall('SET', UNCLAIMED, VERSION, 'NX')
+    UNCLAIMED = nil
+  end
 end
 
 -- Why field `field` of KEYS[i] (a hash of stored values) is refused: its `value` is not one
@@ -258,10 +272,21 @@ end
 -- consumer's first in a new quarter-TTL window (`newest_due`), so a consumer costs one
 -- ZADD per window, not one per beat, and every beat falls at most one window after one
 -- that raised it. A reader asking which groups nobody reads takes the members scored at or
--- below now - TTL as candidates and checks each exactly (docs/protocol.md, section 2).
+-- below now - TTL as candidates and checks each exactly (docs/protocol.md, section 2). A
+-- consumer that leaves, or a beat that goes back in time, lowers it to the real newest
+-- (`newest_again`), so it is never ahead of the group's newest beat.
 local function newest_due(last_us, us, ttl)
   local window = ttl * 250
   return math.floor(us / window) ~= math.floor(last_us / window)
+end
+
+-- Lower NEWEST to group g's real newest beat (ZADD XX: a group not listed stays out), after
+-- a write that may have taken its newest beat away (a consumer left, or went back in time).
+local function newest_again(g)
+  if not NEWEST then return end
+  local hb, data = group_keys(g)
+  local top = redis.call('ZRANGE', hb, -1, -1, 'WITHSCORES')
+  if top[2] then redis.call('ZADD', NEWEST, 'XX', top[2], data) end
 end
 
 -- What a beat of protocol version 2 writes (MODE '2'), from the stored value's fields

@@ -44,7 +44,9 @@ from .validation import (
     MAX_DELAY_MS,
     ConsumerKey,
     DelayedBeat,
+    check_capacity,
     check_consumer_key,
+    check_draining,
     check_lease_count,
     check_meta,
     check_prune_every_ms,
@@ -109,12 +111,21 @@ def check_interval_ms(value: object, default: int | None = None) -> int:
     return value
 
 
+Pending = tuple[int, int, "int | None", "int | None", "bool | None"]
+"""A consumer's pending beat: (lease_count, monotonic ns of the beat, of its last progress or
+None, capacity or None (keep), draining or None (keep)); a later beat's None keeps an
+earlier pending beat's progress, capacity and draining (coalesced)."""
+
+DrainCallback = Callable[[str, str, str], Any]
+"""``on_drain_requested(queue, group, consumer)``."""
+
+
 @dataclass
 class _Taken:
     """What one flush sends: deregistrations first, then the latest beats."""
 
-    beats: dict[ConsumerKey, tuple[int, int, int | None]]
-    """consumer -> (lease_count, monotonic ns of the beat, of its last progress or None)"""
+    beats: dict[ConsumerKey, Pending]
+    """consumer -> its pending beat (`Pending`)"""
     deregs: dict[ConsumerKey, None]
     describe: dict[ConsumerKey, int] = field(default_factory=dict)
     """The consumers whose metadata is to be written after the beats, -> its version."""
@@ -130,6 +141,8 @@ class _Flushed:
     """The beats and deregistrations Redis refused, to send again."""
     described: set[ConsumerKey] = field(default_factory=set)
     """The consumers whose metadata this flush wrote (or found unchanged)."""
+    drains: frozenset[ConsumerKey] = frozenset()
+    """The consumers whose beat's reply said a drain was requested."""
 
 
 @dataclass
@@ -170,7 +183,7 @@ class _Coalescer:
         self.clock = clock
         self.closed = False
         self._lock = threading.Lock()
-        self._beats: dict[ConsumerKey, tuple[int, int, int | None]] = {}
+        self._beats: dict[ConsumerKey, Pending] = {}
         self.meta: dict[str, str] = {} if meta is None else meta
         """The metadata every consumer of this reporter is described with (empty: none)."""
         self.meta_version = 0
@@ -190,20 +203,36 @@ class _Coalescer:
     # -- the caller's side ------------------------------------------------------------
 
     def beat(
-        self, queue: str, group: str, consumer: str, lease_count: int, progressed: bool = False
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        lease_count: int,
+        progressed: bool = False,
+        capacity: int | None = None,
+        draining: bool | None = None,
     ) -> None:
         key = check_consumer_key(queue, group, consumer)
         lease = check_lease_count(lease_count)
         if type(progressed) is not bool:
             raise TypeError(f"progressed must be a bool, got {type(progressed).__name__}")
+        if capacity is not None:
+            capacity = check_capacity(capacity)
+        if draining is not None:
+            draining = check_draining(draining)
         now = self.clock()
         with self._lock:
             if not self.closed:
-                if progressed:
-                    self._beats[key] = (lease, now, now)
+                old = self._beats.get(key)  # what a pending beat said is kept (coalesced)
+                if old is None:
+                    progress_at = now if progressed else None
                 else:
-                    old = self._beats.get(key)  # a pending progress is kept (coalesced)
-                    self._beats[key] = (lease, now, None if old is None else old[2])
+                    progress_at = now if progressed else old[2]
+                    if capacity is None:
+                        capacity = old[3]
+                    if draining is None:
+                        draining = old[4]
+                self._beats[key] = (lease, now, progress_at, capacity, draining)
 
     def set_meta(self, meta: dict[str, str]) -> None:
         with self._lock:
@@ -270,8 +299,10 @@ class _Coalescer:
             except PresenceError as error:  # Redis answered: this consumer only
                 refused.setdefault((key[0], key[1]), error)
                 unwritten.add(key)
+        drains: frozenset[ConsumerKey] = frozenset()
         try:
-            sent = yield from registry.plans.heartbeat_delayed(self.delayed(taken))
+            written = yield from registry.plans.heartbeat_delayed(self.delayed(taken))
+            sent, drains = int(written), written.drain_requested
         except PresenceBatchError as error:
             sent = error.completed
             for group, why in error.failed.items():
@@ -289,17 +320,27 @@ class _Coalescer:
                     refused.setdefault((key[0], key[1]), error)
             else:
                 described.update(due)
-        return _Flushed(sent, refused, unwritten, described)
+        return _Flushed(sent, refused, unwritten, described, drains)
 
     def delayed(self, taken: _Taken) -> list[DelayedBeat]:
         """The taken beats with their age, in µs, on the monotonic clock; beats older than
         MAX_DELAY_MS are dropped (their consumer is long expired anyway)."""
         now = self.clock()
         beats: list[DelayedBeat] = []
-        for (queue, group, consumer), (lease, at_ns, progress_ns) in taken.beats.items():
+        for (queue, group, consumer), pending in taken.beats.items():
+            lease, at_ns, progress_ns, capacity, draining = pending
             delay_us = max(0, now - at_ns) // NS_PER_US
             if delay_us <= _MAX_DELAY_US:
-                if progress_ns is None:
+                if capacity is not None or draining is not None:
+                    back = (
+                        None
+                        if progress_ns is None
+                        else min(max(0, now - progress_ns) // NS_PER_US, _MAX_DELAY_US)
+                    )
+                    beats.append(
+                        (queue, group, consumer, lease, delay_us, back, capacity, draining)
+                    )
+                elif progress_ns is None:
                     beats.append((queue, group, consumer, lease, delay_us))
                 else:
                     back_us = min(max(0, now - progress_ns) // NS_PER_US, _MAX_DELAY_US)
@@ -407,7 +448,14 @@ class _CrossedFork(_Coalescer):
         self.message = message
 
     def beat(
-        self, queue: str, group: str, consumer: str, lease_count: int, progressed: bool = False
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        lease_count: int,
+        progressed: bool = False,
+        capacity: int | None = None,
+        draining: bool | None = None,
     ) -> None:
         raise RuntimeError(self.message)
 
@@ -453,7 +501,11 @@ class _Reporter(Generic[R]):
         default_meta: bool = True,
         prune_every_ms: int | None = None,
         prune_retention_ms: int | None = None,
+        on_drain_requested: DrainCallback | None = None,
     ) -> None:
+        if on_drain_requested is not None and not callable(on_drain_requested):
+            raise TypeError("on_drain_requested must be callable or None")
+        self._on_drain_requested = on_drain_requested
         if registry.read_only:
             raise ValueError("a reporter writes: its registry must not be read_only")
         # Automatic removal (off by default): a prune pass every `prune_every_ms`, keeping
@@ -469,6 +521,19 @@ class _Reporter(Generic[R]):
         self._pid = os.getpid()
         _live_reporters.add(self)
         self._start()
+
+    def _tell_drains(self, drains: frozenset[ConsumerKey]) -> None:
+        """Call `on_drain_requested(queue, group, consumer)` for each consumer a flush's
+        reply said has a drain request (again at each flush until the consumer beats with
+        ``draining=True``); a callback's exception is logged, never raised."""
+        callback = self._on_drain_requested
+        if callback is None:
+            return
+        for key in sorted(drains):
+            try:
+                callback(*key)
+            except Exception:
+                logger.exception("presence reporter: on_drain_requested%r raised", key)
 
     _asleep = False
     """Whether the flusher is still to start (in a forked child, until its first use)."""
@@ -520,11 +585,15 @@ class _Reporter(Generic[R]):
         lease_count: int = 0,
         *,
         progressed: bool = False,
+        capacity: int | None = None,
+        draining: bool | None = None,
     ) -> None:
         """Remember that `consumer` read `queue` for `group` now (O(1), no I/O), and with
         `progressed` that it made progress now (kept until the next flush, whatever beats
-        follow). Bad arguments raise `TypeError` / `ValueError` here; nothing else ever does."""
-        self._core.beat(queue, group, consumer, lease_count, progressed)
+        follow); `capacity` and `draining` (None: keep what an earlier beat said) are
+        written with it. Bad arguments raise `TypeError` / `ValueError` here; nothing else
+        ever does."""
+        self._core.beat(queue, group, consumer, lease_count, progressed, capacity, draining)
         if self._asleep:
             self._wake()
 
@@ -652,7 +721,9 @@ class PresenceReporter(_Reporter[RedisPresenceRegistry]):
                 sent = self._registry.execute(self._core.plan(self._registry, taken))
             except Exception as error:
                 return self._core.failed(taken, error)
-            return self._core.succeeded(taken, sent, started)
+            outcome = self._core.succeeded(taken, sent, started)
+        self._tell_drains(sent.drains)
+        return outcome
 
 
 class AsyncPresenceReporter(_Reporter["AsyncRedisPresenceRegistry"]):
@@ -735,4 +806,6 @@ class AsyncPresenceReporter(_Reporter["AsyncRedisPresenceRegistry"]):
                 sent = await self._registry.execute(self._core.plan(self._registry, taken))
             except Exception as error:
                 return self._core.failed(taken, error)
-            return self._core.succeeded(taken, sent, started)
+            outcome = self._core.succeeded(taken, sent, started)
+        self._tell_drains(sent.drains)
+        return outcome

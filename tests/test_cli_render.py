@@ -151,6 +151,11 @@ def test_json_is_one_array_with_the_field_names() -> None:
         "last_progress_ns",
         "stuck",
         "meta",
+        "capacity",
+        "draining",
+        "drain_requested",
+        "conflict",
+        "instance",
     )
     assert [list(item) for item in data] == [list(render.CONSUMER_FIELDS)] * 3
     assert data[1] == ROWS[1].to_dict()
@@ -452,3 +457,78 @@ def test_frame_sink_prints_frames_one_after_another_without_a_terminal() -> None
     out = console.file.getvalue()  # type: ignore[attr-defined]
     assert out.index("first") < out.index("second")
     assert "\x1b" not in out
+
+
+# ---------------------------------------------------------------- protocol version 2
+
+
+def test_ls_shows_capacity_and_marks_once_a_row_has_them() -> None:
+    """CAPACITY and NOTE appear only when some row has a capacity, a mark; the JSON and
+    CSV always carry the fields (None / false for a version 1 row)."""
+    marked = [
+        ROWS[0]._replace(capacity=10, draining=True),
+        ROWS[1]._replace(conflict=True, drain_requested=True, instance="abc"),
+        ROWS[2],
+    ]
+    text = render.consumers_table(marked, render.Styler(plain_console()))
+    lines = text.splitlines()
+    assert lines[0].split() == [
+        "QUEUE",
+        "GROUP",
+        "CONSUMER",
+        "STATE",
+        "LAST",
+        "SEEN",
+        "LEASES",
+        "CAPACITY",
+        "NOTE",
+        "REGISTERED",
+        "(UTC)",
+    ]
+    assert "10  draining" in lines[1]
+    assert lines[2].rstrip().endswith("! conflict, drain requested  2025-06-15T14:06:40Z")
+    plain = render.consumers_table(ROWS, render.Styler(plain_console()))
+    assert "CAPACITY" not in plain
+    assert "NOTE" not in plain
+    data = json.loads(render.render_consumers(marked, "json", render.Styler(plain_console())))
+    assert [(d["capacity"], d["draining"], d["conflict"], d["instance"]) for d in data] == [
+        (10, True, False, None),
+        (None, False, True, "abc"),
+        (None, False, False, None),
+    ]
+    text = render.render_consumers(marked, "csv", render.Styler(plain_console()))
+    records = list(csv.DictReader(io.StringIO(text)))
+    assert [(r["capacity"], r["draining"], r["conflict"], r["instance"]) for r in records] == [
+        ("10", "true", "false", ""),
+        ("", "false", "true", "abc"),
+        ("", "false", "false", ""),
+    ]
+    coloured = render.consumers_table(marked, render.Styler(colour_console()))
+    assert COLOUR.search(coloured.splitlines()[2].split("! conflict")[0][-12:])
+
+
+def test_counts_show_capacity_and_free_once_a_group_reports_one() -> None:
+    styler = render.Styler(plain_console())
+    counts = {("q", "a"): 2, ("q", "b"): 1}
+    capacities = {("q", "a"): (14, 10)}
+    text = render.render_counts(counts, "table", styler, capacities=capacities)
+    assert [line.split() for line in text.splitlines()] == [
+        ["QUEUE", "GROUP", "ACTIVE", "CAPACITY", "FREE"],
+        ["q", "a", "2", "14", "10"],
+        ["q", "b", "1"],
+    ]
+    data = json.loads(render.render_counts(counts, "json", styler, capacities=capacities))
+    assert data == [
+        {"queue": "q", "group": "a", "active": 2, "capacity": 14, "free": 10},
+        {"queue": "q", "group": "b", "active": 1, "capacity": None, "free": None},
+    ]
+    both = render.render_counts(
+        counts, "csv", styler, minimums={("q", "b"): 2}, capacities=capacities
+    )
+    assert both.splitlines() == [
+        "queue,group,active,min_active,below,capacity,free",
+        "q,a,2,,false,14,10",
+        "q,b,1,2,true,,",
+    ]
+    table = render.render_counts(counts, "table", styler, minimums={("q", "b"): 2})
+    assert "CAPACITY" not in table  # no group reports one: as before

@@ -57,6 +57,20 @@ def test_joined_then_left() -> None:
     assert spans([joined, left], None) == [Span(100 * S, 200 * S, True)]
 
 
+@pytest.mark.parametrize(
+    "kind",
+    [EventKind.DRAINING, EventKind.CONFLICT, EventKind.RESTARTED, EventKind.DRAIN_REQUESTED],
+)
+def test_events_of_an_active_consumers_beats_change_no_span(kind: EventKind) -> None:
+    """Protocol version 2's events: a beat (or a request) while the consumer is active.
+    Before: the span ended at the arrival's stale line, the consumer shown gone after it."""
+    joined, said = ev(EventKind.JOINED, 100 * S), ev(kind, 300 * S)
+    assert spans([joined, said], 995 * S) == [Span(100 * S, 1_000 * S, True)]
+    left = ev(EventKind.LEFT, 400 * S, hb=395 * S)
+    assert spans([joined, said, left], None) == [Span(100 * S, 400 * S, True)]
+    assert spans([said], 995 * S) == [Span(0, 1_000 * S, True)]
+
+
 def test_left_after_going_stale_counts_up_to_the_stale_line() -> None:
     joined = ev(EventKind.JOINED, 100 * S)
     pruned = ev(EventKind.PRUNED, 500 * S, hb=150 * S)

@@ -153,9 +153,10 @@ def test_ten_thousand_beats_for_ten_consumers_are_ten_writes_in_one_call(
     assert calls(redis_client, "fcall") == 1
     assert calls(redis_client, "evalsha") == 1
     assert calls(redis_client, "hset") == 20
-    # Ten beats, the groups listed once, and the two groups' `joined` entries listed in the
-    # index of event logs (ten new consumers: one log entry per group).
-    assert calls(redis_client, "zadd") == 13
+    # Ten beats, the groups listed once, the two groups' `joined` entries listed in the
+    # index of event logs (ten new consumers: one log entry per group), and each group in the
+    # fleet indexes (P:newest, P:oldest: once per group and call).
+    assert calls(redis_client, "zadd") == 17
     assert calls(redis_client, "xadd") == 2
     rows = {row.consumer: row.lease_count for row in registry.snapshot() if row.queue != "warm"}
     assert rows == {f"w{n}": 9_990 + n for n in range(10)}  # the latest beat of each
@@ -396,8 +397,8 @@ def test_restored_beats_never_override_newer_ones_or_deregistrations() -> None:
     _, again = core.begin()
     assert again is not None
     assert again.beats == {
-        ("q", "g", "newer"): (2, clock.now, None),
-        ("q", "g", "kept"): (1, clock.now - 5 * MS, None),
+        ("q", "g", "newer"): (2, clock.now, None, None, None),
+        ("q", "g", "kept"): (1, clock.now - 5 * MS, None, None, None),
     }
     assert list(again.deregs) == [("q", "g", "gone")]
 

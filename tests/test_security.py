@@ -39,6 +39,7 @@ from redis_presence.cli import cli
 from redis_presence.keys import Keyspace
 from redis_presence.scripts import library, script
 from redis_presence.urls import redact, secrets_of
+from redis_presence.validation import BeatSpec
 
 MS = 1_000_000
 T0 = 1_796_000_000_123_456_000
@@ -139,6 +140,11 @@ WRITES: dict[str, Operation] = {
     "heartbeat (server clock)": lambda r: r.heartbeat("orders", "billing", "w9"),
     "heartbeat_many": lambda r: r.heartbeat_many([("orders", "billing", "w9", 0)], now_ns=T0),
     "heartbeat progressed": lambda r: r.heartbeat("orders", "billing", "w9", 1, progressed=True),
+    "heartbeat capacity": lambda r: r.heartbeat("orders", "billing", "w9", capacity=4),
+    "heartbeat_many draining": lambda r: r.heartbeat_many(
+        [BeatSpec("orders", "billing", "w9", 1, draining=False)], now_ns=T0
+    ),
+    "request_drain": lambda r: r.request_drain("orders", "billing", "w9", now_ns=T0),
     "describe": lambda r: r.describe("orders", "billing", "w9", {"host": "h", "pid": "1"}),
     "deregister": lambda r: r.deregister("orders", "billing", "w1"),
 }
@@ -230,6 +236,23 @@ def test_reader_role_may_snapshot_and_count_only(
     for name, op in {**WRITES, **PRUNE}.items():
         with pytest.raises(PresenceReadOnlyError, match=name.split()[0]):
             op(read_only)
+
+
+def test_a_reader_cannot_request_a_drain_and_a_broker_can(
+    acl_server: RedisServer, admin: redis.Redis
+) -> None:
+    """A drain request is a write (drain.lua, by FCALL): the broker's line allows it, no
+    reader's does, and a refused request changes nothing."""
+    owner = seed(admin)
+    reader = role_registry(acl_server, READER_USER, READER_PASSWORD)
+    assert_denied(reader, {"request_drain": WRITES["request_drain"]}, admin)
+    assert not owner.heartbeat("orders", "billing", "w1", now_ns=T0).drain_requested
+    broker = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD)
+    admin.function_flush()
+    admin.script_flush()  # the broker loads the library itself
+    assert broker.request_drain("orders", "billing", "w1", now_ns=T0) is True
+    assert owner.heartbeat("orders", "billing", "w1", now_ns=T0).drain_requested
+    assert_denied(reader, {"request_drain": WRITES["request_drain"]}, admin)
 
 
 def test_strict_reader_with_read_only_keys_reads_through_any_registry(
@@ -370,7 +393,8 @@ def test_nested_prefixes_need_exact_key_patterns(
     nested.heartbeat("orders", "billing", "w1", now_ns=T0)  # allowed by ~presence:*
     exact = ACL_BROKER.replace(
         "~presence:*",
-        "~presence:groups ~presence:events ~presence:ttl ~presence:protocol ~presence:{*",
+        "~presence:groups ~presence:events ~presence:ttl ~presence:protocol ~presence:newest "
+        "~presence:oldest ~presence:{*",
     )
     admin.execute_command(*shlex.split(exact))  # type: ignore[no-untyped-call]
     own = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD)

@@ -132,10 +132,14 @@ def test_index_plans_alone(redis_client: redis.Redis, run: Any) -> None:
     assert run(index.migrate()) == 1
     assert redis_client.zscore(keys.groups, keys.group("old", "g").member) == 0
     assert not redis_client.exists(keys.legacy_index)
+    assert cache.claimed  # migrate set the version itself
+    assert redis_client.get(keys.protocol) == b"2"
+    redis_client.delete(keys.protocol)
+    scope, cache, _ = parts()
     assert not cache.claimed
-    run(index.claim())
+    run(IndexPlans(scope, cache).claim())
     assert cache.claimed
-    assert redis_client.get(keys.protocol) == b"1"
+    assert redis_client.get(keys.protocol) == b"2"
     reader = IndexPlans(*parts(read_only=True)[:2])
     with pytest.raises(PresenceReadOnlyError):
         reader.migrate()

@@ -358,6 +358,23 @@ def _marker_style(cell: str) -> str:
 _TIMED = re.compile(r" \d\d:\d\d:\d\d$")
 
 
+DRAINING = "draining"
+DRAIN_REQUESTED = "drain requested"
+CONFLICT = "! conflict"
+"""The marks of `ls`' NOTE column: the consumer says it is draining, a drain was requested
+and not yet acknowledged, two processes beat as this consumer (a duplicate)."""
+
+NOTE_STYLES: Mapping[str, str] = {
+    DRAINING: "cyan",
+    DRAIN_REQUESTED: "yellow",
+    CONFLICT: "bold red",
+}
+
+
+def _note_style(cell: str) -> str:
+    return "bold red" if CONFLICT in cell else NOTE_STYLES.get(cell.split(", ", maxsplit=1)[0], "")
+
+
 CONSUMER_COLUMNS = (
     Column("QUEUE", name=True),
     Column("GROUP", name=True),
@@ -365,9 +382,13 @@ CONSUMER_COLUMNS = (
     Column("STATE", style=_state_style),
     Column("LAST SEEN", right=True),
     Column("LEASES", right=True),
+    Column("CAPACITY", right=True),
+    Column("NOTE", style=_note_style),
     Column("REGISTERED (UTC)", optional=True),
     Column("META", optional=True),
 )
+"""Every column `ls` may show: CAPACITY only when some row reports one, NOTE only when some
+row has a mark (`note_cell`), META only when some row has metadata."""
 
 
 def state_cell(row: ConsumerPresence, now_ns: int | None = None) -> str:
@@ -387,6 +408,21 @@ def meta_cell(row: ConsumerPresence) -> str:
     return " ".join(f"{shown(k)}={shown(v)}" for k, v in row.meta.items())
 
 
+def note_cell(row: ConsumerPresence) -> str:
+    """`draining`, `drain requested`, `! conflict`, joined by commas: what a row of
+    protocol version 2 says beyond its state (empty for most rows)."""
+    marks = [
+        mark
+        for mark, on in (
+            (CONFLICT, row.conflict),
+            (DRAINING, row.draining),
+            (DRAIN_REQUESTED, row.drain_requested),
+        )
+        if on
+    ]
+    return ", ".join(marks)
+
+
 def _consumer_cells(row: ConsumerPresence, now_ns: int | None = None) -> tuple[str, ...]:
     return (
         row.queue,
@@ -395,6 +431,8 @@ def _consumer_cells(row: ConsumerPresence, now_ns: int | None = None) -> tuple[s
         state_cell(row, now_ns),
         last_seen(row, now_ns),
         str(row.lease_count),
+        "" if row.capacity is None else str(row.capacity),
+        note_cell(row),
         iso_utc(row.registered_at_ns),
         meta_cell(row),
     )
@@ -412,9 +450,24 @@ def consumers_table(
     if not rows:
         return empty + "\n"
     cells = [_consumer_cells(row, now_ns) for row in rows]
-    if not any(row.meta for row in rows):  # META only when some row has metadata (--wide)
-        return text_table(CONSUMER_COLUMNS[:-1], (c[:-1] for c in cells), styler, width)
-    return text_table(CONSUMER_COLUMNS, cells, styler, width)
+    # CAPACITY, NOTE and META only when some row has one (META: --wide).
+    shown_at = [
+        i
+        for i, present in enumerate(
+            (
+                *(True,) * 6,
+                any(row.capacity is not None for row in rows),
+                any(cell[7] for cell in cells),
+                True,
+                any(row.meta for row in rows),
+            )
+        )
+        if present
+    ]
+    if len(shown_at) == len(CONSUMER_COLUMNS):
+        return text_table(CONSUMER_COLUMNS, cells, styler, width)
+    pick = [CONSUMER_COLUMNS[i] for i in shown_at]
+    return text_table(pick, ([c[i] for i in shown_at] for c in cells), styler, width)
 
 
 def consumers_json(rows: Sequence[ConsumerPresence]) -> str:
@@ -441,6 +494,11 @@ def consumers_csv(rows: Sequence[ConsumerPresence]) -> str:
                 "" if row.last_progress_ns is None else row.last_progress_ns,
                 "true" if row.stuck else "false",
                 csv_cell(json.dumps(dict(row.meta), ensure_ascii=False)) if row.meta else "",
+                "" if row.capacity is None else row.capacity,
+                "true" if row.draining else "false",
+                "true" if row.drain_requested else "false",
+                "true" if row.conflict else "false",
+                "" if row.instance is None else row.instance,
             ]
         )
     return buffer.getvalue()
@@ -477,6 +535,10 @@ DECLARED_COUNT_COLUMNS = (
 BELOW = "! below minimum"
 
 
+CAPACITY_COLUMNS = (Column("CAPACITY", right=True), Column("FREE", right=True))
+"""What `counts` adds once some group reports a capacity (protocol version 2)."""
+
+
 def render_counts(
     counts: Mapping[tuple[str, str], int],
     fmt: str,
@@ -484,55 +546,74 @@ def render_counts(
     width: int | None = None,
     empty: str = "(no groups)",
     minimums: Mapping[tuple[str, str], int] | None = None,
+    capacities: Mapping[tuple[str, str], tuple[int, int]] | None = None,
 ) -> str:
     """Active consumers per `(queue, group)`, in key order, in one of `options.FORMATS`;
-    with declared groups (`minimums`), each group's `min_active` and whether it is below."""
+    with declared groups (`minimums`), each group's `min_active` and whether it is below;
+    with groups that report a capacity (`capacities`: ``(capacity, free)``), each group's
+    capacity and free slots (empty, or null, for a group that reports none)."""
     items = sorted(counts.items())
-    if minimums:
-        return _declared_counts(items, minimums, fmt, styler, width)
+    declared = bool(minimums)
+    sized = bool(capacities)
+    least_of = minimums or {}
+    slots = capacities or {}
+    records: list[dict[str, object]] = []
+    for (q, g), n in items:
+        record: dict[str, object] = {"queue": q, "group": g, "active": n}
+        if declared:
+            least = least_of.get((q, g))
+            record["min_active"] = least
+            record["below"] = least is not None and n < least
+        if sized:
+            capacity, free = slots.get((q, g), (None, None))
+            record["capacity"], record["free"] = capacity, free
+        records.append(record)
     if fmt == "json":
-        data = [{"queue": q, "group": g, "active": n} for (q, g), n in items]
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        return json.dumps(records, indent=2, ensure_ascii=False) + "\n"
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(COUNT_FIELDS)
-        writer.writerows([csv_cell(q), csv_cell(g), n] for (q, g), n in items)
+        fields = (
+            *COUNT_FIELDS,
+            *(("min_active", "below") if declared else ()),
+            *(("capacity", "free") if sized else ()),
+        )
+        writer.writerow(fields)
+        for record in records:
+            writer.writerow([_csv_value(k, record[k]) for k in fields])
         return buffer.getvalue()
     if not items:
         return empty + "\n"
-    return text_table(COUNT_COLUMNS, [(q, g, str(n)) for (q, g), n in items], styler, width)
+    columns = [*COUNT_COLUMNS]
+    if declared:
+        columns.append(DECLARED_COUNT_COLUMNS[3])
+    if sized:
+        columns += CAPACITY_COLUMNS
+    if declared:
+        columns.append(DECLARED_COUNT_COLUMNS[4])
+    cells = []
+    for record in records:
+        line = [str(record["queue"]), str(record["group"]), str(record["active"])]
+        if declared:
+            line.append(_blank(record["min_active"]))
+        if sized:
+            line += [_blank(record["capacity"]), _blank(record["free"])]
+        if declared:
+            line.append(BELOW if record["below"] else "")
+        cells.append(tuple(line))
+    return text_table(columns, cells, styler, width)
 
 
-def _declared_counts(
-    items: list[tuple[tuple[str, str], int]],
-    minimums: Mapping[tuple[str, str], int],
-    fmt: str,
-    styler: Styler,
-    width: int | None,
-) -> str:
-    rows = [(q, g, n, minimums.get((q, g))) for (q, g), n in items]
-    below = [least is not None and n < least for _, _, n, least in rows]
-    if fmt == "json":
-        data = [
-            {"queue": q, "group": g, "active": n, "min_active": least, "below": low}
-            for (q, g, n, least), low in zip(rows, below, strict=True)
-        ]
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow((*COUNT_FIELDS, "min_active", "below"))
-        writer.writerows(
-            [csv_cell(q), csv_cell(g), n, "" if least is None else least, str(low).lower()]
-            for (q, g, n, least), low in zip(rows, below, strict=True)
-        )
-        return buffer.getvalue()
-    cells = [
-        (q, g, str(n), "" if least is None else str(least), BELOW if low else "")
-        for (q, g, n, least), low in zip(rows, below, strict=True)
-    ]
-    return text_table(DECLARED_COUNT_COLUMNS, cells, styler, width)
+def _blank(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def _csv_value(field: str, value: object) -> object:
+    if field in ("queue", "group"):
+        return csv_cell(str(value))
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "" if value is None else value
 
 
 # ---------------------------------------------------------------- events
@@ -544,6 +625,10 @@ EVENT_STYLES: Mapping[str, str] = {
     "expired": "red",
     "left": "magenta",
     "pruned": "dim",
+    "draining": "cyan",
+    "drain_requested": "yellow",
+    "restarted": "blue",
+    "conflict": "bold red",
 }
 
 EVENT_COLUMNS = (
@@ -610,7 +695,7 @@ def tally_line(tallies: Mapping[tuple[str, str], GroupTally]) -> str:
     return "; ".join(parts) if parts else "no groups tracked"
 
 
-FRAME_COLUMNS = (*CONSUMER_COLUMNS[:-2], Column("CHANGE", style=_marker_style))
+FRAME_COLUMNS = (*CONSUMER_COLUMNS[:6], Column("CHANGE", style=_marker_style))
 """The columns of `watch` and `demo`: those of `ls`, with the change in place of the
 registration time."""
 

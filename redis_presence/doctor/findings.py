@@ -12,7 +12,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from ..errors import PresenceDataError
-from ..model import Skipped
+from ..model import ConsumerPresence, Skipped
 from ..policy import evicts
 
 TESTED_RELEASES: dict[str, tuple[str, ...]] = {"redis": ("7.0", "8.2"), "valkey": ("9.1",)}
@@ -402,6 +402,35 @@ def undecodable_finding(skipped: Iterable[Skipped] | None, why: str = "") -> Fin
         "a client that does not follow docs/protocol.md wrote them (a name encoded with "
         "JavaScript's encodeURIComponent, say): fix that client, then delete the keys (a "
         "shared TTL: redis-presence ttl set, or unset)",
+    )
+
+
+def conflict_finding(rows: Iterable[ConsumerPresence] | None, why: str = "") -> Finding:
+    """The consumers in conflict (protocol version 2): two processes beat as one consumer
+    name within a TTL (a duplicate: the instance tokens of their beats alternate), so
+    neither's presence can be trusted. `rows` None: the snapshot could not be read."""
+    if rows is None:
+        return Finding(
+            "conflicts",
+            Status.SKIP,
+            f"the prefix's consumers not read: {why or 'the user may not read the index'}",
+        )
+    found = sorted(rows)
+    if not found:
+        return Finding("conflicts", Status.OK, "no consumer is beaten by two processes")
+    names = [
+        f"{row.queue}/{row.group}/{row.consumer}"
+        + (f" (instance {row.instance})" if row.instance else "")
+        for row in found
+    ]
+    return Finding(
+        "conflicts",
+        Status.WARN,
+        f"{len(found)} consumer(s) in conflict, each beaten by two processes within a TTL: "
+        f"{_first_five(names)}",
+        "give each process its own consumer name (a duplicate, say a second pod with the same "
+        "hostname-based name, keeps a dead consumer alive and doubles its leases), or stop "
+        "the extra process",
     )
 
 

@@ -99,7 +99,8 @@ class Planner:
     about how many entries each queue's event log keeps; `max_future_ms` is the clock guard
     (a beat whose explicit ``now_ns`` is further ahead of the server clock is refused with
     `PresenceClockError`; None: no guard); `clock` (monotonic nanoseconds) times how long a
-    shared TTL read from Redis is trusted.
+    shared TTL read from Redis is trusted; `instance` is the instance token its beats
+    carry (None: this process's, `redis_presence.beats.process_instance`).
 
     A thin facade over its parts, each with one job: its `scope` (what never changes), the
     two caches its plans share (`settings_cache`, `beat_cache`), and a job object per module
@@ -118,6 +119,7 @@ class Planner:
         events_kept: int = DEFAULT_EVENTS_KEPT,
         max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
         clock: Callable[[], int] = time.monotonic_ns,
+        instance: str | None = None,
     ) -> None:
         scope = self.scope = Scope(
             prefix,
@@ -127,6 +129,7 @@ class Planner:
             events_kept=events_kept,
             max_future_ms=max_future_ms,
             clock=clock,
+            instance=instance,
         )
         cache = self.settings_cache = SettingsCache(scope.keys, clock)
         beats = self.beat_cache = BeatCache()
@@ -140,6 +143,7 @@ class Planner:
         self.heartbeat = writes.heartbeat
         self.heartbeat_many = writes.heartbeat_many
         self.heartbeat_delayed = writes.heartbeat_delayed
+        self.request_drain = writes.request_drain
         self.deregister = writes.deregister
         self.describe = writes.describe
         self.describe_many = writes.describe_many

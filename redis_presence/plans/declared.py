@@ -12,8 +12,10 @@ from ..errors import PresenceDataError, PresenceError
 from ..keys import GroupKeys, decode_min_active
 from ..model import (
     DEFAULT_PRESENCE_TTL_MS,
+    ConsumerPresence,
     GroupPresence,
     GroupsPage,
+    LiveTally,
     PresenceState,
     Rows,
     Skipped,
@@ -29,7 +31,7 @@ from ..validation import (
 )
 from .caches import SettingsCache
 from .core import Job, Scope, Spoilt, T, _report, _text, _unique
-from .index import IndexPlans
+from .index import FleetIndexes, IndexPlans
 from .reads import ReadPlans
 from .requests import Command, Partial, Plan, Request
 from .settings import SettingsPlans
@@ -214,7 +216,12 @@ class DeclaredPlans(Job):
             low = f"({every[-1]}"
 
     def groups(
-        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        details: bool = False,
+        capacity: bool = False,
     ) -> Plan[list[GroupPresence]]:
         """Every tracked or declared group, ordered by (queue, group), with its active, stale
         and expired consumers (at `now_ns`, under `ttl_ms` or each group's shared TTL), its
@@ -225,24 +232,39 @@ class DeclaredPlans(Job):
         consumers hold: the expired ones are a range of its sorted set, read
         `Limits.consumers` names at a time, and only their stored values (``HMGET``), so
         this costs what the expired consumers are, not the group (a group's leases in total
-        would need every stored value: a snapshot's cost)."""
+        would need every stored value: a snapshot's cost).
+
+        With `capacity`, also each group's capacity, free slots, draining consumers and
+        conflicts (so its `verdict` can be `DRAINING`, and draining excuses a shortfall):
+        the stored values of its live (active and stale) consumers, never its expired ones
+        (`live`: a ``ZRANGEBYSCORE`` and an ``HMGET`` a group for each `Limits.consumers`
+        live consumers, one round trip more a page of groups). Without it those are None
+        (docs/concepts.md, "Capacity and draining")."""
         ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
         if type(details) is not bool:
             raise TypeError(f"details must be a bool, got {type(details).__name__}")
-        return self._groups(now, ttl, details)
+        if type(capacity) is not bool:
+            raise TypeError(f"capacity must be a bool, got {type(capacity).__name__}")
+        return self._groups(now, ttl, details, capacity)
 
     def _groups(
-        self, now_ns: int | None, ttl_ms: int | None, details: bool = False
+        self,
+        now_ns: int | None,
+        ttl_ms: int | None,
+        details: bool = False,
+        capacity: bool = False,
     ) -> Plan[list[GroupPresence]]:
         now = yield from self.scope.now(now_ns)
         skipped: list[Skipped] = []
         declared = yield from self._expected(skipped)
         counts: dict[tuple[str, str], tuple[int, int, int]] = {}
         extra: dict[tuple[str, str], tuple[int | None, int]] = {}
+        lives: dict[tuple[str, str], LiveTally] = {}
         after: Any = None
         while True:
             groups, after = yield from self._index.listed(None, None, after, skipped)
+            ttls: list[int] = []
             while details and after is not None and len(groups) < DETAILED_GROUPS:
                 page, after = yield from self._index.listed(None, None, after, skipped)
                 groups = [*groups, *page]
@@ -273,6 +295,17 @@ class DeclaredPlans(Job):
                 for gk, card, a, b in zip(groups, cards, active, alive, strict=True):
                     if card is not None and a is not None and b is not None:
                         counts[(gk.queue, gk.group)] = (a, b - a, int(card) - b)
+            if groups and capacity:
+                counted = [gk for gk in groups if (gk.queue, gk.group) in counts]
+                if details:  # the TTLs `_detailed` read (cached)
+                    ttls = yield from self._settings.ttls_for(counted, ttl_ms)
+                else:
+                    ttl_of = dict(zip(groups, ttls, strict=True))
+                    ttls = [ttl_of[gk] for gk in counted]
+                found_live = yield from self.live(counted, now, ttls, skipped)
+                lives.update(
+                    ((gk.queue, gk.group), t) for gk, t in zip(counted, found_live, strict=True)
+                )
             if after is None:
                 break
         _report(skipped)
@@ -284,8 +317,11 @@ class DeclaredPlans(Job):
             more: tuple[int | None, int | None] = (
                 extra.get(key, nothing) if details else (None, None)
             )
+            live = lives.get(key, LiveTally()) if capacity else None
             out.append(
-                GroupPresence.of(*key, n_active, n_stale, n_expired, declared.get(key), *more)
+                GroupPresence.of(
+                    *key, n_active, n_stale, n_expired, declared.get(key), *more, live=live
+                )
             )
         out.skipped = _unique(skipped)
         return out
@@ -295,8 +331,12 @@ class DeclaredPlans(Job):
     ) -> Plan[GroupPresence]:
         """One group as a row of `groups()` (its counts at `now_ns` under `ttl_ms` or its
         shared TTL, and its declared minimum; zeros for a group neither tracked nor
-        declared): its keys alone, ``ZCARD``, both counts and the declaration's ``HMGET`` in
-        one batch (after the shared TTL, cached); no consumer's row is read."""
+        declared), with its capacity, free slots, draining consumers and conflicts (so its
+        `verdict` can be `DRAINING`): its keys alone, ``ZCARD``, both counts and the
+        declaration's ``HMGET`` and its first page of live names in one batch (after the
+        shared TTL, cached), then the stored values of its live consumers only (`live`: a
+        round trip of an ``HMGET`` and the next ``ZRANGEBYSCORE`` for each
+        `Limits.consumers` of them); no expired consumer's value is read."""
         queue, group = check_name("queue", queue), check_name("group", group)
         ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
@@ -310,17 +350,19 @@ class DeclaredPlans(Job):
         (ttl,) = yield from self._settings.ttls_for([gk], ttl_ms)
         horizons = list(PresenceState.horizons_ns(now, ttl))
         key = self.keys.queue_expect(queue)
-        card, (least,), *counted = yield [
+        card, (least,), first, *counted = yield [
             Command("ZCARD", (gk.hb,)),
             Command("HMGET", (key, group)),  # the reader role's, as `min_active`
+            *self.live_asks([gk], now, [ttl]),
             *self._reads.above_asks([gk, gk], horizons),
         ]
         skipped: list[Skipped] = []
         active, alive = yield from self._reads.above_rest([gk, gk], horizons, counted, skipped)
+        (tally,) = yield from self.live_rest([gk], now, [ttl], [first], skipped)
         _report(skipped)
         a, b = active or 0, alive or 0
         minimum = None if least is None else decode_min_active(key, group, least)
-        return GroupPresence.of(queue, group, a, b - a, int(card) - b, minimum)
+        return GroupPresence.of(queue, group, a, b - a, int(card) - b, minimum, live=tally)
 
     def _tally(
         self, groups: list[GroupKeys], horizons: list[tuple[int, int]], skipped: list[Skipped]
@@ -348,13 +390,22 @@ class DeclaredPlans(Job):
         match: Callable[[GroupPresence], bool] | None = None,
         now_ns: int | None = None,
         ttl_ms: int | None = None,
+        attention: bool = False,
     ) -> Plan[GroupsPage]:
         """Up to `limit` tracked or declared groups in the index's order (`group_order`),
         strictly after the group `after` (or before `before`, still given in that order), of
         one `queue` when given, whose names pass `names` and whose counts pass `match`; and
         whether more of them lie beyond on that side. The index is read from the cursor a
         page (`Limits.groups`) at a time and only the groups whose names pass are counted,
-        as `groups()` counts them; declared groups come from `expected()`."""
+        as `groups()` counts them; declared groups come from `expected()`.
+
+        With `attention`, only the groups nobody reads (no active consumer) or below their
+        declared minimum: on a standalone server of a prefix at version 2 only the groups
+        whose ``P:newest`` is at or below their active horizon (and the declared ones) are
+        counted, picked from one range of it when `ttl_ms` is given, else from each index
+        page's scores (``ZMSCORE``); elsewhere every group is (docs/performance.md)."""
+        if type(attention) is not bool:
+            raise TypeError(f"attention must be a bool, got {type(attention).__name__}")
         if after is not None and before is not None:
             raise ValueError("a page of groups starts after one group or ends before one, not both")
         if type(limit) is not int or not 1 <= limit <= 10_000:
@@ -372,6 +423,7 @@ class DeclaredPlans(Job):
             match,
             check_now_ns(now_ns),
             check_optional_ttl_ms(ttl_ms),
+            attention,
         )
 
     def group_names(self, queue: str | None = None) -> Plan[list[tuple[str, str]]]:
@@ -406,10 +458,31 @@ class DeclaredPlans(Job):
         match: Callable[[GroupPresence], bool] | None,
         now_ns: int | None,
         ttl_ms: int | None,
+        attention: bool = False,
     ) -> Plan[GroupsPage]:
         now = yield from self.scope.now(now_ns)
         skipped: list[Skipped] = []
         declared = yield from self._expected(skipped)
+        fleet = FleetIndexes(False, False, False)
+        if attention:
+            fleet = yield from self._index.fleet_indexes()
+        # The groups nobody may read, read whole, and walked with the declared ones instead
+        # of the index (every declared group is counted: it may be below its minimum).
+        # One TTL for all: one range of P:newest, at or below the active horizon (a lower
+        # bound of a group's newest beat, so none is missed). Each group's own TTL: every
+        # indexed group (`every_group`, two round trips), its shared TTL (one) and its
+        # P:newest (one), kept when at or below its own active horizon or missing.
+        unread: list[Any] | None = None
+        quiet: list[GroupKeys] | None = None
+        if fleet.newest_complete and ttl_ms is not None:
+            edge_us = PresenceState.horizons_ns(now, ttl_ms)[0] // 1_000
+            quiet = yield from self._index.scored_at_most(self.keys.newest, edge_us, skipped)
+        elif fleet.kept and ttl_ms is None:
+            quiet = yield from self._maybe_unread(now, skipped)
+        if quiet is not None:
+            unread = sorted(
+                {gk.member for gk in quiet} | {self.keys.group(q, g).member for q, g in declared}
+            )
         lonely = sorted(
             (self.keys.group(q, g) for q, g in declared if queue is None or q == queue),
             key=attrgetter("member"),
@@ -429,7 +502,15 @@ class DeclaredPlans(Job):
             else:
                 bottom = low if bound is None or (queue and bound < low[1:]) else f"({bound}"
                 command = Command("ZRANGEBYLEX", (self.keys.groups, bottom, high, "LIMIT", 0, step))
-            (members,) = yield [command]
+            if unread is not None:
+                members = [
+                    m
+                    for m in (unread[::-1] if reverse else unread)
+                    if past(m, bound) and low[1:] <= m and (high == "+" or m < high[1:])
+                ]
+                step = len(members) + 1  # one page: every candidate
+            else:
+                (members,) = yield [command]
             listed = []
             for member in members:
                 try:
@@ -487,6 +568,22 @@ class DeclaredPlans(Job):
         _report(skipped)
         shown = picked[:limit]
         return GroupsPage(shown[::-1] if reverse else shown, len(picked) > limit)
+
+    def _maybe_unread(self, now: int, skipped: list[Skipped]) -> Plan[list[GroupKeys]]:
+        """Every indexed group that may have no active consumer under its own shared TTL:
+        its ``P:newest`` at or below its active horizon, or missing; and every group whose
+        TTL cannot be read (its count sets it aside, as before)."""
+        groups = yield from self._index.every_group(skipped)
+        lost: list[Skipped] = []
+        sound, ttls = yield from self._settings.sound_ttls(groups, None, lost, together=True)
+        scores = yield from self._index.index_scores(self.keys.newest, sound)
+        quiet = {
+            gk.member
+            for gk, ttl, score in zip(sound, ttls, scores, strict=True)
+            if score is None or score <= PresenceState.horizons_ns(now, ttl)[0] // 1_000
+        }
+        kept = {gk.member for gk in sound}
+        return [gk for gk in groups if gk.member in quiet or gk.member not in kept]
 
     def _detailed(
         self, groups: list[GroupKeys], now_ns: int, ttl_ms: int | None, skipped: list[Skipped]
@@ -643,7 +740,7 @@ class DeclaredPlans(Job):
                 _, names = pages[i]
                 table = {n: v for n, v in zip(names, stored, strict=True) if v is not None}
                 gk = groups[i]
-                (_, _, beats, leases, _), bad = sound_columns(gk, table)
+                (_, _, beats, leases, _, _), bad = sound_columns(gk, table)
                 skipped += (Skipped(gk.data, str(e), gk.queue, gk.group, c) for c, e in bad)
                 edge = horizons[i]
                 found[i][0] += len(names)
@@ -666,3 +763,68 @@ class DeclaredPlans(Job):
                 if names
             }
         return [(a, b, c) for a, b, c in found]
+
+    def live(
+        self, groups: list[GroupKeys], now_ns: int, ttls: list[int], skipped: list[Skipped]
+    ) -> Plan[list[LiveTally]]:
+        """What the stored values of each group's live consumers say (`LiveTally`: capacity,
+        leases, draining, conflicts): the names whose beat is at or after the expired
+        horizon's microsecond (``ZRANGEBYSCORE``, `Limits.consumers` names a command) and
+        their values (``HMGET`` of those names): two commands a group for each page of
+        `Limits.consumers` live consumers, a round trip a page (the next page's names are
+        asked with this page's values). It costs what the live consumers are, never the
+        expired ones. A consumer on the horizon's microsecond is told by its stored beat;
+        one whose stored value cannot be decoded is set aside in `skipped`, uncounted."""
+        firsts = yield self.live_asks(groups, now_ns, ttls)
+        return (yield from self.live_rest(groups, now_ns, ttls, firsts, skipped))
+
+    def live_asks(self, groups: list[GroupKeys], now_ns: int, ttls: list[int]) -> list[Request]:
+        """The first requests of `live`: one ``ZRANGEBYSCORE`` a group."""
+        return [self._live_page(gk, now_ns, ttl, 0) for gk, ttl in zip(groups, ttls, strict=True)]
+
+    def _live_page(self, gk: GroupKeys, now_ns: int, ttl_ms: int, offset: int) -> Command:
+        edge = PresenceState.horizons_ns(now_ns, ttl_ms)[1] // 1_000
+        return Command(
+            "ZRANGEBYSCORE", (gk.hb, edge, "+inf", "LIMIT", offset, self.limits.consumers)
+        )
+
+    def live_rest(
+        self,
+        groups: list[GroupKeys],
+        now_ns: int,
+        ttls: list[int],
+        firsts: list[Any],
+        skipped: list[Skipped],
+    ) -> Plan[list[LiveTally]]:
+        """`live` from the replies to its first requests (`live_asks`)."""
+        most = self.limits.consumers
+        tallies = [LiveTally() for _ in groups]
+        pages = {i: (0, list(names)) for i, names in enumerate(firsts) if names}
+        while pages:
+            order = list(pages)
+            batch: list[Request] = []
+            for i in order:
+                offset, names = pages[i]
+                batch.append(Command("HMGET", (groups[i].data, *names)))
+                if len(names) == most:
+                    batch.append(self._live_page(groups[i], now_ns, ttls[i], offset + most))
+            answers = iter((yield batch))
+            going_on: dict[int, tuple[int, list[Any]]] = {}
+            for i in order:
+                offset, names = pages[i]
+                gk = groups[i]
+                got = next(answers)
+                table = {n: v for n, v in zip(names, got, strict=True) if v is not None}
+                columns, bad = sound_columns(gk, table)
+                skipped += (Skipped(gk.data, str(e), gk.queue, gk.group, c) for c, e in bad)
+                rows = ConsumerPresence.columns(
+                    gk.queue, gk.group, *columns, now_ns=now_ns, ttl_ms=ttls[i]
+                )
+                for row in rows:
+                    tallies[i].add(row)
+                if len(names) == most:
+                    more = list(next(answers))
+                    if more:
+                        going_on[i] = (offset + most, more)
+            pages = going_on
+        return tallies

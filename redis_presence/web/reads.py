@@ -320,6 +320,8 @@ class PresenceData:
             "queue": where.queue,
             "names": where.names if where.by_names else None,
             "match": where.counts if where.by_counts else None,
+            # idle=1: only the groups the fleet index says may be unread are counted
+            "attention": where.attention,
             "now_ns": now,
             "ttl_ms": self._read_ttl_ms,
         }
