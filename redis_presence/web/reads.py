@@ -519,20 +519,25 @@ class PresenceData:
         cursor (any listed group has a consumer, so without a filter of states or names the
         first one does). At most FLEET_READS of them at once. A group whose own data cannot
         be read (a key of another type, a shared setting) is set aside, as a fleet read
-        sets it aside."""
+        sets it aside. With `where.stuck`, only the groups the last stuck count found (as
+        ``/?stuck=1``: `_stuck_page`), not every group of the fleet."""
         ttl = await self.ttl()
         # The prefix's settings first (cached): a spoilt one of them fails the whole list,
         # so a group read's data error below is that group's own.
         registry = self.registry
         await registry.execute(registry.plans.stuck_after_in_use())
         now = await self.now_ns()
+        holding = None
+        if where.stuck:
+            holding = (await self._stuck_count(now, await self.epoch())).groups
         collector = PageCollector(where, cursor=cursor, limit=limit)
         meta_errors: dict[tuple[str, str, str], str] = {}
         async with self._fleet_reads:
             keys = [
                 key
                 for key in await self.registry.group_names()
-                if where.group is None or key[1] == where.group
+                if (where.group is None or key[1] == where.group)
+                and (holding is None or key in holding)
             ]
             start = 0 if cursor is None else bisect_left(keys, cursor.key[:2])
             if collector.before:
