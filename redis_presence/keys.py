@@ -37,8 +37,11 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
                         ``"1"`` keeps a prefix in mode 1 (PROTOCOL_MODES) until
                         ``redis-presence migrate`` sets it to ``"2"``
     P:newest     zset   standalone only: the hash key ``P:{Q}:G:c`` of every indexed group,
-                        scored by its newest beat's whole microseconds (``ZADD GT`` by every
-                        beat); removed where the group leaves ``P:groups``
+                        scored by a lower bound of its newest beat's whole microseconds, at
+                        most a quarter of its TTL behind (``ZADD GT`` when a consumer joins
+                        or starts a new quarter-TTL window; lowered to the real newest when
+                        a consumer leaves or goes back in time); removed where the group
+                        leaves ``P:groups``
     P:oldest     zset   standalone only: the same members, scored by a lower bound of the
                         group's oldest beat's microseconds (``ZADD LT`` when a consumer
                         joins or a beat moves one back in time)
