@@ -323,7 +323,7 @@ def test_a_reporter_serving_ten_queues_writes_nine_and_names_the_tenth(
 ) -> None:
     """The reporter keeps no outage for one bad group: it writes every other queue at each
     flush, warns once naming the bad group, keeps its beats, and writes them once the key
-    is repaired. (`AsyncPresenceReporter` shares this logic, `_Coalescer`.)"""
+    is repaired. (`AsyncPresenceReporter` shares this logic: `coalescer.Coalescer`.)"""
     backend = sync_backend
     client = raw_client(request, backend)
     registry = make_registry(request, backend)

@@ -12,7 +12,8 @@ import redis
 import redis.asyncio
 
 from redis_presence import AsyncRedisPresenceRegistry, PresenceReporter, RedisPresenceRegistry
-from redis_presence.reporter import AsyncPresenceReporter, _Coalescer
+from redis_presence.coalescer import Coalescer
+from redis_presence.reporter import AsyncPresenceReporter
 
 LONG_MS = 3_600_000
 Q, G = "orders", "billing"
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.redis_server
 def stored(client: redis.Redis, consumer: str) -> list[str]:
     value = client.hget(f"presence:{{{Q}}}:{G}:c", consumer)
     assert value is not None
-    return str(value.decode()).split(" ")
+    return (value if isinstance(value, str) else value.decode()).split(" ")
 
 
 def test_capacity_and_draining_are_written_and_kept_across_coalesced_beats(
@@ -122,7 +123,7 @@ def test_the_asyncio_reporter_tells_drains_alike(redis_server: Any) -> None:
 
 def test_the_coalescer_sends_the_full_beat_only_when_it_says_more() -> None:
     now = [10**12]
-    core = _Coalescer(1_000, track=False, clock=lambda: now[0])
+    core = Coalescer(1_000, track=False, clock=lambda: now[0])
     core.beat(Q, G, "plain", 1)
     core.beat(Q, G, "rich", 1, capacity=5)
     core.beat(Q, G, "rich", 2, draining=True)

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis_presence.clients import open_async_client
+from redis_presence.coalescer import check_interval_ms
 from redis_presence.registry import RedisPresenceRegistry
 from redis_presence.reporter import (
     DEFAULT_REPORT_INTERVAL_MS,
     AsyncPresenceReporter,
     PresenceReporter,
-    check_interval_ms,
 )
 from redis_presence.validation import MAX_CAPACITY, check_name, check_prefix
 

@@ -352,3 +352,15 @@ def _json_view(request: Request) -> bool:
     """Whether a page was asked for as JSON (the page's script refreshing itself)."""
     accept = request.headers.get("accept", "")
     return "application/json" in accept and "text/html" not in accept
+
+
+def _json(model: dict[str, Any]) -> Response:
+    """A page's JSON twin: the same headers as the page."""
+    return JSONResponse(model, headers={"Cache-Control": "no-store", "Vary": "Accept"})
+
+
+def _page(response: Response) -> Response:
+    """A page's headers: its JSON twin lives at the same URL."""
+    response.headers["Vary"] = "Accept"
+    response.headers["Cache-Control"] = "no-store"
+    return response
