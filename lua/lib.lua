@@ -282,11 +282,13 @@ end
 
 -- Lower NEWEST to group g's real newest beat (ZADD XX: a group not listed stays out), after
 -- a write that may have taken its newest beat away (a consumer left, or went back in time).
+-- A caller whose ACL lacks ZRANGE (a role of an earlier release) skips it: the group then
+-- shows as read until its last beat is a TTL old, as a lagging bound does.
 local function newest_again(g)
   if not NEWEST then return end
   local hb, data = group_keys(g)
-  local top = redis.call('ZRANGE', hb, -1, -1, 'WITHSCORES')
-  if top[2] then redis.call('ZADD', NEWEST, 'XX', top[2], data) end
+  local top = redis.pcall('ZRANGE', hb, -1, -1, 'WITHSCORES')
+  if type(top) == 'table' and top[2] then redis.call('ZADD', NEWEST, 'XX', top[2], data) end
 end
 
 -- What a beat of protocol version 2 writes (MODE '2'), from the stored value's fields

@@ -172,7 +172,7 @@ for g = 1, GROUPS do
         if stop == 0 and redis.call('EXISTS', zset) == 0 then drop_empty(g, at, true) end
       end
       if OLDEST then
-        local first = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
+        local first = redis.call('ZRANGEBYSCORE', zset, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
         if #first > 0 then redis.call('ZADD', OLDEST, 'GT', first[2], data) end
       end
     end

@@ -346,6 +346,7 @@ def test_each_role_user_is_told_what_it_lacks_for_the_others(acl_server: RedisSe
         "hscan",
         "zcount",
         "zrangebyscore",
+        "zmscore",
         "hmget",
         "xrange",
         "xinfo|stream",
@@ -353,13 +354,14 @@ def test_each_role_user_is_told_what_it_lacks_for_the_others(acl_server: RedisSe
     assert lacking(broker["acl-janitor"]) == [
         "zrangebylex",
         "zrangebyscore",
+        "zmscore",
         "hlen",
         "hgetall",
         "hscan",
         "hmget",
     ]
     assert broker["acl-janitor"].advice.endswith(
-        "+zrangebylex +zrangebyscore +hlen +hgetall +hscan +hmget)"
+        "+zrangebylex +zrangebyscore +zmscore +hlen +hgetall +hscan +hmget)"
     )
     reader = findings_of(acl_server, username=READER_USER, password=READER_PASSWORD)
     assert reader["acl-reader"].status is Status.OK

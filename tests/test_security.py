@@ -68,18 +68,18 @@ READER_USER, READER_PASSWORD = "presence-reader", "change-me-reader"
 ACL_BROKER = (
     f"ACL SETUSER {BROKER_USER} reset on >{BROKER_PASSWORD} ~presence:* resetchannels -@all "
     "+evalsha +fcall +script|load +function|load +select +type +time +exists +get +hget +hset "
-    "+zadd +zscore +zcard +set +zrem +hdel +del +xadd +pexpire"
+    "+zadd +zscore +zcard +zrange +set +zrem +hdel +del +xadd +pexpire"
 )
 ACL_READER = (
     f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} ~presence:* resetchannels -@all "
-    "+select +time +get +zrangebylex +hlen +hgetall +hscan +zcount +zrangebyscore +hmget "
+    "+select +time +get +zrangebylex +hlen +hgetall +hscan +zcount +zrangebyscore +zmscore +hmget "
     "+zcard +xrange +xinfo|stream"
 )
 # The same reader with read-only keys (%R~): every read is a plain read command, so a reader
 # needs no right to write, to run a script or to load one.
 ACL_STRICT_READER = (
     f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} %R~presence:* resetchannels -@all "
-    "+select +time +get +zrangebylex +hlen +hgetall +hscan +zcount +zrangebyscore +hmget "
+    "+select +time +get +zrangebylex +hlen +hgetall +hscan +zcount +zrangebyscore +zmscore +hmget "
     "+zcard +xrange +xinfo|stream"
 )
 # Someone must prune: the broker's commands plus those that find expired consumers.
@@ -87,8 +87,8 @@ JANITOR_USER, JANITOR_PASSWORD = "presence-janitor", "change-me-janitor"
 ACL_JANITOR = (
     f"ACL SETUSER {JANITOR_USER} reset on >{JANITOR_PASSWORD} ~presence:* resetchannels -@all "
     "+evalsha +fcall +script|load +function|load +select +type +time +exists +get +hget +hset "
-    "+zadd +zscore +zcard +set +zrem +hdel +del +xadd +pexpire +zrangebylex +zrangebyscore "
-    "+hlen +hgetall +hscan +hmget"
+    "+zadd +zscore +zcard +zrange +set +zrem +hdel +del +xadd +pexpire +zrangebylex +zrangebyscore "
+    "+zmscore +hlen +hgetall +hscan +hmget"
 )
 OPERATOR_USER, OPERATOR_PASSWORD = "presence-operator", "change-me-operator"
 ACL_OPERATOR = (

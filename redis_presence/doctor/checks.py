@@ -83,6 +83,8 @@ def probes(keys: Keyspace, db: int) -> dict[str, tuple[str | int, ...]]:
         "hscan": ("HSCAN", data, 0, "COUNT", 1),
         "zcount": ("ZCOUNT", hb, "-inf", "+inf"),
         "zrangebyscore": ("ZRANGEBYSCORE", hb, "-inf", "+inf", "LIMIT", 0, 1),
+        "zrange": ("ZRANGE", hb, -1, -1, "WITHSCORES"),
+        "zmscore": ("ZMSCORE", keys.groups, data),
         "hmget": ("HMGET", data, "c"),
         "zcard": ("ZCARD", hb),
         "get": ("GET", unused.ttl),

@@ -30,18 +30,19 @@ MEMORY_WARN_RATIO = 0.9
 
 _BROKER = (
     "evalsha fcall script|load function|load select type time exists get hget hset zadd zscore "
-    "zcard set zrem hdel del xadd pexpire"
+    "zcard zrange set zrem hdel del xadd pexpire"
 )
-FASTER_RIGHTS = ("fcall", "function|load", "zcard")
-"""What makes a beat cheaper on the server and nothing else: the heartbeats' function
-library (without it they go by EVALSHA, redis_presence._executor.Functions) and the move of
-a large group to a skiplist (lua/lib.lua, `grown`). A role without them still plays its
-part."""
+FASTER_RIGHTS = ("fcall", "function|load", "zcard", "zrange")
+"""What makes a beat cheaper on the server, or a fleet index fresher, and nothing else: the
+heartbeats' function library (without it they go by EVALSHA,
+redis_presence._executor.Functions), the move of a large group to a skiplist (lua/lib.lua,
+`grown`) and lowering ``P:newest`` when a consumer leaves (`newest_again`). A role without
+them still plays its part."""
 _READER = (
-    "select time get zrangebylex hlen hgetall hscan zcount zrangebyscore hmget zcard xrange "
+    "select time get zrangebylex hlen hgetall hscan zcount zrangebyscore zmscore hmget zcard xrange "
     "xinfo|stream"
 )
-_JANITOR = f"{_BROKER} zrangebylex zrangebyscore hlen hgetall hscan hmget"
+_JANITOR = f"{_BROKER} zrangebylex zrangebyscore zmscore hlen hgetall hscan hmget"
 ROLES: dict[str, tuple[str, ...]] = {
     "broker": tuple(_BROKER.split()),
     "reader": tuple(_READER.split()),
