@@ -161,11 +161,13 @@ class PresenceRegistry(Protocol):
         *,
         details: bool = False,
         capacity: bool = False,
+        departures: bool = False,
     ) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
         (None: not declared) and whether it has fewer active consumers (`details`: and its
         oldest heartbeat and leases; `capacity`: and its capacity, free slots, draining
-        consumers and conflicts, from its live consumers' values; see `Planner.groups`)."""
+        consumers and conflicts, from its live consumers' values; `departures`: only whether
+        its stale consumers said they were draining; see `Planner.groups`)."""
 
     def group(
         self, queue: str, group: str, now_ns: int | None = None, ttl_ms: int | None = None

@@ -44,6 +44,7 @@ from .model import (
     ConsumerPresence,
     GroupPresence,
     LiveTally,
+    StaleTally,
     PresenceState,
     age_ms,
 )
@@ -484,22 +485,26 @@ class ConsumerPresenceRegistry:
         *,
         details: bool = False,
         capacity: bool = False,
+        departures: bool = False,
     ) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
         (None: not declared) and whether it has fewer active consumers (`details`: and its
         oldest heartbeat, to the microsecond as Redis keeps it, and its expired leases;
-        `capacity`: and its capacity, free slots, draining consumers and conflicts)."""
+        `capacity`: and its capacity, free slots, draining consumers and conflicts;
+        `departures`: only whether its stale consumers said they were draining)."""
         if type(details) is not bool:
             raise TypeError(f"details must be a bool, got {type(details).__name__}")
         if type(capacity) is not bool:
             raise TypeError(f"capacity must be a bool, got {type(capacity).__name__}")
+        if type(departures) is not bool:
+            raise TypeError(f"departures must be a bool, got {type(departures).__name__}")
         counts: dict[tuple[str, str], list[int]] = {}
         oldest: dict[tuple[str, str], int] = {}
         lives: dict[tuple[str, str], LiveTally] = {}
         index = {PresenceState.ACTIVE: 0, PresenceState.STALE: 1, PresenceState.EXPIRED: 2}
         for row in self.snapshot(now_ns, ttl_ms):
             key = (row.queue, row.group)
-            lives.setdefault(key, LiveTally()).add(row)
+            lives.setdefault(key, LiveTally() if capacity else StaleTally()).add(row)
             tally = counts.setdefault(key, [0, 0, 0, 0])
             tally[index[row.state]] += 1
             tally[3] += row.lease_count if row.state is PresenceState.EXPIRED else 0
@@ -514,7 +519,11 @@ class ConsumerPresenceRegistry:
                 if details
                 else (None, None)
             )
-            live = lives.get(key, LiveTally()) if capacity else None
+            live: LiveTally | None = None
+            if capacity:
+                live = lives.get(key, LiveTally())
+            elif departures:
+                live = lives.get(key, StaleTally())
             out.append(
                 GroupPresence.of(*key, active, stale, expired, declared.get(key), *more, live=live)
             )

@@ -607,6 +607,18 @@ class LiveTally:
         return capacity, free, draining, self.conflicts, self.draining_stale
 
 
+class StaleTally(LiveTally):
+    """A `LiveTally` of a group's stale consumers only (``groups(departures=True)``): whether
+    each said it was draining, so that a planned departure is told from a failure, without
+    reading the active consumers' values. Capacity, free, draining and conflicts are then
+    unknown (None); `draining_stale` is known (0 for a group with no stale consumer)."""
+
+    __slots__ = ()
+
+    def fields(self) -> tuple[int | None, ...]:
+        return None, None, None, None, self.draining_stale
+
+
 StoredConsumer = tuple[str, str, str, int, int, int]
 """What is stored of one consumer: `(queue, group, consumer, registered_at_ns,
 last_heartbeat_ns, lease_count)`."""

@@ -205,7 +205,13 @@ NODE: dict[str, tuple[str, dict[str, str | None]] | str] = {
     "min_active": "expected() lists every declared group",
     "groups": (
         "groups",
-        {"now_ns": "options.nowNs", "ttl_ms": "options.ttlMs", "details": None, "capacity": None},
+        {
+            "now_ns": "options.nowNs",
+            "ttl_ms": "options.ttlMs",
+            "details": None,
+            "capacity": None,
+            "departures": None,
+        },
     ),
     "group": "groups() reads every group's row; countActiveByGroup({queue, group}) counts one",
     "set_stuck_after": "no progress budget yet (no progress either)",

@@ -73,7 +73,11 @@ def scrape(client: TestClient) -> dict[str, dict[tuple[tuple[str, str], ...], fl
     return metric_samples(response.text)
 
 
-@pytest.mark.parametrize("options", [{}, {"stuck_metrics": True}], ids=["default", "stuck"])
+@pytest.mark.parametrize(
+    "options",
+    [{"capacity_metrics": True}, {"capacity_metrics": True, "stuck_metrics": True}],
+    ids=["capacity", "capacity-stuck"],
+)
 def test_the_four_group_metrics_only_where_known(
     redis_url: str, clock: Clock, fleet: dict[str, RedisPresenceRegistry], options: Any
 ) -> None:
@@ -97,25 +101,30 @@ def test_the_four_group_metrics_only_where_known(
     }
 
 
-def test_without_capacity_metrics_nothing_is_guessed(
+def test_the_default_scrape_reads_the_stale_values_only_and_guesses_nothing(
     redis_url: str, clock: Clock, fleet: dict[str, RedisPresenceRegistry]
 ) -> None:
-    """``--no-capacity-metrics``: the four families are absent, and the drained consumer
-    that left is judged by the counts alone (DEGRADED: the scrape did not read it)."""
+    """Without ``--capacity-metrics`` the four families are absent (nothing guessed), and
+    the scrape still reads the stale consumers' values: the drained consumer that left
+    makes its group DRAINING, the crashed one its group DEGRADED."""
     write_fleet(fleet)
-    with make_client(redis_url, clock, capacity_metrics=False) as client:
+    with make_client(redis_url, clock) as client:
         found = scrape(client)
     for name in ("capacity", "free", "draining", "conflicts"):
         assert f"redis_presence_group_{name}" not in found
-    billing = (("group", "billing"), ("queue", "orders"), ("verdict", "DEGRADED"))
-    assert found["redis_presence_group_verdict"][billing] == 1.0
+    assert found["redis_presence_group_verdict"] == {
+        (*group_labels("orders", "billing"), ("verdict", "DRAINING")): 1.0,
+        (*group_labels("orders", "shipping"), ("verdict", "DEGRADED")): 1.0,
+        (*group_labels("emails", HOSTILE), ("verdict", "OK")): 1.0,
+    }
 
 
 def test_the_scrape_sends_two_commands_a_group_more_for_capacity(
     redis_url: str, clock: Clock, fleet: dict[str, RedisPresenceRegistry], redis_client: Any
 ) -> None:
     """What the service's scrape sends (``INFO commandstats`` around one scrape), with and
-    without the live values: a ZRANGEBYSCORE and an HMGET a group more."""
+    without the live values: a ZRANGEBYSCORE and an HMGET a group more, but for the groups
+    with stale consumers, whose values the default scrape reads already (the departures)."""
     write_fleet(fleet)
 
     def calls() -> dict[str, int]:
@@ -134,7 +143,8 @@ def test_the_scrape_sends_two_commands_a_group_more_for_capacity(
         }
     extra = {k: sent[True].get(k, 0) - sent[False].get(k, 0) for k in sent[True] | sent[False]}
     extra = {k: n for k, n in extra.items() if n}
-    assert extra == {"cmdstat_zrangebyscore": 3, "cmdstat_hmget": 3}, sent  # 3 groups
+    # 3 groups; billing and shipping hold a stale consumer, read by either scrape.
+    assert extra == {"cmdstat_zrangebyscore": 1, "cmdstat_hmget": 1}, sent
 
 
 def test_the_group_page_shows_capacity_free_and_the_marks(

@@ -18,6 +18,7 @@ from ..model import (
     GroupPresence,
     GroupsPage,
     LiveTally,
+    StaleTally,
     PresenceState,
     Rows,
     Skipped,
@@ -104,6 +105,7 @@ class GroupPlans(Job):
         *,
         details: bool = False,
         capacity: bool = False,
+        departures: bool = False,
     ) -> Plan[list[GroupPresence]]:
         """Every tracked or declared group, ordered by (queue, group), with its active, stale
         and expired consumers (at `now_ns`, under `ttl_ms` or each group's shared TTL), its
@@ -121,14 +123,20 @@ class GroupPlans(Job):
         the stored values of its live (active and stale) consumers, never its expired ones
         (`live`: a ``ZRANGEBYSCORE`` and an ``HMGET`` a group for each `Limits.consumers`
         live consumers, one round trip more a page of groups). Without it those are None
-        (docs/concepts.md, "Capacity and draining")."""
+        (docs/concepts.md, "Capacity and draining"). With `departures` (and not `capacity`),
+        only the stale consumers' values are read, of the groups that have some: enough to
+        tell a planned departure (`draining_stale`, which excuses a shortfall in the
+        verdict) from a failure, at the cost of the stale consumers alone; the other four
+        stay None."""
         ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
         if type(details) is not bool:
             raise TypeError(f"details must be a bool, got {type(details).__name__}")
         if type(capacity) is not bool:
             raise TypeError(f"capacity must be a bool, got {type(capacity).__name__}")
-        return self._groups(now, ttl, details, capacity)
+        if type(departures) is not bool:
+            raise TypeError(f"departures must be a bool, got {type(departures).__name__}")
+        return self._groups(now, ttl, details, capacity, departures)
 
     def _groups(
         self,
@@ -136,6 +144,7 @@ class GroupPlans(Job):
         ttl_ms: int | None,
         details: bool = False,
         capacity: bool = False,
+        departures: bool = False,
     ) -> Plan[list[GroupPresence]]:
         now = yield from self.scope.now(now_ns)
         skipped: list[Skipped] = []
@@ -177,14 +186,20 @@ class GroupPlans(Job):
                 for gk, card, a, b in zip(groups, cards, active, alive, strict=True):
                     if card is not None and a is not None and b is not None:
                         counts[(gk.queue, gk.group)] = (a, b - a, int(card) - b)
-            if groups and capacity:
-                counted = [gk for gk in groups if (gk.queue, gk.group) in counts]
+            stale_only = departures and not capacity
+            if groups and (capacity or departures):
+                counted = [
+                    gk
+                    for gk in groups
+                    if (gk.queue, gk.group) in counts
+                    and (capacity or counts[(gk.queue, gk.group)][1] > 0)
+                ]
                 if details:  # the TTLs `_detailed` read (cached)
                     ttls = yield from self._settings.ttls_for(counted, ttl_ms)
                 else:
                     ttl_of = dict(zip(groups, ttls, strict=True))
                     ttls = [ttl_of[gk] for gk in counted]
-                found_live = yield from self.live(counted, now, ttls, skipped)
+                found_live = yield from self.live(counted, now, ttls, skipped, stale_only)
                 lives.update(
                     ((gk.queue, gk.group), t) for gk, t in zip(counted, found_live, strict=True)
                 )
@@ -199,7 +214,11 @@ class GroupPlans(Job):
             more: tuple[int | None, int | None] = (
                 extra.get(key, nothing) if details else (None, None)
             )
-            live = lives.get(key, LiveTally()) if capacity else None
+            live: LiveTally | None = None
+            if capacity:
+                live = lives.get(key, LiveTally())
+            elif departures:
+                live = lives.get(key, StaleTally())
             out.append(
                 GroupPresence.of(
                     *key, n_active, n_stale, n_expired, declared.get(key), *more, live=live
@@ -647,7 +666,12 @@ class GroupPlans(Job):
         return [(a, b, c) for a, b, c in found]
 
     def live(
-        self, groups: list[GroupKeys], now_ns: int, ttls: list[int], skipped: list[Skipped]
+        self,
+        groups: list[GroupKeys],
+        now_ns: int,
+        ttls: list[int],
+        skipped: list[Skipped],
+        stale_only: bool = False,
     ) -> Plan[list[LiveTally]]:
         """What the stored values of each group's live consumers say (`LiveTally`: capacity,
         leases, draining, conflicts): the names whose beat is at or after the expired
@@ -656,19 +680,28 @@ class GroupPlans(Job):
         `Limits.consumers` live consumers, a round trip a page (the next page's names are
         asked with this page's values). It costs what the live consumers are, never the
         expired ones. A consumer on the horizon's microsecond is told by its stored beat;
-        one whose stored value cannot be decoded is set aside in `skipped`, uncounted."""
-        firsts = yield self.live_asks(groups, now_ns, ttls)
-        return (yield from self.live_rest(groups, now_ns, ttls, firsts, skipped))
+        one whose stored value cannot be decoded is set aside in `skipped`, uncounted.
+        `stale_only`: the names up to the active horizon's microsecond only (`StaleTally`s:
+        the stale consumers' values, and the few active ones on that microsecond)."""
+        firsts = yield self.live_asks(groups, now_ns, ttls, stale_only)
+        return (yield from self.live_rest(groups, now_ns, ttls, firsts, skipped, stale_only))
 
-    def live_asks(self, groups: list[GroupKeys], now_ns: int, ttls: list[int]) -> list[Request]:
+    def live_asks(
+        self, groups: list[GroupKeys], now_ns: int, ttls: list[int], stale_only: bool = False
+    ) -> list[Request]:
         """The first requests of `live`: one ``ZRANGEBYSCORE`` a group."""
-        return [self._live_page(gk, now_ns, ttl, 0) for gk, ttl in zip(groups, ttls, strict=True)]
+        return [
+            self._live_page(gk, now_ns, ttl, 0, stale_only)
+            for gk, ttl in zip(groups, ttls, strict=True)
+        ]
 
-    def _live_page(self, gk: GroupKeys, now_ns: int, ttl_ms: int, offset: int) -> Command:
-        edge = PresenceState.horizons_ns(now_ns, ttl_ms)[1] // 1_000
-        return Command(
-            "ZRANGEBYSCORE", (gk.hb, edge, "+inf", "LIMIT", offset, self.limits.consumers)
-        )
+    def _live_page(
+        self, gk: GroupKeys, now_ns: int, ttl_ms: int, offset: int, stale_only: bool = False
+    ) -> Command:
+        horizons = PresenceState.horizons_ns(now_ns, ttl_ms)
+        edge = horizons[1] // 1_000
+        top: int | str = horizons[0] // 1_000 if stale_only else "+inf"
+        return Command("ZRANGEBYSCORE", (gk.hb, edge, top, "LIMIT", offset, self.limits.consumers))
 
     def live_rest(
         self,
@@ -677,10 +710,11 @@ class GroupPlans(Job):
         ttls: list[int],
         firsts: list[Any],
         skipped: list[Skipped],
+        stale_only: bool = False,
     ) -> Plan[list[LiveTally]]:
         """`live` from the replies to its first requests (`live_asks`)."""
         most = self.limits.consumers
-        tallies = [LiveTally() for _ in groups]
+        tallies = [StaleTally() if stale_only else LiveTally() for _ in groups]
         pages = {i: (0, list(names)) for i, names in enumerate(firsts) if names}
         while pages:
             order = list(pages)
@@ -689,7 +723,9 @@ class GroupPlans(Job):
                 offset, names = pages[i]
                 batch.append(Command("HMGET", (groups[i].data, *names)))
                 if len(names) == most:
-                    batch.append(self._live_page(groups[i], now_ns, ttls[i], offset + most))
+                    batch.append(
+                        self._live_page(groups[i], now_ns, ttls[i], offset + most, stale_only)
+                    )
             answers = iter((yield batch))
             going_on: dict[int, tuple[int, list[Any]]] = {}
             for i in order:

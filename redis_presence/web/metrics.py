@@ -253,7 +253,7 @@ class PresenceCollector(Collector):
 
 
 async def scrape(
-    data: PresenceData, *, read_consumers: bool, capacity: bool = True
+    data: PresenceData, *, read_consumers: bool, capacity: bool = False
 ) -> ScrapeReading:
     """Read what one scrape reports (`read_consumers`: a snapshot, for stuck counts, oldest
     heartbeats and per-consumer series); a Redis failure becomes `error` (and `up` 0), a

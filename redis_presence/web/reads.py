@@ -17,9 +17,10 @@ what replaces it:
   never consumers. `/metrics` reads it with ``details=True``: each group's oldest
   heartbeat too (its sorted set's lowest score) and the leases its expired consumers hold
   (their range of the sorted set and their stored values alone); and with
-  ``capacity=True`` (unless ``--no-capacity-metrics``) the stored values of its live
-  consumers (two commands a group more: protocol version 2's capacity, free slots,
-  draining and conflicts, and so the verdict DRAINING); a stuck count and a group's leases
+  ``departures=True`` the stale consumers' values (of the groups that have some: whether
+  they said they were draining, so a planned departure excuses a shortfall), or with
+  ``capacity=True`` (``--capacity-metrics``) those of every live consumer (two commands a
+  group more: protocol version 2's capacity, free slots, draining and conflicts); a stuck count and a group's leases
   in total need a read of every consumer (`--stuck-metrics`). The totals' count of stuck
   consumers (a read of every consumer) gives the pages' groups their capacity, draining
   and conflicts too, at no cost of its own.
@@ -211,7 +212,11 @@ class PresenceData:
         ttl = await self.ttl()
         now = await self.now_ns()
         groups = await self.registry.groups(
-            now_ns=now, ttl_ms=self._read_ttl_ms, details=details, capacity=capacity
+            now_ns=now,
+            ttl_ms=self._read_ttl_ms,
+            details=details,
+            capacity=capacity,
+            departures=details,
         )
         return GroupsReading(now, stats_from_groups(groups), ttl)
 
@@ -622,7 +627,7 @@ class PresenceData:
     # -- metrics ----------------------------------------------------------------------
 
     async def metrics(
-        self, *, read_consumers: bool, capacity: bool = True
+        self, *, read_consumers: bool, capacity: bool = False
     ) -> tuple[int, TtlInUse, list[GroupStats], Sequence[ConsumerPresence]]:
         """What one scrape reports: every tracked or declared group from `groups()` (no
         expired consumer's value is read; with `capacity`, the values of the live ones, for

@@ -74,11 +74,13 @@ class WebConfig:
     stuck_metrics: bool = False
     """``--stuck-metrics``: each scrape reads every consumer, to count the stuck ones per
     group (on with `per_consumer_metrics`, which reads them anyway)."""
-    capacity_metrics: bool = True
-    """The default scrape also reads each group's live consumers' values (two commands a
-    group more): capacity, free slots, draining and conflicts (protocol version 2), and
-    so the verdict DRAINING; ``--no-capacity-metrics`` turns it off (those series go, and
-    a drained consumer that left is judged as a crashed one)."""
+    capacity_metrics: bool = False
+    """``--capacity-metrics``: each scrape also reads every group's live consumers' values
+    (two commands a group more, 17 s for a scrape of 100,000 one-consumer queues against
+    6 s without): capacity, free slots, draining and conflicts (protocol version 2). Off,
+    a scrape reads only the stale consumers' values, of the groups that have some, so a
+    consumer that drained and left still excuses its group's shortfall (the verdict's
+    `DRAINING`) at the cost of the stale consumers alone."""
     now_ns: int | None = None
     """A fixed clock for every read (tests); None is the Redis server's clock."""
     read_cache_s: float = 0.5

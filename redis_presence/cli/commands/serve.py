@@ -83,13 +83,13 @@ def web_extra_missing(command: str, exc: ImportError) -> CliError:
 )
 @click.option(
     "--capacity-metrics/--no-capacity-metrics",
-    default=True,
+    default=False,
     show_default=True,
     envvar="REDIS_PRESENCE_CAPACITY_METRICS",
     help="Read each group's live consumers' values at each scrape (two commands a group "
-    "more): capacity, free slots, draining and duplicates per group, and the verdict "
-    "DRAINING (a drained consumer that left raises no alert). "
-    "Env: REDIS_PRESENCE_CAPACITY_METRICS=0 turns it off.",
+    "more): capacity, free slots, draining and duplicates per group. Without it a scrape "
+    "reads the stale consumers' values only, so a drained consumer that left still raises "
+    "no alert. Env: REDIS_PRESENCE_CAPACITY_METRICS=1.",
 )
 @click.option(
     "--log-level",
