@@ -44,8 +44,8 @@ from .model import (
     ConsumerPresence,
     GroupPresence,
     LiveTally,
-    StaleTally,
     PresenceState,
+    StaleTally,
     age_ms,
 )
 from .validation import (

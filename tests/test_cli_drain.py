@@ -7,6 +7,8 @@ import json
 
 from cli_invoke import NOW, Backend, backend, invoke, one_error_line
 
+from redis_presence.contract import PresenceRegistry
+
 __all__ = ["backend"]  # the fixture, used by name below
 
 
@@ -46,7 +48,7 @@ def test_drain_a_group_or_the_consumers_of_one_host(backend: Backend) -> None:
 
 
 def test_drain_is_refused_read_only_before_opening_redis() -> None:
-    def never(url: str, prefix: str, read_only: bool) -> None:
+    def never(url: str, prefix: str, read_only: bool) -> PresenceRegistry:
         raise AssertionError("a refused write may not open a registry")
 
     result = invoke(["--read-only", "drain", "q", "g", "c"], obj=never)

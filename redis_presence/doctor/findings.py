@@ -39,8 +39,8 @@ redis_presence._executor.Functions), the move of a large group to a skiplist (lu
 `grown`) and lowering ``P:newest`` when a consumer leaves (`newest_again`). A role without
 them still plays its part."""
 _READER = (
-    "select time get zrangebylex hlen hgetall hscan zcount zrangebyscore zmscore hmget zcard xrange "
-    "xinfo|stream"
+    "select time get zrangebylex hlen hgetall hscan zcount zrangebyscore zmscore hmget zcard "
+    "xrange xinfo|stream"
 )
 _JANITOR = f"{_BROKER} zrangebylex zrangebyscore zmscore hlen hgetall hscan hmget"
 ROLES: dict[str, tuple[str, ...]] = {

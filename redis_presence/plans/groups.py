@@ -18,10 +18,10 @@ from ..model import (
     GroupPresence,
     GroupsPage,
     LiveTally,
-    StaleTally,
     PresenceState,
     Rows,
     Skipped,
+    StaleTally,
     groups_set_aside,
 )
 from ..replies import sound_columns

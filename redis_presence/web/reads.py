@@ -20,10 +20,10 @@ what replaces it:
   ``departures=True`` the stale consumers' values (of the groups that have some: whether
   they said they were draining, so a planned departure excuses a shortfall), or with
   ``capacity=True`` (``--capacity-metrics``) those of every live consumer (two commands a
-  group more: protocol version 2's capacity, free slots, draining and conflicts); a stuck count and a group's leases
-  in total need a read of every consumer (`--stuck-metrics`). The totals' count of stuck
-  consumers (a read of every consumer) gives the pages' groups their capacity, draining
-  and conflicts too, at no cost of its own.
+  group more: protocol version 2's capacity, free slots, draining and conflicts); a stuck
+  count and a group's leases in total need a read of every consumer (`--stuck-metrics`).
+  The totals' count of stuck consumers (a read of every consumer) gives the pages' groups
+  their capacity, draining and conflicts too, at no cost of its own.
 * `PresenceData.group` and `consumers` with a queue (the group page, filtered consumer
   lists and API) read `snapshot(queue=, group=)`: the library reads that queue's or that
   group's keys alone, so they cost what they return. The group views read each row's
