@@ -28,7 +28,7 @@ from redis_presence.beats import NO_DRAIN, Written
 from redis_presence.errors import PresenceDataError
 from redis_presence.keys import decode_min_active
 from redis_presence.model import Skipped
-from redis_presence.plans import declared
+from redis_presence.plans import declared, groups
 from redis_presence.plans.core import Spoilt
 from redis_presence.plans.reads import ReadPlans
 from redis_presence.plans.requests import Command, ScriptCall
@@ -324,6 +324,7 @@ def minimum_read_leniently(monkeypatch: pytest.MonkeyPatch) -> None:
             return strict(key, group, value)
 
     monkeypatch.setattr(declared, "decode_min_active", lenient)
+    monkeypatch.setattr(groups, "decode_min_active", lenient)
 
 
 def _prune_resumed(monkeypatch: pytest.MonkeyPatch, forget: Callable[[Any, Any], Any]) -> None:
@@ -399,7 +400,7 @@ def skipped_in_found_order(monkeypatch: pytest.MonkeyPatch) -> None:
     def found(skipped: list[Skipped]) -> tuple[Skipped, ...]:
         return tuple({(s.key, s.consumer): s for s in reversed(skipped)}.values())[::-1]
 
-    for module in (redis_presence.plans.core, redis_presence.plans.reads, declared):
+    for module in (redis_presence.plans.core, redis_presence.plans.reads, groups):
         monkeypatch.setattr(module, "_unique", found)
 
 
