@@ -46,6 +46,24 @@ def _block_usec(client: redis.Redis, command: str, run: Callable[[], object], ca
     return (after[1] - before[1]) / done if done else 0.0
 
 
+def _server_cpu_s(client: redis.Redis) -> float:
+    """CPU seconds the server process has used (``INFO cpu``: user and system, all its
+    threads): what a beat costs the core, reading and answering the request included."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def _beats_per_core_s(
+    client: redis.Redis, run: Callable[[], object], per: int, calls: int
+) -> float:
+    """Beats per second of the server's CPU while `run` (`per` beats) is called `calls` times."""
+    before = _server_cpu_s(client)
+    for _ in range(calls):
+        run()
+    spent = _server_cpu_s(client) - before
+    return per * calls / spent if spent > 0 else 0.0
+
+
 def _cycle(items: list[Any]) -> Callable[[], Any]:
     """A function that hands out `items` round robin."""
     state = {"i": 0}
@@ -156,6 +174,23 @@ def case_beat_cost(server: BenchServer, sizes: Sizes) -> CaseResult:
             "single": round(0.8e6 / single),
             f"batches of {BATCH}": round(0.8e6 / batched),
         }
+        # The same from the server's own CPU accounting (INFO cpu), which also counts reading
+        # and answering each request: what the reporter's flushes (heartbeat_many calls of up
+        # to 250 beats) cost one core, and so how many beats a second 80% of it carries.
+        flush = [beats[i : i + 250] for i in range(0, CONSUMERS, 250)]
+        flushes = _cycle(flush)
+        core = [
+            _beats_per_core_s(client, partial(_many, registry, flushes), 250, max(40, rounds * 4))
+            for _ in range(3)
+        ]
+        result.measures.append(
+            Measure(
+                "reporter flushes (heartbeat_many, 250 beats)", "beats/s", core, per="core second"
+            )
+        )
+        result.facts["beats_per_s_at_80pct_of_one_core"]["reporter flushes of 250 (INFO cpu)"] = (
+            round(0.8 * statistics.median(core))
+        )
         if functions is not None:
             result.facts["functions_refused"] = functions.refused
         _client_ratio(result, server, beats[0], keys, args, empty_sha, sizes.latency_calls)

@@ -51,6 +51,9 @@ CASES: dict[str, Callable[[BenchServer, Sizes], CaseResult]] = {
     "pages": lambda server, sizes: importlib.import_module("benchmarks.pages").case_pages(
         server, sizes
     ),
+    "idle": lambda server, sizes: importlib.import_module("benchmarks.idle").case_idle(
+        server, sizes
+    ),
     "streams": lambda server, sizes: importlib.import_module("benchmarks.streams").case_streams(
         server, sizes
     ),

@@ -101,10 +101,10 @@ class RawPresence:
         return Keyspace(self.prefix)
 
     def _tail(self) -> list[str]:
-        """The KEYS after the groups' on a standalone server: the indexes, the epoch marker
-        and the protocol version (``lua/lib.lua``)."""
+        """The KEYS after the groups' on a standalone server: the indexes, the epoch marker,
+        the protocol version and the fleet indexes (``lua/lib.lua``)."""
         space = self.keys
-        return [space.groups, space.events, space.epoch, space.protocol]
+        return [space.groups, space.events, space.epoch, space.protocol, space.newest, space.oldest]
 
     def beat_args(
         self, queue: str, group: str, consumer: str, lease: int, now_ns: int | None
@@ -113,13 +113,16 @@ class RawPresence:
         gk = self.keys.group(queue, group)
         now = "" if now_ns is None else str(now_ns)
         keys = [gk.hb, gk.data, gk.mark, gk.events, gk.meta, *self._tail()]
-        return keys, [TTL_MS, 10_000, 86_400_000, DEFAULT_MAX_FUTURE_MS, now, consumer, lease]
+        # capacity and draining kept (''), no instance token ('-')
+        args: list[str | int] = [TTL_MS, 10_000, 86_400_000, DEFAULT_MAX_FUTURE_MS, now]
+        return keys, [*args, consumer, lease, "", "", "-"]
 
     def heartbeat_args(
         self, beats: Sequence[Beat], now_ns: int | None, delay_us: int = 0
     ) -> tuple[list[str], list[str | int]]:
         """KEYS and ARGV of ``lua/heartbeat_many.lua`` for one call carrying every beat (each a
-        5-tuple: group number, consumer, lease, delay, and no progress)."""
+        7-tuple: group number, consumer, lease, delay, and no progress, capacity or
+        draining)."""
         space = self.keys
         numbers: dict[tuple[str, str], int] = {}
         keys: list[str] = []
@@ -130,11 +133,12 @@ class RawPresence:
                 number = numbers[(queue, group)] = len(numbers) + 1
                 gk = space.group(queue, group)
                 keys += (gk.hb, gk.data, gk.mark, gk.events, gk.meta)
-            tail += (number, consumer, lease, delay_us, "")  # no progress
+            tail += (number, consumer, lease, delay_us, "", "", "")  # no progress
         keys += self._tail()
         now = "" if now_ns is None else str(now_ns)
         guard = DEFAULT_MAX_FUTURE_MS
-        return keys, [now, 60_000, 10_000, 86_400_000, guard, *([TTL_MS] * len(numbers)), *tail]
+        head: list[str | int] = [now, 60_000, 10_000, 86_400_000, guard, "-", ""]
+        return keys, [*head, *([TTL_MS] * len(numbers)), *tail]
 
     def transfer(self, *, transaction: bool = False) -> list[Any]:
         """Every group's hash, fetched with one ZRANGE of the index and pipelined HGETALLs

@@ -97,7 +97,8 @@ def bulk_write(
     now_ns: int,
 ) -> None:
     """Write a fleet in the package's layout (`Keyspace`) with pipelined ``ZADD``/``HSET``
-    of up to FILL_CHUNK consumers: much faster than beats, and the same stored data."""
+    of up to FILL_CHUNK consumers: much faster than beats, and the same stored data (the
+    fleet indexes ``P:newest`` and ``P:oldest`` included)."""
     us = now_ns // 1_000
     pipe = client.pipeline(transaction=False)
     queued = 0
@@ -110,6 +111,10 @@ def bulk_write(
             queued += 2
         pipe.zadd(keys.groups, {gk.member: 0})
         queued += 1
+        if consumers:  # the fleet indexes a version-2 beat keeps (standalone)
+            pipe.zadd(keys.newest, {gk.member: us})
+            pipe.zadd(keys.oldest, {gk.member: us})
+            queued += 2
         if queued >= 2_000:
             pipe.execute()
             queued = 0

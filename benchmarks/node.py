@@ -34,12 +34,14 @@ const gk = registry.keys.group("queue-00", "group-00");
 const sha = presence.script("heartbeat").sha;
 const space = registry.keys;
 const keys = [gk.hb, gk.data, gk.mark, gk.events, gk.meta];
-keys.push(space.groups, space.events, space.epoch, space.protocol);
+keys.push(space.groups, space.events, space.epoch, space.protocol, space.newest, space.oldest);
 const variants = {
   heartbeat: () => registry.heartbeat("queue-00", "group-00", "hot", 1),
   // The floor: the same EVALSHA with its arguments ready, sent by hand.
   "EVALSHA by hand": () =>
-    redis.evalsha(sha, keys.length, ...keys, 30000, 10000, 86400000, 10000, "", "hot", 1),
+    redis.evalsha(
+      sha, keys.length, ...keys, 30000, 10000, 86400000, 10000, "", "hot", 1, "", "", registry.instance,
+    ),
   PING: () => redis.ping(),
 };
 for (let i = 0; i < 200; i++) for (const run of Object.values(variants)) await run();

@@ -28,7 +28,7 @@ TARGET_RATIO = 3.0
 SERVER_RUNS = 3
 
 
-TOP_LEVEL = ("cmdstat_evalsha", "cmdstat_zrangebylex", "cmdstat_time")
+TOP_LEVEL = ("cmdstat_evalsha", "cmdstat_zrangebylex", "cmdstat_time", "cmdstat_zmscore")
 """The commands a prune sends itself (its script calls, the index pages, the clock); a
 script's own commands are counted in their script's time (and again under their names,
 which is why they are left out)."""
@@ -68,15 +68,25 @@ def case_prune_groups(server: BenchServer, sizes: Any) -> CaseResult:
             bulk_write(client, registries[name].plans.keys, _members(n), NOW_NS)
             doomed[name] = _doomed(n)
             count[name] = n
+        # The same many-group store once more, pruned with each group's shared TTL
+        # (ttl_ms=None, what `prune --every` and `serve --prune-every` do): every group's
+        # TTL and P:oldest score (ZMSCORE) are read to pick the groups to visit.
+        shared = f"prune_expired(ttl_ms=None) among {many:,} groups"
+        registries[shared] = RedisPresenceRegistry(
+            client, prefix=f"pg{many}shared", max_future_ms=None
+        )
+        registries[shared].set_ttl(TTL_MS)
+        bulk_write(client, registries[shared].plans.keys, _members(many), NOW_NS)
+        doomed[shared] = _doomed(many)
+        count[shared] = many
         removed: list[int] = []
 
         def restock(name: str) -> None:
             registries[name].heartbeat_many(doomed[name], now_ns=OLD_NS)
 
         def prune(name: str) -> Callable[[], object]:
-            return lambda: removed.append(
-                registries[name].prune_expired(now_ns=NOW_NS, ttl_ms=TTL_MS)
-            )
+            ttl = None if name == shared else TTL_MS
+            return lambda: removed.append(registries[name].prune_expired(now_ns=NOW_NS, ttl_ms=ttl))
 
         variants = {name: prune(name) for name in registries}
         interleaved(variants, 1, before=restock)
@@ -110,6 +120,9 @@ def case_prune_groups(server: BenchServer, sizes: Any) -> CaseResult:
             }
         result.facts["longest server command"] = found
         names = list(variants)
+        result.facts[f"{shared} / among {few:,} groups (median)"] = round(
+            result.measure(shared).median / result.measure(names[0]).median, 2
+        )
         result.checks.append(
             Check(
                 f"server time of a prune of {EXPIRED:,} among {many:,} groups / among {few:,}",

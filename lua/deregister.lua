@@ -1,8 +1,8 @@
 -- deregister.lua: forget one consumer (graceful shutdown) and its metadata, and log that it
 -- left (with the metadata it had: 'm' .. consumer, see log_meta in lib.lua).
 -- KEYS: group_keys(1) and meta_key(1) of lib.lua (sorted set, hash, index mark, event log,
---       metadata), then INDEX, EVENTS, EPOCH and the protocol version on a standalone
---       server
+--       metadata), then INDEX, EVENTS, EPOCH, the protocol version, NEWEST and OLDEST
+--       on a standalone server (the group leaves NEWEST and OLDEST with the index)
 -- ARGV[1] consumer, ARGV[2] now_ns as a decimal string, or '' for the server clock (the
 -- instant of the `left` event), ARGV[3] how many entries the event log keeps, ARGV[4] how
 -- long it lasts after its last entry, in ms
@@ -30,10 +30,14 @@ if old then
   logged = append_event(1, ARGV[3], ARGV[4], 'left', fields)
 end
 local emptied = 0
-if existed == 1 and redis.call('EXISTS', zset) == 0 then
+local gone = existed == 1 and redis.call('EXISTS', zset) == 0
+if existed == 1 and not gone then newest_again(1) end  -- it may have been the newest
+if gone then
   redis.call('DEL', data, mark, meta_key(1))
   if INDEX then
     redis.call('ZREM', INDEX, data)
+    redis.call('ZREM', NEWEST, data)
+    redis.call('ZREM', OLDEST, data)
   else
     emptied = 1
   end

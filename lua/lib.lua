@@ -20,22 +20,36 @@
 -- helpers are then defined once, when the library is loaded, not on every call.
 
 local KEYS_PER_GROUP = 5
-local GROUPS, INDEX, EVENTS, EPOCH, PROTOCOL_AT
+local GROUPS, INDEX, EVENTS, EPOCH, PROTOCOL_AT, NEWEST, OLDEST
+
+-- The keys that follow the groups' on a standalone server: INDEX, EVENTS, EPOCH, the
+-- protocol version, NEWEST and OLDEST (one more than a group's five: a call holds a
+-- multiple of five keys exactly when it runs on a cluster).
+local STANDALONE_TAIL = 6
 
 -- Name the KEYS of this call: GROUPS, the indexes (nil on a cluster) and PROTOCOL_AT, where
 -- the version is in KEYS (standalone).
 local function bind()
-  GROUPS = math.floor(#KEYS / KEYS_PER_GROUP)
-  INDEX = KEYS[GROUPS * KEYS_PER_GROUP + 1]
-  EVENTS = KEYS[GROUPS * KEYS_PER_GROUP + 2]
-  EPOCH = KEYS[GROUPS * KEYS_PER_GROUP + 3]
-  PROTOCOL_AT = GROUPS * KEYS_PER_GROUP + 4
+  local tail = 0
+  if #KEYS % KEYS_PER_GROUP ~= 0 then tail = STANDALONE_TAIL end
+  GROUPS = math.floor((#KEYS - tail) / KEYS_PER_GROUP)
+  if GROUPS < 0 then GROUPS = 0 end
+  local base = GROUPS * KEYS_PER_GROUP
+  INDEX = KEYS[base + 1]
+  EVENTS = KEYS[base + 2]
+  EPOCH = KEYS[base + 3]
+  PROTOCOL_AT = base + 4
+  NEWEST = KEYS[base + 5]
+  OLDEST = KEYS[base + 6]
 end
 if KEYS then bind() end  -- EVALSHA (in a library KEYS is still nil here)
 
 -- The protocol version these scripts read and write (PROTOCOL_VERSION of
--- redis_presence/keys.py; docs/protocol.md, section 1).
-local VERSION = '1'
+-- redis_presence/keys.py; docs/protocol.md, section 1). A prefix that still says '1' is
+-- written in MODE '1' (v1 values, no event of version 2: its v1 clients keep working until
+-- `redis-presence migrate` moves it on); any other prefix in MODE '2'. check_protocol sets it.
+local VERSION = '2'
+local MODE = VERSION
 
 -- The keys of group g: (sorted set, hash, index mark, event log) and the position of the
 -- first in KEYS.
@@ -117,32 +131,57 @@ local function expect_types(first, last, kinds)
   return nil
 end
 
--- Refuse indexes (INDEX, EVENTS) of another type than a sorted set (standalone only).
+-- Refuse indexes (INDEX, EVENTS, NEWEST, OLDEST) of another type than a sorted set
+-- (standalone only).
 local function check_indexes()
   local first = GROUPS * KEYS_PER_GROUP + 1
   return expect_types(first, first + 1, {'zset', 'zset'})
+    or expect_types(first + 4, first + 5, {'zset', 'zset'})
 end
 
--- The stored value of one consumer is 'registered_ns last_heartbeat_ns lease_count', and
--- ' last_progress_ns' after it once the consumer recorded progress (redis_presence/keys.py,
--- STORED_VALUE); heartbeat.lua and heartbeat_many.lua write it, the same way.
+-- The stored value of one consumer (redis_presence/keys.py, STORED_VALUE; docs/protocol.md,
+-- section 4): version 2 writes nine fields,
+--   registered_ns last_ns lease progress_ns capacity flags conflict_ns instance previous
+-- (progress_ns and conflict_ns 0: none; capacity 0: not reported; flags: 1 draining, 2 a
+-- drain requested; instance and previous: a writer's token, '-' for none); version 1 wrote
+-- 'registered_ns last_ns lease' and ' progress_ns' once the consumer recorded progress, which
+-- every reader still reads (as capacity 0, flags 0, no conflict, tokens '-').
+local V2_VALUE = '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+) ([%w_.-]+) ([%w_.-]+)$'
+local MAX_U32 = 4294967295
 
--- The registration, the last heartbeat and the last progress (decimal ns strings; progress
--- nil before the first) of a stored value, or nil when it is not a value the heartbeats wrote:
--- three or four decimal integers of at most 19 digits, one space between them, the lease
--- count at most 2^32-1 (so "", "garbage", "-5 -5 0" and a count no client writes are
--- refused, never read as numbers).
-local function parse_beat(value)
-  local registered, hb, lease = string.match(value, '^(%d+) (%d+) (%d+)$')
-  local progress = nil
-  if not registered then
-    registered, hb, lease, progress = string.match(value, '^(%d+) (%d+) (%d+) (%d+)$')
-    if not registered or #progress > 19 then return nil end
+-- The nine fields of a stored value (decimal strings and the two tokens), a version 1 value
+-- read as version 2, or nil when it is not a value this package wrote: times of at most 19
+-- digits, lease, capacity and flags at most 2^32-1, tokens of at most 32 characters (so "",
+-- "garbage", "-5 -5 0" and a count no client writes are refused, never read as numbers).
+local function parse_value(value)
+  local r, l, le, p, c, f, x, i, pv = string.match(value, V2_VALUE)
+  if r then
+    if #r <= 19 and #l <= 19 and #p <= 19 and #x <= 19 and #le <= 10 and #c <= 10
+      and #f <= 10 and #i <= 32 and #pv <= 32 and tonumber(le) <= MAX_U32
+      and tonumber(c) <= MAX_U32 and tonumber(f) <= MAX_U32 then
+      return r, l, le, p, c, f, x, i, pv
+    end
+    return nil
   end
-  if #registered <= 19 and #hb <= 19 and #lease <= 10 and tonumber(lease) <= 4294967295 then
-    return registered, hb, progress
+  local progress = '0'
+  r, l, le = string.match(value, '^(%d+) (%d+) (%d+)$')
+  if not r then
+    r, l, le, progress = string.match(value, '^(%d+) (%d+) (%d+) (%d+)$')
+    if not r or #progress > 19 then return nil end
+  end
+  if #r <= 19 and #l <= 19 and #le <= 10 and tonumber(le) <= MAX_U32 then
+    return r, l, le, progress, '0', '0', '0', '-', '-'
   end
   return nil
+end
+
+-- The registration, the last heartbeat and the last progress (decimal ns strings; progress
+-- nil before the first) of a stored value, or nil when it is not a value this package wrote.
+local function parse_beat(value)
+  local registered, hb, _, progress = parse_value(value)
+  if not registered then return nil end
+  if progress == '0' then progress = nil end
+  return registered, hb, progress
 end
 
 -- The part of a stored value events carry: 'registered_ns last_heartbeat_ns lease_count'.
@@ -158,20 +197,44 @@ local function quoted(text)
   end) .. '"'
 end
 
--- Refuse a prefix whose protocol version, KEYS[i] (absent on a cluster: nil is returned),
--- names another version than VERSION, before anything is written: the error reply, or nil
--- (an absent version is this one). One GET, in the same script as the write, so a
--- migration that sets another version cannot slip between the check and the write.
-local function check_protocol(i)
-  if not KEYS[i] then return nil end
+-- Refuse a prefix whose protocol version, KEYS[i], names another version than 1 or
+-- VERSION, before anything is written: the error reply, or nil (an absent version is
+-- VERSION). Sets MODE: '1' where the prefix says '1', else VERSION. On a cluster KEYS[i]
+-- is absent (the version lives in another slot): the caller checked it and gives the mode
+-- it read, `given` ('1' or anything else for VERSION). One GET, in the same script as the
+-- write, so a migration that sets another version cannot slip between the check and the
+-- write.
+local UNCLAIMED = nil  -- the version's key, when check_protocol found it missing
+local function check_protocol(i, given)
+  UNCLAIMED = nil
+  if not KEYS[i] then
+    if given == '1' then MODE = '1' else MODE = VERSION end
+    return nil
+  end
   local found = redis.pcall('GET', KEYS[i])
   if type(found) == 'table' then return failed(found, i, 'string') end
-  if found and found ~= VERSION then
+  if not found then UNCLAIMED = KEYS[i] end
+  if found == '1' then
+    MODE = '1'
+  elseif not found or found == VERSION then
+    MODE = VERSION
+  else
     return redis.error_reply('PRESENCEPROTOCOL ' .. KEYS[i]
       .. ' says this prefix was written by protocol version ' .. quoted(string.sub(found, 1, 40))
       .. '; this package speaks version ' .. VERSION .. ' (docs/protocol.md)')
   end
   return nil
+end
+
+-- Claim a prefix whose version was missing for VERSION (SET NX), in the script that writes
+-- its first version 2 value, so no such value is ever stored under a prefix another
+-- client could still claim for version 1 (standalone; a caller whose ACL lacks SET leaves
+-- it to the client's own claim after the beat).
+local function claim()
+  if UNCLAIMED then
+    redis.pcall('SET', UNCLAIMED, VERSION, 'NX')
+    UNCLAIMED = nil
+  end
 end
 
 -- Why field `field` of KEYS[i] (a hash of stored values) is refused: its `value` is not one
@@ -201,6 +264,91 @@ local function inactive_at(hb, now_us, now_rest, ttl)
   local us, rest = split_ns(hb)
   local horizon = now_us - (ttl + 1) * 1000
   return us < horizon or (us == horizon and rest <= now_rest)
+end
+
+-- NEWEST (standalone: a sorted set of the groups' hash keys) holds a lower bound of each
+-- group's newest beat, in whole microseconds, never more than a quarter of the group's TTL
+-- behind it: a beat raises it (ZADD GT) when its consumer joins, or when the beat is the
+-- consumer's first in a new quarter-TTL window (`newest_due`), so a consumer costs one
+-- ZADD per window, not one per beat, and every beat falls at most one window after one
+-- that raised it. A reader asking which groups nobody reads takes the members scored at or
+-- below now - TTL as candidates and checks each exactly (docs/protocol.md, section 2). A
+-- consumer that leaves, or a beat that goes back in time, lowers it to the real newest
+-- (`newest_again`), so it is never ahead of the group's newest beat.
+local function newest_due(last_us, us, ttl)
+  local window = ttl * 250
+  return math.floor(us / window) ~= math.floor(last_us / window)
+end
+
+-- Lower NEWEST to group g's real newest beat (ZADD XX: a group not listed stays out), after
+-- a write that may have taken its newest beat away (a consumer left, or went back in time).
+-- A caller whose ACL lacks ZRANGE (a role of an earlier release) skips it: the group then
+-- shows as read until its last beat is a TTL old, as a lagging bound does.
+local function newest_again(g)
+  if not NEWEST then return end
+  local hb, data = group_keys(g)
+  local top = redis.pcall('ZRANGE', hb, -1, -1, 'WITHSCORES')
+  if type(top) == 'table' and top[2] then redis.call('ZADD', NEWEST, 'XX', top[2], data) end
+end
+
+-- What a beat of protocol version 2 writes (MODE '2'), from the stored value's fields
+-- (`old_*`: nil for a new consumer) and the beat's: the new value, whether a drain is
+-- requested after it, and the events it logs beside joined and recovered (nil, or a list
+-- of {kind, fields}; see append_event). `capacity` '' keeps the stored one; `draining` ''
+-- keeps the flag, '1' sets it (and acknowledges a request), '0' clears it; `token` '-' is a
+-- writer without one. `active`: the stored beat is active at this instant, `stamp` the
+-- beat's instant (decimal ns). `ttl` decides whether an earlier conflict is still active.
+-- A token that differs from the stored one is a restart, or, when it is the stored
+-- `previous` and the stored beat is active, a second live process taking turns with the
+-- first: a duplicate (conflict_ns = the beat's instant; event `conflict` when no conflict was
+-- active). A restart clears the draining flag and a drain request (the process they were
+-- about is gone); a duplicate keeps them. docs/protocol.md, section 5.
+local function beat_v2(consumer, registered, stamp, lease, progress, capacity, draining, token,
+                       old_cap, old_flags, old_conflict, old_inst, old_prev, active,
+                       now_us, now_rest, ttl)
+  if capacity == '' then capacity = old_cap or '0' end
+  local flags = old_flags or '0'
+  local logs = nil
+  local beat = registered .. ' ' .. stamp .. ' ' .. lease
+  local inst, prev, conflict = old_inst or '-', old_prev or '-', old_conflict or '0'
+  if token ~= '-' and token ~= inst then
+    if inst ~= '-' then
+      local kind = nil
+      if active and token == prev then
+        if conflict == '0' or inactive_at(conflict, now_us, now_rest, ttl) then kind = 'conflict' end
+        conflict = stamp
+      else
+        -- Another process: what the one before said (draining) or was asked (a drain) was
+        -- its own, and goes with it (unknown bits stay).
+        local n = tonumber(flags)
+        flags = int_str(n - n % 4)
+        if active then kind = 'restarted' end
+      end
+      if kind then
+        logs = {{kind, {'c' .. consumer, stamp .. ' ' .. beat, 'i' .. consumer, inst .. ' ' .. token}}}
+      end
+      prev = inst
+    end
+    inst = token
+  end
+  if draining ~= '' then
+    local n = tonumber(flags)
+    local was = n % 2 == 1
+    if draining == '1' then
+      if not was then
+        n = n + 1
+        logs = logs or {}
+        logs[#logs + 1] = {'draining', {'c' .. consumer, stamp .. ' ' .. beat}}
+      end
+      if math.floor(n / 2) % 2 == 1 then n = n - 2 end
+    elseif was then
+      n = n - 1
+    end
+    flags = int_str(n)
+  end
+  local value = beat .. ' ' .. (progress or '0') .. ' ' .. capacity .. ' ' .. flags .. ' '
+    .. conflict .. ' ' .. inst .. ' ' .. prev
+  return value, math.floor(tonumber(flags) / 2) % 2 == 1, logs
 end
 
 -- A sorted set (a group's heartbeats, the index of groups) that reaches SKIPLIST_AT members

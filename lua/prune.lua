@@ -2,7 +2,7 @@
 -- (and their metadata), visiting at most a budget, and log who was pruned (with the
 -- metadata each had: log_meta in lib.lua).
 -- KEYS: group_keys(g) and meta_key(g) of lib.lua for each group g = 1..GROUPS, then INDEX,
---       EVENTS, EPOCH and the protocol version on a standalone server
+--       EVENTS, EPOCH, the protocol version, NEWEST and OLDEST on a standalone server
 -- ARGV[1] now_ns as a decimal string (the caller reads the server clock once for a whole
 --         prune); ARGV[2] budget: the most consumers this call visits; ARGV[3] and ARGV[4]
 --         where group 1 resumes: how many consumers below the horizon's microsecond it
@@ -22,6 +22,10 @@
 -- hb <= now - (2 ttl + r + 1) ms: every score below the horizon, and on the horizon's
 -- microsecond those whose nanosecond rest is <= now's (r = 0: exactly what a snapshot at
 -- the same now and ttl calls expired).
+-- OLDEST (standalone): every group visited and still holding consumers gets its real oldest
+-- beat there (ZADD GT: a lower bound only rises, and an unchanged score writes nothing), so
+-- a prune that picks its groups from OLDEST (those at or below the horizon) does not visit
+-- a group again until one of its consumers can be pruned; an emptied group leaves it.
 -- Cost: one command (ZRANGEBYSCORE of the oldest beat) for a group with nothing to remove,
 -- which is most groups; a group with consumers to remove costs about ten more, and at most
 -- MAX_WRITTEN of them are written per call (the call stops after the last, and the caller
@@ -73,6 +77,8 @@ local function drop_empty(g, at, checked)
   redis.call('DEL', data, mark, meta_key(g))
   if INDEX then
     redis.call('ZREM', INDEX, data)
+    redis.call('ZREM', NEWEST, data)
+    redis.call('ZREM', OLDEST, data)
   else
     emptied[#emptied + 1] = g
   end
@@ -92,7 +98,9 @@ for g = 1, GROUPS do
     -- An empty group is unlisted even when nothing expired: on a cluster, a heartbeat that
     -- races with a deregister can leave an empty group in the index (docs/index-protocol.md).
     drop_empty(g, at, false)
-  elseif tonumber(oldest[2]) <= horizon then
+  elseif tonumber(oldest[2]) > horizon then
+    if OLDEST then redis.call('ZADD', OLDEST, 'GT', oldest[2], data) end
+  else
     local edge = int_str(horizon)
     local below = g == 1 and tonumber(ARGV[3]) or 0
     local offset = g == 1 and tonumber(ARGV[4]) or 0
@@ -162,6 +170,10 @@ for g = 1, GROUPS do
         written = written + 1
         logged = append_event(g, kept_log, log_ms, 'pruned', fields)
         if stop == 0 and redis.call('EXISTS', zset) == 0 then drop_empty(g, at, true) end
+      end
+      if OLDEST then
+        local first = redis.call('ZRANGEBYSCORE', zset, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+        if #first > 0 then redis.call('ZADD', OLDEST, 'GT', first[2], data) end
       end
     end
   end

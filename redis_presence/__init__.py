@@ -15,6 +15,9 @@ from .__about__ import __version__ as __version__
 
 if TYPE_CHECKING:
     from .aio import AsyncRedisPresenceRegistry as AsyncRedisPresenceRegistry
+    from .beats import BeatReply as BeatReply
+    from .beats import Written as Written
+    from .beats import process_instance as process_instance
     from .contract import PresenceRegistry as PresenceRegistry
     from .errors import PresenceAuthError as PresenceAuthError
     from .errors import PresenceBatchError as PresenceBatchError
@@ -55,6 +58,7 @@ if TYPE_CHECKING:
     from .reporter import DEFAULT_REPORT_INTERVAL_MS as DEFAULT_REPORT_INTERVAL_MS
     from .reporter import AsyncPresenceReporter as AsyncPresenceReporter
     from .reporter import PresenceReporter as PresenceReporter
+    from .validation import BeatSpec as BeatSpec
     from .verdict import GroupFacts as GroupFacts
     from .verdict import GroupVerdict as GroupVerdict
     from .verdict import Verdict as Verdict
@@ -71,6 +75,10 @@ _EXPORTS: dict[str, str] = {
     "DEFAULT_REPORT_INTERVAL_MS": "reporter",
     "AsyncPresenceReporter": "reporter",
     "AsyncRedisPresenceRegistry": "aio",
+    "BeatReply": "beats",
+    "BeatSpec": "validation",
+    "Written": "beats",
+    "process_instance": "beats",
     "ConsumerPresence": "model",
     "ConsumerPresenceRegistry": "memory",
     "PresenceAuthError": "errors",

@@ -45,6 +45,7 @@ class RegistryBase:
         max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
         events_kept: int = DEFAULT_EVENTS_KEPT,
         cluster_retry_ms: int = DEFAULT_CLUSTER_RETRY_MS,
+        instance: str | None = None,
         **redis_kwargs: Any,
     ) -> E:
         """A registry on a new client for `url`: ``redis://``, ``rediss://``, ``unix://``,
@@ -63,6 +64,7 @@ class RegistryBase:
             max_future_ms=max_future_ms,
             events_kept=events_kept,
             cluster_retry_ms=cluster_retry_ms,
+            instance=instance,
         )
         registry._owns_client = True
         return registry
@@ -83,6 +85,7 @@ class RegistryBase:
         events_kept: int = DEFAULT_EVENTS_KEPT,
         max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
         cluster_retry_ms: int = DEFAULT_CLUSTER_RETRY_MS,
+        instance: str | None = None,
     ) -> None:
         self.cluster_retry_ms = check_cluster_retry_ms(cluster_retry_ms)
         """On a cluster, how long a request whose slot is on the move (a slot migration) is
@@ -97,6 +100,7 @@ class RegistryBase:
             limits=limits,
             events_kept=events_kept,
             max_future_ms=max_future_ms,
+            instance=instance,
         )
         # How this registry's transport writes commands, and which it sends prebuilt.
         self._wire = Wire(
@@ -134,6 +138,12 @@ class RegistryBase:
         """The clock guard: how far ahead of the server clock an explicit ``now_ns`` of a
         beat may be (None: no guard)."""
         return self.plans.max_future_ms
+
+    @property
+    def instance(self) -> str:
+        """The instance token this registry's beats carry now (the one given, else this
+        process's: `redis_presence.beats.process_instance`)."""
+        return self.plans.scope.token()
 
     @property
     def read_only(self) -> bool:

@@ -95,8 +95,9 @@ class Wire:
         """Whether the registry writes the heartbeats' calls on its connections itself."""
         self._codec = codec
         self._pack: Callable[[tuple[Any, ...]], bytes] = pack_command or partial(resp, codec=codec)
-        # id of a head -> (the head, its RESP): the head is kept, so its id is not reused.
-        self._heads: dict[int, tuple[tuple[Any, ...], bytes]] = {}
+        # id of a head -> (the head, its RESP with the array's length, that length), or of a
+        # tail -> (the tail, its RESP, 0): each is kept, so its id is not reused.
+        self._heads: dict[int, tuple[tuple[Any, ...], bytes, int]] = {}
 
     def command(self, args: tuple[Any, ...]) -> bytes:
         """A whole command, as the client's connections write it."""
@@ -104,16 +105,22 @@ class Wire:
 
     def single(self, plan: Single[Any]) -> bytes:
         """A single call's whole command in RESP, its ``str`` arguments encoded as the
-        client's encoder does: its head (packed once for every call that shares it), then
-        its rest."""
-        head = plan.head
+        client's encoder does: its head (packed once for every call that shares it), its
+        rest, then its tail (packed once too)."""
+        head, tail = plan.head, plan.tail
+        size = len(head) + len(plan.rest) + len(tail)
         kept = self._heads.get(id(head))
-        if kept is None or kept[0] is not head:
+        if kept is None or kept[0] is not head or kept[2] != size:
             if len(self._heads) >= MAX_CACHED_GROUPS:
                 self._heads.clear()
-            count = len(head) + len(plan.rest)
-            kept = self._heads[id(head)] = (head, b"*%d\r\n" % count + bulks(head, self._codec))
-        return kept[1] + bulks(plan.rest, self._codec)
+            packed = b"*%d\r\n" % size + bulks(head, self._codec)
+            kept = self._heads[id(head)] = (head, packed, size)
+        if not tail:
+            return kept[1] + bulks(plan.rest, self._codec)
+        after = self._heads.get(id(tail))
+        if after is None or after[0] is not tail:
+            after = self._heads[id(tail)] = (tail, bulks(tail, self._codec), 0)
+        return kept[1] + bulks(plan.rest, self._codec) + after[1]
 
     def call(self, request: Request) -> bytes | None:
         """`request` as the client writes it when it is sent prebuilt (a call of

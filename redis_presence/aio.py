@@ -191,7 +191,7 @@ class AsyncRedisPresenceRegistry(AsyncOperations, RegistryBase):
         ``execute_command``."""
         wire = self._wire
         if not wire.prebuilt:
-            return await self._command(*(plan.head + plan.rest))
+            return await self._command(*plan.args)
         (reply,) = await self._on_pooled(wire.single(plan), 1)
         if isinstance(reply, BaseException):
             raise reply

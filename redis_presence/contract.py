@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Protocol, runtime_checkable
 
+from .beats import BeatReply, Written
 from .events import (
     DEFAULT_CHANGES_LIMIT,
     DEFAULT_FOLLOW_INTERVAL_S,
@@ -41,15 +42,25 @@ class PresenceRegistry(Protocol):
         now_ns: int | None = None,
         *,
         progressed: bool = False,
-    ) -> None:
+        capacity: int | None = None,
+        draining: bool | None = None,
+    ) -> BeatReply:
         """Record or refresh one consumer in one atomic script call (one round trip).
         With `progressed`, also records progress (a finished or acknowledged message) at
-        the beat's instant."""
+        the beat's instant; `capacity` and `draining` (None: keep the stored ones) are
+        stored with it. The reply says whether a drain of the consumer was requested."""
 
-    def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
-        """Write many ``(queue, group, consumer, lease_count)`` beats, each atomically, in one
-        script call (one per queue on a cluster, the asyncio registry's sent concurrently);
-        returns how many."""
+    def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> Written:
+        """Write many ``(queue, group, consumer, lease_count)`` beats (or `BeatSpec`s), each
+        atomically, in one script call (one per queue on a cluster, the asyncio registry's
+        sent concurrently); returns how many (`Written`: an int naming the consumers with
+        a drain request)."""
+
+    def request_drain(
+        self, queue: str, group: str, consumer: str, now_ns: int | None = None
+    ) -> bool:
+        """Ask one consumer to drain: its next beats' replies say so until one of them says
+        it is draining; returns whether it is tracked (protocol mode 2 only)."""
 
     def clock_ns(self) -> int:
         """The server clock that reads use when ``now_ns`` is None (``TIME``), in ns."""
@@ -144,17 +155,26 @@ class PresenceRegistry(Protocol):
         """The minimum one group was declared with (None: not declared)."""
 
     def groups(
-        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        details: bool = False,
+        capacity: bool = False,
+        departures: bool = False,
     ) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
         (None: not declared) and whether it has fewer active consumers (`details`: and its
-        oldest heartbeat and leases, see `Planner.groups`)."""
+        oldest heartbeat and leases; `capacity`: and its capacity, free slots, draining
+        consumers and conflicts, from its live consumers' values; `departures`: only whether
+        its stale consumers said they were draining; see `Planner.groups`)."""
 
     def group(
         self, queue: str, group: str, now_ns: int | None = None, ttl_ms: int | None = None
     ) -> GroupPresence:
-        """One group as a row of `groups()`, with its `verdict` (zeros for a group neither
-        tracked nor declared); reads that group's keys alone, never a consumer's row."""
+        """One group as a row of `groups()`, with its capacity, free slots, draining
+        consumers, conflicts and `verdict` (zeros for a group neither tracked nor declared);
+        reads that group's keys alone, and the values of its live consumers only."""
 
     def set_stuck_after(
         self, stuck_after_ms: int | None, *, queue: str | None = None, group: str | None = None

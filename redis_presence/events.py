@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from .errors import PresenceDataError, PresenceResyncRequired
 from .keys import INDEX_MARK_MS, STORED_FIELDS, GroupKeys, Keyspace
 from .model import NS_PER_MS, Skipped
+from .replies import stored_numbers
 
 DEFAULT_EVENTS_KEPT = 10_000
 """About how many entries each queue's event log keeps (``XADD ... MAXLEN ~``); one entry
@@ -46,6 +47,16 @@ class EventKind(str, enum.Enum):
     RECOVERED = "recovered"
     LEFT = "left"
     PRUNED = "pruned"
+    # Protocol version 2 (logged in mode 2 only):
+    DRAINING = "draining"
+    """A beat said its consumer is draining (the flag went from clear to set)."""
+    CONFLICT = "conflict"
+    """Two instances beat for one consumer at once (the first duplicate beat while none was
+    active under the TTL)."""
+    RESTARTED = "restarted"
+    """An active consumer's beat came from a new instance (the process restarted)."""
+    DRAIN_REQUESTED = "drain_requested"
+    """A drain of the consumer was requested (`request_drain`; each request)."""
 
     def __str__(self) -> str:
         return self.value
@@ -54,7 +65,16 @@ class EventKind(str, enum.Enum):
 _RANK = {kind: rank for rank, kind in enumerate(EventKind)}
 _LOGGED = {
     kind.value: kind
-    for kind in (EventKind.JOINED, EventKind.RECOVERED, EventKind.LEFT, EventKind.PRUNED)
+    for kind in (
+        EventKind.JOINED,
+        EventKind.RECOVERED,
+        EventKind.LEFT,
+        EventKind.PRUNED,
+        EventKind.DRAINING,
+        EventKind.CONFLICT,
+        EventKind.RESTARTED,
+        EventKind.DRAIN_REQUESTED,
+    )
 }
 
 
@@ -247,13 +267,10 @@ def group_event(
 ) -> PresenceEvent | None:
     """The `stale` / `expired` event of one consumer from its stored value (None for a
     value this package did not write: that consumer is set aside, as a snapshot does)."""
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-    parts = text.split(" ")
-    if len(parts) not in (STORED_FIELDS, STORED_FIELDS + 1):  # with progress, one more
+    numbers = stored_numbers(value)  # either protocol version's value
+    if numbers is None:
         return None
-    if not all(0 < len(part) <= 19 and part.isascii() and part.isdigit() for part in parts):
-        return None
-    registered, heartbeat, lease = map(int, parts[:STORED_FIELDS])
+    registered, heartbeat, lease = numbers
     at = crossed(kind, heartbeat, ttl_ms)
     return PresenceEvent(kind, gk.queue, gk.group, consumer, at, lease, registered, heartbeat)
 

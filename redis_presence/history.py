@@ -93,6 +93,11 @@ def stale_at(heartbeat_ns: int, ttl_ms: int) -> int:
 
 
 _ARRIVALS = (EventKind.JOINED, EventKind.RECOVERED)
+_NOT_PRESENCE = frozenset(
+    (EventKind.DRAINING, EventKind.CONFLICT, EventKind.RESTARTED, EventKind.DRAIN_REQUESTED)
+)
+"""The events of protocol version 2 that a beat of an active consumer (or a request) logs:
+they say nothing of when it arrived or went, so the spans leave them out."""
 
 
 def active_spans(
@@ -104,13 +109,15 @@ def active_spans(
     ttl_ms: int,
 ) -> list[Span]:
     """When one consumer was active within ``[start_ns, now_ns)``, from its logged events
-    (oldest first, none missing after `start_ns`) and its last heartbeat now (None: gone).
+    (oldest first, none missing after `start_ns`; those of an active consumer's beat,
+    `_NOT_PRESENCE`, left out) and its last heartbeat now (None: gone).
 
     Between two of its events the consumer beat without a ``recovered`` (else it would be
     logged), so it was active from an arrival until the next removal's stale line, or until
     its current heartbeat's; before a ``recovered`` it was inactive for a while that the log
     does not bound (a maybe span from its last known beat's stale line)."""
     spans: list[Span] = []
+    events = [event for event in events if event.kind not in _NOT_PRESENCE]
 
     def add(start: int, end: int, sure: bool = True) -> None:
         start, end = max(start, start_ns), min(end, now_ns)

@@ -15,7 +15,8 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
                         (`set_stuck_after(queue=, group=)`), if set
     P:{Q}:expect hash   group -> the minimum of active consumers it was declared with
                         (`expect`; MIN_ACTIVE_VALUE, below); outlives every consumer
-    P:{Q}:events stream the queue's write-driven events (joined, recovered, left, pruned),
+    P:{Q}:events stream the queue's write-driven events (joined, recovered, left, pruned;
+                        in mode 2 also draining, conflict, restarted, drain_requested),
                         capped (``MAXLEN ~``); an entry's fields are EVENT_FIELDS
     P:groups     zset   the index: the hash key ``P:{Q}:G:c`` of every group with a
                         tracked consumer, all with score 0, so they sort by name and the
@@ -32,7 +33,18 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
     P:expects    zset   the index of declared groups: the key ``P:{Q}:expect`` of every
                         queue with a declared group, all with score 0 (sorted by name)
     P:protocol   string the protocol version (PROTOCOL_VERSION, docs/protocol.md), written
-                        ``SET NX`` by writers and checked by every reader and writer
+                        ``SET NX`` by writers and checked by every reader and writer;
+                        ``"1"`` keeps a prefix in mode 1 (PROTOCOL_MODES) until
+                        ``redis-presence migrate`` sets it to ``"2"``
+    P:newest     zset   standalone only: the hash key ``P:{Q}:G:c`` of every indexed group,
+                        scored by a lower bound of its newest beat's whole microseconds, at
+                        most a quarter of its TTL behind (``ZADD GT`` when a consumer joins
+                        or starts a new quarter-TTL window; lowered to the real newest when
+                        a consumer leaves or goes back in time); removed where the group
+                        leaves ``P:groups``
+    P:oldest     zset   standalone only: the same members, scored by a lower bound of the
+                        group's oldest beat's microseconds (``ZADD LT`` when a consumer
+                        joins or a beat moves one back in time)
     P:index      set    the index of release 0.1 ("Q:G" members); only
                         ``redis-presence migrate`` reads it, and empties it
 
@@ -62,22 +74,48 @@ from .validation import (
     check_prefix,
 )
 
-PROTOCOL_VERSION = "1"
+PROTOCOL_VERSION = "2"
 """The version of the wire format (docs/protocol.md) this package reads and writes, stored
-in ``P:protocol``: a client that finds another one refuses the prefix."""
+in ``P:protocol`` (claimed ``SET NX`` after a first beat): a client that finds a version
+other than PROTOCOL_MODES refuses the prefix."""
+
+PROTOCOL_MODES = ("1", "2")
+"""The values of ``P:protocol`` this package accepts (none stored counts as ``"2"``): in
+mode ``"1"`` (a prefix v1 clients still write) the scripts write v1 values, log no v2
+event kinds and refuse drain requests, until ``redis-presence migrate`` flips it."""
+
+
+def protocol_mode(stored: str | None) -> str:
+    """The mode a stored ``P:protocol`` (None: none stored) puts a prefix in: ``"1"`` or
+    ``"2"`` (the version is checked apart)."""
+    return "1" if stored == "1" else "2"
+
 
 INDEX_MARK_MS = 60_000
 """Lifetime of a group's index mark: how often a live group re-asserts its index entry."""
 
-STORED_VALUE = "registered_ns last_heartbeat_ns lease_count [last_progress_ns]"
-"""The stored value of one consumer (a field of ``P:{Q}:G:c``): three decimal integers
-separated by single spaces, the first beat's and the last beat's instants in nanoseconds
-and the lease count, and, once the consumer recorded progress, a fourth: the instant of
-its last progress. ``lua/heartbeat.lua`` and ``lua/heartbeat_many.lua`` are its writers;
-`redis_presence.replies.stored_columns` the only reader."""
+STORED_VALUE = (
+    "registered_ns last_heartbeat_ns lease_count last_progress_ns capacity flags "
+    "conflict_ns instance previous"
+)
+"""The stored value of one consumer (a field of ``P:{Q}:G:c``), version 2: nine fields
+separated by single spaces; seven decimal integers (the first beat's and the last beat's
+instants in nanoseconds, the lease count, the last progress's instant or 0, the capacity
+or 0, the FLAG_DRAINING / FLAG_DRAIN_REQUESTED bits, the instant of the last duplicate
+instance or 0) and two instance tokens (INSTANCE_PATTERN, ``-`` none). A version 1 value
+(STORED_FIELDS or one more, ``registered last lease [progress]``, what a prefix in mode 1
+still holds) is a prefix of it. ``lua/heartbeat.lua``, ``lua/heartbeat_many.lua`` and
+``lua/drain.lua`` are its writers; `redis_presence.replies.stored_columns` the only
+reader."""
 
 STORED_FIELDS = 3
-"""Fields of a stored value without progress (one more with it)."""
+"""Fields of a version 1 stored value without progress (one more with it)."""
+STORED_FIELDS_V2 = 9
+"""Fields of a version 2 stored value."""
+# FLAG_DRAINING (1: the consumer says it is draining), FLAG_DRAIN_REQUESTED (2: a drain
+# was requested and no draining beat took it yet) and NO_INSTANCE ("-": the token a stored
+# value holds for none) are spelled in `redis_presence.validation`, which the model imports
+# without a driver (this module imports `errors`, which imports redis-py).
 STORED_SEPARATOR = " "
 
 META_VALUE = "JSON object of str to str, keys sorted, separators ',' and ':', UTF-8"
@@ -87,7 +125,8 @@ per mapping, so a script tells a change by comparing strings (`encode_meta`)."""
 EVENT_FIELDS = (
     "k: kind, g: the group's hash key, "
     "'c' + consumer: 'at_ns registered_ns last_heartbeat_ns lease_count', "
-    "then in left and pruned entries 'm' + consumer: its metadata (META_VALUE) if it had any"
+    "then in left and pruned entries 'm' + consumer: its metadata (META_VALUE) if it had any, "
+    "in conflict and restarted entries 'i' + consumer: 'old_token new_token'"
 )
 """One entry of ``P:{Q}:events``: the kind, the group (its hash key, an index member), then
 one field per consumer the event is about, valued by four decimal integers; a ``left`` or
@@ -245,6 +284,8 @@ class Keyspace:
         "expects",
         "groups",
         "legacy_index",
+        "newest",
+        "oldest",
         "prefix",
         "protocol",
         "stuck",
@@ -261,6 +302,8 @@ class Keyspace:
         self.expects = f"{prefix}:expects"
         self.legacy_index = f"{prefix}:index"
         self.protocol = f"{prefix}:protocol"
+        self.newest = f"{prefix}:newest"
+        self.oldest = f"{prefix}:oldest"
 
     def queue_expect(self, queue: str) -> str:
         """The declared groups of one queue (validated name)."""

@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from .beats import DRAIN, NO_DRAIN, BeatReply, Written, process_instance
 from .errors import PresenceClockError, PresenceResyncRequired
 from .events import (
     DEFAULT_CHANGES_LIMIT,
@@ -42,15 +43,23 @@ from .model import (
     ConsumerMeta,
     ConsumerPresence,
     GroupPresence,
+    LiveTally,
     PresenceState,
+    StaleTally,
     age_ms,
 )
 from .validation import (
+    FLAG_DRAIN_REQUESTED,
+    FLAG_DRAINING,
+    NO_INSTANCE,
     Beat,
     ConsumerKey,
     check_beats,
+    check_capacity,
     check_consumer_key,
+    check_draining,
     check_filter,
+    check_instance,
     check_lease_count,
     check_max_future_ms,
     check_meta,
@@ -62,9 +71,10 @@ from .validation import (
     check_retention_ms,
 )
 
-Stored = tuple[int, int, int, int | None]
-"""What the model keeps of one consumer: `(registered_at_ns, last_heartbeat_ns, lease,
-last_progress_ns)`."""
+Stored = tuple[int, int, int, int | None, int, int, int, str, str]
+"""What the model keeps of one consumer, as a version 2 stored value (keys.STORED_VALUE):
+`(registered_at_ns, last_heartbeat_ns, lease, last_progress_ns, capacity (0: none), flags,
+conflict_ns (0: never), instance, previous)`."""
 
 
 def _state(now_ns: int, last_heartbeat_ns: int, ttl_ms: int) -> PresenceState:
@@ -88,7 +98,9 @@ class ConsumerPresenceRegistry:
         *,
         events_kept: int = DEFAULT_EVENTS_KEPT,
         max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
+        instance: str | None = None,
     ) -> None:
+        self._instance = None if instance is None else check_instance(instance)
         self.max_future_ms = check_max_future_ms(max_future_ms)
         """The clock guard: a beat whose explicit ``now_ns`` is more than this ahead of
         ``time.time_ns()`` is refused with `PresenceClockError` (None: no guard)."""
@@ -102,6 +114,12 @@ class ConsumerPresenceRegistry:
         self._log: deque[tuple[int, PresenceEvent]] = deque(maxlen=events_kept)
         self._logged = 0
         self._trimmed = 0
+
+    @property
+    def instance(self) -> str:
+        """The instance token this registry's beats carry (the one given, else this
+        process's: `redis_presence.beats.process_instance`)."""
+        return self._instance or process_instance()
 
     # -- writes -----------------------------------------------------------------------
 
@@ -131,43 +149,136 @@ class ConsumerPresenceRegistry:
         now_ns: int | None = None,
         *,
         progressed: bool = False,
-    ) -> None:
+        capacity: int | None = None,
+        draining: bool | None = None,
+    ) -> BeatReply:
         """Record or refresh one consumer; the first beat fixes `registered_at_ns`, and
-        `progressed` records progress at the beat's instant."""
+        `progressed` records progress at the beat's instant; `capacity` and `draining`
+        (None: keep the stored ones) are stored with it. The reply says whether a drain
+        of the consumer was requested."""
         key = check_consumer_key(queue, group, consumer)
         lease = check_lease_count(lease_count)
         if type(progressed) is not bool:
             raise TypeError(f"progressed must be a bool, got {type(progressed).__name__}")
+        cap = check_capacity(capacity)
+        drain = check_draining(draining)
         stamp = self._beat_now(now_ns)
+        token = self.instance
         with self._lock:
-            self._beat(key, lease, stamp, stamp, stamp if progressed else None)
+            flags = self._beat(
+                key, lease, stamp, stamp, stamp if progressed else None, cap, drain, token
+            )
+        return DRAIN if flags & FLAG_DRAIN_REQUESTED else NO_DRAIN
 
-    def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
-        """Apply many `(queue, group, consumer, lease_count)` beats; returns how many."""
+    def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> Written:
+        """Apply many `(queue, group, consumer, lease_count)` beats (or `BeatSpec`s); returns
+        how many (`Written`, naming the consumers with a drain request)."""
         checked = check_beats(beats)
         stamp = self._beat_now(now_ns)
+        token = self.instance
+        drains: set[ConsumerKey] = set()
         with self._lock:
-            for queue, group, consumer, lease in checked:
-                self._beat((queue, group, consumer), lease, stamp, stamp)
-        return len(checked)
+            for beat in checked:
+                key = (beat[0], beat[1], beat[2])
+                if len(beat) == 8:
+                    cap, drain = beat[6], beat[7]
+                else:
+                    cap, drain = None, None
+                flags = self._beat(key, beat[3], stamp, stamp, None, cap, drain, token)
+                if flags & FLAG_DRAIN_REQUESTED:
+                    drains.add(key)
+                else:
+                    drains.discard(key)
+        return Written(len(checked), drains)
+
+    def request_drain(
+        self, queue: str, group: str, consumer: str, now_ns: int | None = None
+    ) -> bool:
+        """Ask one consumer to drain: its next beats' replies say so until one of them says
+        it is draining; logs ``drain_requested``; returns whether it is tracked."""
+        key = check_consumer_key(queue, group, consumer)
+        now = check_now_ns(now_ns)
+        stamp = time.time_ns() if now is None else now
+        with self._lock:
+            old = self._rows.get(key)
+            if old is None:
+                return False
+            new = (*old[:5], old[5] | FLAG_DRAIN_REQUESTED, *old[6:])
+            self._rows[key] = new
+            self._append(EventKind.DRAIN_REQUESTED, key, stamp, new)
+        return True
 
     def _beat(
-        self, key: ConsumerKey, lease: int, stamp: int, now: int, progress: int | None = None
-    ) -> None:
+        self,
+        key: ConsumerKey,
+        lease: int,
+        stamp: int,
+        now: int,
+        progress: int | None = None,
+        capacity: int | None = None,
+        draining: bool | None = None,
+        token: str = NO_INSTANCE,
+    ) -> int:
         """One beat stamped `stamp` arriving at `now` (recording progress at `progress`,
-        when given), and its event, as the scripts do."""
+        when given, and `capacity` and `draining` when not None) from instance `token`, and
+        its events, as the scripts do in mode 2 (``beat_v2`` in lua/lib.lua: V2SPEC's "Beat
+        semantics", and a new instance drops the draining and drain-requested bits, which
+        were the process's before it); returns the flags stored after it."""
         old = self._rows.get(key)
-        registered = stamp if old is None else old[0]
-        if progress is None and old is not None:
-            progress = old[3]
-        self._rows[key] = (registered, stamp, lease, progress)
         ttl = self._ttl_of(key[0], key[1])
         if old is None:
-            self._append(EventKind.JOINED, key, stamp, (registered, stamp, lease, progress))
-        elif _state(now, old[1], ttl) is not PresenceState.ACTIVE and (
-            _state(now, stamp, ttl) is PresenceState.ACTIVE
-        ):
-            self._append(EventKind.RECOVERED, key, now, (registered, stamp, lease, progress))
+            flags = FLAG_DRAINING if draining else 0
+            new: Stored = (
+                stamp,
+                stamp,
+                lease,
+                progress,
+                capacity or 0,
+                flags,
+                0,
+                token,
+                NO_INSTANCE,
+            )
+            self._rows[key] = new
+            self._append(EventKind.JOINED, key, stamp, new)
+            if draining:
+                self._append(EventKind.DRAINING, key, stamp, new)
+            return flags
+        registered, last, _, kept_progress, cap, flags, conflict, instance, previous = old
+        if progress is None:
+            progress = kept_progress
+        if capacity is not None:
+            cap = capacity
+        active = _state(now, last, ttl) is PresenceState.ACTIVE
+        kinds: list[EventKind] = []
+        if token != NO_INSTANCE and instance not in (NO_INSTANCE, token):
+            if token == previous and active:  # two instances beat at once: a duplicate
+                if conflict == 0 or _state(now, conflict, ttl) is not PresenceState.ACTIVE:
+                    kinds.append(EventKind.CONFLICT)
+                conflict = stamp
+            else:
+                # Another process: what the one before said (draining) or was asked (a
+                # drain) was its own, and goes with it (unknown bits stay), as in lib.lua.
+                flags &= ~(FLAG_DRAINING | FLAG_DRAIN_REQUESTED)
+                if active:
+                    kinds.append(EventKind.RESTARTED)
+            previous, instance = instance, token
+        elif instance == NO_INSTANCE:
+            instance = token
+        was_draining = flags & FLAG_DRAINING
+        if draining is True:
+            flags = (flags | FLAG_DRAINING) & ~FLAG_DRAIN_REQUESTED
+        elif draining is False:
+            flags &= ~FLAG_DRAINING
+        new = (registered, stamp, lease, progress, cap, flags, conflict, instance, previous)
+        self._rows[key] = new
+        if not active and _state(now, stamp, ttl) is PresenceState.ACTIVE:
+            kinds.insert(0, EventKind.RECOVERED)
+        for kind in kinds:
+            self._append(kind, key, stamp if kind is not EventKind.RECOVERED else now, new)
+        if flags & FLAG_DRAINING and not was_draining:
+            self._append(EventKind.DRAINING, key, stamp, new)
+        return flags
 
     def deregister(self, queue: str, group: str, consumer: str, now_ns: int | None = None) -> bool:
         """Forget one consumer (graceful shutdown), as `left` at `now_ns`; returns whether
@@ -215,7 +326,8 @@ class ConsumerPresenceRegistry:
         queue, group = check_filter("queue", queue), check_filter("group", group)
         with self._lock:
             doomed = []
-            for key, (_, hb, _, _) in self._rows.items():
+            for key, stored in self._rows.items():
+                hb = stored[1]
                 if not _matches(key, queue, group):
                     continue
                 budget = ttl or self._ttl_of(key[0], key[1])
@@ -269,6 +381,7 @@ class ConsumerPresenceRegistry:
                 ttl_ms=ttls[key[:2]],
                 stuck_after_ms=stucks[key[:2]],
                 meta=metas.get(key, NO_META),
+                **_v2_of(value),
             )
             for key, value in rows
         ]
@@ -366,18 +479,32 @@ class ConsumerPresenceRegistry:
             return self._expected.get((queue, group))
 
     def groups(
-        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        details: bool = False,
+        capacity: bool = False,
+        departures: bool = False,
     ) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
         (None: not declared) and whether it has fewer active consumers (`details`: and its
-        oldest heartbeat, to the microsecond as Redis keeps it, and its expired leases)."""
+        oldest heartbeat, to the microsecond as Redis keeps it, and its expired leases;
+        `capacity`: and its capacity, free slots, draining consumers and conflicts;
+        `departures`: only whether its stale consumers said they were draining)."""
         if type(details) is not bool:
             raise TypeError(f"details must be a bool, got {type(details).__name__}")
+        if type(capacity) is not bool:
+            raise TypeError(f"capacity must be a bool, got {type(capacity).__name__}")
+        if type(departures) is not bool:
+            raise TypeError(f"departures must be a bool, got {type(departures).__name__}")
         counts: dict[tuple[str, str], list[int]] = {}
         oldest: dict[tuple[str, str], int] = {}
+        lives: dict[tuple[str, str], LiveTally] = {}
         index = {PresenceState.ACTIVE: 0, PresenceState.STALE: 1, PresenceState.EXPIRED: 2}
         for row in self.snapshot(now_ns, ttl_ms):
             key = (row.queue, row.group)
+            lives.setdefault(key, LiveTally() if capacity else StaleTally()).add(row)
             tally = counts.setdefault(key, [0, 0, 0, 0])
             tally[index[row.state]] += 1
             tally[3] += row.lease_count if row.state is PresenceState.EXPIRED else 0
@@ -392,7 +519,14 @@ class ConsumerPresenceRegistry:
                 if details
                 else (None, None)
             )
-            out.append(GroupPresence.of(*key, active, stale, expired, declared.get(key), *more))
+            live: LiveTally | None = None
+            if capacity:
+                live = lives.get(key, LiveTally())
+            elif departures:
+                live = lives.get(key, StaleTally())
+            out.append(
+                GroupPresence.of(*key, active, stale, expired, declared.get(key), *more, live=live)
+            )
         return out
 
     def group(
@@ -402,8 +536,10 @@ class ConsumerPresenceRegistry:
         tracked nor declared)."""
         queue, group = check_name("queue", queue), check_name("group", group)
         tally = dict.fromkeys(PresenceState, 0)
+        live = LiveTally()
         for row in self.snapshot(now_ns, ttl_ms, queue=queue, group=group):
             tally[row.state] += 1
+            live.add(row)
         return GroupPresence.of(
             queue,
             group,
@@ -411,6 +547,7 @@ class ConsumerPresenceRegistry:
             tally[PresenceState.STALE],
             tally[PresenceState.EXPIRED],
             self.min_active(queue, group),
+            live=live,
         )
 
     def size(self) -> int:
@@ -515,7 +652,7 @@ class ConsumerPresenceRegistry:
     # -- events -----------------------------------------------------------------------
 
     def _append(self, kind: EventKind, key: ConsumerKey, at: int, stored: Stored) -> None:
-        registered, heartbeat, lease, _ = stored
+        registered, heartbeat, lease = stored[0], stored[1], stored[2]
         if len(self._log) == self._log.maxlen:
             self._trimmed = self._log[0][0]
         self._logged += 1
@@ -564,7 +701,8 @@ class ConsumerPresenceRegistry:
                 if number > seen and _matches(event.key, queue, group)
             ]
             if stamp > since_ns:
-                for key, (registered, heartbeat, lease, _) in self._rows.items():
+                for key, stored in self._rows.items():
+                    registered, heartbeat, lease = stored[0], stored[1], stored[2]
                     if not _matches(key, queue, group):
                         continue
                     ttl = self._ttl_of(key[0], key[1])
@@ -609,6 +747,18 @@ class ConsumerPresenceRegistry:
                     yield FollowCursor(cursor, _decode(cursor)[0])
             except PresenceResyncRequired:
                 cursor = None
+
+
+def _v2_of(value: Stored) -> dict[str, Any]:
+    """What `ConsumerPresence.at` takes of a stored value's version 2 fields."""
+    _, _, _, _, capacity, flags, conflict, instance, _ = value
+    return {
+        "capacity": capacity or None,
+        "draining": bool(flags & FLAG_DRAINING),
+        "drain_requested": bool(flags & FLAG_DRAIN_REQUESTED),
+        "conflict_ns": conflict,
+        "instance": None if instance == NO_INSTANCE else instance,
+    }
 
 
 def _encode(now_ns: int, seen: int, queue: str | None, group: str | None) -> str:

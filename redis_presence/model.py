@@ -11,6 +11,7 @@ from itertools import groupby, repeat
 from operator import and_, eq, floordiv, gt, itemgetter, le, sub
 from typing import Any, NamedTuple, TypeVar
 
+from .validation import FLAG_DRAIN_REQUESTED, FLAG_DRAINING, NO_INSTANCE
 from .verdict import GroupFacts, GroupVerdict, Verdict, judge
 
 DEFAULT_PRESENCE_TTL_MS = 30_000
@@ -139,6 +140,17 @@ class ConsumerPresence(NamedTuple):
     longer than the read's ``stuck_after_ms``: a flag on an active row, not a state."""
     meta: ConsumerMeta = NO_META
     """The consumer's metadata (`describe`): filled by ``snapshot(with_meta=True)`` only."""
+    capacity: int | None = None
+    """The leases it says it can hold at most (``heartbeat(..., capacity=)``); None: not
+    reported (protocol version 2)."""
+    draining: bool = False
+    """It said it is draining (``heartbeat(..., draining=True)``): a planned departure."""
+    drain_requested: bool = False
+    """Someone asked it to drain (`request_drain`) and no draining beat acknowledged it yet."""
+    conflict: bool = False
+    """Two processes beat as this consumer (a duplicate), the last time within one TTL."""
+    instance: str | None = None
+    """The process instance token of its last beat (None: not reported)."""
 
     @classmethod
     def at(
@@ -155,8 +167,14 @@ class ConsumerPresence(NamedTuple):
         ttl_ms: int,
         stuck_after_ms: int = DEFAULT_STUCK_AFTER_MS,
         meta: ConsumerMeta = NO_META,
+        capacity: int | None = None,
+        draining: bool = False,
+        drain_requested: bool = False,
+        conflict_ns: int = 0,
+        instance: str | None = None,
     ) -> ConsumerPresence:
-        """Build the row for a stored consumer, deriving age, state and `stuck` at `now_ns`."""
+        """Build the row for a stored consumer, deriving age, state and `stuck` at `now_ns`,
+        and `conflict` from `conflict_ns` (0: never) by the active rule (`in_conflict`)."""
         age = age_ms(now_ns, last_heartbeat_ns)
         state = PresenceState.classify(age, ttl_ms)
         return cls(
@@ -178,6 +196,11 @@ class ConsumerPresence(NamedTuple):
                 stuck_after_ms=stuck_after_ms,
             ),
             meta,
+            capacity or None,
+            draining,
+            drain_requested,
+            in_conflict(conflict_ns, now_ns=now_ns, ttl_ms=ttl_ms),
+            instance,
         )
 
     @classmethod
@@ -190,6 +213,7 @@ class ConsumerPresence(NamedTuple):
         last_heartbeat_ns: Sequence[int],
         lease_count: Sequence[int],
         progress_ns: Sequence[int | None] | None = None,
+        stored: StoredV2 | None = None,
         *,
         now_ns: int,
         ttl_ms: int,
@@ -198,6 +222,8 @@ class ConsumerPresence(NamedTuple):
     ) -> Iterator[ConsumerPresence]:
         """The rows `at` builds for the consumers of one group given column by column, in
         order (`progress_ns` None: nobody made progress yet, else None for each who did not;
+        `stored` None: no consumer of the group has a version 2 value, else its columns as
+        stored, a version 1 value read as capacity 0, flags 0, conflict 0, instance ``-``;
         `metas` None: no metadata). Ages,
         states and `stuck` come from horizons with C-level `map`s, and each row is one
         `tuple.__new__`: no Python code runs per row."""
@@ -258,6 +284,7 @@ class ConsumerPresence(NamedTuple):
             progress,
             stuck,
             repeat(NO_META) if metas is None else metas,
+            *_v2_fields(stored, now_ns, ttl_ms),
         )
         return map(tuple.__new__, repeat(cls), fields)
 
@@ -307,7 +334,56 @@ class ConsumerPresence(NamedTuple):
             "last_progress_ns": self.last_progress_ns,
             "stuck": self.stuck,
             "meta": dict(self.meta),
+            "capacity": self.capacity,
+            "draining": self.draining,
+            "drain_requested": self.drain_requested,
+            "conflict": self.conflict,
+            "instance": self.instance,
         }
+
+
+class StoredV2(NamedTuple):
+    """The columns a version 2 stored value adds (`keys.STORED_VALUE`), one entry per
+    consumer of a group, as stored: `capacity` (0: not reported), `flags` (bit 1 draining,
+    bit 2 drain requested), `conflict_ns` (0: never), `instance` and `previous` (``-``:
+    none). A version 1 value reads as 0, 0, 0, ``-``, ``-``."""
+
+    capacity: Sequence[int]
+    flags: Sequence[int]
+    conflict_ns: Sequence[int]
+    instance: Sequence[str]
+    previous: Sequence[str]
+
+
+_ZERO_IS_NONE: dict[int, None] = {0: None}
+_DASH_IS_NONE: dict[Any, None] = {NO_INSTANCE: None}
+
+
+def in_conflict(conflict_ns: int, *, now_ns: int, ttl_ms: int) -> bool:
+    """The conflict rule: a duplicate was seen (`conflict_ns` not 0) and that is still
+    active, as a beat at `conflict_ns` would be (`PresenceState.horizons_ns`)."""
+    return conflict_ns > max(0, PresenceState.horizons_ns(now_ns, ttl_ms)[0])
+
+
+def _v2_fields(stored: StoredV2 | None, now_ns: int, ttl_ms: int) -> tuple[Iterable[Any], ...]:
+    """The row fields a group's `StoredV2` columns give (`capacity`, `draining`,
+    `drain_requested`, `conflict`, `instance`), each a C-level iterator (no Python code per
+    row); the defaults when `stored` is None."""
+    if stored is None:
+        return repeat(None), repeat(False), repeat(False), repeat(False), repeat(None)
+    capacity, flags, conflict_ns, instance, _ = stored
+    edge = max(0, PresenceState.horizons_ns(now_ns, ttl_ms)[0])
+    # A column that says nothing for anyone (most of a group's, most of the time) is a
+    # `repeat`, not a `map` a row.
+    no: Iterable[bool] = repeat(False)
+    flagged = any(flags)
+    return (
+        map(_ZERO_IS_NONE.get, capacity, capacity) if any(capacity) else repeat(None),
+        map(bool, map(and_, flags, repeat(FLAG_DRAINING))) if flagged else no,
+        map(bool, map(and_, flags, repeat(FLAG_DRAIN_REQUESTED))) if flagged else no,
+        map(gt, conflict_ns, repeat(edge)) if conflict_ns and max(conflict_ns) > edge else no,
+        map(_DASH_IS_NONE.get, instance, instance),
+    )
 
 
 def is_stuck(
@@ -371,7 +447,9 @@ class GroupPresence(NamedTuple):
     """One tracked or declared group (`groups()`): its consumers by state, the minimum of
     active consumers it was declared with (`expect`; None: not declared) and whether it has
     fewer active consumers than that; with ``groups(details=True)``, also its least recent
-    heartbeat and the leases its expired consumers hold (None: not read)."""
+    heartbeat and the leases its expired consumers hold (None: not read); with
+    ``groups(capacity=True)`` and from `group()`, also its capacity, free slots, draining
+    consumers and conflicts (None: not read; docs/concepts.md, "Capacity and draining")."""
 
     queue: str
     group: str
@@ -385,6 +463,18 @@ class GroupPresence(NamedTuple):
     consumer, or not read)."""
     leases_expired: int | None = None
     """The lease counts of its expired consumers, summed: work nobody will finish."""
+    capacity: int | None = None
+    """The capacities of its active consumers that report one, summed (None: none reports
+    one, or not read)."""
+    free: int | None = None
+    """`capacity` minus the leases those consumers hold (never below 0; None with it)."""
+    draining: int | None = None
+    """Its active or stale consumers that say they are draining (None: not read)."""
+    conflicts: int | None = None
+    """Its consumers in conflict (two processes beating as one; None: not read)."""
+    draining_stale: int | None = None
+    """The stale ones among `draining` (a planned departure still inside the window: they
+    excuse a shortfall, `redis_presence.verdict`); None: not read."""
 
     @classmethod
     def of(
@@ -397,8 +487,11 @@ class GroupPresence(NamedTuple):
         min_active: int | None,
         oldest_heartbeat_ns: int | None = None,
         leases_expired: int | None = None,
+        *,
+        live: LiveTally | None = None,
     ) -> GroupPresence:
         below = min_active is not None and active < min_active
+        extra: tuple[int | None, ...] = (None,) * 5 if live is None else live.fields()
         return cls(
             queue,
             group,
@@ -409,6 +502,7 @@ class GroupPresence(NamedTuple):
             below,
             oldest_heartbeat_ns,
             leases_expired,
+            *extra,
         )
 
     @property
@@ -422,10 +516,32 @@ class GroupPresence(NamedTuple):
 
     @property
     def judged(self) -> GroupVerdict:
-        """Its verdict and reason (`redis_presence.verdict`) from its counts and minimum:
-        never `STALLED` (these counts read no consumer's progress) nor, until rows store
-        it, `DRAINING`."""
-        return judge(GroupFacts(self.active, self.stale, self.expired, self.min_active))
+        """Its verdict and reason (`redis_presence.verdict`) from its counts, minimum and,
+        where read (`group()`, ``groups(capacity=True)``), its draining consumers and
+        capacity: never `STALLED` (these counts read no consumer's progress), and never
+        `DRAINING` where draining was not read."""
+        return judge(self.facts())
+
+    def facts(self, min_active: int | None = None, stuck: int | None = None) -> GroupFacts:
+        """What its verdict is judged from: its counts, `min_active` (None: its own) and
+        `stuck` (None: not known), with its draining consumers and capacity where read."""
+        draining_active = None
+        if self.draining is not None:
+            draining_active = self.draining - (self.draining_stale or 0)
+        leases = None
+        if self.capacity is not None and self.free is not None:
+            leases = self.capacity - self.free
+        return GroupFacts(
+            self.active,
+            self.stale,
+            self.expired,
+            self.min_active if min_active is None else min_active,
+            stuck,
+            draining_active,
+            self.draining_stale,
+            self.capacity,
+            leases,
+        )
 
     @property
     def verdict(self) -> Verdict:
@@ -454,6 +570,53 @@ class GroupsPage(NamedTuple):
         """Plain JSON-ready mapping with the field names of this class (each group as its
         own mapping)."""
         return {"groups": [group.to_dict() for group in self.groups], "more": self.more}
+
+
+class LiveTally:
+    """What a group's live (active and stale) stored values say, added up row by row:
+    capacity and leases of the active consumers that report a capacity, draining consumers
+    (active, stale), consumers in conflict. Fed one consumer at a time (`add`)."""
+
+    __slots__ = ("capacity", "conflicts", "draining_active", "draining_stale", "leases", "told")
+
+    def __init__(self) -> None:
+        self.capacity = self.leases = self.draining_active = self.draining_stale = 0
+        self.conflicts = 0
+        self.told = False  # some active consumer reported a capacity
+
+    def add(self, row: ConsumerPresence) -> None:
+        if row.state is PresenceState.EXPIRED:
+            return
+        active = row.state is PresenceState.ACTIVE
+        if active and row.capacity is not None:
+            self.told = True
+            self.capacity += row.capacity
+            self.leases += row.lease_count
+        if row.draining:
+            if active:
+                self.draining_active += 1
+            else:
+                self.draining_stale += 1
+        self.conflicts += row.conflict
+
+    def fields(self) -> tuple[int | None, ...]:
+        """`GroupPresence`'s capacity, free, draining, conflicts and draining_stale."""
+        capacity = self.capacity if self.told else None
+        free = None if capacity is None else max(0, capacity - self.leases)
+        draining = self.draining_active + self.draining_stale
+        return capacity, free, draining, self.conflicts, self.draining_stale
+
+
+class StaleTally(LiveTally):
+    """A `LiveTally` of a group's stale consumers only (``groups(departures=True)``): whether
+    each said it was draining, so that a planned departure is told from a failure, without
+    reading the active consumers' values. Capacity, free, draining and conflicts are then
+    unknown (None); `draining_stale` is known (0 for a group with no stale consumer)."""
+
+    __slots__ = ()
+
+    def fields(self) -> tuple[int | None, ...]:
+        return None, None, None, None, self.draining_stale
 
 
 StoredConsumer = tuple[str, str, str, int, int, int]

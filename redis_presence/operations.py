@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
+from .beats import BeatReply, Written
 from .errors import PresenceResyncRequired
 from .events import (
     DEFAULT_CHANGES_LIMIT,
@@ -42,6 +43,7 @@ from .events import (
 )
 from .model import ConsumerPresence, GroupPresence, GroupsPage
 from .plans import Plan, Planner, RowStream
+from .plans.index import Migrated
 from .validation import Beat
 
 T = TypeVar("T")
@@ -74,19 +76,39 @@ class ContractOperations:
         now_ns: int | None = None,
         *,
         progressed: bool = False,
-    ) -> None:
+        capacity: int | None = None,
+        draining: bool | None = None,
+    ) -> BeatReply:
         """Record or refresh one consumer in one atomic script call (one round trip).
         With `progressed`, also records progress (a finished or acknowledged message) at
-        the beat's instant."""
+        the beat's instant; `capacity` and `draining` (None: keep the stored ones) are
+        stored with it. The reply says whether a drain of the consumer was requested."""
         return self.execute(
-            self.plans.heartbeat(queue, group, consumer, lease_count, now_ns, progressed=progressed)
+            self.plans.heartbeat(
+                queue,
+                group,
+                consumer,
+                lease_count,
+                now_ns,
+                progressed=progressed,
+                capacity=capacity,
+                draining=draining,
+            )
         )
 
-    def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> int:
-        """Write many ``(queue, group, consumer, lease_count)`` beats, each atomically, in one
-        script call (one per queue on a cluster, the asyncio registry's sent concurrently);
-        returns how many."""
+    def heartbeat_many(self, beats: Iterable[Beat], now_ns: int | None = None) -> Written:
+        """Write many ``(queue, group, consumer, lease_count)`` beats (or `BeatSpec`s), each
+        atomically, in one script call (one per queue on a cluster, the asyncio registry's
+        sent concurrently); returns how many (`Written`: an int naming the consumers with
+        a drain request)."""
         return self.execute(self.plans.heartbeat_many(beats, now_ns))
+
+    def request_drain(
+        self, queue: str, group: str, consumer: str, now_ns: int | None = None
+    ) -> bool:
+        """Ask one consumer to drain: its next beats' replies say so until one of them says
+        it is draining; returns whether it is tracked (protocol mode 2 only)."""
+        return self.execute(self.plans.request_drain(queue, group, consumer, now_ns))
 
     def clock_ns(self) -> int:
         """The server clock that reads use when ``now_ns`` is None (``TIME``), in ns."""
@@ -222,18 +244,31 @@ class ContractOperations:
         return self.execute(self.plans.min_active(queue, group))
 
     def groups(
-        self, now_ns: int | None = None, ttl_ms: int | None = None, *, details: bool = False
+        self,
+        now_ns: int | None = None,
+        ttl_ms: int | None = None,
+        *,
+        details: bool = False,
+        capacity: bool = False,
+        departures: bool = False,
     ) -> list[GroupPresence]:
         """Every tracked or declared group with its consumers by state, its `min_active`
         (None: not declared) and whether it has fewer active consumers (`details`: and its
-        oldest heartbeat and leases, see `Planner.groups`)."""
-        return self.execute(self.plans.groups(now_ns, ttl_ms, details=details))
+        oldest heartbeat and leases; `capacity`: and its capacity, free slots, draining
+        consumers and conflicts, from its live consumers' values; `departures`: only whether
+        its stale consumers said they were draining; see `Planner.groups`)."""
+        return self.execute(
+            self.plans.groups(
+                now_ns, ttl_ms, details=details, capacity=capacity, departures=departures
+            )
+        )
 
     def group(
         self, queue: str, group: str, now_ns: int | None = None, ttl_ms: int | None = None
     ) -> GroupPresence:
-        """One group as a row of `groups()`, with its `verdict` (zeros for a group neither
-        tracked nor declared); reads that group's keys alone, never a consumer's row."""
+        """One group as a row of `groups()`, with its capacity, free slots, draining
+        consumers, conflicts and `verdict` (zeros for a group neither tracked nor declared);
+        reads that group's keys alone, and the values of its live consumers only."""
         return self.execute(self.plans.group(queue, group, now_ns, ttl_ms))
 
     def set_stuck_after(
@@ -362,9 +397,11 @@ class Operations(ContractOperations):
         match: Callable[[GroupPresence], bool] | None = None,
         now_ns: int | None = None,
         ttl_ms: int | None = None,
+        attention: bool = False,
     ) -> GroupsPage:
         """One page of `groups()` after (or before) a group, in the index's order, read and
-        counted from that group on (see `Planner.group_page`)."""
+        counted from that group on; with `attention`, only the groups nobody reads or below
+        their declared minimum, picked from the fleet index (see `Planner.group_page`)."""
         return self.execute(
             self.plans.group_page(
                 after=after,
@@ -375,9 +412,11 @@ class Operations(ContractOperations):
                 match=match,
                 now_ns=now_ns,
                 ttl_ms=ttl_ms,
+                attention=attention,
             )
         )
 
-    def migrate(self) -> int:
-        """Move the index of release 0.1 into this release's (see `Planner.migrate`)."""
+    def migrate(self) -> Migrated:
+        """Move the index of release 0.1 into this release's, set the prefix's protocol
+        version to 2 and seed the fleet indexes (see `Planner.migrate`)."""
         return self.execute(self.plans.migrate())

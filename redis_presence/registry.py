@@ -216,7 +216,7 @@ class RedisPresenceRegistry(Operations, RegistryBase):
         ``execute_command``."""
         wire = self._wire
         if not wire.prebuilt:
-            return self._command(*(plan.head + plan.rest))
+            return self._command(*plan.args)
         return self._on_connection(_round_trip, wire.single(plan))
 
     def _on_connection(self, exchange: Callable[..., T], *args: Any) -> T:

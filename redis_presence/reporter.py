@@ -6,7 +6,7 @@ queue on a cluster). Each beat carries how long ago it was made, measured on thi
 process's monotonic clock, and the script stamps it ``server_now - delay``: coalescing and
 outages never make a consumer look fresher than it is, and no broker's wall clock is
 trusted. `AsyncPresenceReporter` is the same with an asyncio task instead of a thread; the
-coalescing, backoff and logging rules live once, in `_Coalescer`.
+coalescing, backoff and logging rules live once, in `redis_presence.coalescer`.
 
 Forks (``os.fork``, a prefork server, multiprocessing's ``fork`` start method): the flusher
 thread does not cross a fork, so in the child a `PresenceReporter` starts afresh, with its
@@ -27,25 +27,18 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from redis.backoff import EqualJitterBackoff
-
 from .__about__ import __version__
 from ._base import RegistryBase
-from .errors import PresenceBatchError, PresenceError
-from .model import DEFAULT_PRESENCE_TTL_MS, NS_PER_MS, NS_PER_US
-from .plans import Plan
+from .coalescer import Coalescer, CrossedFork, Outcome
+from .model import DEFAULT_PRESENCE_TTL_MS, NS_PER_MS
 from .pruning import PruneLoop, PrunePass, prune_forever
 from .registry import RedisPresenceRegistry
 from .validation import (
     MAX_DELAY_MS,
     ConsumerKey,
-    DelayedBeat,
-    check_consumer_key,
-    check_lease_count,
     check_meta,
     check_prune_every_ms,
     check_retention_ms,
@@ -58,16 +51,6 @@ DEFAULT_REPORT_INTERVAL_MS = DEFAULT_PRESENCE_TTL_MS // 6
 """5,000 ms: a sixth of the default TTL, so a consumer that keeps beating never turns stale
 while Redis answers (its stored beat is at most one interval plus one flush old)."""
 
-MAX_REPORT_INTERVAL_MS = 3_600_000
-"""Longest accepted interval (one hour)."""
-
-RETRY_MIN_MS = 100
-"""The first retry after a failed flush waits up to this long; each further failure doubles
-it, up to the interval. Each wait is drawn between half and all of that bound (equal
-jitter), so that the reporters of a fleet do not retry in step after a Redis restart."""
-
-_MAX_DOUBLINGS = 32
-"""Failures past this many no longer double the bound (it is the interval long before)."""
 
 logger = logging.getLogger("redis_presence.reporter")
 
@@ -96,326 +79,8 @@ def default_meta() -> dict[str, str]:
     }
 
 
-def check_interval_ms(value: object, default: int | None = None) -> int:
-    """A reporter's ``interval_ms``: an int in [1, MAX_REPORT_INTERVAL_MS]; with `default`,
-    None is that (what an integration's settings take)."""
-    if value is None and default is not None:
-        return default
-    if not isinstance(value, int) or isinstance(value, bool):
-        kind = "an int" if default is None else "an int or None"
-        raise TypeError(f"interval_ms must be {kind}, got {type(value).__name__}")
-    if not 0 < value <= MAX_REPORT_INTERVAL_MS:
-        raise ValueError(f"interval_ms must be in [1, {MAX_REPORT_INTERVAL_MS}], got {value}")
-    return value
-
-
-@dataclass
-class _Taken:
-    """What one flush sends: deregistrations first, then the latest beats."""
-
-    beats: dict[ConsumerKey, tuple[int, int, int | None]]
-    """consumer -> (lease_count, monotonic ns of the beat, of its last progress or None)"""
-    deregs: dict[ConsumerKey, None]
-    describe: dict[ConsumerKey, int] = field(default_factory=dict)
-    """The consumers whose metadata is to be written after the beats, -> its version."""
-
-
-@dataclass
-class _Flushed:
-    """What one flush wrote: how many beats, and the groups Redis refused (left pending)."""
-
-    sent: int
-    refused: dict[tuple[str, str], PresenceError]
-    unwritten: set[ConsumerKey] = field(default_factory=set)
-    """The beats and deregistrations Redis refused, to send again."""
-    described: set[ConsumerKey] = field(default_factory=set)
-    """The consumers whose metadata this flush wrote (or found unchanged)."""
-
-
-@dataclass
-class _Outcome:
-    """The result of one flush attempt, and how long to wait before the next one."""
-
-    wait_s: float
-    sent: int = 0
-    error: Exception | None = field(default=None)
-
-    def result(self) -> int:
-        """How many beats were written; raises the error of a failed attempt."""
-        if self.error is not None:
-            raise self.error
-        return self.sent
-
-    def log_at_close(self) -> None:
-        if self.error is not None:
-            logger.warning("presence reporter could not write at close: %s", self.error)
-
-
-class _Coalescer:
-    """The I/O-free part of both reporters: pending beats, backoff and outage logging.
-
-    Memory: at most one pending beat and one pending deregistration per distinct consumer
-    (plus, with ``track=True``, the set of consumers reported so far).
-    """
-
-    def __init__(
-        self,
-        interval_ms: int,
-        *,
-        track: bool,
-        clock: Callable[[], int],
-        meta: dict[str, str] | None = None,
-    ) -> None:
-        self.interval_ns = check_interval_ms(interval_ms) * NS_PER_MS
-        self.clock = clock
-        self.closed = False
-        self._lock = threading.Lock()
-        self._beats: dict[ConsumerKey, tuple[int, int, int | None]] = {}
-        self.meta: dict[str, str] = {} if meta is None else meta
-        """The metadata every consumer of this reporter is described with (empty: none)."""
-        self.meta_version = 0
-        """Bumped at each change of `meta`: a consumer is described again when the version
-        it was last described with is older."""
-        self._described: dict[ConsumerKey, int] = {}
-        self._deregs: dict[ConsumerKey, None] = {}
-        self._reported: set[ConsumerKey] | None = set() if track else None
-        self._failures = 0
-        self._backoff = EqualJitterBackoff(cap=self.interval_ns / 1e9, base=RETRY_MIN_MS / 2_000)
-        """redis-py's equal jitter: the n-th retry waits between half and all of
-        ``min(interval, RETRY_MIN_MS * 2**(n - 1))``."""
-        self._outage_since_ns: int | None = None
-        self.refused: dict[tuple[str, str], str] = {}
-        """The groups the last flush could not write although Redis answered, and why."""
-
-    # -- the caller's side ------------------------------------------------------------
-
-    def beat(
-        self, queue: str, group: str, consumer: str, lease_count: int, progressed: bool = False
-    ) -> None:
-        key = check_consumer_key(queue, group, consumer)
-        lease = check_lease_count(lease_count)
-        if type(progressed) is not bool:
-            raise TypeError(f"progressed must be a bool, got {type(progressed).__name__}")
-        now = self.clock()
-        with self._lock:
-            if not self.closed:
-                if progressed:
-                    self._beats[key] = (lease, now, now)
-                else:
-                    old = self._beats.get(key)  # a pending progress is kept (coalesced)
-                    self._beats[key] = (lease, now, None if old is None else old[2])
-
-    def set_meta(self, meta: dict[str, str]) -> None:
-        with self._lock:
-            if meta != self.meta:
-                self.meta = meta
-                self.meta_version += 1
-
-    def deregister(self, queue: str, group: str, consumer: str) -> None:
-        key = check_consumer_key(queue, group, consumer)
-        with self._lock:
-            self._beats.pop(key, None)
-            self._described.pop(key, None)
-            self._deregs[key] = None
-            if self._reported is not None:
-                self._reported.discard(key)
-
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._beats)
-
-    def fresh(self) -> _Coalescer:
-        """A new coalescer with the same settings and nothing pending (a forked child's)."""
-        interval_ms = self.interval_ns // NS_PER_MS
-        return _Coalescer(
-            interval_ms, track=self._reported is not None, clock=self.clock, meta=self.meta
-        )
-
-    # -- the flusher's side -----------------------------------------------------------
-
-    def begin(self, *, closing: bool = False) -> tuple[int, _Taken | None]:
-        """Start an attempt: its monotonic start, and everything to send now (or None).
-        When closing with ``track``, every consumer this reporter reported or holds
-        becomes a deregistration instead."""
-        started = self.clock()
-        with self._lock:
-            if closing:
-                self.closed = True
-                if self._reported is not None:
-                    self._deregs.update(dict.fromkeys(self._reported))
-                    self._deregs.update(dict.fromkeys(self._beats))
-                    self._reported.clear()
-                    self._beats.clear()
-            if not self._beats and not self._deregs:
-                return started, None
-            version = self.meta_version
-            describe = {
-                key: version
-                for key in self._beats
-                if self._described.get(key, -1) != version and (self.meta or key in self._described)
-            }
-            taken = _Taken(self._beats, self._deregs, describe)
-            self._beats, self._deregs = {}, {}
-            return started, taken
-
-    def plan(self, registry: RegistryBase, taken: _Taken) -> Plan[_Flushed]:
-        """Send the taken deregistrations, then the beats with their age measured just
-        before they are sent. A group Redis refuses (a foreign or corrupt key, say) costs
-        only its own writes: the others are written, and the result names it."""
-        refused: dict[tuple[str, str], PresenceError] = {}
-        unwritten: set[ConsumerKey] = set()
-        for key in taken.deregs:
-            try:
-                yield from registry.plans.deregister(*key)
-            except PresenceError as error:  # Redis answered: this consumer only
-                refused.setdefault((key[0], key[1]), error)
-                unwritten.add(key)
-        try:
-            sent = yield from registry.plans.heartbeat_delayed(self.delayed(taken))
-        except PresenceBatchError as error:
-            sent = error.completed
-            for group, why in error.failed.items():
-                refused.setdefault(group, why)
-            unwritten.update(error.refused)
-        described: set[ConsumerKey] = set()
-        meta = self.meta
-        # Only the consumers whose metadata is new or changed, in one call (one per queue).
-        due = [key for key in taken.describe if key not in unwritten]
-        if due:
-            try:
-                yield from registry.plans.describe_many([(*key, meta) for key in due])
-            except PresenceError as error:
-                for key in due:
-                    refused.setdefault((key[0], key[1]), error)
-            else:
-                described.update(due)
-        return _Flushed(sent, refused, unwritten, described)
-
-    def delayed(self, taken: _Taken) -> list[DelayedBeat]:
-        """The taken beats with their age, in µs, on the monotonic clock; beats older than
-        MAX_DELAY_MS are dropped (their consumer is long expired anyway)."""
-        now = self.clock()
-        beats: list[DelayedBeat] = []
-        for (queue, group, consumer), (lease, at_ns, progress_ns) in taken.beats.items():
-            delay_us = max(0, now - at_ns) // NS_PER_US
-            if delay_us <= _MAX_DELAY_US:
-                if progress_ns is None:
-                    beats.append((queue, group, consumer, lease, delay_us))
-                else:
-                    back_us = min(max(0, now - progress_ns) // NS_PER_US, _MAX_DELAY_US)
-                    beats.append((queue, group, consumer, lease, delay_us, back_us))
-        return beats
-
-    def idle(self, started_ns: int) -> _Outcome:
-        """Nothing was pending: wait one interval (an outage, if any, is not over yet)."""
-        return self._next(started_ns, sent=0)
-
-    def succeeded(self, taken: _Taken, flushed: _Flushed, started_ns: int) -> _Outcome:
-        """Redis answered: what it refused, group by group, stays pending (newer beats and
-        deregistrations win) and is named once in a warning; the rest is done."""
-        refused, sent, unwritten = flushed.refused, flushed.sent, flushed.unwritten
-        with self._lock:
-            if unwritten:
-                for key, value in taken.beats.items():
-                    if key in unwritten and key not in self._beats and key not in self._deregs:
-                        self._beats[key] = value
-                again = {key: None for key in taken.deregs if key in unwritten}
-                self._deregs = {**again, **self._deregs}
-            if self._reported is not None:
-                self._reported.update(key for key in taken.beats if key not in unwritten)
-            for key in flushed.described:
-                if key not in self._deregs:
-                    self._described[key] = taken.describe[key]
-        self._report_refused(refused)
-        if self._outage_since_ns is not None:
-            down_s = (self.clock() - self._outage_since_ns) / 1e9
-            logger.info(
-                "presence reporter reached Redis again after %.1f s (%d failed attempts); "
-                "wrote %d delayed beats",
-                down_s,
-                self._failures,
-                sent,
-            )
-            self._outage_since_ns = None
-            self._failures = 0
-        outcome = self._next(started_ns, sent=sent)
-        if refused:
-            outcome.error = PresenceBatchError(dict(refused), sent, sorted(unwritten))
-        return outcome
-
-    def _report_refused(self, refused: dict[tuple[str, str], PresenceError]) -> None:
-        """Warn once for each group Redis starts refusing (or refuses for a new reason), and
-        say when it takes a group's writes again."""
-        for group, error in refused.items():
-            if str(error) != self.refused.get(group):
-                logger.warning(
-                    "presence reporter cannot write queue %r group %r (%s: %s); writing "
-                    "every other group, keeping its latest beats and retrying each interval",
-                    group[0],
-                    group[1],
-                    type(error).__name__,
-                    error,
-                )
-        for group in self.refused.keys() - refused.keys():
-            logger.info("presence reporter writes queue %r group %r again", *group)
-        self.refused = {group: str(error) for group, error in refused.items()}
-
-    def _next(self, started_ns: int, *, sent: int) -> _Outcome:
-        """The next regular flush: one interval after this one started."""
-        elapsed = self.clock() - started_ns
-        return _Outcome(wait_s=max(0, self.interval_ns - elapsed) / 1e9, sent=sent)
-
-    def failed(self, taken: _Taken, error: Exception) -> _Outcome:
-        """Put the taken beats back (newer beats and deregistrations win), back off, and log
-        the first failure of an outage."""
-        with self._lock:
-            for key, value in taken.beats.items():
-                if key not in self._beats and key not in self._deregs:
-                    self._beats[key] = value
-            self._deregs = {**taken.deregs, **self._deregs}
-            held = len(self._beats)
-            # An outage may outlast the consumers (pruned, their metadata with them): describe
-            # every consumer again once Redis answers.
-            self._described.clear()
-        self._failures += 1
-        if self._outage_since_ns is None:
-            self._outage_since_ns = self.clock()
-            logger.warning(
-                "presence reporter cannot write to Redis (%s: %s); keeping the latest beat "
-                "of %d consumers and retrying",
-                type(error).__name__,
-                error,
-                held,
-                exc_info=not isinstance(error, PresenceError),
-            )
-        else:
-            logger.debug("presence reporter retry %d failed: %s", self._failures, error)
-        wait_s = self._backoff.compute(min(self._failures, _MAX_DOUBLINGS))
-        return _Outcome(wait_s=wait_s, error=error)
-
-    @property
-    def interval_s(self) -> float:
-        return self.interval_ns / 1e9
-
-
-class _CrossedFork(_Coalescer):
-    """The coalescer of an `AsyncPresenceReporter` in a forked child: every use raises."""
-
-    def __init__(self, core: _Coalescer, message: str) -> None:
-        super().__init__(core.interval_ns // NS_PER_MS, track=False, clock=core.clock)
-        self.closed = True
-        self.message = message
-
-    def beat(
-        self, queue: str, group: str, consumer: str, lease_count: int, progressed: bool = False
-    ) -> None:
-        raise RuntimeError(self.message)
-
-    def deregister(self, queue: str, group: str, consumer: str) -> None:
-        raise RuntimeError(self.message)
-
-    def begin(self, *, closing: bool = False) -> tuple[int, _Taken | None]:
-        raise RuntimeError(self.message)
+DrainCallback = Callable[[str, str, str], Any]
+"""``on_drain_requested(queue, group, consumer)``."""
 
 
 _live_reporters: weakref.WeakSet[_Reporter[Any]] = weakref.WeakSet()
@@ -453,7 +118,11 @@ class _Reporter(Generic[R]):
         default_meta: bool = True,
         prune_every_ms: int | None = None,
         prune_retention_ms: int | None = None,
+        on_drain_requested: DrainCallback | None = None,
     ) -> None:
+        if on_drain_requested is not None and not callable(on_drain_requested):
+            raise TypeError("on_drain_requested must be callable or None")
+        self._on_drain_requested = on_drain_requested
         if registry.read_only:
             raise ValueError("a reporter writes: its registry must not be read_only")
         # Automatic removal (off by default): a prune pass every `prune_every_ms`, keeping
@@ -464,11 +133,24 @@ class _Reporter(Generic[R]):
         self._registry = registry
         self._default_meta = default_meta
         described = self._meta_of(meta)
-        self._core = _Coalescer(interval_ms, track=deregister_on_close, clock=clock, meta=described)
+        self._core = Coalescer(interval_ms, track=deregister_on_close, clock=clock, meta=described)
         self._closed = False
         self._pid = os.getpid()
         _live_reporters.add(self)
         self._start()
+
+    def _tell_drains(self, drains: frozenset[ConsumerKey]) -> None:
+        """Call `on_drain_requested(queue, group, consumer)` for each consumer a flush's
+        reply said has a drain request (again at each flush until the consumer beats with
+        ``draining=True``); a callback's exception is logged, never raised."""
+        callback = self._on_drain_requested
+        if callback is None:
+            return
+        for key in sorted(drains):
+            try:
+                callback(*key)
+            except Exception:
+                logger.exception("presence reporter: on_drain_requested%r raised", key)
 
     _asleep = False
     """Whether the flusher is still to start (in a forked child, until its first use)."""
@@ -520,11 +202,15 @@ class _Reporter(Generic[R]):
         lease_count: int = 0,
         *,
         progressed: bool = False,
+        capacity: int | None = None,
+        draining: bool | None = None,
     ) -> None:
         """Remember that `consumer` read `queue` for `group` now (O(1), no I/O), and with
         `progressed` that it made progress now (kept until the next flush, whatever beats
-        follow). Bad arguments raise `TypeError` / `ValueError` here; nothing else ever does."""
-        self._core.beat(queue, group, consumer, lease_count, progressed)
+        follow); `capacity` and `draining` (None: keep what an earlier beat said) are
+        written with it. Bad arguments raise `TypeError` / `ValueError` here; nothing else
+        ever does."""
+        self._core.beat(queue, group, consumer, lease_count, progressed, capacity, draining)
         if self._asleep:
             self._wake()
 
@@ -643,7 +329,7 @@ class PresenceReporter(_Reporter[RedisPresenceRegistry]):
         while not self._stop.wait(wait_s):
             wait_s = self._attempt().wait_s
 
-    def _attempt(self, *, closing: bool = False) -> _Outcome:
+    def _attempt(self, *, closing: bool = False) -> Outcome:
         with self._flush_lock:
             started, taken = self._core.begin(closing=closing)
             if taken is None:
@@ -652,7 +338,9 @@ class PresenceReporter(_Reporter[RedisPresenceRegistry]):
                 sent = self._registry.execute(self._core.plan(self._registry, taken))
             except Exception as error:
                 return self._core.failed(taken, error)
-            return self._core.succeeded(taken, sent, started)
+            outcome = self._core.succeeded(taken, sent, started)
+        self._tell_drains(sent.drains)
+        return outcome
 
 
 class AsyncPresenceReporter(_Reporter["AsyncRedisPresenceRegistry"]):
@@ -680,7 +368,7 @@ class AsyncPresenceReporter(_Reporter["AsyncRedisPresenceRegistry"]):
         """Its task and event loop stayed in the parent: every use in the child raises."""
         parent, self._pid = self._pid, os.getpid()
         self._closed = True
-        self._core = _CrossedFork(
+        self._core = CrossedFork(
             self._core,
             f"this AsyncPresenceReporter was created in process {parent} and cannot work in "
             f"its forked child {self._pid}: its task and event loop stayed in the parent; "
@@ -726,7 +414,7 @@ class AsyncPresenceReporter(_Reporter["AsyncRedisPresenceRegistry"]):
                 pass
             wait_s = (await self._attempt()).wait_s
 
-    async def _attempt(self, *, closing: bool = False) -> _Outcome:
+    async def _attempt(self, *, closing: bool = False) -> Outcome:
         async with self._flush_lock:
             started, taken = self._core.begin(closing=closing)
             if taken is None:
@@ -735,4 +423,6 @@ class AsyncPresenceReporter(_Reporter["AsyncRedisPresenceRegistry"]):
                 sent = await self._registry.execute(self._core.plan(self._registry, taken))
             except Exception as error:
                 return self._core.failed(taken, error)
-            return self._core.succeeded(taken, sent, started)
+            outcome = self._core.succeeded(taken, sent, started)
+        self._tell_drains(sent.drains)
+        return outcome

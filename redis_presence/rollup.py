@@ -38,6 +38,10 @@ class RollupRow(NamedTuple):
     leases: int
     leases_expired: int
     """The leases held by the expired ones among them (work nobody will finish)."""
+    draining: int = 0
+    """The active or stale ones among them that say they are draining (protocol version 2)."""
+    capacity: int | None = None
+    """The capacities the active ones among them report, summed (None: none reports one)."""
 
     @property
     def consumers(self) -> int:
@@ -63,23 +67,40 @@ class RollupRow(NamedTuple):
             "leases": self.leases,
             "leases_expired": self.leases_expired,
             "drained": self.drained,
+            "draining": self.draining,
+            "capacity": self.capacity,
         }
 
 
 class _Tally:
-    __slots__ = ("active", "expired", "groups", "leases", "leases_expired", "stale", "stuck")
+    __slots__ = (
+        "active",
+        "capacity",
+        "draining",
+        "expired",
+        "groups",
+        "leases",
+        "leases_expired",
+        "stale",
+        "stuck",
+    )
 
     def __init__(self) -> None:
-        self.active = self.stale = self.expired = self.stuck = 0
+        self.active = self.stale = self.expired = self.stuck = self.draining = 0
         self.leases = self.leases_expired = 0
+        self.capacity: int | None = None
         self.groups: set[tuple[str, str]] = set()
 
     def add(self, row: ConsumerPresence) -> None:
         state = row.state
         if state is _ACTIVE:
             self.active += 1
+            if row.capacity is not None:
+                self.capacity = (self.capacity or 0) + row.capacity
+            self.draining += row.draining
         elif state is _STALE:
             self.stale += 1
+            self.draining += row.draining
         else:
             self.expired += 1
             self.leases_expired += row.lease_count
@@ -98,6 +119,8 @@ class _Tally:
             len(self.groups),
             self.leases,
             self.leases_expired,
+            self.draining,
+            self.capacity,
         )
 
 

@@ -73,10 +73,10 @@ SCRIPT_NAMES = tuple(
 """Every operation script: each ``lua/<name>.lua`` but ``lib.lua``."""
 
 
-FUNCTIONS = ("heartbeat", "heartbeat_many")
+FUNCTIONS = ("heartbeat", "heartbeat_many", "drain")
 """The scripts also loaded as Redis functions (`library`): the heartbeats, the hot path, where
 defining the helpers of ``lib.lua`` on every ``EVALSHA`` costs a third of a beat's server
-time. Every other script is sent by ``EVALSHA`` only."""
+time, and the drain request, a writer's. Every other script is sent by ``EVALSHA`` only."""
 
 
 class Library(NamedTuple):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_NAME_BYTES = 512
 """Longest queue, group or consumer name, in UTF-8 bytes."""
@@ -26,13 +27,53 @@ MAX_PREFIX_LEN = 128
 ConsumerKey = tuple[str, str, str]
 """The identity of one consumer: `(queue, group, consumer)`."""
 
-Beat = tuple[str, str, str, int]
-"""One heartbeat for `heartbeat_many`: `(queue, group, consumer, lease_count)`."""
+FLAG_DRAINING = 1
+"""Bit of a stored value's flags (`redis_presence.keys.STORED_VALUE`): the consumer says it is
+draining."""
+FLAG_DRAIN_REQUESTED = 2
+"""Bit of a stored value's flags: a drain was requested and no draining beat took it yet."""
+NO_INSTANCE = "-"
+"""The instance token a stored value holds for none."""
 
-DelayedBeat = tuple[str, str, str, int, int] | tuple[str, str, str, int, int, int]
+MAX_CAPACITY = 2**32 - 1
+"""Capacities are unsigned 32-bit integers (0: not reported)."""
+
+INSTANCE_PATTERN = "[A-Za-z0-9_.-]{1,32}"
+"""An instance token (a registry's `instance`): what tells two processes beating for one
+consumer apart (``-`` is stored for none)."""
+
+_INSTANCE = re.compile(INSTANCE_PATTERN)
+
+
+class BeatSpec(NamedTuple):
+    """One heartbeat for `heartbeat_many` with the version 2 fields: `capacity` (how many
+    leases the consumer could hold; None keeps the stored one) and `draining` (True: it
+    takes no new work; False: it does again; None keeps what is stored)."""
+
+    queue: str
+    group: str
+    consumer: str
+    lease_count: int = 0
+    capacity: int | None = None
+    draining: bool | None = None
+
+
+Beat = tuple[str, str, str, int] | BeatSpec
+"""One heartbeat for `heartbeat_many`: `(queue, group, consumer, lease_count)`, or a
+`BeatSpec`."""
+
+FullBeat = tuple[str, str, str, int, int, "int | None", "int | None", "bool | None"]
+"""A checked beat with the version 2 fields: `(queue, group, consumer, lease_count,
+delay_us, progress_delay_us or None, capacity or None, draining or None)`."""
+
+CheckedBeat = tuple[str, str, str, int] | FullBeat
+"""What `check_beats` returns of each beat: a plain 4-tuple, or a `FullBeat`."""
+
+DelayedBeat = tuple[str, str, str, int, int] | tuple[str, str, str, int, int, int] | FullBeat
 """One heartbeat made `delay_us` microseconds before it is written, as a reporter sends it:
 `(queue, group, consumer, lease_count, delay_us)`, and, when the consumer recorded
-progress, how long before the write its last progress was: `progress_delay_us`."""
+progress, how long before the write its last progress was: `progress_delay_us`; or a
+`FullBeat` (its capacity and draining)."""
 
 
 def _is_int(value: Any) -> bool:
@@ -65,6 +106,33 @@ def check_lease_count(value: Any, argument: str = "lease_count") -> int:
     if not 0 <= value <= MAX_LEASE_COUNT:
         raise ValueError(f"{argument} must be in [0, {MAX_LEASE_COUNT}], got {value}")
     return int(value)
+
+
+def check_capacity(value: Any, argument: str = "capacity") -> int | None:
+    """An optional unsigned 32-bit capacity (None: keep the stored one)."""
+    if value is None or (type(value) is int and 0 <= value <= MAX_CAPACITY):
+        return value
+    if not _is_int(value):
+        raise TypeError(f"{argument} must be an int or None, got {type(value).__name__}")
+    if not 0 <= value <= MAX_CAPACITY:
+        raise ValueError(f"{argument} must be in [0, {MAX_CAPACITY}], got {value}")
+    return int(value)
+
+
+def check_draining(value: Any, argument: str = "draining") -> bool | None:
+    """An optional draining flag: True, False, or None (keep the stored one)."""
+    if value is None or type(value) is bool:
+        return value
+    raise TypeError(f"{argument} must be a bool or None, got {type(value).__name__}")
+
+
+def check_instance(value: Any, argument: str = "instance") -> str:
+    """An instance token (INSTANCE_PATTERN)."""
+    if type(value) is not str:
+        raise TypeError(f"{argument} must be a str, got {type(value).__name__}")
+    if _INSTANCE.fullmatch(value) is None:
+        raise ValueError(f"{argument} must match {INSTANCE_PATTERN}, got {value!r:.40}")
+    return value
 
 
 def check_ttl_ms(value: Any, argument: str = "ttl_ms") -> int:
@@ -214,14 +282,15 @@ def check_consumer_key(queue: Any, group: Any, consumer: Any) -> ConsumerKey:
     )
 
 
-def check_beats(beats: Iterable[Any]) -> list[Beat]:
-    """Validate every beat of a batch; an error names the beat's index and argument."""
+def check_beats(beats: Iterable[Any]) -> list[CheckedBeat]:
+    """Validate every beat of a batch (a 4-tuple as is, a `BeatSpec` as a `FullBeat`); an
+    error names the beat's index and argument."""
     if isinstance(beats, str | bytes) or not isinstance(beats, Iterable):
         raise TypeError(
             "beats must be an iterable of (queue, group, consumer, lease_count) tuples, "
             f"got {type(beats).__name__}"
         )
-    checked: list[Beat] = []
+    checked: list[CheckedBeat] = []
     keep = checked.append
     for index, beat in enumerate(beats):
         if type(beat) is tuple and len(beat) == 4:  # the common case, checked inline
@@ -241,6 +310,16 @@ def check_beats(beats: Iterable[Any]) -> list[Beat]:
             ):
                 keep(beat)
                 continue
+        if isinstance(beat, BeatSpec):
+            try:
+                key = check_consumer_key(beat.queue, beat.group, beat.consumer)
+                lease_count = check_lease_count(beat.lease_count)
+                capacity = check_capacity(beat.capacity)
+                draining = check_draining(beat.draining)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"beats[{index}]: {exc}") from None
+            keep((*key, lease_count, 0, None, capacity, draining))
+            continue
         if not isinstance(beat, tuple | list) or len(beat) not in (3, 4):
             raise TypeError(
                 f"beats[{index}] must be a (queue, group, consumer, lease_count) tuple, "
@@ -263,7 +342,18 @@ def check_delayed_beats(beats: Sequence[Any]) -> Sequence[DelayedBeat]:
     most_us = MAX_DELAY_MS * 1_000
     for index, beat in enumerate(beats):
         try:
-            if len(beat) == 6:
+            if len(beat) == 8:
+                queue, group, consumer, lease, delay_us, progress_us, capacity, draining = beat
+                if progress_us is not None and (
+                    type(progress_us) is not int or not 0 <= progress_us <= most_us
+                ):
+                    raise ValueError(
+                        f"progress_delay_us must be an int in [0, {most_us}] or None, "
+                        f"got {progress_us!r}"
+                    )
+                check_capacity(capacity)
+                check_draining(draining)
+            elif len(beat) == 6:
                 queue, group, consumer, lease, delay_us, progress_us = beat
                 if type(progress_us) is not int or not 0 <= progress_us <= most_us:
                     raise ValueError(
@@ -281,6 +371,10 @@ def check_delayed_beats(beats: Sequence[Any]) -> Sequence[DelayedBeat]:
 
 
 __all__ = [
+    "FLAG_DRAINING",
+    "FLAG_DRAIN_REQUESTED",
+    "INSTANCE_PATTERN",
+    "MAX_CAPACITY",
     "MAX_DELAY_MS",
     "MAX_FUTURE_LIMIT_MS",
     "MAX_LEASE_COUNT",
@@ -290,13 +384,20 @@ __all__ = [
     "MAX_NAME_BYTES",
     "MAX_TIMESTAMP_NS",
     "MAX_TTL_MS",
+    "NO_INSTANCE",
     "Beat",
+    "BeatSpec",
+    "CheckedBeat",
     "ConsumerKey",
     "DelayedBeat",
+    "FullBeat",
     "check_beats",
+    "check_capacity",
     "check_consumer_key",
     "check_delayed_beats",
+    "check_draining",
     "check_filter",
+    "check_instance",
     "check_lease_count",
     "check_max_future_ms",
     "check_meta",

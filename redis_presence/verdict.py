@@ -25,11 +25,12 @@ stale consumers whose row says `draining`, a planned departure still inside the 
 
 Inputs a read does not have are None, and no rule that needs them can hold: `stuck` is
 known to reads of the rows (a group's page, ``/metrics --stuck-metrics``, ``check
---progress``), not to `groups()`'s counts; `draining` and `capacity` come with the
-protocol version that stores them (until then always None, and `DRAINING` is never the
-verdict). Capacity never changes the verdict (a group using every slot is busy, not
-unwell: a threshold on it is the kind of tuning the window avoids); with `leases`, the
-reason says how many slots are in use.
+--progress``), not to `groups()`'s counts; `draining` and `capacity` to the reads of the
+live consumers' stored values (protocol version 2: `group()`, ``groups(capacity=True)``,
+rows; docs/concepts.md, "Capacity and draining"), None in the plain counts, where
+`DRAINING` is never the verdict. Capacity never changes the verdict (a group using every
+slot is busy, not unwell: a threshold on it is the kind of tuning the window avoids); with
+`leases`, the reason says how many slots are in use.
 """
 
 from __future__ import annotations

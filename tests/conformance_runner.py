@@ -4,19 +4,24 @@ The format is `conformance/README.md`'s. Nanosecond values are decimal strings i
 cases (JavaScript numbers are doubles); a step's `args` are the registry method's keyword
 arguments, with every ``*_ns`` string made an int here. `store` and `redis` steps need the
 store itself: on the in-process registry (`client` None) they are skipped, and a case with
-``"needs_store": true`` is not run there at all.
+``"needs_store": true`` is not run there at all. A step with ``"instance"`` runs on a
+registry of the same store whose beats carry that token (`other`, given by the caller).
 """
 
 from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.cluster
 
 import redis_presence.errors
+from redis_presence.beats import BeatReply
+from redis_presence.validation import BeatSpec
 
 CONFORMANCE = Path(__file__).resolve().parent.parent / "conformance"
 CASES = sorted(CONFORMANCE.glob("*.json"))
@@ -54,6 +59,8 @@ def _reply(op: str, result: Any) -> Any:
         return [[q, g, n] for (q, g), n in sorted(result.items())]
     if op == "groups":
         return [group.to_dict() for group in result]
+    if isinstance(result, BeatReply):
+        return result._asdict()
     return list(result) if isinstance(result, tuple) else result
 
 
@@ -73,7 +80,12 @@ def raw_call(registry: Any, op: str, args: dict[str, Any]) -> Any:
     if op == "len":
         return len(registry)
     if op == "heartbeat_many":
-        beats = [tuple(beat) for beat in kwargs.pop("beats")]
+        # A beat is a [queue, group, consumer, lease_count] list or an object of BeatSpec's
+        # fields (capacity, draining).
+        beats = [
+            BeatSpec(**beat) if isinstance(beat, dict) else tuple(beat)
+            for beat in kwargs.pop("beats")
+        ]
         return registry.heartbeat_many(beats, **kwargs)
     return getattr(registry, op)(**kwargs)
 
@@ -120,6 +132,16 @@ def store(client: Any, prefix: str) -> dict[str, Any]:
     return out
 
 
+FLEET_INDEXES = ("newest", "oldest")
+"""`P:newest` and `P:oldest`, which only a standalone server keeps: a `store` step on a
+cluster leaves them out."""
+
+
+def _is_cluster(client: Any) -> bool:
+    """Whether `client`, a case's store, is a Redis Cluster."""
+    return isinstance(client, redis.cluster.RedisCluster)
+
+
 def _expected_store(keys: dict[str, Any]) -> dict[str, Any]:
     """The case's key contents (a key given as null: absent), where a zset given by
     ``members`` is compared on its sorted members only (scores that are a server clock) and
@@ -153,14 +175,27 @@ def _actual_store(keys: dict[str, Any], found: dict[str, Any], partial: bool) ->
     return out
 
 
-def run(case: dict[str, Any], registry: Any, client: Any | None) -> None:
+def run(
+    case: dict[str, Any],
+    registry: Any,
+    client: Any | None,
+    other: Callable[[str], Any] | None = None,
+) -> None:
     """Every step of `case`, in order, on `registry` (and `client`, its store, or None); a
-    step that fails is an `AssertionError` that starts with the case's name and the step."""
+    step that fails is an `AssertionError` that starts with the case's name and the step.
+    A step naming an ``instance`` other than the case's runs on ``other(instance)``, a
+    registry of the same store whose beats carry that token (a case with such steps needs
+    a store: two processes never share an in-process registry)."""
     prefix = case.get("prefix", "presence")
+    registries = {case.get("instance"): registry}
     for number, step in enumerate(case["steps"], 1):
         where = f"{case['name']} step {number} ({step['op']})"
+        token = step.get("instance", case.get("instance"))
+        if token not in registries:
+            assert other is not None, f"{where}: no registry of instance {token!r}"
+            registries[token] = other(token)
         try:
-            _step(step, where, prefix, registry, client)
+            _step(step, where, prefix, registries[token], client)
         except AssertionError as failed:
             if str(failed).startswith(where):
                 raise
@@ -180,8 +215,18 @@ def _step(step: dict[str, Any], where: str, prefix: str, registry: Any, client: 
                 client.execute_command(*command)
             return
         found = store(client, prefix)
-        actual = _actual_store(step["keys"], found, bool(step.get("partial")))
-        assert actual == _expected_store(step["keys"]), where
+        keys = step["keys"]
+        if _is_cluster(client):
+            # Nobody keeps the fleet indexes on a cluster (docs/protocol.md, section 2): they
+            # are left out there, as index marks are on a standalone server.
+            fleet = {f"{prefix}:{index}" for index in FLEET_INDEXES}
+            keys = {k: v for k, v in keys.items() if k not in fleet}
+            found = {k: v for k, v in found.items() if k not in fleet}
+        actual = _actual_store(keys, found, bool(step.get("partial")))
+        expected = _expected_store(keys)
+        differ = {k: (actual.get(k), expected.get(k)) for k in actual | expected}
+        differ = {k: pair for k, pair in differ.items() if pair[0] != pair[1]}
+        assert not differ, f"{where}: (found, expected) {differ}"
         return
     args = step.get("args", {})
     if "error" in step:
@@ -208,6 +253,10 @@ def _step(step: dict[str, Any], where: str, prefix: str, registry: Any, client: 
     reply = _reply(op, reply_of)
     if "reply" in step:
         assert _subset(step["reply"], reply) == step["reply"], where
+    if "drain_requested" in step:
+        # heartbeat_many: the beats whose consumer has a drain request after the call.
+        drains = sorted(list(d) for d in reply_of.drain_requested)
+        assert drains == sorted(step["drain_requested"]), (where, drains)
     # The keys set aside, in the order the read warns about them (docs/protocol.md,
     # section 9), once each.
     messages = [str(w.message) for w in caught]

@@ -29,6 +29,7 @@ from redis_presence import (
     PresenceDataWarning,
     PresenceReporter,
     RedisPresenceRegistry,
+    process_instance,
 )
 from redis_presence.errors import PresenceMetaError
 from redis_presence.keys import Keyspace
@@ -154,7 +155,14 @@ def assert_refused_the_bad_beats(
     else:
         refused_for(error, corruption, [b[:3] for b in beats if b[:3] == ("bad", "g", "w")])
         assert client.hget(BAD.data, "w") == dict(before[BAD.data.encode()][1])[b"w"]
-        assert client.hget(BAD.data, "x") == b"%d %d 5" % (T0, T0)
+        assert client.hget(BAD.data, "x") == stored_v2(T0, T0, 5)
+
+
+def stored_v2(registered_ns: int, last_ns: int, lease: int) -> bytes:
+    """The value a beat of this process writes (version 2: no progress, capacity, flags or
+    conflict; this process's token, none before it)."""
+    token = process_instance().encode()
+    return b"%d %d %d 0 0 0 0 %b -" % (registered_ns, last_ns, lease, token)
 
 
 def test_a_batch_writes_every_other_group_and_names_the_bad_one(
@@ -196,7 +204,7 @@ def test_a_batch_split_in_many_calls_says_exactly_what_it_wrote(
         # a single heartbeat does not; the call that adds "x" refuses the group. (On a
         # cluster a queue's beats go in one call: both are refused.)
         refused_for(info.value, corruption, [("bad", "g", "x")])
-        assert client.hget(BAD.data, "w") == b"%d %d 5" % (T0 - MS, T0)
+        assert client.hget(BAD.data, "w") == stored_v2(T0 - MS, T0, 5)
         assert client.hget(BAD.data, "x") is None
     else:
         assert_refused_the_bad_beats(client, before, info.value, corruption, beats)
@@ -302,7 +310,7 @@ def test_a_beat_of_a_sound_consumer_of_the_bad_group_is_written(
     seed(registry, client, CORRUPTIONS[name])
     registry.heartbeat("bad", "g", "y", 4, now_ns=T0)
     assert client.zscore(BAD.hb, "y") is not None
-    assert client.hget(BAD.data, "y") == b"%d %d 4" % (T0, T0)
+    assert client.hget(BAD.data, "y") == stored_v2(T0, T0, 4)
 
 
 @pytest.mark.parametrize("name", ["sorted-set-is-a-list", "value-garbage"])
@@ -315,7 +323,7 @@ def test_a_reporter_serving_ten_queues_writes_nine_and_names_the_tenth(
 ) -> None:
     """The reporter keeps no outage for one bad group: it writes every other queue at each
     flush, warns once naming the bad group, keeps its beats, and writes them once the key
-    is repaired. (`AsyncPresenceReporter` shares this logic, `_Coalescer`.)"""
+    is repaired. (`AsyncPresenceReporter` shares this logic: `coalescer.Coalescer`.)"""
     backend = sync_backend
     client = raw_client(request, backend)
     registry = make_registry(request, backend)

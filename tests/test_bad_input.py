@@ -459,16 +459,17 @@ def test_written_keys_are_the_predicted_ones_and_stay_apart(
     stored: list[bytes] = all_keys(client)
     written = {k.decode() for k in stored} - {"outside"}
     space = Keyspace(prefix)
-    # the index, the index of event logs, the epoch marker (in the latter's slot), and the
-    # protocol version the first beat claims
-    predicted = {space.groups, space.events, space.epoch, space.protocol}
+    # the index, the index of event logs, the epoch marker (in the latter's slot), the
+    # protocol version the first beat claims and the fleet indexes (newest, oldest beats)
+    shared = {space.groups, space.events, space.epoch, space.protocol, space.newest, space.oldest}
+    predicted = set(shared)
     for queue, group, _ in (a, b):
         keys = space.group(queue, group)
         # No index mark (a standalone server keeps none); the queue's log holds `joined`.
         predicted |= {keys.hb, keys.data, keys.events}
     assert written == predicted
     assert hash_tag(space.epoch) == space.events
-    for key in written - {space.groups, space.events, space.epoch, space.protocol}:
+    for key in written - shared:
         assert key.startswith(prefix + ":")
         assert hash_tag(key) in {encode_name(a[0]), encode_name(b[0])}
     registry.deregister(*a)

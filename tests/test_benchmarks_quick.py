@@ -30,6 +30,7 @@ CASES = (
     "node",
     "queues",
     "pages",
+    "idle",
     "streams",
     "beat_cost",
     "scrape",

@@ -99,12 +99,17 @@ def work(
         return "consumers", sizes.get(args[1], 1), bounds.consumers
     if name == "HMGET":
         return "consumers", command.argc - 2, bounds.consumers
-    if name == "ZRANGEBYSCORE":  # ties in counts, or the event index
+    fleet_index = len(args) > 1 and args[1].endswith((":events", ":newest", ":oldest"))
+    if name == "ZRANGEBYSCORE":  # ties in counts, or the event index, or a fleet index
         return (
-            ("groups" if args[1].endswith(":events") else "consumers"),
+            ("groups" if fleet_index else "consumers"),
             limit(args),
-            (bounds.groups if args[1].endswith(":events") else bounds.consumers),
+            (bounds.groups if fleet_index else bounds.consumers),
         )
+    if name == "ZRANGE" and args[1].endswith(":groups"):  # a page of the index by rank
+        return "groups", int(args[3]) - int(args[2]) + 1, bounds.groups
+    if name == "ZMSCORE":  # a fleet index's scores of a page of groups
+        return "groups", command.argc - 2, bounds.groups
     if name in ("ZREM", "ZADD"):  # the index, after a prune
         return "groups", command.argc - 2, bounds.groups
     if name == "EVALSHA":  # prune.lua: KEYS are 4 or 5 a group, then the two indexes
@@ -156,6 +161,20 @@ def test_no_command_does_more_than_the_bounds_with_20000_groups(
                 "group_page",
                 lambda: registry.group_page(limit=1_000, match=lambda g: g.stale > 0, now_ns=T0),
             ),
+            # The groups nobody reads, from the fleet indexes: each group's shared TTL (every
+            # group by rank, its TTL and P:newest), then one TTL (a range of P:newest).
+            (
+                "idle",
+                lambda: registry.group_page(
+                    limit=1_000, match=lambda g: g.active == 0, now_ns=T0, attention=True
+                ),
+            ),
+            (
+                "idle one ttl",
+                lambda: registry.group_page(
+                    limit=1_000, now_ns=T0, ttl_ms=30_000, attention=True, match=None
+                ),
+            ),
             ("prune", lambda: registry.prune_expired(now_ns=T0)),
         ):
             client.slowlog_reset()
@@ -183,6 +202,8 @@ def test_no_command_does_more_than_the_bounds_with_20000_groups(
             elif name == "group_page":
                 assert result.groups == []
                 assert not result.more
+            elif name.startswith("idle"):
+                assert len(result.groups) == 1_000  # half the groups hold expired consumers
             else:  # exactly what a snapshot at the same instant called expired
                 assert result == expired == GROUPS // 2 + sum(n // 2 for n in BIG.values())
     finally:

@@ -73,6 +73,8 @@ def test_ls_csv(backend: Backend) -> None:
     expected = [
         {k: str(v) for k, v in row.items()}
         | {"last_progress_ns": "", "stuck": "false", "meta": ""}  # none of these here
+        | {"capacity": "", "draining": "false", "drain_requested": "false"}
+        | {"conflict": "false", "instance": backend.registry.instance}  # each beat's token
         for row in snapshot_dicts(backend.registry)
     ]
     assert records == expected

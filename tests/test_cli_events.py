@@ -313,6 +313,27 @@ def test_watch_and_events_help_and_the_command_list() -> None:
 # ---------------------------------------------------------------- watch, on the events
 
 
+def test_event_watcher_takes_the_events_of_active_consumers_beats_in_its_stride() -> None:
+    """Protocol version 2's draining, conflict, restarted and drain_requested say nothing of
+    a consumer's state: the row stays as held, unmarked, the tallies unchanged. Before: a
+    KeyError (watch died on the first draining beat)."""
+    from redis_presence import ConsumerPresence, EventKind, PresenceEvent
+    from redis_presence.cli.frames import EventWatcher, GroupTally
+
+    s = 1_000_000_000
+    t0 = 1_750_000_000 * s
+    watcher = EventWatcher()
+    watcher.start([ConsumerPresence.at("q", "g", "a", t0, t0, 1, now_ns=t0, ttl_ms=30_000)], t0)
+    kinds = (EventKind.DRAINING, EventKind.CONFLICT, EventKind.RESTARTED)
+    events = [PresenceEvent(kind, "q", "g", "a", t0 + s, 1, t0, t0 + s) for kind in kinds]
+    events.append(PresenceEvent(EventKind.DRAIN_REQUESTED, "q", "g", "a", t0 + s, 1, t0, t0))
+    watcher.apply(events, t0 + 2 * s)
+    frame = watcher.frame()
+    assert frame.changes == {}
+    assert [item.row.consumer for item in frame.rows] == ["a"]
+    assert frame.tallies == {("q", "g"): GroupTally(active=1)}
+
+
 def test_event_watcher_applies_events_and_keeps_marks_for_a_few_refreshes() -> None:
     from redis_presence import ConsumerPresence, EventKind, PresenceEvent, PresenceState
     from redis_presence.cli.frames import MARK_REFRESHES, Change, EventWatcher, GroupTally

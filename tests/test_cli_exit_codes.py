@@ -30,6 +30,7 @@ COMMANDS = [
     ["prune", "--dry-run"],
     ["heartbeat", "q", "g", "c"],
     ["deregister", "q", "g", "c"],
+    ["drain", "q", "g", "c"],
 ]
 
 

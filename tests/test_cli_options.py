@@ -43,6 +43,7 @@ def test_heartbeat_and_deregister_speak_json(backend: Backend) -> None:
         "consumer": "c",
         "lease_count": 3,
         "recorded": True,
+        "drain_requested": False,
     }
     gone = backend.run("deregister", "q", "g", "c", "--format", "json")
     assert json.loads(gone.stdout) == {

@@ -78,6 +78,7 @@ def test_writes_to_a_replica_are_one_line_and_exit_6(replica: RedisServer, args:
         ["heartbeat", "q", "g", "c"],
         ["heartbeat", "q", "g", "c", "--lease-count", "2"],
         ["deregister", "q", "g", "c"],
+        ["drain", "q", "g", "c"],
         ["prune"],
         ["prune", "--format", "json"],
         ["demo-broker", "--name", "b"],

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from redis_presence import ConsumerPresence, ConsumerPresenceRegistry, PresenceState, formatting
-from redis_presence.cli import render
+from redis_presence.cli import render, render_frames
 from redis_presence.cli.frames import Change, Frame, GroupTally, Watcher, diff, run_watch, tally
 
 S = 1_000_000_000
@@ -151,6 +151,11 @@ def test_json_is_one_array_with_the_field_names() -> None:
         "last_progress_ns",
         "stuck",
         "meta",
+        "capacity",
+        "draining",
+        "drain_requested",
+        "conflict",
+        "instance",
     )
     assert [list(item) for item in data] == [list(render.CONSUMER_FIELDS)] * 3
     assert data[1] == ROWS[1].to_dict()
@@ -361,7 +366,7 @@ def test_run_watch_does_not_burst_after_falling_behind() -> None:
 
 def test_frame_text_shows_markers_and_counts() -> None:
     frames = frames_over_time([(0, [("a", 0), ("b", 0)]), (31, [("b", 31), ("c", 31)])])
-    text = render.frame_text(frames[1], "title line", render.Styler(plain_console()))
+    text = render_frames.frame_text(frames[1], "title line", render.Styler(plain_console()))
     lines = text.splitlines()
     assert lines[0] == "title line"
     assert lines[1].split()[-1] == "CHANGE"
@@ -373,7 +378,7 @@ def test_frame_text_shows_markers_and_counts() -> None:
 
 def test_consumer_lines_name_each_consumer_state() -> None:
     frames = frames_over_time([(0, [("a", 0), ("b", 0)]), (45, [("b", 45)]), (65, [])])
-    assert render.consumer_lines(frames[2]) == [
+    assert render_frames.consumer_lines(frames[2]) == [
         "  consumer a (orders/billing): expired, last seen 1m ago, 0 leases  [x expired]",
         "  consumer b (orders/billing): active, last seen 20s ago, 0 leases",
     ]
@@ -386,8 +391,8 @@ def test_live_renderable_crops_unchanged_rows_first() -> None:
     ]
     frame = frames_over_time(steps)[1]
     console = Console(file=io.StringIO(), width=120, _environ={})
-    view = render.View(frame.rows, width=120, height=10)
-    console.print(render.frame_renderable(frame, "demo title", view))
+    view = render_frames.View(frame.rows, width=120, height=10)
+    console.print(render_frames.frame_renderable(frame, "demo title", view))
     out = console.file.getvalue()  # type: ignore[attr-defined]
     lines = out.splitlines()
     assert len(lines) <= 10
@@ -400,8 +405,8 @@ def test_live_renderable_crops_unchanged_rows_first() -> None:
 
 def test_one_cropped_consumer_is_singular() -> None:
     frame = frames_over_time([(0, [("a", 0), ("b", 0), ("c", 0)])])[0]
-    text = render.frame_text(
-        frame, "t", render.Styler(plain_console()), render.View(frame.rows, height=6)
+    text = render_frames.frame_text(
+        frame, "t", render.Styler(plain_console()), render_frames.View(frame.rows, height=6)
     )
     assert "... and 1 unchanged consumer not shown" in text
 
@@ -418,7 +423,7 @@ def test_one_cropped_consumer_is_singular() -> None:
 )
 def test_middle_cut_keeps_both_ends(text: str, width: int, cut: str) -> None:
     assert render.middle_cut(text, width) == cut
-    assert render._width(render.middle_cut(text, width)) <= width
+    assert render.cell_width(render.middle_cut(text, width)) <= width
 
 
 def test_a_fitted_table_never_cuts_state_age_or_leases_and_keeps_names_distinct() -> None:
@@ -431,7 +436,7 @@ def test_a_fitted_table_never_cuts_state_age_or_leases_and_keeps_names_distinct(
     for width in (60, 80, 100, 120, 135):
         text = render.consumers_table(rows, render.Styler(plain_console()), width)
         lines = text.splitlines()
-        assert all(render._width(line) <= width for line in lines), (width, text)
+        assert all(render.cell_width(line) <= width for line in lines), (width, text)
         cells = [line.split() for line in lines[1:]]
         assert [c[3] for c in cells] == ["active", "stale", "expired"]
         assert [c[4:6] for c in cells] == [["1s", "ago"], ["1s", "ago"], ["1s", "ago"]]
@@ -445,10 +450,85 @@ def test_a_fitted_table_never_cuts_state_age_or_leases_and_keeps_names_distinct(
 def test_frame_sink_prints_frames_one_after_another_without_a_terminal() -> None:
     console = plain_console()
     frame = frames_over_time([(0, [("a", 0)])])[0]
-    with render.frame_sink(console, live=True) as sink:
+    with render_frames.frame_sink(console, live=True) as sink:
         assert sink.live is None
         sink.show(frame, "first")
         sink.show(frame, "second")
     out = console.file.getvalue()  # type: ignore[attr-defined]
     assert out.index("first") < out.index("second")
     assert "\x1b" not in out
+
+
+# ---------------------------------------------------------------- protocol version 2
+
+
+def test_ls_shows_capacity_and_marks_once_a_row_has_them() -> None:
+    """CAPACITY and NOTE appear only when some row has a capacity, a mark; the JSON and
+    CSV always carry the fields (None / false for a version 1 row)."""
+    marked = [
+        ROWS[0]._replace(capacity=10, draining=True),
+        ROWS[1]._replace(conflict=True, drain_requested=True, instance="abc"),
+        ROWS[2],
+    ]
+    text = render.consumers_table(marked, render.Styler(plain_console()))
+    lines = text.splitlines()
+    assert lines[0].split() == [
+        "QUEUE",
+        "GROUP",
+        "CONSUMER",
+        "STATE",
+        "LAST",
+        "SEEN",
+        "LEASES",
+        "CAPACITY",
+        "NOTE",
+        "REGISTERED",
+        "(UTC)",
+    ]
+    assert "10  draining" in lines[1]
+    assert lines[2].rstrip().endswith("! conflict, drain requested  2025-06-15T14:06:40Z")
+    plain = render.consumers_table(ROWS, render.Styler(plain_console()))
+    assert "CAPACITY" not in plain
+    assert "NOTE" not in plain
+    data = json.loads(render.render_consumers(marked, "json", render.Styler(plain_console())))
+    assert [(d["capacity"], d["draining"], d["conflict"], d["instance"]) for d in data] == [
+        (10, True, False, None),
+        (None, False, True, "abc"),
+        (None, False, False, None),
+    ]
+    text = render.render_consumers(marked, "csv", render.Styler(plain_console()))
+    records = list(csv.DictReader(io.StringIO(text)))
+    assert [(r["capacity"], r["draining"], r["conflict"], r["instance"]) for r in records] == [
+        ("10", "true", "false", ""),
+        ("", "false", "true", "abc"),
+        ("", "false", "false", ""),
+    ]
+    coloured = render.consumers_table(marked, render.Styler(colour_console()))
+    assert COLOUR.search(coloured.splitlines()[2].split("! conflict")[0][-12:])
+
+
+def test_counts_show_capacity_and_free_once_a_group_reports_one() -> None:
+    styler = render.Styler(plain_console())
+    counts = {("q", "a"): 2, ("q", "b"): 1}
+    capacities = {("q", "a"): (14, 10)}
+    text = render.render_counts(counts, "table", styler, capacities=capacities)
+    assert [line.split() for line in text.splitlines()] == [
+        ["QUEUE", "GROUP", "ACTIVE", "CAPACITY", "FREE"],
+        ["q", "a", "2", "14", "10"],
+        ["q", "b", "1"],
+    ]
+    data = json.loads(render.render_counts(counts, "json", styler, capacities=capacities))
+    assert data == [
+        {"queue": "q", "group": "a", "active": 2, "capacity": 14, "free": 10},
+        {"queue": "q", "group": "b", "active": 1, "capacity": None, "free": None},
+    ]
+    both = render.render_counts(
+        counts, "csv", styler, minimums={("q", "b"): 2}, capacities=capacities
+    )
+    assert both.splitlines() == [
+        "queue,group,active,min_active,below,capacity,free",
+        "q,a,2,,false,14,10",
+        "q,b,1,2,true,,",
+    ]
+    table = render.render_counts(counts, "table", styler, minimums={("q", "b"): 2})
+    assert "CAPACITY" not in table  # no group reports one: as before

@@ -38,9 +38,17 @@ RUNS = [
 def test_case(request: pytest.FixtureRequest, backend: str, path: Path) -> None:
     case = load(path)
     assert case["protocol_version"] == PROTOCOL_VERSION
-    registry = make_registry(request, backend, prefix=case.get("prefix", "presence"))
+    prefix = case.get("prefix", "presence")
+    registry = make_registry(request, backend, prefix=prefix, instance=case.get("instance"))
     client = None if backend == "memory" else raw_client(request, backend)
-    run(case, registry, client)
+
+    def other(instance: str) -> Any:
+        # Another process on the same store (make_registry shares it; a case that needs
+        # one is never run on the in-process model, which is one process).
+        assert backend != "memory", f"{path.stem}: steps of another instance need a store"
+        return make_registry(request, backend, prefix=prefix, instance=instance)
+
+    run(case, registry, client, other)
 
 
 @pytest.mark.redis_server
@@ -49,10 +57,10 @@ def test_another_protocol_version_is_refused_before_anything_is_written(
 ) -> None:
     RedisPresenceRegistry(redis_client).heartbeat("q", "g", "c", now_ns=T0)
     assert redis_client.get("presence:protocol") == PROTOCOL_VERSION.encode()
-    redis_client.set("presence:protocol", "2")  # a client of a later, incompatible release
+    redis_client.set("presence:protocol", "3")  # a client of a later, incompatible release
     before = dump(redis_client)
     registry = RedisPresenceRegistry(redis_client)
-    with pytest.raises(PresenceProtocolError, match='written by protocol version "2"'):
+    with pytest.raises(PresenceProtocolError, match='written by protocol version "3"'):
         registry.heartbeat("q", "g", "c", now_ns=T0 + 1)
     for read in (registry.snapshot, registry.count_active_by_group, registry.prune_expired):
         with pytest.raises(PresenceProtocolError):

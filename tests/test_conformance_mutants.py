@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -16,22 +17,25 @@ import pytest
 from backends import make_registry, raw_client
 from conformance_runner import CONFORMANCE, load, run
 
+import redis_presence.model
 import redis_presence.plans.caches
 import redis_presence.plans.core
 import redis_presence.plans.index
 import redis_presence.plans.reads
 import redis_presence.plans.writes
 import redis_presence.replies
+from redis_presence.beats import NO_DRAIN, Written
 from redis_presence.errors import PresenceDataError
 from redis_presence.keys import decode_min_active
 from redis_presence.model import Skipped
-from redis_presence.plans import declared
+from redis_presence.plans import declared, groups
 from redis_presence.plans.core import Spoilt
 from redis_presence.plans.reads import ReadPlans
 from redis_presence.plans.requests import Command, ScriptCall
 from redis_presence.plans.settings import SettingsPlans
 from redis_presence.plans.writes import WritePlans
 from redis_presence.scripts import Script, script
+from redis_presence.validation import BeatSpec
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.redis_server]
 
@@ -98,47 +102,187 @@ def reads_check_no_version(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(redis_presence.plans.index, "_check_protocol", _no_version_check)
 
 
-_UNCHECKED = "local function check_protocol(i)\n  if not KEYS[i] then return nil end"
+def _lua(monkeypatch: pytest.MonkeyPatch, *edits: tuple[str, str]) -> None:
+    """Every script sent with each of `edits` (old, new) made in its text, by EVALSHA (the
+    heartbeats' function library left unused): a wrong client's scripts. Each edit must
+    change some script (checked here, so that a mutant that no longer applies fails here,
+    not as a wrong client)."""
+    names = ("heartbeat", "heartbeat_many", "deregister", "drain", "setting")
+    for old, _ in edits:
+        assert any(old in script(name).source for name in names), old
+
+    def edited(name: str) -> Script:
+        found = script(name)
+        text = found.source
+        for old, new in edits:
+            text = text.replace(old, new)
+        if text == found.source:
+            return found
+        return Script(name, text, hashlib.sha1(text.encode()).hexdigest())
+
+    monkeypatch.setattr(redis_presence.plans.core, "script", edited)
+    monkeypatch.setattr(redis_presence.plans.writes, "script", edited)
 
 
 def writes_check_no_version(monkeypatch: pytest.MonkeyPatch) -> None:
     """Scripts that write without checking P:protocol (their check_protocol a no-op)."""
-
-    def unchecked(name: str) -> Script:
-        found = script(name)
-        text = found.source.replace(
-            _UNCHECKED, "local function check_protocol(i)\n  do return nil end"
-        )
-        assert text != found.source
-        return Script(name, text, hashlib.sha1(text.encode()).hexdigest())
-
-    monkeypatch.setattr(redis_presence.plans.core, "script", unchecked)
+    _lua(
+        monkeypatch,
+        (
+            "local function check_protocol(i, given)\n",
+            "local function check_protocol(i, given)\n  do MODE = VERSION; return nil end\n",
+        ),
+    )
 
 
 def version_compared_as_number(monkeypatch: pytest.MonkeyPatch) -> None:
-    """P:protocol compared as a number ("01" and "1 " taken for version 1)."""
+    """P:protocol compared as a number ("02" and "2 " taken for version 2)."""
     real = redis_presence.plans.core._check_protocol
 
     def numeric(key: str, reply: Any) -> None:
         try:
-            if reply is not None and int(reply) == 1:
+            if reply is not None and int(reply) == 2:
                 return
         except ValueError:
             pass
         real(key, reply)
 
-    def loose(name: str) -> Script:
-        found = script(name)
-        text = found.source.replace(
-            "if found and found ~= VERSION then",
-            "if found and tonumber(found) ~= tonumber(VERSION) then",
-        )
-        assert text != found.source
-        return Script(name, text, hashlib.sha1(text.encode()).hexdigest())
-
     monkeypatch.setattr(redis_presence.plans.caches, "_check_protocol", numeric)
     monkeypatch.setattr(redis_presence.plans.index, "_check_protocol", numeric)
-    monkeypatch.setattr(redis_presence.plans.core, "script", loose)
+    _lua(
+        monkeypatch,
+        (
+            "elseif not found or found == VERSION then",
+            "elseif not found or tonumber(found) == tonumber(VERSION) then",
+        ),
+    )
+
+
+def mode_1_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prefix that says 1 written as version 2 (nine-field values, version 2 events)."""
+    _lua(
+        monkeypatch,
+        ("if found == '1' then\n    MODE = '1'", "if found == '1' then\n    MODE = VERSION"),
+    )
+
+
+def mode_1_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client of version 2 that refuses a prefix that still says 1 (its reads, and the
+    writes it checks itself)."""
+    monkeypatch.setattr(redis_presence.plans.core, "PROTOCOL_MODES", ("2",))
+    _lua(monkeypatch, ("if found == '1' then\n    MODE = '1'", "if found == 'never' then"))
+
+
+def drain_in_mode_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A drain request written on a prefix in mode 1 (whose version 1 clients lose it)."""
+    _lua(
+        monkeypatch,
+        (
+            "if MODE == '1' then\n  return redis.error_reply",
+            "if MODE == 'never' then\n  return redis.error_reply",
+        ),
+    )
+
+
+def restart_taken_for_duplicate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any change of token under an active consumer taken for a duplicate (a conflict),
+    not only a return to the previous token."""
+    _lua(monkeypatch, ("if active and token == prev then", "if active then"))
+
+
+def restart_keeps_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restart that keeps the old process's draining flag and drain request."""
+    _lua(monkeypatch, ("flags = int_str(n - n % 4)", "flags = int_str(n)"))
+
+
+def conflict_logged_every_beat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conflict event at every change of token of a duplicate, not once while active."""
+    _lua(
+        monkeypatch,
+        (
+            "if conflict == '0' or inactive_at(conflict, now_us, now_rest, ttl) then"
+            " kind = 'conflict' end",
+            "kind = 'conflict'",
+        ),
+    )
+
+
+def _beats(beats: Any, change: Callable[[BeatSpec], BeatSpec]) -> list[Any]:
+    """`beats` of heartbeat_many as BeatSpecs, each passed through `change`."""
+    return [change(BeatSpec(*beat)) for beat in beats]
+
+
+def capacity_dropped_without_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A beat without a capacity sent as capacity 0 (the stored one dropped), not kept."""
+    beat, many = WritePlans.heartbeat, WritePlans.heartbeat_many
+
+    def heartbeat(self: Any, *args: Any, capacity: int | None = None, **kwargs: Any) -> Any:
+        return beat(self, *args, capacity=0 if capacity is None else capacity, **kwargs)
+
+    def heartbeat_many(self: Any, beats: Any, now_ns: Any = None) -> Any:
+        def zero(b: BeatSpec) -> BeatSpec:
+            return b._replace(capacity=0) if b.capacity is None else b
+
+        return many(self, _beats(beats, zero), now_ns)
+
+    monkeypatch.setattr(WritePlans, "heartbeat", heartbeat)
+    monkeypatch.setattr(WritePlans, "heartbeat_many", heartbeat_many)
+
+
+def draining_never_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that never sends its draining flag (the scripts keep the stored one)."""
+    beat, many = WritePlans.heartbeat, WritePlans.heartbeat_many
+
+    def heartbeat(self: Any, *args: Any, draining: bool | None = None, **kwargs: Any) -> Any:
+        return beat(self, *args, **kwargs)
+
+    def heartbeat_many(self: Any, beats: Any, now_ns: Any = None) -> Any:
+        return many(self, _beats(beats, lambda b: b._replace(draining=None)), now_ns)
+
+    monkeypatch.setattr(WritePlans, "heartbeat", heartbeat)
+    monkeypatch.setattr(WritePlans, "heartbeat_many", heartbeat_many)
+
+
+def drain_reply_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heartbeat that never says a drain was requested (its script's reply ignored)."""
+    beat = WritePlans.heartbeat
+
+    def heartbeat(self: Any, *args: Any, **kwargs: Any) -> Any:
+        yield from beat(self, *args, **kwargs)
+        return NO_DRAIN
+
+    monkeypatch.setattr(WritePlans, "heartbeat", heartbeat)
+
+
+def drains_of_many_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """heartbeat_many's count without the beats whose consumer has a drain request."""
+    many = WritePlans.heartbeat_many
+
+    def heartbeat_many(self: Any, *args: Any, **kwargs: Any) -> Any:
+        written = yield from many(self, *args, **kwargs)
+        return Written(int(written))
+
+    monkeypatch.setattr(WritePlans, "heartbeat_many", heartbeat_many)
+
+
+def long_token_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stored instance token read up to 33 characters (one more than a client writes)."""
+    monkeypatch.setattr(redis_presence.replies, "_MAX_TOKEN", 33)
+    monkeypatch.setattr(redis_presence.replies, "_TOKEN", re.compile(r"[A-Za-z0-9_.\-]{1,33}"))
+
+
+def conflict_never_clears(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row in conflict whenever a duplicate was ever seen (conflict_ns not 0), not only
+    within a TTL of it."""
+    real = redis_presence.model._v2_fields
+
+    def fields(stored: Any, now_ns: int, ttl_ms: int) -> tuple[Any, ...]:
+        out = real(stored, now_ns, ttl_ms)
+        if stored is None:
+            return out
+        return (*out[:3], map(bool, stored[2]), out[4])
+
+    monkeypatch.setattr(redis_presence.model, "_v2_fields", fields)
 
 
 def no_version_check(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -180,6 +324,7 @@ def minimum_read_leniently(monkeypatch: pytest.MonkeyPatch) -> None:
             return strict(key, group, value)
 
     monkeypatch.setattr(declared, "decode_min_active", lenient)
+    monkeypatch.setattr(groups, "decode_min_active", lenient)
 
 
 def _prune_resumed(monkeypatch: pytest.MonkeyPatch, forget: Callable[[Any, Any], Any]) -> None:
@@ -255,7 +400,7 @@ def skipped_in_found_order(monkeypatch: pytest.MonkeyPatch) -> None:
     def found(skipped: list[Skipped]) -> tuple[Skipped, ...]:
         return tuple({(s.key, s.consumer): s for s in reversed(skipped)}.values())[::-1]
 
-    for module in (redis_presence.plans.core, redis_presence.plans.reads, declared):
+    for module in (redis_presence.plans.core, redis_presence.plans.reads, groups):
         monkeypatch.setattr(module, "_unique", found)
 
 
@@ -279,8 +424,8 @@ MUTANTS: list[tuple[Patch, str, int]] = [
     (meta_read_leniently, "21-metadata-code-point-order", 10),
     (reads_check_no_version, "17-another-protocol-version", 16),
     (writes_check_no_version, "17-another-protocol-version", 5),
-    (no_version_check, "17-another-protocol-version", 4),
-    (version_compared_as_number, "27-protocol-version-spellings", 3),
+    (no_version_check, "17-another-protocol-version", 2),
+    (version_compared_as_number, "27-protocol-version-spellings", 2),
     (len_by_hlen, "22-len-counts-the-sorted-sets", 6),
     (minimum_zero_written, "09-declared-groups", 15),
     (minimum_read_leniently, "13-tolerant-reads-declared-and-metadata", 13),
@@ -293,13 +438,33 @@ MUTANTS: list[tuple[Patch, str, int]] = [
     (spoilt_setting_fails_the_fleet, "25-spoilt-setting-spellings", 2),
     (lease_read_unbounded, "26-tolerant-reads-out-of-range-and-order", 5),
     (skipped_in_found_order, "26-tolerant-reads-out-of-range-and-order", 10),
+    # Protocol version 2.
+    (mode_1_ignored, "20-mode-1-prefix", 4),
+    (mode_1_refused, "20-mode-1-prefix", 2),
+    (mode_1_refused, "27-protocol-version-spellings", 31),
+    (drain_in_mode_1, "20-mode-1-prefix", 6),
+    (capacity_dropped_without_one, "29-capacity", 5),
+    (draining_never_sent, "30-draining", 2),
+    (drain_reply_dropped, "31-drain-request", 7),
+    (drains_of_many_dropped, "31-drain-request", 8),
+    (restart_taken_for_duplicate, "32-restart", 4),
+    (restart_taken_for_duplicate, "33-duplicate-consumer", 4),
+    (restart_keeps_flags, "32-restart", 4),
+    (conflict_logged_every_beat, "33-duplicate-consumer", 11),
+    (conflict_never_clears, "33-duplicate-consumer", 14),
+    (long_token_read, "34-tolerant-reads-spoilt-version-2-value", 3),
 ]
 
 
 def _run(request: pytest.FixtureRequest, name: str) -> None:
     case = load(CONFORMANCE / f"{name}.json")
-    registry = make_registry(request, "redis", prefix=case.get("prefix", "presence"))
-    run(case, registry, raw_client(request, "redis"))
+    prefix = case.get("prefix", "presence")
+    registry = make_registry(request, "redis", prefix=prefix, instance=case.get("instance"))
+
+    def other(instance: str) -> Any:
+        return make_registry(request, "redis", prefix=prefix, instance=instance)
+
+    run(case, registry, raw_client(request, "redis"), other)
 
 
 @pytest.mark.parametrize(

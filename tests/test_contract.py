@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 from backends import BACKENDS, SMALL_BACKENDS, make_registry
 
-from redis_presence import DEFAULT_PRESENCE_TTL_MS, ConsumerPresence, PresenceState
+from redis_presence import (
+    DEFAULT_PRESENCE_TTL_MS,
+    ConsumerPresence,
+    PresenceState,
+    process_instance,
+)
 
 MS = 1_000_000
 # A timestamp near today's clock (late 2026): far above 2**53, as every real one is.
@@ -43,6 +48,7 @@ def test_first_heartbeat_registers_and_timestamps_round_trip(registry: Any) -> N
         last_seen_age_ms=0,
         lease_count=7,
         state=PresenceState.ACTIVE,
+        instance=process_instance(),  # this process's: the registry was given none
     )
     assert len(registry) == 1
 

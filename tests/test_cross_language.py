@@ -89,7 +89,7 @@ def test_node_workers_are_read_by_the_python_registry_cli_metrics_and_dashboard(
     ]
     assert dict(rows[0].meta) == {"lang": "node", "région": "é"}
     assert redis_client.exists("presence:{x%21y}:it%27s%20%28a%29%2A:c")
-    assert redis_client.get("presence:protocol") == b"1"
+    assert redis_client.get("presence:protocol") == b"2"
     result = invoke(["--url", redis_server.url, "ls", "--format", "json"])
     assert result.exit_code == 0, result.output
     listed = json.loads(result.stdout)
@@ -221,3 +221,59 @@ def test_what_node_stores_python_reads_and_what_python_refuses_node_refuses(
         ("node", "one", 1, False),
         ("py", "one", 1, False),
     ]
+
+
+def test_version_2_fields_cross_both_ways(
+    node: str, tmp_path: Path, redis_server: RedisServer, redis_client: Any
+) -> None:
+    """Protocol version 2 between the clients: what a Node worker says (capacity, draining,
+    its instance token) Python reads; a drain Python requests reaches a Node worker's beat
+    and its draining beat acknowledges it; what Python beats Node reads, in one group."""
+    registry = RedisPresenceRegistry(redis_client, instance="py-proc")
+    now = registry.clock_ns()
+    registry.heartbeat("mail", "send", "py-1", 1, now_ns=now, capacity=3)
+    seen = run_node(
+        node,
+        tmp_path,
+        redis_server,
+        f"""
+        const beats = new presence.PresenceRegistry(redis, {{ instance: "node-proc" }});
+        const at = {{ nowNs: "{now}" }};
+        await beats.heartbeat("mail", "send", "node-1", 2, {{ ...at, capacity: 4 }});
+        const two = {{ queue: "mail", group: "send", consumer: "node-2" }};
+        await beats.heartbeatMany([{{ ...two, capacity: 1, draining: true }}], at);
+        const rows = await beats.snapshot({{ nowNs: "{now}" }});
+        const [group] = await beats.groups({{ nowNs: "{now}" }});
+        return {{ rows: rows.map((r) => [r.consumer, r.capacity, r.draining, r.instance]), group }};
+        """,
+    )
+    assert seen["rows"] == [
+        ["node-1", 4, False, "node-proc"],
+        ["node-2", 1, True, "node-proc"],
+        ["py-1", 3, False, "py-proc"],
+    ]
+    group = seen["group"]
+    assert (group["capacity"], group["free"], group["draining"]) == (8, 5, 1)
+    rows = registry.snapshot(now_ns=now)
+    assert [(r.consumer, r.capacity, r.draining, r.instance) for r in rows] == [
+        ("node-1", 4, False, "node-proc"),
+        ("node-2", 1, True, "node-proc"),
+        ("py-1", 3, False, "py-proc"),
+    ]
+    assert registry.request_drain("mail", "send", "node-1", now_ns=now + MS)
+    seen = run_node(
+        node,
+        tmp_path,
+        redis_server,
+        f"""
+        const beats = new presence.PresenceRegistry(redis, {{ instance: "node-proc" }});
+        const beat = (nowNs, draining) =>
+          beats.heartbeat("mail", "send", "node-1", 2, {{ nowNs, draining }});
+        const asked = await beat("{now + 2 * MS}");
+        const acked = await beat("{now + 3 * MS}", true);
+        return [asked.drainRequested, acked.drainRequested];
+        """,
+    )
+    assert seen == [True, False]
+    (row,) = registry.snapshot(now_ns=now + 3 * MS, queue="mail", group="send")[:1]
+    assert (row.consumer, row.draining, row.drain_requested) == ("node-1", True, False)

@@ -42,10 +42,11 @@ def as_reply(stored: dict[str, tuple[int, int, int]], *, text: bool, flat: bool)
 def test_columns_are_the_stored_values_sorted_by_name(
     stored: dict[str, tuple[int, int, int]], text: bool, flat: bool
 ) -> None:
-    names, registered, heartbeat, lease, progress = stored_columns(
+    names, registered, heartbeat, lease, progress, v2 = stored_columns(
         GROUP, as_reply(stored, text=text, flat=flat)
     )
     assert progress is None  # nobody recorded progress
+    assert v2 is None  # no value of protocol version 2
     expected = sorted(stored.items())  # str order is code point order, as Redis' bytes sort
     assert names == [name for name, _ in expected]
     assert list(zip(registered, heartbeat, lease, strict=True)) == [v for _, v in expected]
@@ -58,6 +59,7 @@ def test_names_with_newlines_and_non_ascii_characters_decode_exactly() -> None:
         [7, 1, 1, 4],
         [8, 2, 1, 5],
         [9, 3, 1, 6],
+        None,
         None,
     )
 
@@ -72,6 +74,7 @@ def test_a_fourth_field_is_the_last_progress_and_absent_is_none(text: bool) -> N
         [2, 5, 1],
         [3, 6, 0],
         [7, None, 9],
+        None,
     )
 
 
@@ -124,8 +127,8 @@ def test_a_name_that_is_not_utf8_is_a_data_error() -> None:
 
 
 def test_an_empty_group_has_empty_columns() -> None:
-    assert stored_columns(GROUP, {}) == ([], [], [], [], None)
-    assert stored_columns(GROUP, []) == ([], [], [], [], None)
+    assert stored_columns(GROUP, {}) == ([], [], [], [], None, None)
+    assert stored_columns(GROUP, []) == ([], [], [], [], None, None)
 
 
 @given(
@@ -224,3 +227,202 @@ def test_metadata_decodes_flat_objects_and_refuses_nested_or_oversized_ones() ->
     ]:
         with pytest.raises(PresenceDataError, match=r"^redis-presence key k field 'c' holds"):
             decode_meta("k", b"c", value)
+
+
+# Protocol version 2: nine fields, `registered last lease progress capacity flags
+# conflict instance previous` (V2SPEC), read beside version 1 values in one group.
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_version_2_values_read_beside_version_1_values_in_one_group(text: bool) -> None:
+    stored = {
+        "a": "1 2 3",
+        "b": "4 5 6 7",
+        "c": "1 9 2 0 10 1 0 proc-1 -",
+        "d": "2 8 4 6 0 2 5 a.b_C-9 old",
+    }
+    reply = stored if text else {k.encode(): v.encode() for k, v in stored.items()}
+    names, registered, heartbeat, lease, progress, v2 = stored_columns(GROUP, reply)
+    assert names == ["a", "b", "c", "d"]
+    assert (registered, heartbeat, lease) == ([1, 4, 1, 2], [2, 5, 9, 8], [3, 6, 2, 4])
+    assert progress == [None, 7, None, 6]  # a v2 progress of 0: none recorded
+    assert v2 is not None
+    assert list(v2.capacity) == [0, 0, 10, 0]
+    assert list(v2.flags) == [0, 0, 1, 2]
+    assert list(v2.conflict_ns) == [0, 0, 0, 5]
+    assert list(v2.instance) == ["-", "-", "proc-1", "a.b_C-9"]
+    assert list(v2.previous) == ["-", "-", "-", "old"]
+
+
+def test_version_2_only_group_without_progress_has_no_progress_column() -> None:
+    *_, progress, v2 = stored_columns(GROUP, {b"a": b"1 2 3 0 0 0 0 - -"})
+    assert progress is None
+    assert v2 is not None
+    assert list(v2.instance) == ["-"]
+
+
+def test_rows_carry_the_version_2_fields() -> None:
+    now = T0
+    stored = {
+        "drainer": f"1 {now} 3 0 10 1 0 i1 -",
+        "asked": f"1 {now} 0 0 0 2 0 - -",
+        "dup": f"1 {now} 1 0 4 0 {now - 5 * MS} i2 i3",
+        "old-dup": f"1 {now} 1 0 4 0 {now - 31 * MS} i2 i3",
+        "v1": f"1 {now} 2",
+    }
+    columns = stored_columns(GROUP, stored)
+    rows = {
+        row.consumer: row
+        for row in ConsumerPresence.columns("q", "g", *columns, now_ns=now, ttl_ms=30)
+    }
+    assert (rows["drainer"].capacity, rows["drainer"].draining) == (10, True)
+    assert not rows["drainer"].drain_requested
+    assert rows["drainer"].instance == "i1"
+    assert rows["asked"].drain_requested
+    assert not rows["asked"].draining
+    assert rows["asked"].capacity is None
+    assert rows["asked"].instance is None
+    assert rows["dup"].conflict
+    assert not rows["old-dup"].conflict
+    assert rows["v1"][-5:] == (None, False, False, False, None)
+    for name, row in rows.items():  # the row `at` builds, field for field
+        value = stored[name].split()
+        numbers = [int(v) for v in value[:7]] if len(value) == 9 else [*map(int, value), 0, 0, 0]
+        flags = numbers[5] if len(value) == 9 else 0
+        assert row == ConsumerPresence.at(
+            "q",
+            "g",
+            name,
+            numbers[0],
+            numbers[1],
+            numbers[2],
+            numbers[3] or None,
+            now_ns=now,
+            ttl_ms=30,
+            capacity=numbers[4] if len(value) == 9 else None,
+            draining=bool(flags & 1),
+            drain_requested=bool(flags & 2),
+            conflict_ns=numbers[6] if len(value) == 9 else 0,
+            instance=value[7] if len(value) == 9 and value[7] != "-" else None,
+        )
+        assert row.to_dict()["capacity"] == row.capacity
+
+
+@pytest.mark.parametrize(
+    "culprit",
+    [
+        pytest.param("1 2 3 0 0 0 0 -", id="eight-fields"),
+        pytest.param("1 2 3 0 0 0 0 - - -", id="ten-fields"),
+        pytest.param("1 2 3 0 x 0 0 - -", id="capacity-not-a-number"),
+        pytest.param("1 2 3 0 4294967296 0 0 - -", id="capacity-above-2^32-1"),
+        pytest.param("1 2 3 0 0 99999999999 0 - -", id="flags-of-11-digits"),
+        pytest.param("1 2 3 0 0 0 0 a/b -", id="bad-token"),
+        pytest.param("1 2 3 0 0 0 0 - " + "t" * 33, id="token-of-33"),
+        pytest.param("1 2 3 0 0 0 0 ü -", id="non-ascii-token"),
+        pytest.param("1 2 3 0 0 0 0 -  ", id="empty-token"),
+        pytest.param("1 2 4294967296 0 0 0 0 - -", id="lease-above-2^32-1"),
+        pytest.param("1 2 3 0 0 0 -1 - -", id="negative-conflict"),
+        pytest.param("1 2 3 0 0 0 0 7 -8", id="token-looks-numeric"),
+        pytest.param("1 2 3 0 0 0 0 - 1 2", id="numbers-where-tokens-go"),
+    ],
+)
+def test_a_spoilt_version_2_value_is_a_data_error_naming_it(culprit: str) -> None:
+    """Among good version 1 and version 2 values; `sound_columns` sets it alone aside."""
+    from redis_presence.replies import sound_columns, stored_heartbeat_ns
+
+    if culprit == "1 2 3 0 0 0 0 7 -8":  # "-8" is a token (dash, digit): a sound value
+        assert stored_heartbeat_ns(GROUP, "a", culprit) == 2
+        return
+    good = {"v1": "1 2 3", "v2": "1 2 3 0 5 1 0 tok -"}
+    for decoded in (False, True):
+        table: dict[Any, Any] = good | {"bad": culprit}
+        if not decoded:
+            table = {k.encode(): v.encode() for k, v in table.items()}
+        with pytest.raises(PresenceDataError) as info:
+            stored_columns(GROUP, table)
+        assert 'field "bad" holds a value this package did not write' in str(info.value)
+        with pytest.raises(PresenceDataError):
+            stored_heartbeat_ns(GROUP, "bad", table[b"bad" if not decoded else "bad"])
+        columns, bad = sound_columns(GROUP, table)
+        assert columns[0] == ["v1", "v2"]
+        assert [name for name, _ in bad] == ["bad"]
+        assert columns[5] is not None
+        assert list(columns[5].capacity) == [0, 5]
+
+
+@given(
+    values=st.lists(
+        st.one_of(
+            st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1), st.integers(0, 9)),
+            st.tuples(
+                st.integers(0, 9),
+                st.integers(0, 2**63 - 1),
+                st.integers(0, 2**32 - 1),
+                st.integers(0, 2**63 - 1),
+            ),
+            st.tuples(
+                st.integers(0, 9),
+                st.integers(0, 9),
+                st.integers(0, 2**32 - 1),
+                st.integers(0, 9),
+                st.integers(0, 2**32 - 1),
+                st.integers(0, 10**10 - 1),
+                st.integers(0, 2**63 - 1),
+                st.from_regex(r"[A-Za-z0-9_.\-]{1,32}", fullmatch=True),
+                st.from_regex(r"[A-Za-z0-9_.\-]{1,32}", fullmatch=True),
+            ),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    text=st.booleans(),
+)
+def test_columns_of_mixed_groups_are_the_values_read_one_by_one(
+    values: list[tuple[Any, ...]], text: bool
+) -> None:
+    """The column-wise decoding agrees with the one-value rule (`is_stored_value`)."""
+    from redis_presence.replies import is_stored_value
+
+    stored = {f"c{i:02d}": " ".join(map(str, v)) for i, v in enumerate(values)}
+    reply: dict[Any, Any] = stored if text else {k.encode(): v.encode() for k, v in stored.items()}
+    assert all(is_stored_value(v) for v in reply.values())
+    names, registered, heartbeat, lease, _progress, v2 = stored_columns(GROUP, reply)
+    assert names == sorted(stored)
+    for i, value in enumerate(values):
+        assert (registered[i], heartbeat[i], lease[i]) == value[:3]
+        if v2 is not None:
+            nine = value if len(value) == 9 else (*value, *(0,) * (7 - len(value)), "-", "-")
+            assert (v2.capacity[i], v2.flags[i], v2.conflict_ns[i]) == nine[4:7]
+            assert (v2.instance[i], v2.previous[i]) == nine[7:]
+
+
+@given(
+    flags=st.lists(st.sampled_from([0, 0, 0, 1, 2, 3, 4]), min_size=1, max_size=8),
+    capacity=st.sampled_from([0, 3]),
+    conflict_ago_ms=st.sampled_from([None, 5, 31]),
+)
+def test_version_2_rows_from_columns_are_the_rows_at_builds(
+    flags: list[int], capacity: int, conflict_ago_ms: int | None
+) -> None:
+    """Whether a column says something for some row or for none (a `repeat` then)."""
+    conflict = 0 if conflict_ago_ms is None else T0 - conflict_ago_ms * MS
+    stored = {f"c{i}": f"1 {T0} 1 0 {capacity} {f} {conflict} - -" for i, f in enumerate(flags)}
+    columns = stored_columns(GROUP, stored)
+    rows = list(ConsumerPresence.columns("q", "g", *columns, now_ns=T0, ttl_ms=30))
+    assert rows == [
+        ConsumerPresence.at(
+            "q",
+            "g",
+            f"c{i}",
+            1,
+            T0,
+            1,
+            now_ns=T0,
+            ttl_ms=30,
+            capacity=capacity,
+            draining=bool(f & 1),
+            drain_requested=bool(f & 2),
+            conflict_ns=conflict,
+        )
+        for i, f in enumerate(flags)
+    ]

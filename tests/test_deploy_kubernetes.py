@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 from servers import HOST, free_port
-from webservers import ROOT
+from webservers import ROOT, need_tool
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
@@ -131,3 +131,56 @@ def test_the_keda_value_location_is_the_groups_active_count(redis_url: str, api:
     auth = of_kind("keda-scaledobject.yaml", "TriggerAuthentication")
     assert auth["metadata"]["name"] == trigger["authenticationRef"]["name"]
     assert [ref["parameter"] for ref in auth["spec"]["secretTargetRef"]] == ["token"]
+
+
+def test_the_keda_free_slots_query_is_the_slots_in_use(tmp_path: Path) -> None:
+    """The free-slots example's query, evaluated by promtool over the two metrics: the
+    group's slots in use (capacity - free), and nothing for a group without capacity."""
+    promtool = need_tool("promtool", "prometheus")
+    (scaled,) = [
+        d for d in documents("keda-scale-on-free-slots.yaml") if d["kind"] == "ScaledObject"
+    ]
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "prometheus"
+    meta = trigger["metadata"]
+    assert meta["ignoreNullValues"] == "false"
+    assert float(meta["threshold"]) > 0
+    assert scaled["spec"]["fallback"]["replicas"] >= scaled["spec"]["minReplicaCount"]
+    labels = 'queue="orders", group="billing", instance="a", job="redis-presence"'
+    other = 'queue="orders", group="audit", instance="a", job="redis-presence"'
+    tests = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": f"redis_presence_group_capacity{{{labels}}}", "values": "40 40 50"},
+                    {"series": f"redis_presence_group_free{{{labels}}}", "values": "10 0 30"},
+                    {"series": f"redis_presence_group_capacity{{{other}}}", "values": "99x2"},
+                    {"series": f"redis_presence_group_free{{{other}}}", "values": "1x2"},
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": meta["query"],
+                        "eval_time": f"{t}m",
+                        "exp_samples": [{"labels": "{}", "value": v}],
+                    }
+                    for t, v in ((0, 30), (1, 40), (2, 20))
+                ],
+            },
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": f"redis_presence_group_active{{{labels}}}", "values": "3x2"}
+                ],
+                "promql_expr_test": [{"expr": meta["query"], "eval_time": "1m", "exp_samples": []}],
+            },
+        ],
+    }
+    path = tmp_path / "keda.test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    done = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

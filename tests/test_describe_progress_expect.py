@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from backends import BACKENDS, SMALL_BACKENDS, make_registry
 
-from redis_presence import ConsumerPresence, PresenceState
+from redis_presence import ConsumerPresence, PresenceState, process_instance
 from redis_presence.model import DEFAULT_STUCK_AFTER_MS, GroupPresence
 from redis_presence.validation import MAX_META_BYTES, MAX_META_KEYS
 
@@ -44,7 +44,9 @@ def test_metadata_is_read_only_with_meta_and_empty_on_a_plain_snapshot(registry:
     hash(row)  # rows stay hashable
     plain = one(registry, T0)
     assert dict(plain.meta) == {}
-    assert plain == ConsumerPresence("q", "g", "w1", T0, T0, 0, 1, PresenceState.ACTIVE)
+    assert plain == ConsumerPresence(
+        "q", "g", "w1", T0, T0, 0, 1, PresenceState.ACTIVE, instance=process_instance()
+    )
 
 
 def test_describe_replaces_and_an_empty_mapping_removes(registry: Any) -> None:

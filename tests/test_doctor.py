@@ -112,6 +112,7 @@ def test_a_healthy_deployment_has_nothing_wrong(healthy: RedisServer) -> None:
         "replication": Status.OK,
         "legacy-index": Status.OK,
         "undecodable": Status.OK,
+        "conflicts": Status.OK,
     }
     assert (
         found["persistence"].summary == "AOF is on (appendfsync everysec): a restart keeps presence"
@@ -131,7 +132,7 @@ def test_cli_doctor_prints_each_finding_and_exits_0_when_nothing_is_wrong(
     assert lines[0] == f"redis-presence doctor: prefix 'presence' at {healthy.url}"
     assert lines[-1] == "nothing wrong found"
     findings = [line for line in lines[1:-1] if not line.startswith(" ")]  # not wrapped
-    assert [line.split()[0] for line in findings] == ["OK"] * 11
+    assert [line.split()[0] for line in findings] == ["OK"] * 12
     assert result.stderr == ""
     as_json = invoke(["--url", healthy.url, "doctor", "--format", "json"])
     report = json.loads(as_json.stdout)
@@ -345,6 +346,7 @@ def test_each_role_user_is_told_what_it_lacks_for_the_others(acl_server: RedisSe
         "hscan",
         "zcount",
         "zrangebyscore",
+        "zmscore",
         "hmget",
         "xrange",
         "xinfo|stream",
@@ -352,13 +354,14 @@ def test_each_role_user_is_told_what_it_lacks_for_the_others(acl_server: RedisSe
     assert lacking(broker["acl-janitor"]) == [
         "zrangebylex",
         "zrangebyscore",
+        "zmscore",
         "hlen",
         "hgetall",
         "hscan",
         "hmget",
     ]
     assert broker["acl-janitor"].advice.endswith(
-        "+zrangebylex +zrangebyscore +hlen +hgetall +hscan +hmget)"
+        "+zrangebylex +zrangebyscore +zmscore +hlen +hgetall +hscan +hmget)"
     )
     reader = findings_of(acl_server, username=READER_USER, password=READER_PASSWORD)
     assert reader["acl-reader"].status is Status.OK
@@ -560,3 +563,22 @@ def test_an_unreachable_server_ends_doctor(make_redis_server: MakeRedisServer) -
     with pytest.raises(PresenceConnectionError):
         diagnose(RedisPresenceRegistry(client))
     client.close()
+
+
+def test_doctor_names_the_consumers_in_conflict(healthy: RedisServer) -> None:
+    """Protocol version 2: a consumer whose stored value says a duplicate beat it within a
+    TTL (conflict_ns) is named, with its instance; one whose conflict is older is not."""
+    with client_of(healthy) as admin:
+        registry = RedisPresenceRegistry(admin)
+        now = registry.clock_ns()
+        for name in ("dup", "old", "fine"):
+            registry.heartbeat("orders", "billing", name, 0, now_ns=now)
+        data = "presence:{orders}:billing:c"
+        admin.hset(data, "dup", f"{now} {now} 0 0 0 0 {now} pod-b pod-a")
+        admin.hset(data, "old", f"{now} {now} 0 0 0 0 {now - 3_600 * 10**9} pod-c pod-d")
+    found = findings_of(healthy)["conflicts"]
+    assert found.status is Status.WARN
+    assert "1 consumer(s) in conflict" in found.summary
+    assert "orders/billing/dup (instance pod-b)" in found.summary
+    assert "old" not in found.summary
+    assert "its own consumer name" in found.advice

@@ -17,6 +17,7 @@ from servers import MakeRedisServer, RedisServer
 from waiting import wait_until
 
 from redis_presence import (
+    BeatReply,
     PresenceConnectionError,
     PresenceError,
     PresenceState,
@@ -139,7 +140,11 @@ def test_every_operation_works_on_its_next_call_after_a_restart(
     registry.heartbeat("orders", "billing", "w1", 1, now_ns=T0)
     shas = [script(name).sha for name in SCRIPT_NAMES]
     operations: list[tuple[str, Callable[[], object], object]] = [
-        ("heartbeat", lambda: registry.heartbeat("orders", "billing", "w2", now_ns=T0), None),
+        (
+            "heartbeat",
+            lambda: registry.heartbeat("orders", "billing", "w2", now_ns=T0),
+            BeatReply(drain_requested=False),
+        ),
         ("heartbeat_many", lambda: registry.heartbeat_many([("q", "g", "c", 0)], T0), 1),
         ("snapshot", lambda: len(registry.snapshot(now_ns=T0)), 4),
         ("count", lambda: registry.count_active_by_group(now_ns=T0)[("orders", "billing")], 2),

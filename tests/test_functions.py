@@ -16,7 +16,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from servers import MakeRedisServer, RedisServer
 
-from redis_presence import AsyncRedisPresenceRegistry, RedisPresenceRegistry
+from redis_presence import AsyncRedisPresenceRegistry, BeatReply, RedisPresenceRegistry
 from redis_presence._executor import Functions, Run, fcall_refused, function_missing
 from redis_presence.plans import Command, Plan
 from redis_presence.scripts import FUNCTIONS, library, script
@@ -92,7 +92,7 @@ def test_a_library_another_process_loaded_meanwhile_is_no_error(
     registry.heartbeat("q", "g", "c", now_ns=T0)  # the group's TTL read and kept
     redis_client.function_flush()
     call = registry.plans.heartbeat("q", "g", "c", now_ns=T0)
-    run: Run[None] = Run(call, functions=registry.functions)
+    run: Run[BeatReply] = Run(call, functions=registry.functions)
     assert run.batch is not None
     replies = registry._transport(run.batch)  # "Function not found"
     run.feed(replies)

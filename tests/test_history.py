@@ -57,6 +57,20 @@ def test_joined_then_left() -> None:
     assert spans([joined, left], None) == [Span(100 * S, 200 * S, True)]
 
 
+@pytest.mark.parametrize(
+    "kind",
+    [EventKind.DRAINING, EventKind.CONFLICT, EventKind.RESTARTED, EventKind.DRAIN_REQUESTED],
+)
+def test_events_of_an_active_consumers_beats_change_no_span(kind: EventKind) -> None:
+    """Protocol version 2's events: a beat (or a request) while the consumer is active.
+    Before: the span ended at the arrival's stale line, the consumer shown gone after it."""
+    joined, said = ev(EventKind.JOINED, 100 * S), ev(kind, 300 * S)
+    assert spans([joined, said], 995 * S) == [Span(100 * S, 1_000 * S, True)]
+    left = ev(EventKind.LEFT, 400 * S, hb=395 * S)
+    assert spans([joined, said, left], None) == [Span(100 * S, 400 * S, True)]
+    assert spans([said], 995 * S) == [Span(0, 1_000 * S, True)]
+
+
 def test_left_after_going_stale_counts_up_to_the_stale_line() -> None:
     joined = ev(EventKind.JOINED, 100 * S)
     pruned = ev(EventKind.PRUNED, 500 * S, hb=150 * S)
@@ -234,3 +248,17 @@ def test_group_logs_on_a_cluster(cluster_client: redis.cluster.RedisCluster) -> 
         assert [e.kind for e in got.crossed] == [EventKind.STALE, EventKind.EXPIRED]
         assert active_series(got, points=2).low == (0, 1)  # a had gone, b not yet come
         assert dict(registry.execute(plans.consumer_meta(queue, "g", "b"))) == {"host": queue}
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [EventKind.DRAINING, EventKind.CONFLICT, EventKind.RESTARTED, EventKind.DRAIN_REQUESTED],
+)
+def test_protocol_v2_events_are_not_transitions(kind: EventKind) -> None:
+    """A consumer that joined, then said it is draining (or met a duplicate, restarted, was
+    asked to drain) while it kept beating was active throughout: those events change no
+    state, and the spans ignore them."""
+    joined, other = ev(EventKind.JOINED, 100 * S), ev(kind, 150 * S)
+    assert spans([joined, other], 995 * S) == [Span(100 * S, 1_000 * S, True)]
+    left = ev(EventKind.LEFT, 300 * S, hb=295 * S)
+    assert spans([joined, other, left], None) == [Span(100 * S, 300 * S, True)]

@@ -147,9 +147,12 @@ def test_the_cli_migrates(redis_client: Any, redis_url: str) -> None:
     runner = CliRunner()
     done = runner.invoke(cli, ["--url", url, "migrate", "--format", "json"], catch_exceptions=False)
     assert done.exit_code == 0, done.output
-    assert json.loads(done.stdout) == {"moved": 4}
+    assert json.loads(done.stdout) == {"moved": 4, "seeded": 4, "protocol": "2", "was": None}
     again = runner.invoke(cli, ["--url", url, "migrate"], catch_exceptions=False)
-    assert again.stdout == "moved 0 group(s) of the 0.1 index to presence:groups\n"
+    assert again.stdout == (
+        "moved 0 group(s) of the 0.1 index to presence:groups\n"
+        "presence:protocol is 2 (was 2); seeded the fleet indexes from 4 group(s)\n"
+    )
     listed = runner.invoke(
         cli, ["--url", url, "--now-ns", str(NOW), "ls", "--format", "json"], catch_exceptions=False
     )

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from redis_presence import ConsumerPresenceRegistry, RedisPresenceRegistry
+from redis_presence.validation import BeatSpec
 
 MS = 1_000_000
 T0 = 1_796_000_000_000_000_000
@@ -27,6 +28,10 @@ METAS = st.dictionaries(
     st.sampled_from(["host", "pid", "a:b", "ü"]), st.sampled_from(["", "x", "7"])
 )
 STUCK = st.sampled_from([1, 2, 5, 1_000])
+# Version 2: two processes (instance tokens) beating, capacities, draining flags.
+WHO = st.sampled_from(["proc-a", "proc-b"])
+CAPACITY = st.one_of(st.none(), st.sampled_from([0, 1, 7, 2**32 - 1]))
+DRAINING = st.sampled_from([None, True, False])
 
 
 class RegistryMatchesModel(RuleBasedStateMachine):
@@ -37,12 +42,82 @@ class RegistryMatchesModel(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.model = ConsumerPresenceRegistry()
+        self.model = ConsumerPresenceRegistry(instance="proc-a")
         self.now = T0
 
     @initialize()
     def open_store(self) -> None:
-        self.redis = RedisPresenceRegistry(self.client(), prefix="prop")
+        client = self.client()
+        self.redis = RedisPresenceRegistry(client, prefix="prop", instance="proc-a")
+        self.others = {
+            "proc-a": self.redis,
+            "proc-b": RedisPresenceRegistry(client, prefix="prop", instance="proc-b"),
+        }
+
+    def as_(self, who: str) -> tuple[ConsumerPresenceRegistry, RedisPresenceRegistry]:
+        """The model and the Redis registry of process `who` (one store, its token)."""
+        self.model._instance = who
+        return self.model, self.others[who]
+
+    @rule(
+        queue=NAMES,
+        group=NAMES,
+        consumer=NAMES,
+        who=WHO,
+        capacity=CAPACITY,
+        draining=DRAINING,
+        skew=st.integers(-3 * MS, 3 * MS),
+    )
+    def v2_beat(
+        self,
+        queue: str,
+        group: str,
+        consumer: str,
+        who: str,
+        capacity: int | None,
+        draining: bool | None,
+        skew: int,
+    ) -> None:
+        """A beat with capacity and draining from one of two processes: the same reply."""
+        at = max(0, self.now + skew)
+        model, redis = self.as_(who)
+        kwargs: dict[str, Any] = {"now_ns": at, "capacity": capacity, "draining": draining}
+        assert model.heartbeat(queue, group, consumer, 1, **kwargs) == redis.heartbeat(
+            queue, group, consumer, 1, **kwargs
+        )
+        self.as_("proc-a")  # the other rules beat as the first process
+
+    @rule(
+        beats=st.lists(
+            st.builds(BeatSpec, NAMES, NAMES, NAMES, st.integers(0, 3), CAPACITY, DRAINING),
+            max_size=5,
+        ),
+        who=WHO,
+    )
+    def v2_heartbeat_many(self, beats: list[BeatSpec], who: str) -> None:
+        model, redis = self.as_(who)
+        expected = model.heartbeat_many(beats, now_ns=self.now)
+        written = redis.heartbeat_many(beats, now_ns=self.now)
+        assert written == expected
+        assert written.drain_requested == expected.drain_requested
+        self.as_("proc-a")
+
+    @rule(queue=NAMES, group=NAMES, consumer=NAMES)
+    def request_drain(self, queue: str, group: str, consumer: str) -> None:
+        assert self.model.request_drain(
+            queue, group, consumer, now_ns=self.now
+        ) == self.redis.request_drain(queue, group, consumer, now_ns=self.now)
+
+    @invariant()
+    def same_stored_values(self) -> None:
+        """Every consumer's stored value (capacity, flags, conflict, instance tokens too)."""
+        if not hasattr(self, "redis"):
+            return
+        client = self.redis.client
+        for (queue, group, consumer), value in self.model._rows.items():
+            raw = client.hget(self.redis.plans.keys.group(queue, group).data, consumer)
+            model = ["0" if v is None else str(v) for v in value]
+            assert raw.decode().split(" ") == model, (queue, group, consumer)
 
     @rule(step=STEP_NS)
     def advance(self, step: int) -> None:

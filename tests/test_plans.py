@@ -23,6 +23,7 @@ from redis_presence import (
     _wire,
 )
 from redis_presence._wire import Wire, resp
+from redis_presence.beats import BeatReply
 from redis_presence.keys import INDEX_MARK_MS
 from redis_presence.plans import (
     MAX_CACHED_GROUPS,
@@ -70,7 +71,7 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
     planner = Planner("präsenz", clustered=clustered)
     function = script("heartbeat").function
     seen: set[tuple[str, str]] = set()
-    claim = [Command("SET", (planner.keys.protocol, "1", "NX"))]  # after the first beat only
+    claim = [Command("SET", (planner.keys.protocol, "2", "NX"))]  # after the first beat only
     for queue, group, consumer, lease in BEATS:
         gk = planner.keys.group(queue, group)
         plan = planner.heartbeat(queue, group, consumer, lease, now)
@@ -88,9 +89,10 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
         assert isinstance(call, ScriptCall)
         assert call.script == script("heartbeat")
         # KEYS: the group's sorted set, hash, mark, event log and metadata, then the indexes,
-        # the epoch marker and the protocol version on a standalone server; ARGV: the TTL,
-        # the log's length and lifetime, the clock guard (DEFAULT_MAX_FUTURE_MS), now, the
-        # beat, then the mark's lifetime on a cluster.
+        # the epoch marker, the protocol version and the fleet indexes on a standalone server;
+        # ARGV: the TTL, the log's length and lifetime, the clock guard (DEFAULT_MAX_FUTURE_MS),
+        # now, the beat (capacity and draining '' kept, the instance token), then the mark's
+        # lifetime and the mode read on a cluster.
         now_arg = "" if now is None else str(now)
         keys: tuple[str, ...] = (gk.hb, gk.data, gk.mark, gk.events, gk.meta)
         if not clustered:
@@ -99,8 +101,10 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
                 planner.keys.events,
                 planner.keys.epoch,
                 planner.keys.protocol,
+                planner.keys.newest,
+                planner.keys.oldest,
             )
-        tail = (INDEX_MARK_MS,) if clustered else ()
+        tail = (INDEX_MARK_MS, "2") if clustered else ()
         expected = (
             "FCALL",
             function,
@@ -113,6 +117,9 @@ def test_single_beat_is_one_prebuilt_call_of_the_lean_script(
             now_arg,
             consumer,
             lease,
+            "",
+            "",
+            planner.scope.token(),
             *tail,
         )
         # The same bytes on the wire: what the client would encode, some of it done already.
@@ -211,8 +218,9 @@ def test_batched_calls_are_sent_prebuilt(codec: tuple[str, str]) -> None:
         assert all(Wire(codec).call(c) is None for c in calls)
     planner = Planner("p")
     prune = planner.prune_expired(T0, 1_000)
-    batch = next(prune)  # the index (and the protocol version)
-    batch = prune.send([[planner.keys.group("q", "g").member], None])
+    next(prune)  # the version and the sizes of the index and the fleet indexes
+    prune.send([None, 1, 0, 0])  # P:newest and P:oldest empty: every group is visited
+    batch = prune.send([[planner.keys.group("q", "g").member], None])  # the index's page
     assert [wire.call(c) for c in batch] == [client_bytes(codec, c.args) for c in batch]
     assert [Wire(codec).call(c) for c in batch] == [None]
 
@@ -362,7 +370,7 @@ def test_alongside_sends_foreign_commands_with_a_plan_in_one_round_trip(
         monkeypatch.setattr(redis.client.Pipeline, "execute", counted)
     beat = registry.plans.heartbeat("stream", "readers", "r1", 2, T0 + 1)
     result, (length,) = registry.execute(alongside(beat, [Command("XLEN", ("stream",))]))
-    assert (result, length) == (None, 1)
+    assert (result, length) == (BeatReply(False), 1)
     if backend != "cluster":
         assert sent == [2]
     (row,) = registry.snapshot(now_ns=T0 + 1)

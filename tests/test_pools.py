@@ -14,6 +14,7 @@ from servers import RedisServer
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,
+    BeatReply,
     PresenceConnectionError,
     PresenceError,
     PresencePoolExhausted,
@@ -49,7 +50,7 @@ def tracked(server: RedisServer, queue: str) -> int:
 def test_1000_concurrent_asyncio_heartbeats_are_all_written(
     redis_server: RedisServer, redis_url: str
 ) -> None:
-    async def main() -> list[BaseException | None]:
+    async def main() -> list[BeatReply | BaseException]:
         async with AsyncRedisPresenceRegistry.from_url(redis_url, max_future_ms=None) as registry:
             return await asyncio.gather(
                 *(registry.heartbeat("many", "g", f"c{i:04d}", now_ns=T0) for i in range(1000)),
@@ -57,7 +58,7 @@ def test_1000_concurrent_asyncio_heartbeats_are_all_written(
             )
 
     results = asyncio.run(main())
-    failed = [r for r in results if r is not None]
+    failed = [r for r in results if not isinstance(r, BeatReply)]
     assert failed == []
     assert tracked(redis_server, "many") == 1000
 

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.timeout(120)
 
 T0 = 1_796_000_000_000_000_000
 MS = 1_000_000
-REFUSED = 'written by protocol version "2"'
+REFUSED = 'written by protocol version "3"'
 
 WRITES: dict[str, Callable[[Planner], Plan[Any]]] = {
     "heartbeat": lambda p: p.heartbeat("q", "g", "c", 2, T0 + MS),
@@ -59,11 +59,12 @@ WRITES: dict[str, Callable[[Planner], Plan[Any]]] = {
     "prune_expired (ttl_ms)": lambda p: p.prune_expired(T0 + 10**15, 1_000),
     "prune_expired (one group)": lambda p: p.prune_expired(T0 + 10**15, queue="q", group="g"),
     "migrate": lambda p: p.migrate(),
+    "request_drain": lambda p: p.request_drain("q", "g", "c"),
 }
 
 
 def seed(run: Callable[[Plan[Any]], Any], planner: Planner, client: Any) -> None:
-    """A store of version 1 with something for every write to change (a consumer with
+    """A store of version 2 with something for every write to change (a consumer with
     metadata, an expired one, settings, a declaration, an entry of the 0.1 index), then
     claimed by another version, as a migration to it would."""
     run(planner.heartbeat("q", "g", "c", 1, T0))
@@ -73,7 +74,7 @@ def seed(run: Callable[[Plan[Any]], Any], planner: Planner, client: Any) -> None
     run(planner.set_stuck_after(1_000))
     run(planner.expect("q", "g", 1))
     client.sadd(Keyspace("presence").legacy_index, f"{encode_name('q')}:{encode_name('g')}")
-    client.set("presence:protocol", "2")
+    client.set("presence:protocol", "3")
 
 
 def refused_unwritten(run: Callable[[Plan[Any]], Any], write: Plan[Any], client: Any) -> None:
@@ -92,7 +93,7 @@ STANDALONE = ["redis", "async", "fakeredis"]
 def test_a_write_of_a_registry_that_just_read_the_version_is_refused(
     request: pytest.FixtureRequest, backend: str, name: str
 ) -> None:
-    """The registry read version 1 a moment ago (its cache of shared settings is fresh):
+    """The registry read version 2 a moment ago (its cache of shared settings is fresh):
     the script that writes reads the version again, in the same call."""
     registry = make_registry(request, backend)
     client = raw_client(request, backend)
@@ -169,7 +170,7 @@ def test_changes_from_a_cursor_stops_at_another_version(redis_client: Any) -> No
     registry.heartbeat("q", "g", "c")
     events, cursor = registry.execute(planner.changes(cursor))
     assert [event.kind.value for event in events] == ["joined"]
-    redis_client.set("presence:protocol", "2")
+    redis_client.set("presence:protocol", "3")
     now[0] += TTL_CACHE_MS * MS + 1
     with pytest.raises(PresenceProtocolError, match=REFUSED):
         registry.execute(planner.changes(cursor))
@@ -195,18 +196,18 @@ def test_a_migration_to_another_version_refuses_the_scripts_already_loaded(
     redis_client: Any,
 ) -> None:
     """The point of the check in the script: a client that keeps its prebuilt single beat
-    (and read version 1 with its TTL) is refused from the first call after the version
+    (and read version 2 with its TTL) is refused from the first call after the version
     changed, also when the prefix's version key is written between two of its beats."""
     registry = RedisPresenceRegistry(redis_client)
     for i in range(3):
         registry.heartbeat("q", "g", f"c{i}", now_ns=T0 + i)
-    redis_client.set("presence:protocol", "2")
+    redis_client.set("presence:protocol", "3")
     before = dump(redis_client)
     for i in range(3):
         with pytest.raises(PresenceProtocolError, match=REFUSED):
             registry.heartbeat("q", "g", f"c{i}", now_ns=T0 + 10 + i)
     assert dump(redis_client) == before
-    redis_client.set("presence:protocol", "1")  # back: the same registry writes again
+    redis_client.set("presence:protocol", "2")  # back: the same registry writes again
     registry.heartbeat("q", "g", "c0", now_ns=T0 + 20)
     assert registry.snapshot(now_ns=T0 + 20)[0].last_heartbeat_ns == T0 + 20
 
@@ -222,6 +223,7 @@ CLI_WRITES = [
     ["expect", "q", "other"],
     ["unexpect", "q", "g"],
     ["migrate"],
+    ["drain", "q", "g", "c"],
 ]
 CLI_READS = [["ls"], ["--ttl-ms", "1000", "counts"], ["events"]]
 
@@ -288,7 +290,7 @@ def test_the_web_service_says_which_version_wrote_the_prefix_and_that_redis_is_u
         assert samples["redis_presence_up"] == {(): 1.0}
         assert samples["redis_presence_protocol_mismatch"] == {(): 1.0}
         assert "redis_presence_group_active" not in samples  # nothing is claimed
-        redis_client.set("presence:protocol", "1")  # back: read again, no mismatch
+        redis_client.set("presence:protocol", "2")  # back: read again, no mismatch
         samples = metric_samples(web.get("/metrics").text)
         assert samples["redis_presence_protocol_mismatch"] == {(): 0.0}
         assert samples["redis_presence_group_active"] == {(("group", "g"), ("queue", "q")): 0.0}

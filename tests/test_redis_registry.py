@@ -29,6 +29,7 @@ from redis_presence import (
     PresenceError,
     PresenceState,
     RedisPresenceRegistry,
+    process_instance,
 )
 from redis_presence.keys import Keyspace
 from redis_presence.plans import Limits
@@ -168,7 +169,7 @@ def test_a_single_beat_writes_what_a_batch_of_one_writes(
         if epoch in stored:  # its value names the instant it was written: only its presence
             stored[epoch] = (stored[epoch][0], None, stored[epoch][2])
             stored[b"{events}:epoch"] = stored.pop(epoch)
-        for name in (b"groups", b"events"):
+        for name in (b"groups", b"events", b"newest", b"oldest"):
             if name in stored:
                 kind, members, expires = stored[name]
                 members = [
@@ -187,9 +188,10 @@ def test_a_single_beat_writes_what_a_batch_of_one_writes(
         batch.heartbeat_many([(queue, group, consumer, lease)], now_ns=now)
         assert without("single") == without("batch")
     stored = without("single")
+    token = process_instance()  # version 2 values: no progress, capacity, flags or conflict
     assert stored[b"{orders}:billing:c"][1] == [
-        (b"w1", f"{T0} {T0 + 2 * MS} 5".encode()),
-        (b"w2", f"{T0 + MS} {T0 + MS} 0".encode()),
+        (b"w1", f"{T0} {T0 + 2 * MS} 5 0 0 0 0 {token} -".encode()),
+        (b"w2", f"{T0 + MS} {T0 + MS} 0 0 0 0 0 {token} -".encode()),
     ]
     # The server clock: the same fields, stamped by TIME.
     single.heartbeat("orders", "billing", "w3", 7)

@@ -34,8 +34,8 @@ from redis_presence import (
     PresenceReporter,
     RedisPresenceRegistry,
 )
+from redis_presence.coalescer import RETRY_MIN_MS, Coalescer, Flushed
 from redis_presence.plans import MAX_BEATS_PER_CALL
-from redis_presence.reporter import RETRY_MIN_MS, _Coalescer, _Flushed
 
 MS = 1_000_000
 SECOND = 1_000 * MS
@@ -153,9 +153,10 @@ def test_ten_thousand_beats_for_ten_consumers_are_ten_writes_in_one_call(
     assert calls(redis_client, "fcall") == 1
     assert calls(redis_client, "evalsha") == 1
     assert calls(redis_client, "hset") == 20
-    # Ten beats, the groups listed once, and the two groups' `joined` entries listed in the
-    # index of event logs (ten new consumers: one log entry per group).
-    assert calls(redis_client, "zadd") == 13
+    # Ten beats, the groups listed once, the two groups' `joined` entries listed in the
+    # index of event logs (ten new consumers: one log entry per group), and each group in the
+    # fleet indexes (P:newest, P:oldest: once per group and call).
+    assert calls(redis_client, "zadd") == 17
     assert calls(redis_client, "xadd") == 2
     rows = {row.consumer: row.lease_count for row in registry.snapshot() if row.queue != "warm"}
     assert rows == {f"w{n}": 9_990 + n for n in range(10)}  # the latest beat of each
@@ -339,7 +340,7 @@ def retries(caplog: pytest.LogCaptureFixture) -> int:
 
 def test_backoff_doubles_from_the_minimum_up_to_the_interval_with_equal_jitter() -> None:
     clock = FakeClock()
-    core = _Coalescer(1_000, track=False, clock=clock)
+    core = Coalescer(1_000, track=False, clock=clock)
     core.beat("q", "g", "c", 0)
     bounds = [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
     for bound in bounds:
@@ -351,7 +352,7 @@ def test_backoff_doubles_from_the_minimum_up_to_the_interval_with_equal_jitter()
     started, taken = core.begin()
     assert taken is not None
     clock.advance(30 * MS)
-    assert core.succeeded(taken, _Flushed(1, {}), started).wait_s == pytest.approx(0.97)
+    assert core.succeeded(taken, Flushed(1, {}), started).wait_s == pytest.approx(0.97)
     core.beat("q", "g", "c", 0)
     _, taken = core.begin()
     assert taken is not None
@@ -364,7 +365,7 @@ def test_a_fleet_of_reporters_does_not_retry_in_step() -> None:
     first_waits: list[float] = []
     long_waits: list[float] = []
     for _ in range(200):
-        core = _Coalescer(5_000, track=False, clock=FakeClock())
+        core = Coalescer(5_000, track=False, clock=FakeClock())
         core.beat("q", "g", "c", 0)
         for failure in range(1, 41):  # past the doublings: the bound is the interval
             _, taken = core.begin()
@@ -383,7 +384,7 @@ def test_a_fleet_of_reporters_does_not_retry_in_step() -> None:
 
 def test_restored_beats_never_override_newer_ones_or_deregistrations() -> None:
     clock = FakeClock()
-    core = _Coalescer(1_000, track=False, clock=clock)
+    core = Coalescer(1_000, track=False, clock=clock)
     core.beat("q", "g", "newer", 1)
     core.beat("q", "g", "gone", 1)
     core.beat("q", "g", "kept", 1)
@@ -396,8 +397,8 @@ def test_restored_beats_never_override_newer_ones_or_deregistrations() -> None:
     _, again = core.begin()
     assert again is not None
     assert again.beats == {
-        ("q", "g", "newer"): (2, clock.now, None),
-        ("q", "g", "kept"): (1, clock.now - 5 * MS, None),
+        ("q", "g", "newer"): (2, clock.now, None, None, None),
+        ("q", "g", "kept"): (1, clock.now - 5 * MS, None, None, None),
     }
     assert list(again.deregs) == [("q", "g", "gone")]
 

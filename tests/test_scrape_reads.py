@@ -77,6 +77,29 @@ def test_commands_per_group_of_each_kind(redis_client: redis.Redis, kind: str) -
     assert (len(commands) - 8) / 100 == COST[kind]
 
 
+CAPACITY_COST = {kind: cost + 2 for kind, cost in COST.items()}
+"""With ``capacity=True`` (what ``serve`` scrapes by default, protocol version 2's capacity,
+free slots, draining and conflicts): each group's live consumers' names
+(``ZRANGEBYSCORE``) and values (``HMGET``), two commands more (up to `Limits.consumers`
+live consumers; two more for each further page of them)."""
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_commands_per_group_with_capacity(redis_client: redis.Redis, kind: str) -> None:
+    prefix = kind.replace(" ", "-")
+    writer = RedisPresenceRegistry(redis_client, prefix=prefix, max_future_ms=None)
+    writer.set_ttl(TTL)
+    for g in range(100):
+        _write(writer, "q", f"g{g:03d}", KINDS[kind])
+    registry = RedisPresenceRegistry(redis_client, prefix=prefix)
+    commands: list[str] = []
+    plan = registry.plans.groups(now_ns=T0, details=True, capacity=True)
+    registry.execute(sent(plan, commands))
+    fixed = collections.Counter({"ZRANGEBYLEX": 3, "GET": 1, "MGET": 2, "EXISTS": 2})
+    assert collections.Counter(c for c in commands if c in fixed) == fixed
+    assert (len(commands) - 8) / 100 == CAPACITY_COST[kind]
+
+
 def test_a_scrape_of_a_mostly_healthy_fleet_sends_at_most_4_commands_a_group(
     redis_client: redis.Redis,
 ) -> None:

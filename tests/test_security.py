@@ -1,27 +1,22 @@
-"""Security: least-privilege ACL roles, TLS, and passwords that never leak."""
+"""Security: least-privilege ACL roles, and passwords that never leak (TLS: test_tls.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import json
 import logging
 import shlex
-import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 import pytest
 import redis
-import redis.asyncio.retry
 from backends import dump, without_logs
 from click.testing import CliRunner, Result
+from leaks import FAST, PASSWORD, exception_text, log_text, secrets_in
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from servers import MakeRedisServer, RedisServer, free_port
-from tls_files import TlsFiles, make_ca, make_client_cert
 
 from redis_presence import (
     AsyncRedisPresenceRegistry,
@@ -39,6 +34,7 @@ from redis_presence.cli import cli
 from redis_presence.keys import Keyspace
 from redis_presence.scripts import library, script
 from redis_presence.urls import redact, secrets_of
+from redis_presence.validation import BeatSpec
 
 MS = 1_000_000
 T0 = 1_796_000_000_123_456_000
@@ -72,18 +68,18 @@ READER_USER, READER_PASSWORD = "presence-reader", "change-me-reader"
 ACL_BROKER = (
     f"ACL SETUSER {BROKER_USER} reset on >{BROKER_PASSWORD} ~presence:* resetchannels -@all "
     "+evalsha +fcall +script|load +function|load +select +type +time +exists +get +hget +hset "
-    "+zadd +zscore +zcard +set +zrem +hdel +del +xadd +pexpire"
+    "+zadd +zscore +zcard +zrange +set +zrem +hdel +del +xadd +pexpire"
 )
 ACL_READER = (
     f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} ~presence:* resetchannels -@all "
-    "+select +time +get +zrangebylex +hlen +hgetall +hscan +zcount +zrangebyscore +hmget "
+    "+select +time +get +zrangebylex +hlen +hgetall +hscan +zcount +zrangebyscore +zmscore +hmget "
     "+zcard +xrange +xinfo|stream"
 )
 # The same reader with read-only keys (%R~): every read is a plain read command, so a reader
 # needs no right to write, to run a script or to load one.
 ACL_STRICT_READER = (
     f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} %R~presence:* resetchannels -@all "
-    "+select +time +get +zrangebylex +hlen +hgetall +hscan +zcount +zrangebyscore +hmget "
+    "+select +time +get +zrangebylex +hlen +hgetall +hscan +zcount +zrangebyscore +zmscore +hmget "
     "+zcard +xrange +xinfo|stream"
 )
 # Someone must prune: the broker's commands plus those that find expired consumers.
@@ -91,8 +87,8 @@ JANITOR_USER, JANITOR_PASSWORD = "presence-janitor", "change-me-janitor"
 ACL_JANITOR = (
     f"ACL SETUSER {JANITOR_USER} reset on >{JANITOR_PASSWORD} ~presence:* resetchannels -@all "
     "+evalsha +fcall +script|load +function|load +select +type +time +exists +get +hget +hset "
-    "+zadd +zscore +zcard +set +zrem +hdel +del +xadd +pexpire +zrangebylex +zrangebyscore "
-    "+hlen +hgetall +hscan +hmget"
+    "+zadd +zscore +zcard +zrange +set +zrem +hdel +del +xadd +pexpire +zrangebylex +zrangebyscore "
+    "+zmscore +hlen +hgetall +hscan +hmget"
 )
 OPERATOR_USER, OPERATOR_PASSWORD = "presence-operator", "change-me-operator"
 ACL_OPERATOR = (
@@ -139,6 +135,11 @@ WRITES: dict[str, Operation] = {
     "heartbeat (server clock)": lambda r: r.heartbeat("orders", "billing", "w9"),
     "heartbeat_many": lambda r: r.heartbeat_many([("orders", "billing", "w9", 0)], now_ns=T0),
     "heartbeat progressed": lambda r: r.heartbeat("orders", "billing", "w9", 1, progressed=True),
+    "heartbeat capacity": lambda r: r.heartbeat("orders", "billing", "w9", capacity=4),
+    "heartbeat_many draining": lambda r: r.heartbeat_many(
+        [BeatSpec("orders", "billing", "w9", 1, draining=False)], now_ns=T0
+    ),
+    "request_drain": lambda r: r.request_drain("orders", "billing", "w9", now_ns=T0),
     "describe": lambda r: r.describe("orders", "billing", "w9", {"host": "h", "pid": "1"}),
     "deregister": lambda r: r.deregister("orders", "billing", "w1"),
 }
@@ -230,6 +231,23 @@ def test_reader_role_may_snapshot_and_count_only(
     for name, op in {**WRITES, **PRUNE}.items():
         with pytest.raises(PresenceReadOnlyError, match=name.split()[0]):
             op(read_only)
+
+
+def test_a_reader_cannot_request_a_drain_and_a_broker_can(
+    acl_server: RedisServer, admin: redis.Redis
+) -> None:
+    """A drain request is a write (drain.lua, by FCALL): the broker's line allows it, no
+    reader's does, and a refused request changes nothing."""
+    owner = seed(admin)
+    reader = role_registry(acl_server, READER_USER, READER_PASSWORD)
+    assert_denied(reader, {"request_drain": WRITES["request_drain"]}, admin)
+    assert not owner.heartbeat("orders", "billing", "w1", now_ns=T0).drain_requested
+    broker = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD)
+    admin.function_flush()
+    admin.script_flush()  # the broker loads the library itself
+    assert broker.request_drain("orders", "billing", "w1", now_ns=T0) is True
+    assert owner.heartbeat("orders", "billing", "w1", now_ns=T0).drain_requested
+    assert_denied(reader, {"request_drain": WRITES["request_drain"]}, admin)
 
 
 def test_strict_reader_with_read_only_keys_reads_through_any_registry(
@@ -370,7 +388,8 @@ def test_nested_prefixes_need_exact_key_patterns(
     nested.heartbeat("orders", "billing", "w1", now_ns=T0)  # allowed by ~presence:*
     exact = ACL_BROKER.replace(
         "~presence:*",
-        "~presence:groups ~presence:events ~presence:ttl ~presence:protocol ~presence:{*",
+        "~presence:groups ~presence:events ~presence:ttl ~presence:protocol ~presence:newest "
+        "~presence:oldest ~presence:{*",
     )
     admin.execute_command(*shlex.split(exact))  # type: ignore[no-untyped-call]
     own = role_registry(acl_server, BROKER_USER, BROKER_PASSWORD)
@@ -379,113 +398,9 @@ def test_nested_prefixes_need_exact_key_patterns(
     assert_denied(nested, WRITES, admin)
 
 
-# --- TLS ------------------------------------------------------------------------------------
-
-
-def tls_url(
-    server: RedisServer,
-    ca_cert: Path,
-    *,
-    client: tuple[Path, Path] | None = None,
-    password: str | None = None,
-) -> str:
-    """A ``rediss://`` URL trusting `ca_cert`, with a client ``(cert, key)`` and a password."""
-    auth = f":{quote(password, safe='')}@" if password is not None else ""
-    query = f"ssl_ca_certs={quote(str(ca_cert))}"
-    if client is not None:
-        query += f"&ssl_certfile={quote(str(client[0]))}&ssl_keyfile={quote(str(client[1]))}"
-    return f"rediss://{auth}127.0.0.1:{server.port}?{query}"
-
-
-def test_tls_with_the_right_ca_works_and_a_wrong_ca_is_refused(
-    make_redis_server: MakeRedisServer, tls_files: TlsFiles, tmp_path: Path
-) -> None:
-    server = make_redis_server(tls=tls_files)
-    with RedisPresenceRegistry.from_url(tls_url(server, tls_files.ca_cert)) as registry:
-        registry.heartbeat("orders", "billing", "w1", 3, now_ns=T0)
-        registry.heartbeat("orders", "billing", "w2")  # server clock
-        rows = registry.snapshot(now_ns=T0)
-        assert [(r.consumer, r.lease_count) for r in rows] == [("w1", 3), ("w2", 0)]
-        assert registry.count_active_by_group(now_ns=T0) == {("orders", "billing"): 2}
-
-    other_ca, _ = make_ca(tmp_path / "other-ca", cn="some other CA")
-    wrong = RedisPresenceRegistry.from_url(
-        tls_url(server, other_ca), retry=Retry(NoBackoff(), 0), socket_connect_timeout=5
-    )
-    with pytest.raises(PresenceConnectionError, match=r"(?i)certificate") as info:
-        wrong.snapshot(now_ns=T0)
-    assert isinstance(info.value, PresenceError)
-
-    plaintext = RedisPresenceRegistry.from_url(
-        f"redis://127.0.0.1:{server.port}",
-        retry=Retry(NoBackoff(), 0),
-        socket_connect_timeout=5,
-        socket_timeout=5,
-    )
-    with pytest.raises(PresenceConnectionError):
-        plaintext.heartbeat("orders", "billing", "w3", now_ns=T0)
-    with server.client() as check:
-        assert check.zcard("presence:{orders}:billing:hb") == 2
-
-
-def test_cli_over_tls(
-    make_redis_server: MakeRedisServer, tls_files: TlsFiles, tmp_path: Path
-) -> None:
-    server = make_redis_server(tls=tls_files)
-    url = tls_url(server, tls_files.ca_cert)
-    runner = CliRunner()
-    beat = runner.invoke(cli, ["--url", url, "heartbeat", "orders", "billing", "w1"])
-    assert beat.exit_code == 0, beat.output
-    listed = runner.invoke(cli, ["--url", url, "--now-ns", str(T0), "ls", "--format", "json"])
-    assert listed.exit_code == 0, listed.output
-    assert '"consumer": "w1"' in listed.stdout
-    counts = runner.invoke(cli, ["--url", url, "counts", "--format", "csv"])
-    assert counts.exit_code == 0, counts.output
-    assert "orders,billing,1" in counts.stdout
-
-    other_ca, _ = make_ca(tmp_path / "other-ca", cn="some other CA")
-    refused = runner.invoke(cli, ["--url", tls_url(server, other_ca), "ls"])
-    assert refused.exit_code == 3  # ConnectionFailed
-    assert refused.exception is None or isinstance(refused.exception, SystemExit)
-    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
-    assert "certificate" in refused.stderr.lower()
-
-
 # --- passwords ------------------------------------------------------------------------------
 
-PASSWORD = "p@ss:w/rd%-Sekr1t-never-shown"
 WRONG = "wr0ng:p@ss/w%rd-also-never-shown"
-
-
-LEAK_WINDOW = 8
-"""A password leaks when any run of this many of its characters shows."""
-
-
-def secrets_in(text: str, *secrets: str) -> list[str]:
-    """The pieces of the secrets (as written or percent-encoded) that appear in `text`."""
-    forms = {form for s in secrets for form in (s, quote(s, safe=""), quote(s))}
-    return sorted(
-        {
-            form[i : i + LEAK_WINDOW]
-            for form in forms
-            for i in range(max(1, len(form) - LEAK_WINDOW + 1))
-            if form[i : i + LEAK_WINDOW] in text
-        }
-    )
-
-
-def exception_text(exc: BaseException) -> str:
-    """Everything a caller could print about `exc`: str, repr, and the whole chain."""
-    parts = ["".join(traceback.format_exception(type(exc), exc, exc.__traceback__))]
-    seen: BaseException | None = exc
-    while seen is not None:
-        parts += [str(seen), repr(seen)]
-        seen = seen.__cause__ or seen.__context__
-    return "\n".join(parts)
-
-
-def log_text(caplog: pytest.LogCaptureFixture) -> str:
-    return "\n".join(f"{r.getMessage()} {r.exc_text or ''} {r.args!r}" for r in caplog.records)
 
 
 @pytest.fixture
@@ -495,15 +410,6 @@ def password_server(make_redis_server: MakeRedisServer) -> RedisServer:
 
 def url_with(password: str, port: int, user: str = "") -> str:
     return f"redis://{user}:{quote(password, safe='')}@127.0.0.1:{port}/0"
-
-
-FAST: dict[str, Any] = {
-    "retry": Retry(NoBackoff(), 0),
-    "socket_connect_timeout": 5,
-    "socket_timeout": 5,
-}
-ASYNC_FAST: dict[str, Any] = {**FAST, "retry": redis.asyncio.retry.Retry(NoBackoff(), 0)}
-"""`FAST` for an asyncio registry (which takes redis-py's asyncio retry policy)."""
 
 
 def test_password_works_and_never_leaks_on_failure(
@@ -614,184 +520,3 @@ def test_an_at_sign_in_a_query_value_is_not_userinfo(password_server: RedisServe
     with RedisPresenceRegistry.from_url(named) as registry:
         registry.heartbeat("orders", "billing", "w1", now_ns=T0)
         assert registry.client.client_getname() in (b"broker@host-1", "broker@host-1")
-
-
-# --- mutual TLS: client certificates --------------------------------------------------------
-
-
-@pytest.fixture
-def mtls_server(make_redis_server: MakeRedisServer, tls_files: TlsFiles) -> RedisServer:
-    """A TLS server with ``tls-auth-clients yes`` and a password; its own client() presents
-    `tls_files.client_cert`."""
-    return make_redis_server(tls=tls_files, tls_auth_clients=True, requirepass=PASSWORD)
-
-
-@pytest.fixture
-def mtls_admin(mtls_server: RedisServer) -> Iterator[redis.Redis]:
-    """A client with the right certificate, holding one consumer written before each test."""
-    with mtls_server.client() as client:
-        RedisPresenceRegistry(client).heartbeat("orders", "billing", "w0", now_ns=T0)
-        yield client
-
-
-def test_production_doc_shows_the_tested_tls_directives(
-    tls_files: TlsFiles, tmp_path: Path
-) -> None:
-    argv = RedisServer(dir=tmp_path, tls=tls_files, tls_auth_clients=True).command_line()
-    pairs = itertools.pairwise(map(str, argv))
-    tested = {flag.removeprefix("--"): value for flag, value in pairs if flag[:6] == "--tls-"}
-    lines = PRODUCTION_DOC.read_text(encoding="utf-8").splitlines()
-    shown = dict(line.split() for line in lines if line.startswith("tls-"))
-    assert shown.keys() <= tested.keys(), f"docs/production.md shows untested directives: {shown}"
-    assert shown["tls-auth-clients"] == tested["tls-auth-clients"] == "yes"
-
-
-def client_pair(tls: TlsFiles) -> tuple[Path, Path]:
-    return tls.client_cert, tls.client_key
-
-
-def foreign_client_pair(dir: Path) -> tuple[Path, Path]:
-    """A client certificate that another CA signed (the server does not trust it)."""
-    return make_client_cert(dir, ca=make_ca(dir, cn="some other CA"))
-
-
-def refused_client_urls(server: RedisServer, tls: TlsFiles, dir: Path) -> dict[str, str]:
-    """URLs a ``tls-auth-clients yes`` server must refuse, by what is wrong with them."""
-    foreign = foreign_client_pair(dir)
-    return {
-        "no client certificate": tls_url(server, tls.ca_cert, password=PASSWORD),
-        "another CA's certificate": tls_url(server, tls.ca_cert, client=foreign, password=PASSWORD),
-    }
-
-
-def test_mutual_tls_with_the_client_certificate_in_the_url_or_in_kwargs(
-    mtls_server: RedisServer, mtls_admin: redis.Redis, tls_files: TlsFiles, tmp_path: Path
-) -> None:
-    ca, good = tls_files.ca_cert, client_pair(tls_files)
-    in_url = tls_url(mtls_server, ca, client=good, password=PASSWORD)
-    with RedisPresenceRegistry.from_url(in_url) as registry:
-        registry.heartbeat("orders", "billing", "w1", 3, now_ns=T0)
-        assert [(r.consumer, r.lease_count) for r in registry.snapshot(now_ns=T0)] == [
-            ("w0", 0),
-            ("w1", 3),
-        ]
-
-    bare = tls_url(mtls_server, ca, password=PASSWORD)
-    certfile, keyfile = good
-    for as_given in (str, Path):
-        kwargs: dict[str, Any] = {
-            "ssl_certfile": as_given(certfile),
-            "ssl_keyfile": as_given(keyfile),
-        }
-        with RedisPresenceRegistry.from_url(bare, **kwargs) as registry:
-            registry.heartbeat("orders", "billing", "w2", now_ns=T0)
-            assert registry.count_active_by_group(now_ns=T0) == {("orders", "billing"): 3}
-
-    # redis-py lets a URL query value override the keyword argument of the same name.
-    foreign_in_url = tls_url(
-        mtls_server, ca, client=foreign_client_pair(tmp_path), password=PASSWORD
-    )
-    overridden = RedisPresenceRegistry.from_url(
-        foreign_in_url, ssl_certfile=str(certfile), ssl_keyfile=str(keyfile), **FAST
-    )
-    with overridden, pytest.raises(PresenceConnectionError):
-        overridden.snapshot(now_ns=T0)
-
-
-def test_mutual_tls_with_the_asyncio_registry(
-    mtls_server: RedisServer, mtls_admin: redis.Redis, tls_files: TlsFiles
-) -> None:
-    ca = tls_files.ca_cert
-    good = tls_url(mtls_server, ca, client=client_pair(tls_files), password=PASSWORD)
-    bare = tls_url(mtls_server, ca, password=PASSWORD)
-
-    async def main() -> None:
-        async with AsyncRedisPresenceRegistry.from_url(good) as registry:
-            await registry.heartbeat("orders", "billing", "w1", 2, now_ns=T0)
-            assert [r.consumer for r in await registry.snapshot(now_ns=T0)] == ["w0", "w1"]
-        async with AsyncRedisPresenceRegistry.from_url(bare, **ASYNC_FAST) as refused:
-            with pytest.raises(PresenceConnectionError):
-                await refused.heartbeat("orders", "billing", "w2", now_ns=T0)
-
-    asyncio.run(main())
-    assert mtls_admin.zcard("presence:{orders}:billing:hb") == 2
-
-
-def test_mutual_tls_refuses_a_missing_or_foreign_client_certificate(
-    mtls_server: RedisServer, mtls_admin: redis.Redis, tls_files: TlsFiles, tmp_path: Path
-) -> None:
-    """TLS 1.3 finishes the client's side of the handshake before the server checks the
-    certificate, so the refusal shows on the first command: as the server's alert
-    (``certificate required``, ``unknown ca``) or, when the command was still being written,
-    as ``EOF occurred in violation of protocol``. Either way it is a connection error."""
-    operations: dict[str, Operation] = {
-        "heartbeat": WRITES["heartbeat"],
-        "snapshot": READS["snapshot"],
-    }
-    before = dump(mtls_admin)
-    for name, url in refused_client_urls(mtls_server, tls_files, tmp_path).items():
-        for op_name, op in operations.items():
-            with (
-                pytest.raises(PresenceConnectionError) as info,
-                RedisPresenceRegistry.from_url(url, **FAST) as registry,
-            ):
-                op(registry)
-            message = str(info.value)
-            assert message.startswith("cannot reach Redis: "), f"{name}, {op_name}: {message}"
-            assert len(message.splitlines()) == 1, f"{name}, {op_name}: {message}"
-            assert not secrets_in(exception_text(info.value), PASSWORD), f"{name}: {message}"
-    assert dump(mtls_admin) == before
-
-
-@pytest.mark.parametrize("option", ["ssl_ca_certs", "ssl_certfile", "ssl_keyfile"])
-def test_a_tls_file_that_does_not_exist_is_a_config_error_naming_it(
-    tls_files: TlsFiles, tmp_path: Path, option: str
-) -> None:
-    """Refused before connecting; redis-py alone would report it on the first command as
-    ``Error 2 connecting to host:port. No such file or directory.``, naming no file."""
-    missing = tmp_path / "no-such-dir" / f"{option}.pem"
-    files: dict[str, Any] = {
-        "ssl_ca_certs": tls_files.ca_cert,
-        "ssl_certfile": tls_files.client_cert,
-        "ssl_keyfile": tls_files.client_key,
-        option: missing,
-    }
-    bare = f"rediss://:{quote(PASSWORD, safe='')}@127.0.0.1:{free_port()}/0"
-    in_url = f"{bare}?{urlencode(files, safe='/', quote_via=quote)}"
-    expected = f"{option} {str(missing)!r}: no such file"
-    for url, kwargs in ((in_url, {}), (bare, files)):
-        with pytest.raises(PresenceConfigError) as info:
-            RedisPresenceRegistry.from_url(url, **kwargs)
-        assert str(info.value) == expected
-        assert not secrets_in(exception_text(info.value), PASSWORD)
-
-    result = CliRunner().invoke(cli, ["--url", in_url, "ls"])
-    assert result.exit_code == 2, result.output  # UsageProblem
-    assert result.stderr == f"Error: {expected}\n"
-
-
-def test_cli_with_a_client_certificate(
-    mtls_server: RedisServer, mtls_admin: redis.Redis, tls_files: TlsFiles, tmp_path: Path
-) -> None:
-    url = tls_url(mtls_server, tls_files.ca_cert, client=client_pair(tls_files), password=PASSWORD)
-    runner = CliRunner()
-    beat = ["--url", url, "heartbeat", "orders", "billing", "w1", "--lease-count", "2"]
-    assert runner.invoke(cli, beat).exit_code == 0
-    ls = ["--now-ns", str(T0), "ls", "--format", "json"]
-    listed = runner.invoke(cli, ls, env={"REDIS_PRESENCE_URL": url})
-    assert listed.exit_code == 0, listed.output
-    rows = [(row["consumer"], row["lease_count"]) for row in json.loads(listed.stdout)]
-    assert rows == [("w0", 0), ("w1", 2)]
-
-    before = dump(mtls_admin)
-    for name, refused_url in refused_client_urls(mtls_server, tls_files, tmp_path).items():
-        for args in (["ls"], ["heartbeat", "orders", "billing", "w9"]):
-            refused = runner.invoke(cli, ["--url", refused_url, *args])
-            assert refused.exit_code == 3, f"{name}: {refused.output}"  # ConnectionFailed
-            assert refused.exception is None or isinstance(refused.exception, SystemExit)
-            shown = refused.output + refused.stderr
-            assert len(refused.stderr.strip().splitlines()) == 1, f"{name}: {refused.stderr}"
-            assert refused.stderr.startswith("Error: cannot reach Redis: "), refused.stderr
-            assert "Traceback" not in shown
-            assert not secrets_in(shown, PASSWORD), f"{name}: {shown}"
-    assert dump(mtls_admin) == before

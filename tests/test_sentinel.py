@@ -105,6 +105,8 @@ def test_the_database_in_a_sentinel_url_is_used(
         SPACE.events,
         SPACE.epoch,
         SPACE.protocol,
+        SPACE.newest,
+        SPACE.oldest,
         BILLING.hb,
         BILLING.data,
         BILLING.events,

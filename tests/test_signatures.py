@@ -148,9 +148,15 @@ NODE: dict[str, tuple[str, dict[str, str | None]] | str] = {
             "lease_count": "leaseCount",
             "now_ns": "options.nowNs",
             "progressed": None,
+            "capacity": "options.capacity",
+            "draining": "options.draining",
         },
     ),
     "heartbeat_many": ("heartbeatMany", {"beats": "beats", "now_ns": "options.nowNs"}),
+    "request_drain": (
+        "requestDrain",
+        {"queue": "queue", "group": "group", "consumer": "consumer", "now_ns": "options.nowNs"},
+    ),
     "clock_ns": "reads take the server clock inside each read",
     "snapshot": (
         "snapshot",
@@ -199,7 +205,13 @@ NODE: dict[str, tuple[str, dict[str, str | None]] | str] = {
     "min_active": "expected() lists every declared group",
     "groups": (
         "groups",
-        {"now_ns": "options.nowNs", "ttl_ms": "options.ttlMs", "details": None},
+        {
+            "now_ns": "options.nowNs",
+            "ttl_ms": "options.ttlMs",
+            "details": None,
+            "capacity": None,
+            "departures": None,
+        },
     ),
     "group": "groups() reads every group's row; countActiveByGroup({queue, group}) counts one",
     "set_stuck_after": "no progress budget yet (no progress either)",

@@ -25,6 +25,7 @@ from redis_presence.plans.caches import BeatCache, SettingsCache
 from redis_presence.plans.changes import ChangePlans
 from redis_presence.plans.core import Scope
 from redis_presence.plans.declared import DeclaredPlans
+from redis_presence.plans.groups import GroupPlans
 from redis_presence.plans.index import IndexPlans
 from redis_presence.plans.reads import ReadPlans
 from redis_presence.plans.settings import SettingsPlans
@@ -50,6 +51,7 @@ def test_each_public_plan_is_its_jobs_own_method() -> None:
         planner.write_plans,
         planner.read_plans,
         planner.declared_plans,
+        planner.group_plans,
         planner.change_plans,
     }
     public = {n: v for n, v in vars(planner).items() if not n.startswith("_") and callable(v)}
@@ -132,10 +134,14 @@ def test_index_plans_alone(redis_client: redis.Redis, run: Any) -> None:
     assert run(index.migrate()) == 1
     assert redis_client.zscore(keys.groups, keys.group("old", "g").member) == 0
     assert not redis_client.exists(keys.legacy_index)
+    assert cache.claimed  # migrate set the version itself
+    assert redis_client.get(keys.protocol) == b"2"
+    redis_client.delete(keys.protocol)
+    scope, cache, _ = parts()
     assert not cache.claimed
-    run(index.claim())
+    run(IndexPlans(scope, cache).claim())
     assert cache.claimed
-    assert redis_client.get(keys.protocol) == b"1"
+    assert redis_client.get(keys.protocol) == b"2"
     reader = IndexPlans(*parts(read_only=True)[:2])
     with pytest.raises(PresenceReadOnlyError):
         reader.migrate()
@@ -214,24 +220,36 @@ def test_read_plans_alone(redis_client: redis.Redis, run: Any) -> None:
 
 
 def test_declared_plans_alone(redis_client: redis.Redis, run: Any) -> None:
-    RedisPresenceRegistry(redis_client, prefix="p").heartbeat("q", "g", "a", now_ns=T0)
-    scope, cache, beats = parts()
-    index = IndexPlans(scope, cache)
-    settings = SettingsPlans(scope, cache, beats)
-    declared = DeclaredPlans(
-        scope, cache, settings, index, ReadPlans(scope, cache, settings, index)
-    )
+    scope, cache, _ = parts()
+    declared = DeclaredPlans(scope, cache)
     run(declared.expect("q", "g", 2))
     run(declared.expect("q", "lonely"))
     assert run(declared.expected()) == {("q", "g"): 2, ("q", "lonely"): 1}
     assert run(declared.min_active("q", "g")) == 2
-    summary = {(g.queue, g.group): (g.active, g.min_active) for g in run(declared.groups(T0))}
-    assert summary == {("q", "g"): (1, 2), ("q", "lonely"): (0, 1)}
-    page = run(declared.group_page(limit=1, now_ns=T0))
-    assert ([g.group for g in page.groups], page.more) == (["g"], True)
-    assert run(declared.group_names()) == [("q", "g")]
+    assert run(declared.min_active("q", "nobody")) is None
     assert run(declared.unexpect("q", "lonely")) is True
+    assert run(declared.unexpect("q", "lonely")) is False
     assert run(declared.expected()) == {("q", "g"): 2}
+
+
+def test_group_plans_alone(redis_client: redis.Redis, run: Any) -> None:
+    RedisPresenceRegistry(redis_client, prefix="p").heartbeat("q", "g", "a", now_ns=T0)
+    scope, cache, beats = parts()
+    index = IndexPlans(scope, cache)
+    settings = SettingsPlans(scope, cache, beats)
+    declared = DeclaredPlans(scope, cache)
+    summary = GroupPlans(
+        scope, cache, declared, settings, index, ReadPlans(scope, cache, settings, index)
+    )
+    run(declared.expect("q", "g", 2))
+    run(declared.expect("q", "lonely"))
+    summary_of = {(g.queue, g.group): (g.active, g.min_active) for g in run(summary.groups(T0))}
+    assert summary_of == {("q", "g"): (1, 2), ("q", "lonely"): (0, 1)}
+    page = run(summary.group_page(limit=1, now_ns=T0))
+    assert ([g.group for g in page.groups], page.more) == (["g"], True)
+    assert run(summary.group_names()) == [("q", "g")]
+    one = run(summary.group("q", "g", T0))
+    assert (one.active, one.min_active) == (1, 2)
 
 
 def test_change_plans_alone(redis_client: redis.Redis, run: Any) -> None:

@@ -133,8 +133,9 @@ def test_the_api_and_metrics_say_each_groups_verdict(
 
 
 def test_draining_is_judged_once_rows_say_so() -> None:
-    """No row says `draining` before the protocol stores it: the rule is ready, the reads
-    pass None (never DRAINING), and a group whose one missing consumer drained is DRAINING."""
+    """Reads that do not read the stored values (the plain counts) pass None (never
+    DRAINING), and a group whose one missing consumer drained is DRAINING
+    (tests/test_v2_reads.py reads it from stored values)."""
     left = GroupFacts(1, 1, 0, 2, None, 0, 1)
     assert judge(left).verdict is Verdict.DRAINING
     assert judge(left._replace(draining_active=None, draining_stale=None)).verdict is (
@@ -143,10 +144,11 @@ def test_draining_is_judged_once_rows_say_so() -> None:
 
 
 def test_one_group_reads_as_its_row_of_groups(registry: Any) -> None:
-    """`group(queue, group)`: the row `groups()` has for it (a group neither tracked nor
-    declared: zeros, STOPPED), for `check`; a bad name is refused naming the argument."""
+    """`group(queue, group)`: the row ``groups(capacity=True)`` has for it (a group neither
+    tracked nor declared: zeros, STOPPED), for `check`; a bad name is refused naming the
+    argument."""
     fleet(registry)
-    rows = {row.group: row for row in registry.groups(now_ns=T0, ttl_ms=TTL)}
+    rows = {row.group: row for row in registry.groups(now_ns=T0, ttl_ms=TTL, capacity=True)}
     for name, row in rows.items():
         assert registry.group("q", name, now_ns=T0, ttl_ms=TTL) == row
     nobody = registry.group("q", "unknown", now_ns=T0, ttl_ms=TTL)
@@ -160,16 +162,22 @@ def test_one_group_reads_as_its_row_of_groups(registry: Any) -> None:
 
 @pytest.mark.redis_server
 def test_one_group_reads_its_keys_alone(redis_client: Any) -> None:
-    """No consumer's row, no index, no other group: ``ZCARD``, the counts and one
-    ``HMGET``, in two round trips (the shared TTL, then one batch)."""
+    """No index, no other group, no expired consumer's value: ``ZCARD``, the counts, the
+    declaration's ``HMGET`` and the first page of live names in one batch after the shared
+    TTL, then a round trip a page of live consumers' values (``HMGET``, with the next page's
+    names): 2 + 2 round trips for 1,000 live consumers (pages of 500); 2 + 1 for a group
+    with no live consumer."""
     writer = RedisPresenceRegistry(redis_client)
     writer.heartbeat_many([("q", "g", f"c{i}", 0) for i in range(1_000)], now_ns=T0)
+    writer.heartbeat_many([("q", "gone", f"c{i}", 0) for i in range(1_000)], now_ns=T0)
     writer.heartbeat("q", "other", "c", 0, now_ns=T0)
-    assert trips_of(redis_client, lambda plans: plans.group("q", "g", now_ns=T0)) == 2
+    assert trips_of(redis_client, lambda plans: plans.group("q", "g", now_ns=T0)) == 4
+    later = T0 + 3_600_000 * MS  # every consumer of "gone" expired: none of theirs is read
+    assert trips_of(redis_client, lambda plans: plans.group("q", "gone", now_ns=later)) == 2
     redis_client.config_resetstat()
     assert writer.group("q", "g", now_ns=T0).active == 1_000
     commands = {name.removeprefix("cmdstat_") for name in redis_client.info("commandstats")}
-    assert {"zcard", "zcount", "hmget"} <= commands
+    assert {"zcard", "zcount", "hmget", "zrangebyscore"} <= commands
     assert not commands & {"hgetall", "hscan", "zrangebylex", "smembers", "scan"}
 
 

@@ -59,6 +59,8 @@ def test_every_route_answers_from_the_snapshot(
     # stuck, leases: not counted (the list's read; `stuck=1`, `dead_leases=1` count them)
     undeclared = {"min_active": None, "below": False, "stuck": None}
     undeclared |= {"leases": None, "leases_expired": None}
+    # capacity, free slots, draining, conflicts: not read by the list (protocol version 2)
+    undeclared |= {"capacity": None, "free": None, "draining": None, "conflicts": None}
     assert groups == [
         {"queue": "orders", "group": "billing", "active": 1, "stale": 1, "expired": 0}
         | undeclared
@@ -69,7 +71,11 @@ def test_every_route_answers_from_the_snapshot(
     ]
     one = client.get("/api/v1/groups/orders/shipping").json()
     # Its consumers were read: counted (the expired one holds its lease)
-    assert one["group"] == groups[1] | {"stuck": 0, "leases": 1, "leases_expired": 1}
+    # (and who drains or is in conflict: nobody; no capacity reported: None)
+    assert one["group"] == groups[1] | {"stuck": 0, "leases": 1, "leases_expired": 1} | {
+        "draining": 0,
+        "conflicts": 0,
+    }
     assert one["consumers"] == [row.to_dict() for row in described[2:]]  # meta {} read
     assert one["stuck_after_ms"] == 300_000
 

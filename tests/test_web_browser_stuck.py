@@ -82,7 +82,8 @@ def test_a_stuck_consumer_is_two_clicks_from_the_overview(
     expect(page.locator("#groups tbody tr[data-group=flow] td.stuck")).to_have_text("0")
     fits(page)
 
-    stuck.get_by_role("link").click()  # one click: the groups with a stuck consumer
+    # One click: the groups with a stuck consumer (the card's other link lists the consumers).
+    stuck.get_by_role("link", name="stuck consumers").click()
     expect(page).to_have_url(re.compile(r"/\?stuck=1$"))
     expect(page.locator("#groups tbody tr[data-group=jam]")).to_have_count(1)
     expect(page.locator("#groups tbody tr[data-group=flow]")).to_have_count(0)

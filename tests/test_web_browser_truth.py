@@ -126,7 +126,7 @@ def test_a_page_never_shows_rows_as_live_while_redis_is_unreachable(
 
 OTHER_VERSION = re.compile(
     r"Cannot read this prefix since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(presence:protocol says "
-    r'this prefix was written by protocol version "2"'
+    r'this prefix was written by protocol version "3"'
 )
 
 
@@ -137,7 +137,7 @@ def test_a_page_says_which_protocol_version_wrote_the_prefix_not_that_redis_is_d
     outage: RedisPresenceRegistry,
 ) -> None:
     """A newer release claims the prefix under an open page (issue 30, item 4): the page
-    says so, not "Redis unreachable", and claims nothing live; back to version 1, it is
+    says so, not "Redis unreachable", and claims nothing live; back to version 2, it is
     live again."""
     ghosts(outage)
     path = "/group?queue=orders&group=ghosts"
@@ -145,7 +145,7 @@ def test_a_page_says_which_protocol_version_wrote_the_prefix_not_that_redis_is_d
         live(group, path)
         expect(row(group, "ghost-1").locator(".pill")).to_have_text("active")
         settled(group)
-        admin.set("presence:protocol", "2")
+        admin.set("presence:protocol", "3")
         # The feed reads the version again within TTL_CACHE_MS.
         expect(group.locator("#banner")).to_have_text(OTHER_VERSION, timeout=20_000)
         expect(group.locator("#banner")).not_to_have_text(UNREACHABLE)
@@ -153,8 +153,8 @@ def test_a_page_says_which_protocol_version_wrote_the_prefix_not_that_redis_is_d
         expect(row(group, "ghost-1")).to_have_class(re.compile(r"\bunknown\b"))
         expect(group.locator("#consumers .pill.active")).to_have_count(0)
         group.reload()  # the page's own read: a 502 page naming the version
-        expect(group.locator(".message")).to_contain_text('written by protocol version "2"')
-        admin.set("presence:protocol", "1")
+        expect(group.locator(".message")).to_contain_text('written by protocol version "3"')
+        admin.set("presence:protocol", "2")
         live(group, path)
         expect(row(group, "ghost-1").locator(".pill")).to_have_text("active")
 

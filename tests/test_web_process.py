@@ -83,6 +83,10 @@ def test_pagination_at_100000_consumers(redis_url: str) -> None:
             "stuck": 0,  # its consumers were read: counted
             "leases": sum(i % 7 for i in range(100)),  # and their leases
             "leases_expired": 0,
+            "capacity": None,  # nobody reports one
+            "free": None,
+            "draining": 0,
+            "conflicts": 0,
             "verdict": "OK",
             "reason": "100 active",
         }

@@ -193,6 +193,13 @@ def test_prometheus_scrapes_the_snapshot_and_drops_a_deregistered_consumer(
         ("orders", "shipping"): 5.0,
         ("payments", "ledger"): 0.0,
     }
+    # Protocol version 2: nobody here drains, is in conflict or reports a capacity (no
+    # capacity series: never a 0 that means "not reported").
+    for name in ("draining", "conflicts"):
+        found = by_labels(prometheus.query(f"redis_presence_group_{name}"), "queue", "group")
+        assert found == dict.fromkeys(lost, 0.0), name
+    assert prometheus.query("redis_presence_group_capacity") == []
+    assert prometheus.query("redis_presence_group_free") == []
     ages = by_labels(prometheus.query("redis_presence_consumer_last_seen_age_seconds"), "consumer")
     assert set(ages) == {(r.consumer,) for r in snapshot}
     assert ages[("w-active",)] == 0.0

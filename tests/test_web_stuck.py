@@ -106,6 +106,7 @@ def test_stuck_combines_with_the_other_group_filters(web: TestClient) -> None:
         | {"min_active": None, "below": False, "stuck": 1}
         | {"verdict": "DEGRADED", "reason": "1 of 2 active stuck"}
         | {"leases": None, "leases_expired": None}
+        | {"capacity": None, "free": None, "draining": None, "conflicts": None}
     ]
     idle = walk(web, "/api/v1/groups", 5, idle="1")
     assert [(g["queue"], g["group"]) for g in idle] == [("a", "g2"), ("b", "g1")]
@@ -289,6 +290,43 @@ def test_stuck_groups_cost_the_groups_they_show(redis_url: str, redis_client: An
                 ("g170", 1),
             ]
             assert values_read() - before <= 3 * 2, "stuck=1 read more groups than it shows"
+    finally:
+        writer.close()
+
+
+def test_the_fleets_stuck_consumers_cost_the_groups_that_hold_them(
+    redis_url: str, redis_client: Any
+) -> None:
+    """The stuck card's list (`/consumers?stuck=1`, no queue): once the service has counted
+    them with the totals, it reads the consumers of the 3 groups that count found, not of
+    the 200 (it streamed every consumer of the fleet: 9.5 s at 30,000 in issue 34's run)."""
+    writer = RedisPresenceRegistry.from_url(redis_url, max_future_ms=None)
+    try:
+        beats = [(f"q{g % 10}", f"g{g:03d}", "c", 1) for g in range(200)]
+        writer.heartbeat_many(beats, now_ns=T0)  # registered now: none stuck
+        for g in (7, 70, 170):
+            writer.heartbeat(f"q{g % 10}", f"g{g:03d}", "hung", 2, now_ns=AGO_10_MIN)
+            writer.heartbeat(f"q{g % 10}", f"g{g:03d}", "hung", 2, now_ns=T0)
+
+        def groups_read() -> int:
+            info = redis_client.info("commandstats")
+            return sum(
+                int(info.get(f"cmdstat_{name}", {}).get("calls", 0))
+                for name in ("hgetall", "hmget", "hscan", "hget", "hlen")
+            )
+
+        with make_client(redis_url, Clock(T0), ttl_ms=TTL) as web:
+            assert web.get("/", headers=JSON).json()["totals"]["stuck"] == 3  # the count
+            before = groups_read()
+            rows = web.get("/consumers", params={"stuck": "1"}, headers=JSON).json()["consumers"]
+            assert sorted((r["queue"], r["group"], r["consumer"]) for r in rows) == [
+                ("q0", "g070", "hung"),
+                ("q0", "g170", "hung"),
+                ("q7", "g007", "hung"),
+            ]
+            assert groups_read() - before <= 3 * 2, "stuck=1 read more groups than hold one"
+            page = web.get("/consumers", params={"stuck": "1"}).text
+            assert page.count('class="pill stuck"') == 3
     finally:
         writer.close()
 

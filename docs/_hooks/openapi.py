@@ -260,6 +260,18 @@ ROUTES: dict[str, dict[str, Any]] = {
         "headers": [("Last-Event-ID", "a stream's cursor, as `EventSource` resends it")],
         "kind": "application/json",
     },
+    "/api/v1/drain": {
+        "summary": "Ask a consumer to drain (POST; only with `serve --drain-token`)",
+        "description": 'A JSON body `{"queue", "group", "consumer"}` and the drain '
+        "token in `X-Presence-Drain-Token` (same origin only): `request_drain`, which logs "
+        "`drain_requested`; 200 `drain_requested: true`, 404 `not_tracked`, 403 "
+        "`drain_disabled` (no drain token), `cross_origin` or `drain_forbidden`, 415 for a "
+        "body that is not `application/json`.",
+        "method": "post",
+        "headers": [("X-Presence-Drain-Token", "the drain token (`--drain-token`)")],
+        "body": '`{"queue": Q, "group": G, "consumer": C}`',
+        "kind": "application/json",
+    },
     "/metrics": {
         "summary": "Prometheus metrics, computed at scrape time",
         "description": "Per-group gauges; per-consumer series with `--per-consumer-metrics`.",
@@ -333,7 +345,13 @@ def openapi(version: str, served: list[str] | None = None) -> dict[str, Any]:
         }
         if "description" in info:
             operation["description"] = info["description"]
-        paths[info.get("path", route)] = {"get": operation}
+        if "body" in info:
+            operation["requestBody"] = {
+                "required": True,
+                "description": info["body"],
+                "content": {"application/json": {}},
+            }
+        paths[info.get("path", route)] = {info.get("method", "get"): operation}
     return {
         "openapi": "3.1.0",
         "info": {"title": "redis-presence serve", "version": version},
@@ -357,6 +375,8 @@ def routes_table() -> str:
     for route, info in ROUTES.items():
         names = [p[0] for p in info.get("query", [])]
         params = ", ".join(f"`{n}`" for n in names) or "none"
+        if "body" in info:
+            params = f"body {info['body']}"
         summary = info["summary"]
         if "description" in info:
             summary += ". " + info["description"]

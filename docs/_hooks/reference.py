@@ -29,6 +29,7 @@ MODULE_ORDER = (
     "registry",  # RedisPresenceRegistry: what most readers came for
     "aio",
     "reporter",
+    "beats",
     "model",
     "verdict",
     "events",
@@ -36,6 +37,7 @@ MODULE_ORDER = (
     "contract",
     "errors",
     "plans",
+    "validation",
 )
 """The API reference's order of the modules of `redis_presence._EXPORTS`; a module missing
 here goes last (and tests/test_docs.py asks for it to be placed)."""

@@ -319,6 +319,7 @@ class App:
                 self.width(),
                 self.nothing("no groups", selection),
                 minimums=reads.declared(self.registry(), selection),
+                capacities=getattr(counts, "capacities", None),
             )
         )
 

@@ -230,8 +230,12 @@ class EventWatcher:
         self.now_ns = max(self.now_ns, now_ns)
 
     def apply(self, events: Iterable[PresenceEvent], now_ns: int) -> None:
-        """The events up to `now_ns`, in order: each changes one row and marks it."""
+        """The events up to `now_ns`, in order: each changes one row and marks it (those of
+        an active consumer's beats, protocol version 2's draining, conflict, restarted and
+        drain_requested, change no row: the next re-read shows what they say)."""
         for event in events:
+            if event.kind not in _MARK:  # an active consumer's beat said more: no change
+                continue
             key = event.key
             old = self.rows.pop(key, None)
             if old is not None:

@@ -8,13 +8,14 @@ index, or that one group's keys); states are chosen here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from redis_presence.model import (
     DEFAULT_STUCK_AFTER_MS,
     ConsumerPresence,
+    LiveTally,
     PresenceState,
     groups_set_aside,
 )
@@ -128,12 +129,22 @@ def rolled_up(
     return len(chosen), roll_up(chosen, field, unreadable)
 
 
+class ActiveCounts(dict[tuple[str, str], int]):
+    """`active_counts`' answer: active consumers per group, with `capacities`, the
+    ``(capacity, free)`` of each group some active consumer of which reports a capacity
+    (`GroupPresence.capacity` and `free`, from the rows the counts read anyway)."""
+
+    capacities: Mapping[tuple[str, str], tuple[int, int]] = {}
+
+
 def active_counts(
     registry: PresenceRegistry, selection: Selection, *, now_ns: int | None, ttl_ms: int | None
-) -> dict[tuple[str, str], int]:
+) -> ActiveCounts:
     """Active consumers per selected `(queue, group)`; tracked groups without one count 0. A
     group a read set aside is left out (never shown as a group without consumers). No
-    progress budget is read: counts judge no `stuck`, so a spoilt one never stops them."""
+    progress budget is read: counts judge no `stuck`, so a spoilt one never stops them.
+    Each group's capacity and free slots come from the snapshot it reads for the groups
+    without an active consumer: no command more."""
     counts = registry.count_active_by_group(
         now_ns=now_ns, ttl_ms=ttl_ms, queue=selection.queue, group=selection.group
     )
@@ -150,7 +161,18 @@ def active_counts(
     groups = {(row.queue, row.group): 0 for row in tracked}
     groups.update((key, 0) for key in declared(registry, selection))
     groups.update(counts)
-    return {key: n for key, n in groups.items() if key not in aside}
+    out = ActiveCounts((key, n) for key, n in groups.items() if key not in aside)
+    tallies: dict[tuple[str, str], LiveTally] = {}
+    for row in tracked:
+        if row.capacity is not None:
+            tallies.setdefault((row.queue, row.group), LiveTally()).add(row)
+    capacities = {}
+    for key, tally in tallies.items():
+        capacity, free, *_ = tally.fields()
+        if key in out and capacity is not None and free is not None:
+            capacities[key] = (capacity, free)
+    out.capacities = capacities
+    return out
 
 
 def stuck_in_group(

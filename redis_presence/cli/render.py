@@ -14,22 +14,19 @@ import csv
 import io
 import json
 import re
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
 from rich.cells import cell_len
-from rich.console import Console, RenderableType
-from rich.live import Live
+from rich.console import Console
 from rich.text import Text
 
 from redis_presence.formatting import human_age, iso_utc, iso_utc_ms
 from redis_presence.model import ConsumerPresence, PresenceState
 
 from .errors import output_errors
-from .frames import Change, Frame, GroupTally, WatchRow
+from .frames import Change, GroupTally
 
 if TYPE_CHECKING:
     from redis_presence.events import PresenceEvent
@@ -138,14 +135,14 @@ def who(queue: str, group: str, consumer: str) -> str:
     return f"consumer '{shown(consumer)}' (queue '{shown(queue)}', group '{shown(group)}')"
 
 
-def _width(text: str) -> int:
+def cell_width(text: str) -> int:
     return len(text) if text.isascii() else cell_len(text)
 
 
 def middle_cut(text: str, width: int) -> str:
     """`text` in at most `width` cells: its middle becomes `…` when it is longer, so the
     start and the end (where generated names differ) stay visible."""
-    if _width(text) <= width:
+    if cell_width(text) <= width:
         return text
     keep = max(0, width - 1)
     head_cells = keep // 2
@@ -224,10 +221,10 @@ def _fit(
     `MIN_NAME_WIDTH`; a shrunk column widens again until its distinct names stay distinct.
     State, ages, counts and markers are never cut (the line may then exceed `width`).
     """
-    natural = [_width(c.header) for c in columns]
+    natural = [cell_width(c.header) for c in columns]
     for row in body:
         for i, cell in enumerate(row):
-            natural[i] = max(natural[i], _width(cell))
+            natural[i] = max(natural[i], cell_width(cell))
     shown_cols = list(range(len(columns)))
 
     def total(widths: Mapping[int, int]) -> int:
@@ -238,7 +235,7 @@ def _fit(
         shown_cols = [i for i in shown_cols if not columns[i].optional]
     names = [i for i in shown_cols if columns[i].name]
     excess = total(widths) - width
-    floor = {i: max(MIN_NAME_WIDTH, _width(columns[i].header)) for i in names}
+    floor = {i: max(MIN_NAME_WIDTH, cell_width(columns[i].header)) for i in names}
     while excess > 0:
         wide = [i for i in names if widths[i] > floor[i]]
         if not wide:
@@ -278,10 +275,10 @@ def table_lines(
     body = [[shown(cell) for cell in row] for row in rows]
     if width is None:
         keep = list(range(len(columns)))
-        widths = [_width(c.header) for c in columns]
+        widths = [cell_width(c.header) for c in columns]
         for row in body:
             for i, cell in enumerate(row):
-                widths[i] = max(widths[i], _width(cell))
+                widths[i] = max(widths[i], cell_width(cell))
     else:
         keep, widths = _fit(columns, body, width)
     cols = [columns[i] for i in keep]
@@ -293,7 +290,7 @@ def table_lines(
         for j, text in enumerate(cells):
             column = cols[j]
             cell = middle_cut(text, widths[j]) if column.name and not header else text
-            pad = " " * max(0, widths[j] - _width(cell))
+            pad = " " * max(0, widths[j] - cell_width(cell))
             if column.right:
                 padded = pad + cell
             elif j == last:  # no trailing blanks at the end of a line
@@ -350,12 +347,29 @@ def _state_style(cell: str) -> str:
     return STATE_STYLES.get(cell, "")
 
 
-def _marker_style(cell: str) -> str:
+def marker_style(cell: str) -> str:
     """The style of a marker, followed or not by the time of the change."""
     return MARKER_STYLES.get(cell.removesuffix(cell[-9:]) if _TIMED.search(cell) else cell, "")
 
 
 _TIMED = re.compile(r" \d\d:\d\d:\d\d$")
+
+
+DRAINING = "draining"
+DRAIN_REQUESTED = "drain requested"
+CONFLICT = "! conflict"
+"""The marks of `ls`' NOTE column: the consumer says it is draining, a drain was requested
+and not yet acknowledged, two processes beat as this consumer (a duplicate)."""
+
+NOTE_STYLES: Mapping[str, str] = {
+    DRAINING: "cyan",
+    DRAIN_REQUESTED: "yellow",
+    CONFLICT: "bold red",
+}
+
+
+def _note_style(cell: str) -> str:
+    return "bold red" if CONFLICT in cell else NOTE_STYLES.get(cell.split(", ", maxsplit=1)[0], "")
 
 
 CONSUMER_COLUMNS = (
@@ -365,9 +379,13 @@ CONSUMER_COLUMNS = (
     Column("STATE", style=_state_style),
     Column("LAST SEEN", right=True),
     Column("LEASES", right=True),
+    Column("CAPACITY", right=True),
+    Column("NOTE", style=_note_style),
     Column("REGISTERED (UTC)", optional=True),
     Column("META", optional=True),
 )
+"""Every column `ls` may show: CAPACITY only when some row reports one, NOTE only when some
+row has a mark (`note_cell`), META only when some row has metadata."""
 
 
 def state_cell(row: ConsumerPresence, now_ns: int | None = None) -> str:
@@ -387,6 +405,21 @@ def meta_cell(row: ConsumerPresence) -> str:
     return " ".join(f"{shown(k)}={shown(v)}" for k, v in row.meta.items())
 
 
+def note_cell(row: ConsumerPresence) -> str:
+    """`draining`, `drain requested`, `! conflict`, joined by commas: what a row of
+    protocol version 2 says beyond its state (empty for most rows)."""
+    marks = [
+        mark
+        for mark, on in (
+            (CONFLICT, row.conflict),
+            (DRAINING, row.draining),
+            (DRAIN_REQUESTED, row.drain_requested),
+        )
+        if on
+    ]
+    return ", ".join(marks)
+
+
 def _consumer_cells(row: ConsumerPresence, now_ns: int | None = None) -> tuple[str, ...]:
     return (
         row.queue,
@@ -395,6 +428,8 @@ def _consumer_cells(row: ConsumerPresence, now_ns: int | None = None) -> tuple[s
         state_cell(row, now_ns),
         last_seen(row, now_ns),
         str(row.lease_count),
+        "" if row.capacity is None else str(row.capacity),
+        note_cell(row),
         iso_utc(row.registered_at_ns),
         meta_cell(row),
     )
@@ -412,9 +447,24 @@ def consumers_table(
     if not rows:
         return empty + "\n"
     cells = [_consumer_cells(row, now_ns) for row in rows]
-    if not any(row.meta for row in rows):  # META only when some row has metadata (--wide)
-        return text_table(CONSUMER_COLUMNS[:-1], (c[:-1] for c in cells), styler, width)
-    return text_table(CONSUMER_COLUMNS, cells, styler, width)
+    # CAPACITY, NOTE and META only when some row has one (META: --wide).
+    shown_at = [
+        i
+        for i, present in enumerate(
+            (
+                *(True,) * 6,
+                any(row.capacity is not None for row in rows),
+                any(cell[7] for cell in cells),
+                True,
+                any(row.meta for row in rows),
+            )
+        )
+        if present
+    ]
+    if len(shown_at) == len(CONSUMER_COLUMNS):
+        return text_table(CONSUMER_COLUMNS, cells, styler, width)
+    pick = [CONSUMER_COLUMNS[i] for i in shown_at]
+    return text_table(pick, ([c[i] for i in shown_at] for c in cells), styler, width)
 
 
 def consumers_json(rows: Sequence[ConsumerPresence]) -> str:
@@ -441,6 +491,11 @@ def consumers_csv(rows: Sequence[ConsumerPresence]) -> str:
                 "" if row.last_progress_ns is None else row.last_progress_ns,
                 "true" if row.stuck else "false",
                 csv_cell(json.dumps(dict(row.meta), ensure_ascii=False)) if row.meta else "",
+                "" if row.capacity is None else row.capacity,
+                "true" if row.draining else "false",
+                "true" if row.drain_requested else "false",
+                "true" if row.conflict else "false",
+                "" if row.instance is None else row.instance,
             ]
         )
     return buffer.getvalue()
@@ -477,6 +532,10 @@ DECLARED_COUNT_COLUMNS = (
 BELOW = "! below minimum"
 
 
+CAPACITY_COLUMNS = (Column("CAPACITY", right=True), Column("FREE", right=True))
+"""What `counts` adds once some group reports a capacity (protocol version 2)."""
+
+
 def render_counts(
     counts: Mapping[tuple[str, str], int],
     fmt: str,
@@ -484,55 +543,74 @@ def render_counts(
     width: int | None = None,
     empty: str = "(no groups)",
     minimums: Mapping[tuple[str, str], int] | None = None,
+    capacities: Mapping[tuple[str, str], tuple[int, int]] | None = None,
 ) -> str:
     """Active consumers per `(queue, group)`, in key order, in one of `options.FORMATS`;
-    with declared groups (`minimums`), each group's `min_active` and whether it is below."""
+    with declared groups (`minimums`), each group's `min_active` and whether it is below;
+    with groups that report a capacity (`capacities`: ``(capacity, free)``), each group's
+    capacity and free slots (empty, or null, for a group that reports none)."""
     items = sorted(counts.items())
-    if minimums:
-        return _declared_counts(items, minimums, fmt, styler, width)
+    declared = bool(minimums)
+    sized = bool(capacities)
+    least_of = minimums or {}
+    slots = capacities or {}
+    records: list[dict[str, object]] = []
+    for (q, g), n in items:
+        record: dict[str, object] = {"queue": q, "group": g, "active": n}
+        if declared:
+            least = least_of.get((q, g))
+            record["min_active"] = least
+            record["below"] = least is not None and n < least
+        if sized:
+            capacity, free = slots.get((q, g), (None, None))
+            record["capacity"], record["free"] = capacity, free
+        records.append(record)
     if fmt == "json":
-        data = [{"queue": q, "group": g, "active": n} for (q, g), n in items]
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        return json.dumps(records, indent=2, ensure_ascii=False) + "\n"
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(COUNT_FIELDS)
-        writer.writerows([csv_cell(q), csv_cell(g), n] for (q, g), n in items)
+        fields = (
+            *COUNT_FIELDS,
+            *(("min_active", "below") if declared else ()),
+            *(("capacity", "free") if sized else ()),
+        )
+        writer.writerow(fields)
+        for record in records:
+            writer.writerow([_csv_value(k, record[k]) for k in fields])
         return buffer.getvalue()
     if not items:
         return empty + "\n"
-    return text_table(COUNT_COLUMNS, [(q, g, str(n)) for (q, g), n in items], styler, width)
+    columns = [*COUNT_COLUMNS]
+    if declared:
+        columns.append(DECLARED_COUNT_COLUMNS[3])
+    if sized:
+        columns += CAPACITY_COLUMNS
+    if declared:
+        columns.append(DECLARED_COUNT_COLUMNS[4])
+    cells = []
+    for record in records:
+        line = [str(record["queue"]), str(record["group"]), str(record["active"])]
+        if declared:
+            line.append(_blank(record["min_active"]))
+        if sized:
+            line += [_blank(record["capacity"]), _blank(record["free"])]
+        if declared:
+            line.append(BELOW if record["below"] else "")
+        cells.append(tuple(line))
+    return text_table(columns, cells, styler, width)
 
 
-def _declared_counts(
-    items: list[tuple[tuple[str, str], int]],
-    minimums: Mapping[tuple[str, str], int],
-    fmt: str,
-    styler: Styler,
-    width: int | None,
-) -> str:
-    rows = [(q, g, n, minimums.get((q, g))) for (q, g), n in items]
-    below = [least is not None and n < least for _, _, n, least in rows]
-    if fmt == "json":
-        data = [
-            {"queue": q, "group": g, "active": n, "min_active": least, "below": low}
-            for (q, g, n, least), low in zip(rows, below, strict=True)
-        ]
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow((*COUNT_FIELDS, "min_active", "below"))
-        writer.writerows(
-            [csv_cell(q), csv_cell(g), n, "" if least is None else least, str(low).lower()]
-            for (q, g, n, least), low in zip(rows, below, strict=True)
-        )
-        return buffer.getvalue()
-    cells = [
-        (q, g, str(n), "" if least is None else str(least), BELOW if low else "")
-        for (q, g, n, least), low in zip(rows, below, strict=True)
-    ]
-    return text_table(DECLARED_COUNT_COLUMNS, cells, styler, width)
+def _blank(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def _csv_value(field: str, value: object) -> object:
+    if field in ("queue", "group"):
+        return csv_cell(str(value))
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "" if value is None else value
 
 
 # ---------------------------------------------------------------- events
@@ -544,6 +622,10 @@ EVENT_STYLES: Mapping[str, str] = {
     "expired": "red",
     "left": "magenta",
     "pruned": "dim",
+    "draining": "cyan",
+    "drain_requested": "yellow",
+    "restarted": "blue",
+    "conflict": "bold red",
 }
 
 EVENT_COLUMNS = (
@@ -608,167 +690,6 @@ def tally_line(tallies: Mapping[tuple[str, str], GroupTally]) -> str:
             words.append(f"{tally.expired} expired")
         parts.append(f"{shown(queue)}/{shown(group)} {', '.join(words)}")
     return "; ".join(parts) if parts else "no groups tracked"
-
-
-FRAME_COLUMNS = (*CONSUMER_COLUMNS[:-2], Column("CHANGE", style=_marker_style))
-"""The columns of `watch` and `demo`: those of `ls`, with the change in place of the
-registration time."""
-
-
-def clock_time(timestamp_ns: int) -> str:
-    """`14:03:07`: the local time of day of an instant (a change in `watch`)."""
-    return time.strftime("%H:%M:%S", time.localtime(timestamp_ns // 1_000_000_000))
-
-
-def _frame_cells(item: WatchRow) -> tuple[str, ...]:
-    """One row of `FRAME_COLUMNS`, names as stored (`shown` is the caller's)."""
-    row = item.row
-    marker = MARKERS[item.change] if item.change is not None else ""
-    if marker and item.changed_at_ns is not None:
-        marker += f" {clock_time(item.changed_at_ns)}"
-    gone = item.change in (Change.LEFT, Change.PRUNED)
-    return (
-        row.queue,
-        row.group,
-        row.consumer,
-        str(item.change) if gone else state_cell(row),
-        ("≤" if item.age_bound else "") + human_age(row.last_seen_age_ms),
-        str(row.lease_count),
-        marker,
-    )
-
-
-def crop(items: Sequence[WatchRow], max_rows: int) -> tuple[list[WatchRow], int]:
-    """At most `max_rows` of `items`, changed rows first, in their order; and how many
-    unchanged rows were left out."""
-    if len(items) <= max_rows:
-        return list(items), 0
-    changed = [i for i, item in enumerate(items) if item.change is not None]
-    unchanged = [i for i, item in enumerate(items) if item.change is None]
-    keep = sorted((changed + unchanged)[:max_rows])
-    return [items[i] for i in keep], len(items) - len(keep)
-
-
-@dataclass(frozen=True)
-class View:
-    """How a refresh is laid out: the rows to show, in order, and the room they have."""
-
-    items: Sequence[WatchRow]
-    width: int | None = None
-    """Fit the table in this many cells (None: every name in full)."""
-    height: int | None = None
-    """Show at most this many lines, cropping unchanged rows first (None: every row)."""
-    hidden: int = 0
-    """Rows already left out by `--limit`."""
-    empty: str = "(no consumers)"
-    status: str | None = None
-    """A line about the connection (an outage being retried), shown under the counts."""
-    read: bool = True
-    """Whether anything was read yet (a watch that never reached Redis shows no counts)."""
-
-
-def _lines_of(text: str, width: int | None) -> int:
-    """How many terminal lines `text` takes at `width` (it wraps)."""
-    return 1 if not width else max(1, -(-_width(text) // width))
-
-
-def frame_lines(frame: Frame, title: str, view: View | None = None) -> list[Line]:
-    """One refresh: title, table, the rows left out, per-group counts, connection status."""
-    view = view or View(frame.rows)
-    counts = f"counts: {tally_line(frame.tallies) if view.read else 'unknown (nothing read yet)'}"
-    footer: list[Line] = []
-    if view.hidden:
-        footer.append([(f"... and {view.hidden} more (--limit)", "dim")])
-    footer.append([(counts, "")])
-    if view.status:
-        footer.append([(view.status, "bold red")])
-    items: Sequence[WatchRow] = view.items
-    cropped = 0
-    if view.height is not None:
-        used = _lines_of(title, view.width) + 2  # the title, the header, a crop line
-        used += sum(_lines_of(line[0][0], view.width) for line in footer)
-        items, cropped = crop(view.items, max(1, view.height - used))
-    lines: list[Line] = [[(title, "bold")]]
-    if items:
-        lines.extend(table_lines(FRAME_COLUMNS, map(_frame_cells, items), view.width))
-    else:
-        lines.append([(view.empty, "")])
-    if cropped:
-        lines.append([(f"... and {plural(cropped, 'unchanged consumer')} not shown", "dim")])
-    return lines + footer
-
-
-def frame_text(frame: Frame, title: str, styler: Styler, view: View | None = None) -> str:
-    """One refresh as text, for pipes and logs."""
-    return styled(frame_lines(frame, title, view), styler)
-
-
-def frame_renderable(frame: Frame, title: str, view: View | None = None) -> RenderableType:
-    """What one live refresh shows (the lines of `frame_text`)."""
-    return rich_text(frame_lines(frame, title, view))
-
-
-def consumer_lines(frame: Frame, prefix: str = "  ") -> list[str]:
-    """`consumer broker-1-c1 (orders/billing): active, last seen 0s ago, 2 leases` lines."""
-    lines = []
-    for item in frame.rows:
-        queue, group, consumer, state, age, leases, marker = map(shown, _frame_cells(item))
-        line = (
-            f"{prefix}consumer {consumer} ({queue}/{group}): {state}, last seen {age}, "
-            f"{leases} lease{'' if leases == '1' else 's'}"
-        )
-        if marker:
-            line += f"  [{marker}]"
-        lines.append(line)
-    return lines
-
-
-class FrameSink:
-    """Shows refreshes: in place with rich `Live` on a terminal, else frame after frame."""
-
-    def __init__(self, console: Console, live: Live | None) -> None:
-        self.console = console
-        self.live = live
-        self.styler = Styler(console)
-
-    @property
-    def height(self) -> int | None:
-        """How many lines a live view may take (None: no limit)."""
-        return self.console.height - 1 if self.live is not None else None
-
-    @property
-    def width(self) -> int | None:
-        """The terminal's width for a live view (None: print every name in full)."""
-        return self.console.width if self.live is not None else None
-
-    def show(self, frame: Frame, title: str, view: View | None = None) -> None:
-        view = view or View(frame.rows)
-        with output_errors():
-            if self.live is not None:
-                self.live.update(frame_renderable(frame, title, view), refresh=True)
-            else:
-                write(self.console, frame_text(frame, title, self.styler, view) + "\n")
-
-    def say(self, line: str) -> None:
-        """A log line: above the live view on a terminal, else in the flow of frames."""
-        with output_errors():
-            if self.live is not None:
-                self.live.console.print(Text(line), soft_wrap=True)
-            else:
-                write(self.console, line + "\n")
-
-
-@contextmanager
-def frame_sink(console: Console, live: bool) -> Iterator[FrameSink]:
-    """A `FrameSink`; `live` is honoured only when the console is a terminal."""
-    if live and console.is_terminal:
-        with output_errors(), Live(console=console, auto_refresh=False, transient=False) as view:
-            yield FrameSink(console, view)
-    else:
-        yield FrameSink(console, None)
-
-
-# ---------------------------------------------------------------- the way out
 
 
 def write(console: Console, text: str) -> None:

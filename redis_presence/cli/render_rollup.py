@@ -23,6 +23,8 @@ ROLLUP_FIELDS = (
     "leases",
     "leases_expired",
     "drained",
+    "draining",
+    "capacity",
 )
 
 
@@ -62,7 +64,11 @@ def render_rollup(
             fields = row.to_dict()
             value = "" if row.value is None else csv_cell(row.value)
             writer.writerow(
-                (csv_cell(row.label), value, *(fields[name] for name in ROLLUP_FIELDS[1:]))
+                (
+                    csv_cell(row.label),
+                    value,
+                    *("" if fields[name] is None else fields[name] for name in ROLLUP_FIELDS[1:]),
+                )
             )
         return buffer.getvalue()
     if not rows:
@@ -87,7 +93,25 @@ def render_rollup(
         )
         for row in rows
     ]
-    return text_table(_columns(field), cells, styler, width)
+    columns = _columns(field)
+    # DRAINING and CAPACITY (protocol version 2) only when some value has them.
+    more: list[tuple[Column, list[str]]] = []
+    if any(row.draining for row in rows):
+        more.append((Column("DRAINING", right=True), [f"{row.draining:,}" for row in rows]))
+    if any(row.capacity is not None for row in rows):
+        more.append(
+            (
+                Column("CAPACITY", right=True),
+                ["" if row.capacity is None else f"{row.capacity:,}" for row in rows],
+            )
+        )
+    if more:
+        columns = (*columns[:-1], *(column for column, _ in more), columns[-1])
+        cells = [
+            (*cell[:-1], *(values[i] for _, values in more), cell[-1])
+            for i, cell in enumerate(cells)
+        ]
+    return text_table(columns, cells, styler, width)
 
 
 __all__ = ["ROLLUP_FIELDS", "render_rollup"]

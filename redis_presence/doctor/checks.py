@@ -32,11 +32,12 @@ from ..errors import (
     server_answered,
 )
 from ..keys import Keyspace
-from ..model import Skipped
+from ..model import ConsumerPresence, Rows, Skipped
 from ..plans import Command, Plan
 from .findings import (
     Finding,
     cluster_finding,
+    conflict_finding,
     int_or_none,
     latency_finding,
     legacy_index_finding,
@@ -82,6 +83,8 @@ def probes(keys: Keyspace, db: int) -> dict[str, tuple[str | int, ...]]:
         "hscan": ("HSCAN", data, 0, "COUNT", 1),
         "zcount": ("ZCOUNT", hb, "-inf", "+inf"),
         "zrangebyscore": ("ZRANGEBYSCORE", hb, "-inf", "+inf", "LIMIT", 0, 1),
+        "zrange": ("ZRANGE", hb, -1, -1, "WITHSCORES"),
+        "zmscore": ("ZMSCORE", keys.groups, data),
         "hmget": ("HMGET", data, "c"),
         "zcard": ("ZCARD", hb),
         "get": ("GET", unused.ttl),
@@ -223,27 +226,32 @@ def diagnose(registry: Any) -> list[Finding]:
         checks = server_checks(keys, db=int(kwargs.get("db") or 0), login=login, clustered=False)
         found += registry.execute(checks)
     found.append(registry.execute(legacy_index(keys)))
-    found.append(_undecodable(registry))
+    found += _data(registry)
     return found
 
 
-def _undecodable(registry: Any) -> Finding:
+def _data(registry: Any) -> list[Finding]:
     """What a fleet snapshot and `groups()` set aside (skipped when they cannot be read):
-    each group's shared settings, stored values, keys' types and declared minimums."""
+    each group's shared settings, stored values, keys' types and declared minimums; and
+    the consumers the snapshot says are in conflict (`conflict_finding`)."""
     plans = registry.plans
     skipped: list[Skipped] = []
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PresenceDataWarning)
-            for plan in (plans.snapshot(), plans.groups()):
-                skipped += registry.execute(plan).skipped
+            rows: Rows[ConsumerPresence] = registry.execute(plans.snapshot())
+            skipped += rows.skipped
+            skipped += registry.execute(plans.groups()).skipped
     except PresenceAuthError:
-        return undecodable_finding(None)
+        return [undecodable_finding(None), conflict_finding(None)]
     except PresenceProtocolError as error:
-        return undecodable_finding(None, str(error))
+        return [undecodable_finding(None, str(error)), conflict_finding(None, str(error))]
     except PresenceDataError as error:  # a shared setting of the whole prefix
-        return spoilt_setting_finding(error)
+        return [spoilt_setting_finding(error), conflict_finding(None, str(error))]
     except PresenceError as error:  # a replica without its primary, say
-        return undecodable_finding(None, str(error))
+        return [undecodable_finding(None, str(error)), conflict_finding(None, str(error))]
     unique = {(item.key, item.consumer): item for item in reversed(skipped)}
-    return undecodable_finding(list(unique.values())[::-1])
+    return [
+        undecodable_finding(list(unique.values())[::-1]),
+        conflict_finding([row for row in rows if row.conflict]),
+    ]

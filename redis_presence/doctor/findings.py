@@ -12,7 +12,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from ..errors import PresenceDataError
-from ..model import Skipped
+from ..model import ConsumerPresence, Skipped
 from ..policy import evicts
 
 TESTED_RELEASES: dict[str, tuple[str, ...]] = {"redis": ("7.0", "8.2"), "valkey": ("9.1",)}
@@ -30,18 +30,19 @@ MEMORY_WARN_RATIO = 0.9
 
 _BROKER = (
     "evalsha fcall script|load function|load select type time exists get hget hset zadd zscore "
-    "zcard set zrem hdel del xadd pexpire"
+    "zcard zrange set zrem hdel del xadd pexpire"
 )
-FASTER_RIGHTS = ("fcall", "function|load", "zcard")
-"""What makes a beat cheaper on the server and nothing else: the heartbeats' function
-library (without it they go by EVALSHA, redis_presence._executor.Functions) and the move of
-a large group to a skiplist (lua/lib.lua, `grown`). A role without them still plays its
-part."""
+FASTER_RIGHTS = ("fcall", "function|load", "zcard", "zrange")
+"""What makes a beat cheaper on the server, or a fleet index fresher, and nothing else: the
+heartbeats' function library (without it they go by EVALSHA,
+redis_presence._executor.Functions), the move of a large group to a skiplist (lua/lib.lua,
+`grown`) and lowering ``P:newest`` when a consumer leaves (`newest_again`). A role without
+them still plays its part."""
 _READER = (
-    "select time get zrangebylex hlen hgetall hscan zcount zrangebyscore hmget zcard xrange "
-    "xinfo|stream"
+    "select time get zrangebylex hlen hgetall hscan zcount zrangebyscore zmscore hmget zcard "
+    "xrange xinfo|stream"
 )
-_JANITOR = f"{_BROKER} zrangebylex zrangebyscore hlen hgetall hscan hmget"
+_JANITOR = f"{_BROKER} zrangebylex zrangebyscore zmscore hlen hgetall hscan hmget"
 ROLES: dict[str, tuple[str, ...]] = {
     "broker": tuple(_BROKER.split()),
     "reader": tuple(_READER.split()),
@@ -402,6 +403,35 @@ def undecodable_finding(skipped: Iterable[Skipped] | None, why: str = "") -> Fin
         "a client that does not follow docs/protocol.md wrote them (a name encoded with "
         "JavaScript's encodeURIComponent, say): fix that client, then delete the keys (a "
         "shared TTL: redis-presence ttl set, or unset)",
+    )
+
+
+def conflict_finding(rows: Iterable[ConsumerPresence] | None, why: str = "") -> Finding:
+    """The consumers in conflict (protocol version 2): two processes beat as one consumer
+    name within a TTL (a duplicate: the instance tokens of their beats alternate), so
+    neither's presence can be trusted. `rows` None: the snapshot could not be read."""
+    if rows is None:
+        return Finding(
+            "conflicts",
+            Status.SKIP,
+            f"the prefix's consumers not read: {why or 'the user may not read the index'}",
+        )
+    found = sorted(rows)
+    if not found:
+        return Finding("conflicts", Status.OK, "no consumer is beaten by two processes")
+    names = [
+        f"{row.queue}/{row.group}/{row.consumer}"
+        + (f" (instance {row.instance})" if row.instance else "")
+        for row in found
+    ]
+    return Finding(
+        "conflicts",
+        Status.WARN,
+        f"{len(found)} consumer(s) in conflict, each beaten by two processes within a TTL: "
+        f"{_first_five(names)}",
+        "give each process its own consumer name (a duplicate, say a second pod with the same "
+        "hostname-based name, keeps a dead consumer alive and doubles its leases), or stop "
+        "the extra process",
     )
 
 

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from redis_presence.clients import open_async_client
+from redis_presence.coalescer import check_interval_ms
 from redis_presence.registry import RedisPresenceRegistry
 from redis_presence.reporter import (
     DEFAULT_REPORT_INTERVAL_MS,
     AsyncPresenceReporter,
     PresenceReporter,
-    check_interval_ms,
 )
-from redis_presence.validation import check_name, check_prefix
+from redis_presence.validation import MAX_CAPACITY, check_name, check_prefix
 
-__all__ = ["SCHEDULER_GROUP", "Settings", "host_pid"]
+__all__ = ["SCHEDULER_GROUP", "DrainCallback", "Settings", "capacity", "host_pid"]
 
 SCHEDULER_GROUP = "scheduler"
 """The group of every scheduler's rows (Celery beat, RQ's and Taskiq's schedulers): "is
@@ -62,16 +64,40 @@ class Settings:
             interval_ms=check_interval_ms(interval_ms, DEFAULT_REPORT_INTERVAL_MS),
         )
 
-    def reporter(self) -> PresenceReporter:
+    def reporter(self, on_drain_requested: DrainCallback | None = None) -> PresenceReporter:
         """A thread-driven reporter on a new client; closing it deregisters every consumer
-        it reported."""
+        it reported. `on_drain_requested` is the reporter's (see `PresenceReporter`)."""
         registry = RedisPresenceRegistry.from_url(self.url, prefix=self.prefix)
-        return PresenceReporter(registry, self.interval_ms, deregister_on_close=True)
+        return PresenceReporter(
+            registry,
+            self.interval_ms,
+            deregister_on_close=True,
+            on_drain_requested=on_drain_requested,
+        )
 
-    def async_reporter(self) -> AsyncPresenceReporter:
+    def async_reporter(
+        self, on_drain_requested: DrainCallback | None = None
+    ) -> AsyncPresenceReporter:
         """`reporter` for asyncio applications (create it inside the running loop)."""
         # Only asyncio applications import the asyncio registry.
         from redis_presence.aio import AsyncRedisPresenceRegistry  # noqa: PLC0415
 
         registry = AsyncRedisPresenceRegistry.from_url(self.url, prefix=self.prefix)
-        return AsyncPresenceReporter(registry, self.interval_ms, deregister_on_close=True)
+        return AsyncPresenceReporter(
+            registry,
+            self.interval_ms,
+            deregister_on_close=True,
+            on_drain_requested=on_drain_requested,
+        )
+
+
+DrainCallback = Callable[[str, str, str], Any]
+"""A reporter's ``on_drain_requested(queue, group, consumer)``."""
+
+
+def capacity(value: object) -> int | None:
+    """A framework's concurrency as a row's capacity: a positive int, else None (not
+    reported: a framework attribute that is missing or not a count says nothing)."""
+    if type(value) is int and 0 < value <= MAX_CAPACITY:
+        return value
+    return None

@@ -21,8 +21,18 @@ counts. A task that hangs there is then seen by ``stuck`` (no progress), not by 
 going stale. In a prefork pool tasks run in the children: the main loop is never busy
 with one, and only it beats. Queues added or cancelled at run time
 (``celery control add_consumer``/``cancel_consumer``) gain or lose their row at the next
-beat. A warm shutdown (SIGTERM) deregisters the rows once the running tasks are done; a
-worker that dies goes stale after the TTL and expired after twice the TTL.
+beat. Each row reports the pool's size as its ``capacity`` (``--concurrency``; the
+current number of processes under ``--autoscale``; 1 for the solo pool).
+
+A warm shutdown (SIGTERM) marks every row draining at once (``worker_shutting_down``:
+a beat with ``draining=True``, written from a thread of its own right away), keeps the
+rows while the running tasks finish, then deregisters them; a worker that dies goes
+stale after the TTL and expired after twice the TTL. A drain request
+(``registry.request_drain(queue, group, consumer)``, ``redis-presence drain``) cancels
+the worker's consumer of that queue, as ``celery control cancel_consumer`` does: the
+worker takes no more of its messages, the row says draining (which acknowledges the
+request) while the tasks of that queue it holds finish, then it is deregistered; the
+worker goes on with its other queues.
 
 Nothing connects to Redis where the app is only imported (producers, web servers): the
 reporter is created when a worker's consumer starts.
@@ -38,13 +48,19 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from celery import Celery, bootsteps
-from celery.signals import heartbeat_sent, task_postrun, task_prerun, task_received
+from celery.signals import (
+    heartbeat_sent,
+    task_postrun,
+    task_prerun,
+    task_received,
+    worker_shutting_down,
+)
 from celery.worker import state as worker_state
 
 from redis_presence.registry import RedisPresenceRegistry
 from redis_presence.reporter import PresenceReporter
 
-from ._common import Settings
+from ._common import DrainCallback, Settings, capacity
 
 __all__ = ["DEFAULT_GROUP", "PresenceStep", "install"]
 
@@ -111,12 +127,22 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
         # never in a prefork pool's main process), and which process that is.
         self._running: set[str] = set()
         self._pid = os.getpid()
+        # The warm shutdown began (every row says draining from then on), and the thread
+        # that writes that at once.
+        self._draining = False
+        self._announcing: threading.Thread | None = None
+        # Queues whose consumer a drain request cancelled -> their kombu Queue: each
+        # keeps a draining row while the worker holds tasks of it.
+        self._drained: dict[str, Any] = {}
+        self._cancelled: set[str] = set()  # of those, the ones the worker's loop cancelled
+        self._consumed: list[Any] = []  # the kombu Queues consumed at the last beat
         # Connected before any step starts: the Heart only sends the signal when it had
         # receivers at its own start.
         heartbeat_sent.connect(self._on_heartbeat_sent, weak=False)
         task_received.connect(self._on_task_received, weak=False)
         task_prerun.connect(self._on_task_prerun, weak=False)
         task_postrun.connect(self._on_task_postrun, weak=False)
+        worker_shutting_down.connect(self._on_shutting_down, weak=False)
 
     # -- the consumer's life cycle ---------------------------------------------------
 
@@ -126,7 +152,9 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
         with self._lock:
             if self._reporter is None:
                 self._pid = os.getpid()
-                self._reporter = _reporter(self._settings, self._beat_while_running)
+                self._reporter = _reporter(
+                    self._settings, self._beat_while_running, self._on_drain_requested
+                )
             self._parent = parent
         self.beat()
         interval_s = self._settings.interval_ms / 1000
@@ -148,11 +176,97 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
         task_received.disconnect(self._on_task_received)
         task_prerun.disconnect(self._on_task_prerun)
         task_postrun.disconnect(self._on_task_postrun)
+        worker_shutting_down.disconnect(self._on_shutting_down)
+        announcing, self._announcing = self._announcing, None
+        if announcing is not None:  # "draining" is written before the rows leave
+            announcing.join()
         with self._lock:
             reporter, self._reporter = self._reporter, None
         if reporter is not None:
             reporter.close()
             reporter.registry.close()
+
+    # -- draining ----------------------------------------------------------------------
+
+    def _on_shutting_down(self, sender: Any = None, how: Any = None, **kwargs: Any) -> None:
+        """``worker_shutting_down`` (in the main process's signal handler): a warm (or
+        soft) shutdown begins. The rows say draining from now on; a thread writes that at
+        once (a signal handler may have interrupted this process inside the reporter,
+        holding its lock: the thread waits for it instead)."""
+        if how == "Cold" or os.getpid() != self._pid or self._draining:
+            return
+        if sender is not None and str(sender) != self._consumer:
+            return
+        self._draining = True
+        announcing = threading.Thread(
+            target=self._announce_draining, name="redis-presence-celery-draining", daemon=True
+        )
+        self._announcing = announcing
+        announcing.start()
+
+    def _announce_draining(self) -> None:
+        """Beat every row with ``draining=True`` and write it now (the worker's loop may
+        stop beating before the next flush)."""
+        self.beat()
+        reporter = self._reporter
+        if reporter is None:
+            return
+        try:
+            reporter.flush()
+        except Exception:  # retried by the next flush, or the last one at close
+            logger.exception("redis-presence could not write that the worker is draining")
+
+    def _on_drain_requested(self, queue: str, group: str, consumer: str) -> None:
+        """The reporter's thread: a drain of one of this worker's rows was requested. The
+        worker's own loop cancels the consumer of that queue (``call_soon``, as the
+        ``cancel_consumer`` remote control does); the row says draining from now on."""
+        if group != self._group or consumer != self._consumer:
+            return
+        with self._lock:
+            parent = self._parent
+            if parent is None or queue in self._drained or parent.task_consumer is None:
+                return
+            found = [q for q in parent.task_consumer.queues if q.name == queue]
+            if not found:
+                return
+            self._drained[queue] = found[0]
+            logger.info("redis-presence: drain of %s requested: cancelling its consumer", queue)
+            reporter = self._reporter
+        # The draining beat is written before the consumer is cancelled: a queue with no
+        # task held is deregistered at the first beat after that, which would drop a
+        # pending beat. (This is the reporter's thread, after its flush: flushing is free.)
+        self.beat()
+        if reporter is not None:
+            try:
+                reporter.flush()
+            except Exception:  # retried by the next flush
+                logger.exception("redis-presence could not write that %s drains", queue)
+        parent.call_soon(self._cancel, parent, queue)
+
+    def _cancel(self, parent: Any, queue: str) -> None:
+        """In the worker's loop: stop consuming `queue` (Celery's ``cancel_consumer``)."""
+        parent.cancel_task_queue(queue)
+        with self._lock:
+            if queue in self._drained:
+                self._cancelled.add(queue)
+
+    def _capacity_locked(self) -> int | None:
+        """The pool's size (lock held): its processes, threads or greenlets."""
+        parent = self._parent
+        if parent is None:
+            return self._capacity
+        try:
+            size = parent.pool.num_processes
+        except Exception:  # a pool not started yet, or without the attribute
+            size = None
+        found = capacity(size)
+        if found is None:
+            found = capacity(getattr(getattr(parent, "controller", None), "concurrency", None))
+        if found is not None:
+            self._capacity = found
+        return self._capacity
+
+    _capacity: int | None = None
 
     # -- beats ------------------------------------------------------------------------
 
@@ -181,7 +295,8 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
 
     def _beat_while_running(self) -> None:
         """The reporter's thread, just before each regular write: beat from here while a
-        task runs in this process, which may block the worker's loop (the solo pool)."""
+        task runs in this process, which may block the worker's loop (the solo pool), and
+        during a warm shutdown (the loop's timer stopped; the running tasks go on)."""
         if os.getpid() != self._pid:  # a prefork child's copy of the reporter
             return
         with self._lock:
@@ -192,33 +307,50 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
                 if known is not None:
                     self._running.intersection_update(known)
             running = bool(self._running)
-        if running:
+        if running or self._draining:  # the worker's loop may no longer beat
             self.beat()
 
     def beat(self) -> None:
-        """One beat per consumed queue with its lease count; queues no longer consumed are
-        deregistered (O(queues + held tasks), no I/O)."""
+        """One beat per consumed queue with its lease count, the pool's size and whether
+        it drains; queues no longer consumed are deregistered, but for a queue drained on
+        request, which keeps a draining row while the worker holds tasks of it
+        (O(queues + held tasks), no I/O)."""
         with self._lock:
             reporter, parent = self._reporter, self._parent
-            if reporter is None or parent is None or parent.task_consumer is None:
+            if reporter is None:
                 return
-            consumed = parent.task_consumer.queues
+            if parent is not None and parent.task_consumer is not None:
+                consumed = self._consumed = list(parent.task_consumer.queues)
+            elif self._draining:  # the worker's loop stopped: its queues as last seen
+                consumed = self._consumed
+            else:
+                return
             queues = tuple(queue.name for queue in consumed)
+            for queue in self._cancelled.intersection(queues):  # consumed again
+                self._drained.pop(queue, None)  # (``add_consumer``): no longer drained
+                self._cancelled.discard(queue)
+            known = consumed + list(self._drained.values())
             held = _held_requests()
-            leases = _leases_by_queue(held, consumed)
-            done = _leases_by_queue(self._seen.difference(held), consumed)
+            leases = _leases_by_queue(held, known)
+            done = _leases_by_queue(self._seen.difference(held), known)
             self._seen = set(held)
-            for queue in queues:
+            size = self._capacity_locked()
+            for queue in (*queues, *self._drained):
                 reporter.beat(
                     queue,
                     self._group,
                     self._consumer,
                     leases.get(queue, 0),
                     progressed=done.get(queue, 0) > 0,
+                    capacity=size,
+                    draining=self._draining or queue in self._drained,
                 )
-            for gone in set(self._queues) - set(queues):
+            for queue in [q for q in self._cancelled if not leases.get(q, 0)]:
+                del self._drained[queue]  # its tasks are done: it leaves below
+                self._cancelled.discard(queue)
+            for gone in set(self._queues) - set(queues) - set(self._drained):
                 reporter.deregister(gone, self._group, self._consumer)
-            self._queues = queues
+            self._queues = queues + tuple(q for q in self._drained if q not in queues)
 
 
 class _BusyLoopReporter(PresenceReporter):
@@ -227,10 +359,19 @@ class _BusyLoopReporter(PresenceReporter):
     loop cannot. Overrides the private `_attempt` of `PresenceReporter`."""
 
     def __init__(
-        self, registry: RedisPresenceRegistry, interval_ms: int, before_flush: Callable[[], None]
+        self,
+        registry: RedisPresenceRegistry,
+        interval_ms: int,
+        before_flush: Callable[[], None],
+        on_drain_requested: DrainCallback | None = None,
     ) -> None:
         self._before_flush = before_flush
-        super().__init__(registry, interval_ms, deregister_on_close=True)
+        super().__init__(
+            registry,
+            interval_ms,
+            deregister_on_close=True,
+            on_drain_requested=on_drain_requested,
+        )
 
     def _attempt(self, *, closing: bool = False) -> Any:
         if not closing:
@@ -241,10 +382,12 @@ class _BusyLoopReporter(PresenceReporter):
         return super()._attempt(closing=closing)
 
 
-def _reporter(settings: Settings, before_flush: Callable[[], None]) -> PresenceReporter:
+def _reporter(
+    settings: Settings, before_flush: Callable[[], None], on_drain_requested: DrainCallback
+) -> PresenceReporter:
     """`Settings.reporter` (closing it deregisters every row), with `before_flush`."""
     registry = RedisPresenceRegistry.from_url(settings.url, prefix=settings.prefix)
-    return _BusyLoopReporter(registry, settings.interval_ms, before_flush)
+    return _BusyLoopReporter(registry, settings.interval_ms, before_flush, on_drain_requested)
 
 
 def _held_requests() -> list[Any]:

@@ -12,12 +12,16 @@ that is a consumer of group ``"scheduler"``: one row per queue its schedule send
 of the beat process. It beats at ``beat_init`` and after each ``tick()``, each finished
 tick being progress, and a tick never sleeps longer than one interval (Celery's beat
 otherwise sleeps up to ``beat_max_loop_interval``, 300 s by default, when nothing is
-due), so a beat whose loop stops goes stale. Its shutdown (SIGTERM, SIGINT) deregisters
-the rows; a killed beat goes stale after the TTL and expired after twice the TTL.
+due), so a beat whose loop stops goes stale. Its shutdown (SIGTERM, SIGINT) marks the
+rows draining (written at once), then deregisters them; a killed beat goes stale after
+the TTL and expired after twice the TTL. Beat runs no tasks: its rows report no
+capacity, and a drain request is not acted on (stop beat as you start it; a scheduler
+has nothing to finish).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any
@@ -32,6 +36,8 @@ from redis_presence.reporter import PresenceReporter
 from ._common import SCHEDULER_GROUP, Settings, host_pid
 
 __all__ = ["SCHEDULER_GROUP", "PresenceSchedulerMixin", "install_beat"]
+
+logger = logging.getLogger("redis_presence.integrations.celery_beat")
 
 
 def install_beat(
@@ -93,7 +99,18 @@ class PresenceSchedulerMixin:
         return min(interval, cap_s)
 
     def close(self) -> None:
-        """Beat stops (its shutdown): deregister every row and close the connection."""
+        """Beat stops (its shutdown): the rows say draining, then are deregistered and the
+        connection closed."""
+        with self._presence_lock:
+            reporter = self._presence_reporter
+            if reporter is not None and self._presence_pid == os.getpid():
+                for queue in sorted(self._presence_queues):
+                    reporter.beat(queue, SCHEDULER_GROUP, host_pid(), draining=True)
+        if reporter is not None and self._presence_pid == os.getpid():
+            try:
+                reporter.flush()
+            except Exception:  # the deregistration below is written all the same
+                logger.exception("redis-presence could not write that beat is draining")
         super().close()  # type: ignore[misc]
         with self._presence_lock:
             reporter, self._presence_reporter = self._presence_reporter, None

@@ -8,11 +8,22 @@ Add it to the broker where the broker is defined (the module every worker import
 Each consumer thread of a worker process gets one row: ``queue`` is the queue the thread
 reads (a delay queue such as ``default.DQ`` has a thread and a row of its own), ``group``
 the middleware's group (``"dramatiq"`` unless told otherwise), ``consumer`` the process
-(``host:pid``) and ``lease_count`` the messages of that queue the process is working on
-and has not acknowledged yet (being processed, or waiting for their ETA). A thread of the
-middleware beats every live, unpaused consumer thread once per interval through a
-`PresenceReporter`; a consumer thread that stops deregisters its row, and the last flush
-at worker shutdown writes that. Processes that only enqueue messages never connect.
+(``host:pid``), ``lease_count`` the messages of that queue the process is working on
+and has not acknowledged yet (being processed, or waiting for their ETA) and ``capacity``
+the process's worker threads (``--threads``: the messages it can process at once, from
+any of its queues). A thread of the middleware beats every live, unpaused consumer thread
+once per interval through a `PresenceReporter`; a consumer thread that stops deregisters
+its row, and the last flush at worker shutdown writes that. Processes that only enqueue
+messages never connect.
+
+A warm shutdown (SIGTERM, SIGINT) marks every row draining when it begins (Dramatiq's
+``before_worker_shutdown``, written at once), while the worker threads finish their
+messages; the rows leave as the consumer threads stop. Drain requests are not acted on:
+Dramatiq stops a worker process as a whole, and a process that stops alone makes the
+``dramatiq`` command stop every other process it runs (it reads the exit as a crash);
+pausing one consumer thread would keep the messages it prefetched unprocessed, and its
+delay queue would still move messages back to it. Drain a Dramatiq worker with its own
+warm shutdown (SIGTERM to the ``dramatiq`` command).
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from dramatiq import Middleware
 
 from redis_presence.reporter import PresenceReporter
 
-from ._common import Settings, host_pid
+from ._common import Settings, capacity, host_pid
 
 __all__ = ["DEFAULT_GROUP", "PresenceMiddleware"]
 
@@ -60,6 +71,8 @@ class PresenceMiddleware(Middleware):
         self._threads: dict[str, Any] = {}  # queue -> its ConsumerThread
         self._held: dict[str, set[str]] = {}  # queue -> ids of messages in progress
         self._consumer = ""
+        self._capacity: int | None = None
+        self._draining = False
 
     @property
     def consumer(self) -> str:
@@ -72,6 +85,8 @@ class PresenceMiddleware(Middleware):
         """A worker process starts: open the reporter and start the beating thread."""
         with self._lock:
             self._consumer = host_pid()
+            self._capacity = capacity(getattr(worker, "worker_threads", None))
+            self._draining = False
             self._stopping.clear()
             self._reporter = self._settings.reporter()
             self._ticker = threading.Thread(
@@ -92,6 +107,20 @@ class PresenceMiddleware(Middleware):
             self._threads.pop(thread.queue_name, None)
             if self._reporter is not None:
                 self._reporter.deregister(thread.queue_name, self.group, self._consumer)
+
+    def before_worker_shutdown(self, broker: Any, worker: Any) -> None:
+        """The warm shutdown begins (before the worker threads finish their messages):
+        every row says draining from now on, written at once."""
+        with self._lock:
+            self._draining = True
+            reporter = self._reporter
+            for queue in list(self._threads):
+                self._beat_locked(queue)
+        if reporter is not None:
+            try:
+                reporter.flush()
+            except Exception:  # retried by the next flush
+                logger.exception("redis-presence could not write that the worker is draining")
 
     def after_worker_shutdown(self, broker: Any, worker: Any) -> None:
         """The worker process is done: write the deregistrations and close."""
@@ -142,7 +171,15 @@ class PresenceMiddleware(Middleware):
             return
         if thread.is_alive() and not getattr(thread, "paused", False):
             leases = len(self._held[queue])
-            self._reporter.beat(queue, self.group, self._consumer, leases, progressed=progressed)
+            self._reporter.beat(
+                queue,
+                self.group,
+                self._consumer,
+                leases,
+                progressed=progressed,
+                capacity=self._capacity,
+                draining=self._draining,
+            )
 
     def _tick(self) -> None:
         """Once per interval, beat every consumer thread that is alive and not paused (a

@@ -12,13 +12,27 @@ NATS subject, the Kafka topic, the Redis channel, list or stream), ``group`` its
 consumer group where the broker has one (a Redis Streams group, a NATS queue group, a
 Kafka ``group_id``), else the middleware's group (``"faststream"``), unless ``group=``
 names one for every row; ``consumer`` is the Redis Streams consumer name where there is
-one (so the row names the same consumer as ``XINFO CONSUMERS``), else ``host:pid``; and
-``lease_count`` the messages the subscriber is handling now. FastStream's middleware sees
+one (so the row names the same consumer as ``XINFO CONSUMERS``), else ``host:pid``;
+``lease_count`` the messages the subscriber is handling now; and ``capacity`` the
+subscriber's ``max_workers`` where it has one (a concurrent subscriber: ``max_workers=N``
+on the Redis, NATS and Kafka brokers' subscribers); other subscribers report none
+(FastStream keeps no other concurrency setting a middleware can read: a RabbitMQ
+subscriber's is its channel's prefetch). FastStream's middleware sees
 messages, not polls, so liveness comes from the application: after start-up a task beats
 every running subscriber once per interval through an `AsyncPresenceReporter`, and after
 shutdown (once the subscribers have stopped and their handlers are done) every row is
 deregistered. Without a FastStream application (a FastAPI lifespan, a script), call
-``await presence.start(broker)`` and ``await presence.stop()`` yourself.
+``await presence.start(broker)``, ``await presence.drain()`` before stopping the broker,
+and ``await presence.stop()`` after, yourself.
+
+The application's shutdown (SIGTERM, SIGINT) marks every row draining first (an
+``on_shutdown`` hook: before the brokers stop; written at once); a row whose subscriber
+stopped stays, draining, while its handlers still run, then leaves. A drain request
+(``registry.request_drain(queue, group, consumer)``) stops that subscriber alone
+(FastStream's ``subscriber.stop()``: it reads no more; the handlers it runs finish when
+the broker has a ``graceful_timeout``, else FastStream cancels them), its row says
+draining while its handlers run and then leaves; the application goes on with its other
+subscribers.
 """
 
 from __future__ import annotations
@@ -33,7 +47,7 @@ from faststream import BaseMiddleware
 
 from redis_presence.reporter import AsyncPresenceReporter
 
-from ._common import Settings, host_pid
+from ._common import Settings, capacity, host_pid
 
 __all__ = ["DEFAULT_GROUP", "FastStreamApp", "PresenceMiddleware"]
 
@@ -50,6 +64,8 @@ class FastStreamApp(Protocol):
     def brokers(self) -> Sequence[Any]: ...
 
     def after_startup(self, func: Callable[[], Awaitable[None]]) -> Any: ...
+
+    def on_shutdown(self, func: Callable[[], Awaitable[None]]) -> Any: ...
 
     def after_shutdown(self, func: Callable[[], Awaitable[None]]) -> Any: ...
 
@@ -87,6 +103,9 @@ class PresenceMiddleware:
         self._reporter: AsyncPresenceReporter | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        self._draining = False
+        self._drained: set[int] = set()  # subscribers a drain request stopped
+        self._stops: set[asyncio.Task[None]] = set()
 
     # -- the broker's side: a middleware per message -----------------------------------
 
@@ -110,16 +129,21 @@ class PresenceMiddleware:
     def install(self, app: FastStreamApp) -> None:
         """Start reporting after `app` has started its brokers; deregister after it stopped
         them."""
-        if not all(hasattr(app, name) for name in ("brokers", "after_startup", "after_shutdown")):
+        names = ("brokers", "after_startup", "on_shutdown", "after_shutdown")
+        if not all(hasattr(app, name) for name in names):
             raise TypeError(f"app must be a FastStream application, got {type(app).__name__}")
 
         async def after_startup() -> None:
             await self.start(*app.brokers)
 
+        async def on_shutdown() -> None:
+            await self.drain()
+
         async def after_shutdown() -> None:
             await self.stop()
 
         app.after_startup(after_startup)
+        app.on_shutdown(on_shutdown)
         app.after_shutdown(after_shutdown)
 
     async def start(self, *brokers: Any) -> None:
@@ -136,11 +160,58 @@ class PresenceMiddleware:
                 )
         self._brokers = list(brokers)
         self._stopping = asyncio.Event()
-        self._reporter = self._settings.async_reporter()
+        self._draining = False
+        self._drained = set()
+        self._reporter = self._settings.async_reporter(self._drain_requested)
         self._beat_all()
         self._ticker = asyncio.get_running_loop().create_task(
             self._tick(), name="redis-presence-faststream"
         )
+
+    async def drain(self) -> None:
+        """The shutdown begins (call it before the brokers stop): every row says draining
+        from now on, written at once."""
+        reporter = self._reporter
+        if reporter is None or self._draining:
+            return
+        self._draining = True
+        self._beat_all()
+        try:
+            await reporter.flush()
+        except Exception:  # retried by the next flush
+            logger.exception("redis-presence could not write that the application is draining")
+
+    def _drain_requested(self, queue: str, group: str, consumer: str) -> None:
+        """A drain of one subscriber's row was requested (in the event loop): stop that
+        subscriber; its row drains while its handlers run."""
+        for key, (subscriber, row) in list(self._rows.items()):
+            if (row.queue, row.group, row.consumer) != (queue, group, consumer):
+                continue
+            if key in self._drained or self._draining:
+                return
+            self._drained.add(key)
+            logger.info("redis-presence: drain of %s requested: stopping its subscriber", queue)
+            self._beat(key)  # the draining beat acknowledges the request
+            task = asyncio.get_running_loop().create_task(self._drain_subscriber(subscriber))
+            self._stops.add(task)
+            task.add_done_callback(self._stopped)
+            return
+
+    async def _drain_subscriber(self, subscriber: Any) -> None:
+        """Write the draining beat, then stop the subscriber (a stopped one with nothing
+        to finish is deregistered at the next beat, which would drop a pending beat)."""
+        reporter = self._reporter
+        if reporter is not None:
+            try:
+                await reporter.flush()
+            except Exception:  # retried by the next flush
+                logger.exception("redis-presence could not write that a subscriber drains")
+        await subscriber.stop()
+
+    def _stopped(self, task: asyncio.Task[None]) -> None:
+        self._stops.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("redis-presence: a drained subscriber's stop failed: %r", task.exception())
 
     async def stop(self) -> None:
         """Stop beating and deregister every row this process reported; idempotent."""
@@ -179,9 +250,18 @@ class PresenceMiddleware:
         if reporter is None or found is None:
             return
         subscriber, row = found
-        if subscriber.running:
-            leases = self._leases.get(key, 0)
-            reporter.beat(row.queue, row.group, row.consumer, leases, progressed=progressed)
+        leases = self._leases.get(key, 0)
+        draining = self._draining or key in self._drained
+        if subscriber.running or (draining and leases and key in self._reported):
+            reporter.beat(
+                row.queue,
+                row.group,
+                row.consumer,
+                leases,
+                progressed=progressed,
+                capacity=capacity(getattr(subscriber, "max_workers", None)),
+                draining=draining,
+            )
             self._reported.add(key)
         elif key in self._reported:
             reporter.deregister(row.queue, row.group, row.consumer)

@@ -8,7 +8,9 @@ Call it once where the Huey instance is defined (the module the consumer loads):
 Each worker of the consumer (``-w N``, threads or processes) keeps one row: ``queue`` is
 the Huey instance's name (its queue), ``group`` ``"huey"`` unless told otherwise,
 ``consumer`` ``host:pid/Worker-N`` (the consumer's own name for the worker) and
-``lease_count`` 1 while the worker holds a task it dequeued (0 otherwise). Each task it
+``lease_count`` 1 while the worker holds a task it dequeued (0 otherwise), and
+``capacity`` 1 (a worker runs one task at a time: the group's capacity, the sum over its
+rows, is the consumer's ``-w`` workers). Each task it
 is done with (executed, failed, retried, revoked, expired or put back on the schedule) is
 progress on the row. The worker's own loop beats: ``install`` wraps this instance's
 ``dequeue`` (the one call of every loop of a worker, empty or not: with Redis storage a
@@ -19,16 +21,24 @@ consumer backs off up to ``-m``/``max_delay``, 10 s by default), and the task si
 a task its loop cannot beat: a thread of the process beats the row (lease 1) once per
 interval until the task ends, so a hung task shows as no progress (``stuck``), not as a
 stale row. A graceful shutdown
-(SIGINT by default, SIGTERM with ``--graceful-signal TERM``) deregisters each worker once
-its task is done (Huey's ``on_shutdown`` hook, which runs in the worker); a killed
-consumer goes stale after the TTL and expired after twice the TTL. Nothing connects where
-the instance is only imported (producers): each worker process opens its reporter at its
-first beat.
+(SIGINT by default, SIGTERM with ``--graceful-signal TERM``) marks the rows draining (the
+thread that beats for busy workers sees the consumer's stop flag within an interval; a
+worker says it at the latest when it stops) and deregisters each worker once its task is
+done (Huey's ``on_shutdown`` hook, which runs in the worker); a killed consumer goes stale
+after the TTL and expired after twice the TTL. A drain request
+(``registry.request_drain(queue, group, consumer)``) on any worker's row asks the whole
+consumer for its graceful shutdown, once (its graceful signal to the consumer's main
+process, as ``kill`` would): a Huey worker cannot stop alone, so a request on one row
+drains every worker of that consumer. ``install`` wraps this instance's
+``create_consumer`` to learn the consumer's stop flag, process and graceful signal.
+Nothing connects where the instance is only imported (producers): each worker process
+opens its reporter at its first beat.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import multiprocessing
 import os
 import threading
@@ -40,6 +50,8 @@ from huey import signals as huey_signals
 from redis_presence.reporter import PresenceReporter
 
 from ._common import Settings, host_pid
+
+logger = logging.getLogger("redis_presence.integrations.huey")
 
 __all__ = ["DEFAULT_GROUP", "install"]
 
@@ -69,6 +81,7 @@ def install(
         raise ValueError("redis-presence is already installed on this Huey instance")
     presence = _Presence(huey, settings)
     huey.dequeue = _Dequeue(huey.dequeue, presence)
+    huey.create_consumer = _CreateConsumer(huey.create_consumer, presence)
     huey.on_startup("redis_presence")(presence.worker_started)
     huey.on_shutdown("redis_presence")(presence.worker_stopped)
     huey.signal(huey_signals.SIGNAL_EXECUTING)(presence.task_started)
@@ -100,14 +113,24 @@ class _Presence:
         self._holding: dict[str, bool] = {}
         self._stopping = threading.Event()
         self._local = threading.local()
+        # The consumer's, learnt where huey_consumer creates it (before any worker starts
+        # or forks): its stop flag (set when a shutdown begins), its process and its
+        # graceful signal (what a drain request sends).
+        self.stop_flag: Any = None
+        self.consumer_pid = 0
+        self.graceful_signal: int | None = None
+        self._draining = False
+        self._drain_asked = False
 
     def _reporter_here(self) -> PresenceReporter:
         with self._lock:
             if self._reporter is None or self._pid != os.getpid():
                 # A new process (or a forked worker process): its own reporter, count and
                 # ticker (threads do not cross a fork).
-                self._reporter, self._pid = self._settings.reporter(), os.getpid()
+                self._reporter = self._settings.reporter(self._drain_requested)
+                self._pid = os.getpid()
                 self._workers, self._holding = 0, {}
+                self._draining = self._drain_asked = False
                 self._stopping = threading.Event()
                 ticker = threading.Thread(
                     target=self._tick,
@@ -124,8 +147,32 @@ class _Presence:
         progress, which ``stuck`` reports."""
         while not stopping.wait(self._settings.interval_ms / 1000):
             holding = self._holding.copy()  # one C call: atomic under the GIL
+            if not self._draining and self.stopping():
+                self._draining = True  # the consumer's shutdown began: every row drains
+                for consumer in sorted(holding):
+                    reporter.beat(
+                        self.queue, self.group, consumer, int(holding[consumer]), draining=True
+                    )
+                continue
             for consumer in sorted(name for name, held in holding.items() if held):
-                reporter.beat(self.queue, self.group, consumer, 1)
+                reporter.beat(self.queue, self.group, consumer, 1, draining=self._draining)
+
+    def stopping(self) -> bool:
+        """Whether the consumer's stop flag is set (its shutdown began)."""
+        flag = self.stop_flag
+        return flag is not None and bool(flag.is_set())
+
+    def _drain_requested(self, queue: str, group: str, consumer: str) -> None:
+        """The reporter's thread: a drain of a worker of this consumer was requested: ask
+        the consumer for its graceful shutdown, once (a second graceful signal interrupts
+        the workers)."""
+        if queue != self.queue or group != self.group or self.graceful_signal is None:
+            return
+        if self._drain_asked or self.stopping():
+            return
+        self._drain_asked = True
+        logger.info("redis-presence: drain of %s requested: graceful shutdown", consumer)
+        os.kill(self.consumer_pid, self.graceful_signal)
 
     def _consumer(self) -> str:
         name: str | None = getattr(self._local, "consumer", None)
@@ -142,7 +189,15 @@ class _Presence:
         consumer = getattr(local, "consumer", None) or self._consumer()
         if getattr(local, "holding", False) is not holding:
             local.holding = self._holding[consumer] = holding
-        reporter.beat(self.queue, self.group, consumer, 1 if holding else 0, progressed=progressed)
+        reporter.beat(
+            self.queue,
+            self.group,
+            consumer,
+            1 if holding else 0,
+            progressed=progressed,
+            capacity=1,
+            draining=self._draining,
+        )
 
     def holding(self) -> bool:
         """Whether this worker holds a task (it dequeued one and did not finish it yet)."""
@@ -166,6 +221,13 @@ class _Presence:
         """Graceful shutdown (after the worker's task): deregister; the last worker of
         the process writes it and closes."""
         reporter, consumer = self._reporter_here(), self._consumer()
+        if self.stopping():  # a graceful shutdown: the row says draining before it leaves
+            self._draining = True
+            reporter.beat(self.queue, self.group, consumer, 0, capacity=1, draining=True)
+            try:
+                reporter.flush()
+            except Exception:  # the deregistration below is written by the last flush
+                logger.exception("redis-presence could not write that the worker is draining")
         with self._lock:
             self._holding.pop(consumer, None)
             reporter.deregister(self.queue, self.group, consumer)
@@ -186,6 +248,23 @@ class _Presence:
 
     def task_finished(self, signal: str, task: Any, *args: Any, **kwargs: Any) -> None:
         self.beat(holding=False, progressed=True)
+
+
+class _CreateConsumer:
+    """This Huey instance's ``create_consumer``, telling `_Presence` about the consumer."""
+
+    def __init__(self, create_consumer: Any, presence: _Presence) -> None:
+        self._create_consumer = create_consumer
+        self._presence = presence
+        functools.update_wrapper(self, create_consumer)
+
+    def __call__(self, **options: Any) -> Any:
+        consumer = self._create_consumer(**options)
+        presence = self._presence
+        presence.stop_flag = getattr(consumer, "stop_flag", None)
+        presence.consumer_pid = os.getpid()
+        presence.graceful_signal = getattr(consumer, "_graceful_sig", None)
+        return consumer
 
 
 class _Dequeue:

@@ -9,29 +9,41 @@ or configure a subclass in code: ``Worker = PresenceWorker.configured(url=...)``
 
 Each worker keeps one row per queue it reads: ``queue`` is the RQ queue, ``group``
 ``"rq"`` unless told otherwise, ``consumer`` the worker's name (RQ's ``--name``, a random
-hex name by default: the one ``rq info`` shows) and ``lease_count`` 1 on the queue of the
-job it is running (0 elsewhere). Each job it finishes (succeeded, failed or stopped) is
+hex name by default: the one ``rq info`` shows), ``lease_count`` 1 on the queue of the
+job it is running (0 elsewhere) and ``capacity`` 1 (a worker runs one job at a time, in
+its work horse). Each job it finishes (succeeded, failed or stopped) is
 progress on its queue's row. The beats come from the worker's own loop, at each of RQ's
 own heartbeats: before and after every dequeue poll (idle or not: the blocking dequeue
 waits at most one interval, instead of RQ's default of the worker TTL less 15 s) and,
 while a job runs in the work horse, each time the worker wakes to watch it (at most
 once per interval, and at least once a second: RQ's job monitoring interval is lowered
-to that). A warm shutdown (SIGTERM, Ctrl-C) deregisters the rows at once, when it begins:
-before RQ waits for the running job, for its scheduler and for its pub/sub thread (RQ's
-own shutdown can take up to a minute); the job it still finishes beats nothing. A killed
-worker goes stale after the TTL and expired after twice the TTL.
+to that). A warm shutdown (SIGTERM, Ctrl-C, ``rq``'s shutdown command) marks the rows
+draining at once (written from a thread of its own, the signal handler's moment); they
+keep beating, draining, while the running job finishes, and are deregistered as soon as
+the worker's loop ends: before RQ waits for its scheduler and its pub/sub thread (RQ's
+own teardown can take up to a minute). A killed worker goes stale after the TTL and
+expired after twice the TTL.
+
+A drain request (``registry.request_drain(queue, group, consumer)`` on any of its rows,
+``redis-presence drain``) asks the worker for a warm stop, as RQ's own shutdown command
+does (a SIGINT to itself): it takes no new job, finishes the one it runs, and exits; an RQ
+worker cannot stop reading one of its queues alone, so a request on one row drains them
+all.
 
 With ``--with-scheduler``, the worker's scheduler process (RQ's ``RQScheduler``, which
 enqueues the jobs scheduled with ``enqueue_at`` / ``enqueue_in``) is a consumer too: one
 row per queue whose scheduler lock it holds, group ``"scheduler"``, consumer ``host:pid``
 of the scheduler process, beaten at each of its ticks (each finished tick is progress),
-deregistered when it stops.
+marked draining, then deregistered, when it stops (no capacity; drain requests on its
+rows are not acted on).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import signal
 import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -44,7 +56,7 @@ from rq.worker import Worker
 from redis_presence.registry import RedisPresenceRegistry
 from redis_presence.reporter import PresenceReporter
 
-from ._common import SCHEDULER_GROUP, Settings, host_pid
+from ._common import SCHEDULER_GROUP, DrainCallback, Settings, host_pid
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -52,6 +64,8 @@ __all__ = [
     "PresenceScheduler",
     "PresenceWorker",
 ]
+
+logger = logging.getLogger("redis_presence.integrations.rq")
 
 DEFAULT_GROUP = "rq"
 """The group of a worker's rows unless `PresenceWorker.configured(group=...)` names another."""
@@ -82,7 +96,12 @@ def _settings(
     return checked, url is not None
 
 
-def _reporter(settings: Settings, has_url: bool, connection: Any) -> PresenceReporter:
+def _reporter(
+    settings: Settings,
+    has_url: bool,
+    connection: Any,
+    on_drain_requested: DrainCallback | None = None,
+) -> PresenceReporter:
     """A reporter on `settings.url`, or on a new client of `connection`'s server."""
     if has_url:
         registry = RedisPresenceRegistry.from_url(settings.url, prefix=settings.prefix)
@@ -95,7 +114,12 @@ def _reporter(settings: Settings, has_url: bool, connection: Any) -> PresenceRep
         )
         registry = RedisPresenceRegistry(client, prefix=settings.prefix)
     # A work horse (forked per job) never beats, so its copy never starts a flusher thread.
-    return PresenceReporter(registry, settings.interval_ms, deregister_on_close=True)
+    return PresenceReporter(
+        registry,
+        settings.interval_ms,
+        deregister_on_close=True,
+        on_drain_requested=on_drain_requested,
+    )
 
 
 def _close(reporter: PresenceReporter | None) -> None:
@@ -151,7 +175,9 @@ class PresenceWorker(Worker):
         self._presence_settings, self._presence_has_url = settings, has_url
         self._presence_group = settings.group or DEFAULT_GROUP
         self._presence_reporter: PresenceReporter | None = None
-        self._presence_leaving: threading.Thread | None = None
+        self._presence_announcing: threading.Thread | None = None
+        self._presence_draining = False
+        self._presence_drain_asked = False
         self._presence_job_queue: str | None = None
         super().__init__(*args, **kwargs)
         # While a job runs, the worker wakes every job_monitoring_interval seconds (a
@@ -173,7 +199,10 @@ class PresenceWorker(Worker):
         """The worker starts its loop: open the reporter (it beats at the first poll)."""
         if self._presence_reporter is None:
             self._presence_reporter = _reporter(
-                self._presence_settings, self._presence_has_url, self.connection
+                self._presence_settings,
+                self._presence_has_url,
+                self.connection,
+                self._presence_drain_requested,
             )
         super().bootstrap(logging_level, date_format, log_format)
 
@@ -196,21 +225,43 @@ class PresenceWorker(Worker):
 
     def handle_warm_shutdown_request(self) -> None:
         """SIGTERM or Ctrl-C (in RQ's signal handler): the warm shutdown begins, and the
-        rows are deregistered now, before RQ waits for the running job, the scheduler and
-        its pub/sub thread; the job the worker still finishes beats nothing."""
+        rows say draining from now on (written at once); they stay, with the running job's
+        lease, until the worker's loop ends."""
         super().handle_warm_shutdown_request()  # type: ignore[no-untyped-call]
-        if self.is_horse:
+        if self.is_horse or self._presence_draining:
             return
-        reporter, self._presence_reporter = self._presence_reporter, None
-        if reporter is not None:
+        self._presence_draining = True
+        if self._presence_reporter is not None:
             # A signal handler may interrupt the main thread inside the reporter (a beat
-            # holds its lock): the deregistration runs in a thread of its own, at once,
-            # and teardown waits for it.
-            leaving = threading.Thread(
-                target=_close, args=(reporter,), name="redis-presence-rq-leave", daemon=True
+            # holds its lock): the draining beat is written by a thread of its own, at
+            # once, and teardown waits for it.
+            announcing = threading.Thread(
+                target=self._presence_announce, name="redis-presence-rq-draining", daemon=True
             )
-            self._presence_leaving = leaving
-            leaving.start()
+            self._presence_announcing = announcing
+            announcing.start()
+
+    def _presence_announce(self) -> None:
+        """Beat every row with ``draining=True`` and write it now."""
+        reporter = self._presence_reporter
+        self._presence_beat()
+        if reporter is not None:
+            try:
+                reporter.flush()
+            except Exception:  # retried by the next flush, or the last one at close
+                logger.exception("redis-presence could not write that the worker is draining")
+
+    def _presence_drain_requested(self, queue: str, group: str, consumer: str) -> None:
+        """The reporter's thread: a drain of one of this worker's rows was requested. Ask
+        for a warm stop once, as RQ's shutdown command does (SIGINT to this process; RQ
+        takes a second one as a cold stop, hence once)."""
+        if group != self._presence_group or consumer != self.name:
+            return
+        if self._presence_drain_asked or self._presence_draining:
+            return
+        self._presence_drain_asked = True
+        logger.info("redis-presence: drain of %s requested: warm stop after the current job", queue)
+        os.kill(os.getpid(), signal.SIGINT)
 
     def subscribe(self) -> None:
         """RQ's own ``subscribe`` (rq 3.0), with its pub/sub thread reading for at most
@@ -226,14 +277,14 @@ class PresenceWorker(Worker):
         )
 
     def teardown(self) -> None:
-        """The loop ended: the rows are deregistered (if the warm shutdown's signal has
-        not done it already) before RQ's own teardown, which may wait."""
+        """The loop ended: the rows are deregistered (after the draining beat, if a warm
+        shutdown wrote one) before RQ's own teardown, which may wait."""
         if not self.is_horse:
+            announcing, self._presence_announcing = self._presence_announcing, None
+            if announcing is not None:
+                announcing.join()
             reporter, self._presence_reporter = self._presence_reporter, None
             _close(reporter)
-            leaving, self._presence_leaving = self._presence_leaving, None
-            if leaving is not None:
-                leaving.join()
         super().teardown()  # type: ignore[no-untyped-call]
 
     def _presence_beat(self, *, progressed: str | None = None) -> None:
@@ -244,7 +295,13 @@ class PresenceWorker(Worker):
         for name in self.queue_names():
             lease = 1 if name == current else 0
             reporter.beat(
-                name, self._presence_group, self.name, lease, progressed=name == progressed
+                name,
+                self._presence_group,
+                self.name,
+                lease,
+                progressed=name == progressed,
+                capacity=1,
+                draining=self._presence_draining,
             )
 
     def _start_scheduler(
@@ -315,7 +372,16 @@ class PresenceScheduler(RQScheduler):
         self._presence_beat(progressed=True)
 
     def stop(self) -> None:
-        """The scheduler stops (the worker's warm shutdown): deregister its rows."""
+        """The scheduler stops (the worker's warm shutdown; called from its loop): its rows
+        say draining (written at once), then are deregistered."""
+        reporter = self._presence_reporter
+        if reporter is not None:
+            for name in sorted(self._presence_queues):
+                reporter.beat(name, SCHEDULER_GROUP, self._presence_consumer, draining=True)
+            try:
+                reporter.flush()
+            except Exception:  # the deregistration is written all the same
+                logger.exception("redis-presence could not write that the scheduler drains")
         super().stop()  # type: ignore[no-untyped-call]
         reporter, self._presence_reporter = self._presence_reporter, None
         _close(reporter)

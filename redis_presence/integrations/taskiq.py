@@ -10,8 +10,10 @@ Each worker process keeps one row per queue its broker reads: ``queue`` is the b
 ``queue_name`` (and, for taskiq-redis's ``RedisStreamBroker``, each of its
 ``additional_streams``), ``group`` the stream broker's consumer group, else ``"taskiq"``
 (``group=`` sets one for every row), ``consumer`` the stream broker's consumer name (the
-one ``XINFO CONSUMERS`` shows), else ``host:pid``, and ``lease_count`` the tasks the
-process is running. Each task it finishes (succeeded or failed) is progress.
+one ``XINFO CONSUMERS`` shows), else ``host:pid``, ``lease_count`` the tasks the
+process is running and ``capacity`` how many it runs at once (``--max-async-tasks``, its
+jitter included; none when unlimited). Each task it finishes (succeeded or failed) is
+progress.
 
 A middleware only sees messages, so at the worker's startup it wraps this broker's
 ``listen()``: each message beats, and while the worker's prefetcher waits in it for the
@@ -21,6 +23,15 @@ a worker whose event loop is blocked goes stale. The wrapper reads nothing ahead
 shutdown (after its running tasks) every row is deregistered; a killed worker process
 goes stale after the TTL and expired after twice the TTL. Processes that only send tasks
 (``broker.startup()`` in a web application) never connect.
+
+Taskiq gives a middleware neither the worker's limit nor its shutdown: at startup the
+middleware finds them on the ``Receiver`` that starts the broker (its caller: the
+semaphore's limit and the ``finish_event`` that SIGTERM/SIGINT set). A warm shutdown then
+marks every row draining at once (the event is set: the prefetcher stops, the running
+tasks finish), before the rows leave. A drain request
+(``registry.request_drain(queue, group, consumer)``) sets that same event: the worker
+process takes no new task, finishes its running ones, deregisters and exits, and
+``taskiq worker``'s process manager starts a new process in its place (a new consumer).
 
 A worker whose broker's blocking read outlasts its client's ``socket_timeout`` (redis-py's
 default is 5 s; ``ListQueueBroker``'s ``BRPOP`` never times out, the stream brokers'
@@ -52,7 +63,7 @@ from taskiq import TaskiqMessage, TaskiqMiddleware, TaskiqResult
 from redis_presence.aio import AsyncRedisPresenceRegistry
 from redis_presence.reporter import AsyncPresenceReporter
 
-from ._common import SCHEDULER_GROUP, Settings, host_pid
+from ._common import SCHEDULER_GROUP, Settings, capacity, host_pid
 
 __all__ = ["DEFAULT_GROUP", "SCHEDULER_GROUP", "PresenceMiddleware"]
 
@@ -93,6 +104,10 @@ class PresenceMiddleware(TaskiqMiddleware):
         self._listen: _BeatingListen | None = None  # a worker's; None in a scheduler
         self._scheduler = False
         self._warned = False
+        self._capacity: int | None = None
+        self._draining = False
+        self._finish: asyncio.Event | None = None
+        self._watcher: asyncio.Task[None] | None = None
 
     # -- the worker's life cycle -----------------------------------------------------
 
@@ -113,19 +128,53 @@ class PresenceMiddleware(TaskiqMiddleware):
             )
             self.consumer = _own(broker, "consumer_name") or host_pid()
             self._listen = broker.listen = _BeatingListen(broker.listen, self.beat)
+            self._capacity, self._finish = _receiver_context()
         elif getattr(broker, "is_scheduler_process", False):
             self.group, self.consumer = SCHEDULER_GROUP, host_pid()
             self._scheduler = True
         else:
             return
-        self._reporter = self._settings.async_reporter()
-        self._ticker = asyncio.get_running_loop().create_task(
-            self._tick(), name="redis-presence-taskiq"
-        )
+        self._draining = False
+        self._reporter = self._settings.async_reporter(self._drain_requested)
+        loop = asyncio.get_running_loop()
+        self._ticker = loop.create_task(self._tick(), name="redis-presence-taskiq")
+        if self._finish is not None:
+            self._watcher = loop.create_task(
+                self._watch_finish(self._finish), name="redis-presence-taskiq-draining"
+            )
         self.beat()
+
+    async def _watch_finish(self, finish: asyncio.Event) -> None:
+        """The worker's shutdown begins (its finish event is set): every row says draining,
+        written at once."""
+        await finish.wait()
+        self._draining = True
+        self.beat()
+        reporter = self._reporter
+        if reporter is not None:
+            try:
+                await reporter.flush()
+            except Exception:  # retried by the next flush
+                logger.exception("redis-presence could not write that the worker is draining")
+
+    def _drain_requested(self, queue: str, group: str, consumer: str) -> None:
+        """A drain of this worker was requested (in its event loop): stop it as its warm
+        shutdown does, by setting the receiver's finish event."""
+        if group != self.group or consumer != self.consumer or self._finish is None:
+            return
+        if not self._finish.is_set():
+            logger.info("redis-presence: drain of %s requested: the worker stops", queue)
+            self._finish.set()
 
     async def shutdown(self) -> None:
         """The worker is done (its running tasks too): deregister every row and close."""
+        watcher, self._watcher = self._watcher, None
+        finish = self._finish
+        if watcher is not None and not (finish is not None and finish.is_set()):
+            watcher.cancel()  # no shutdown began through the event: nothing to say
+        if watcher is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher  # "draining" is written before the rows leave
         reporter, self._reporter = self._reporter, None
         ticker, self._ticker = self._ticker, None
         if ticker is not None:
@@ -180,7 +229,15 @@ class PresenceMiddleware(TaskiqMiddleware):
             return
         for queue in self._queues:
             leases = max(0, self._running[queue])
-            reporter.beat(queue, self.group, self.consumer, leases, progressed=queue == progressed)
+            reporter.beat(
+                queue,
+                self.group,
+                self.consumer,
+                leases,
+                progressed=queue == progressed,
+                capacity=self._capacity,
+                draining=self._draining if not self._scheduler else None,
+            )
 
 
 def _restart_risk(broker: Any) -> str | None:
@@ -241,6 +298,24 @@ def _socket_timeout_s(broker: Any) -> float | None:
             value = kwargs.get("socket_timeout", default)
             return None if value is None else float(value)
     return None if default is None else float(default)
+
+
+def _receiver_context() -> tuple[int | None, asyncio.Event | None]:
+    """The limit of simultaneous tasks (None: unlimited) and the finish event of the
+    taskiq ``Receiver`` whose ``listen`` starts the broker: the caller of this startup."""
+    from taskiq.receiver import Receiver  # noqa: PLC0415
+
+    frame = inspect.currentframe()
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if frame.f_code.co_name == "listen" and isinstance(owner, Receiver):
+            semaphore = owner.sem
+            # At startup no task holds the semaphore: its value is its limit.
+            limit = None if semaphore is None else capacity(semaphore._value)
+            finish = frame.f_locals.get("finish_event")
+            return limit, finish if isinstance(finish, asyncio.Event) else None
+        frame = frame.f_back
+    return None, None
 
 
 def _own(broker: Any, attribute: str) -> str | None:

@@ -42,6 +42,7 @@ from .caches import BeatCache, SettingsCache
 from .changes import ChangePlans
 from .core import Scope, TtlSource
 from .declared import DeclaredPlans
+from .groups import GroupPlans
 from .index import IndexPlans
 from .limits import (
     MAX_BEATS_PER_CALL,
@@ -99,13 +100,14 @@ class Planner:
     about how many entries each queue's event log keeps; `max_future_ms` is the clock guard
     (a beat whose explicit ``now_ns`` is further ahead of the server clock is refused with
     `PresenceClockError`; None: no guard); `clock` (monotonic nanoseconds) times how long a
-    shared TTL read from Redis is trusted.
+    shared TTL read from Redis is trusted; `instance` is the instance token its beats
+    carry (None: this process's, `redis_presence.beats.process_instance`).
 
     A thin facade over its parts, each with one job: its `scope` (what never changes), the
     two caches its plans share (`settings_cache`, `beat_cache`), and a job object per module
     (`index_plans`, `settings_plans`, `write_plans`, `read_plans`, `declared_plans`,
-    `change_plans`). Each public plan is its job's own method (its signature and docstring
-    written there once), bound here when the planner is built.
+    `group_plans`, `change_plans`). Each public plan is its job's own method (its signature
+    and docstring written there once), bound here when the planner is built.
     """
 
     def __init__(
@@ -118,6 +120,7 @@ class Planner:
         events_kept: int = DEFAULT_EVENTS_KEPT,
         max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
         clock: Callable[[], int] = time.monotonic_ns,
+        instance: str | None = None,
     ) -> None:
         scope = self.scope = Scope(
             prefix,
@@ -127,6 +130,7 @@ class Planner:
             events_kept=events_kept,
             max_future_ms=max_future_ms,
             clock=clock,
+            instance=instance,
         )
         cache = self.settings_cache = SettingsCache(scope.keys, clock)
         beats = self.beat_cache = BeatCache()
@@ -134,12 +138,14 @@ class Planner:
         settings = self.settings_plans = SettingsPlans(scope, cache, beats)
         writes = self.write_plans = WritePlans(scope, cache, beats, settings, index)
         reads = self.read_plans = ReadPlans(scope, cache, settings, index)
-        declared = self.declared_plans = DeclaredPlans(scope, cache, settings, index, reads)
+        declared = self.declared_plans = DeclaredPlans(scope, cache)
+        summary = self.group_plans = GroupPlans(scope, cache, declared, settings, index, reads)
         changes = self.change_plans = ChangePlans(scope, cache, settings, index, reads)
         # The public plans, each its job's own method.
         self.heartbeat = writes.heartbeat
         self.heartbeat_many = writes.heartbeat_many
         self.heartbeat_delayed = writes.heartbeat_delayed
+        self.request_drain = writes.request_drain
         self.deregister = writes.deregister
         self.describe = writes.describe
         self.describe_many = writes.describe_many
@@ -166,11 +172,11 @@ class Planner:
         self.unexpect = declared.unexpect
         self.expected = declared.expected
         self.min_active = declared.min_active
-        self.groups = declared.groups
-        self.group = declared.group
-        self.group_page = declared.group_page
-        self.group_names = declared.group_names
-        self.group_order = declared.group_order
+        self.groups = summary.groups
+        self.group = summary.group
+        self.group_page = summary.group_page
+        self.group_names = summary.group_names
+        self.group_order = summary.group_order
         self.changes = changes.changes
         self.check_cursor = changes.check_cursor
         self.vanished_groups = changes.vanished_groups

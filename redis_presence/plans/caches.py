@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import PresenceDataError, PresenceError
-from ..keys import GroupKeys, Keyspace
+from ..keys import GroupKeys, Keyspace, protocol_mode
 from ..model import NS_PER_MS
 from .core import Setting, Spoilt, _check_protocol, _stored_ttl
 from .limits import MAX_CACHED_GROUPS, MAX_GROUPS_PER_CALL, TTL_CACHE_MS
@@ -82,7 +82,16 @@ class SettingsCache:
     and `take` keeps the replies. Shared by its planner's plans across threads and tasks:
     the module's rule."""
 
-    __slots__ = ("_apart", "_claimed", "_clock", "_keys", "_protocol_at", "_stucks", "_ttls")
+    __slots__ = (
+        "_apart",
+        "_claimed",
+        "_clock",
+        "_keys",
+        "_mode",
+        "_protocol_at",
+        "_stucks",
+        "_ttls",
+    )
 
     def __init__(self, keys: Keyspace, clock: Callable[[], int]) -> None:
         self._keys = keys
@@ -93,6 +102,7 @@ class SettingsCache:
         self._stucks: dict[str | None, Entry] = {}
         # When this planner last checked ``P:protocol`` (monotonic ns; None: never).
         self._protocol_at: int | None = None
+        self._mode = "2"  # the mode ``P:protocol`` put the prefix in when last read
         self._claimed = False  # whether a beat of this planner claimed it (SET NX)
         self._apart = False  # whether MGET or EXISTS was refused: a GET a key instead
 
@@ -202,8 +212,7 @@ class SettingsCache:
                     continue  # a setting's key of another type: Spoilt, below
                 raise reply
         if asks.protocol:
-            _check_protocol(self._keys.protocol, replies[0])
-            self._protocol_at = read_at
+            self._took_protocol(replies[0], read_at)
         for (kind, member, key), reply in zip(asks.asks, replies[skip:], strict=True):
             if only is None or member is None or member in only:
                 cache = self._ttls if kind == "ttl" else self._stucks
@@ -229,8 +238,21 @@ class SettingsCache:
     def protocol_took(self, replies: Sequence[Any]) -> None:
         """Check the replies to `protocol_asks` (none: nothing was asked)."""
         if replies:
-            _check_protocol(self._keys.protocol, replies[0])
-            self._protocol_at = self._clock()
+            self._took_protocol(replies[0], self._clock())
+
+    def _took_protocol(self, reply: Any, read_at: int) -> None:
+        """Check ``P:protocol`` as read at `read_at`, and keep the mode it says."""
+        _check_protocol(self._keys.protocol, reply)
+        text = reply.decode() if isinstance(reply, bytes) else reply
+        self._mode = protocol_mode(text)
+        self._protocol_at = read_at
+
+    @property
+    def mode(self) -> str:
+        """The prefix's mode (``"1"`` or ``"2"``, `redis_presence.keys.protocol_mode`) as this
+        planner last read ``P:protocol`` (``"2"`` before it read it): what a cluster's
+        scripts, which cannot read it, are told."""
+        return self._mode
 
     def protocol_checked(self) -> Plan[None]:
         """Refuse a prefix of another protocol version, read when this planner has not read

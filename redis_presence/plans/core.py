@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any, NamedTuple, TypeVar
 
+from ..beats import TOKEN
 from ..errors import (
     PresenceDataError,
     PresenceDataWarning,
@@ -21,11 +22,11 @@ from ..errors import (
     refusal,
 )
 from ..events import DEFAULT_EVENTS_KEPT, PresenceEvent
-from ..keys import PROTOCOL_VERSION, GroupKeys, Keyspace, setting_digits
+from ..keys import PROTOCOL_MODES, PROTOCOL_VERSION, GroupKeys, Keyspace, setting_digits
 from ..model import DEFAULT_MAX_FUTURE_MS, Skipped
 from ..replies import server_now_ns
 from ..scripts import script
-from ..validation import check_max_future_ms, check_ttl_ms
+from ..validation import check_instance, check_max_future_ms, check_ttl_ms
 from .limits import Limits
 from .requests import Command, Plan, ScriptCall
 
@@ -125,10 +126,10 @@ def _quoted(text: str) -> str:
 
 
 def _check_protocol(key: str, reply: Any) -> None:
-    """Refuse a prefix whose ``P:protocol`` names another version (none yet is fine: a
-    reader of a prefix no writer of this release claimed), in the words the scripts use
-    (``check_protocol`` in lua/lib.lua)."""
-    if reply is not None and _text(reply) != PROTOCOL_VERSION:
+    """Refuse a prefix whose ``P:protocol`` names a version other than PROTOCOL_MODES (none
+    yet is fine: a reader of a prefix no writer claimed; ``"1"`` is a prefix in mode 1), in
+    the words the scripts use (``check_protocol`` in lua/lib.lua)."""
+    if reply is not None and _text(reply) not in PROTOCOL_MODES:
         raise PresenceProtocolError(
             f"{key} says this prefix was written by protocol version "
             f"{_quoted(_text(reply)[:40])}; this package speaks version {PROTOCOL_VERSION} "
@@ -153,13 +154,15 @@ class Scope:
     """What every job of one planner shares and never changes: its keys (`Keyspace`), whether
     it plans for a cluster, whether it refuses writes, its `Limits`, how many events each log
     keeps, the clock guard and the clock (`Planner` documents them); and the steps every job
-    takes with them. Set once when built, so shared by every plan on any thread or task."""
+    takes with them, and the instance token its beats carry. Set once when built, so shared
+    by every plan on any thread or task."""
 
     __slots__ = (
         "clock",
         "clustered",
         "events_kept",
         "guard",
+        "instance",
         "keys",
         "limits",
         "max_future_ms",
@@ -176,6 +179,7 @@ class Scope:
         events_kept: int = DEFAULT_EVENTS_KEPT,
         max_future_ms: int | None = DEFAULT_MAX_FUTURE_MS,
         clock: Callable[[], int] = time.monotonic_ns,
+        instance: str | None = None,
     ) -> None:
         if not isinstance(read_only, bool):
             raise TypeError(f"read_only must be a bool, got {type(read_only).__name__}")
@@ -193,11 +197,25 @@ class Scope:
         """The clock guard as the scripts take it ('': none)."""
         self.clock = clock
         """Monotonic nanoseconds: how long what a planner read is trusted."""
+        self.instance = None if instance is None else check_instance(instance)
+        """The instance token every beat carries; None: this process's (`token`)."""
 
     @property
     def prefix(self) -> str:
         """The key prefix; planners with different prefixes never touch each other's keys."""
         return self.keys.prefix
+
+    def token(self) -> str:
+        """The instance token of a beat now: `instance`, else `process_instance` (drawn
+        again after a fork, so a registry a forked worker inherits beats as another)."""
+        return self.tokens[0]
+
+    @property
+    def tokens(self) -> list[str]:
+        """A list whose only item is `token` now (the hot path reads ``tokens[0]``): for no
+        given `instance`, the process's own (`redis_presence.beats.TOKEN`, refilled in a
+        forked child)."""
+        return [self.instance] if self.instance else TOKEN
 
     def writable(self, operation: str) -> None:
         """Refuse `operation` (a write) when this scope is read-only."""
@@ -218,11 +236,13 @@ class Scope:
         """The KEYS of a script: each group's sorted set, hash, index mark, event log and
         hash of metadata (``group_keys(g)`` and ``meta_key(g)`` in lua/lib.lua); then, on a
         standalone server only, the index of groups, the index of event logs, the epoch
-        marker and the protocol version, which the script checks before it writes; a script
-        runs on a cluster iff it gets no index (``INDEX`` in lua/lib.lua)."""
+        marker, the protocol version (which the script checks before it writes, and whose
+        mode it writes in) and the fleet indexes ``P:newest`` and ``P:oldest``; a script runs
+        on a cluster iff it gets no index (``INDEX`` in lua/lib.lua: ``#KEYS % 5 == 1``)."""
         keys = [k for gk in groups for k in (gk.hb, gk.data, gk.mark, gk.events, gk.meta)]
         if not self.clustered:
-            keys += (self.keys.groups, self.keys.events, self.keys.epoch, self.keys.protocol)
+            k = self.keys
+            keys += (k.groups, k.events, k.epoch, k.protocol, k.newest, k.oldest)
         return keys
 
     def now(self, now_ns: int | None) -> Plan[int]:

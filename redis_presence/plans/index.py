@@ -9,7 +9,7 @@ import secrets
 from collections.abc import Sequence
 from itertools import groupby
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import PresenceDataError, PresenceError
 from ..keys import PROTOCOL_VERSION, GroupKeys
@@ -17,6 +17,34 @@ from ..model import Skipped
 from .caches import SettingsCache
 from .core import Job, Scope, _check_protocol, _text
 from .requests import Command, Partial, Plan, Request
+
+
+class Migrated(int):
+    """What `migrate` returns: how many groups of the 0.1 index it moved (an int, as
+    before), with `seeded` (groups whose newest and oldest beats it wrote into the fleet
+    indexes) and `was` (``P:protocol`` before it ran; None: none)."""
+
+    seeded: int
+    was: str | None
+
+    def __new__(cls, moved: int = 0, *, seeded: int = 0, was: str | None = None) -> Migrated:
+        migrated = super().__new__(cls, moved)
+        migrated.seeded = seeded
+        migrated.was = was
+        return migrated
+
+
+def _score(reply: Any) -> int | None:
+    """The score of a ``ZRANGE i i WITHSCORES`` reply (flat, or RESP3 pairs): None when
+    empty or an error."""
+    if isinstance(reply, PresenceError) or not reply:
+        return None
+    first = reply[0]
+    return int(float(first[1] if isinstance(first, list | tuple) else reply[1]))
+
+
+RANK_OVERLAP = 10
+"""How many members each page of `IndexPlans.every_group` reads again of the page before."""
 
 
 class IndexPlans(Job):
@@ -147,18 +175,89 @@ class IndexPlans(Job):
             return [groups]
         return [list(part) for _, part in groupby(groups, key=attrgetter("queue"))]
 
-    def migrate(self) -> Plan[int]:
-        """List in ``P:groups`` every group of the index of release 0.1 (``P:index``), a page
-        at a time, and empty that index; returns how many groups it moved. Safe to run while
-        brokers beat, and again at any time (it moves only what is left)."""
+    def migrate(self) -> Plan[Migrated]:
+        """Bring a prefix to this protocol version: list in ``P:groups`` every group of the
+        index of release 0.1 (``P:index``), a page at a time, and empty that index; then set
+        ``P:protocol`` to PROTOCOL_VERSION (a prefix in mode 1 leaves it: run it once every
+        client speaks version 2) and, on a standalone server, seed the fleet indexes
+        (``P:newest``, ``P:oldest``) from each indexed group's newest and oldest beat, a
+        page of groups at a time. Returns how many groups it moved (`Migrated`). Safe to
+        run while brokers beat, and again at any time (it moves only what is left, and
+        seeding again changes nothing a beat wrote since: ``ZADD GT`` / ``LT``)."""
         self.scope.writable("migrate")
         return self._migrate()
 
-    def _migrate(self) -> Plan[int]:
+    def _migrate(self) -> Plan[Migrated]:
         # It moves groups into this version's index: the version is read first, always
         # (several commands, not one script: not atomic with the moves).
         (version,) = yield [Command("GET", (self.keys.protocol,))]
         _check_protocol(self.keys.protocol, version)
+        was = None if version is None else _text(version)
+        moved = yield from self._move_legacy()
+        if was != PROTOCOL_VERSION:
+            yield [Command("SET", (self.keys.protocol, PROTOCOL_VERSION))]
+            self._cache.protocol_took([PROTOCOL_VERSION.encode()])
+            self._cache.claim()
+        seeded = 0 if self.clustered else (yield from self._seed_fleet())
+        return Migrated(moved, seeded=seeded, was=was)
+
+    def _seed_fleet(self) -> Plan[int]:
+        """``ZADD P:newest GT`` and ``ZADD P:oldest LT`` every indexed group's newest and
+        oldest beat (whole µs), a page of the index at a time; returns how many groups."""
+        seeded = 0
+        after: Any = None
+        page = self.limits.groups
+        while True:
+            low = (
+                "-"
+                if after is None
+                else (b"(" + after if isinstance(after, bytes) else f"({after}")
+            )
+            (members,) = yield [
+                Command("ZRANGEBYLEX", (self.keys.groups, low, "+", "LIMIT", 0, page))
+            ]
+            if not members:
+                return seeded
+            groups = []
+            for member in members:
+                try:
+                    groups.append(self.keys.from_member(member))
+                except PresenceDataError:
+                    continue  # not a member this package wrote: nothing to seed
+            ends = (
+                (
+                    yield Partial(
+                        [
+                            Command("ZRANGE", (gk.hb, index, index, "WITHSCORES"))
+                            for gk in groups
+                            for index in (-1, 0)
+                        ]
+                    )
+                )
+                if groups
+                else []
+            )
+            newest: list[Any] = []
+            oldest: list[Any] = []
+            for i, gk in enumerate(groups):
+                high, low_end = _score(ends[2 * i]), _score(ends[2 * i + 1])
+                if high is None or low_end is None:
+                    continue  # an emptied group (or a key of another type): nothing to seed
+                newest += (high, gk.member)
+                oldest += (low_end, gk.member)
+                seeded += 1
+            batch: list[Request] = []
+            if newest:
+                batch.append(Command("ZADD", (self.keys.newest, "GT", *newest)))
+                batch.append(Command("ZADD", (self.keys.oldest, "LT", *oldest)))
+            if batch:
+                yield batch
+            if len(members) < page:
+                return seeded
+            after = members[-1]
+
+    def _move_legacy(self) -> Plan[int]:
+        """The 0.1 index's groups moved into ``P:groups``; returns how many."""
         moved = 0
         legacy = self.keys.legacy_index
         while True:
@@ -175,3 +274,96 @@ class IndexPlans(Job):
                 yield [Command("ZADD", (self.keys.groups, *listed))]
             yield [Command("SREM", (legacy, *members))]
             moved += len(listed) // 2
+
+    def fleet_indexes(self) -> Plan[FleetIndexes]:
+        """Whether a reader may pick groups from ``P:newest`` and ``P:oldest`` (standalone,
+        a prefix that says ``"2"``: no version-1 writer is left to skip them), and whether
+        each holds as many groups as the index (a group missing from one, as between
+        `migrate`'s ``SET`` and its seeding, makes its fleet-wide ranges incomplete). One
+        round trip: ``GET P:protocol`` (another version is refused) and three ``ZCARD``."""
+        if self.clustered:
+            return FleetIndexes(False, False, False)
+        version, listed, newest, oldest = yield [
+            Command("GET", (self.keys.protocol,)),
+            Command("ZCARD", (self.keys.groups,)),
+            Command("ZCARD", (self.keys.newest,)),
+            Command("ZCARD", (self.keys.oldest,)),
+        ]
+        _check_protocol(self.keys.protocol, version)
+        if version is None or _text(version) != PROTOCOL_VERSION:
+            return FleetIndexes(False, False, False)
+        return FleetIndexes(True, int(newest) >= int(listed), int(oldest) >= int(listed))
+
+    def index_scores(self, key: str, groups: Sequence[GroupKeys]) -> Plan[list[float | None]]:
+        """Each group's score in the fleet index `key` (None: not there): a ``ZMSCORE`` of
+        `Limits.groups` members at a time, all in one round trip."""
+        if not groups:
+            return []
+        page = self.limits.groups
+        replies = yield [
+            Command("ZMSCORE", (key, *(gk.member for gk in groups[i : i + page])))
+            for i in range(0, len(groups), page)
+        ]
+        return [None if s is None else float(s) for scores in replies for s in scores]
+
+    def every_group(self, skipped: list[Skipped]) -> Plan[list[GroupKeys]]:
+        """Every indexed group, in the index's order, in two round trips for any size:
+        ``ZCARD``, then pages of `Limits.groups` members by rank (``ZRANGE``), each
+        starting RANK_OVERLAP members before the last one ended, all sent at once (and more
+        pages while the last is full). The pages are not one snapshot: up to RANK_OVERLAP
+        groups that leave the index between two of them shift none out of sight; a group
+        added meanwhile may be missed, as by a read just before it came. A member this
+        package did not write is set aside in `skipped`."""
+        page = self.limits.groups
+        stride = max(1, page - RANK_OVERLAP)
+        (size,) = yield [Command("ZCARD", (self.keys.groups,))]
+        members: dict[Any, None] = {}
+        start = 0
+        while True:
+            starts = list(range(start, max(int(size), start + 1), stride))
+            replies = yield [
+                Command("ZRANGE", (self.keys.groups, first, first + page - 1)) for first in starts
+            ]
+            for reply in replies:
+                members.update(dict.fromkeys(reply))
+            if len(replies[-1]) < page:
+                break
+            start = size = starts[-1] + stride
+        found = []
+        for member in sorted(members, key=_text):
+            try:
+                found.append(self.keys.from_member(member))
+            except PresenceDataError as error:
+                skipped.append(Skipped(_text(member), str(error)))
+        return found
+
+    def scored_at_most(
+        self, key: str, bound_us: int, skipped: list[Skipped]
+    ) -> Plan[list[GroupKeys]]:
+        """Every group of the fleet index `key` scored at most `bound_us`, lowest first
+        (``ZRANGEBYSCORE``, `Limits.groups` a command, all read before the caller acts on
+        any); a member this package did not write is set aside in `skipped`."""
+        found: list[GroupKeys] = []
+        page = self.limits.groups
+        offset = 0
+        while True:
+            (members,) = yield [
+                Command("ZRANGEBYSCORE", (key, "-inf", bound_us, "LIMIT", offset, page))
+            ]
+            for member in members:
+                try:
+                    found.append(self.keys.from_member(member))
+                except PresenceDataError as error:
+                    skipped.append(Skipped(_text(member), str(error)))
+            if len(members) < page:
+                return found
+            offset += page
+
+
+class FleetIndexes(NamedTuple):
+    """What `IndexPlans.fleet_indexes` found: whether ``P:newest`` and ``P:oldest`` are kept
+    (`kept`), and whether each holds every indexed group."""
+
+    kept: bool
+    newest_complete: bool
+    oldest_complete: bool

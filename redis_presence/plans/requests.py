@@ -73,9 +73,11 @@ class Single(Generator[list[Request], list[Any], T]):
     `then(reply)` as the result, which saves running a generator (and building the
     `ScriptCall`) on the hottest path of all. `head` is what every such call of a group
     shares, the same tuple from call to call while the planner keeps it ready, so an
-    executor may prepare it once for all of them; `rest` is what this call adds."""
+    executor may prepare it once for all of them; `rest` is what this call adds, and `tail`
+    what follows it that many calls share too (the same tuple, so an executor may prepare
+    it once as well: a plain beat's capacity, draining and instance token)."""
 
-    __slots__ = ("_sent", "head", "rest", "script", "then")
+    __slots__ = ("_sent", "head", "rest", "script", "tail", "then")
 
     def __init__(
         self,
@@ -83,17 +85,19 @@ class Single(Generator[list[Request], list[Any], T]):
         head: tuple[Any, ...],
         rest: tuple[Any, ...],
         then: Callable[[Any], T],
+        tail: tuple[Any, ...] = (),
     ) -> None:
         self.script = script
         self.head = head
         self.rest = rest
         self.then = then
+        self.tail = tail
         self._sent = False
 
     @property
     def args(self) -> tuple[Any, ...]:
         """The whole command, from ``EVALSHA`` on."""
-        return self.head + self.rest
+        return self.head + self.rest + self.tail
 
     @property
     def call(self) -> ScriptCall:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from prometheus_client import exposition
-from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -28,14 +27,12 @@ from redis_presence import ConsumerPresence
 from redis_presence.errors import (
     PresenceError,
     PresencePoolExhausted,
-    PresenceResyncRequired,
 )
-from redis_presence.events import EventKind
 
-from . import feed as live_events
-from . import fleet_events, history, metrics, paging, params, rollups, sorting
+from . import drain, history, metrics, paging, params, rollups, sorting
 from .asgi import AccessLog, PrefixRoute
 from .auth import TokenAuth, check_token
+from .event_routes import EventViews
 from .guard import CatchAll
 from .params import BadRequest
 from .readings import NO_META_ERRORS, GroupStats, TtlInUse
@@ -47,7 +44,9 @@ from .service import (
     NotFound,
     RegistryFactory,
     WebConfig,
+    _json,
     _json_view,
+    _page,
     _Service,
     _status_of,
 )
@@ -58,8 +57,6 @@ GROUP_API = "/api/v1/groups/"
 CONSUMER_API = "/api/v1/consumers/"
 NO_GROUP = "queue {queue!r} has no tracked or declared group {group!r}"
 NEEDS_BOTH = "a group page needs queue= and group="
-SSE_PING_S = 15
-SSE_RETRY_MS = 2000
 
 
 # -- formatting -------------------------------------------------------------------------
@@ -132,17 +129,6 @@ def _no_group(queue: str, group: str, *, page: bool) -> NotFound:
     return NotFound(NO_GROUP.format(queue=queue, group=group), link)
 
 
-def _json(model: dict[str, Any]) -> Response:
-    return JSONResponse(model, headers={"Cache-Control": "no-store", "Vary": "Accept"})
-
-
-def _page(response: Response) -> Response:
-    """A page's headers: its JSON twin lives at the same URL."""
-    response.headers["Vary"] = "Accept"
-    response.headers["Cache-Control"] = "no-store"
-    return response
-
-
 # -- the app ----------------------------------------------------------------------------
 
 
@@ -155,20 +141,27 @@ def create_app(
     """The ASGI app for `config`. `registry_factory` replaces `config.open_registry` (it is
     called inside the app's event loop); `clock` replaces the Redis server's clock (tests)."""
     service = _Service(config, registry_factory, clock)
-    views = Views(service)
+    drain_token = None
+    if config.drain_token is not None:  # now, not at the first request
+        drain_token = drain.check_drain_token(
+            config.drain_token, auth_token=config.auth_token, read_only=config.read_only
+        )
+    views = Views(service, drain_token)
+    events = EventViews(service)
     routes = [
         Route("/", views.overview, name="overview"),
         Route("/group", views.group_page, name="group"),
         Route("/consumers", views.consumers_page, name="consumers"),
         Route("/consumer", views.consumer_page, name="consumer"),
         Route("/hosts", views.hosts_page, name="hosts"),
-        Route("/events", views.events_page, name="events"),
+        Route("/events", events.events_page, name="events"),
         Route("/api/v1/groups", views.api_groups),
         PrefixRoute(GROUP_API, views.api_group),
         Route("/api/v1/consumers", views.api_consumers),
         PrefixRoute(CONSUMER_API, views.api_consumer),
         Route("/api/v1/hosts", views.api_hosts),
-        Route("/api/v1/events", views.api_events),
+        Route("/api/v1/events", events.api_events),
+        Route(drain.DRAIN_PATH, views.api_drain, methods=["POST"]),
         Route("/metrics", views.metrics),
         Route("/healthz", views.healthz),
         Route("/readyz", views.readyz),
@@ -200,9 +193,11 @@ def create_app(
 class Views:
     """The route handlers of one app."""
 
-    def __init__(self, service: _Service) -> None:
+    def __init__(self, service: _Service, drain_token: bytes | None = None) -> None:
         self.service = service
         self.rollups = rollups.SharedRollups()
+        self.drain_token = drain_token
+        """The drain token's bytes (`web.drain`); None: drain requests are off."""
 
     # -- pages
 
@@ -425,6 +420,7 @@ class Views:
             log=view.log,
             timeline=view.timeline,
             stuck_after_ms=stuck_after_ms,
+            drain_offered=self.drain_token is not None,
             live={
                 "view": "consumer",
                 "now_ns": view.log.now_ns,
@@ -486,71 +482,9 @@ class Views:
         }
         return found, model
 
-    async def events_page(self, request: Request) -> Response:
-        """The fleet's events since an instant (15 minutes ago by default) or after a
-        cursor, filtered by queue, group and kind, a page at a time."""
-        params.known(request, "/events")
-        queue, group = _text(request, "queue"), _text(request, "group")
-        try:
-            kinds = fleet_events.parse_kinds(request.query_params.getlist("kind"))
-        except ValueError as exc:
-            raise BadRequest("kind", str(exc)) from None
-        reads = self.service.reads
-        cursor = request.query_params.get("cursor") or None  # checked by its decoding
-        since_text = request.query_params.get("since") or fleet_events.DEFAULT_SINCE
-        since_ns = None
-        if cursor is None:
-            try:
-                since_ns = params.parse_since(since_text[:100], await reads.now_ns())
-            except ValueError as exc:
-                raise BadRequest("since", str(exc)) from None
-            cursor = await reads.cursor_since(since_ns, queue=queue, group=group)
-        elif request.query_params.get("since"):
-            raise BadRequest("since", "since starts a read where a cursor would: send one of them")
-        try:
-            found = await fleet_events.events_page(
-                reads, cursor, queue=queue, group=group, kinds=kinds
-            )
-        except PresenceResyncRequired as exc:
-            start = (
-                "" if since_ns is None else f"the events since {since_text} cannot all be read: "
-            )
-            if _json_view(request):
-                return JSONResponse(
-                    {"error": "resync_required", "message": start + str(exc)},
-                    status_code=410,
-                    headers={"Cache-Control": "no-store"},
-                )
-            raise HTTPException(410, start + str(exc)) from None
-        except (TypeError, ValueError) as exc:
-            raise BadRequest("cursor", params.refused("cursor", exc)) from None
-        model = found.to_dict() | {"since_ns": since_ns}
-        if _json_view(request):
-            return _json(model)
-        service = self.service
-        filters = {
-            "queue": queue or "",
-            "group": group or "",
-            "kinds": sorted(k.value for k in kinds),
-            "since": since_text if since_ns is not None else "",
-        }
-        go_on = [("cursor", found.cursor)] + [
-            (name, value)
-            for name, value in request.query_params.multi_items()
-            if name in ("queue", "group", "kind")
-        ]
-        context = service.context(
-            request,
-            now_ns=found.now_ns,
-            found=found,
-            since_ns=since_ns,
-            derived=fleet_events.DERIVED,
-            kinds=[k.value for k in EventKind],
-            filters=filters,
-            next_query=urlencode(go_on, quote_via=quote),
-            live={},
-        )
-        return _page(service.templates.TemplateResponse(request, "events.html", context))
+    async def api_drain(self, request: Request) -> Response:
+        """``POST /api/v1/drain`` (`web.drain`): only with ``--drain-token``."""
+        return await drain.drain(request, self.service.reads.registry, self.drain_token)
 
     async def api_consumer(self, request: Request) -> Response:
         params.known(request, CONSUMER_API)
@@ -674,95 +608,15 @@ class Views:
             | paging.cursors(page)
         )
 
-    async def api_events(self, request: Request) -> Response:
-        """The events of the registry: a server-sent event stream for ``Accept:
-        text/event-stream``, else one poll (`cursor` None: no events, a cursor from now)."""
-        params.known(request, "/api/v1/events")
-        queue, group = _text(request, "queue"), _text(request, "group")
-        cursor, source = params.event_cursor(request)
-        reads = self.service.reads
-        since_ns = None
-        if "since" in request.query_params:
-            since_ns = params.since(request, await reads.now_ns())
-            if since_ns is not None:
-                cursor = await reads.cursor_since(since_ns, queue=queue, group=group)
-        if "text/event-stream" in request.headers.get("accept", ""):
-            if cursor is not None:  # refused here, a 400, not in the stream
-                try:
-                    await reads.check_cursor(cursor, queue=queue, group=group)
-                except (TypeError, ValueError) as exc:
-                    raise BadRequest(source, params.refused(source, exc)) from None
-                except PresenceError:
-                    pass  # Redis cannot say now: the stream tells its status
-            feed = self.service.live
-            if feed.streams >= feed.max_streams:
-                return JSONResponse(
-                    {
-                        "error": "too_many_streams",
-                        "message": f"this service already serves {feed.max_streams:,} event "
-                        "streams (--max-streams): try again later, or poll /api/v1/events "
-                        "with a cursor",
-                    },
-                    status_code=503,
-                    headers={"Retry-After": str(BUSY_RETRY_AFTER_S), "Cache-Control": "no-store"},
-                )
-            return EventSourceResponse(
-                self._stream(cursor, queue, group),
-                ping=SSE_PING_S,
-                headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-            )
-        try:
-            found = await reads.changes(cursor, queue=queue, group=group)
-        except PresenceResyncRequired as exc:
-            _, fresh = await reads.changes(None, queue=queue, group=group)
-            said = str(exc)
-            if since_ns is not None:  # no cursor of the caller's: the logs do not reach back
-                said = f"the events since {since_ns} ns cannot all be read: {said}"
-            return JSONResponse(
-                {
-                    "error": "resync_required",
-                    "message": said,
-                    "cursor": fresh,
-                },
-                status_code=410,
-                headers={"Cache-Control": "no-store"},
-            )
-        except (TypeError, ValueError) as exc:
-            raise BadRequest(source, params.refused(source, exc)) from None
-        events, next_cursor = found
-        return JSONResponse(
-            {
-                "events": [event.to_dict() for event in events],
-                "cursor": next_cursor,
-                "now_ns": live_events.cursor_now_ns(next_cursor),
-                "more": bool(getattr(found, "more", False)),  # ask again at once
-            },
-            headers={"Cache-Control": "no-store"},
-        )
-
-    async def _stream(
-        self, cursor: str | None, queue: str | None, group: str | None
-    ) -> AsyncIterator[ServerSentEvent | bytes]:
-        yield ServerSentEvent(comment="redis-presence events", retry=SSE_RETRY_MS)
-        try:
-            # Joined here, where leaving is sure (the generator's end): a stream that never
-            # started never holds a place.
-            sub = self.service.live.subscribe(cursor, queue=queue, group=group)
-        except live_events.StreamsFull:
-            return  # a race past the route's check: the client retries after SSE_RETRY_MS
-        try:
-            async for chunk in sub.chunks():  # each message's bytes made once for all
-                yield chunk
-        finally:
-            sub.close()
-
     # -- operations
 
     async def metrics(self, request: Request) -> Response:
         config = self.service.config
         per_consumer = config.per_consumer_metrics
         reading = await metrics.scrape(
-            self.service.reads, read_consumers=per_consumer or config.stuck_metrics
+            self.service.reads,
+            read_consumers=per_consumer or config.stuck_metrics,
+            capacity=config.capacity_metrics,
         )
         if reading.error:
             log.warning("scrape: Redis read failed: %s", reading.error)

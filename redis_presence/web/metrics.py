@@ -72,6 +72,23 @@ METRICS: dict[str, str] = {
     "redis_presence_group_leases_expired": (
         "Leases held by the group's expired consumers: work nobody will finish."
     ),
+    "redis_presence_group_capacity": (
+        "The capacities of the group's active consumers that report one, summed (protocol "
+        "version 2: heartbeat(..., capacity=N)); no series for a group none of whose "
+        "active consumers reports one."
+    ),
+    "redis_presence_group_free": (
+        "redis_presence_group_capacity minus the leases those consumers hold (never below "
+        "0): the group's free slots; no series where the capacity has none."
+    ),
+    "redis_presence_group_draining": (
+        "The group's active or stale consumers that say they are draining (a planned "
+        "departure: its verdict is DRAINING rather than DEGRADED or STOPPED)."
+    ),
+    "redis_presence_group_conflicts": (
+        "The group's consumers in conflict: two live processes beating with one consumer "
+        "name (a duplicate), the last time within one TTL."
+    ),
     "redis_presence_consumer_last_seen_age_seconds": (
         "Seconds since each consumer's last heartbeat (only with --per-consumer-metrics)."
     ),
@@ -126,8 +143,9 @@ GROUP = ("queue", "group")
 def families(reading: ScrapeReading, *, per_consumer: bool) -> list[Family]:
     """What one scrape reports, in order: the one place that decides which metrics and
     series a reading gives (`render_text` and `PresenceCollector` only encode them). The
-    group families are always there (0 included); stuck, oldest, leases and expired leases
-    only when the read knew them for some group."""
+    group families are always there (0 included); stuck, oldest, leases, expired leases,
+    capacity, free slots, draining and conflicts only when the read knew them for some
+    group (and each series only for a group whose value it knew)."""
     answered = reading.other_protocol or reading.data_error
     up = 0.0 if reading.error and not answered else 1.0
     out = [
@@ -150,6 +168,10 @@ def families(reading: ScrapeReading, *, per_consumer: bool) -> list[Family]:
     oldest: Samples = []
     leases: Samples = []
     lost: Samples = []
+    capacity: Samples = []
+    free: Samples = []
+    draining: Samples = []
+    conflicts: Samples = []
     now = reading.now_ns
     for stats in reading.groups:
         queue, group = names = (stats.queue, stats.group)
@@ -171,6 +193,15 @@ def families(reading: ScrapeReading, *, per_consumer: bool) -> list[Family]:
             leases.append((names, stats.leases))
         if stats.leases_expired is not None:
             lost.append((names, stats.leases_expired))
+        # Protocol version 2: only where the read knows them (never a 0 for "not reported").
+        if stats.capacity is not None:
+            capacity.append((names, stats.capacity))
+            if stats.free is not None:
+                free.append((names, stats.free))
+        if stats.draining is not None:
+            draining.append((names, stats.draining))
+        if stats.conflicts is not None:
+            conflicts.append((names, stats.conflicts))
     out += (
         Family("redis_presence_consumers", (*GROUP, "state"), consumers),
         Family("redis_presence_group_active", GROUP, active),
@@ -185,6 +216,10 @@ def families(reading: ScrapeReading, *, per_consumer: bool) -> list[Family]:
             Family("redis_presence_oldest_heartbeat_age_seconds", GROUP, oldest, False),
             Family("redis_presence_group_leases", GROUP, leases),
             Family("redis_presence_group_leases_expired", GROUP, lost),
+            Family("redis_presence_group_capacity", GROUP, capacity),
+            Family("redis_presence_group_free", GROUP, free),
+            Family("redis_presence_group_draining", GROUP, draining),
+            Family("redis_presence_group_conflicts", GROUP, conflicts),
         )
         if family.samples
     ]
@@ -217,14 +252,20 @@ class PresenceCollector(Collector):
             yield gauge
 
 
-async def scrape(data: PresenceData, *, read_consumers: bool) -> ScrapeReading:
+async def scrape(
+    data: PresenceData, *, read_consumers: bool, capacity: bool = False
+) -> ScrapeReading:
     """Read what one scrape reports (`read_consumers`: a snapshot, for stuck counts, oldest
     heartbeats and per-consumer series); a Redis failure becomes `error` (and `up` 0), a
     prefix of another protocol version `error` and `other_protocol`, data of the prefix it
-    cannot read (a spoilt ``P:ttl``) `error` and `data_error` (both `up` 1: Redis answered)."""
+    cannot read (a spoilt ``P:ttl``) `error` and `data_error` (both `up` 1: Redis answered).
+    `capacity`: the default read also reads the live consumers' values (capacity, free
+    slots, draining, conflicts: two commands a group more)."""
     started = time.perf_counter()
     try:
-        now, ttl, groups, consumers = await data.metrics(read_consumers=read_consumers)
+        now, ttl, groups, consumers = await data.metrics(
+            read_consumers=read_consumers, capacity=capacity
+        )
     except PresenceError as exc:
         known = data.last_ttl.ttl_ms if data.last_ttl else DEFAULT_PRESENCE_TTL_MS
         other = isinstance(exc, PresenceProtocolError)

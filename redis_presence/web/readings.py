@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import groupby
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, TypedDict
 
 from redis_presence import ConsumerPresence, PresenceState
-from redis_presence.model import GroupPresence
+from redis_presence.model import GroupPresence, LiveTally
 from redis_presence.verdict import GroupFacts, GroupVerdict, Verdict, judge, verdict_of
 
 from .paging import Page
-from .stuck import StuckCount
+from .stuck import NO_LIVE, LiveFields, StuckCount
 
 
 class GroupStats(NamedTuple):
@@ -35,6 +35,17 @@ class GroupStats(NamedTuple):
     """The leases its consumers hold, where the read in use knows them."""
     leases_expired: int | None = None
     """The leases its expired consumers hold (work nobody will finish), likewise."""
+    capacity: int | None = None
+    """The capacities of its active consumers that report one, summed (protocol version
+    2); None: none reports one, or the read in use does not know."""
+    free: int | None = None
+    """`capacity` minus the leases of those consumers (never below 0); None with it."""
+    draining: int | None = None
+    """Its active or stale consumers that say they are draining; None: not known."""
+    conflicts: int | None = None
+    """Its consumers in conflict (two live processes beating as one); None: not known."""
+    draining_stale: int | None = None
+    """The stale ones among `draining` (they left on purpose: they excuse a shortfall)."""
 
     @property
     def total(self) -> int:
@@ -52,21 +63,43 @@ class GroupStats(NamedTuple):
 
     @property
     def attention(self) -> bool:
-        """Shown first and marked: below its declared minimum, or nobody reading it."""
-        return self.below or self.nobody_reading
+        """Shown first and marked: below its declared minimum, or nobody reading it,
+        unless that is a planned departure (the verdict `DRAINING`)."""
+        return (self.below or self.nobody_reading) and self.verdict is not Verdict.DRAINING
+
+    @property
+    def facts(self) -> GroupFacts:
+        """What its verdict is judged from: what the read in use knows (the consumers'
+        progress, `stuck`; draining and capacity, protocol version 2), else None."""
+        draining_active = None
+        if self.draining is not None:
+            draining_active = self.draining - (self.draining_stale or 0)
+        in_use = None
+        if self.capacity is not None and self.free is not None:
+            in_use = self.capacity - self.free
+        return GroupFacts(
+            self.active,
+            self.stale,
+            self.expired,
+            self.min_active,
+            self.stuck,
+            draining_active,
+            self.draining_stale,
+            self.capacity,
+            in_use,
+        )
 
     @property
     def judged(self) -> GroupVerdict:
         """Its verdict and reason from what the read in use knows (`STALLED` only where
-        it read the consumers' progress: `stuck` not None)."""
-        return judge(GroupFacts(self.active, self.stale, self.expired, self.min_active, self.stuck))
+        it read the consumers' progress: `stuck` not None; `DRAINING` only where it read
+        who is draining: `draining` not None)."""
+        return judge(self.facts)
 
     @property
     def verdict(self) -> Verdict:
         """`judged`'s verdict alone, without its reason (for every group of a scrape)."""
-        return verdict_of(
-            GroupFacts(self.active, self.stale, self.expired, self.min_active, self.stuck)
-        )
+        return verdict_of(self.facts)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -81,7 +114,31 @@ class GroupStats(NamedTuple):
             "stuck": self.stuck,
             "leases": self.leases,
             "leases_expired": self.leases_expired,
+            "capacity": self.capacity,
+            "free": self.free,
+            "draining": self.draining,
+            "conflicts": self.conflicts,
         }
+
+
+class _LiveReplace(TypedDict):
+    capacity: int | None
+    free: int | None
+    draining: int | None
+    conflicts: int | None
+    draining_stale: int | None
+
+
+def _live(fields: LiveFields) -> _LiveReplace:
+    """`StuckCount.live` fields as `GroupStats._replace` keywords."""
+    capacity, free, draining, conflicts, draining_stale = fields
+    return {
+        "capacity": capacity,
+        "free": free,
+        "draining": draining,
+        "conflicts": conflicts,
+        "draining_stale": draining_stale,
+    }
 
 
 class TtlInUse(NamedTuple):
@@ -159,6 +216,9 @@ class GroupTotals(NamedTuple):
     these rows is true while Redis holds the same ones."""
     known: frozenset[tuple[str, str]] = frozenset()
     """The names of `rows`."""
+    live_groups: Mapping[tuple[str, str], LiveFields] = MappingProxyType({})
+    """Each group's capacity, free slots and draining and conflicting consumers, counted
+    with the stuck ones (`StuckCount.live`: the groups where any is reported only)."""
 
     @classmethod
     def of(
@@ -175,6 +235,7 @@ class GroupTotals(NamedTuple):
                     stuck=stuck.groups.get(key, 0),
                     leases=stuck.leases.get(key, 0),
                     leases_expired=stuck.leases_expired.get(key, 0),
+                    **_live(stuck.live_of(key)),
                 )
                 for g in groups
                 for key in ((g.queue, g.group),)
@@ -198,11 +259,13 @@ class GroupTotals(NamedTuple):
             MappingProxyType({}) if stuck is None else stuck.leases_expired,
             index_sizes,
             frozenset((g.queue, g.group) for g in groups),
+            MappingProxyType({}) if stuck is None else stuck.live,
         )
 
     def with_stuck(self, rows: Sequence[GroupStats]) -> list[GroupStats]:
         """`rows` with each group's stuck consumers, leases and leases held by expired
-        consumers from this count (None: not counted)."""
+        consumers, capacity, free slots, draining consumers and conflicts from this count
+        (None: not counted)."""
         if self.stuck is None:
             return list(rows)
         return [
@@ -210,6 +273,7 @@ class GroupTotals(NamedTuple):
                 stuck=self.stuck_groups.get(key, 0),
                 leases=self.lease_groups.get(key, 0),
                 leases_expired=self.dead_lease_groups.get(key, 0),
+                **_live(self.live_groups.get(key, NO_LIVE)),
             )
             for g in rows
             for key in ((g.queue, g.group),)
@@ -237,7 +301,7 @@ class GroupTotals(NamedTuple):
         fields = self._asdict()
         del fields["epoch"], fields["rows"], fields["stuck_groups"]
         del fields["lease_groups"], fields["dead_lease_groups"], fields["index_sizes"]
-        del fields["known"]
+        del fields["known"], fields["live_groups"]
         fields["dead_leases_groups"] = self.dead_leases_groups
         return fields
 
@@ -257,14 +321,16 @@ class GroupsPageReading(NamedTuple):
 def stats_from_rows(
     rows: Iterable[ConsumerPresence], declared: Mapping[tuple[str, str], int] | None = None
 ) -> list[GroupStats]:
-    """Per-group counts, oldest heartbeat and stuck consumers of rows ordered by `(queue,
-    group, ...)`; with `declared` (`expected()`), its groups too, with their minimum (a
+    """Per-group counts, oldest heartbeat, stuck consumers, capacity, free slots, draining
+    consumers and conflicts (`LiveTally`, the library's one rule) of rows ordered by
+    `(queue, group, ...)`; with `declared` (`expected()`), its groups too, with their minimum (a
     declared group without a row has zero of everything)."""
     stats = []
     for (queue, group), part in groupby(rows, key=lambda row: (row.queue, row.group)):
         tally = dict.fromkeys(PresenceState, 0)
         oldest: int | None = None
         stuck = leases = lost = 0
+        live = LiveTally()
         for row in part:
             tally[row.state] += 1
             stuck += row.stuck
@@ -273,6 +339,7 @@ def stats_from_rows(
                 lost += row.lease_count
             if oldest is None or row.last_heartbeat_ns < oldest:
                 oldest = row.last_heartbeat_ns
+            live.add(row)
         stats.append(
             GroupStats(
                 queue,
@@ -285,12 +352,13 @@ def stats_from_rows(
                 stuck,
                 leases,
                 lost,
+                *live.fields(),
             )
         )
     if declared:
         seen = {(s.queue, s.group) for s in stats}
         stats += [
-            GroupStats(queue, group, 0, 0, 0, None, minimum, 0, 0, 0)
+            GroupStats(queue, group, 0, 0, 0, None, minimum, 0, 0, 0, None, None, 0, 0, 0)
             for (queue, group), minimum in declared.items()
             if (queue, group) not in seen
         ]
@@ -312,6 +380,11 @@ def stats_from_groups(groups: Iterable[GroupPresence]) -> list[GroupStats]:
             None,
             None,
             g.leases_expired,
+            g.capacity,
+            g.free,
+            g.draining,
+            g.conflicts,
+            g.draining_stale,
         )
         for g in groups
     ]

@@ -16,8 +16,14 @@ what replaces it:
   its own shared TTL (or ``--ttl-ms``), its `min_active` and `below`; it visits groups,
   never consumers. `/metrics` reads it with ``details=True``: each group's oldest
   heartbeat too (its sorted set's lowest score) and the leases its expired consumers hold
-  (their range of the sorted set and their stored values alone); a stuck count and a
-  group's leases in total need a read of every consumer (`--stuck-metrics`).
+  (their range of the sorted set and their stored values alone); and with
+  ``departures=True`` the stale consumers' values (of the groups that have some: whether
+  they said they were draining, so a planned departure excuses a shortfall), or with
+  ``capacity=True`` (``--capacity-metrics``) those of every live consumer (two commands a
+  group more: protocol version 2's capacity, free slots, draining and conflicts); a stuck
+  count and a group's leases in total need a read of every consumer (`--stuck-metrics`).
+  The totals' count of stuck consumers (a read of every consumer) gives the pages' groups
+  their capacity, draining and conflicts too, at no cost of its own.
 * `PresenceData.group` and `consumers` with a queue (the group page, filtered consumer
   lists and API) read `snapshot(queue=, group=)`: the library reads that queue's or that
   group's keys alone, so they cost what they return. The group views read each row's
@@ -196,14 +202,22 @@ class PresenceData:
 
     # -- whole groups -----------------------------------------------------------------
 
-    async def groups(self, *, details: bool = False) -> GroupsReading:
+    async def groups(self, *, details: bool = False, capacity: bool = False) -> GroupsReading:
         """Every tracked or declared group with its active, stale and expired counts (each
         under its own shared TTL, or ``--ttl-ms``), its `min_active` and `below`; `ttl` is
         the prefix's, what a group without a TTL of its own uses. With `details` (the
-        metrics), also its oldest heartbeat and leases (`registry.groups(details=True)`)."""
+        metrics), also its oldest heartbeat and leases (`registry.groups(details=True)`);
+        with `capacity`, its capacity, free slots, draining consumers and conflicts (the
+        values of its live consumers, `registry.groups(capacity=True)`)."""
         ttl = await self.ttl()
         now = await self.now_ns()
-        groups = await self.registry.groups(now_ns=now, ttl_ms=self._read_ttl_ms, details=details)
+        groups = await self.registry.groups(
+            now_ns=now,
+            ttl_ms=self._read_ttl_ms,
+            details=details,
+            capacity=capacity,
+            departures=details,
+        )
         return GroupsReading(now, stats_from_groups(groups), ttl)
 
     async def totals(self) -> GroupTotals:
@@ -320,6 +334,8 @@ class PresenceData:
             "queue": where.queue,
             "names": where.names if where.by_names else None,
             "match": where.counts if where.by_counts else None,
+            # idle=1: only the groups the fleet index says may be unread are counted
+            "attention": where.attention,
             "now_ns": now,
             "ttl_ms": self._read_ttl_ms,
         }
@@ -508,20 +524,25 @@ class PresenceData:
         cursor (any listed group has a consumer, so without a filter of states or names the
         first one does). At most FLEET_READS of them at once. A group whose own data cannot
         be read (a key of another type, a shared setting) is set aside, as a fleet read
-        sets it aside."""
+        sets it aside. With `where.stuck`, only the groups the last stuck count found (as
+        ``/?stuck=1``: `_stuck_page`), not every group of the fleet."""
         ttl = await self.ttl()
         # The prefix's settings first (cached): a spoilt one of them fails the whole list,
         # so a group read's data error below is that group's own.
         registry = self.registry
         await registry.execute(registry.plans.stuck_after_in_use())
         now = await self.now_ns()
+        holding = None
+        if where.stuck:
+            holding = (await self._stuck_count(now, await self.epoch())).groups
         collector = PageCollector(where, cursor=cursor, limit=limit)
         meta_errors: dict[tuple[str, str, str], str] = {}
         async with self._fleet_reads:
             keys = [
                 key
                 for key in await self.registry.group_names()
-                if where.group is None or key[1] == where.group
+                if (where.group is None or key[1] == where.group)
+                and (holding is None or key in holding)
             ]
             start = 0 if cursor is None else bisect_left(keys, cursor.key[:2])
             if collector.before:
@@ -606,14 +627,15 @@ class PresenceData:
     # -- metrics ----------------------------------------------------------------------
 
     async def metrics(
-        self, *, read_consumers: bool
+        self, *, read_consumers: bool, capacity: bool = False
     ) -> tuple[int, TtlInUse, list[GroupStats], Sequence[ConsumerPresence]]:
         """What one scrape reports: every tracked or declared group from `groups()` (no
-        consumer is read), or, with `read_consumers`, from one snapshot (and the declared
-        groups): the stuck counts and oldest heartbeats too, and the rows of per-consumer
-        metrics."""
+        expired consumer's value is read; with `capacity`, the values of the live ones, for
+        capacity, free slots, draining and conflicts), or, with `read_consumers`, from one
+        snapshot (and the declared groups): the stuck counts and oldest heartbeats too, and
+        the rows of per-consumer metrics."""
         if not read_consumers:
-            now, groups, ttl = await self.groups(details=True)
+            now, groups, ttl = await self.groups(details=True, capacity=capacity)
             return now, ttl, groups, ()
         reading, declared = await asyncio.gather(self.rows(max_age_s=0), self.registry.expected())
         # A group the snapshot set aside is left out, never shown as one without consumers.

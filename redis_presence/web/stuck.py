@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from redis_presence import AsyncRedisPresenceRegistry, PresenceState
 from redis_presence.errors import PresenceDataError, PresenceDataWarning, PresenceProtocolError
-from redis_presence.model import GroupPresence
+from redis_presence.model import GroupPresence, LiveTally
 
 STUCK_READS = 4
 """Groups whose consumers one view reads at once."""
@@ -80,18 +80,40 @@ class StuckCount(NamedTuple):
     read_at_ns: int
     leases: Mapping[tuple[str, str], int] = MappingProxyType({})
     leases_expired: Mapping[tuple[str, str], int] = MappingProxyType({})
+    live: Mapping[tuple[str, str], LiveFields] = MappingProxyType({})
+    """From the same read (protocol version 2), each group's capacity, free slots, draining
+    consumers, conflicts and stale draining ones (`LiveTally.fields`), the groups where a
+    live consumer reports a capacity, drains or is in conflict only (else NO_LIVE)."""
+
+    def live_of(self, key: tuple[str, str]) -> LiveFields:
+        """`live`'s fields of a counted group (NO_LIVE: none reports anything)."""
+        return self.live.get(key, NO_LIVE)
+
+
+LiveFields = tuple[int | None, ...]
+"""`GroupStats`' capacity, free, draining, conflicts and draining_stale, in that order."""
+NO_LIVE: LiveFields = (None, None, 0, 0, 0)
+"""The fields of a group none of whose live consumers reports a capacity, drains or is in
+conflict."""
 
 
 async def fleet_stuck(
     registry: AsyncRedisPresenceRegistry, *, now_ns: int, ttl_ms: int | None
 ) -> StuckCount:
     """The fleet's stuck consumers and leases at `now_ns`: one streamed read of every
-    consumer (a chunk at a time, none kept); the leases cost no command of their own (each
-    row read for `stuck` holds its lease count)."""
+    consumer (a chunk at a time, none kept); the leases, capacities, draining consumers and
+    conflicts cost no command of their own (each row read for `stuck` holds them)."""
     found: dict[tuple[str, str], int] = {}
     leases: dict[tuple[str, str], int] = {}
     lost: dict[tuple[str, str], int] = {}
+    live: dict[tuple[str, str], LiveTally] = {}
     async for row in registry.iter_snapshot(now_ns=now_ns, ttl_ms=ttl_ms):
+        if row.capacity is not None or row.draining or row.conflict:  # `LiveTally` adds no other
+            key = (row.queue, row.group)
+            tally = live.get(key)
+            if tally is None:
+                tally = live[key] = LiveTally()
+            tally.add(row)
         if row.stuck:
             key = (row.queue, row.group)
             found[key] = found.get(key, 0) + 1
@@ -106,6 +128,7 @@ async def fleet_stuck(
         now_ns,
         MappingProxyType(leases),
         MappingProxyType(lost),
+        MappingProxyType({key: tally.fields() for key, tally in live.items()}),
     )
 
 

@@ -225,6 +225,29 @@ def check_killed(
         )
 
 
+def event_cursor(presence: Presence) -> str:
+    """Where the event log is now (read the events after it with `events_since`)."""
+    return presence.registry.changes().cursor
+
+
+def events_since(presence: Presence, cursor: str, consumer: str) -> dict[str, list[str]]:
+    """queue -> the kinds of `consumer`'s events after `cursor`, in their order."""
+    kinds: dict[str, list[str]] = {}
+    while True:
+        page = presence.registry.changes(cursor)
+        for event in page.events:
+            if event.consumer == consumer:
+                kinds.setdefault(event.queue, []).append(event.kind.value)
+        cursor = page.cursor
+        if not page.more:
+            return kinds
+
+
+def said_draining_then_left(kinds: list[str]) -> bool:
+    """Whether a consumer's events say ``draining`` and, after it, ``left``."""
+    return "draining" in kinds and "left" in kinds[kinds.index("draining") :]
+
+
 def check_drains(
     presence: Presence,
     worker: WorkerProcess,

@@ -8,11 +8,17 @@ own worker and its own queues, so the tests stay independent.
 
 from __future__ import annotations
 
+import functools
+import os
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import redis
 from celery import Celery
 from celery.worker import state as worker_state
 from waiting import TimedOut, wait_until
@@ -23,11 +29,14 @@ from integrations.lifecycle import (
     Presence,
     check_drains,
     check_killed,
+    event_cursor,
+    events_since,
+    said_draining_then_left,
     wait_active,
     wait_progress,
     wait_refreshed,
 )
-from integrations.workers import WorkerProcess, python_tool, worker_env
+from integrations.workers import ROOT, WorkerProcess, python_tool, worker_env
 from redis_presence import ConsumerPresence, RedisPresenceRegistry
 from redis_presence.integrations import celery as presence_celery
 from redis_presence.integrations._common import Settings
@@ -42,6 +51,7 @@ POOLS = {
     "reader": ["-c", "2"],
     "crash": ["-c", "2"],
     "drain": ["-c", "2"],
+    "drained": ["-c", "2"],
     "solo": ["--pool", "solo"],
     "threads": ["--pool", "threads", "-c", "3"],
     "gevent": ["--pool", "gevent", "-c", "3"],
@@ -316,14 +326,38 @@ def test_sigkill_goes_stale_then_expired_on_time(
     check_killed(presence, worker.kill, rows, interval_ms=INTERVAL_MS, ttl_ms=TTL_MS)
 
 
-def test_warm_shutdown_deregisters_after_running_tasks(
+@pytest.mark.parametrize(
+    ("name", "size"),
+    [("reader", 2), ("solo", 1), ("threads", 3), ("gevent", 3)],
+    ids=["prefork", "solo", "threads", "gevent"],
+)
+def test_each_row_reports_the_pools_size_as_capacity(
+    workers: dict[str, WorkerProcess], presence: Presence, name: str, size: int
+) -> None:
+    wait_rows(presence, workers[name], name)
+    rows = rows_of(presence, name)
+    assert {queue: row.capacity for queue, row in rows.items()} == dict.fromkeys(queues(name), size)
+    assert not any(row.draining for row in rows.values())
+
+
+def test_warm_shutdown_says_draining_then_deregisters_after_running_tasks(
     workers: dict[str, WorkerProcess], presence: Presence, app: Celery, held: HeldTasks
 ) -> None:
     worker = workers["drain"]
     wait_rows(presence, worker, "drain")
     token = hold(app, "drain-a")
     held.wait_started(token)
-    # Still finishing its task: its rows stay until the task is done.
+    cursor = event_cursor(presence)
+
+    def draining() -> dict[str, ConsumerPresence] | None:
+        rows = rows_of(presence, "drain")
+        return rows if rows and all(row.draining for row in rows.values()) else None
+
+    def kept_draining() -> bool:
+        # Still finishing its task: its rows stay, saying draining, until the task is done.
+        rows = wait_until(draining, timeout_s=10, what="the rows to say draining")
+        return set(rows) == queues("drain") and rows["drain-a"].lease_count == 1
+
     check_drains(
         presence,
         worker,
@@ -331,8 +365,72 @@ def test_warm_shutdown_deregisters_after_running_tasks(
         token,
         consumer=consumer("drain"),
         began="Warm shutdown",
-        kept=lambda: set(rows_of(presence, "drain")) == queues("drain"),
+        kept=kept_draining,
     )
+    kinds = events_since(presence, cursor, consumer("drain"))
+    assert set(kinds) == queues("drain"), kinds
+    assert all(said_draining_then_left(k) for k in kinds.values()), kinds
+
+
+def test_a_drain_request_cancels_the_consumer_of_its_queue(
+    workers: dict[str, WorkerProcess],
+    presence: Presence,
+    app: Celery,
+    held: HeldTasks,
+    control: redis.Redis,
+) -> None:
+    """`request_drain` on one queue: the worker stops taking that queue's messages (its
+    consumer is cancelled), the row says draining while the task it holds runs, then it
+    leaves; the worker goes on with its other queue."""
+    worker = workers["drained"]
+    wait_rows(presence, worker, "drained")
+    me = consumer("drained")
+    token = hold(app, "drained-a")
+    held.wait_started(token)
+    cursor = event_cursor(presence)
+    assert presence.registry.request_drain("drained-a", GROUP, me)
+    worker.wait_logged("Canceling queue drained-a", what="the consumer of drained-a cancelled")
+    wait_until(
+        lambda: (
+            (row := rows_of(presence, "drained").get("drained-a")) is not None
+            and row.draining
+            and not row.drain_requested
+            and row.lease_count == 1
+        ),
+        timeout_s=20,
+        what="drained-a's row to say draining (the request acknowledged)",
+        seen=lambda: rows_of(presence, "drained"),
+    )
+    # A message sent to drained-a now stays in the broker, while drained-b's are taken.
+    waiting = hold(app, "drained-a")
+    other = hold(app, "drained-b")
+    held.wait_started(other)
+    held.release(other)
+    assert control.llen("drained-a") == 1
+    assert not rows_of(presence, "drained")["drained-b"].draining
+    held.release(token)
+    wait_until(
+        lambda: set(rows_of(presence, "drained")) == {"drained-b"},
+        timeout_s=20,
+        what="drained-a's row to leave once its task is done",
+        seen=lambda: rows_of(presence, "drained"),
+    )
+    assert control.llen("drained-a") == 1
+    kinds = events_since(presence, cursor, me)
+    assert kinds["drained-a"] == ["drain_requested", "draining", "left"], kinds
+    assert "drained-b" not in kinds, kinds
+    held.release(waiting)  # (never started: nothing consumes drained-a any more)
+    # An idle queue's row says draining too before it leaves (at once: nothing to finish).
+    cursor = event_cursor(presence)
+    assert presence.registry.request_drain("drained-b", GROUP, me)
+    wait_until(
+        lambda: rows_of(presence, "drained") == {},
+        timeout_s=20,
+        what="drained-b's row to leave",
+        seen=lambda: rows_of(presence, "drained"),
+    )
+    kinds = events_since(presence, cursor, me)
+    assert kinds == {"drained-b": ["drain_requested", "draining", "left"]}, kinds
 
 
 def test_install_checks_its_arguments_where_the_app_is_defined(tmp_path: Path) -> None:
@@ -361,3 +459,154 @@ def test_a_cluster_url_is_checked_without_connecting() -> None:
     presence_celery.install(app, url="redis+cluster://127.0.0.1:1")
     with pytest.raises(ValueError, match="invalid Redis URL"):
         presence_celery.install(Celery("x"), url="redis+cluster://")
+
+
+ROLLING_QUEUE = "rolling"
+
+
+def check_rolling(presence_url: str) -> tuple[int, str]:
+    """``redis-presence check`` of the rolling group (2 active consumers wanted): its exit
+    status and its line."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "redis_presence.cli",
+            "--url",
+            presence_url,
+            "--prefix",
+            PREFIX,
+            "--ttl-ms",
+            str(TTL_MS),
+            "check",
+            "--queue",
+            ROLLING_QUEUE,
+            "--group",
+            GROUP,
+            "--min-active",
+            "2",
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+class CheckLoop:
+    """Runs `check_rolling` again and again in a thread until stopped: every answer."""
+
+    def __init__(self, presence_url: str) -> None:
+        self.presence_url = presence_url
+        self.answers: list[tuple[int, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.answers.append(check_rolling(self.presence_url))
+
+    def __enter__(self) -> CheckLoop:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def test_a_rolling_restart_passes_check_and_a_kill_fails_it(
+    broker_url: str,
+    presence_url: str,
+    presence: Presence,
+    app: Celery,
+    held: HeldTasks,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Three workers of one queue; each in turn gets a warm shutdown while it runs a task
+    (its rows say draining until the task ends, then leave) and a replacement starts.
+    ``check`` (2 active wanted) passes throughout; a SIGKILL then fails it (DEGRADED: a
+    stale consumer that did not say it was draining)."""
+    logs = tmp_path_factory.mktemp("rolling")
+    env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
+    command = [python_tool("celery"), "-A", "celery_app", "worker", "--loglevel=INFO"]
+    command += ["--pool", "solo"]
+    started: list[WorkerProcess] = []
+
+    def start(name: str, *own: str) -> WorkerProcess:
+        queues = ",".join([ROLLING_QUEUE, *own])
+        argv = [*command, "-n", consumer(name), "-Q", queues]
+        worker = WorkerProcess(argv, env=env, log=logs / f"{name}.log").start()
+        started.append(worker)
+        return worker
+
+    def active() -> set[str]:
+        rows = presence.rows(ttl_ms=TTL_MS)
+        return {
+            row.consumer
+            for row in rows
+            if row.queue == ROLLING_QUEUE and row.group == GROUP and row.state.value == "active"
+        }
+
+    def says_draining(name: str) -> bool:
+        row = presence.row(ROLLING_QUEUE, name, ttl_ms=TTL_MS)
+        return row is not None and row.draining
+
+    def replaced_by(name: str) -> bool:
+        now = active()
+        return name in now and len(now) == 3
+
+    try:
+        first = {f"rolling-{n}": start(f"rolling-{n}", f"rolling-{n}") for n in (1, 2, 3)}
+        wait_until(
+            lambda: active() == {consumer(name) for name in first},
+            timeout_s=60,
+            what="three active workers of the rolling queue",
+            seen=active,
+        )
+        with CheckLoop(presence_url) as loop:
+            for name, worker in first.items():
+                token = hold(app, name)  # its own queue: this worker runs it
+                held.wait_started(token)
+                worker.send_sigterm()
+                wait_until(
+                    functools.partial(says_draining, consumer(name)),
+                    timeout_s=20,
+                    what=f"{name}'s row to say draining",
+                )
+                # A planned departure passes (DRAINING once `check` judges the group with
+                # its draining consumers, as GroupPresence.judged does; OK until then).
+                status, line = check_rolling(presence_url)
+                assert status == 0, line
+                assert line.split()[0] in {"OK", "DRAINING"}, line
+                held.release(token)
+                assert worker.wait(30) == 0, worker.log_tail()
+                start(f"{name}-new")
+                wait_until(
+                    functools.partial(replaced_by, consumer(f"{name}-new")),
+                    timeout_s=60,
+                    what=f"{name}'s replacement",
+                    seen=active,
+                )
+        answers = loop.answers
+        assert len(answers) >= 3, answers
+        assert all(status == 0 for status, _ in answers), [a for a in answers if a[0]]
+        # A crash: the killed worker goes stale, without having said it drains.
+        victim = started[-1]
+        victim.kill()
+
+        def failing() -> tuple[int, str] | None:
+            found = check_rolling(presence_url)
+            return found if found[0] != 0 else None
+
+        status, line = wait_until(
+            failing,
+            timeout_s=30,
+            what="check to fail after a SIGKILL",
+        )
+        assert (status, line.split()[0]) == (10, "DEGRADED"), line
+    finally:
+        for worker in started:
+            worker.stop()

@@ -9,7 +9,13 @@ from celery import Celery
 from celery.beat import PersistentScheduler
 from waiting import wait_until
 
-from integrations.lifecycle import Presence, wait_one_ttl
+from integrations.lifecycle import (
+    Presence,
+    event_cursor,
+    events_since,
+    said_draining_then_left,
+    wait_one_ttl,
+)
 from integrations.workers import python_tool, started_workers, worker_env
 from redis_presence import ConsumerPresence
 from redis_presence.integrations.celery_beat import (
@@ -61,8 +67,13 @@ def test_beat_is_a_consumer_of_group_scheduler(
         later = ready()
         assert later is not None, rows()
         assert all(later[q].last_heartbeat_ns > first[q].last_heartbeat_ns for q in QUEUES)
+        assert all(row.capacity is None and not row.draining for row in later.values())
+        cursor = event_cursor(presence)
         assert beat.terminate(20) == 0, beat.log_tail()
         assert presence.rows(consumer=consumer) == []
+        kinds = events_since(presence, cursor, consumer)
+        assert set(kinds) == QUEUES, kinds
+        assert all(said_draining_then_left(k) for k in kinds.values()), kinds
 
 
 def test_install_beat_checks_its_arguments_where_the_app_is_defined() -> None:

@@ -23,6 +23,9 @@ from integrations.lifecycle import (
     Presence,
     check_drains,
     check_killed,
+    event_cursor,
+    events_since,
+    said_draining_then_left,
     wait_active,
     wait_progress,
     wait_refreshed,
@@ -94,6 +97,7 @@ def test_a_row_per_consumer_thread_kept_active(
     rows = [row for row in presence.rows() if row.queue in queues("reader")]
     assert {row.group for row in rows} == {DEFAULT_GROUP}
     assert all(row.lease_count == 0 for row in rows)
+    assert [row.capacity for row in rows] == [2] * 4  # --threads 2
     wait_refreshed(lambda: rows_of(presence, "reader"))
     assert all(row.state.value == "active" for row in rows_of(presence, "reader").values())
 
@@ -151,7 +155,7 @@ def test_sigkill_goes_stale_then_expired_on_time(
     )
 
 
-def test_warm_shutdown_deregisters_after_running_messages(
+def test_warm_shutdown_says_draining_then_deregisters_after_running_messages(
     workers: dict[str, WorkerProcess],
     presence: Presence,
     producer: RedisBroker,
@@ -161,7 +165,19 @@ def test_warm_shutdown_deregisters_after_running_messages(
     consumer = wait_rows(presence, worker, "drain")
     token = hold(producer, "drain-a")
     held.wait_started(token)
-    # Dramatiq keeps its consumer threads until the running message is done: so do the rows.
+    cursor = event_cursor(presence)
+
+    def kept_draining() -> bool:
+        # Dramatiq keeps its consumer threads until the running message is done: so do the
+        # rows, saying draining.
+        wait_until(
+            lambda: all(row.draining for row in rows_of(presence, "drain").values()),
+            timeout_s=10,
+            what="the rows to say draining",
+            seen=lambda: rows_of(presence, "drain"),
+        )
+        return set(rows_of(presence, "drain")) == queues("drain")
+
     check_drains(
         presence,
         worker,
@@ -169,8 +185,11 @@ def test_warm_shutdown_deregisters_after_running_messages(
         token,
         consumer=consumer,
         began="Stopping worker process",
-        kept=lambda: set(rows_of(presence, "drain")) == queues("drain"),
+        kept=kept_draining,
     )
+    kinds = events_since(presence, cursor, consumer)
+    assert set(kinds) == queues("drain"), kinds
+    assert all(said_draining_then_left(k) for k in kinds.values()), kinds
 
 
 def test_middleware_checks_its_arguments_where_the_broker_is_defined() -> None:

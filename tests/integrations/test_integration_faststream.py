@@ -4,8 +4,9 @@ RabbitMQ (127.0.0.1:5672, guest/guest) and NATS (127.0.0.1:4222) are the machine
 services: the tests use queue and subject names of their own (with a per-run prefix, and
 auto-deleted RabbitMQ queues), skip with the reason where a service is absent, and fail
 instead under ``REDIS_PRESENCE_REQUIRE_BROKERS=1`` (``.ci/run``). The Redis broker is the
-integration tests' own redis-server. Per broker, three workers start at once: ``reader``
-(rows, leases), ``crash`` (SIGKILL) and ``drain`` (SIGTERM).
+integration tests' own redis-server. Per broker, four workers start at once: ``reader``
+(rows, leases), ``crash`` (SIGKILL), ``drain`` (SIGTERM) and ``drained`` (a drain
+request on one subscriber's row).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from integrations.lifecycle import (
     HeldTasks,
     Presence,
     check_killed,
+    event_cursor,
+    events_since,
+    said_draining_then_left,
     wait_active,
     wait_progress,
     wait_refreshed,
@@ -44,7 +48,7 @@ pytestmark = [pytest.mark.redis_server, pytest.mark.slow]
 PREFIX = "it-faststream"
 INTERVAL_MS = 200
 TTL_MS = 1_000
-NAMES = ("reader", "crash", "drain")
+NAMES = ("reader", "crash", "drain", "drained")
 RUN = f"rp-it-{uuid.uuid4().hex[:8]}-"
 RABBITMQ_URL = f"amqp://guest:guest@127.0.0.1:{RABBITMQ_PORT}/"
 NATS_URL = f"nats://127.0.0.1:{NATS_PORT}"
@@ -166,7 +170,14 @@ def test_a_row_per_subscriber_kept_active(
     worker = workers["reader"]
     wait_rows(presence, kind, worker, "reader")
     wait_refreshed(lambda: rows_of(presence, kind, "reader"))
-    assert all(row.lease_count == 0 for row in rows_of(presence, kind, "reader").values())
+    rows = rows_of(presence, kind, "reader").values()
+    assert all(row.lease_count == 0 and not row.draining for row in rows)
+    # The Redis list subscriber is a concurrent one (max_workers=2); the others have no
+    # concurrency setting a middleware can read.
+    capacities = {row.queue: row.capacity for row in rows}
+    queue_b = kind.queue("reader", "b")
+    expected_b = 2 if kind.name == "redis" else None
+    assert capacities == {kind.queue("reader", "a"): None, queue_b: expected_b}
 
 
 def test_lease_count_follows_a_long_handler(
@@ -217,13 +228,53 @@ def test_sigkill_goes_stale_then_expired_on_time(
     check_killed(presence, worker.kill, rows, interval_ms=INTERVAL_MS, ttl_ms=TTL_MS)
 
 
-def test_sigterm_deregisters_every_row(
+def test_sigterm_says_draining_then_deregisters_every_row(
     kind: Kind, workers: dict[str, WorkerProcess], presence: Presence
 ) -> None:
     worker = workers["drain"]
     wait_rows(presence, kind, worker, "drain")
+    cursor = event_cursor(presence)
     assert worker.terminate(30) == 0, worker.log_tail()
     assert rows_of(presence, kind, "drain") == {}
+    for _, _, consumer in kind.expected("drain", host_pid(worker)):
+        kinds = events_since(presence, cursor, consumer)
+        assert kinds, consumer
+        assert all(said_draining_then_left(k) for k in kinds.values()), kinds
+
+
+def test_a_drain_request_stops_that_subscriber_alone(
+    kind: Kind,
+    workers: dict[str, WorkerProcess],
+    presence: Presence,
+    held: HeldTasks,
+    faststream_broker_url: str,
+) -> None:
+    worker = workers["drained"]
+    wait_rows(presence, kind, worker, "drained")
+    queue_a, queue_b = kind.queue("drained", "a"), kind.queue("drained", "b")
+    keys = rows_of(presence, kind, "drained")
+    ((_, group, consumer),) = [key for key in keys if key[0] == queue_b]
+    cursor = event_cursor(presence)
+    assert presence.registry.request_drain(queue_b, group, consumer)
+    wait_until(
+        lambda: {key[0] for key in rows_of(presence, kind, "drained")} == {queue_a},
+        timeout_s=20,
+        what="the drained subscriber's row to leave",
+        alive=worker.check_alive,
+        seen=lambda: rows_of(presence, kind, "drained"),
+    )
+    assert events_since(presence, cursor, consumer)[queue_b] == [
+        "drain_requested",
+        "draining",
+        "left",
+    ]
+    # The other subscriber still reads: a message to it is handled.
+    token = HeldTasks.token()
+    publish(kind, faststream_broker_url, queue_a, token)
+    held.wait_started(token)
+    held.release(token)
+    ((row_a),) = rows_of(presence, kind, "drained").values()
+    assert (row_a.queue, row_a.draining) == (queue_a, False)
 
 
 def test_middleware_checks_its_arguments() -> None:

@@ -2,7 +2,8 @@
 
 Three consumers start at once, each with a Huey instance (a queue) of its own: ``reader``
 (two worker threads: rows, leases, progress), ``crash`` (SIGKILLed) and ``drain`` (one
-worker process, ``-k process``; SIGINT, Huey's graceful signal, during a task).
+worker process, ``-k process``; SIGINT, Huey's graceful signal, during a task), and
+``drained`` (two worker threads; a drain request during a task).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from integrations.lifecycle import (
     Presence,
     check_drains,
     check_killed,
+    event_cursor,
+    events_since,
+    said_draining_then_left,
     wait_active,
     wait_one_ttl,
     wait_progress,
@@ -39,7 +43,12 @@ PREFIX = "it-huey"
 INTERVAL_MS = 200
 TTL_MS = 2_000
 """An idle worker beats at each blocking read (Huey's Redis storage: 1 s)."""
-WORKERS = {"reader": ["-w", "2"], "crash": ["-w", "1"], "drain": ["-w", "1", "-k", "process"]}
+WORKERS = {
+    "reader": ["-w", "2"],
+    "crash": ["-w", "1"],
+    "drain": ["-w", "1", "-k", "process"],
+    "drained": ["-w", "2"],
+}
 
 
 def queue(name: str) -> str:
@@ -106,6 +115,7 @@ def test_a_row_per_worker_thread_with_its_task_as_lease(
     assert consumers == {f"{prefix}Worker-1", f"{prefix}Worker-2"}
     rows = [row for row in presence.rows() if row.queue == queue("reader")]
     assert {row.group for row in rows} == {DEFAULT_GROUP}
+    assert [row.capacity for row in rows] == [1, 1]  # a task at a time per worker
     wait_refreshed(lambda: rows_by_consumer(presence, "reader"))
 
     token = enqueue_hold(broker_url, "reader")
@@ -156,6 +166,21 @@ def test_graceful_shutdown_deregisters_after_the_running_task(
         timeout_s=10,
         what="the task as a lease",
     )
+    cursor = event_cursor(presence)
+
+    def kept_draining() -> bool:  # until the task is done, saying draining
+        wait_until(
+            lambda: (
+                (row := rows_by_consumer(presence, "drain").get(consumer)) is not None
+                and row.draining
+                and row.lease_count == 1
+            ),
+            timeout_s=10,
+            what="the busy worker's row to say draining",
+            seen=lambda: rows_by_consumer(presence, "drain"),
+        )
+        return True
+
     check_drains(
         presence,
         worker,
@@ -164,8 +189,36 @@ def test_graceful_shutdown_deregisters_after_the_running_task(
         consumer=consumer,
         stop=lambda: os.kill(worker.pid, signal.SIGINT),  # Huey's graceful signal
         began="Shutting down gracefully",
-        kept=lambda: consumer in rows_of(presence, "drain"),  # until the task is done
+        kept=kept_draining,
     )
+    kinds = events_since(presence, cursor, consumer)
+    assert said_draining_then_left(kinds[queue("drain")]), kinds
+
+
+def test_a_drain_request_stops_the_consumer_gracefully(
+    workers: dict[str, WorkerProcess], presence: Presence, broker_url: str, held: HeldTasks
+) -> None:
+    """`request_drain` on the idle worker's row: the consumer shuts down gracefully (every
+    worker drains), the busy worker finishes its task, and the consumer exits 0."""
+    worker = workers["drained"]
+    consumers = wait_rows(presence, worker, "drained", 2)
+    token = enqueue_hold(broker_url, "drained")
+    held.wait_started(token)
+    wait_until(
+        lambda: sorted(lease for lease, _ in rows_of(presence, "drained").values()) == [0, 1],
+        timeout_s=10,
+        what="the task as a lease",
+    )
+    (idle,) = [c for c, (lease, _) in rows_of(presence, "drained").items() if not lease]
+    cursor = event_cursor(presence)
+    assert presence.registry.request_drain(queue("drained"), DEFAULT_GROUP, idle)
+    worker.wait_logged("Shutting down gracefully", what="the graceful shutdown to begin")
+    held.release(token)
+    assert worker.wait(30) == 0, worker.log_tail()
+    assert rows_of(presence, "drained") == {}
+    for consumer in consumers:
+        kinds = events_since(presence, cursor, consumer)[queue("drained")]
+        assert said_draining_then_left(kinds), (consumer, kinds)
 
 
 def test_install_checks_its_arguments_where_the_instance_is_defined() -> None:

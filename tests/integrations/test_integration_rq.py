@@ -1,11 +1,11 @@
 """RQ: real ``rq worker -w redis_presence.integrations.rq.PresenceWorker`` processes on a
 real redis-server broker, configured from the environment only (as with django-rq).
 
-Five workers start at once, each reading queues of its own: ``reader`` (rows, leases,
-progress), ``crash`` (SIGKILLed), ``drain`` (SIGTERM during a job: a warm shutdown, which
-deregisters at once), ``sched`` (``--with-scheduler``: its scheduler process is a
-consumer of group ``scheduler``) and ``own`` (no ``REDIS_PRESENCE_URL``: presence goes to
-the worker's own Redis, the broker).
+Six workers start at once, each reading queues of its own: ``reader`` (rows, leases,
+progress), ``crash`` (SIGKILLed), ``drain`` (SIGTERM during a job: a warm shutdown, its
+rows draining until the job ends), ``drained`` (a drain request during a job), ``sched``
+(``--with-scheduler``: its scheduler process is a consumer of group ``scheduler``) and
+``own`` (no ``REDIS_PRESENCE_URL``: presence goes to the worker's own Redis, the broker).
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ from integrations.lifecycle import (
     HeldTasks,
     Presence,
     check_killed,
+    event_cursor,
+    events_since,
+    said_draining_then_left,
     wait_active,
     wait_one_ttl,
     wait_progress,
@@ -45,7 +48,7 @@ PREFIX = "it-rq"
 INTERVAL_MS = 200
 TTL_MS = 3_000
 """RQ watches a running job with a whole-second alarm: a beat at least once a second."""
-NAMES = ("reader", "crash", "drain", "sched", "own")
+NAMES = ("reader", "crash", "drain", "drained", "sched", "own")
 
 
 def queues(name: str) -> set[str]:
@@ -127,6 +130,8 @@ def test_rows_leases_and_progress_of_a_real_worker(
     wait_rows(presence, worker, "reader")
     rows = presence.rows(consumer=consumer("reader"), ttl_ms=TTL_MS)
     assert {row.group for row in rows} == {DEFAULT_GROUP}
+    assert [row.capacity for row in rows] == [1, 1]  # one job at a time
+    assert not any(row.draining for row in rows)
     wait_refreshed(lambda: rows_by_queue(presence, "reader"))
 
     token = hold(broker, "reader-a")
@@ -166,35 +171,73 @@ def test_sigkill_goes_stale_then_expired_on_time(
     check_killed(presence, worker.kill, rows, interval_ms=INTERVAL_MS, ttl_ms=TTL_MS)
 
 
-def test_a_warm_shutdown_deregisters_when_it_begins_and_the_held_job_still_finishes(
+def test_a_warm_shutdown_says_draining_until_the_held_job_finishes_then_leaves(
     workers: dict[str, WorkerProcess], presence: Presence, broker: redis.Redis, held: HeldTasks
 ) -> None:
-    """RQ's own shutdown waits for the running job, the scheduler and its pub/sub thread
-    (up to a minute): the rows go when the warm shutdown begins, before any of that."""
+    """The rows say draining when the warm shutdown begins, keep the running job's lease
+    (and stay active) while it runs, and leave when the worker's loop ends: before RQ's
+    own teardown waits for its pub/sub thread."""
     worker = workers["drain"]
     wait_rows(presence, worker, "drain")
     token = hold(broker, "drain-b")
     held.wait_started(token)
     busy = {"drain-a": (0, "active"), "drain-b": (1, "active")}
     wait_until(lambda: rows_of(presence, "drain") == busy, timeout_s=10, what="the job as a lease")
+    cursor = event_cursor(presence)
     worker.send_sigterm()
-    # The worker still holds the job (it waits for the release): it cannot exit before.
     wait_until(
-        lambda: presence.rows(consumer=consumer("drain")) == [],
+        lambda: all(row.draining for row in rows_by_queue(presence, "drain").values()),
         timeout_s=20,
-        what="the rows to go when the warm shutdown begins",
+        what="the rows to say draining when the warm shutdown begins",
         alive=worker.check_alive,
-        seen=worker.log_tail,
+        seen=lambda: rows_by_queue(presence, "drain"),
     )
+    # The worker still holds the job (it waits for the release): the rows stay, beaten.
+    wait_one_ttl(presence, TTL_MS)
+    assert rows_of(presence, "drain") == busy
     assert worker.poll() is None
-    assert "warm shut down requested" in worker.log.read_text(errors="replace")
     job = Job.fetch(token, connection=broker)
     assert job.get_status() == JobStatus.STARTED
-    # RQ finishes the job; its end and the beats meanwhile do not register the rows again.
     held.release(token)
     assert worker.wait(30) == 0, worker.log_tail()
     assert job.get_status(refresh=True) == JobStatus.FINISHED
     assert presence.rows(consumer=consumer("drain")) == []
+    kinds = events_since(presence, cursor, consumer("drain"))
+    assert set(kinds) == queues("drain"), kinds
+    assert all(said_draining_then_left(k) for k in kinds.values()), kinds
+
+
+def test_a_drain_request_stops_the_worker_after_its_job(
+    workers: dict[str, WorkerProcess], presence: Presence, broker: redis.Redis, held: HeldTasks
+) -> None:
+    """`request_drain` on one row: the worker takes no new job, finishes the one it runs
+    and exits 0; both its rows said draining (the request acknowledged), then left."""
+    worker = workers["drained"]
+    wait_rows(presence, worker, "drained")
+    token = hold(broker, "drained-a")
+    held.wait_started(token)
+    cursor = event_cursor(presence)
+    assert presence.registry.request_drain("drained-b", DEFAULT_GROUP, consumer("drained"))
+    wait_until(
+        lambda: all(
+            row.draining and not row.drain_requested
+            for row in rows_by_queue(presence, "drained").values()
+        ),
+        timeout_s=20,
+        what="the rows to say draining",
+        alive=worker.check_alive,
+        seen=lambda: rows_by_queue(presence, "drained"),
+    )
+    waiting = hold(broker, "drained-b")  # never taken: the worker stops after its job
+    assert rows_of(presence, "drained") == {"drained-a": (1, "active"), "drained-b": (0, "active")}
+    held.release(token)
+    assert worker.wait(30) == 0, worker.log_tail()
+    assert Job.fetch(waiting, connection=broker).get_status() == JobStatus.QUEUED
+    assert presence.rows(consumer=consumer("drained")) == []
+    kinds = events_since(presence, cursor, consumer("drained"))
+    assert kinds["drained-b"][0] == "drain_requested", kinds
+    assert set(kinds) == queues("drained"), kinds
+    assert all(said_draining_then_left(k) for k in kinds.values()), kinds
 
 
 def test_the_scheduler_is_a_consumer_of_group_scheduler(
@@ -224,8 +267,13 @@ def test_the_scheduler_is_a_consumer_of_group_scheduler(
     assert row is not None
     assert row.state.value == "active"
     assert row.last_progress_ns is not None  # each finished tick
+    assert (row.capacity, row.draining) == (None, False)
+    cursor = event_cursor(presence)
     assert worker.terminate(30) == 0, worker.log_tail()
     assert presence.rows(consumer=scheduler) == []
+    kinds = events_since(presence, cursor, scheduler)
+    assert set(kinds) == queues("sched"), kinds
+    assert all(said_draining_then_left(k) for k in kinds.values()), kinds
     assert presence.rows(consumer=consumer("sched")) == []
 
 

@@ -1,11 +1,12 @@
 """Taskiq: real ``taskiq worker`` processes on taskiq-redis brokers and a real redis-server.
 
-Five workers start at once, each reading a queue of its own: ``reader``, ``crash`` and
-``drain`` on ``ListQueueBroker`` set up as the docs say (rows and leases, and an idle
-worker lives on; SIGKILL of the worker process; SIGTERM to ``taskiq worker``, a warm
-shutdown), ``default`` on ``ListQueueBroker`` with redis-py's default socket timeout (its
-idle worker process dies and is restarted: the middleware warns), ``stream`` on
-``RedisStreamBroker`` (its consumer group and consumer name are the row's).
+Six workers start at once, each reading a queue of its own: ``reader``, ``crash``,
+``drain`` and ``drained`` on ``ListQueueBroker`` set up as the docs say (rows and leases,
+and an idle worker lives on; SIGKILL of the worker process; SIGTERM to ``taskiq worker``,
+a warm shutdown; a drain request), ``default`` on ``ListQueueBroker`` with redis-py's
+default socket timeout (its idle worker process dies and is restarted: the middleware
+warns), ``stream`` on ``RedisStreamBroker`` (its consumer group and consumer name are the
+row's).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from integrations.lifecycle import (
     Presence,
     check_drains,
     check_killed,
+    event_cursor,
+    events_since,
+    said_draining_then_left,
     wait_active,
     wait_one_ttl,
     wait_progress,
@@ -43,10 +47,12 @@ KINDS = {
     "reader": "list",
     "crash": "list",
     "drain": "list",
+    "drained": "list",
     "default": "list-default",
     "stream": "stream",
 }
 STREAM_GROUP = "rp-stream-group"
+MAX_ASYNC_TASKS = 7
 
 
 def queue(name: str) -> str:
@@ -55,7 +61,15 @@ def queue(name: str) -> str:
 
 def worker_specs(broker_url: str, presence_url: str) -> WorkerSpecs:
     env = worker_env(broker_url, presence_url, PREFIX, INTERVAL_MS)
-    command = [python_tool("taskiq"), "worker", "taskiq_app:broker", "--workers", "1"]
+    command = [
+        python_tool("taskiq"),
+        "worker",
+        "taskiq_app:broker",
+        "--workers",
+        "1",
+        "--max-async-tasks",
+        str(MAX_ASYNC_TASKS),
+    ]
     return {
         name: (command, {**env, "RP_NAME": queue(name), "RP_TASKIQ_BROKER": kind})
         for name, kind in KINDS.items()
@@ -173,6 +187,7 @@ def test_rows_leases_and_progress_of_a_real_worker(
     assert int(pid) != worker.pid  # the worker process, not its manager
     assert row.group == DEFAULT_GROUP
     assert row.lease_count == 0
+    assert (row.capacity, row.draining) == (MAX_ASYNC_TASKS, False)
     # Idle (a BRPOP without timeout under the wrapper): the wrapper beats anyway.
     wait_refreshed(lambda: live_rows(presence, "reader"))
 
@@ -226,6 +241,21 @@ def test_warm_shutdown_deregisters_after_the_running_task(
         timeout_s=10,
         what="the task as a lease",
     )
+    cursor = event_cursor(presence)
+
+    def kept_draining() -> bool:  # until the task is done, saying draining
+        wait_until(
+            lambda: (
+                (found := row_of(presence, "drain")) is not None
+                and found.draining
+                and found.lease_count == 1
+            ),
+            timeout_s=10,
+            what="the row to say draining",
+            seen=lambda: row_of(presence, "drain"),
+        )
+        return True
+
     check_drains(
         presence,
         worker,
@@ -233,9 +263,53 @@ def test_warm_shutdown_deregisters_after_the_running_task(
         token,
         consumer=row.consumer,
         began="Waiting for 1 running tasks",
-        kept=lambda: presence.rows(consumer=row.consumer) != [],  # until the task is done
+        kept=kept_draining,
         gone_within_s=10,
     )
+    kinds = events_since(presence, cursor, row.consumer)
+    assert said_draining_then_left(kinds[queue("drain")]), kinds
+
+
+def test_a_drain_request_stops_the_worker_process_and_taskiq_replaces_it(
+    workers: dict[str, WorkerProcess], presence: Presence, broker_url: str, held: HeldTasks
+) -> None:
+    worker = workers["drained"]
+    row = wait_row(presence, worker, "drained")
+    token = send_hold(broker_url, "drained")
+    held.wait_started(token)
+    cursor = event_cursor(presence)
+    assert presence.registry.request_drain(queue("drained"), row.group, row.consumer)
+    wait_until(
+        lambda: (
+            (found := row_of(presence, "drained")) is not None
+            and found.consumer == row.consumer
+            and found.draining
+            and found.lease_count == 1
+        ),
+        timeout_s=10,
+        what="the row to say draining, its task still running",
+        seen=lambda: row_of(presence, "drained"),
+    )
+    held.release(token)
+
+    def replaced() -> ConsumerPresence | None:
+        found = row_of(presence, "drained")
+        if found is None or found.consumer == row.consumer:
+            return None
+        return found if found.state.value == "active" else None
+
+    new = wait_until(
+        replaced,
+        timeout_s=30,
+        what="a new worker process in the drained one's place",
+        alive=worker.check_alive,
+        seen=presence.rows,
+    )
+    assert not new.draining
+    assert presence.rows(consumer=row.consumer) == []
+    kinds = events_since(presence, cursor, row.consumer)[queue("drained")]
+    assert kinds[0] == "drain_requested", kinds
+    assert said_draining_then_left(kinds), kinds
 
 
 def test_the_scheduler_is_a_consumer_of_group_scheduler(

@@ -50,6 +50,9 @@ export class PresenceBatchError extends PresenceError {
   ) {
     super(message);
   }
+
+  /** Of a batch of beats: the written beats whose consumer was asked to drain. */
+  drainRequested: [string, string, string][] = [];
 }
 
 const DATA = "PRESENCEDATA ";

@@ -1,6 +1,6 @@
-/** redis-presence for Node.js: wire protocol 1 (docs/protocol.md of the repository). */
+/** redis-presence for Node.js: wire protocol 2, reading version 1 too (docs/protocol.md of the repository). */
 export * from "./errors";
-export { byCodePoint, decodeName, encodeMeta, encodeName, Keyspace, PROTOCOL_VERSION, type GroupKeys } from "./keys";
+export { ACCEPTED_VERSIONS, byCodePoint, decodeName, encodeMeta, encodeName, Keyspace, PROTOCOL_VERSION, type GroupKeys } from "./keys";
 export * from "./registry";
 export * from "./validation";
 export { LUA_FOLDER, SCRIPT_NAMES, script, type Script, type ScriptName } from "./scripts";

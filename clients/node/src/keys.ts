@@ -1,9 +1,14 @@
-/** The key layout and the name encoding of protocol version 1 (docs/protocol.md, sections 2
+/** The key layout and the name encoding of protocol version 2 (docs/protocol.md, sections 2
  * and 3), spelled exactly as the Python package's redis_presence/keys.py spells them. */
 import { PresenceDataError } from "./errors";
 
-/** The wire protocol version this client reads and writes (`P:protocol`). */
-export const PROTOCOL_VERSION = "1";
+/** The wire protocol version this client speaks and claims (`P:protocol`). */
+export const PROTOCOL_VERSION = "2";
+
+/** The versions of `P:protocol` this client accepts (missing too): a prefix of version 1,
+ * which version-1 clients still write, is written in their format by the scripts (mode 1)
+ * until `redis-presence migrate` moves it to 2. */
+export const ACCEPTED_VERSIONS: readonly string[] = ["1", "2"];
 
 const EXTRA = /[!'()*]/g;
 
@@ -46,6 +51,10 @@ export class Keyspace {
   readonly stuck: string;
   readonly expects: string;
   readonly protocol: string;
+  /** The fleet indexes (standalone): groups by their newest beat's microsecond, and by a
+   * lower bound of their oldest beat's (the scripts keep them). */
+  readonly newest: string;
+  readonly oldest: string;
   /** The epoch marker (docs/protocol.md): in the slot of `events`, written by the scripts. */
   readonly epoch: string;
 
@@ -59,6 +68,8 @@ export class Keyspace {
     this.stuck = `${prefix}:stuck`;
     this.expects = `${prefix}:expects`;
     this.protocol = `${prefix}:protocol`;
+    this.newest = `${prefix}:newest`;
+    this.oldest = `${prefix}:oldest`;
     this.epoch = `${prefix}:{${this.events}}:epoch`;
   }
 

@@ -1,8 +1,9 @@
 /** `PresenceRegistry`: heartbeats, reads and prunes of one prefix on a standalone Redis, in
- * the wire protocol of docs/protocol.md, with the repository's own Lua scripts. */
+ * the wire protocol (version 2) of docs/protocol.md, with the repository's own Lua scripts. */
 import type { Redis } from "ioredis";
+import { type BeatReply, type BeatSpec, processInstance, type Written } from "./beats";
 import { PresenceBatchError, PresenceDataError, PresenceError, PresenceMetaError, PresenceProtocolError, refusal, translate } from "./errors";
-import { byCodePoint, encodeMeta, type GroupKeys, Keyspace, PROTOCOL_VERSION } from "./keys";
+import { ACCEPTED_VERSIONS, byCodePoint, encodeMeta, type GroupKeys, Keyspace, PROTOCOL_VERSION } from "./keys";
 import {
   aside,
   type ConsumerPresence,
@@ -24,8 +25,9 @@ import {
 } from "./replies";
 import { type ScriptName, script } from "./scripts";
 import { DEFAULT_PRESENCE_TTL_MS, type Kind, prefixError, type Setting, settled, sound, Spoilt, storedSetting } from "./settings";
-import { checkLease, checkMeta, checkMinActive, checkName, checkNs, checkRetention, checkTtl, type Meta } from "./validation";
+import { checkCapacity, checkDraining, checkInstance, checkLease, checkMeta, checkMinActive, checkName, checkNs, checkRetention, checkTtl, type Meta } from "./validation";
 
+export { type BeatReply, type BeatSpec, processInstance, type Written } from "./beats";
 export { classify, type ConsumerPresence, horizonsNs, type PresenceState, type Skipped, type WithSkipped } from "./replies";
 export { DEFAULT_PRESENCE_TTL_MS, DEFAULT_STUCK_AFTER_MS } from "./settings";
 export const DEFAULT_MAX_FUTURE_MS = 10_000;
@@ -59,10 +61,31 @@ export interface GroupPresence {
   expired: number;
   minActive: number | null;
   below: boolean;
+  /** Sum of the capacities of the active consumers that report one (null: none does). */
+  capacity: number | null;
+  /** `capacity` minus those consumers' leases, at least 0 (null: no capacity reported). */
+  free: number | null;
+  /** Active or stale consumers that say they are draining. */
+  draining: number;
+  /** Active or stale consumers in conflict (another process beat under their name within
+   * the TTL). */
+  conflicts: number;
 }
 
-/** `[queue, group, consumer, leaseCount]` (the lease count defaults to 0). */
-export type Beat = [string, string, string, number?];
+/** `[queue, group, consumer, leaseCount]` (the lease count defaults to 0), or a `BeatSpec`
+ * (which may also report capacity and draining). */
+export type Beat = [string, string, string, number?] | BeatSpec;
+
+/** What a beat reports besides its lease count (protocol version 2): undefined or null keep
+ * the stored value. */
+export interface BeatOptions {
+  nowNs?: Ns;
+  /** How many leases the consumer can hold at once (0: not reported). */
+  capacity?: number | null;
+  /** The consumer is finishing what it holds and takes no more work; a draining beat
+   * acknowledges a drain request. */
+  draining?: boolean | null;
+}
 
 export interface ReadOptions {
   nowNs?: Ns;
@@ -91,6 +114,40 @@ export interface RegistryOptions {
   eventsKept?: number;
   /** Called with each key a fleet read set aside (default: `process.emitWarning`). */
   onSkipped?: (skipped: Skipped) => void;
+  /** The instance token every beat carries (1 to 32 of `[A-Za-z0-9_.-]`; default:
+   * `processInstance()`, 16 hex digits drawn once per process). A consumer name that beats
+   * under two tokens at once is flagged as a conflict. */
+  instance?: string;
+}
+
+/** What a group row adds from its consumers' stored values (protocol version 2). */
+type Capacities = Pick<GroupPresence, "capacity" | "free" | "draining" | "conflicts">;
+
+/** A group's capacity, free slots, draining and conflicting consumers from its stored values
+ * at `now` under `ttlMs` (a value this client cannot read counts in none of them: the
+ * counts by state, from the sorted set, say what they say of it). */
+function capacities(gk: GroupKeys, table: Record<string, string>, now: bigint, ttlMs: number): Capacities {
+  let capacity: number | null = null;
+  let leases = 0;
+  let draining = 0;
+  let conflicts = 0;
+  for (const [consumer, value] of Object.entries(table)) {
+    let r: ConsumerPresence;
+    try {
+      r = row(gk, consumer, parseStored(gk, consumer, value), now, ttlMs, 1, {});
+    } catch (error) {
+      if (error instanceof PresenceDataError) continue;
+      throw error;
+    }
+    if (r.state === "expired") continue; // live consumers only, as the Python package's LiveTally
+    if (r.state === "active" && r.capacity !== null) {
+      capacity = (capacity ?? 0) + r.capacity;
+      leases += r.leaseCount;
+    }
+    if (r.draining) draining += 1;
+    if (r.conflict) conflicts += 1;
+  }
+  return { capacity, free: capacity === null ? null : Math.max(0, capacity - leases), draining, conflicts };
 }
 
 /** Heartbeats, reads and prunes of one prefix on a standalone Redis server (ioredis). */
@@ -98,6 +155,7 @@ export class PresenceRegistry {
   readonly keys: Keyspace;
   readonly maxFutureMs: number | null;
   readonly eventsKept: number;
+  readonly instance: string;
   private readonly onSkipped: (skipped: Skipped) => void;
   private readonly settings = new Map<string, { value: Setting; at: number }>();
   private protocolAt: number | null = null;
@@ -111,6 +169,7 @@ export class PresenceRegistry {
     this.keys = new Keyspace(options.prefix ?? "presence");
     this.maxFutureMs = options.maxFutureMs === undefined ? DEFAULT_MAX_FUTURE_MS : options.maxFutureMs;
     this.eventsKept = options.eventsKept ?? DEFAULT_EVENTS_KEPT;
+    this.instance = options.instance === undefined ? processInstance() : checkInstance(options.instance);
     this.onSkipped =
       options.onSkipped ??
       ((item) => process.emitWarning(`redis-presence set aside ${item.key}: ${item.reason}`, "PresenceDataWarning"));
@@ -119,13 +178,15 @@ export class PresenceRegistry {
   // -- writes ------------------------------------------------------------------------
 
   /** Record or refresh one consumer: one EVALSHA of heartbeat.lua (after a read of the
-   * group's shared TTL, at most once every TTL_CACHE_MS). */
-  async heartbeat(queue: string, group: string, consumer: string, leaseCount = 0, options: { nowNs?: Ns } = {}): Promise<void> {
+   * group's shared TTL, at most once every TTL_CACHE_MS); whether it was asked to drain. */
+  async heartbeat(queue: string, group: string, consumer: string, leaseCount = 0, options: BeatOptions = {}): Promise<BeatReply> {
     checkName("queue", queue);
     checkName("group", group);
     checkName("consumer", consumer);
     const lease = checkLease(leaseCount);
     const now = options.nowNs === undefined ? "" : checkNs(options.nowNs);
+    const capacity = checkCapacity(options.capacity);
+    const draining = checkDraining(options.draining);
     // The hot path: a group's KEYS and shared TTL, kept ready while the TTL may be trusted,
     // under a key that tells every pair of names apart (the queue's length first: names may
     // hold any character).
@@ -140,22 +201,36 @@ export class PresenceRegistry {
       ready = { head: [...keys, ttl, this.eventsKept, EVENT_LOG_TTL_MS, this.guard()], count: keys.length, until };
       this.beatCalls.set(cached, ready);
     }
-    await this.call("heartbeat", ready.head, [now, consumer, lease], ready.count);
+    const drain = await this.call("heartbeat", ready.head, [now, consumer, lease, capacity ?? "", draining === null ? "" : draining ? "1" : "0", this.instance], ready.count);
     if (!this.claimed) await this.claim();
+    return { drainRequested: Number(drain) === 1 };
   }
 
-  /** After this client's first beat that wrote: claim the prefix for protocol version 1
-   * (`SET NX`; once, never for a refused beat). */
+  /** After this client's first beat that wrote: claim the prefix for protocol version 2
+   * (`SET NX`: a prefix of version 1 stays 1 until it is migrated; once, never for a
+   * refused beat). */
   private async claim(): Promise<void> {
     await this.redis.set(this.keys.protocol, PROTOCOL_VERSION, "NX");
     this.claimed = true;
   }
 
   /** Write many beats, each atomically, in one call of heartbeat_many.lua per 250 beats;
-   * returns how many. Bad data costs only the beats it spoils (`PresenceBatchError`). */
+   * returns how many. Bad data costs only the beats it spoils (`PresenceBatchError`). The
+   * drain requests the replies carry: `heartbeatManyWithDrains`. */
   async heartbeatMany(beats: Beat[], options: { nowNs?: Ns } = {}): Promise<number> {
-    const checked = beats.map(([q, g, c, lease]) => [checkName("queue", q), checkName("group", g), checkName("consumer", c), checkLease(lease ?? 0)] as const);
-    if (checked.length === 0) return 0;
+    return (await this.heartbeatManyWithDrains(beats, options)).count;
+  }
+
+  /** `heartbeatMany`, answering also which written beats' consumers were asked to drain
+   * (a `PresenceBatchError` carries them too, in `drainRequested`). */
+  async heartbeatManyWithDrains(beats: Beat[], options: { nowNs?: Ns } = {}): Promise<Written> {
+    const checked = beats.map((beat) => {
+      if (typeof beat !== "object" || beat === null) throw new TypeError(`beats must hold [queue, group, consumer, leaseCount] lists or BeatSpec objects, got ${beat === null ? "null" : typeof beat}`);
+      const [q, g, c, lease, capacity, draining] = Array.isArray(beat) ? [beat[0], beat[1], beat[2], beat[3], undefined, undefined] : [beat.queue, beat.group, beat.consumer, beat.leaseCount, beat.capacity, beat.draining];
+      return [checkName("queue", q), checkName("group", g), checkName("consumer", c), checkLease(lease ?? 0), checkCapacity(capacity), checkDraining(draining)] as const;
+    });
+    const drainRequested: [string, string, string][] = [];
+    if (checked.length === 0) return { count: 0, drainRequested };
     const now = checkNs(options.nowNs);
     const groups = new Map<string, GroupKeys>();
     for (const [q, g] of checked) {
@@ -184,16 +259,16 @@ export class PresenceRegistry {
       const numbers = new Map<string, number>();
       const names: GroupKeys[] = [];
       const tail: (string | number)[] = [];
-      for (const [q, g, c, lease] of batch) {
+      for (const [q, g, c, lease, capacity, draining] of batch) {
         const gk = this.keys.group(q, g);
         let number = numbers.get(gk.data);
         if (number === undefined) {
           number = names.push(groups.get(gk.data) as GroupKeys);
           numbers.set(gk.data, number);
         }
-        tail.push(number, c, lease, 0, "");
+        tail.push(number, c, lease, 0, "", capacity ?? "", draining === null ? "" : draining ? "1" : "0");
       }
-      const args = [now, INDEX_MARK_MS, this.eventsKept, EVENT_LOG_TTL_MS, this.guard(), ...names.map((gk) => ttlOf.get(gk.data) as number), ...tail];
+      const args = [now, INDEX_MARK_MS, this.eventsKept, EVENT_LOG_TTL_MS, this.guard(), this.instance, "", ...names.map((gk) => ttlOf.get(gk.data) as number), ...tail];
       calls.push({ names, batch });
       replies.push(
         this.call("heartbeat_many", this.writeKeys(names), args).then(
@@ -213,7 +288,10 @@ export class PresenceRegistry {
         for (const [q, g, c] of batch) unwritten.push([q, g, c]);
         return;
       }
-      const refused = reply.slice(2) as (string | number)[];
+      const drains = (reply[2] ?? []) as (string | number)[];
+      const asked = new Set<string>();
+      for (let j = 0; j + 1 < drains.length; j += 2) asked.add(`${names[Number(drains[j]) - 1].data}\n${String(drains[j + 1])}`);
+      const refused = reply.slice(3) as (string | number)[];
       const whole = new Set<string>();
       const spoilt = new Set<string>();
       for (let j = 0; j + 2 < refused.length; j += 3) {
@@ -226,19 +304,37 @@ export class PresenceRegistry {
       for (const [q, g, c] of batch) {
         const data = this.keys.group(q, g).data;
         if (whole.has(data) || spoilt.has(`${data}\n${c}`)) unwritten.push([q, g, c]);
+        else if (asked.has(`${data}\n${c}`)) {
+          asked.delete(`${data}\n${c}`); // once, however often the batch beats it
+          drainRequested.push([q, g, c]);
+        }
       }
     });
     if (unwritten.length < checked.length && !this.claimed) await this.claim();
     if (answers.length && unwritten.length === checked.length && answers.every((r) => r instanceof PresenceError)) throw answers[0];
     if (failed.size > 0) {
-      throw new PresenceBatchError(
+      const error = new PresenceBatchError(
         `${failed.size} group(s) refused (${[...failed.keys()].join(", ")}); ${checked.length - unwritten.length} beat(s) written`,
         failed,
         checked.length - unwritten.length,
         unwritten,
       );
+      error.drainRequested = drainRequested;
+      throw error;
     }
-    return checked.length;
+    return { count: checked.length, drainRequested };
+  }
+
+  /** Ask one consumer to drain (finish what it holds, take no more, then leave): its next
+   * beat's reply says so until it beats draining. One call of drain.lua, which logs a
+   * `drain_requested` event; whether the consumer is tracked (an untracked one: nothing
+   * written). A prefix of protocol version 1 refuses it (PresenceProtocolError: run
+   * `redis-presence migrate`). */
+  async requestDrain(queue: string, group: string, consumer: string, options: { nowNs?: Ns } = {}): Promise<boolean> {
+    const gk = this.keys.group(checkName("queue", queue), checkName("group", group));
+    checkName("consumer", consumer);
+    const reply = (await this.call("drain", this.writeKeys([gk]), [consumer, checkNs(options.nowNs), this.eventsKept, EVENT_LOG_TTL_MS])) as number[];
+    return Number(reply[0]) === 1;
   }
 
   /** Forget one consumer (graceful shutdown) and log that it left; whether it was tracked. */
@@ -419,29 +515,32 @@ export class PresenceRegistry {
     const now = await this.now(options.nowNs);
     const skipped: Skipped[] = [];
     const declared = await this.declared(skipped);
-    const counts = new Map<string, [string, string, number, number, number]>();
+    const counts = new Map<string, [string, string, number, number, number, Capacities]>();
     const spoilt = (gk: GroupKeys, value: Spoilt) => skipped.push(aside(gk, value.reason));
     for await (const [groups, ttls] of this.pages({}, ttlMs, skipped, spoilt)) {
       const cards = await this.sound(groups, (gk) => this.redis.zcard(gk.hb), false, skipped);
       const active = await this.above(groups, ttls.map((ttl) => horizonsNs(now, ttl)[0]), false, skipped);
       const alive = await this.above(groups, ttls.map((ttl) => horizonsNs(now, ttl)[1]), false, skipped);
+      const tables = await this.sound(groups, (gk) => this.readGroup(gk), false, skipped);
       groups.forEach((gk, i) => {
-        const [card, a, b] = [cards[i], active[i], alive[i]];
-        if (card !== null && a !== null && b !== null) counts.set(pair(gk.queue, gk.group), [gk.queue, gk.group, a, b - a, card - b]);
+        const [card, a, b, table] = [cards[i], active[i], alive[i], tables[i]];
+        if (card !== null && a !== null && b !== null && table !== null) {
+          counts.set(pair(gk.queue, gk.group), [gk.queue, gk.group, a, b - a, card - b, capacities(gk, table, now, ttls[i])]);
+        }
       });
     }
     for (const [queue, group] of declared) {
       const key = pair(queue, group);
-      if (!counts.has(key)) counts.set(key, [queue, group, 0, 0, 0]);
+      if (!counts.has(key)) counts.set(key, [queue, group, 0, 0, 0, { capacity: null, free: null, draining: 0, conflicts: 0 }]);
     }
     // A group set aside is left out, declared or not: never shown without consumers.
     for (const key of groupsSetAside(skipped)) counts.delete(key);
     const minimum = new Map(declared.map(([q, g, n]) => [pair(q, g), n]));
     const out = [...counts.values()]
       .sort((a, b) => byCodePoint(a[0], b[0]) || byCodePoint(a[1], b[1]))
-      .map(([queue, group, active, stale, expired]) => {
+      .map(([queue, group, active, stale, expired, more]) => {
         const minActive = minimum.get(pair(queue, group)) ?? null;
-        return { queue, group, active, stale, expired, minActive, below: minActive !== null && active < minActive };
+        return { queue, group, active, stale, expired, minActive, below: minActive !== null && active < minActive, ...more };
       });
     this.report(skipped);
     return withSkipped(out, skipped);
@@ -559,11 +658,12 @@ export class PresenceRegistry {
     return this.keys.group(checkName("queue", where.queue), checkName("group", where.group))[kind];
   }
 
-  /** The KEYS of a script: each group's five keys, then the indexes, the epoch marker and
-   * the protocol version, which every write script checks before it writes. */
+  /** The KEYS of a script: each group's five keys, then the indexes, the epoch marker, the
+   * protocol version (which every write script checks before it writes, and which says how
+   * it writes) and the fleet indexes of newest and oldest beats. */
   private writeKeys(groups: GroupKeys[]): string[] {
     const keys = groups.flatMap((gk) => [gk.hb, gk.data, gk.mark, gk.events, gk.meta]);
-    return [...keys, this.keys.groups, this.keys.events, this.keys.epoch, this.keys.protocol];
+    return [...keys, this.keys.groups, this.keys.events, this.keys.epoch, this.keys.protocol, this.keys.newest, this.keys.oldest];
   }
 
   /** One EVALSHA of `lua/<name>.lua` (SCRIPT LOAD and again after NOSCRIPT). */
@@ -765,7 +865,7 @@ export class PresenceRegistry {
     ]);
     const at = performance.now();
     if (checking) {
-      if (version !== null && version !== PROTOCOL_VERSION) {
+      if (version !== null && !ACCEPTED_VERSIONS.includes(version)) {
         throw new PresenceProtocolError(
           `${this.keys.protocol} says this prefix was written by protocol version ${quoted(version.slice(0, 40))}; this package speaks version ${PROTOCOL_VERSION} (docs/protocol.md)`,
         );

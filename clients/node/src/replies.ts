@@ -9,7 +9,12 @@ import { checkMeta, MAX_LEASE_COUNT, MAX_META_BYTES, MAX_META_KEYS, MAX_MIN_ACTI
 const MAX_STORED_META_CHARS = 6 * MAX_META_BYTES + 6 * MAX_META_KEYS + 2;
 
 export const NS_PER_MS = 1_000_000n;
-const STORED = /^(\d{1,19}) (\d{1,19}) (\d{1,19})(?: (\d{1,19}))?$/;
+/** A stored value: version 1's `registered last lease [progress]`, or version 2's nine
+ * fields `registered last lease progress capacity flags conflict instance previous`. */
+const STORED = /^(\d{1,19}) (\d{1,19}) (\d{1,19})(?: (\d{1,19})(?: (\d{1,10}) (\d{1,10}) (\d{1,19}) ([A-Za-z0-9_.-]{1,32}) ([A-Za-z0-9_.-]{1,32}))?)?$/;
+/** Bits of a stored value's flags (unknown bits are ignored). */
+const DRAINING = 1;
+const DRAIN_REQUESTED = 2;
 /** A declared minimum as stored: 1 to 1000000 in canonical decimal digits (no sign, no
  * leading zero); "0", "02", "+5", " 5" are not minimums, whatever Number() makes of them. */
 const MIN_ACTIVE = /^[1-9]\d{0,6}$/;
@@ -34,6 +39,16 @@ export interface ConsumerPresence {
   lastProgressNs: bigint | null;
   stuck: boolean;
   meta: Record<string, string>;
+  /** How many leases it can hold at once, as it last reported (null: none reported). */
+  capacity: number | null;
+  /** It said it is draining (finishing what it holds, taking no more). */
+  draining: boolean;
+  /** It was asked to drain (`requestDrain`) and has not yet acknowledged it. */
+  drainRequested: boolean;
+  /** Another process beat under its name within the TTL (a duplicate consumer name). */
+  conflict: boolean;
+  /** The instance token of the process that last beat (null: none). */
+  instance: string | null;
 }
 
 /** What a read set aside instead of failing (docs/protocol.md, section 9): the key (an index
@@ -74,12 +89,19 @@ export interface Stored {
   heartbeat: bigint;
   lease: number;
   progress: bigint | null;
+  /** 0: not reported (and for a version-1 value). */
+  capacity: number;
+  flags: number;
+  /** 0n: never. */
+  conflict: bigint;
+  instance: string | null;
+  previous: string | null;
 }
 
 export function parseStored(gk: GroupKeys, consumer: string, value: string): Stored {
   const found = STORED.exec(value);
-  // A lease count above 2^32-1 is no client's (docs/protocol.md, section 4).
-  if (found === null || Number(found[3]) > MAX_LEASE_COUNT) {
+  // A lease count, capacity or flags above 2^32-1 is no client's (docs/protocol.md, section 4).
+  if (found === null || Number(found[3]) > MAX_LEASE_COUNT || (found[5] !== undefined && (Number(found[5]) > MAX_LEASE_COUNT || Number(found[6]) > MAX_LEASE_COUNT))) {
     throw new PresenceDataError(
       `redis-presence key ${gk.data} field ${quoted(consumer)} holds a value this package did not write: ${quoted(value)}`,
     );
@@ -88,7 +110,13 @@ export function parseStored(gk: GroupKeys, consumer: string, value: string): Sto
     registered: BigInt(found[1]),
     heartbeat: BigInt(found[2]),
     lease: Number(found[3]),
-    progress: found[4] === undefined ? null : BigInt(found[4]),
+    // Version 1 wrote a 4th field only for a recorded progress; version 2 writes 0 for none.
+    progress: found[4] === undefined || (found[5] !== undefined && found[4] === "0") ? null : BigInt(found[4]),
+    capacity: found[5] === undefined ? 0 : Number(found[5]),
+    flags: found[6] === undefined ? 0 : Number(found[6]),
+    conflict: found[7] === undefined ? 0n : BigInt(found[7]),
+    instance: found[8] === undefined || found[8] === "-" ? null : found[8],
+    previous: found[9] === undefined || found[9] === "-" ? null : found[9],
   };
 }
 
@@ -171,5 +199,10 @@ export function row(gk: GroupKeys, consumer: string, s: Stored, now: bigint, ttl
     lastProgressNs: s.progress,
     stuck,
     meta,
+    capacity: s.capacity === 0 ? null : s.capacity,
+    draining: (s.flags & DRAINING) !== 0,
+    drainRequested: (s.flags & DRAIN_REQUESTED) !== 0,
+    conflict: s.conflict !== 0n && classify(now, s.conflict, ttlMs) === "active",
+    instance: s.instance,
   };
 }

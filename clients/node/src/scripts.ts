@@ -7,7 +7,7 @@ import { join } from "node:path";
 
 /** Every script of the repository's lua/ (stream_reap is the Python streams reaper's: this
  * client ships it with the rest, so both clients name the same scripts by the same SHAs). */
-export const SCRIPT_NAMES = ["deregister", "describe", "expect", "heartbeat", "heartbeat_many", "prune", "setting", "stream_reap", "unexpect"] as const;
+export const SCRIPT_NAMES = ["deregister", "describe", "drain", "expect", "heartbeat", "heartbeat_many", "prune", "setting", "stream_reap", "unexpect"] as const;
 export type ScriptName = (typeof SCRIPT_NAMES)[number];
 
 export interface Script {

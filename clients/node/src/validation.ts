@@ -117,3 +117,31 @@ export function checkMeta(value: unknown, argument = "meta"): [string, string][]
   if (size > MAX_META_BYTES) throw new RangeError(`${argument} must be at most ${MAX_META_BYTES} UTF-8 bytes in all, got ${size}`);
   return entries as [string, string][];
 }
+
+/** A consumer's capacity (how many leases it can hold at once): an integer in
+ * [0, MAX_LEASE_COUNT] (0: not reported), or null/undefined: keep the stored one. */
+export function checkCapacity(value: unknown, argument = "capacity"): number | null {
+  if (value === undefined || value === null) return null;
+  if (typeof value !== "number") throw new TypeError(`${argument} must be a number or null, got ${kind(value)}`);
+  if (!Number.isInteger(value) || value < 0 || value > MAX_LEASE_COUNT) {
+    throw new RangeError(`${argument} must be an integer in [0, ${MAX_LEASE_COUNT}] or null, got ${String(value)}`);
+  }
+  return value;
+}
+
+/** Whether a consumer says it is draining: a boolean, or null/undefined: keep the stored one. */
+export function checkDraining(value: unknown, argument = "draining"): boolean | null {
+  if (value === undefined || value === null) return null;
+  if (typeof value !== "boolean") throw new TypeError(`${argument} must be a boolean or null, got ${kind(value)}`);
+  return value;
+}
+
+/** An instance token: 1 to 32 characters of `[A-Za-z0-9_.-]` (`-` is none). */
+export const INSTANCE = /^[A-Za-z0-9_.-]{1,32}$/;
+
+/** A registry's instance token (the process that beats: a restart shows as a new token). */
+export function checkInstance(value: unknown, argument = "instance"): string {
+  if (typeof value !== "string") throw new TypeError(`${argument} must be a string, got ${kind(value)}`);
+  if (!INSTANCE.test(value)) throw new RangeError(`${argument} must be 1 to 32 characters of [A-Za-z0-9_.-], got ${JSON.stringify(value.slice(0, 40))}`);
+  return value;
+}

@@ -1,6 +1,7 @@
 // The BullMQ recipe with a real BullMQ worker against the test's redis-server: presence on
-// start, the active job count as lease_count on each lock renewal, idle after drained, gone
-// after close.
+// start, the active job count as lease_count on each lock renewal and its concurrency as
+// capacity, idle after drained, draining while it closes, gone once closed; a drain request
+// closes it after the jobs it holds.
 import assert from "node:assert/strict";
 import { EventEmitter } from "node:events";
 import { after, before, test } from "node:test";
@@ -43,6 +44,8 @@ test("a BullMQ worker beats on lock renewal with its active jobs, idles, and lea
   try {
     await until("the first beat", async () => (await rows()).length === 1);
     assert.deepStrictEqual(await rows(), [["w1", "active", 0]]);
+    const [shown] = await presence.snapshot({ queue: "mail" });
+    assert.deepStrictEqual([shown.capacity, shown.draining], [2, false]);
     void worker.run();
     await queue.add("a", {});
     await queue.add("b", {});
@@ -65,12 +68,47 @@ test("a BullMQ worker beats on lock renewal with its active jobs, idles, and lea
   }
 });
 
+test("a drain request closes the worker: it beats draining while it finishes its job, then leaves", async () => {
+  const connection = { host: "127.0.0.1", port: server.port, maxRetriesPerRequest: null };
+  const presence = new PresenceRegistry(server.client());
+  const queue = new Queue("drain", { connection });
+  const releases = [];
+  const worker = new Worker("drain", () => new Promise((resolve) => releases.push(resolve)), { connection, concurrency: 3, lockDuration: 600 });
+  const stop = trackBullMQWorker(worker, presence, { queue: "drain", group: "senders", consumer: "w2", idleBeatMs: 50 });
+  const row = async () => (await presence.snapshot({ queue: "drain" }))[0];
+  try {
+    await queue.add("a", {});
+    await until("an active job", async () => releases.length === 1);
+    await until("a beat with the job", async () => (await row())?.leaseCount === 1);
+    assert.equal((await row()).capacity, 3);
+    assert.equal(await presence.requestDrain("drain", "senders", "w2"), true);
+    await until("the draining beat", async () => (await row())?.draining === true);
+    const draining = await row();
+    assert.deepStrictEqual([draining.drainRequested, draining.leaseCount], [false, 1]);
+    await queue.add("b", {});
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(releases.length, 1, "a draining worker took another job");
+    releases[0]("done");
+    await until("the deregister once closed", async () => (await row()) === undefined);
+    assert.equal(worker.isRunning(), false);
+  } finally {
+    await stop();
+    await worker.close();
+    await queue.close();
+    presence.redis.disconnect();
+  }
+});
+
 test("the stop function resolves only once the deregister has, however often it is called", async () => {
   const worker = new EventEmitter();
   let release;
   const calls = [];
+  const beats = [];
   const presence = {
-    heartbeat: async () => undefined,
+    heartbeat: async (...args) => {
+      beats.push(args);
+      return { drainRequested: false };
+    },
     deregister: (...args) => {
       calls.push(args);
       return new Promise((resolve) => (release = resolve));
@@ -78,6 +116,9 @@ test("the stop function resolves only once the deregister has, however often it 
   };
   const stop = trackBullMQWorker(worker, presence, { queue: "mail", group: "senders", consumer: "w1" });
   worker.emit("closing");
+  assert.deepStrictEqual(beats.at(-1), ["mail", "senders", "w1", 0, { capacity: null, draining: true }]);
+  assert.deepStrictEqual(calls, [], "deregistered while closing, before the worker closed");
+  worker.emit("closed");
   let stopped = false;
   const second = stop().then(() => (stopped = true));
   await new Promise((resolve) => setTimeout(resolve, 0));
@@ -85,4 +126,43 @@ test("the stop function resolves only once the deregister has, however often it 
   release(true);
   await second;
   assert.deepStrictEqual(calls, [["mail", "senders", "w1"]]);
+});
+
+test("onDrainRequested replaces the close, once, whatever the beats say after", async () => {
+  const worker = new EventEmitter();
+  worker.concurrency = 4;
+  worker.close = async () => assert.fail("closed despite onDrainRequested");
+  const beats = [];
+  const presence = {
+    heartbeat: async (...args) => {
+      beats.push(args);
+      return { drainRequested: true };
+    },
+    deregister: async () => true,
+  };
+  let asked = 0;
+  const stop = trackBullMQWorker(worker, presence, { queue: "mail", group: "senders", consumer: "w1", onDrainRequested: () => (asked += 1) });
+  worker.emit("drained");
+  worker.emit("drained");
+  await new Promise((resolve) => setTimeout(resolve, 10));
+  assert.equal(asked, 1);
+  assert.deepStrictEqual(beats[0], ["mail", "senders", "w1", 0, { capacity: 4, draining: false }]);
+  await stop();
+});
+
+test("the deregister waits for the beats in flight, so that none lands after it", async () => {
+  const worker = new EventEmitter();
+  const order = [];
+  let land;
+  const presence = {
+    heartbeat: () => new Promise((resolve) => (land = () => (order.push("beat"), resolve({ drainRequested: false })))),
+    deregister: async () => (order.push("deregister"), true),
+  };
+  const stop = trackBullMQWorker(worker, presence, { queue: "mail", group: "senders", consumer: "w1" });
+  worker.emit("closed");
+  await new Promise((resolve) => setTimeout(resolve, 10));
+  assert.deepStrictEqual(order, []);
+  land();
+  await stop();
+  assert.deepStrictEqual(order, ["beat", "deregister"]);
 });

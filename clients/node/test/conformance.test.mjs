@@ -41,7 +41,19 @@ function neutralRow(row) {
     last_progress_ns: ns(row.lastProgressNs),
     stuck: row.stuck,
     meta: row.meta,
+    capacity: row.capacity,
+    draining: row.draining,
+    drain_requested: row.drainRequested,
+    conflict: row.conflict,
+    instance: row.instance,
   };
+}
+
+/** A beat of `heartbeat_many`: a `[queue, group, consumer, lease_count]` list, or an object
+ * of the Python `BeatSpec`'s fields. */
+function beat(b) {
+  if (Array.isArray(b)) return b;
+  return { queue: b.queue, group: b.group, consumer: b.consumer, leaseCount: b.lease_count, capacity: b.capacity, draining: b.draining };
 }
 
 function read(args) {
@@ -59,8 +71,13 @@ const where = (args) => (args.queue === undefined ? {} : { queue: args.queue, gr
 
 /** One operation of a case, as the Python registry's method of the same name. */
 const OPS = {
-  heartbeat: async (r, a) => (await r.heartbeat(a.queue, a.group, a.consumer, a.lease_count ?? 0, { nowNs: a.now_ns })) ?? null,
-  heartbeat_many: (r, a) => r.heartbeatMany(a.beats, { nowNs: a.now_ns }),
+  heartbeat: async (r, a) => ({ drain_requested: (await r.heartbeat(a.queue, a.group, a.consumer, a.lease_count ?? 0, { nowNs: a.now_ns, capacity: a.capacity, draining: a.draining })).drainRequested }),
+  // The count, and (a step's `drain_requested`) the beats whose consumer has a drain request.
+  heartbeat_many: async (r, a) => {
+    const written = await r.heartbeatManyWithDrains(a.beats.map(beat), { nowNs: a.now_ns });
+    return Object.assign(new Number(written.count), { drainRequested: written.drainRequested });
+  },
+  request_drain: (r, a) => r.requestDrain(a.queue, a.group, a.consumer, { nowNs: a.now_ns }),
   deregister: (r, a) => r.deregister(a.queue, a.group, a.consumer, { nowNs: a.now_ns }),
   describe: (r, a) => r.describe(a.queue, a.group, a.consumer, a.meta),
   snapshot: async (r, a) => (await r.snapshot(read(a))).map(neutralRow),
@@ -82,6 +99,10 @@ const OPS = {
       expired: g.expired,
       min_active: g.minActive,
       below: g.below,
+      capacity: g.capacity,
+      free: g.free,
+      draining: g.draining,
+      conflicts: g.conflicts,
     })),
 };
 
@@ -145,10 +166,21 @@ for (const file of files) {
     await client.flushall();
     const prefix = c.prefix ?? "presence";
     let skipped = [];
-    const registry = new presence.PresenceRegistry(server.client(), { prefix, onSkipped: (item) => skipped.push(item) });
+    // One registry per instance token (the case's, and any a step names: another process
+    // on the same store).
+    const registries = new Map();
+    const registryOf = (instance) => {
+      if (!registries.has(instance)) {
+        const options = { prefix, onSkipped: (item) => skipped.push(item) };
+        if (instance !== undefined) options.instance = instance;
+        registries.set(instance, new presence.PresenceRegistry(server.client(), options));
+      }
+      return registries.get(instance);
+    };
     try {
       for (const [number, step] of c.steps.entries()) {
         const label = `${c.name} step ${number + 1} (${step.op})`;
+        const registry = registryOf(step.instance ?? c.instance);
         if (step.op === "redis") {
           for (const command of step.commands) await client.call(...command);
           continue;
@@ -175,8 +207,13 @@ for (const file of files) {
           });
           continue;
         }
-        const reply = await op(registry, step.args ?? {});
+        const answer = await op(registry, step.args ?? {});
+        const reply = answer instanceof Number ? answer.valueOf() : answer;
         if ("reply" in step) assert.deepStrictEqual(subset(step.reply, reply), step.reply, label);
+        if ("drain_requested" in step) {
+          const order = (a, b) => (JSON.stringify(a) < JSON.stringify(b) ? -1 : 1);
+          assert.deepStrictEqual(answer.drainRequested.map((d) => [...d]).sort(order), [...step.drain_requested].sort(order), `${label}: drain_requested`);
+        }
         // The keys set aside, in the order reported (docs/protocol.md, section 9), once each.
         assert.deepStrictEqual(
           skipped.map((s) => s.key),
@@ -185,7 +222,7 @@ for (const file of files) {
         );
       }
     } finally {
-      registry.redis.disconnect();
+      for (const registry of registries.values()) registry.redis.disconnect();
     }
   });
 }

@@ -54,7 +54,7 @@ const WRITES = {
   "pruneExpired (ttlMs)": (r) => r.pruneExpired({ nowNs: T0 + 10n ** 15n, ttlMs: 1_000 }),
 };
 
-/** A store of version 1 with something for every write to change, then claimed by another
+/** A store with something for every write to change, then claimed by another (unknown)
  * version; returns the registry that wrote it (its version read a moment ago). */
 async function seed() {
   await client.flushall();
@@ -64,7 +64,7 @@ async function seed() {
   await registry.describe("q", "g", "c", { host: "a" });
   await registry.setTtl(20_000, { queue: "q", group: "g" });
   await registry.expect("q", "g", 1);
-  await client.set("presence:protocol", "2");
+  await client.set("presence:protocol", "3");
   return registry;
 }
 
@@ -77,7 +77,7 @@ for (const [name, write] of Object.entries(WRITES)) {
       try {
         await assert.rejects(write(registry), (error) => {
           assert.ok(error instanceof presence.PresenceProtocolError, `${error.name}: ${error.message}`);
-          assert.match(error.message, /written by protocol version "2"/);
+          assert.match(error.message, /written by protocol version "3"/);
           return true;
         });
         assert.deepStrictEqual(await dump(), before);
@@ -107,7 +107,7 @@ for (const [name, read] of Object.entries(READS)) {
     try {
       await assert.rejects(read(registry), (error) => {
         assert.ok(error instanceof presence.PresenceProtocolError, `${error.name}: ${error.message}`);
-        assert.match(error.message, /written by protocol version "2"/);
+        assert.match(error.message, /written by protocol version "3"/);
         return true;
       });
     } finally {

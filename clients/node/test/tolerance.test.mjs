@@ -141,15 +141,15 @@ test("a batch and a prune refuse a group whose TTL is a key of another type, and
       return true;
     },
   );
-  assert.equal(await client.hget("presence:{q}:g:c", "a"), `${T0} ${T0} 2`);
-  assert.equal(await client.hget("presence:{q}:bad:c", "v"), `${T0} ${T0} 1`);
+  assert.equal(await client.hget("presence:{q}:g:c", "a"), `${T0} ${T0} 2 0 0 0 0 ${registry.instance} -`);
+  assert.equal(await client.hget("presence:{q}:bad:c", "v"), `${T0} ${T0} 1 0 0 0 0 ${registry.instance} -`);
   await assert.rejects(registry.pruneExpired({ nowNs: T0 + 10n ** 15n }), (error) => {
     assert.ok(error instanceof presence.PresenceBatchError, `${error.name}: ${error.message}`);
     assert.deepStrictEqual([[...error.failed.keys()], error.completed], [["q/bad"], 1]);
     return true;
   });
   assert.equal(await client.exists("presence:{q}:g:c"), 0);
-  assert.equal(await client.hget("presence:{q}:bad:c", "v"), `${T0} ${T0} 1`);
+  assert.equal(await client.hget("presence:{q}:bad:c", "v"), `${T0} ${T0} 1 0 0 0 0 ${registry.instance} -`);
 });
 
 test("consumers whose stored values are spoilt are set aside one by one, with one report for their group", async () => {

@@ -23,6 +23,7 @@ COMMANDS: tuple[str, ...] = (
     "prune",
     "heartbeat",
     "deregister",
+    "drain",
     "demo",
     "demo_broker",
     "migrate",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import click
 
-from redis_presence.verdict import GroupFacts, GroupVerdict, judge
+from redis_presence.verdict import GroupVerdict, judge
 
 from ..app import App, pass_app
 from ..errors import UsageProblem, translate
@@ -59,7 +59,7 @@ class GroupCheck(NamedTuple):
         row = self.row
         if row is None:
             return None
-        return judge(GroupFacts(row.active, row.stale, row.expired, self.min_active, self.stuck))
+        return judge(row.facts(self.min_active, self.stuck))  # draining excuses, as read
 
     @property
     def exit_code(self) -> int:

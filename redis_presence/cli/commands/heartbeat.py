@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from redis_presence.validation import MAX_LEASE_COUNT
+from redis_presence.validation import MAX_CAPACITY, MAX_LEASE_COUNT
 
 from ..app import App, pass_app
 from ..options import MESSAGE_FORMATS, format_option
@@ -21,23 +21,54 @@ from ..options import MESSAGE_FORMATS, format_option
     show_default=True,
     help="In-flight leases the consumer holds.",
 )
+@click.option(
+    "--capacity",
+    type=click.IntRange(0, MAX_CAPACITY),
+    default=None,
+    help="Leases it could hold at most (0: not reported; default: keep the stored one).",
+)
+@click.option(
+    "--draining/--not-draining",
+    default=None,
+    help="It takes no new work (or does again); default: keep what is stored.",
+)
 @format_option(
-    "text: one line; json: the consumer's names, lease_count and recorded: true.",
+    "text: one line; json: the consumer's names, lease_count, recorded: true and drain_requested.",
     MESSAGE_FORMATS,
 )
 @pass_app
-def command(app: App, queue: str, group: str, consumer: str, lease_count: int, fmt: str) -> None:
-    """Record one heartbeat for a consumer (for scripts, tests and manual repair).
+def command(
+    app: App,
+    queue: str,
+    group: str,
+    consumer: str,
+    lease_count: int,
+    capacity: int | None,
+    draining: bool | None,
+    fmt: str,
+) -> None:
+    """Record one heartbeat for a consumer (for scripts, tests and manual repair), and say
+    whether a drain of it was requested (redis-presence drain).
 
     \b
     Examples:
       redis-presence heartbeat orders billing worker-7
       redis-presence heartbeat orders billing worker-7 --lease-count 3 --format json
+      redis-presence heartbeat orders billing worker-7 --capacity 8 --draining
     """
     from .. import render
 
     registry = app.writer("heartbeat")
-    registry.heartbeat(queue, group, consumer, lease_count=lease_count, now_ns=app.now_ns)
+    reply = registry.heartbeat(
+        queue,
+        group,
+        consumer,
+        lease_count=lease_count,
+        now_ns=app.now_ns,
+        capacity=capacity,
+        draining=draining,
+    )
+    drain = bool(getattr(reply, "drain_requested", False))
     if fmt.lower() == "json":
         app.emit_json(
             {
@@ -46,9 +77,12 @@ def command(app: App, queue: str, group: str, consumer: str, lease_count: int, f
                 "consumer": consumer,
                 "lease_count": lease_count,
                 "recorded": True,
+                "drain_requested": drain,
             }
         )
     else:
+        said = "; a drain is requested" if drain else ""
         app.emit(
-            f"heartbeat recorded: {render.who(queue, group, consumer)}, {lease_count} lease(s)\n"
+            f"heartbeat recorded: {render.who(queue, group, consumer)}, "
+            f"{lease_count} lease(s){said}\n"
         )

@@ -59,6 +59,15 @@ def web_extra_missing(command: str, exc: ImportError) -> CliError:
     "REDIS_PRESENCE_AUTH_TOKEN.",
 )
 @click.option(
+    "--drain-token",
+    envvar="REDIS_PRESENCE_DRAIN_TOKEN",
+    metavar="TOKEN",
+    help="Offer 'Ask it to drain' on consumer pages (POST /api/v1/drain, the writer's role): "
+    "a request must carry this second token in its X-Presence-Drain-Token header. Off by "
+    "default; not with --read-only; must differ from --auth-token. Prefer the environment: "
+    "REDIS_PRESENCE_DRAIN_TOKEN.",
+)
+@click.option(
     "--per-consumer-metrics",
     is_flag=True,
     envvar="REDIS_PRESENCE_PER_CONSUMER_METRICS",
@@ -71,6 +80,16 @@ def web_extra_missing(command: str, exc: ImportError) -> CliError:
     envvar="REDIS_PRESENCE_STUCK_METRICS",
     help="Count stuck consumers per group in /metrics (reads every consumer at each "
     "scrape; implied by --per-consumer-metrics). Env: REDIS_PRESENCE_STUCK_METRICS=1.",
+)
+@click.option(
+    "--capacity-metrics/--no-capacity-metrics",
+    default=False,
+    show_default=True,
+    envvar="REDIS_PRESENCE_CAPACITY_METRICS",
+    help="Read each group's live consumers' values at each scrape (two commands a group "
+    "more): capacity, free slots, draining and duplicates per group. Without it a scrape "
+    "reads the stale consumers' values only, so a drained consumer that left still raises "
+    "no alert. Env: REDIS_PRESENCE_CAPACITY_METRICS=1.",
 )
 @click.option(
     "--log-level",
@@ -142,8 +161,10 @@ def command(
     host: str,
     port: int,
     auth_token: str | None,
+    drain_token: str | None,
     per_consumer_metrics: bool,
     stuck_metrics: bool,
+    capacity_metrics: bool,
     log_level: str,
     max_streams: int,
     max_connections: int,
@@ -156,7 +177,8 @@ def command(
 ) -> None:
     """Serve the dashboard (/), the JSON API (/api/v1/), Prometheus metrics (/metrics) and
     health probes (/healthz, /readyz). Read-only: nothing it serves writes to Redis, unless
-    --prune-every asks it to remove expired consumers (automatic removal).
+    --prune-every asks it to remove expired consumers (automatic removal) or --drain-token
+    lets a person with that token ask a consumer to drain.
 
     The service starts and answers while Redis is down (/readyz says 503) and recovers by
     itself when Redis returns.
@@ -188,14 +210,23 @@ def command(
             check_token(auth_token)
         except ValueError as exc:
             raise UsageProblem(f"--auth-token / REDIS_PRESENCE_AUTH_TOKEN: {exc}") from None
+    if drain_token:
+        from redis_presence.web.drain import check_drain_token
+
+        try:
+            check_drain_token(drain_token, auth_token=auth_token or None, read_only=app.read_only)
+        except ValueError as exc:
+            raise UsageProblem(f"--drain-token / REDIS_PRESENCE_DRAIN_TOKEN: {exc}") from None
     config = WebConfig(
         url=app.url,
         prefix=app.prefix,
         ttl_ms=app.ttl_ms,  # None (not given): each group's shared TTL, re-read as it changes
         read_only=app.read_only,
         auth_token=auth_token or None,
+        drain_token=drain_token or None,
         per_consumer_metrics=per_consumer_metrics,
         stuck_metrics=stuck_metrics,
+        capacity_metrics=capacity_metrics,
         now_ns=app.now_ns,
         read_cache_s=read_cache_ms / 1000,
         live_interval_s=live_interval_ms / 1000,
@@ -225,6 +256,7 @@ def command(
         f"redis-presence serve: serving {url_of(sock)} (Redis {redact(app.url)}, prefix "
         f"{app.prefix!r}, {ttl_words}, "
         f"{'auth token required' if auth_token else 'no auth token'}"
+        f"{', drain requests on' if drain_token else ''}"
         f"{'' if prune_every is None else f', pruning every {prune_every} ms'})",
         err=True,
     )

@@ -59,7 +59,7 @@ def command(
     from redis_presence.events import FollowMessage, FollowSnapshot, PresenceEvent
     from redis_presence.registry import RedisPresenceRegistry
 
-    from .. import render
+    from .. import render, render_frames
     from ..errors import one_line
     from ..frames import REREAD_MAX, EventWatcher
 
@@ -131,14 +131,14 @@ def command(
     unreachable = "(cannot reach Redis: nothing read yet)"
     last: list[tuple[Frame, str, str]] = []  # the last frame shown, its title and time
     try:
-        with render.frame_sink(console, live=True) as sink:
+        with render_frames.frame_sink(console, live=True) as sink:
 
             def view(
                 frame: Frame, status: str | None = None, nothing: str | None = None
-            ) -> render.View:
+            ) -> render_frames.View:
                 items = [item for item in frame.rows if selection.holds_state(item.row.state)]
                 chosen = arrange(items, sort.lower(), limit, row=lambda item: item.row)
-                return render.View(
+                return render_frames.View(
                     chosen,
                     width=None if wide else sink.width,
                     height=sink.height,

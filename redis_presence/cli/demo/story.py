@@ -15,7 +15,7 @@ from rich.console import Console
 from redis_presence.contract import PresenceRegistry
 from redis_presence.registry import RedisPresenceRegistry
 
-from .. import render
+from .. import render, render_frames
 from ..embedded import LocalRedis, ServerChoice, start_local_redis
 from ..frames import Frame, Watcher
 from ..signals import interrupt_on_sigterm
@@ -122,7 +122,7 @@ class Log:
         self.console = console
         self.clock = clock
         self.origin = clock()
-        self.sink: render.FrameSink | None = None
+        self.sink: render_frames.FrameSink | None = None
 
     def now(self) -> float:
         """Seconds since the demo started."""
@@ -240,7 +240,7 @@ def _play(
     begin = log.now()
     end = begin + duration_s
     next_tick = begin
-    with render.frame_sink(log.console, live=live_view) as sink:
+    with render_frames.frame_sink(log.console, live=live_view) as sink:
         log.sink = sink
         try:
             while True:
@@ -253,7 +253,7 @@ def _play(
                 now = log.now()
                 if live_view:
                     title = demo_title(now, end, ttl_ms, sink.width or render.LINE_WIDTH)
-                    view = render.View(frame.rows, width=sink.width, height=sink.height)
+                    view = render_frames.View(frame.rows, width=sink.width, height=sink.height)
                     sink.show(frame, title, view)
                 else:
                     render.write(log.console, _plain_frame(frame, now))
@@ -286,6 +286,6 @@ def _plain_frame(frame: Frame, elapsed: float) -> str:
     head = f"demo: [{elapsed:5.1f}s] {render.plural(sum(states.values()), 'consumer')}: " + (
         ", ".join(f"{n} {state.value}" for state, n in states.items())
     )
-    lines = [head, *render.consumer_lines(frame)]
+    lines = [head, *render_frames.consumer_lines(frame)]
     lines.append(f"  counts: {render.tally_line(frame.tallies)}")
     return "\n".join(lines) + "\n"

@@ -59,6 +59,25 @@
     span.textContent = state;
     return span;
   }
+  // Protocol version 2's marks beside a consumer's state, each written as text.
+  const MARKS = [
+    ["draining", "draining", "it said it is draining: a planned departure"],
+    ["drain_requested", "drain-requested", "a drain was requested; its next beat's reply tells it"],
+    ["conflict", "conflict", "two live processes beat as this consumer within one TTL (a duplicate name)"],
+  ];
+  const MARK_TEXT = { draining: "draining", "drain-requested": "drain requested", conflict: "duplicate" };
+  function marks(c) {
+    const out = [];
+    for (const [field, name, title] of MARKS) {
+      if (!c[field]) continue;
+      const span = document.createElement("span");
+      span.className = `pill mark ${name}`;
+      span.title = title;
+      span.textContent = MARK_TEXT[name];
+      out.push(" ", span);
+    }
+    return out;
+  }
   function stuckPill() {
     const span = pill("stuck");
     span.title = "holds leases without progress for longer than the progress budget";
@@ -104,6 +123,7 @@
 
   // One consumer's page is live on its own terms (below): it leaves the rest of this script.
   if (page.view === "consumer") {
+    document.addEventListener("submit", askToDrain);
     watchConsumer();
     return;
   }
@@ -197,7 +217,7 @@
   function markUnknown() {
     for (const tr of document.querySelectorAll("#consumers tbody tr, #groups tbody tr")) {
       tr.classList.add("unknown");
-      const state = tr.querySelector(".pill:not(.stuck)");
+      const state = tr.querySelector(".pill:not(.stuck):not(.mark)");
       if (state && !state.classList.contains("unknown")) {
         state.title = `last read: ${state.textContent}`;
         state.className = "pill unknown";
@@ -239,7 +259,7 @@
       tr.append(cell(c.queue, "name"), linkCell(c.group, groupHref(c.queue, c.group), "name"));
     }
     const state = cell("");
-    state.append(pill(c.state));
+    state.append(pill(c.state), ...marks(c));
     if (c.stuck) state.append(" ", stuckPill(), " ", noProgress());
     const age = cell("", "age");
     age.dataset.hb = String(c.last_heartbeat_ns);
@@ -248,6 +268,7 @@
       state,
       age,
       cell(thousands(c.lease_count), "num"),
+      cell(c.capacity === null || c.capacity === undefined ? "" : thousands(c.capacity), "capacity"),
       cell(isoUtc(c.registered_at_ns), "when"),
     );
     if (page.with_meta) tr.append(metaCell(c.meta, c.meta_error));
@@ -264,7 +285,9 @@
 
   function groupRow(g) {
     const tr = document.createElement("tr");
-    tr.className = g.nobody_reading || g.below ? "idle" : "";
+    // A planned departure (DRAINING) is not an alarm, even with nobody reading.
+    const planned = g.verdict === "DRAINING";
+    tr.className = (g.nobody_reading || g.below) && !planned ? "idle" : "";
     tr.dataset.queue = g.queue;
     tr.dataset.group = g.group;
     const badge = cell("");
@@ -277,7 +300,7 @@
     }
     if (g.nobody_reading || g.below) {
       const span = document.createElement("span");
-      span.className = "badge";
+      span.className = planned ? "pill drained" : "badge";
       span.textContent = g.nobody_reading
         ? "nobody is reading"
         : `below its minimum of ${thousands(g.min_active)}`;
@@ -324,6 +347,20 @@
         // Shown when the group has readers, but fewer than its declared minimum.
         card.hidden = !counts.below || Boolean(counts.nobody_reading);
         card.classList.toggle("alarm", Boolean(counts.below));
+        continue;
+      }
+      const fromReads = ["capacity", "free", "draining", "conflicts"].includes(name);
+      if (fromReads && !(name in counts)) continue; // counts moved by events: left as read
+      if (name === "capacity" || name === "free") { // not reported: no card, never a 0
+        const told = counts[name] !== null;
+        card.hidden = !told;
+        if (told) card.querySelector(".n").textContent = thousands(counts[name]);
+        continue;
+      }
+      if (name === "draining" || name === "conflicts") {
+        card.hidden = !counts[name];
+        card.querySelector(".n").textContent = thousands(counts[name] || 0);
+        if (name === "conflicts") card.classList.toggle("alarm", counts[name] > 0);
         continue;
       }
       card.querySelector(".n").textContent = thousands(counts[name] ?? 0);
@@ -575,6 +612,9 @@
     left: null,
     pruned: null,
   };
+  // Protocol version 2's events change what a read shows (marks, draining, the verdict),
+  // not a state: the page is read again (debounced).
+  const READ_AGAIN = new Set(["draining", "drain_requested", "conflict", "restarted"]);
   function classify(ageMs) {
     if (ageMs <= ttlMs) return "active";
     return ageMs <= 2 * ttlMs ? "stale" : "expired";
@@ -611,6 +651,10 @@
     }
     if (Number(event.at_ns) <= lastReadNs) return; // the last read shows it already
     const key = keyOf(event.queue, event.group, event.consumer);
+    if (READ_AGAIN.has(event.kind)) { // a mark or a verdict changed: the next read says which
+      scheduleRefresh(1000);
+      return;
+    }
     const to = AFTER[event.kind];
     if (to === undefined) return;
     if (page.view === "groups") applyToGroups(event, key, to);
@@ -650,7 +694,9 @@
     if (g) {
       const was = { nobody: g.active === 0, below: isBelow(g), gone: isGone(g) };
       move(g, from, to);
-      Object.assign(g, countsVerdict(g));
+      // Who is draining is known to reads only: such a group's verdict is read again.
+      if (g.draining) scheduleRefresh(GROUPS_REFRESH_MS);
+      else Object.assign(g, countsVerdict(g));
       if (totals) {
         totals.nobody_reading += (g.active === 0) - was.nobody;
         totals.below += isBelow(g) - was.below;
@@ -774,7 +820,8 @@
       // active, and left for the next read to tell when it comes back.
       tr.className = `state-${to} changed`;
       tr.dataset.state = to;
-      tr.querySelector(".pill").parentElement.replaceChildren(pill(to));
+      const stateCell = tr.querySelector(".pill").parentElement;
+      stateCell.replaceChildren(pill(to), ...[...stateCell.querySelectorAll(".mark")].flatMap((m) => [" ", m]));
       if (event.kind === "recovered" || event.kind === "joined") {
         tr.querySelector("td.age").dataset.hb = String(event.last_heartbeat_ns);
         tr.dataset.registered = String(event.registered_at_ns);
@@ -858,6 +905,44 @@
   // again at each interval) move its age and leases; an event of its own (it joined, left,
   // went stale...) reads the page again and puts its new content in place (parsed, never
   // run; every name in it escaped by the server). The badge says live while the stream is.
+  // The consumer page's drain form (only with serve --drain-token): the token the person
+  // types goes in a header of a same-origin JSON request, never in the page or a URL.
+  async function askToDrain(submitted) {
+    const form = submitted.target;
+    if (!(form instanceof HTMLFormElement) || form.id !== "drain-form") return;
+    submitted.preventDefault();
+    // The page may be read again meanwhile: what to say is written where the form is then.
+    const say = (text) => {
+      const said = document.getElementById("drain-result");
+      if (said) said.textContent = text;
+    };
+    const button = form.querySelector("button");
+    button.disabled = true;
+    try {
+      const response = await fetch(`${root}/api/v1/drain`, {
+        method: "POST",
+        credentials: "same-origin",
+        cache: "no-store",
+        headers: {
+          "Content-Type": "application/json",
+          "X-Presence-Drain-Token": form.elements.token.value,
+        },
+        body: JSON.stringify({ queue: page.queue, group: page.group, consumer: page.consumer }),
+      });
+      const body = await response.json().catch(() => ({}));
+      if (response.ok) {
+        form.elements.token.value = "";
+        say("Drain requested: its next beat's reply tells it.");
+      } else {
+        say(`Not requested: ${body.message || response.statusText}`);
+      }
+    } catch (error) {
+      say(`Not requested: ${error.message}`);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
   function watchConsumer() {
     const params = new URLSearchParams({ queue: page.queue, group: page.group });
     const ttl = Number(page.ttl_ms);
@@ -900,7 +985,16 @@
           const model = JSON.parse(data.textContent || "{}");
           if (model.now_ns) offsetMs = Number(model.now_ns) / 1e6 - Date.now();
           const nodes = [...main.childNodes].map((node) => document.adoptNode(node));
+          // A drain form being typed in stays itself (its focus and token), told what the
+          // read says.
+          const form = document.getElementById("drain-form");
+          const typing = form && (form.contains(document.activeElement) || form.elements.token.value);
           document.querySelector("main").replaceChildren(...nodes);
+          const fresh = document.getElementById("drain-form");
+          if (fresh && typing) {
+            form.querySelector(".drain-result").textContent = fresh.querySelector(".drain-result").textContent;
+            fresh.replaceWith(form);
+          }
           const readAt = document.getElementById("read-at");
           if (readAt && model.now_ns) readAt.textContent = isoUtc(model.now_ns);
           if (!down) setLive("live", "live");

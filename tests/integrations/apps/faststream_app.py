@@ -24,6 +24,8 @@ RUN = os.environ.get("RP_RUN", "")
 QUEUE_A, QUEUE_B = f"{RUN}{NAME}-a", f"{RUN}{NAME}-b"
 STREAM_GROUP = "rp-stream-group"
 NATS_QUEUE_GROUP = "rp-workers"
+MAX_WORKERS = 2
+"""The Redis list subscriber's (a concurrent subscriber): its row's capacity."""
 
 middlewares: list[Any] = []
 presence: PresenceMiddleware | None = None
@@ -52,7 +54,7 @@ if KIND == "redis":
     # A Redis Streams consumer group: the row names the stream's own consumer.
     stream = StreamSub(QUEUE_A, group=STREAM_GROUP, consumer=f"{NAME}-consumer")
     broker.subscriber(stream=stream)(hold)
-    broker.subscriber(list=QUEUE_B)(hold)
+    broker.subscriber(list=QUEUE_B, max_workers=MAX_WORKERS)(hold)
 elif KIND == "rabbit":
     from faststream.rabbit import RabbitBroker, RabbitQueue
 
