@@ -40,7 +40,8 @@ const variants = {
   // The floor: the same EVALSHA with its arguments ready, sent by hand.
   "EVALSHA by hand": () =>
     redis.evalsha(
-      sha, keys.length, ...keys, 30000, 10000, 86400000, 10000, "", "hot", 1, "", "", registry.instance,
+      sha, keys.length, ...keys,
+      30000, 10000, 86400000, 10000, "", "hot", 1, "", "", registry.instance,
     ),
   PING: () => redis.ping(),
 };
