@@ -15,6 +15,7 @@ from functools import partial
 import redis
 
 from redis_presence import RedisPresenceRegistry
+from redis_presence.keys import Keyspace
 
 from .fleet import (
     GROUPS,
@@ -364,7 +365,62 @@ def case_memory(server: BenchServer, sizes: Sizes) -> CaseResult:
             result.measures.append(
                 Measure(f"SCAN design (key + TTL) @ {n:,}", "B", [scan], "consumer", n)
             )
+        _memory_one_per_queue(result, client, registry, max(sizes.memory_sizes))
     finally:
         client.flushall()
         client.close()
     return result
+
+
+MEMORY_TARGET_B = 1024
+"""Issue 33, item 5: at most 1 KB per consumer at 100,000 queues of one consumer each."""
+
+BREAKDOWN_SAMPLE = 200
+"""Queues whose keys `MEMORY USAGE` weighs for the breakdown of the one-per-queue fleet."""
+
+
+def _memory_one_per_queue(
+    result: CaseResult, client: redis.Redis, registry: RedisPresenceRegistry, n: int
+) -> None:
+    """`n` queues of one consumer each (the shape where per-queue overhead is all there is):
+    bytes per consumer against the target, and where they go, by kind of key (``MEMORY
+    USAGE`` of every key of `BREAKDOWN_SAMPLE` queues, and the fleet indexes' share)."""
+    beats = [
+        (f"tenant-{i:07d}", "workers", f"broker-{i % 7:02d}.worker-{i:07d}", 1) for i in range(n)
+    ]
+    client.flushall()
+    gc.collect()
+    before = used_memory(client)
+    write_fleet(registry, beats, NOW_NS)
+    per = (used_memory(client) - before) / n
+    label = f"@ {n:,} queues of one consumer"
+    result.measures.append(Measure(f"redis-presence {label}", "B", [per], "consumer", n))
+    result.checks.append(
+        Check(
+            f"Redis memory per consumer {label} (B)",
+            per,
+            "<=",
+            MEMORY_TARGET_B,
+            "used_memory after - before, / consumers (issue 33, item 5)",
+        )
+    )
+    keys = Keyspace(PREFIX)
+    shares: dict[str, float] = {}
+    for queue, group, _, _ in beats[:BREAKDOWN_SAMPLE]:
+        gk = keys.group(queue, group)
+        for kind, key in (
+            ("beats zset P:{Q}:G:hb", gk.hb),
+            ("values hash P:{Q}:G:c", gk.data),
+            ("event log stream P:{Q}:events", gk.events),
+        ):
+            shares[kind] = shares.get(kind, 0.0) + (client.memory_usage(key, samples=0) or 0)
+    breakdown = {kind: round(total / BREAKDOWN_SAMPLE, 1) for kind, total in shares.items()}
+    for kind, key in (
+        ("index P:groups", keys.groups),
+        ("index P:newest", keys.newest),
+        ("index P:oldest", keys.oldest),
+        ("event index P:events", keys.events),
+    ):
+        breakdown[kind] = round((client.memory_usage(key, samples=0) or 0) / n, 1)
+    result.facts[f"B/consumer by key {label}"] = breakdown
+    client.flushall()
