@@ -8,7 +8,7 @@
 -- (EVENTS), the epoch marker (EPOCH, a string: see mark_epoch) and the prefix's protocol
 -- version (at PROTOCOL_AT: a string, see check_protocol) last. A script runs on a Redis Cluster exactly
 -- when it receives no INDEX: the indexes and the version live in other slots there, and
--- the caller maintains the indexes (docs/index-protocol.md) and checks the version.
+-- the caller maintains the indexes (docs/protocol.md, section 14) and checks the version.
 --
 -- Timestamps never pass through a double above 2^53: a nanosecond timestamp is split into
 -- whole microseconds (exact as a double and as a sorted-set score) and the 0..999 ns rest.
@@ -381,7 +381,7 @@ end
 -- another epoch (or one while the marker is gone) knows the data it read was lost (a
 -- restart without persistence, FLUSHALL). Its value is the server's clock and the event's
 -- id, which no earlier epoch of this server had. On a standalone server only: a cluster's
--- caller writes it with the event index (docs/index-protocol.md).
+-- caller writes it with the event index (docs/protocol.md, section 14).
 -- A caller whose ACL lacks SET (a role of an earlier release) still makes its change: the
 -- marker is then written by the next one that may (pcall), and only EXISTS runs once it is.
 local function mark_epoch(id)

@@ -96,7 +96,7 @@ for g = 1, GROUPS do
     refuse_group(g, why(oldest, at, 'zset'))
   elseif #oldest == 0 then
     -- An empty group is unlisted even when nothing expired: on a cluster, a heartbeat that
-    -- races with a deregister can leave an empty group in the index (docs/index-protocol.md).
+    -- races with a deregister can leave an empty group in the index (docs/protocol.md, 14).
     drop_empty(g, at, false)
   elseif tonumber(oldest[2]) > horizon then
     if OLDEST then redis.call('ZADD', OLDEST, 'GT', oldest[2], data) end

@@ -7,8 +7,8 @@
 -- groups the queue still declares. On a standalone server a queue left with none leaves the
 -- index in this call; on a cluster the caller unlists it, re-checks it and lists it again
 -- when a racing expect declared a group meanwhile (as the index of groups,
--- docs/index-protocol.md). Refused before anything is written: a prefix of another protocol
--- version (check_protocol).
+-- docs/protocol.md, section 14). Refused before anything is written: a prefix of another
+-- protocol version (check_protocol).
 local refused = check_protocol(3)
 if refused then return refused end
 local removed = redis.call('HDEL', KEYS[1], ARGV[1])

@@ -6,7 +6,7 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
     P:{Q}:G:hb   zset   consumer -> last heartbeat, whole microseconds (exact as a double)
     P:{Q}:G:c    hash   consumer -> its stored value (STORED_VALUE, below)
     P:{Q}:G:ix   string index mark, on a cluster only; expires after INDEX_MARK_MS
-                        (docs/index-protocol.md)
+                        (docs/protocol.md, section 14)
     P:{Q}:G:ttl  string the group's shared TTL in ms (`set_ttl(queue=, group=)`), if set
                         (SETTING_VALUE, below, as every shared setting)
     P:{Q}:G:m    hash   consumer -> its metadata (`describe`; META_VALUE, below); a field

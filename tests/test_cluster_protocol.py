@@ -1,4 +1,5 @@
-"""The cluster index protocol (docs/index-protocol.md) under every interleaving of its steps.
+"""The cluster index protocol (docs/protocol.md, section 14) under every interleaving of its
+steps.
 
 Each scenario runs two or three plans of `Planner(clustered=True)` by hand against a real
 three-master cluster, one batch at a time, in every possible order (each ordering on a

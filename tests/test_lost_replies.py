@@ -215,7 +215,7 @@ def test_on_a_cluster_a_lost_deregister_leaves_at_most_an_index_entry_prune_remo
     registry = RedisPresenceRegistry(cluster_client)
     seed(registry)
     # The last consumer of its group: the script empties the group and asks the plan to
-    # unlist it, which the lost reply prevents (docs/index-protocol.md tolerates that).
+    # unlist it, which the lost reply prevents (docs/protocol.md, section 14, tolerates that).
     applied_then_lost(registry, registry.plans.deregister("orders", "audit", "last"))
     assert registry.deregister("orders", "audit", "last") is False
     assert ("audit", "last") not in {(r.group, r.consumer) for r in registry.snapshot(now_ns=LATER)}

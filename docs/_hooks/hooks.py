@@ -5,8 +5,7 @@
 - the benchmark figures under benchmarks/reference/, served from where they are kept;
 - the CLI reference: every visible command's `--help`, as click prints it;
 - the API reference's entries, one per public name (`redis_presence._EXPORTS`), the
-  registries first, and one per integration module (`reference.py` builds all three);
-- docs/protocol.md in the navigation when it exists."""
+  registries first, and one per integration module (`reference.py` builds all three)."""
 
 from __future__ import annotations
 
@@ -26,16 +25,6 @@ import reference  # beside this file
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTES_MARK = "<!-- routes: generated from docs/_hooks/openapi.py -->"
-
-
-def on_config(config: MkDocsConfig, **_: Any) -> MkDocsConfig:
-    docs = Path(config.docs_dir)
-    nav = config.nav or []
-    listed = [page for item in nav if isinstance(item, dict) for page in item.values()]
-    if (docs / "protocol.md").exists() and "protocol.md" not in listed:
-        at = listed.index("index-protocol.md")
-        nav.insert(at, {"The protocol": "protocol.md"})
-    return config
 
 
 def on_files(files: Files, config: MkDocsConfig, **_: Any) -> Files:

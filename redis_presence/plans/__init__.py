@@ -13,7 +13,8 @@ index is read a page of groups at a time, a group's consumers at most
 ``Limits.consumers`` at a time, and a prune call visits at most ``Limits.prune_groups``
 groups and ``Limits.prune_consumers`` consumers, with a cursor carried from call to call.
 The index of groups (``P:groups``), and on a Redis Cluster the protocol that keeps it
-without losing a live group, is written down with its proof in ``docs/index-protocol.md``.
+without losing a live group, is written down with its proof in ``docs/protocol.md``,
+section 14.
 
 One module per job, and `Planner` is a thin facade over them:
 

@@ -66,7 +66,7 @@ class DeclaredPlans(Job):
         yield from self._cache.protocol_checked()
         ((removed, left),) = yield [self.scope.call("unexpect", [key], [group])]
         if not int(left):
-            # As the index of groups (docs/index-protocol.md): unlist, re-check, list again
+            # As the index of groups (docs/protocol.md, section 14): unlist, re-check, list again
             # when a racing expect declared a group meanwhile.
             yield [Command("ZREM", (self.keys.expects, key))]
             (exists,) = yield [Command("EXISTS", (key,))]

@@ -1,5 +1,5 @@
 """The index of groups (``P:groups``) and, on a Redis Cluster, the protocol that keeps it
-without losing a live group (docs/index-protocol.md): listing, unlisting, the protocol
+without losing a live group (docs/protocol.md, section 14): listing, unlisting, the protocol
 claim, and the migration of release 0.1's index.
 """
 
@@ -49,7 +49,7 @@ RANK_OVERLAP = 10
 
 class IndexPlans(Job):
     """The index of groups (``P:groups``) and, on a Redis Cluster, the protocol that keeps it
-    (docs/index-protocol.md): listing, unlisting, a page of groups, the protocol claim, and
+    (docs/protocol.md, section 14): listing, unlisting, a page of groups, the protocol claim, and
     the migration. Built from its `Scope` and its planner's `SettingsCache` (which says when
     the protocol version is to be checked again, and whether this planner claimed it)."""
 
@@ -78,9 +78,9 @@ class IndexPlans(Job):
             yield batch
 
     def unlist(self, groups: list[GroupKeys]) -> Plan[None]:
-        """Step 2 of the cluster index protocol (docs/index-protocol.md): ``ZREM`` the groups
-        a script left empty, re-check each (``EXISTS``), ``ZADD`` back those a racing
-        heartbeat filled again. Without the re-check a live group can be lost."""
+        """The unlisting of the cluster index protocol (docs/protocol.md, section 14):
+        ``ZREM`` the groups a script left empty, re-check each (``EXISTS``), ``ZADD`` back
+        those a racing heartbeat filled again. Without the re-check a live group can be lost."""
         yield [Command("ZREM", (self.keys.groups, *(gk.member for gk in groups)))]
         alive = yield [Command("EXISTS", (gk.hb,)) for gk in groups]
         back = [
