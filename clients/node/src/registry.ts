@@ -213,7 +213,9 @@ export class PresenceRegistry {
   // -- writes ------------------------------------------------------------------------
 
   /** Record or refresh one consumer: one EVALSHA of heartbeat.lua (after a read of the
-   * group's shared TTL, at most once every TTL_CACHE_MS); whether it was asked to drain. */
+   * group's shared TTL, at most once every TTL_CACHE_MS; on a cluster, followed by the index
+   * writes of a group without a mark or of an event it logged); whether it was asked to
+   * drain. */
   async heartbeat(queue: string, group: string, consumer: string, leaseCount = 0, options: BeatOptions = {}): Promise<BeatReply> {
     checkName("queue", queue);
     checkName("group", group);
