@@ -1,16 +1,17 @@
 // The client on a Redis Cluster of three masters of the test's own (harness.mjs,
 // `startCluster`): the scripts get no standalone tail, batches go one queue (one slot) a
 // call, this client keeps the index of groups by docs/index-protocol.md (with the re-check
-// of an unlist), the event index, the epoch marker and the protocol claim; groups on many
-// slots are all found; and the Python package's cluster registry reads what this client
-// writes, and this client what it writes, the same.
+// of an unlist, and of the declared queues' index), the event index, the epoch marker and
+// the protocol claim; groups on many slots are all found; a real BullMQ worker is tracked;
+// and the Python package's cluster registry reads what this client writes, and this client
+// what it writes, the same.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { EventEmitter } from "node:events";
 import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { after, before, beforeEach, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { Queue, Worker } from "bullmq";
 import Redis from "ioredis";
 import * as presence from "../dist/index.js";
 import { startCluster } from "./harness.mjs";
@@ -213,6 +214,31 @@ test("the unlist re-check: a deregister racing a first beat of the same group ke
   );
 });
 
+test("the same re-check for declarations: an unexpect racing an expect of the same queue keeps it listed", async () => {
+  const declarer = registry();
+  const target = cluster.client();
+  let atRecheck;
+  const racing = new Proxy(target, {
+    get(object, name) {
+      const value = Reflect.get(object, name, object);
+      if (name === "zrem") {
+        return async (key, ...members) => {
+          if (key === "presence:expects") await declarer.expect("q", "h", 2); // its HSET and ZADD whole
+          const removed = await object.zrem(key, ...members);
+          atRecheck = await client.zscore("presence:expects", "presence:{q}:expect");
+          return removed;
+        };
+      }
+      return typeof value === "function" ? value.bind(object) : value;
+    },
+  });
+  const forgetter = registry({}, racing);
+  await declarer.expect("q", "g");
+  assert.equal(await forgetter.unexpect("q", "g"), true);
+  assert.equal(atRecheck, null, "the ZREM took the declared queue out of the index");
+  assert.deepStrictEqual(await declarer.expected(), [["q", "h", 2]]);
+});
+
 test("the protocol version on a cluster: another version is refused, a prefix in mode 1 is written in version 1", async () => {
   await client.set("presence:protocol", "9");
   const r = registry();
@@ -284,26 +310,38 @@ test("scripts are loaded on each master after a SCRIPT FLUSH (NOSCRIPT reloads t
   }
 });
 
-test("the BullMQ tracker on a cluster: present while it works, gone once closed", async () => {
+test("a BullMQ worker on a cluster (BullMQ's hash-tagged prefix): present with its job, asked to drain, gone once closed", async () => {
+  const connection = cluster.client({ redisOptions: { maxRetriesPerRequest: null } });
   const r = registry();
-  const worker = new EventEmitter();
-  worker.concurrency = 3;
-  const stop = presence.trackBullMQWorker(worker, r, { queue: "mail", group: "send", consumer: "w1" });
-  const until = async (check) => {
+  const queue = new Queue("mail", { connection, prefix: "{bull}" });
+  const releases = [];
+  const worker = new Worker("mail", () => new Promise((resolve) => releases.push(resolve)), { connection, prefix: "{bull}", concurrency: 3, lockDuration: 600 });
+  const stop = presence.trackBullMQWorker(worker, r, { queue: "mail", group: "send", consumer: "w1", idleBeatMs: 50 });
+  const row = async () => (await r.snapshot({ queue: "mail" }))[0];
+  const until = async (what, check) => {
     const deadline = Date.now() + 10_000;
     while (!(await check())) {
-      assert.ok(Date.now() < deadline, "timed out");
+      assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
   };
-  await until(async () => (await r.snapshot()).length === 1);
-  worker.emit("active");
-  await until(async () => (await r.snapshot())[0]?.leaseCount === 1);
-  assert.equal((await r.snapshot())[0].capacity, 3);
-  worker.emit("closed");
-  await stop();
-  assert.deepStrictEqual([...(await r.snapshot())], []);
-  assert.equal(await client.zcard("presence:groups"), 0);
+  try {
+    await queue.add("a", {});
+    await until("an active job", async () => releases.length === 1);
+    await until("a beat with the job", async () => (await row())?.leaseCount === 1);
+    assert.equal((await row()).capacity, 3);
+    assert.equal(await client.zscore("presence:groups", "presence:{mail}:send:c"), "0");
+    assert.equal(await r.requestDrain("mail", "send", "w1"), true);
+    await until("the draining beat", async () => (await row())?.draining === true);
+    releases[0]("done");
+    await until("the deregister once closed", async () => (await row()) === undefined);
+    assert.equal(await client.zcard("presence:groups"), 0);
+  } finally {
+    await stop();
+    await worker.close();
+    await queue.close();
+    connection.disconnect();
+  }
 });
 
 test("what this client writes on a cluster the Python package reads the same", { skip: NO_PYTHON }, async () => {
