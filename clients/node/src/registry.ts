@@ -1,6 +1,11 @@
-/** `PresenceRegistry`: heartbeats, reads and prunes of one prefix on a standalone Redis, in
- * the wire protocol (version 2) of docs/protocol.md, with the repository's own Lua scripts. */
-import type { Redis } from "ioredis";
+/** `PresenceRegistry`: heartbeats, reads and prunes of one prefix on a standalone Redis or a
+ * Redis Cluster, in the wire protocol (version 2) of docs/protocol.md, with the repository's
+ * own Lua scripts. On a cluster the scripts get no standalone tail of KEYS (the indexes, the
+ * epoch marker, the protocol version live in other slots) and this client keeps the index
+ * of groups by the protocol of docs/index-protocol.md, as the Python package's
+ * redis_presence/plans/index.py does. */
+import { randomBytes } from "node:crypto";
+import type { Cluster, Redis } from "ioredis";
 import { type BeatReply, type BeatSpec, processInstance, type Written } from "./beats";
 import { PresenceBatchError, PresenceDataError, PresenceError, PresenceMetaError, PresenceProtocolError, refusal, translate } from "./errors";
 import { ACCEPTED_VERSIONS, byCodePoint, encodeMeta, type GroupKeys, Keyspace, PROTOCOL_VERSION } from "./keys";
@@ -118,6 +123,9 @@ export interface RegistryOptions {
    * `processInstance()`, 16 hex digits drawn once per process). A consumer name that beats
    * under two tokens at once is flagged as a conflict. */
   instance?: string;
+  /** Whether `redis` is a Redis Cluster client (default: an ioredis `Cluster`, which says
+   * `isCluster`, is one; a `Redis` is not). */
+  clustered?: boolean;
 }
 
 /** What a group row adds from its consumers' stored values (protocol version 2). */
@@ -150,23 +158,50 @@ function capacities(gk: GroupKeys, table: Record<string, string>, now: bigint, t
   return { capacity, free: capacity === null ? null : Math.max(0, capacity - leases), draining, conflicts };
 }
 
-/** Heartbeats, reads and prunes of one prefix on a standalone Redis server (ioredis). */
+/** `items` in parts of one queue each (`queueOf`), in the order each queue first appears,
+ * each part in the order of `items`: a cluster's script calls touch one slot each. */
+function byQueue<T>(items: readonly T[], queueOf: (item: T) => string): T[][] {
+  const parts = new Map<string, T[]>();
+  for (const item of items) {
+    const queue = queueOf(item);
+    const part = parts.get(queue);
+    if (part === undefined) parts.set(queue, [item]);
+    else part.push(item);
+  }
+  return [...parts.values()];
+}
+
+/** Whether `redis` is an ioredis `Cluster` (which says so in `isCluster`). */
+function isCluster(redis: Redis | Cluster): boolean {
+  return (redis as { isCluster?: unknown }).isCluster === true;
+}
+
+/** Heartbeats, reads and prunes of one prefix on a standalone Redis server or a Redis
+ * Cluster (an ioredis `Redis` or `Cluster`). */
 export class PresenceRegistry {
   readonly keys: Keyspace;
+  /** Whether this registry runs on a Redis Cluster: each script call touches one queue's
+   * slot, and this client keeps the indexes, the epoch marker and the protocol claim. */
+  readonly clustered: boolean;
   readonly maxFutureMs: number | null;
   readonly eventsKept: number;
   readonly instance: string;
   private readonly onSkipped: (skipped: Skipped) => void;
   private readonly settings = new Map<string, { value: Setting; at: number }>();
   private protocolAt: number | null = null;
-  private readonly beatCalls = new Map<string, { head: (string | number)[]; count: number; until: number }>();
+  /** The prefix's mode as last read in `P:protocol` ("1" or "2"; "2" before it was read):
+   * what a cluster's scripts, which cannot read it, are told. */
+  private mode = PROTOCOL_VERSION;
+  private readonly beatCalls = new Map<string, { head: (string | number)[]; tail: (string | number)[]; count: number; until: number }>();
   private claimed = false;
 
   constructor(
-    readonly redis: Redis,
+    readonly redis: Redis | Cluster,
     options: RegistryOptions = {},
   ) {
     this.keys = new Keyspace(options.prefix ?? "presence");
+    if (options.clustered !== undefined && typeof options.clustered !== "boolean") throw new TypeError(`clustered must be a boolean, got ${typeof options.clustered}`);
+    this.clustered = options.clustered ?? isCluster(redis);
     this.maxFutureMs = options.maxFutureMs === undefined ? DEFAULT_MAX_FUTURE_MS : options.maxFutureMs;
     this.eventsKept = options.eventsKept ?? DEFAULT_EVENTS_KEPT;
     this.instance = options.instance === undefined ? processInstance() : checkInstance(options.instance);
@@ -178,7 +213,9 @@ export class PresenceRegistry {
   // -- writes ------------------------------------------------------------------------
 
   /** Record or refresh one consumer: one EVALSHA of heartbeat.lua (after a read of the
-   * group's shared TTL, at most once every TTL_CACHE_MS); whether it was asked to drain. */
+   * group's shared TTL, at most once every TTL_CACHE_MS; on a cluster, followed by the index
+   * writes of a group without a mark or of an event it logged); whether it was asked to
+   * drain. */
   async heartbeat(queue: string, group: string, consumer: string, leaseCount = 0, options: BeatOptions = {}): Promise<BeatReply> {
     checkName("queue", queue);
     checkName("group", group);
@@ -198,10 +235,20 @@ export class PresenceRegistry {
       const until = Math.min(...[this.keys.ttl, gk.ttl].map((key) => this.settings.get(key)?.at ?? 0)) + TTL_CACHE_MS;
       if (this.beatCalls.size >= 4096) this.beatCalls.clear();
       const keys = this.writeKeys([gk]);
-      ready = { head: [...keys, ttl, this.eventsKept, EVENT_LOG_TTL_MS, this.guard()], count: keys.length, until };
+      // On a cluster the call ends with the mark's lifetime and the mode read with the TTL.
+      const tail = this.clustered ? [INDEX_MARK_MS, this.mode] : [];
+      ready = { head: [...keys, ttl, this.eventsKept, EVENT_LOG_TTL_MS, this.guard()], tail, count: keys.length, until };
       this.beatCalls.set(cached, ready);
     }
-    const drain = await this.call("heartbeat", ready.head, [now, consumer, lease, capacity ?? "", draining === null ? "" : draining ? "1" : "0", this.instance], ready.count);
+    const reply = await this.call("heartbeat", ready.head, [now, consumer, lease, capacity ?? "", draining === null ? "" : draining ? "1" : "0", this.instance, ...ready.tail], ready.count);
+    let drain = reply;
+    if (this.clustered) {
+      // {list, logged, drain}: step 1 of the index protocol (a group without a mark is listed).
+      const [list, logged, asked] = reply as (string | number)[];
+      const gk = this.keys.group(queue, group);
+      await this.listOnCluster(Number(list) ? [gk] : [], [[gk.events, Number(logged)]]);
+      drain = asked;
+    }
     if (!this.claimed) await this.claim();
     return { drainRequested: Number(drain) === 1 };
   }
@@ -254,8 +301,12 @@ export class PresenceRegistry {
     }
     const replies: Promise<unknown[] | PresenceError>[] = [];
     const calls: { names: GroupKeys[]; batch: (typeof checked)[number][] }[] = [];
-    for (let start = 0; start < writing.length; start += MAX_BEATS_PER_CALL) {
-      const batch = writing.slice(start, start + MAX_BEATS_PER_CALL);
+    // One call per MAX_BEATS_PER_CALL beats; on a cluster, of one queue (one slot) each.
+    const chunks: (typeof checked)[number][][] = [];
+    for (const part of this.clustered ? byQueue(writing, (beat) => beat[0]) : [writing]) {
+      for (let start = 0; start < part.length; start += MAX_BEATS_PER_CALL) chunks.push(part.slice(start, start + MAX_BEATS_PER_CALL));
+    }
+    for (const batch of chunks) {
       const numbers = new Map<string, number>();
       const names: GroupKeys[] = [];
       const tail: (string | number)[] = [];
@@ -268,7 +319,7 @@ export class PresenceRegistry {
         }
         tail.push(number, c, lease, 0, "", capacity ?? "", draining === null ? "" : draining ? "1" : "0");
       }
-      const args = [now, INDEX_MARK_MS, this.eventsKept, EVENT_LOG_TTL_MS, this.guard(), this.instance, "", ...names.map((gk) => ttlOf.get(gk.data) as number), ...tail];
+      const args = [now, INDEX_MARK_MS, this.eventsKept, EVENT_LOG_TTL_MS, this.guard(), this.instance, this.clustered ? this.mode : "", ...names.map((gk) => ttlOf.get(gk.data) as number), ...tail];
       calls.push({ names, batch });
       replies.push(
         this.call("heartbeat_many", this.writeKeys(names), args).then(
@@ -281,12 +332,19 @@ export class PresenceRegistry {
       );
     }
     const answers = await Promise.all(replies);
+    const unlisted: GroupKeys[] = [];
+    const logged: [string, number][] = [];
     answers.forEach((reply, i) => {
       const { names, batch } = calls[i];
       if (reply instanceof PresenceError) {
         for (const gk of names) if (!failed.has(groupName(gk))) failed.set(groupName(gk), reply);
         for (const [q, g, c] of batch) unwritten.push([q, g, c]);
         return;
+      }
+      if (this.clustered) {
+        // The groups the call found without a mark, and the millisecond of its last event.
+        for (const number of (reply[0] ?? []) as (string | number)[]) unlisted.push(names[Number(number) - 1]);
+        logged.push([names[0].events, Number(reply[1])]);
       }
       const drains = (reply[2] ?? []) as (string | number)[];
       const asked = new Set<string>();
@@ -310,6 +368,7 @@ export class PresenceRegistry {
         }
       }
     });
+    if (this.clustered) await this.listOnCluster(unlisted, logged);
     if (unwritten.length < checked.length && !this.claimed) await this.claim();
     if (answers.length && unwritten.length === checked.length && answers.every((r) => r instanceof PresenceError)) throw answers[0];
     if (failed.size > 0) {
@@ -333,7 +392,14 @@ export class PresenceRegistry {
   async requestDrain(queue: string, group: string, consumer: string, options: { nowNs?: Ns } = {}): Promise<boolean> {
     const gk = this.keys.group(checkName("queue", queue), checkName("group", group));
     checkName("consumer", consumer);
-    const reply = (await this.call("drain", this.writeKeys([gk]), [consumer, checkNs(options.nowNs), this.eventsKept, EVENT_LOG_TTL_MS])) as number[];
+    const now = checkNs(options.nowNs);
+    if (!this.clustered) {
+      const reply = (await this.call("drain", this.writeKeys([gk]), [consumer, now, this.eventsKept, EVENT_LOG_TTL_MS])) as number[];
+      return Number(reply[0]) === 1;
+    }
+    await this.protocolChecked(); // the script cannot read it on a cluster: it is told the mode
+    const reply = (await this.call("drain", this.writeKeys([gk]), [consumer, now, this.eventsKept, EVENT_LOG_TTL_MS, this.mode])) as number[];
+    await this.listOnCluster([], [[gk.events, Number(reply[1])]]);
     return Number(reply[0]) === 1;
   }
 
@@ -341,7 +407,14 @@ export class PresenceRegistry {
   async deregister(queue: string, group: string, consumer: string, options: { nowNs?: Ns } = {}): Promise<boolean> {
     const gk = this.keys.group(checkName("queue", queue), checkName("group", group));
     checkName("consumer", consumer);
-    const reply = (await this.call("deregister", this.writeKeys([gk]), [consumer, checkNs(options.nowNs), this.eventsKept, EVENT_LOG_TTL_MS])) as number[];
+    const now = checkNs(options.nowNs);
+    if (this.clustered) await this.protocolChecked(); // else the script checks it
+    const reply = (await this.call("deregister", this.writeKeys([gk]), [consumer, now, this.eventsKept, EVENT_LOG_TTL_MS])) as number[];
+    if (this.clustered) {
+      // {existed, emptied, logged}: a group the call left empty is unlisted, then re-checked.
+      await this.listOnCluster([], [[gk.events, Number(reply[2])]]);
+      if (Number(reply[1])) await this.unlist([gk]);
+    }
     return Number(reply[0]) === 1;
   }
 
@@ -353,6 +426,7 @@ export class PresenceRegistry {
     checkName("consumer", consumer);
     const entries = checkMeta(meta);
     const value = entries.length ? encodeMeta(new Map(entries)) : "";
+    if (this.clustered) await this.protocolChecked(); // else the script checks it
     const reply = (await this.call("describe", this.writeKeys([gk]), [1, consumer, value])) as number[];
     return Number(reply[0]) !== 0;
   }
@@ -376,8 +450,13 @@ export class PresenceRegistry {
     };
     for await (const [groups, ttls] of this.pages(filter, ttlMs, skipped, refuse)) {
       const ttlOf = new Map(groups.map((gk, i) => [gk.data, ttls[i]]));
+      // At most PRUNE_GROUPS_PER_CALL groups a call; on a cluster, of one queue (one slot).
       let parts: [GroupKeys[], number, number][] = [];
-      for (let i = 0; i < groups.length; i += PRUNE_GROUPS_PER_CALL) parts.push([groups.slice(i, i + PRUNE_GROUPS_PER_CALL), 0, 0]);
+      for (const part of this.clustered ? byQueue(groups, (gk) => gk.queue) : [groups]) {
+        for (let i = 0; i < part.length; i += PRUNE_GROUPS_PER_CALL) parts.push([part.slice(i, i + PRUNE_GROUPS_PER_CALL), 0, 0]);
+      }
+      const emptied: GroupKeys[] = [];
+      const logged: [string, number][] = [];
       while (parts.length) {
         const replies = await Promise.all(
           parts.map(([part, below, ties]) =>
@@ -390,6 +469,11 @@ export class PresenceRegistry {
           const part = parts[i][0];
           removed += Number(reply[0]);
           const stop = Number(reply[1]);
+          if (this.clustered) {
+            // The millisecond of its last event, and the groups it found empty.
+            logged.push([part[0].events, Number(reply[4])]);
+            for (const number of (reply[5] ?? []) as (string | number)[]) emptied.push(part[Number(number) - 1]);
+          }
           const refused = reply.slice(6) as (string | number)[];
           for (let j = 0; j + 2 < refused.length; j += 3) {
             const gk = part[Number(refused[j]) - 1];
@@ -399,6 +483,10 @@ export class PresenceRegistry {
           if (stop) goingOn.push([part.slice(stop - 1), Number(reply[2]), Number(reply[3])]);
         });
         parts = goingOn;
+      }
+      if (this.clustered) {
+        await this.listOnCluster([], logged);
+        if (emptied.length) await this.unlist(emptied);
       }
     }
     if (filter.queue === undefined) {
@@ -553,7 +641,9 @@ export class PresenceRegistry {
    * version in the same call. */
   async setTtl(ttlMs: number | null, where: { queue?: string; group?: string } = {}): Promise<void> {
     const key = this.settingKey(where, "ttl");
-    await this.call("setting", [key, this.keys.protocol], [ttlMs === null ? "" : checkTtl(ttlMs)]);
+    const value = ttlMs === null ? "" : checkTtl(ttlMs);
+    if (this.clustered) await this.protocolChecked(); // another slot: checked first
+    await this.call("setting", this.clustered ? [key] : [key, this.keys.protocol], [value]);
     this.settings.clear();
     this.beatCalls.clear();
   }
@@ -577,13 +667,33 @@ export class PresenceRegistry {
     const key = this.keys.queueExpect(checkName("queue", queue));
     checkName("group", group);
     checkMinActive(minActive);
-    await this.call("expect", [key, this.keys.expects, this.keys.protocol], [group, minActive]);
+    if (!this.clustered) {
+      await this.call("expect", [key, this.keys.expects, this.keys.protocol], [group, minActive]);
+      return;
+    }
+    // Other slots: the version checked first, the queue listed after its declaration (so a
+    // racing unexpect's re-check sees it).
+    await this.protocolChecked();
+    await this.call("expect", [key], [group, minActive]);
+    await this.command(() => this.redis.zadd(this.keys.expects, 0, key));
   }
 
   /** Forget a declared group; whether it was declared (one call of unexpect.lua). */
   async unexpect(queue: string, group: string): Promise<boolean> {
     const key = this.keys.queueExpect(checkName("queue", queue));
-    const [removed] = (await this.call("unexpect", [key, this.keys.expects, this.keys.protocol], [checkName("group", group)])) as number[];
+    checkName("group", group);
+    if (!this.clustered) {
+      const [removed] = (await this.call("unexpect", [key, this.keys.expects, this.keys.protocol], [group])) as number[];
+      return Number(removed) === 1;
+    }
+    await this.protocolChecked();
+    const [removed, left] = (await this.call("unexpect", [key], [group])) as number[];
+    if (!Number(left)) {
+      // As the index of groups (docs/index-protocol.md): unlist, re-check, list again when a
+      // racing expect declared a group meanwhile.
+      await this.command(() => this.redis.zrem(this.keys.expects, key));
+      if (await this.command(() => this.redis.exists(key))) await this.command(() => this.redis.zadd(this.keys.expects, 0, key));
+    }
     return Number(removed) === 1;
   }
 
@@ -658,12 +768,68 @@ export class PresenceRegistry {
     return this.keys.group(checkName("queue", where.queue), checkName("group", where.group))[kind];
   }
 
-  /** The KEYS of a script: each group's five keys, then the indexes, the epoch marker, the
-   * protocol version (which every write script checks before it writes, and which says how
-   * it writes) and the fleet indexes of newest and oldest beats. */
+  /** The KEYS of a script: each group's five keys, then, on a standalone server only, the
+   * indexes, the epoch marker, the protocol version (which every write script checks before
+   * it writes, and which says how it writes) and the fleet indexes of newest and oldest
+   * beats; a script runs on a cluster iff it gets no index (`INDEX` in lua/lib.lua). */
   private writeKeys(groups: GroupKeys[]): string[] {
     const keys = groups.flatMap((gk) => [gk.hb, gk.data, gk.mark, gk.events, gk.meta]);
+    if (this.clustered) return keys;
     return [...keys, this.keys.groups, this.keys.events, this.keys.epoch, this.keys.protocol, this.keys.newest, this.keys.oldest];
+  }
+
+  // -- the cluster's index protocol (docs/index-protocol.md; plans/index.py of the Python
+  // package): the index of groups, the event index and the epoch marker live in other slots
+  // than the queues, so the caller writes them after each script.
+
+  /** After a script on a cluster: `ZADD P:groups` the groups it found without a mark (step
+   * 1), `ZADD GT P:events` the event logs it wrote to (scored by the event's millisecond;
+   * 0: none) and, when it logged one, `SET NX` the epoch marker (a new token each time: a
+   * registry that wrote the one lost must not bring it back). */
+  private async listOnCluster(groups: GroupKeys[], logged: [string, number][]): Promise<void> {
+    const writes: Promise<unknown>[] = [];
+    if (groups.length) writes.push(this.command(() => this.redis.zadd(this.keys.groups, ...groups.flatMap((gk) => [0, gk.data]))));
+    const logs = logged.filter(([, ms]) => ms).flatMap(([log, ms]) => [ms, log]);
+    if (logs.length) {
+      writes.push(this.command(() => this.redis.zadd(this.keys.events, "GT", ...logs)));
+      writes.push(this.command(() => this.redis.set(this.keys.epoch, randomBytes(16).toString("hex"), "NX")));
+    }
+    await Promise.all(writes);
+  }
+
+  /** Step 2 of the cluster's index protocol: `ZREM` the groups a script left empty, re-check
+   * each (`EXISTS` of its sorted set), `ZADD` back those a racing heartbeat filled again.
+   * Without the re-check a live group can be lost. */
+  private async unlist(groups: GroupKeys[]): Promise<void> {
+    await this.command(() => this.redis.zrem(this.keys.groups, ...groups.map((gk) => gk.data)));
+    const alive = await Promise.all(groups.map((gk) => this.command(() => this.redis.exists(gk.hb))));
+    const back = groups.filter((_, i) => alive[i]).flatMap((gk) => [0, gk.data]);
+    if (back.length) await this.command(() => this.redis.zadd(this.keys.groups, ...back));
+  }
+
+  /** Refuse a prefix of another protocol version, read when this client has not read it
+   * for TTL_CACHE_MS: what a write checks on a cluster, where its script cannot read
+   * `P:protocol` (another slot); it also keeps the mode the scripts are told. */
+  private async protocolChecked(): Promise<void> {
+    await this.refresh([], []);
+  }
+
+  /** The server clock on a cluster: `TIME` of the node that holds the index of groups (a
+   * pipeline goes to the node of its keys), so one registry reads one node's clock. */
+  private async indexTime(): Promise<[string, string]> {
+    const replies = (await this.command(() => this.redis.pipeline().exists(this.keys.groups).time().exec())) ?? [];
+    const [failure, reply] = replies[1] ?? [new Error("TIME got no reply"), null];
+    if (failure) throw translate(failure);
+    return reply as [string, string];
+  }
+
+  /** One plain command, its driver error translated. */
+  private async command<T>(send: () => Promise<T>): Promise<T> {
+    try {
+      return await send();
+    } catch (error) {
+      throw translate(error);
+    }
   }
 
   /** One EVALSHA of `lua/<name>.lua` (SCRIPT LOAD and again after NOSCRIPT). */
@@ -674,7 +840,9 @@ export class PresenceRegistry {
     } catch (error) {
       if (!(error instanceof Error) || !error.message.startsWith("NOSCRIPT")) throw translate(error);
     }
-    await this.redis.script("LOAD", found.source);
+    // Standalone: the server; a cluster: every primary (a script may go to any slot's node).
+    if (!this.clustered) await this.redis.script("LOAD", found.source);
+    else await Promise.all((this.redis as Cluster).nodes("master").map((node) => node.script("LOAD", found.source)));
     try {
       return await this.redis.evalsha(found.sha, count, ...keys, ...args);
     } catch (error) {
@@ -684,7 +852,7 @@ export class PresenceRegistry {
 
   private async now(nowNs: Ns | undefined): Promise<bigint> {
     if (nowNs !== undefined) return BigInt(checkNs(nowNs));
-    const [seconds, micros] = await this.redis.time();
+    const [seconds, micros] = this.clustered ? await this.indexTime() : await this.redis.time();
     return (BigInt(seconds) * 1_000_000n + BigInt(micros)) * 1000n;
   }
 
@@ -871,6 +1039,7 @@ export class PresenceRegistry {
         );
       }
       this.protocolAt = at;
+      this.mode = version === "1" ? "1" : PROTOCOL_VERSION;
     }
     due.forEach(([key, kind], i) => {
       const value = storedSetting(key, values[i], kind);

@@ -1,27 +1,36 @@
 // The repository's language-neutral conformance cases (conformance/*.json, the same files
-// the Python suite runs) against this client and a redis-server of the test's own.
+// the Python suite runs) against this client and a redis-server of the test's own, and again
+// on a Redis Cluster of three masters of its own (as the Python suite's cluster backend:
+// index marks and the fleet indexes, which only one of the two keeps, left out of a store).
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import * as presence from "../dist/index.js";
-import { startRedis } from "./harness.mjs";
+import { startCluster, startRedis } from "./harness.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const folder = join(here, "..", "..", "..", "conformance");
 const files = readdirSync(folder).filter((name) => name.endsWith(".json")).sort();
 
 let server;
-let client;
+let cluster;
+/** Each backend: its store's client, and how to make another. */
+const backends = {};
 before(async () => {
-  server = await startRedis();
-  client = server.client();
+  [server, cluster] = await Promise.all([startRedis(), startCluster()]);
+  backends.standalone = { client: server.client(), connect: () => server.client(), flushall: (c) => c.flushall() };
+  backends.cluster = { client: cluster.client(), connect: () => cluster.client(), flushall: () => cluster.flushall() };
 });
 after(async () => {
-  client.disconnect();
-  await server.stop();
+  for (const backend of Object.values(backends)) backend.client.disconnect();
+  await Promise.all([server?.stop(), cluster?.stop()]);
 });
+
+/** `P:newest` and `P:oldest`, which only a standalone server keeps: a store step on a
+ * cluster leaves them out (as tests/conformance_runner.py does). */
+const FLEET_INDEXES = ["newest", "oldest"];
 
 const ARGUMENT_ERRORS = { ValueError: RangeError, TypeError };
 const camel = (name) => name.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
@@ -116,10 +125,18 @@ function subset(expected, actual) {
   return actual;
 }
 
-async function store(prefix) {
+/** The keys of every node of `client` (each master of a cluster) matching `pattern`. */
+async function keysOf(client, pattern) {
+  if (!client.isCluster) return client.keys(pattern);
+  const masters = client.nodes("master");
+  return (await Promise.all(masters.map((node) => node.keys(pattern)))).flat().sort();
+}
+
+async function store(client, prefix) {
   const out = {};
-  for (const key of await client.keys(`${prefix}:*`)) {
+  for (const key of await keysOf(client, `${prefix}:*`)) {
     if (key.endsWith(":ix")) continue;
+    if (client.isCluster && FLEET_INDEXES.some((index) => key === `${prefix}:${index}`)) continue;
     const type = await client.type(key);
     let value;
     if (type === "zset") {
@@ -159,11 +176,17 @@ function storeView(keys, found, partial) {
   return [actual, expected];
 }
 
-for (const file of files) {
+const runs = [
+  ["standalone", "conformance"],
+  ["cluster", "conformance on a cluster"],
+].flatMap(([backend, title]) => files.map((file) => [backend, title, file]));
+
+for (const [backend, title, file] of runs) {
   const c = JSON.parse(readFileSync(join(folder, file), "utf8"));
-  test(`conformance ${file}`, async () => {
+  test(`${title} ${file}`, async () => {
     assert.equal(c.protocol_version, presence.PROTOCOL_VERSION);
-    await client.flushall();
+    const { client, connect, flushall } = backends[backend];
+    await flushall(client);
     const prefix = c.prefix ?? "presence";
     let skipped = [];
     // One registry per instance token (the case's, and any a step names: another process
@@ -173,7 +196,7 @@ for (const file of files) {
       if (!registries.has(instance)) {
         const options = { prefix, onSkipped: (item) => skipped.push(item) };
         if (instance !== undefined) options.instance = instance;
-        registries.set(instance, new presence.PresenceRegistry(server.client(), options));
+        registries.set(instance, new presence.PresenceRegistry(connect(), options));
       }
       return registries.get(instance);
     };
@@ -186,7 +209,8 @@ for (const file of files) {
           continue;
         }
         if (step.op === "store") {
-          const [actual, expected] = storeView(step.keys, await store(prefix), step.partial);
+          const keys = client.isCluster ? Object.fromEntries(Object.entries(step.keys).filter(([key]) => !FLEET_INDEXES.some((index) => key === `${prefix}:${index}`))) : step.keys;
+          const [actual, expected] = storeView(keys, await store(client, prefix), step.partial);
           assert.deepStrictEqual(actual, expected, label);
           continue;
         }

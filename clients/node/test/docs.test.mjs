@@ -5,7 +5,10 @@
 // exits 0 within BLOCK_TIMEOUT_MS; a line `console.log(EXPR); // VALUE` is checked: the
 // program's stdout lines must be those VALUEs, in order. A block just after
 // `<!-- run: until-sigterm -->` is a long-running worker: it must make a consumer present,
-// then on SIGTERM deregister it and exit 0. A block that cannot run here says why in a
+// then on SIGTERM deregister it and exit 0. A block just after `<!-- run: cluster -->` runs
+// against a Redis Cluster of three masters of the test's own (started once, when a block
+// asks for it: about two seconds), which REDIS_CLUSTER_NODES names ("host:port,...").
+// A block that cannot run here says why in a
 // `<!-- no-run: reason -->` line just before it. TypeScript blocks are refused (Node 20 runs
 // no TypeScript): the docs show JavaScript.
 import assert from "node:assert/strict";
@@ -16,7 +19,7 @@ import { delimiter, dirname, join, relative } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { PresenceRegistry } from "../dist/index.js";
-import { startRedis } from "./harness.mjs";
+import { startCluster, startRedis } from "./harness.mjs";
 
 const here = join(dirname(fileURLToPath(import.meta.url)), "..");
 const root = join(here, "..", "..");
@@ -53,6 +56,7 @@ const documents = [join(here, "README.md"), ...markdownFiles(join(root, "docs"))
 const examples = blocks(documents, JS);
 
 let server;
+let cluster = null;
 let modules;
 before(async () => {
   server = await startRedis();
@@ -63,10 +67,11 @@ before(async () => {
 });
 after(async () => {
   await server?.stop();
+  await cluster?.stop();
   if (modules) rmSync(modules, { recursive: true, force: true });
 });
 
-function run(code) {
+function run(code, clustered = false) {
   const file = join(modules, "example.cjs");
   writeFileSync(file, code);
   const child = spawn(process.execPath, [file], {
@@ -74,6 +79,7 @@ function run(code) {
     env: {
       ...Object.fromEntries(Object.entries(process.env).filter(([name]) => name !== "NODE_TEST_CONTEXT")), // a program, not a test file
       REDIS_URL: `redis://127.0.0.1:${server.port}`,
+      ...(clustered ? { REDIS_CLUSTER_NODES: cluster.nodes.map(({ host, port }) => `${host}:${port}`).join(",") } : {}),
       NODE_PATH: [join(modules, "node_modules"), join(here, "node_modules")].join(delimiter),
     },
     stdio: ["ignore", "pipe", "pipe"],
@@ -117,11 +123,16 @@ test("no TypeScript block, which nothing here would run", () => {
 for (const example of examples) {
   const skip = example.marker === "no-run" ? example.why : false;
   test(`the block at ${example.where} runs`, { skip }, async () => {
+    const clustered = example.marker === "run" && example.why === "cluster";
+    if (clustered) {
+      cluster ??= await startCluster();
+      await cluster.flushall();
+    }
     const flush = server.client();
     await flush.flushall();
     flush.disconnect();
-    const { child, exited } = run(example.code);
-    if (example.marker === "run") {
+    const { child, exited } = run(example.code, clustered);
+    if (example.marker === "run" && !clustered) {
       assert.equal(example.why, "until-sigterm", `${example.where}: unknown run marker`);
       const deadline = Date.now() + BLOCK_TIMEOUT_MS;
       let running = true;
@@ -141,6 +152,6 @@ for (const example of examples) {
       .map((line) => SHOWN.exec(line)?.groups.value)
       .filter((value) => value !== undefined);
     assert.deepStrictEqual(stdout.split("\n").filter(Boolean), expected, `${example.where}: what it printed`);
-    if (example.marker === "run") assert.deepStrictEqual(await present(), [], `${example.where}: still present after SIGTERM`);
+    if (example.marker === "run" && !clustered) assert.deepStrictEqual(await present(), [], `${example.where}: still present after SIGTERM`);
   });
 }
