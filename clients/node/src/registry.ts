@@ -2,6 +2,7 @@
  * the wire protocol (version 2) of docs/protocol.md, with the repository's own Lua scripts. */
 import type { Redis } from "ioredis";
 import { type BeatReply, type BeatSpec, processInstance, type Written } from "./beats";
+import { ChangeReader, type Changes, type ChangesOptions, type FollowMessage, type FollowOptions } from "./changes";
 import { PresenceBatchError, PresenceDataError, PresenceError, PresenceMetaError, PresenceProtocolError, refusal, translate } from "./errors";
 import { ACCEPTED_VERSIONS, byCodePoint, encodeMeta, type GroupKeys, Keyspace, PROTOCOL_VERSION } from "./keys";
 import {
@@ -161,6 +162,7 @@ export class PresenceRegistry {
   private protocolAt: number | null = null;
   private readonly beatCalls = new Map<string, { head: (string | number)[]; count: number; until: number }>();
   private claimed = false;
+  private reader: ChangeReader | null = null;
 
   constructor(
     readonly redis: Redis,
@@ -544,6 +546,42 @@ export class PresenceRegistry {
       });
     this.report(skipped);
     return withSkipped(out, skipped);
+  }
+
+  // -- events (src/changes.ts) ---------------------------------------------------------
+
+  /** The events after `cursor` up to `nowNs` (the server clock by default), in order, at
+   * most about `limit` (1000), and the cursor to go on from (`more`: ask again at once);
+   * no cursor starts now. Cursors are the Python package's, byte for byte. Throws
+   * `PresenceResyncRequired` when the cursor cannot go on (take a fresh snapshot). */
+  changes(options: ChangesOptions = {}): Promise<Changes> {
+    return this.events().changes(options);
+  }
+
+  /** A snapshot message, then each event as it happens and a cursor message after each ask
+   * (every `intervalMs`), and a new snapshot whenever the cursor cannot go on; ends when
+   * `signal` aborts. */
+  follow(options: FollowOptions = {}): AsyncGenerator<FollowMessage, void, undefined> {
+    return this.events().follow(options);
+  }
+
+  private events(): ChangeReader {
+    this.reader ??= new ChangeReader({
+      keys: this.keys,
+      clustered: Boolean((this.redis as { isCluster?: boolean }).isCluster),
+      groupsPerCall: GROUPS_PER_PAGE,
+      consumersPerCall: CONSUMERS_PER_CALL,
+      send: (command, args, options = {}) => {
+        // One key's command, routed by that key on a cluster (TIME: by `nodeKey`, unused here).
+        const sent = options.buffers ? this.redis.callBuffer(command, ...args) : this.redis.call(command, ...args);
+        return sent.catch((error: unknown) => Promise.reject(translate(error)));
+      },
+      checkProtocol: async () => void (await this.refresh([], [])),
+      sharedTtls: async (groups) => (await this.settingsOf(groups, undefined, null)).ttls,
+      report: (skipped) => this.report(skipped),
+      snapshot: (nowNs, queue, group) => this.snapshot({ nowNs, queue, group }),
+    });
+    return this.reader;
   }
 
   // -- shared settings and declared groups ---------------------------------------------
