@@ -554,15 +554,15 @@ export class PresenceRegistry {
    * most about `limit` (1000), and the cursor to go on from (`more`: ask again at once);
    * no cursor starts now. Cursors are the Python package's, byte for byte. Throws
    * `PresenceResyncRequired` when the cursor cannot go on (take a fresh snapshot). */
-  changes(options: ChangesOptions = {}): Promise<Changes> {
+  async changes(options: ChangesOptions = {}): Promise<Changes> {
     return this.events().changes(options);
   }
 
   /** A snapshot message, then each event as it happens and a cursor message after each ask
    * (every `intervalMs`), and a new snapshot whenever the cursor cannot go on; ends when
    * `signal` aborts. */
-  follow(options: FollowOptions = {}): AsyncGenerator<FollowMessage, void, undefined> {
-    return this.events().follow(options);
+  async *follow(options: FollowOptions = {}): AsyncGenerator<FollowMessage, void, undefined> {
+    yield* this.events().follow(options);
   }
 
   private events(): ChangeReader {
