@@ -172,6 +172,22 @@ test("paging with a small limit never splits a log entry and loses nothing", asy
   assert.equal(theirFirst.more, true);
   const ours = await allPages(registry, { cursor: theirFirst.cursor, nowNs: until, limit: 1000 });
   assert.deepEqual(ours.pages.flat().map(neutral), theirs.events);
+  // In the middle of a log too; and both clients write the same cursor for the same page
+  // (but for the server milliseconds each read the clock at).
+  const sameClock = (c) => {
+    const d = decodeCursor(c);
+    return encodeCursor({ ...d, serverMs: 0n, window: d.window && { ...d.window, serverMs: 0n } });
+  };
+  for (const limit of [5, 13, 40]) {
+    const mine = await registry.changes({ cursor, nowNs: until, limit });
+    const their = await python({ cursor, now_ns: String(until), limit });
+    assert.deepEqual(mine.events.map(neutral), their.events, `limit ${limit}`);
+    assert.equal(sameClock(mine.cursor), sameClock(their.cursor), `limit ${limit}`);
+    const restOfMine = await allPages(registry, { cursor: their.cursor, nowNs: until, limit: 1000 });
+    // (pages are each in order; together they hold the window's events)
+    const together = [...their.events, ...restOfMine.pages.flat().map(neutral)].map((e) => JSON.stringify(e)).sort();
+    assert.deepEqual(together, whole.events.map((e) => JSON.stringify(neutral(e))).sort(), `limit ${limit}`);
+  }
 });
 
 test("queue and group filters give only their events; a cursor goes on only with its filter", async () => {
