@@ -348,3 +348,39 @@ test("follow() from a cursor goes on at once, without a snapshot", async () => {
   await messages.return();
   await assert.rejects(registry.follow({ intervalMs: 0 }).next(), RangeError);
 });
+
+test("follow() resyncs when a group it holds consumers of vanished without events", async () => {
+  const registry = new PresenceRegistry(redis, { prefix: "t" });
+  await registry.heartbeat("q", "g", "a");
+  const stop = new AbortController();
+  const messages = registry.follow({ intervalMs: 20, signal: stop.signal });
+  assert.equal((await nextWhere(messages, () => true)).kind, "snapshot");
+  await nextWhere(messages, (m) => m.kind === "cursor");
+  const gk = registry.keys.group("q", "g");
+  await redis.del(gk.hb, gk.data); // by hand: no event says the group emptied
+  const again = await nextWhere(messages, (m) => m.kind === "snapshot");
+  assert.equal(again.rows.length, 0);
+  stop.abort();
+  await messages.return();
+});
+
+test("log entries no client writes are set aside and reported once a log; unknown kinds skipped", async () => {
+  const reported = [];
+  const registry = new PresenceRegistry(redis, { prefix: "t", onSkipped: (item) => reported.push(item) });
+  await registry.heartbeat("q", "g", "a");
+  const { cursor } = await registry.changes();
+  const gk = registry.keys.group("q", "g");
+  const now = await serverNs();
+  const value = `${now} ${now} ${now} 0`;
+  await redis.xadd(gk.events, "*", "k", "joined", "g", "t:{other}:g:c", "cx", value); // not this queue's group
+  await redis.xadd(gk.events, "*", "k", "joined", "g", gk.data, "cy", "1 2 3", "cz", value, "c", value); // one field spoilt, one unnamed
+  await redis.xadd(gk.events, "*", "k", "teleported", "g", gk.data, "cw", value); // a later version's kind
+  await redis.xadd(gk.events, "*", "k", "left", "g", gk.data, "x-later", "?", "cz", value); // a later version's field
+  const { events } = await registry.changes({ cursor });
+  assert.deepEqual(events.map((e) => `${e.kind} ${e.consumer}`), ["joined z", "left z"]);
+  assert.equal(reported.length, 1);
+  assert.equal(reported[0].key, gk.events);
+  assert.match(reported[0].reason, /^2 entries this package did not write \(wholly or in part\): entry \d+-\d+ names no group of this queue/);
+  const theirs = await python({ cursor, now_ns: String(decodeCursor((await registry.changes({ cursor })).cursor).nowNs) });
+  assert.deepEqual(theirs.events.map((e) => `${e.kind} ${e.consumer}`), ["joined z", "left z"]);
+});
