@@ -74,3 +74,22 @@ export function translate(error: unknown): unknown {
   if (error instanceof Error && error.name === "ReplyError") return refusal(error.message);
   return error;
 }
+
+/** Why `changes` cannot go on from a cursor: the event log was trimmed past it (`trimmed`),
+ * Redis lost what it read (`epoch`: its marker is gone or changed; `lost`: a log no longer
+ * holds the entry it read last; `vanished`: a group `follow` holds consumers of is gone
+ * without events), it is older than the logs last (`old`), or an earlier release made it
+ * (`legacy`). */
+export type ResyncReason = "trimmed" | "epoch" | "lost" | "vanished" | "old" | "legacy";
+
+/** `changes` cannot go on from this cursor: take a fresh `snapshot` and a fresh cursor
+ * (`changes()` without one); `reason` says why (the message says it in words). */
+export class PresenceResyncRequired extends PresenceError {
+  override name = "PresenceResyncRequired";
+  constructor(
+    message: string,
+    readonly reason: ResyncReason,
+  ) {
+    super(message);
+  }
+}

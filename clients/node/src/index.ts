@@ -5,3 +5,5 @@ export * from "./registry";
 export * from "./validation";
 export { LUA_FOLDER, SCRIPT_NAMES, script, type Script, type ScriptName } from "./scripts";
 export { trackBullMQWorker, type TrackOptions, type WorkerEvents } from "./bullmq";
+export { type Changes, type ChangesOptions, type FollowCursor, type FollowMessage, type FollowOptions, type FollowSnapshot } from "./changes";
+export { DEFAULT_CHANGES_LIMIT, DEFAULT_FOLLOW_INTERVAL_MS, EVENT_KINDS, type EventKind, LOG_LAG_MS, MAX_CHANGES_LIMIT, type PresenceEvent } from "./events";

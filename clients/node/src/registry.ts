@@ -2,11 +2,12 @@
  * Redis Cluster, in the wire protocol (version 2) of docs/protocol.md, with the repository's
  * own Lua scripts. On a cluster the scripts get no standalone tail of KEYS (the indexes, the
  * epoch marker, the protocol version live in other slots) and this client keeps the index
- * of groups by the protocol of docs/index-protocol.md, as the Python package's
+ * of groups by the protocol of docs/protocol.md section 14, as the Python package's
  * redis_presence/plans/index.py does. */
 import { randomBytes } from "node:crypto";
 import type { Cluster, Redis } from "ioredis";
 import { type BeatReply, type BeatSpec, processInstance, type Written } from "./beats";
+import { ChangeReader, type Changes, type ChangesOptions, type FollowMessage, type FollowOptions } from "./changes";
 import { PresenceBatchError, PresenceDataError, PresenceError, PresenceMetaError, PresenceProtocolError, refusal, translate } from "./errors";
 import { ACCEPTED_VERSIONS, byCodePoint, encodeMeta, type GroupKeys, Keyspace, PROTOCOL_VERSION } from "./keys";
 import {
@@ -194,6 +195,7 @@ export class PresenceRegistry {
   private mode = PROTOCOL_VERSION;
   private readonly beatCalls = new Map<string, { head: (string | number)[]; tail: (string | number)[]; count: number; until: number }>();
   private claimed = false;
+  private reader: ChangeReader | null = null;
 
   constructor(
     readonly redis: Redis | Cluster,
@@ -634,6 +636,42 @@ export class PresenceRegistry {
     return withSkipped(out, skipped);
   }
 
+  // -- events (src/changes.ts) ---------------------------------------------------------
+
+  /** The events after `cursor` up to `nowNs` (the server clock by default), in order, at
+   * most about `limit` (1000), and the cursor to go on from (`more`: ask again at once);
+   * no cursor starts now. Cursors are the Python package's, byte for byte. Throws
+   * `PresenceResyncRequired` when the cursor cannot go on (take a fresh snapshot). */
+  async changes(options: ChangesOptions = {}): Promise<Changes> {
+    return this.events().changes(options);
+  }
+
+  /** A snapshot message, then each event as it happens and a cursor message after each ask
+   * (every `intervalMs`), and a new snapshot whenever the cursor cannot go on; ends when
+   * `signal` aborts. */
+  async *follow(options: FollowOptions = {}): AsyncGenerator<FollowMessage, void, undefined> {
+    yield* this.events().follow(options);
+  }
+
+  private events(): ChangeReader {
+    this.reader ??= new ChangeReader({
+      keys: this.keys,
+      clustered: Boolean((this.redis as { isCluster?: boolean }).isCluster),
+      groupsPerCall: GROUPS_PER_PAGE,
+      consumersPerCall: CONSUMERS_PER_CALL,
+      send: (command, args, options = {}) => {
+        // One key's command, routed by that key on a cluster (TIME: by `nodeKey`, unused here).
+        const sent = options.buffers ? this.redis.callBuffer(command, ...args) : this.redis.call(command, ...args);
+        return sent.catch((error: unknown) => Promise.reject(translate(error)));
+      },
+      checkProtocol: async () => void (await this.refresh([], [])),
+      sharedTtls: async (groups) => (await this.settingsOf(groups, undefined, null)).ttls,
+      report: (skipped) => this.report(skipped),
+      snapshot: (nowNs, queue, group) => this.snapshot({ nowNs, queue, group }),
+    });
+    return this.reader;
+  }
+
   // -- shared settings and declared groups ---------------------------------------------
 
   /** Store the TTL every client of the prefix shares (null forgets it), for the prefix or
@@ -689,7 +727,7 @@ export class PresenceRegistry {
     await this.protocolChecked();
     const [removed, left] = (await this.call("unexpect", [key], [group])) as number[];
     if (!Number(left)) {
-      // As the index of groups (docs/index-protocol.md): unlist, re-check, list again when a
+      // As the index of groups (docs/protocol.md section 14): unlist, re-check, list again when a
       // racing expect declared a group meanwhile.
       await this.command(() => this.redis.zrem(this.keys.expects, key));
       if (await this.command(() => this.redis.exists(key))) await this.command(() => this.redis.zadd(this.keys.expects, 0, key));
@@ -778,7 +816,7 @@ export class PresenceRegistry {
     return [...keys, this.keys.groups, this.keys.events, this.keys.epoch, this.keys.protocol, this.keys.newest, this.keys.oldest];
   }
 
-  // -- the cluster's index protocol (docs/index-protocol.md; plans/index.py of the Python
+  // -- the cluster's index protocol (docs/protocol.md section 14; plans/index.py of the Python
   // package): the index of groups, the event index and the epoch marker live in other slots
   // than the queues, so the caller writes them after each script.
 

@@ -1,6 +1,6 @@
 // The client on a Redis Cluster of three masters of the test's own (harness.mjs,
 // `startCluster`): the scripts get no standalone tail, batches go one queue (one slot) a
-// call, this client keeps the index of groups by docs/index-protocol.md (with the re-check
+// call, this client keeps the index of groups by docs/protocol.md section 14 (with the re-check
 // of an unlist, and of the declared queues' index), the event index, the epoch marker and
 // the protocol claim; groups on many slots are all found; a real BullMQ worker is tracked;
 // and the Python package's cluster registry reads what this client writes, and this client
