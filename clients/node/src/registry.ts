@@ -656,11 +656,16 @@ export class PresenceRegistry {
   private events(): ChangeReader {
     this.reader ??= new ChangeReader({
       keys: this.keys,
-      clustered: Boolean((this.redis as { isCluster?: boolean }).isCluster),
+      clustered: this.clustered,
       groupsPerCall: GROUPS_PER_PAGE,
       consumersPerCall: CONSUMERS_PER_CALL,
       send: (command, args, options = {}) => {
-        // One key's command, routed by that key on a cluster (TIME: by `nodeKey`, unused here).
+        // One key's command, routed by that key on a cluster. ioredis knows no key of TIME
+        // (routed by `nodeKey`) nor of XINFO STREAM (its key is the second argument): on a
+        // cluster each goes behind an EXISTS of that key in a pipeline, which ioredis sends
+        // to the key's node, instead of to any node (and a MOVED for XINFO).
+        const routeBy = command === "TIME" ? options.nodeKey : command === "XINFO" ? String(args[1]) : undefined;
+        if (this.clustered && routeBy !== undefined) return this.routed(routeBy, command, args);
         const sent = options.buffers ? this.redis.callBuffer(command, ...args) : this.redis.call(command, ...args);
         return sent.catch((error: unknown) => Promise.reject(translate(error)));
       },
@@ -859,6 +864,15 @@ export class PresenceRegistry {
     const [failure, reply] = replies[1] ?? [new Error("TIME got no reply"), null];
     if (failure) throw translate(failure);
     return reply as [string, string];
+  }
+
+  /** `command` sent to the node that holds `key` (a pipeline goes to the node of its first
+   * key): for the commands whose key ioredis cannot find. */
+  private async routed(key: string, command: string, args: (string | number)[]): Promise<unknown> {
+    const replies = (await this.command(() => this.redis.pipeline().exists(key).call(command, ...args).exec())) ?? [];
+    const [failure, reply] = replies[1] ?? [new Error(`${command} got no reply`), null];
+    if (failure) throw translate(failure);
+    return reply;
   }
 
   /** One plain command, its driver error translated. */

@@ -7,14 +7,13 @@
 // what it writes, the same.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { after, before, beforeEach, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Queue, Worker } from "bullmq";
 import Redis from "ioredis";
 import * as presence from "../dist/index.js";
-import { startCluster } from "./harness.mjs";
+import { NO_PYTHON, PYTHON, startCluster } from "./harness.mjs";
 
 const T0 = 1_796_000_000_000_000_000n;
 const MS = 1_000_000n;
@@ -42,10 +41,6 @@ function registry(options = {}, redis = cluster.client()) {
   return r;
 }
 
-/** The Python the cross-client tests run: REDIS_PRESENCE_PYTHON, else the repository's
- * .venv, else none (those tests are skipped, and fail with REDIS_PRESENCE_REQUIRE_SERVERS=1). */
-const PYTHON = process.env.REDIS_PRESENCE_PYTHON || [join(root, ".venv", "bin", "python")].find((path) => existsSync(path));
-const NO_PYTHON = PYTHON === undefined && process.env.REDIS_PRESENCE_REQUIRE_SERVERS !== "1" ? "no Python with redis_presence (set REDIS_PRESENCE_PYTHON)" : false;
 
 /** Run `body` (Python statements that set `out`) with `registry`, a RedisPresenceRegistry of
  * this cluster (this checkout's package), and `rows(...)`/`counts(...)` to spell answers as
@@ -422,4 +417,27 @@ out = {
   assert.equal(left.length, 20); // q0..q19 but q3 (deregistered), and mail/send
   assert.ok(!left.some(([queue]) => queue === "x!y"), JSON.stringify(left));
   assert.equal(await client.zscore("presence:groups", "presence:{x%21y}:it%27s%20%28a%29%2A:c"), null);
+});
+
+test("changes() on a cluster: the events of many slots, from a cursor Python made, the same as Python's", { skip: NO_PYTHON }, async () => {
+  const r = registry({ instance: "node-1" });
+  const start = await python(`out = registry.changes().cursor`); // the server's now
+  await r.heartbeatMany(Array.from({ length: 12 }, (_, i) => [`q${i}`, "g", "c", i]));
+  await r.deregister("q3", "g", "c");
+  await r.requestDrain("q5", "g", "c");
+  const mine = await r.changes({ cursor: start });
+  const seen = mine.events.map((e) => `${e.kind} ${e.queue}/${e.group}/${e.consumer}`);
+  assert.equal(seen.filter((e) => e.startsWith("joined ")).length, 12);
+  assert.ok(seen.includes("left q3/g/c") && seen.includes("drain_requested q5/g/c"), seen.join(", "));
+  const theirs = await python(`
+page = registry.changes(${JSON.stringify(start)}, now_ns=${mine.events.at(-1).atNs + 1n})
+out = [f"{e.kind.value} {e.queue}/{e.group}/{e.consumer}" for e in page.events]`);
+  assert.deepStrictEqual(theirs, seen);
+  // Node goes on from its own cursor: nothing new yet, then the next event only.
+  await r.heartbeat("q3", "g", "c", 0);
+  const next = await r.changes({ cursor: mine.cursor });
+  assert.deepStrictEqual(
+    next.events.map((e) => `${e.kind} ${e.queue}/${e.group}/${e.consumer}`),
+    ["joined q3/g/c"],
+  );
 });

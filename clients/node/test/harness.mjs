@@ -2,10 +2,11 @@
 // started for a test file, flushed between cases, stopped at the end; and a Redis Cluster
 // of three such masters (`startCluster`, as the Python suite's tests/clusters.py).
 import { execFile, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import Redis, { Cluster } from "ioredis";
 
 function freePort() {
@@ -18,6 +19,24 @@ function freePort() {
     });
   });
 }
+
+/** The root of this checkout (the Python package's, for the cross-client tests). */
+export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+
+/** The Python that runs this checkout's package in the cross-client tests:
+ * REDIS_PRESENCE_PYTHON, else the active virtualenv's (VIRTUAL_ENV, as `.ci/run` has),
+ * else this checkout's `.venv`; undefined when there is none (those tests are skipped, and
+ * fail with REDIS_PRESENCE_REQUIRE_SERVERS=1, as CI sets). */
+export const PYTHON = [
+  process.env.REDIS_PRESENCE_PYTHON,
+  process.env.VIRTUAL_ENV && join(process.env.VIRTUAL_ENV, "bin", "python"),
+  join(ROOT, ".venv", "bin", "python"),
+].find((path) => path && existsSync(path));
+
+/** The reason the cross-client tests are skipped (no Python found, and no CI asking for
+ * them), else false. */
+export const NO_PYTHON =
+  PYTHON === undefined && process.env.REDIS_PRESENCE_REQUIRE_SERVERS !== "1" ? "no Python with redis_presence (set REDIS_PRESENCE_PYTHON)" : false;
 
 export async function startRedis() {
   const binary = process.env.REDIS_SERVER_BINARY || "redis-server";
