@@ -296,7 +296,8 @@ def cursor_document(cursor: str) -> dict[str, Any]:
             f"(at most {MAX_CURSOR_CHARS})"
         )
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        # validate: a character outside base64url is refused, not skipped
+        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
         if len(_BRACKETS.findall(_STRINGS.sub(b"", raw))) > _MAX_BRACKETS:
             raise ValueError
         document = json.loads(raw)
@@ -372,12 +373,15 @@ class EventCursor(NamedTuple):
             raise TypeError(f"cursor must be a str or None, got {type(cursor).__name__}")
         document = cursor_document(cursor)
         try:
-            if document.get("v") == 1:
+            version = document.get("v")
+            if not _is_int(version):  # 2.0 or true is no version a writer spells
+                raise ValueError
+            if version == 1:
                 now, server, positions = document["t"], document["s"], _positions(document["q"])
                 if not (_is_int(now) and _is_int(server) and now >= 0 and server >= 0):
                     raise ValueError
                 return cls(now, server, positions, LEGACY_EPOCH)
-            if document.get("v") != CURSOR_VERSION:
+            if version != CURSOR_VERSION:
                 raise ValueError
             now, server, positions = document["t"], document["s"], _positions(document["q"])
             epoch, (prefix, queue, group) = document["e"], document["f"]
@@ -448,8 +452,20 @@ def _positions(value: Any) -> dict[str, str]:
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise ValueError
     for entry in value.values():
-        stream_id(entry)  # a ValueError unless 'ms-seq'
+        _place(entry)
     return value
+
+
+_PLACE = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+
+
+def _place(value: str) -> None:
+    """A cursor's place: exactly ``ms-seq`` (docs/protocol.md, section 6), both parts below
+    2^64; a `ValueError` for anything else (``ms`` alone or ``ms-``, which XRANGE would
+    take, are no place a reader wrote)."""
+    if not _PLACE.fullmatch(value):
+        raise ValueError
+    stream_id(value)
 
 
 def _window(value: Any) -> Window:
@@ -463,7 +479,7 @@ def _window(value: Any) -> Window:
         if not (isinstance(log, list) and len(log) == 2 and all(isinstance(x, str) for x in log)):
             raise ValueError
         if log[1]:
-            stream_id(log[1])
+            _place(log[1])
         log = (log[0], log[1])
     if derived is not None:
         if not (

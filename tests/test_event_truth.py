@@ -387,3 +387,33 @@ def test_every_forged_window_field_is_a_value_error(registry: RedisPresenceRegis
     for cursor_text in forged:
         with pytest.raises(ValueError, match="cursor"):
             registry.changes(cursor_text, queue=_document(cursor_text)["f"][1])
+
+
+def test_a_cursor_is_read_as_strictly_as_it_is_written(registry: RedisPresenceRegistry) -> None:
+    """docs/protocol.md, section 6: a place is exactly ``ms-seq``, ``v`` an integer, the
+    text base64url. What a lenient decoder would take (``ms`` alone or ``ms-``, which XRANGE
+    takes; ``2.0`` or ``true`` for a version; characters outside the alphabet, which
+    Python's base64 skips unless told to validate) is a `ValueError` naming `cursor`, as the
+    Node client refuses it too (clients/node/test/changes.test.mjs)."""
+    registry.heartbeat("orders", "billing", "w1")
+    _, cursor = registry.changes()
+    now = EventCursor.decode(cursor)
+    place = f"{now.server_ms}-0"
+    assert EventCursor.decode(_forged(cursor, q={"orders": place})).positions == {"orders": place}
+    window = {"n": now.now_ns, "u": now.server_ms, "r": {}, "l": ["orders", place], "d": None}
+    assert EventCursor.decode(_forged(cursor, w=window)).window is not None
+    bad: list[dict[str, Any]] = [
+        {"q": {"orders": str(now.server_ms)}},
+        {"q": {"orders": f"{now.server_ms}-"}},
+        {"q": {"orders": f"-{now.server_ms}"}},
+        {"q": {"orders": f"+{now.server_ms}-0"}},
+        {"v": 2.0},
+        {"v": True},
+        {"w": {**window, "l": ["orders", str(now.server_ms)]}},
+    ]
+    for changes in bad:
+        with pytest.raises(ValueError, match="cursor is not one that changes"):
+            EventCursor.decode(_forged(cursor, **changes))
+    for spoilt in (cursor[:8] + "*" + cursor[8:], cursor[:8] + "\n" + cursor[8:], cursor + "!"):
+        with pytest.raises(ValueError, match="cursor is not one that changes"):
+            EventCursor.decode(spoilt)

@@ -382,17 +382,20 @@ function isInt(value: Json | undefined): value is bigint {
   return typeof value === "bigint";
 }
 
-/** `value == n` as Python compares a JSON value with an int (1.0 and True equal 1). */
+/** Whether a JSON value is the integer `n` (docs/protocol.md, section 6: `v` is an integer;
+ * `2.0` or `true` is no version a writer spells). */
 function equalsInt(value: Json | undefined, n: number): boolean {
-  if (typeof value === "bigint") return value === BigInt(n);
-  if (typeof value === "boolean") return Number(value) === n;
-  return typeof value === "object" && value !== null && !Array.isArray(value) && !(value instanceof Map) && value.float === n;
+  return typeof value === "bigint" && value === BigInt(n);
 }
+
+/** A cursor's place: exactly `ms-seq`, both parts below 2^64 (`ms` alone or `ms-`, which
+ * XRANGE would take, are no place a reader wrote). */
+const PLACE = /^[0-9]{1,20}-[0-9]{1,20}$/;
 
 function positions(value: Json | undefined): Map<string, string> {
   if (!(value instanceof Map)) throw new Refused();
   for (const place of value.values()) {
-    if (typeof place !== "string") throw new Refused();
+    if (typeof place !== "string" || !PLACE.test(place)) throw new Refused();
     try {
       streamId(place);
     } catch {

@@ -380,3 +380,27 @@ test("log entries no client writes are set aside and reported once a log; unknow
   const theirs = await python({ cursor, now_ns: String(decodeCursor((await registry.changes({ cursor })).cursor).nowNs) });
   assert.deepEqual(theirs.events.map((e) => `${e.kind} ${e.consumer}`), ["joined z", "left z"]);
 });
+
+test("a cursor is read as strictly as it is written: a place is ms-seq, v an integer, the text base64url", async () => {
+  // docs/protocol.md section 6; the Python package refuses the same (tests/test_event_truth.py).
+  const registry = new PresenceRegistry(redis, { prefix: "t" });
+  await registry.heartbeat("orders", "billing", "w1");
+  const { cursor } = await registry.changes();
+  const document = JSON.parse(Buffer.from(cursor, "base64url").toString());
+  const spell = (text) => Buffer.from(text).toString("base64url");
+  const withField = (name, json) => spell(JSON.stringify({ ...document, [name]: "@" }).replace('"@"', json));
+  const place = `${document.s}-0`;
+  assert.deepEqual([...decodeCursor(withField("q", JSON.stringify({ orders: place }))).positions], [["orders", place]]);
+  const refused = [
+    withField("q", JSON.stringify({ orders: String(document.s) })),
+    withField("q", JSON.stringify({ orders: `${document.s}-` })),
+    withField("q", JSON.stringify({ orders: `+${document.s}-0` })),
+    withField("v", "2.0"),
+    withField("v", "true"),
+    `${cursor.slice(0, 8)}*${cursor.slice(8)}`,
+    `${cursor}!`,
+  ];
+  for (const bad of refused) {
+    assert.throws(() => decodeCursor(bad), (e) => e instanceof RangeError && /not one that changes\(\) returned/.test(e.message), bad.slice(0, 60));
+  }
+});
