@@ -13,7 +13,8 @@
 --         g in ms: how long past its expiry a consumer is kept
 -- Returns {removed, stop, below, ties, logged, emptied, refused...}: how many consumers
 -- went; 0, or the number of the group where the budget ran out and the two offsets to
--- resume it at (the caller sends that group and the ones after it again); the millisecond
+-- resume it at (the caller sends that group and the ones after it again; the next group,
+-- at 0 0, when the budget ran out in a group this call emptied); the millisecond
 -- of the last event this call logged (0: none; only on a cluster); the list of the groups
 -- found empty (emptied now or before), which the caller must remove from the index itself
 -- (only on a cluster); then a flat list of (group number, consumer, why) for what was left
@@ -169,7 +170,15 @@ for g = 1, GROUPS do
         removed = removed + #gone
         written = written + 1
         logged = append_event(g, kept_log, log_ms, 'pruned', fields)
-        if stop == 0 and redis.call('EXISTS', zset) == 0 then drop_empty(g, at, true) end
+        -- A group this call emptied is dropped now, even when the budget ran out in it: its
+        -- mark must not outlive its last consumer (docs/protocol.md, 14: the invariant); the
+        -- call then resumes at the next group, or is done after the last.
+        if redis.call('EXISTS', zset) == 0 then
+          drop_empty(g, at, true)
+          if stop == g then
+            stop, resume_below, resume_ties = g < GROUPS and g + 1 or 0, 0, 0
+          end
+        end
       end
       if OLDEST then
         local first = redis.call('ZRANGEBYSCORE', zset, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
