@@ -35,7 +35,9 @@
 -- horizon's microsecond (and those left in place for a spoilt value, skipped by offset).
 -- Isolation: a group with a key of another type that this call would touch is refused
 -- whole, and an expired consumer whose stored value this package did not write is left in
--- place (nothing of either changes; the reply says why); everything else is pruned. Types
+-- place (nothing of either changes; the reply says why); everything else is pruned. An
+-- empty group whose hash still holds stored values (of no consumer) is unlisted with those
+-- values left in place, and reported as refused whole. Types
 -- are checked by the reads that come first (redis.pcall, as the heartbeats do), with TYPE
 -- only for the keys no read touches (the event log and the mark, before a group's first
 -- write; every key but the sorted set, before an empty group's keys are deleted). A prefix
@@ -68,14 +70,23 @@ local function refuse_group(g, problem)
   refused[#refused + 1] = problem
 end
 
--- Delete the keys of group g, found empty, and unlist it; refused when one of its keys is
--- of another type (DEL would take another program's key), unless they were `checked`.
+-- Delete the mark and the metadata of group g, found empty, and unlist it; refused when
+-- one of its keys is of another type (DEL would take another program's key), unless they
+-- were `checked`. Its hash is never deleted: Redis removed it with the last consumer's
+-- field, so a hash still there holds only stored values of no consumer, which another
+-- program wrote (spoilt ones among them): left in place and reported, never silently
+-- deleted.
 local function drop_empty(g, at, checked)
   local problem = not checked and type_problem(at + 1, at + 4, {'hash', 'string', 'stream', 'hash'})
   if problem then return refuse_group(g, problem) end
   local _, data, mark = group_keys(g)
   written = written + 1
-  redis.call('DEL', data, mark, meta_key(g))
+  redis.call('DEL', mark, meta_key(g))
+  local strays = redis.call('HLEN', data)
+  if strays > 0 then
+    refuse_group(g, 'PRESENCEDATA redis-presence key ' .. data .. ' holds ' .. strays
+      .. ' stored values of no consumer (another program wrote them): left in place')
+  end
   if INDEX then
     redis.call('ZREM', INDEX, data)
     redis.call('ZREM', NEWEST, data)

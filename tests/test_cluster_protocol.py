@@ -248,6 +248,35 @@ def test_a_group_whose_every_beat_is_refused_is_neither_marked_nor_listed(
         registry.consumer(Q, G, "x", now_ns=T0)
 
 
+@pytest.mark.parametrize("backend", ["cluster_client", "redis_client"])
+def test_dropping_an_empty_group_leaves_the_values_of_no_consumer_in_place(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    """A group's hash goes with its last consumer's field; one still there when its group
+    is dropped holds stored values of no consumer (another program's, a spoilt one here).
+    A prune that finds the group empty, or empties it, and a deregister that empties it,
+    delete its mark and unlist it, but leave those values where they are; the prune
+    reports the group."""
+    client = request.getfixturevalue(backend)
+    registry = RedisPresenceRegistry(client, prefix=f"p{next(_prefixes)}")
+    keys = registry.plans.keys
+    found, emptied, left = (keys.group(Q, name) for name in ("found", "emptied", "left"))
+    registry.heartbeat_many([(Q, "emptied", "old", 0), (Q, "left", "c1", 0)], now_ns=OLD)
+    registry.heartbeat_many([(Q, "left", "c1", 0)], now_ns=T0)
+    for gk in (found, emptied, left):
+        client.hset(gk.data, "x", "garbage")
+    registry.deregister(Q, "left", "c1")
+    for name in ("found", "emptied"):  # a prune of the fleet never meets "found": unlisted
+        with pytest.raises(PresenceBatchError) as caught:
+            registry.prune_expired(now_ns=T0, ttl_ms=TTL_MS, queue=Q, group=name)
+        assert caught.value.completed == (1 if name == "emptied" else 0)
+        assert "stored values of no consumer" in str(caught.value.failed[(Q, name)])
+    for gk in (found, emptied, left):
+        assert client.hgetall(gk.data) == {b"x": b"garbage"}, gk
+        assert client.exists(gk.hb, gk.mark, gk.meta) == 0, gk
+    assert client.zcard(keys.groups) == 0
+
+
 def unlist_without_recheck(self: IndexPlans, groups: list[GroupKeys]) -> Plan[None]:
     """The protocol without step 2's re-check: ZREM and hope."""
     yield [Command("ZREM", (self.keys.groups, *(gk.member for gk in groups)))]
