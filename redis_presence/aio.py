@@ -112,10 +112,9 @@ class AsyncRedisPresenceRegistry(AsyncOperations, RegistryBase):
         run = Run(stream.plan, functions=self.functions)
         while run.batch is not None:
             run.feed(await self._transport(run.batch))
-            for _, rows in stream.groups:
+            for rows in stream.handed_out():
                 for row in rows:
                     yield row
-            stream.groups.clear()
         if self.policy_check.due:
             await self._check_policy()
         if stream.unreadable:  # metadata another program wrote, once every row is out

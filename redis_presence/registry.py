@@ -128,9 +128,8 @@ class RedisPresenceRegistry(Operations, RegistryBase):
         run = Run(stream.plan, functions=self.functions)
         while run.batch is not None:
             run.feed(self._transport(run.batch))
-            for _, rows in stream.groups:
+            for rows in stream.handed_out():
                 yield from rows
-            stream.groups.clear()
         if self.policy_check.due:
             self._check_policy()
         if stream.unreadable:  # metadata another program wrote, once every row is out

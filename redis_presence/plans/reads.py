@@ -5,7 +5,7 @@ metadata, group timelines from the event logs, and the size of a prefix.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -84,7 +84,7 @@ def _sound_columns(gk: GroupKeys, table: Any, skipped: list[Skipped]) -> Columns
     return columns
 
 
-def _by_names(item: tuple[GroupKeys, list[ConsumerPresence]]) -> tuple[str, str]:
+def _by_names(item: tuple[GroupKeys, Iterable[ConsumerPresence]]) -> tuple[str, str]:
     return item[0].queue, item[0].group
 
 
@@ -208,7 +208,7 @@ class ReadPlans(Job):
         if type(with_meta) is not bool:
             raise TypeError(f"with_meta must be a bool, got {type(with_meta).__name__}")
         queue, group = check_filter("queue", queue), check_filter("group", group)
-        groups: list[tuple[GroupKeys, list[ConsumerPresence]]] = []
+        groups: list[tuple[GroupKeys, Iterable[ConsumerPresence]]] = []
         skipped: list[Skipped] = []
         unreadable: dict[ConsumerKey, str] | None = {} if with_meta else None
         plan = self._stream(now, ttl, queue, group, groups, skipped, stuck, unreadable)
@@ -220,7 +220,7 @@ class ReadPlans(Job):
         ttl_ms: int | None,
         queue: str | None,
         group: str | None,
-        out: list[tuple[GroupKeys, list[ConsumerPresence]]],
+        out: list[tuple[GroupKeys, Iterable[ConsumerPresence]]],
         skipped: list[Skipped],
         stuck_after_ms: int | None = None,
         unreadable: dict[ConsumerKey, str] | None = None,
@@ -297,7 +297,7 @@ class ReadPlans(Job):
         sizes: list[int],
         ttls: list[int],
         now_ns: int,
-        out: list[tuple[GroupKeys, list[ConsumerPresence]]],
+        out: list[tuple[GroupKeys, Iterable[ConsumerPresence]]],
         skipped: list[Skipped],
         stucks: list[int] | None = None,
         unreadable: dict[tuple[str, str, str], str] | None = None,
@@ -362,7 +362,7 @@ class ReadPlans(Job):
                         stuck_after_ms=stuck_of[gk],
                         metas=None if metas is None else metas[i],
                     )
-                    out.append((gk, list(rows)))
+                    out.append((gk, rows))  # built when taken: RowStream.handed_out
 
     def _metas(
         self, finished: list[tuple[GroupKeys, Columns]], unreadable: dict[ConsumerKey, str]

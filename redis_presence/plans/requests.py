@@ -4,12 +4,12 @@ protocol itself (`Plan`, `Partial`, `Single`, `alongside`, `RowStream`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 
 from ..keys import GroupKeys
-from ..model import ConsumerPresence, Skipped
+from ..model import ConsumerPresence, Skipped, gc_paused
 from ..scripts import Script
 from ..validation import ConsumerKey
 
@@ -144,13 +144,27 @@ def alongside(plan: Plan[T], requests: Sequence[Request]) -> Plan[tuple[T, list[
 
 class RowStream(NamedTuple):
     """A streaming read: `plan` appends each group's rows to `groups` as soon as the group
-    is complete (its keys and rows, the rows sorted by consumer), so a driver can hand them
-    out after each batch and clear the list; groups come in the index's order."""
+    is complete (its keys and its rows, sorted by consumer, built when they are taken), so a
+    driver hands them out after each batch (`handed_out`); groups come in the index's
+    order."""
 
     plan: Plan[None]
-    groups: list[tuple[GroupKeys, list[ConsumerPresence]]]
+    groups: list[tuple[GroupKeys, Iterable[ConsumerPresence]]]
     skipped: list[Skipped]
     """What the read set aside (docs/protocol.md, section 9), complete once `plan` is done."""
     unreadable: dict[ConsumerKey, str] | None = None
     """With metadata: each consumer whose metadata this package did not write, and why (its
     row's `meta` is empty); a driver raises `PresenceMetaError` once every row is out."""
+
+    def handed_out(self) -> Iterator[list[ConsumerPresence]]:
+        """The rows of each group completed so far, a group at a time, in order, taking
+        each group out of `groups`: its rows are built when it is reached (the collector
+        paused meanwhile, not while the caller holds them), so a driver holds one group's
+        rows, not those of every group a round trip completed (`iter_snapshot` of 1,000,000
+        consumers in groups of 10,000: about 20 groups a round trip)."""
+        groups = self.groups
+        while groups:
+            _, rows = groups.pop(0)
+            with gc_paused():
+                part = list(rows)
+            yield part
