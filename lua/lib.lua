@@ -404,14 +404,33 @@ local function log_meta(fields, consumer, meta)
   end
 end
 
+-- Rewrite a log that its first XADD just created at its used size. Since Redis 7.0 a
+-- stream's first node preallocates a 4,096-byte listpack (STREAM_LISTPACK_MAX_PRE_ALLOCATE,
+-- or stream-node-max-bytes if lower), shrunk only once the node fills: for a queue whose log
+-- holds a few entries that is most of what the queue costs. RESTORE builds each node at its
+-- used size, and keeps the stream's ids and counters (last-generated-id, entries-added,
+-- max-deleted-entry-id, the first entry: docs/protocol.md, section 6); later XADDs grow the
+-- node by their own size. The payload is the one entry just written. A caller whose ACL
+-- lacks DUMP or RESTORE (a role of an earlier release), or a server that refuses either,
+-- keeps the log as XADD left it (pcall): RESTORE ... REPLACE of a payload DUMP just read
+-- changes nothing unless it succeeds. The TTL is set after it, by the caller.
+local function compact_log(log)
+  local payload = redis.pcall('DUMP', log)
+  if type(payload) == 'string' then redis.pcall('RESTORE', log, 0, payload, 'REPLACE') end
+end
+
 -- Append one entry to group g's event log (redis_presence/keys.py, EVENT_FIELDS): the kind,
 -- the group's hash key, then `fields`, a flat list of 'c' .. consumer (so no name meets
 -- 'k' or 'g'), 'at_ns registered_ns last_heartbeat_ns lease_count'. The log keeps about
 -- `kept` entries and expires `log_ms` after its last one; on a standalone server EVENTS
 -- lists it with the entry's millisecond. Returns that millisecond.
+-- An XADD that creates the log is followed by compact_log: a queue's first entry otherwise
+-- costs it a 4 KB node.
 local function append_event(g, kept, log_ms, kind, fields)
   local _, data, _, log = group_keys(g)
+  local created = redis.call('EXISTS', log) == 0
   local id = redis.call('XADD', log, 'MAXLEN', '~', kept, '*', 'k', kind, 'g', data, unpack(fields))
+  if created then compact_log(log) end
   redis.call('PEXPIRE', log, log_ms)
   local ms = string.match(id, '^%d+')
   if EVENTS then redis.call('ZADD', EVENTS, ms, log) end

@@ -390,6 +390,19 @@ def test_each_role_user_is_told_what_it_lacks_for_the_others(acl_server: RedisSe
     assert written(acl_server) == before
 
 
+def test_a_broker_line_without_dump_restore_still_plays_the_role(acl_server: RedisServer) -> None:
+    """An earlier release's broker line: its beats log the same entries, uncompacted."""
+    line = ACL_BROKER.replace(BROKER_USER, "old-broker").replace(" +dump +restore", "")
+    make_users(acl_server, line)
+    before = written(acl_server)
+    found = findings_of(acl_server, username="old-broker", password=BROKER_PASSWORD)
+    assert found["acl-broker"].status is Status.OK
+    assert "without dump restore each new queue's event log keeps a 4 KB node" in (
+        found["acl-broker"].summary
+    )
+    assert written(acl_server) == before
+
+
 def test_the_strict_reader_with_read_only_keys_is_a_reader(acl_server: RedisServer) -> None:
     make_users(acl_server, ACL_STRICT_READER.replace(READER_USER, "strict"))
     found = findings_of(acl_server, username="strict", password=READER_PASSWORD)

@@ -90,6 +90,8 @@ def probes(keys: Keyspace, db: int) -> dict[str, tuple[str | int, ...]]:
         "get": ("GET", unused.ttl),
         "xadd": ("XADD", log, "NOMKSTREAM", "MAXLEN", "-1", "*", "k", "v"),
         "pexpire": ("PEXPIRE", log, 1),
+        "dump": ("DUMP", log),
+        "restore": ("RESTORE", log, 0, "not a payload"),
         "xrange": ("XRANGE", log, "-", "+", "COUNT", 1),
         "xinfo|stream": ("XINFO STREAM", log),
     }
