@@ -35,6 +35,8 @@ SERVERS = [
     pytest.param("redis8_client", id="redis-8"),
     pytest.param("valkey9_client", id="valkey-9"),
 ]
+WRITERS = [*SERVERS, pytest.param("cluster_client", id="cluster")]
+"""On a Redis Cluster the scripts compact the same way; the caller lists the log."""
 # The broker's line of an earlier release: no +dump +restore.
 OLD_BROKER = (
     "~presence:* resetchannels -@all +evalsha +fcall +script|load +function|load +select +type "
@@ -76,7 +78,15 @@ def client(request: pytest.FixtureRequest) -> redis.Redis:
     return found
 
 
-def test_a_new_queue_s_log_is_compacted_by_every_logging_script(client: redis.Redis) -> None:
+@pytest.fixture(params=WRITERS)
+def writer(request: pytest.FixtureRequest) -> redis.Redis:
+    """A flushed client of each server of the matrix, and of the session's cluster."""
+    found: redis.Redis = request.getfixturevalue(request.param)
+    return found
+
+
+def test_a_new_queue_s_log_is_compacted_by_every_logging_script(writer: redis.Redis) -> None:
+    client = writer
     registry = RedisPresenceRegistry(client)
     _, cursor = registry.changes(now_ns=T0 - MS)
     registry.heartbeat("one", "g", "w1", now_ns=T0)  # heartbeat.lua (or its function)
