@@ -16,8 +16,10 @@ include time the server process was not scheduled, so the longest is an upper bo
 
 from __future__ import annotations
 
+import gc
 import statistics
 import tempfile
+import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +92,13 @@ def consumer(i: int) -> str:
     return f"broker-{i % 7:02d}.worker-{i:07d}"
 
 
+def _stored(name: str, lease: int, now_ns: int) -> str:
+    """The version 2 value a beat of `name` stores (docs/protocol.md, section 4): capacity 8,
+    no progress, flags or conflict, and its broker process's instance token (the name's
+    first part: every consumer of one broker beats with one token)."""
+    return f"{now_ns} {now_ns} {lease} 0 8 0 0 {name.partition('.')[0]} -"
+
+
 def bulk_write(
     client: redis.Redis,
     keys: Keyspace,
@@ -97,8 +106,8 @@ def bulk_write(
     now_ns: int,
 ) -> None:
     """Write a fleet in the package's layout (`Keyspace`) with pipelined ``ZADD``/``HSET``
-    of up to FILL_CHUNK consumers: much faster than beats, and the same stored data (the
-    fleet indexes ``P:newest`` and ``P:oldest`` included)."""
+    of up to FILL_CHUNK consumers: much faster than beats, and the same stored data (version
+    2 values, `_stored`; the fleet indexes ``P:newest`` and ``P:oldest`` included)."""
     us = now_ns // 1_000
     pipe = client.pipeline(transaction=False)
     queued = 0
@@ -107,7 +116,7 @@ def bulk_write(
         for start in range(0, len(consumers), FILL_CHUNK):
             part = consumers[start : start + FILL_CHUNK]
             pipe.zadd(gk.hb, {name: us for name, _ in part})
-            pipe.hset(gk.data, mapping={name: f"{now_ns} {now_ns} {lease}" for name, lease in part})
+            pipe.hset(gk.data, mapping={name: _stored(name, lease, now_ns) for name, lease in part})
             queued += 2
         pipe.zadd(keys.groups, {gk.member: 0})
         queued += 1
@@ -357,6 +366,7 @@ def case_fleets(server: BenchServer, sizes: Any) -> CaseResult:
             "SCAN + MGET design": lambda: scan.snapshot(NOW_NS, TTL_MS),
         }
         measure_fleet(result, big, registry, [client], extra)
+        _iter_memory(result, registry, big)
         scan_client.flushdb()
         # The probe group alone, in a store of its own (another prefix of the same server).
         alone = RedisPresenceRegistry(client, prefix="alone", max_future_ms=None)
@@ -421,6 +431,36 @@ def case_fleets(server: BenchServer, sizes: Any) -> CaseResult:
     return result
 
 
+ITER_MEMORY_MB = 85.0
+"""Issue 33, item 6: `iter_snapshot()` of 1,000,000 consumers holds no more client memory
+than the issue measured (85 MB)."""
+
+
+def _iter_memory(result: CaseResult, registry: RedisPresenceRegistry, fleet: Fleet) -> None:
+    """The peak client memory (`tracemalloc`) of one `iter_snapshot()` of `fleet`, measured
+    apart from the timed rounds (tracing slows every allocation)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        rows = sum(1 for _ in registry.iter_snapshot(now_ns=NOW_NS, ttl_ms=TTL_MS))
+        peak = tracemalloc.get_traced_memory()[1] / 1e6
+    finally:
+        tracemalloc.stop()
+    result.facts[f"iter_snapshot() peak client memory @ {fleet.label}"] = {
+        "MB": round(peak, 1),
+        "rows": rows,
+    }
+    result.checks.append(
+        Check(
+            f"iter_snapshot() peak client memory @ {fleet.label} (MB)",
+            peak,
+            "<=",
+            ITER_MEMORY_MB,
+            "tracemalloc peak of one iter_snapshot(), version 2 values (issue 33, item 6)",
+        )
+    )
+
+
 def _ratios(result: CaseResult, fleets: dict[str, Fleet]) -> None:
     big, small, many = fleets["1m"], fleets["10k"], fleets["200k-100k"]
     snap = _median(result, f"snapshot() @ {big.label}")
@@ -430,8 +470,8 @@ def _ratios(result: CaseResult, fleets: dict[str, Fleet]) -> None:
             f"snapshot() / raw transfer @ {big.label}",
             snap / raw,
             "<=",
-            1.5,
-            "snapshot() median / raw transfer median (pure-Python parser; 2 with hiredis)",
+            2.0,
+            "snapshot() median / raw transfer median, version 2 values (issue 33, item 6)",
         )
     )
     result.facts[f"SCAN + MGET design / snapshot() @ {big.label}"] = round(

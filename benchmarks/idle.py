@@ -1,7 +1,8 @@
 """Case "idle" (issue 33 item 4): the groups nobody reads cost what they are, not the fleet.
 
 10,000 groups of three consumers (1,000 with ``--quick``), 1% of them unread (their
-consumers beat ten minutes before the others) and ten declared groups without a consumer.
+consumers beat ten minutes before the others), 150 with a TTL of their own (which leaves
+who is unread as it is) and ten declared groups without a consumer.
 The dashboard's ``/?idle=1`` (attention first, from the shared totals while they are
 fresh), ``/?idle=1&sort=queue`` and ``/api/v1/groups?idle=1`` (the index's order: one
 `group_page(attention=True)`, which on a standalone server of a prefix at version 2 counts
@@ -36,6 +37,8 @@ PER_GROUP = 3
 UNREAD_EVERY = 100
 """One group in UNREAD_EVERY is unread."""
 DECLARED = 10
+OWN = 100
+"""Read groups with a TTL of their own (and half as many unread ones)."""
 TARGET = 1.5
 """Issue 33 item 4: an idle page at most 1.5 times the first page."""
 
@@ -56,8 +59,8 @@ def idle_fleet(groups: int, unread: bool) -> list[Beat]:
 async def _run(server: BenchServer, groups: int, rounds: int, result: CaseResult) -> None:
     url = f"redis://{HOST}:{server.port}/0"
     warm = create_app(_config(url, totals_cache_s=3600.0))
-    # Without --ttl-ms: each group's shared TTL (the prefix's, stored), so every group's
-    # TTL and P:newest score (ZMSCORE) are read to pick the groups to count.
+    # Without --ttl-ms: each group's shared TTL (the prefix's, stored, or its own): one
+    # range of P:newest at the horizon of the least TTL (P:ttls), each candidate checked.
     shared = create_app(dataclasses.replace(_config(url, totals_cache_s=3600.0), ttl_ms=None))
     probe = server.client()
     async with serving(warm, shared) as (web, web_shared):
@@ -99,10 +102,11 @@ async def _run(server: BenchServer, groups: int, rounds: int, result: CaseResult
         )
     result.facts["longest server command during one call"] = longest
     result.facts["what an idle page reads"] = (
-        "standalone, prefix at version 2: GET P:protocol and three ZCARD (the fleet "
-        "indexes complete?), ZRANGEBYSCORE P:newest -inf <active horizon> (--ttl-ms given; "
-        "without it every group by rank, its shared TTL and ZMSCORE P:newest, against each "
-        "group's own TTL), the declared groups, then ZCARD and two ZCOUNT of each candidate"
+        "standalone, prefix at version 2: GET P:protocol, three ZCARD (the fleet indexes "
+        "complete?) and the lowest of P:ttls, ZRANGEBYSCORE P:newest -inf <active horizon> "
+        "(--ttl-ms given; without it at the horizon of the least TTL, the prefix's or the "
+        "lowest of P:ttls, each candidate against its own TTL), the declared groups, then "
+        "ZCARD and two ZCOUNT of each candidate"
     )
 
 
@@ -125,6 +129,12 @@ def case_idle(server: BenchServer, sizes: Any) -> CaseResult:
         write_fleet(registry, idle_fleet(groups, False), NOW_NS)
         for n in range(DECLARED):
             registry.expect(f"queue-{n:03d}", "declared-nobody", 1)
+        # Groups with a TTL of their own (P:ttls) that leave who is unread as it is: read
+        # ones with half the prefix's (the least TTL: the candidates' horizon without
+        # --ttl-ms), unread ones with twice it.
+        for first, ttl, many in ((0, TTL_MS // 2, OWN), (7, 2 * TTL_MS, OWN // 2)):
+            for g in range(first, groups, UNREAD_EVERY)[:many]:
+                registry.set_ttl(ttl, queue=f"queue-{g % 100:03d}", group=f"group-{g // 100:04d}")
         asyncio.run(_run(server, groups, rounds, result))
     finally:
         client.flushall()

@@ -4,7 +4,9 @@ The same EXPIRED consumers (spread over 100 groups) are removed from a store of 
 and from one of many (each group holds one live consumer besides): the ratio of the two
 medians, the server commands sent per group visited (``INFO commandstats``, a script's own
 commands included) and the longest single command (`Longest`: latencystats p100 and
-SLOWLOG at 0) of one prune of each store.
+SLOWLOG at 0) of one prune of each store. The many-group store is pruned again with each
+group's shared TTL (``ttl_ms=None``): once where every group has the prefix's, once where
+OWN groups have their own (some longer, some shorter than the prefix's).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from .server import BenchServer
 from .stats import CaseResult, Check, Measure, command_calls, delta, interleaved
 
 EXPIRED = 1_000
+OWN = 100
+"""Groups with a TTL of their own in the last store."""
 TARGET_RATIO = 3.0
 """Issue 33 item 3: the many-group prune at most 3x the few-group one."""
 
@@ -69,8 +73,8 @@ def case_prune_groups(server: BenchServer, sizes: Any) -> CaseResult:
             doomed[name] = _doomed(n)
             count[name] = n
         # The same many-group store once more, pruned with each group's shared TTL
-        # (ttl_ms=None, what `prune --every` and `serve --prune-every` do): every group's
-        # TTL and P:oldest score (ZMSCORE) are read to pick the groups to visit.
+        # (ttl_ms=None, what `prune --every` and `serve --prune-every` do): one range of
+        # P:oldest at the horizon of the least TTL (the prefix's; no group has its own).
         shared = f"prune_expired(ttl_ms=None) among {many:,} groups"
         registries[shared] = RedisPresenceRegistry(
             client, prefix=f"pg{many}shared", max_future_ms=None
@@ -79,13 +83,27 @@ def case_prune_groups(server: BenchServer, sizes: Any) -> CaseResult:
         bulk_write(client, registries[shared].plans.keys, _members(many), NOW_NS)
         doomed[shared] = _doomed(many)
         count[shared] = many
+        # And once more with OWN groups of their own TTL (P:ttls): half of them among the
+        # groups pruned, longer than the prefix's (their consumers still expired), half
+        # among the others, shorter (the least TTL, whose horizon the candidates are read at).
+        own = f"prune_expired(ttl_ms=None) among {many:,} groups, {OWN} with their own TTL"
+        registries[own] = RedisPresenceRegistry(client, prefix=f"pg{many}own", max_future_ms=None)
+        registries[own].set_ttl(TTL_MS)
+        pairs = group_pairs(many)
+        for q, g in pairs[: OWN // 2]:
+            registries[own].set_ttl(2 * TTL_MS, queue=q, group=g)
+        for q, g in pairs[100 : 100 + OWN // 2]:
+            registries[own].set_ttl(TTL_MS // 2, queue=q, group=g)
+        bulk_write(client, registries[own].plans.keys, _members(many), NOW_NS)
+        doomed[own] = _doomed(many)
+        count[own] = many
         removed: list[int] = []
 
         def restock(name: str) -> None:
             registries[name].heartbeat_many(doomed[name], now_ns=OLD_NS)
 
         def prune(name: str) -> Callable[[], object]:
-            ttl = None if name == shared else TTL_MS
+            ttl = None if name in (shared, own) else TTL_MS
             return lambda: removed.append(registries[name].prune_expired(now_ns=NOW_NS, ttl_ms=ttl))
 
         variants = {name: prune(name) for name in registries}
@@ -120,9 +138,13 @@ def case_prune_groups(server: BenchServer, sizes: Any) -> CaseResult:
             }
         result.facts["longest server command"] = found
         names = list(variants)
-        result.facts[f"{shared} / among {few:,} groups (median)"] = round(
-            result.measure(shared).median / result.measure(names[0]).median, 2
-        )
+        for name in (shared, own):
+            result.facts[f"{name} / among {few:,} groups (median)"] = round(
+                result.measure(name).median / result.measure(names[0]).median, 2
+            )
+            result.facts[f"server time, {name} / among {few:,} groups"] = round(
+                server_ms[name] / server_ms[names[0]], 2
+            )
         result.checks.append(
             Check(
                 f"server time of a prune of {EXPIRED:,} among {many:,} groups / among {few:,}",

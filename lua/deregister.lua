@@ -33,7 +33,9 @@ local emptied = 0
 local gone = existed == 1 and redis.call('EXISTS', zset) == 0
 if existed == 1 and not gone then newest_again(1) end  -- it may have been the newest
 if gone then
-  redis.call('DEL', data, mark, meta_key(1))
+  -- The hash went with its last field; one still there holds only stored values of no
+  -- consumer, which another program wrote: left in place, never silently deleted.
+  redis.call('DEL', mark, meta_key(1))
   if INDEX then
     redis.call('ZREM', INDEX, data)
     redis.call('ZREM', NEWEST, data)

@@ -246,11 +246,16 @@ for g = 1, GROUPS do
     end
   end
 end
+-- Only a group this call wrote a beat into is listed (standalone) or marked (cluster): a
+-- group whose every beat was refused, for a stored value this package did not write, may
+-- be empty, and a listed or marked empty group would be dropped by the next prune with the
+-- value it holds (docs/protocol.md, 14: a group with a mark is not empty). heartbeat.lua
+-- likewise lists nothing when it refuses.
 if INDEX then
   -- Standalone: list every group written (idempotent, and heals a deleted index).
   local members = {}
   for g = 1, GROUPS do
-    if not problem[g] then
+    if zset_ok[g] then
       local _, data = group_keys(g)
       members[#members + 1] = 0
       members[#members + 1] = data
@@ -268,7 +273,7 @@ if INDEX then
   return out
 end
 for g = 1, GROUPS do
-  if not problem[g] and not marked[g] then
+  if zset_ok[g] and not marked[g] then
     local _, _, mark = group_keys(g)
     redis.call('SET', mark, '1', 'PX', mark_ms)
     out[1][#out[1] + 1] = g

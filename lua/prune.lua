@@ -13,7 +13,8 @@
 --         g in ms: how long past its expiry a consumer is kept
 -- Returns {removed, stop, below, ties, logged, emptied, refused...}: how many consumers
 -- went; 0, or the number of the group where the budget ran out and the two offsets to
--- resume it at (the caller sends that group and the ones after it again); the millisecond
+-- resume it at (the caller sends that group and the ones after it again; the next group,
+-- at 0 0, when the budget ran out in a group this call emptied); the millisecond
 -- of the last event this call logged (0: none; only on a cluster); the list of the groups
 -- found empty (emptied now or before), which the caller must remove from the index itself
 -- (only on a cluster); then a flat list of (group number, consumer, why) for what was left
@@ -34,7 +35,9 @@
 -- horizon's microsecond (and those left in place for a spoilt value, skipped by offset).
 -- Isolation: a group with a key of another type that this call would touch is refused
 -- whole, and an expired consumer whose stored value this package did not write is left in
--- place (nothing of either changes; the reply says why); everything else is pruned. Types
+-- place (nothing of either changes; the reply says why); everything else is pruned. An
+-- empty group whose hash still holds stored values (of no consumer) is unlisted with those
+-- values left in place, and reported as refused whole. Types
 -- are checked by the reads that come first (redis.pcall, as the heartbeats do), with TYPE
 -- only for the keys no read touches (the event log and the mark, before a group's first
 -- write; every key but the sorted set, before an empty group's keys are deleted). A prefix
@@ -67,14 +70,23 @@ local function refuse_group(g, problem)
   refused[#refused + 1] = problem
 end
 
--- Delete the keys of group g, found empty, and unlist it; refused when one of its keys is
--- of another type (DEL would take another program's key), unless they were `checked`.
+-- Delete the mark and the metadata of group g, found empty, and unlist it; refused when
+-- one of its keys is of another type (DEL would take another program's key), unless they
+-- were `checked`. Its hash is never deleted: Redis removed it with the last consumer's
+-- field, so a hash still there holds only stored values of no consumer, which another
+-- program wrote (spoilt ones among them): left in place and reported, never silently
+-- deleted.
 local function drop_empty(g, at, checked)
   local problem = not checked and type_problem(at + 1, at + 4, {'hash', 'string', 'stream', 'hash'})
   if problem then return refuse_group(g, problem) end
   local _, data, mark = group_keys(g)
   written = written + 1
-  redis.call('DEL', data, mark, meta_key(g))
+  redis.call('DEL', mark, meta_key(g))
+  local strays = redis.call('HLEN', data)
+  if strays > 0 then
+    refuse_group(g, 'PRESENCEDATA redis-presence key ' .. data .. ' holds ' .. strays
+      .. ' stored values of no consumer (another program wrote them): left in place')
+  end
   if INDEX then
     redis.call('ZREM', INDEX, data)
     redis.call('ZREM', NEWEST, data)
@@ -169,7 +181,15 @@ for g = 1, GROUPS do
         removed = removed + #gone
         written = written + 1
         logged = append_event(g, kept_log, log_ms, 'pruned', fields)
-        if stop == 0 and redis.call('EXISTS', zset) == 0 then drop_empty(g, at, true) end
+        -- A group this call emptied is dropped now, even when the budget ran out in it: its
+        -- mark must not outlive its last consumer (docs/protocol.md, 14: the invariant); the
+        -- call then resumes at the next group, or is done after the last.
+        if redis.call('EXISTS', zset) == 0 then
+          drop_empty(g, at, true)
+          if stop == g then
+            stop, resume_below, resume_ties = g < GROUPS and g + 1 or 0, 0, 0
+          end
+        end
       end
       if OLDEST then
         local first = redis.call('ZRANGEBYSCORE', zset, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)

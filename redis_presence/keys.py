@@ -45,6 +45,12 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
     P:oldest     zset   standalone only: the same members, scored by a lower bound of the
                         group's oldest beat's microseconds (``ZADD LT`` when a consumer
                         joins or a beat moves one back in time)
+    P:ttls       zset   standalone only: the hash key ``P:{Q}:G:c`` of every group with its
+                        own shared TTL (``P:{Q}:G:ttl``), scored by that TTL in ms; kept by
+                        ``lua/setting.lua`` with the setting (so it outlives the group's
+                        consumers, as the setting does) and seeded by ``migrate``. A hint
+                        for the fleet readers without a given TTL: its lowest score bounds
+                        every group's TTL from below (with ``P:ttl`` or the default)
     P:index      set    the index of release 0.1 ("Q:G" members); only
                         ``redis-presence migrate`` reads it, and empties it
 
@@ -290,6 +296,7 @@ class Keyspace:
         "protocol",
         "stuck",
         "ttl",
+        "ttls",
     )
 
     def __init__(self, prefix: str) -> None:
@@ -304,6 +311,7 @@ class Keyspace:
         self.protocol = f"{prefix}:protocol"
         self.newest = f"{prefix}:newest"
         self.oldest = f"{prefix}:oldest"
+        self.ttls = f"{prefix}:ttls"
 
     def queue_expect(self, queue: str) -> str:
         """The declared groups of one queue (validated name)."""

@@ -132,8 +132,8 @@ def store(client: Any, prefix: str) -> dict[str, Any]:
     return out
 
 
-FLEET_INDEXES = ("newest", "oldest")
-"""`P:newest` and `P:oldest`, which only a standalone server keeps: a `store` step on a
+FLEET_INDEXES = ("newest", "oldest", "ttls")
+"""`P:newest`, `P:oldest` and `P:ttls`, which only a standalone server keeps: a `store` step on a
 cluster leaves them out."""
 
 

@@ -7,7 +7,10 @@ fresh prefix). After all plans have returned:
 
 - every group with a tracked consumer is in the index (no live consumer is lost), and
 - after one more `prune_expired`, the index lists exactly the non-empty groups (no stale
-  entry outlives a prune, whatever the race left behind).
+  entry outlives a prune, whatever the race left behind);
+
+and after every step, the invariant the proof rests on holds: a group with a mark is not
+empty.
 
 A mutant planner without the protocol's re-check step must fail the first property: the
 exploration is thorough enough to find the race the re-check exists for.
@@ -23,10 +26,11 @@ from typing import Any
 import pytest
 import redis.cluster
 
-from redis_presence import RedisPresenceRegistry
+from redis_presence import PresenceBatchError, PresenceDataError, RedisPresenceRegistry
 from redis_presence.keys import GroupKeys
 from redis_presence.plans import Command, Plan, Planner, Request
 from redis_presence.plans.index import IndexPlans
+from redis_presence.plans.limits import Limits
 
 MS = 1_000_000
 T0 = 1_796_000_000_123_456_000
@@ -46,6 +50,7 @@ class Scenario:
     name: str
     before: list[tuple[str, int]]  # (consumer, now_ns) of group (Q, G)
     racers: dict[str, Callable[[Planner], Plan[Any]]]
+    limits: Limits = field(default_factory=Limits)
     results: dict[str, Any] = field(default_factory=dict)
 
 
@@ -81,6 +86,13 @@ SCENARIOS = [
         [("c1", T0)],
         {"D": deregister("c1"), "H": beat("c1"), "I": beat("c2")},
     ),
+    # A prune whose budget runs out in the group it empties (one consumer a call).
+    Scenario(
+        "short-prune-empties-vs-new-consumer",
+        [("old", OLD)],
+        {"P": prune(), "H": beat("new")},
+        Limits(prune_consumers=1),
+    ),
 ]
 
 
@@ -92,19 +104,26 @@ def one_batch(batch: list[Request]) -> Plan[list[Any]]:
 class Runner:
     """Steps plans one batch at a time through a registry's own batch execution."""
 
-    def __init__(self, client: redis.cluster.RedisCluster, planner: type[Planner]) -> None:
+    def __init__(
+        self,
+        client: redis.cluster.RedisCluster,
+        planner: type[Planner],
+        *,
+        each_step: bool = True,
+    ) -> None:
         self.client = client
         self.planner = planner
+        self.each_step = each_step  # check the invariant after every step
 
-    def fresh(self) -> tuple[RedisPresenceRegistry, Planner]:
+    def fresh(self, limits: Limits) -> tuple[RedisPresenceRegistry, Planner]:
         registry = RedisPresenceRegistry(self.client, prefix=f"p{next(_prefixes)}")
-        plans = self.planner(registry.prefix, clustered=True)
+        plans = self.planner(registry.prefix, clustered=True, limits=limits)
         return registry, plans
 
     def run(self, scenario: Scenario, schedule: list[str], extend: list[list[str]]) -> list[str]:
         """Run `scenario` in the order `schedule` names, completing it with the first
         runnable plan; every other choice beyond the prefix is queued on `extend`."""
-        registry, plans = self.fresh()
+        registry, plans = self.fresh(scenario.limits)
         for consumer, now in scenario.before:
             registry.execute(plans.heartbeat_many([(Q, G, consumer, 0)], now))
         running: dict[str, tuple[Plan[Any], list[Request]]] = {}
@@ -130,8 +149,16 @@ class Runner:
             except StopIteration as done:
                 scenario.results[choice] = done.value
             step += 1
+            if self.each_step:
+                self.invariant(registry, f"{scenario.name}, after {''.join(order[:step])}")
         self.check(registry, scenario, order)
         return order
+
+    def invariant(self, registry: RedisPresenceRegistry, where: str) -> None:
+        """A group with a mark is not empty (docs/protocol.md, section 14)."""
+        gk = registry.plans.keys.group(Q, G)
+        if self.client.exists(gk.mark):
+            assert self.client.exists(gk.hb), f"empty group with a mark: {where}"
 
     def check(self, registry: RedisPresenceRegistry, scenario: Scenario, order: list[str]) -> None:
         keys = registry.plans.keys
@@ -174,6 +201,80 @@ def test_every_interleaving_keeps_live_groups_listed(
 ) -> None:
     runs = explore(Runner(cluster_client, Planner), scenario)
     assert runs >= 2 ** (len(scenario.racers) - 1)
+
+
+def test_a_prune_that_runs_out_in_the_group_it_empties_loses_no_live_group(
+    cluster_client: redis.cluster.RedisCluster,
+) -> None:
+    """The race the review found: a deregister empties the group (its mark goes), a delayed
+    first beat refills it (mark set), a prune of one consumer a call removes that beat and
+    runs out in the group; the beat lists the group, the deregister unlists it and finds it
+    empty; a new consumer's beat then finds the mark, if the prune kept it, and is never
+    listed (for the mark's 60 s)."""
+    scenario = Scenario(
+        "deregister-delayed-beat-short-prune-beat",
+        [("c1", T0)],
+        {"D": deregister("c1"), "H": beat("old", OLD), "P": prune(), "I": beat("new")},
+        Limits(prune_consumers=1),
+    )
+    # D's script, H's script, P's page and first prune.lua call, H's listing, D's log, ZREM
+    # and EXISTS, then I whole; the rest in any order.
+    Runner(cluster_client, Planner, each_step=False).run(scenario, list("DHPPHDDDII"), [])
+
+
+@pytest.mark.parametrize("backend", ["cluster_client", "redis_client"])
+def test_a_group_whose_every_beat_is_refused_is_neither_marked_nor_listed(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    """A beat refused for a spoilt stored value writes nothing, the index included (as
+    ``heartbeat.lua`` refuses it), on a cluster and a standalone server alike: the spoilt
+    value is reported to the writer and by a read of that consumer, and no prune of the
+    fleet meets an empty group holding it, which it would drop with the value."""
+    client = request.getfixturevalue(backend)
+    registry = RedisPresenceRegistry(client, prefix=f"p{next(_prefixes)}")
+    keys = registry.plans.keys
+    gk, other = keys.group(Q, G), keys.group(Q, "h")
+    client.hset(gk.data, "x", "garbage")
+    with pytest.raises(PresenceBatchError) as caught:
+        registry.heartbeat_many([(Q, G, "x", 0), (Q, "h", "y", 0)], now_ns=T0)
+    assert list(caught.value.refused) == [(Q, G, "x")]
+    assert client.exists(gk.hb, gk.mark) == 0
+    assert client.zscore(keys.groups, gk.member) is None
+    assert client.zscore(keys.groups, other.member) is not None  # written: listed
+    assert [(row.queue, row.group) for row in registry.groups(now_ns=T0)] == [(Q, "h")]
+    assert registry.prune_expired(now_ns=T0, ttl_ms=TTL_MS) == 0
+    assert client.hget(gk.data, "x") == b"garbage"  # set aside, never deleted
+    with pytest.raises(PresenceDataError, match="did not write"):
+        registry.consumer(Q, G, "x", now_ns=T0)
+
+
+@pytest.mark.parametrize("backend", ["cluster_client", "redis_client"])
+def test_dropping_an_empty_group_leaves_the_values_of_no_consumer_in_place(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    """A group's hash goes with its last consumer's field; one still there when its group
+    is dropped holds stored values of no consumer (another program's, a spoilt one here).
+    A prune that finds the group empty, or empties it, and a deregister that empties it,
+    delete its mark and unlist it, but leave those values where they are; the prune
+    reports the group."""
+    client = request.getfixturevalue(backend)
+    registry = RedisPresenceRegistry(client, prefix=f"p{next(_prefixes)}")
+    keys = registry.plans.keys
+    found, emptied, left = (keys.group(Q, name) for name in ("found", "emptied", "left"))
+    registry.heartbeat_many([(Q, "emptied", "old", 0), (Q, "left", "c1", 0)], now_ns=OLD)
+    registry.heartbeat_many([(Q, "left", "c1", 0)], now_ns=T0)
+    for gk in (found, emptied, left):
+        client.hset(gk.data, "x", "garbage")
+    registry.deregister(Q, "left", "c1")
+    for name in ("found", "emptied"):  # a prune of the fleet never meets "found": unlisted
+        with pytest.raises(PresenceBatchError) as caught:
+            registry.prune_expired(now_ns=T0, ttl_ms=TTL_MS, queue=Q, group=name)
+        assert caught.value.completed == (1 if name == "emptied" else 0)
+        assert "stored values of no consumer" in str(caught.value.failed[(Q, name)])
+    for gk in (found, emptied, left):
+        assert client.hgetall(gk.data) == {b"x": b"garbage"}, gk
+        assert client.exists(gk.hb, gk.mark, gk.meta) == 0, gk
+    assert client.zcard(keys.groups) == 0
 
 
 def unlist_without_recheck(self: IndexPlans, groups: list[GroupKeys]) -> Plan[None]:

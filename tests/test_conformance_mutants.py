@@ -417,6 +417,12 @@ def spoilt_setting_fails_the_fleet(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(SettingsPlans, "keep", staticmethod(keep))
 
 
+def own_ttls_unindexed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A setting.lua that stores a group's own TTL and leaves P:ttls alone (a client of
+    the layout before it): the whole-fleet prune then finds the short-TTL group late."""
+    _lua(monkeypatch, ("    redis.call('ZADD', KEYS[3], ARGV[1], ARGV[2])", "    local _ = 0"))
+
+
 MUTANTS: list[tuple[Patch, str, int]] = [
     (meta_unsorted, "07-metadata", 11),
     (meta_unsorted, "21-metadata-code-point-order", 5),
@@ -453,6 +459,7 @@ MUTANTS: list[tuple[Patch, str, int]] = [
     (conflict_logged_every_beat, "33-duplicate-consumer", 11),
     (conflict_never_clears, "33-duplicate-consumer", 14),
     (long_token_read, "34-tolerant-reads-spoilt-version-2-value", 3),
+    (own_ttls_unindexed, "02-rule-milliseconds-shared-ttl", 12),
 ]
 
 

@@ -426,3 +426,17 @@ def test_version_2_rows_from_columns_are_the_rows_at_builds(
         )
         for i, f in enumerate(flags)
     ]
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_a_group_holds_one_str_per_distinct_instance_token(text: bool) -> None:
+    """A process beats for all its consumers with one token: a snapshot of a million rows
+    holds one str per token, not per row (74 bytes a row; docs/performance.md)."""
+    token = ["proc-b", "proc-a"]
+    values = {f"c{i}": f"{T0} {T0 + i} 1 0 8 0 0 {token[i % 2]} -" for i in range(6)}
+    reply = {k.encode(): v.encode() for k, v in values.items()} if not text else values
+    *_, stored = stored_columns(GROUP, reply)
+    assert stored is not None
+    assert stored.instance == ["proc-b", "proc-a", "proc-b", "proc-a", "proc-b", "proc-a"]
+    assert len({id(token) for token in stored.instance}) == 2
+    assert len({id(token) for token in stored.previous}) == 1

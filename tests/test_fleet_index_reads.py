@@ -3,8 +3,9 @@ prune visits the groups whose ``P:oldest`` is at or below their horizon, and the
 reads (``group_page(attention=True)``, the dashboard's ``idle=1``) are counted from those
 whose ``P:newest`` is at or below their active horizon, plus the declared ones. Both must
 answer what the full visit answers, on random fleets against a real redis-server: per-group
-TTLs, declared groups, groups missing from the indexes (as `migrate` leaves them before it
-seeds them) and prefixes in mode 1 (whose version-1 writers never keep the indexes)."""
+TTLs (kept in ``P:ttls``, some with a stale lower score there), declared groups, groups
+missing from the indexes (as `migrate` leaves them before it seeds them) and prefixes in mode
+1 (whose version-1 writers never keep the indexes)."""
 
 from __future__ import annotations
 
@@ -80,6 +81,10 @@ def _write(
             if rng.random() < 0.2:
                 client.zrem(f"{prefix}:oldest", member)
                 client.zrem(f"{prefix}:newest", member)
+    if mode == "2" and members and rng.random() < 0.5:
+        # P:ttls is a hint: a score below a group's TTL (a seed that raced a set_ttl), or
+        # an entry of a group with no TTL of its own, only widens the readers' range.
+        client.zadd(f"{prefix}:ttls", {rng.choice(members): rng.choice([1, 200, 2_500])})
     return registry
 
 

@@ -218,8 +218,8 @@ def test_batched_calls_are_sent_prebuilt(codec: tuple[str, str]) -> None:
         assert all(Wire(codec).call(c) is None for c in calls)
     planner = Planner("p")
     prune = planner.prune_expired(T0, 1_000)
-    next(prune)  # the version and the sizes of the index and the fleet indexes
-    prune.send([None, 1, 0, 0])  # P:newest and P:oldest empty: every group is visited
+    next(prune)  # the version, the sizes of the index and the fleet indexes, the least TTL
+    prune.send([None, 1, 0, 0, []])  # P:newest and P:oldest empty: every group is visited
     batch = prune.send([[planner.keys.group("q", "g").member], None])  # the index's page
     assert [wire.call(c) for c in batch] == [client_bytes(codec, c.args) for c in batch]
     assert [Wire(codec).call(c) for c in batch] == [None]

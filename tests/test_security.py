@@ -60,10 +60,10 @@ pytestmark = pytest.mark.timeout(60)
 #           --dry-run read (the reader's snapshot commands).
 #   operator: declares groups (expect.lua: GET HSET ZADD; unexpect.lua: GET HDEL HLEN ZREM,
 #           and EXISTS ZADD on a cluster) and stores the shared TTL and progress budget
-#           (setting.lua: GET SET DEL), each script checking the protocol version with its
-#           write; SCRIPT LOAD after NOSCRIPT; and reads what it declared (expected:
-#           ZRANGEBYLEX HSCAN; ttl / stuck_after: GET); no consumer (the heartbeat, prune and
-#           metadata scripts need TYPE, TIME or ZSCORE, which it lacks).
+#           (setting.lua: GET SET DEL, ZADD ZREM of P:ttls), each script checking the
+#           protocol version with its write; SCRIPT LOAD after NOSCRIPT; and reads what it
+#           declared (expected: ZRANGEBYLEX HSCAN; ttl / stuck_after: GET); no consumer (the
+#           heartbeat, prune and metadata scripts need TYPE, TIME or ZSCORE, which it lacks).
 BROKER_USER, BROKER_PASSWORD = "presence-broker", "change-me-broker"
 READER_USER, READER_PASSWORD = "presence-reader", "change-me-reader"
 ACL_BROKER = (

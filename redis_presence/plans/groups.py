@@ -370,14 +370,25 @@ class GroupPlans(Job):
         # The groups nobody may read, read whole, and walked with the declared ones instead
         # of the index (every declared group is counted: it may be below its minimum).
         # One TTL for all: one range of P:newest, at or below the active horizon (a lower
-        # bound of a group's newest beat, so none is missed). Each group's own TTL: every
-        # indexed group (`every_group`, two round trips), its shared TTL (one) and its
-        # P:newest (one), kept when at or below its own active horizon or missing.
+        # bound of a group's newest beat, so none is missed). Each group's own TTL: the
+        # same range at the horizon of the least TTL any group may have (the prefix's, or
+        # the lowest of P:ttls: a later horizon, so it holds every group unread under its
+        # own TTL), of which those at or below their own horizon are kept (their TTLs: one
+        # MGET). Else (P:newest incomplete, the prefix's TTL spoilt) every indexed group
+        # (`every_group`, two round trips), its shared TTL (one) and its P:newest (one),
+        # kept when at or below its own active horizon or missing.
         unread: list[Any] | None = None
         quiet: list[GroupKeys] | None = None
+        least = ttl_ms
+        if fleet.newest_complete and ttl_ms is None:
+            least = yield from self._settings.least_ttl(fleet.least_own_ttl_ms)
         if fleet.newest_complete and ttl_ms is not None:
             edge_us = PresenceState.horizons_ns(now, ttl_ms)[0] // 1_000
             quiet = yield from self._index.scored_at_most(self.keys.newest, edge_us, skipped)
+        elif fleet.newest_complete and least is not None:
+            edge_us = PresenceState.horizons_ns(now, least)[0] // 1_000
+            scored = yield from self._index.scores_at_most(self.keys.newest, edge_us, skipped)
+            quiet = yield from self._maybe_unread(now, skipped, scored)
         elif fleet.kept and ttl_ms is None:
             quiet = yield from self._maybe_unread(now, skipped)
         if quiet is not None:
@@ -470,14 +481,24 @@ class GroupPlans(Job):
         shown = picked[:limit]
         return GroupsPage(shown[::-1] if reverse else shown, len(picked) > limit)
 
-    def _maybe_unread(self, now: int, skipped: list[Skipped]) -> Plan[list[GroupKeys]]:
-        """Every indexed group that may have no active consumer under its own shared TTL:
-        its ``P:newest`` at or below its active horizon, or missing; and every group whose
-        TTL cannot be read (its count sets it aside, as before)."""
-        groups = yield from self._index.every_group(skipped)
+    def _maybe_unread(
+        self, now: int, skipped: list[Skipped], found: list[tuple[GroupKeys, float]] | None = None
+    ) -> Plan[list[GroupKeys]]:
+        """Every group of `found` (with its ``P:newest``; None: every indexed group, and
+        its score read) that may have no active consumer under its own shared TTL: its
+        ``P:newest`` at or below its active horizon, or missing; and every group whose TTL
+        cannot be read (its count sets it aside, as before)."""
+        if found is None:
+            groups = yield from self._index.every_group(skipped)
+        else:
+            groups = [gk for gk, _ in found]
         lost: list[Skipped] = []
         sound, ttls = yield from self._settings.sound_ttls(groups, None, lost, together=True)
-        scores = yield from self._index.index_scores(self.keys.newest, sound)
+        if found is None:
+            scores = yield from self._index.index_scores(self.keys.newest, sound)
+        else:
+            known = {gk.member: score for gk, score in found}
+            scores = [known[gk.member] for gk in sound]
         quiet = {
             gk.member
             for gk, ttl, score in zip(sound, ttls, scores, strict=True)

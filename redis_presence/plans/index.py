@@ -12,8 +12,9 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from ..errors import PresenceDataError, PresenceError
-from ..keys import PROTOCOL_VERSION, GroupKeys
+from ..keys import PROTOCOL_VERSION, GroupKeys, setting_digits
 from ..model import Skipped
+from ..validation import MAX_TTL_MS
 from .caches import SettingsCache
 from .core import Job, Scope, _check_protocol, _text
 from .requests import Command, Partial, Plan, Request
@@ -41,6 +42,18 @@ def _score(reply: Any) -> int | None:
         return None
     first = reply[0]
     return int(float(first[1] if isinstance(first, list | tuple) else reply[1]))
+
+
+def _own_ttl(reply: Any) -> int | None:
+    """The TTL a group's ``GET P:{Q}:G:ttl`` reply spells (SETTING_VALUE), or None: none,
+    a spoilt one or an error (a reader sets that group aside; nothing to seed)."""
+    if reply is None or isinstance(reply, PresenceError):
+        return None
+    try:
+        ttl = setting_digits(reply)
+    except ValueError:
+        return None
+    return ttl if 0 < ttl <= MAX_TTL_MS else None
 
 
 RANK_OVERLAP = 10
@@ -180,7 +193,8 @@ class IndexPlans(Job):
         index of release 0.1 (``P:index``), a page at a time, and empty that index; then set
         ``P:protocol`` to PROTOCOL_VERSION (a prefix in mode 1 leaves it: run it once every
         client speaks version 2) and, on a standalone server, seed the fleet indexes
-        (``P:newest``, ``P:oldest``) from each indexed group's newest and oldest beat, a
+        (``P:newest``, ``P:oldest``) from each indexed group's newest and oldest beat, and
+        ``P:ttls`` from its own TTL (before the ``SET`` too, so readers find it whole), a
         page of groups at a time. Returns how many groups it moved (`Migrated`). Safe to
         run while brokers beat, and again at any time (it moves only what is left, and
         seeding again changes nothing a beat wrote since: ``ZADD GT`` / ``LT``)."""
@@ -195,15 +209,21 @@ class IndexPlans(Job):
         was = None if version is None else _text(version)
         moved = yield from self._move_legacy()
         if was != PROTOCOL_VERSION:
+            # The own TTLs first: readers trust P:ttls from the moment the prefix says "2".
+            if not self.clustered:
+                yield from self._seed_fleet(beats=False)
             yield [Command("SET", (self.keys.protocol, PROTOCOL_VERSION))]
             self._cache.protocol_took([PROTOCOL_VERSION.encode()])
             self._cache.claim()
-        seeded = 0 if self.clustered else (yield from self._seed_fleet())
+        seeded = 0 if self.clustered else (yield from self._seed_fleet(beats=True))
         return Migrated(moved, seeded=seeded, was=was)
 
-    def _seed_fleet(self) -> Plan[int]:
-        """``ZADD P:newest GT`` and ``ZADD P:oldest LT`` every indexed group's newest and
-        oldest beat (whole µs), a page of the index at a time; returns how many groups."""
+    def _seed_fleet(self, *, beats: bool) -> Plan[int]:
+        """``ZADD P:ttls LT`` every indexed group's own TTL (a valid ``P:{Q}:G:ttl``), and,
+        with `beats`, ``ZADD P:newest GT`` and ``ZADD P:oldest LT`` its newest and oldest
+        beat (whole µs), a page of the index at a time; returns how many groups' beats it
+        seeded. ``LT`` for the TTLs: a seed that races a `set_ttl` leaves at most a lower
+        score than the setting (a hint that only makes readers visit more groups)."""
         seeded = 0
         after: Any = None
         page = self.limits.groups
@@ -224,29 +244,44 @@ class IndexPlans(Job):
                     groups.append(self.keys.from_member(member))
                 except PresenceDataError:
                     continue  # not a member this package wrote: nothing to seed
-            ends = (
+            per = 3 if beats else 1
+            replies = (
                 (
                     yield Partial(
                         [
-                            Command("ZRANGE", (gk.hb, index, index, "WITHSCORES"))
+                            request
                             for gk in groups
-                            for index in (-1, 0)
+                            for request in (
+                                Command("GET", (gk.ttl,)),
+                                *(
+                                    Command("ZRANGE", (gk.hb, index, index, "WITHSCORES"))
+                                    for index in ((-1, 0) if beats else ())
+                                ),
+                            )
                         ]
                     )
                 )
                 if groups
                 else []
             )
+            ttls: list[Any] = []
             newest: list[Any] = []
             oldest: list[Any] = []
             for i, gk in enumerate(groups):
-                high, low_end = _score(ends[2 * i]), _score(ends[2 * i + 1])
+                own = _own_ttl(replies[per * i])
+                if own is not None:
+                    ttls += (own, gk.member)
+                if not beats:
+                    continue
+                high, low_end = _score(replies[per * i + 1]), _score(replies[per * i + 2])
                 if high is None or low_end is None:
                     continue  # an emptied group (or a key of another type): nothing to seed
                 newest += (high, gk.member)
                 oldest += (low_end, gk.member)
                 seeded += 1
             batch: list[Request] = []
+            if ttls:
+                batch.append(Command("ZADD", (self.keys.ttls, "LT", *ttls)))
             if newest:
                 batch.append(Command("ZADD", (self.keys.newest, "GT", *newest)))
                 batch.append(Command("ZADD", (self.keys.oldest, "LT", *oldest)))
@@ -277,22 +312,28 @@ class IndexPlans(Job):
 
     def fleet_indexes(self) -> Plan[FleetIndexes]:
         """Whether a reader may pick groups from ``P:newest`` and ``P:oldest`` (standalone,
-        a prefix that says ``"2"``: no version-1 writer is left to skip them), and whether
+        a prefix that says ``"2"``: no version-1 writer is left to skip them), whether
         each holds as many groups as the index (a group missing from one, as between
-        `migrate`'s ``SET`` and its seeding, makes its fleet-wide ranges incomplete). One
-        round trip: ``GET P:protocol`` (another version is refused) and three ``ZCARD``."""
+        `migrate`'s ``SET`` and its seeding, makes its fleet-wide ranges incomplete), and
+        the least own TTL of a group (``P:ttls``: complete from the moment the prefix says
+        ``"2"``, since `migrate` seeds it first and every writer of version 2 keeps it).
+        One round trip: ``GET P:protocol`` (another version is refused), three ``ZCARD``
+        and the lowest member of ``P:ttls``."""
         if self.clustered:
             return FleetIndexes(False, False, False)
-        version, listed, newest, oldest = yield [
+        version, listed, newest, oldest, least = yield [
             Command("GET", (self.keys.protocol,)),
             Command("ZCARD", (self.keys.groups,)),
             Command("ZCARD", (self.keys.newest,)),
             Command("ZCARD", (self.keys.oldest,)),
+            Command("ZRANGEBYSCORE", (self.keys.ttls, "-inf", "+inf", "WITHSCORES", "LIMIT", 0, 1)),
         ]
         _check_protocol(self.keys.protocol, version)
         if version is None or _text(version) != PROTOCOL_VERSION:
             return FleetIndexes(False, False, False)
-        return FleetIndexes(True, int(newest) >= int(listed), int(oldest) >= int(listed))
+        return FleetIndexes(
+            True, int(newest) >= int(listed), int(oldest) >= int(listed), _least_ttl(least)
+        )
 
     def index_scores(self, key: str, groups: Sequence[GroupKeys]) -> Plan[list[float | None]]:
         """Each group's score in the fleet index `key` (None: not there): a ``ZMSCORE`` of
@@ -343,27 +384,55 @@ class IndexPlans(Job):
         """Every group of the fleet index `key` scored at most `bound_us`, lowest first
         (``ZRANGEBYSCORE``, `Limits.groups` a command, all read before the caller acts on
         any); a member this package did not write is set aside in `skipped`."""
-        found: list[GroupKeys] = []
+        found = yield from self.scores_at_most(key, bound_us, skipped)
+        return [gk for gk, _ in found]
+
+    def scores_at_most(
+        self, key: str, bound_us: int, skipped: list[Skipped]
+    ) -> Plan[list[tuple[GroupKeys, float]]]:
+        """`scored_at_most`, each group with its score (``WITHSCORES``)."""
+        found: list[tuple[GroupKeys, float]] = []
         page = self.limits.groups
         offset = 0
         while True:
-            (members,) = yield [
-                Command("ZRANGEBYSCORE", (key, "-inf", bound_us, "LIMIT", offset, page))
+            (reply,) = yield [
+                Command(
+                    "ZRANGEBYSCORE",
+                    (key, "-inf", bound_us, "WITHSCORES", "LIMIT", offset, page),
+                )
             ]
-            for member in members:
+            pairs = (
+                reply
+                if reply and isinstance(reply[0], list | tuple)
+                else list(zip(reply[::2], reply[1::2], strict=True))
+            )
+            for member, score in pairs:
                 try:
-                    found.append(self.keys.from_member(member))
+                    found.append((self.keys.from_member(member), float(score)))
                 except PresenceDataError as error:
                     skipped.append(Skipped(_text(member), str(error)))
-            if len(members) < page:
+            if len(pairs) < page:
                 return found
             offset += page
 
 
 class FleetIndexes(NamedTuple):
-    """What `IndexPlans.fleet_indexes` found: whether ``P:newest`` and ``P:oldest`` are kept
-    (`kept`), and whether each holds every indexed group."""
+    """What `IndexPlans.fleet_indexes` found: whether ``P:newest``, ``P:oldest`` and
+    ``P:ttls`` are kept (`kept`), whether the first two hold every indexed group, and the
+    lowest score of ``P:ttls`` (`least_own_ttl_ms`; None: no group has its own TTL)."""
 
     kept: bool
     newest_complete: bool
     oldest_complete: bool
+    least_own_ttl_ms: int | None = None
+
+
+def _least_ttl(reply: Any) -> int | None:
+    """The lowest score of ``P:ttls`` from its ``ZRANGEBYSCORE ... LIMIT 0 1`` reply (None:
+    empty), in whole ms from 0 to MAX_TTL_MS: a score no client writes (a fraction, a
+    negative or infinite one) is a hint still, rounded down or clamped."""
+    if not reply:
+        return None
+    first = reply[0]
+    score = float(first[1] if isinstance(first, list | tuple) else reply[1])
+    return int(max(0.0, min(score, float(MAX_TTL_MS))))

@@ -54,16 +54,20 @@ class SettingsPlans(Job):
         the prefix (the default of every group), or for one group (`queue` and `group`)."""
         self.scope.writable("set_ttl")
         ttl = check_optional_ttl_ms(ttl_ms)
-        key = self._ttl_key(queue, group)
-        return self._set_ttl(key, ttl)
+        gk = self._setting_group(queue, group, "ttl")
+        return self._set_ttl(self.keys.ttl if gk is None else gk.ttl, ttl, gk)
 
-    def _set_ttl(self, key: str, ttl_ms: int | None) -> Plan[None]:
+    def _set_ttl(self, key: str, ttl_ms: int | None, own: GroupKeys | None = None) -> Plan[None]:
         """One call of ``setting.lua``, which checks the protocol version and stores (or
-        forgets) the setting atomically; on a cluster the version is checked first."""
+        forgets) the setting atomically, with, on a standalone server, a group's `own` TTL
+        in the fleet index ``P:ttls``; on a cluster the version is checked first."""
         if self.clustered:
             yield from self._cache.protocol_checked()
-        keys = [key] if self.clustered else [key, self.keys.protocol]
-        yield [self.scope.call("setting", keys, ["" if ttl_ms is None else ttl_ms])]
+        keys = [key] if self.clustered else [key, self.keys.protocol, self.keys.ttls]
+        args: list[str | int] = ["" if ttl_ms is None else ttl_ms]
+        if own is not None and not self.clustered:
+            args.append(own.member)
+        yield [self.scope.call("setting", keys, args)]
         self._cache.forget()  # this planner's next reads and beats see it at once
         self._beats.clear()
 
@@ -204,6 +208,18 @@ class SettingsPlans(Job):
             return None
         queue, group = check_filter("queue", queue) or "", check_filter("group", group) or ""
         return self.keys.group(queue, group)
+
+    def least_ttl(self, least_own_ttl_ms: int | None) -> Plan[int | None]:
+        """The least shared TTL any group may have: the prefix's (else the default), or the
+        least own TTL of a group (``P:ttls``, `IndexPlans.fleet_indexes`) when lower; None
+        when the prefix's cannot be read (the caller then reads each group's, and that
+        names it). From this planner's cache, read again when older than TTL_CACHE_MS."""
+        asks = yield from self.refresh_shared([], ttls=True)
+        shared = asks.seen["ttl"][None][0]
+        if isinstance(shared, Spoilt):
+            return None
+        prefix = DEFAULT_PRESENCE_TTL_MS if shared is None else shared
+        return prefix if least_own_ttl_ms is None else min(prefix, least_own_ttl_ms)
 
     def ttls_for(self, groups: list[GroupKeys], ttl_ms: int | None) -> Plan[list[int]]:
         """`ttl_ms` for every group, or, when it is None, each group's shared TTL (read with

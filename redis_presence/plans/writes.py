@@ -481,20 +481,32 @@ class WritePlans(Job):
         aside: list[Skipped] = []
         # A whole-fleet prune on a standalone server of a prefix at version 2 visits only the
         # groups whose P:oldest (a lower bound of their oldest beat) is at or below their
-        # horizon (docs/performance.md, issue 33 item 3); else (a cluster, a prefix in mode 1
-        # or not claimed yet, whose version-1 writers never keep P:oldest) every group.
+        # horizon (docs/performance.md, issue 33 items 3 and 4); else (a cluster, a prefix in
+        # mode 1 or not claimed yet, whose version-1 writers never keep P:oldest) every group.
         fleet = FleetIndexes(False, False, False)
         if queue is None and group is None:
             fleet = yield from self._index.fleet_indexes()
         # One TTL for all (`ttl_ms` given): one horizon, so the candidates are a range of
-        # P:oldest, read whole first (while it holds every group); else the index is walked,
-        # and each page keeps the groups whose P:oldest is at or below their own horizon (a
-        # group missing from it is visited).
+        # P:oldest, read whole first (while it holds every group). Each group's own TTL: the
+        # least any group may have (the prefix's, or the lowest of P:ttls) gives the latest
+        # horizon, so its range holds every group due under its own TTL; of those, the ones
+        # whose P:oldest is at or below their own horizon are visited (`_due`, the
+        # candidates' TTLs: one MGET). Else (P:oldest incomplete, the prefix's TTL spoilt)
+        # every group, each kept when its P:oldest is at or below its own horizon (a group
+        # missing from it is visited).
         picked: list[GroupKeys] | None = None
+        least = ttl_ms
+        if fleet.oldest_complete and ttl_ms is None:
+            least = yield from self._settings.least_ttl(fleet.least_own_ttl_ms)
         if fleet.oldest_complete and ttl_ms is not None:
             picked = yield from self._index.scored_at_most(
                 self.keys.oldest, horizon_us(ttl_ms), aside
             )
+        elif fleet.oldest_complete and least is not None:
+            found = yield from self._index.scores_at_most(
+                self.keys.oldest, horizon_us(least), aside
+            )
+            picked = yield from self._due(horizon_us, aside, found)
         elif fleet.kept and ttl_ms is None:
             picked = yield from self._due(horizon_us, aside)
         while True:
@@ -528,15 +540,28 @@ class WritePlans(Job):
                     raise PresenceBatchError(failed, removed, left)
                 return removed
 
-    def _due(self, horizon_us: Callable[[int], int], aside: list[Skipped]) -> Plan[list[GroupKeys]]:
-        """Every indexed group whose ``P:oldest`` is at or below the horizon of its own
-        shared TTL (`horizon_us`), or missing from it, or whose TTL cannot be read (the
-        prune names it, as before): `every_group`, the TTLs and the scores, four round trips
-        for any number of groups."""
-        groups = yield from self._index.every_group(aside)
+    def _due(
+        self,
+        horizon_us: Callable[[int], int],
+        aside: list[Skipped],
+        found: list[tuple[GroupKeys, float]] | None = None,
+    ) -> Plan[list[GroupKeys]]:
+        """Every group of `found` (with its ``P:oldest``; None: every indexed group, and its
+        score read) whose ``P:oldest`` is at or below the horizon of its own shared TTL
+        (`horizon_us`), or missing from it, or whose TTL cannot be read (the prune names
+        it, as before): the TTLs and, without `found`, `every_group` and the scores, four
+        round trips for any number of groups."""
+        if found is None:
+            groups = yield from self._index.every_group(aside)
+        else:
+            groups = [gk for gk, _ in found]
         lost: list[Skipped] = []
         sound, ttls = yield from self._settings.sound_ttls(groups, None, lost, together=True)
-        scores = yield from self._index.index_scores(self.keys.oldest, sound)
+        if found is None:
+            scores = yield from self._index.index_scores(self.keys.oldest, sound)
+        else:
+            known = {gk.member: score for gk, score in found}
+            scores = [known[gk.member] for gk in sound]
         due = {
             gk.member
             for gk, ttl, score in zip(sound, ttls, scores, strict=True)

@@ -55,6 +55,9 @@ export class Keyspace {
    * lower bound of their oldest beat's (the scripts keep them). */
   readonly newest: string;
   readonly oldest: string;
+  /** The fleet index of the groups' own TTLs (standalone): each group's hash key scored by
+   * its `ttl` setting in ms (setting.lua keeps it with the setting). */
+  readonly ttls: string;
   /** The epoch marker (docs/protocol.md): in the slot of `events`, written by the scripts. */
   readonly epoch: string;
 
@@ -70,6 +73,7 @@ export class Keyspace {
     this.protocol = `${prefix}:protocol`;
     this.newest = `${prefix}:newest`;
     this.oldest = `${prefix}:oldest`;
+    this.ttls = `${prefix}:ttls`;
     this.epoch = `${prefix}:{${this.events}}:epoch`;
   }
 

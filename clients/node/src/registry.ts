@@ -681,12 +681,18 @@ export class PresenceRegistry {
 
   /** Store the TTL every client of the prefix shares (null forgets it), for the prefix or
    * one group (`queue` and `group`): one call of setting.lua, which checks the protocol
-   * version in the same call. */
+   * version and keeps a group's own TTL in the fleet index `P:ttls` in the same call. */
   async setTtl(ttlMs: number | null, where: { queue?: string; group?: string } = {}): Promise<void> {
     const key = this.settingKey(where, "ttl");
     const value = ttlMs === null ? "" : checkTtl(ttlMs);
-    if (this.clustered) await this.protocolChecked(); // another slot: checked first
-    await this.call("setting", this.clustered ? [key] : [key, this.keys.protocol], [value]);
+    if (this.clustered) {
+      await this.protocolChecked(); // another slot: checked first; nobody keeps P:ttls there
+      await this.call("setting", [key], [value]);
+    } else {
+      // A group's own TTL: its hash key (its member in P:groups) for P:ttls.
+      const own = where.queue === undefined || where.group === undefined ? [] : [this.keys.group(where.queue, where.group).data];
+      await this.call("setting", [key, this.keys.protocol, this.keys.ttls], [value, ...own]);
+    }
     this.settings.clear();
     this.beatCalls.clear();
   }

@@ -28,9 +28,9 @@ after(async () => {
   await Promise.all([server?.stop(), cluster?.stop()]);
 });
 
-/** `P:newest` and `P:oldest`, which only a standalone server keeps: a store step on a
+/** `P:newest`, `P:oldest` and `P:ttls`, which only a standalone server keeps: a store step on a
  * cluster leaves them out (as tests/conformance_runner.py does). */
-const FLEET_INDEXES = ["newest", "oldest"];
+const FLEET_INDEXES = ["newest", "oldest", "ttls"];
 
 const ARGUMENT_ERRORS = { ValueError: RangeError, TypeError };
 const camel = (name) => name.replace(/_([a-z])/g, (_, c) => c.toUpperCase());

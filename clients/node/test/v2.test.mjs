@@ -164,3 +164,14 @@ test("version 1 and 2 values in one group are read together; spoilt ones of eith
   const [group] = await reader.groups({ nowNs: T0 + MS });
   assert.deepStrictEqual([group.active, group.capacity, group.free], [5, 5, 4]);
 });
+
+test("setTtl keeps P:ttls: a group's own TTL scored by its ms, gone when forgotten; the prefix's is no group's", async () => {
+  const r = registry();
+  await r.setTtl(30_000);
+  await r.setTtl(5_000, { queue: "q", group: "a" });
+  await r.setTtl(2_000, { queue: "q", group: "b" });
+  assert.deepEqual(await client.zrange("presence:ttls", 0, -1, "WITHSCORES"), ["presence:{q}:b:c", "2000", "presence:{q}:a:c", "5000"]);
+  await r.setTtl(90_000, { queue: "q", group: "b" });
+  await r.setTtl(null, { queue: "q", group: "a" });
+  assert.deepEqual(await client.zrange("presence:ttls", 0, -1, "WITHSCORES"), ["presence:{q}:b:c", "90000"]);
+});
