@@ -1,26 +1,32 @@
 """A new queue's event log is compacted when its first entry creates it (`compact_log` in
 lua/lib.lua): since Redis 7.0 a stream's first node preallocates 4 KB, most of what a queue
-of one consumer costs (docs/performance.md, case 7). The scripts rewrite the log with `DUMP`
-and `RESTORE ... REPLACE`, which keep every field the event readers check for a trim
-(`XINFO STREAM`: length, entries-added, max-deleted-entry-id, first entry, last-generated-id);
-a role that may not run either still beats and logs the same entries, uncompacted.
+of one consumer costs (docs/performance.md, case 7). The scripts `COPY` the log to a scratch
+key of its slot (`P:{Q}:events.copy`, not in KEYS) and `RENAME` the copy back, which keep
+every field the event readers check for a trim (`XINFO STREAM`: length, entries-added,
+max-deleted-entry-id, first entry, last-generated-id); a role that may not run either still
+beats and logs the same entries, uncompacted, and leaves no scratch key behind.
 
-Real servers: Debian's Redis 7, and Redis 8 and Valkey 9 of the version matrix.
+Real servers: Debian's Redis 7, and Redis 8 and Valkey 9 of the version matrix; a
+three-master cluster of each for the scratch key that is not in KEYS.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
+from binaries import REDIS_8, VALKEY_9, ServerBuild
+from clusters import RedisClusterProcesses
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 from servers import MakeRedisServer, RedisServer
 
 from redis_presence import EventKind, RedisPresenceRegistry
-from redis_presence.keys import Keyspace
+from redis_presence.keys import EVENTS_COPY_SUFFIX, Keyspace
 
 pytestmark = [pytest.mark.redis_server, pytest.mark.timeout(60)]
 
@@ -37,7 +43,7 @@ SERVERS = [
 ]
 WRITERS = [*SERVERS, pytest.param("cluster_client", id="cluster")]
 """On a Redis Cluster the scripts compact the same way; the caller lists the log."""
-# The broker's line of an earlier release: no +dump +restore.
+# The broker's line of an earlier release: no +copy +rename.
 OLD_BROKER = (
     "~presence:* resetchannels -@all +evalsha +fcall +script|load +function|load +select +type "
     "+time +exists +get +hget +hset +zadd +zscore +zcard +zrange +set +zrem +hdel +del +xadd "
@@ -47,6 +53,11 @@ OLD_BROKER = (
 
 def log_of(queue: str) -> str:
     return KEYS.group(queue, "g").events
+
+
+def scratch_keys(client: redis.Redis) -> list[bytes]:
+    """Every scratch copy of a log left on the server (or on each node of a cluster)."""
+    return list(client.scan_iter(match=f"*{EVENTS_COPY_SUFFIX}", count=1000))
 
 
 def size(client: redis.Redis, key: str) -> int:
@@ -93,7 +104,7 @@ def test_a_new_queue_s_log_is_compacted_by_every_logging_script(writer: redis.Re
     registry.heartbeat_many([("many", "g", "w1", 0), ("many", "g", "w2", 0)], now_ns=T0)
     for queue in ("one", "many"):
         assert size(client, log_of(queue)) < COMPACT_BELOW_B, queue
-        assert 0 < client.pttl(log_of(queue)) <= 86_400_000  # the TTL is set after RESTORE
+        assert 0 < client.pttl(log_of(queue)) <= 86_400_000  # the TTL is set after RENAME
     # Later entries go into the compacted node, growing it by their own size.
     before = size(client, log_of("one"))
     registry.heartbeat("one", "g", "w2", now_ns=T0 + MS)
@@ -107,6 +118,66 @@ def test_a_new_queue_s_log_is_compacted_by_every_logging_script(writer: redis.Re
         (EventKind.JOINED, "one", "w2"),
         (EventKind.LEFT, "one", "w1"),
     ]
+    assert scratch_keys(client) == []
+
+
+def node_calls(client: RedisCluster, command: str) -> int:
+    stats = client.info("commandstats", target_nodes=client.PRIMARIES)
+    return sum(int(s.get(f"cmdstat_{command}", {}).get("calls", 0)) for s in stats.values())
+
+
+def _cluster_of(build: ServerBuild, factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    with RedisClusterProcesses(factory.mktemp(build.name), binary=build.need()) as processes:
+        client = processes.client()
+        try:
+            yield client
+        finally:
+            client.close()
+
+
+@pytest.fixture(scope="module")
+def redis8_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """A client of a three-master Redis 8 cluster, for this module."""
+    yield from _cluster_of(REDIS_8, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def valkey9_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """A client of a three-master Valkey 9 cluster, for this module."""
+    yield from _cluster_of(VALKEY_9, tmp_path_factory)
+
+
+@pytest.fixture(
+    params=["cluster_client", "redis8_cluster", "valkey9_cluster"],
+    ids=["redis-7", "redis-8", "valkey-9"],
+)
+def clustered(request: pytest.FixtureRequest) -> RedisCluster:
+    """A flushed client of the session's Redis 7 cluster, or of a Redis 8 or Valkey 9 one."""
+    found: RedisCluster = request.getfixturevalue(request.param)
+    found.flushall(target_nodes=found.PRIMARIES)
+    return found
+
+
+@pytest.mark.parametrize("by", ["fcall", "evalsha"])
+def test_a_script_may_copy_to_a_key_of_its_slot_not_in_keys_on_a_cluster(
+    clustered: RedisCluster, by: str
+) -> None:
+    """The scratch copy is not declared in KEYS (a script cannot know beforehand that it will
+    create the log): Redis Cluster (7 and 8) and Valkey's let a script, and a function, touch
+    an undeclared key of the slot of its keys."""
+    cluster_client = clustered
+    registry = RedisPresenceRegistry(cluster_client)
+    if by == "evalsha":
+        registry.functions.refuse("this test sends the heartbeats by EVALSHA")
+    cluster_client.config_resetstat(target_nodes=cluster_client.PRIMARIES)
+    for queue in ("a", "b", "c"):
+        registry.heartbeat(queue, "g", "w1", now_ns=T0)
+        assert size(cluster_client, log_of(queue)) < COMPACT_BELOW_B, queue
+        assert 0 < cluster_client.pttl(log_of(queue)) <= 86_400_000
+    assert node_calls(cluster_client, by) >= 3
+    assert node_calls(cluster_client, "fcall" if by == "evalsha" else "evalsha") == 0
+    assert (node_calls(cluster_client, "copy"), node_calls(cluster_client, "rename")) == (3, 3)
+    assert scratch_keys(cluster_client) == []
 
 
 def test_only_the_entry_that_creates_a_log_compacts_it(redis_client: redis.Redis) -> None:
@@ -114,17 +185,30 @@ def test_only_the_entry_that_creates_a_log_compacts_it(redis_client: redis.Redis
     registry.heartbeat("q", "g", "w1", now_ns=T0)
     redis_client.config_resetstat()
     registry.heartbeat("q", "g", "w1", now_ns=T0 + MS)  # a known consumer: logs nothing
-    assert (calls(redis_client, "exists"), calls(redis_client, "dump")) == (0, 0)
+    assert (calls(redis_client, "exists"), calls(redis_client, "copy")) == (0, 0)
     registry.heartbeat("q", "g", "w2", now_ns=T0 + MS)  # joins a queue whose log exists
-    # EXISTS of the log, and of the epoch marker (mark_epoch): no DUMP.
-    assert (calls(redis_client, "exists"), calls(redis_client, "dump")) == (2, 0)
+    # EXISTS of the log, and of the epoch marker (mark_epoch): no COPY.
+    assert (calls(redis_client, "exists"), calls(redis_client, "copy")) == (2, 0)
+    assert calls(redis_client, "rename") == 0
     registry.heartbeat("new", "g", "w1", now_ns=T0 + MS)  # creates a log
-    assert (calls(redis_client, "dump"), calls(redis_client, "restore")) == (1, 1)
+    assert (calls(redis_client, "copy"), calls(redis_client, "rename")) == (1, 1)
+    assert calls(redis_client, "del") == 0
 
 
-def test_dump_and_restore_keep_what_the_readers_check_for_a_trim(client: redis.Redis) -> None:
+def test_a_scratch_key_already_there_is_left_alone(redis_client: redis.Redis) -> None:
+    """COPY never replaces: a key already at the scratch name (nothing of ours) stays, and
+    the log stays as XADD made it."""
+    redis_client.set(KEYS.queue_events_copy("q"), "not ours")
+    RedisPresenceRegistry(redis_client).heartbeat("q", "g", "w1", now_ns=T0)
+    assert redis_client.get(KEYS.queue_events_copy("q")) == b"not ours"
+    assert size(redis_client, log_of("q")) > COMPACT_BELOW_B
+    assert redis_client.xlen(log_of("q")) == 1
+
+
+def test_copy_and_rename_keep_what_the_readers_check_for_a_trim(client: redis.Redis) -> None:
     """The server property the compaction rests on, on a log with trimmed and deleted
-    entries: Redis 7's stream payload carries every field `changes` compares."""
+    entries: a copy of a stream carries every field `changes` compares, and RENAME moves
+    it whole (with the copy's TTL: the scripts set the log's after it)."""
     key = log_of("q")
     for i in range(12):
         client.xadd(key, {"k": "joined", "g": "x", f"c{i}": "1 2 3 4"})
@@ -135,8 +219,11 @@ def test_dump_and_restore_keep_what_the_readers_check_for_a_trim(client: redis.R
     assert before["max-deleted-entry-id"] == ids[-1]
     assert before["entries-added"] == 12
     assert before["length"] == 6
-    payload = client.dump(key)
-    assert client.restore(key, 0, payload, replace=True) in (b"OK", "OK", True)
+    copy = key + EVENTS_COPY_SUFFIX
+    assert client.copy(key, copy) is True
+    assert stream_info(client, copy) == before
+    assert client.rename(copy, key) is True
+    assert client.exists(copy) == 0
     assert stream_info(client, key) == before
     assert [entry_id for entry_id, _ in client.xrange(key)] == ids[5:-1]
 
@@ -176,8 +263,8 @@ def old_broker(server: RedisServer, rules: str) -> RedisPresenceRegistry:
     return RedisPresenceRegistry(client)
 
 
-@pytest.mark.parametrize("rules", ["", "+dump", "+restore"], ids=["neither", "dump", "restore"])
-def test_a_role_without_dump_or_restore_still_beats_and_logs(
+@pytest.mark.parametrize("rules", ["", "+copy", "+rename"], ids=["neither", "copy", "rename"])
+def test_a_role_without_copy_or_rename_still_beats_and_logs(
     make_redis_server: MakeRedisServer, rules: str
 ) -> None:
     server = make_redis_server()
@@ -190,7 +277,10 @@ def test_a_role_without_dump_or_restore_still_beats_and_logs(
         for queue in ("q", "q2"):
             assert size(admin, log_of(queue)) > COMPACT_BELOW_B  # left as XADD made it
             assert 0 < admin.pttl(log_of(queue)) <= 86_400_000
-        assert calls(admin, "restore") == 0  # refused, or not tried after a refused DUMP
+        assert calls(admin, "rename") == 0  # refused, or not tried after a refused COPY
+        # With +copy alone the copy was made, then deleted when RENAME was refused.
+        assert calls(admin, "copy") == (2 if rules == "+copy" else 0)
+        assert scratch_keys(admin) == []
     events, _ = reader.changes(cursor, now_ns=T0 + MS)
     assert sorted((e.kind, e.queue, e.consumer) for e in events) == [
         (EventKind.JOINED, "q", "w1"),

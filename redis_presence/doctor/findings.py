@@ -30,7 +30,7 @@ MEMORY_WARN_RATIO = 0.9
 
 _BROKER = (
     "evalsha fcall script|load function|load select type time exists get hget hset zadd zscore "
-    "zcard zrange set zrem hdel del xadd pexpire dump restore"
+    "zcard zrange set zrem hdel del xadd pexpire copy rename"
 )
 FASTER_RIGHTS = ("fcall", "function|load", "zcard", "zrange")
 """What makes a beat cheaper on the server, or a fleet index fresher, and nothing else: the
@@ -38,10 +38,11 @@ heartbeats' function library (without it they go by EVALSHA,
 redis_presence._executor.Functions), the move of a large group to a skiplist (lua/lib.lua,
 `grown`) and lowering ``P:newest`` when a consumer leaves (`newest_again`). A role without
 them still plays its part."""
-SMALLER_RIGHTS = ("dump", "restore")
-"""What makes a new queue's event log smaller, and nothing else: rewriting the log its first
-entry created at its used size (lua/lib.lua, `compact_log`). A role without them still plays
-its part; each new queue's log then keeps a node of about 4 KB."""
+SMALLER_RIGHTS = ("copy", "rename")
+"""What makes a new queue's event log smaller, and nothing else: copying the log its first
+entry created at its used size and renaming the copy back (lua/lib.lua, `compact_log`). A
+role without them still plays its part; each new queue's log then keeps a node of about
+4 KB."""
 _READER = (
     "select time get zrangebylex hlen hgetall hscan zcount zrangebyscore zmscore hmget zcard "
     "xrange xinfo|stream"
