@@ -404,14 +404,41 @@ local function log_meta(fields, consumer, meta)
   end
 end
 
+-- Rewrite a log that its first XADD just created at its used size. Since Redis 7.0 a
+-- stream's first node preallocates a 4,096-byte listpack (STREAM_LISTPACK_MAX_PRE_ALLOCATE,
+-- or stream-node-max-bytes if lower), shrunk only once the node fills: for a queue whose log
+-- holds a few entries that is most of what the queue costs. COPY duplicates each node at its
+-- used size, with the stream's ids and counters (last-generated-id, entries-added,
+-- max-deleted-entry-id, the first entry: docs/protocol.md, section 6), and RENAME puts the
+-- copy in the log's place; later XADDs grow the node by their own size. The copy is
+-- `log .. '.copy'` (redis_presence/keys.py, EVENTS_COPY_SUFFIX): the log's hash tag, so its
+-- cluster slot, and a key that exists only inside this call. It is not in KEYS, as the
+-- script cannot know beforehand that it will create the log; a cluster of Redis 7, Redis 8
+-- or Valkey 9 lets a script or function touch an undeclared key of its keys' slot
+-- (tests/test_event_log_memory.py, by FCALL and EVALSHA). Each command by pcall, so a caller whose ACL lacks
+-- COPY or RENAME (a role of an earlier release), or a server that refuses either, keeps
+-- the log as XADD left it: COPY never replaces (a key already there is left alone and
+-- answers 0), and a copy that cannot be renamed is deleted. The TTL is set after it, by
+-- the caller.
+local function compact_log(log)
+  local copy = log .. '.copy'
+  if redis.pcall('COPY', log, copy) ~= 1 then return end
+  local renamed = redis.pcall('RENAME', copy, log)
+  if type(renamed) == 'table' and renamed.err then redis.pcall('DEL', copy) end
+end
+
 -- Append one entry to group g's event log (redis_presence/keys.py, EVENT_FIELDS): the kind,
 -- the group's hash key, then `fields`, a flat list of 'c' .. consumer (so no name meets
 -- 'k' or 'g'), 'at_ns registered_ns last_heartbeat_ns lease_count'. The log keeps about
 -- `kept` entries and expires `log_ms` after its last one; on a standalone server EVENTS
 -- lists it with the entry's millisecond. Returns that millisecond.
+-- An XADD that creates the log is followed by compact_log: a queue's first entry otherwise
+-- costs it a 4 KB node.
 local function append_event(g, kept, log_ms, kind, fields)
   local _, data, _, log = group_keys(g)
+  local created = redis.call('EXISTS', log) == 0
   local id = redis.call('XADD', log, 'MAXLEN', '~', kept, '*', 'k', kind, 'g', data, unpack(fields))
+  if created then compact_log(log) end
   redis.call('PEXPIRE', log, log_ms)
   local ms = string.match(id, '^%d+')
   if EVENTS then redis.call('ZADD', EVENTS, ms, log) end

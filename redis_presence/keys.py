@@ -18,6 +18,11 @@ For a prefix ``P``, a queue ``Q`` and a group ``G`` (both percent-encoded, see
     P:{Q}:events stream the queue's write-driven events (joined, recovered, left, pruned;
                         in mode 2 also draining, conflict, restarted, drain_requested),
                         capped (``MAXLEN ~``); an entry's fields are EVENT_FIELDS
+    P:{Q}:events.copy
+                 stream the log's key and EVENTS_COPY_SUFFIX: a scratch copy that exists only
+                        inside the one script call whose XADD creates ``P:{Q}:events``
+                        (``COPY`` there, then ``RENAME`` back: ``compact_log`` in
+                        ``lua/lib.lua``); never left behind. Same hash tag, so same slot
     P:groups     zset   the index: the hash key ``P:{Q}:G:c`` of every group with a
                         tracked consumer, all with score 0, so they sort by name and the
                         groups of one queue are one range (`queue_range`)
@@ -142,6 +147,13 @@ consumer``, its stored value, unless longer than MAX_STORED_META_CHARS: ``log_me
 it is gone. One script call writes one entry per (kind, group), so a prune of a thousand
 consumers is one entry. ``append_event`` in ``lua/lib.lua`` is the only writer;
 `redis_presence.events` the only reader (which skips fields it does not know)."""
+
+
+EVENTS_COPY_SUFFIX = ".copy"
+"""What a queue's log key (``P:{Q}:events``) takes to name its scratch copy: the script whose
+``XADD`` creates the log copies it there at its used size and renames the copy back in the
+same call (``compact_log`` in ``lua/lib.lua``, which spells the suffix too; docs/protocol.md,
+section 6). A client in another language may leave the compaction out."""
 
 
 SETTING_VALUE = "1 to 10**12 ms in ASCII decimal digits"
@@ -324,6 +336,11 @@ class Keyspace:
     def queue_events(self, queue: str) -> str:
         """The event log of one queue (validated name)."""
         return f"{self.prefix}:{{{encode_name(queue)}}}:events"
+
+    def queue_events_copy(self, queue: str) -> str:
+        """The scratch copy of one queue's event log (EVENTS_COPY_SUFFIX), which exists only
+        inside a script call."""
+        return self.queue_events(queue) + EVENTS_COPY_SUFFIX
 
     def queue_of_events(self, key: bytes | str) -> str:
         """The queue whose event log `key` is; a foreign key is a data error."""

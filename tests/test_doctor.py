@@ -339,6 +339,7 @@ def test_each_role_user_is_told_what_it_lacks_for_the_others(acl_server: RedisSe
     broker = findings_of(acl_server, username=BROKER_USER, password=BROKER_PASSWORD)
     assert broker["acl-broker"].status is Status.OK
     assert "(probes that change nothing)" in broker["acl-broker"].summary
+    assert "without" not in broker["acl-broker"].summary  # the probes found copy and rename
     assert lacking(broker["acl-reader"]) == [
         "zrangebylex",
         "hlen",
@@ -387,6 +388,25 @@ def test_each_role_user_is_told_what_it_lacks_for_the_others(acl_server: RedisSe
     assert lacking(janitor["acl-reader"]) == ["zcount", "xrange", "xinfo|stream"]
     assert "acl" not in broker  # each plays a role
     # Not one write, not one script loaded, not one key changed.
+    assert written(acl_server) == before
+
+
+@pytest.mark.parametrize("rules", ["+copy +rename", "+copy", "+rename"])
+def test_a_broker_line_without_copy_or_rename_still_plays_the_role(
+    acl_server: RedisServer, rules: str
+) -> None:
+    """An earlier release's broker line (or half of the new rights): its beats log the same
+    entries, uncompacted. The probes (COPY and RENAME of a missing key) tell each right."""
+    line = ACL_BROKER.replace(BROKER_USER, "old-broker").replace(f" {rules}", "")
+    make_users(acl_server, line)
+    before = written(acl_server)
+    found = findings_of(acl_server, username="old-broker", password=BROKER_PASSWORD)
+    assert found["acl-broker"].status is Status.OK
+    assert "(probes that change nothing)" in found["acl-broker"].summary
+    without = rules.replace("+", "")
+    assert f"without {without} each new queue's event log keeps a 4 KB node" in (
+        found["acl-broker"].summary
+    )
     assert written(acl_server) == before
 
 

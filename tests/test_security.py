@@ -50,7 +50,8 @@ pytestmark = pytest.mark.timeout(60)
 #           PEXPIRE; also a beat with progress), deregister.lua (TYPE HGET ZREM HDEL EXISTS DEL
 #           XADD PEXPIRE), describe.lua (TYPE HGET HSET HDEL), GET of the shared TTL, SCRIPT
 #           LOAD after NOSCRIPT; on a cluster the indexes' plain ZADD, ZREM, EXISTS are already
-#           in the list; SELECT for a database but 0.
+#           in the list; SELECT for a database but 0; COPY RENAME (optional, pcall) to compact
+#           the event log an entry creates (tests/test_event_log_memory.py).
 #   reader: no script at all. TIME (the one instant of a read), GET (the shared TTL),
 #           ZRANGEBYLEX (index pages), HLEN HGETALL HSCAN (snapshot), ZCOUNT ZRANGEBYSCORE
 #           HMGET (counts, and stale/expired events), ZCARD (len), XRANGE XINFO|STREAM (the
@@ -68,7 +69,7 @@ READER_USER, READER_PASSWORD = "presence-reader", "change-me-reader"
 ACL_BROKER = (
     f"ACL SETUSER {BROKER_USER} reset on >{BROKER_PASSWORD} ~presence:* resetchannels -@all "
     "+evalsha +fcall +script|load +function|load +select +type +time +exists +get +hget +hset "
-    "+zadd +zscore +zcard +zrange +set +zrem +hdel +del +xadd +pexpire"
+    "+zadd +zscore +zcard +zrange +set +zrem +hdel +del +xadd +pexpire +copy +rename"
 )
 ACL_READER = (
     f"ACL SETUSER {READER_USER} reset on >{READER_PASSWORD} ~presence:* resetchannels -@all "
@@ -87,8 +88,8 @@ JANITOR_USER, JANITOR_PASSWORD = "presence-janitor", "change-me-janitor"
 ACL_JANITOR = (
     f"ACL SETUSER {JANITOR_USER} reset on >{JANITOR_PASSWORD} ~presence:* resetchannels -@all "
     "+evalsha +fcall +script|load +function|load +select +type +time +exists +get +hget +hset "
-    "+zadd +zscore +zcard +zrange +set +zrem +hdel +del +xadd +pexpire +zrangebylex +zrangebyscore "
-    "+zmscore +hlen +hgetall +hscan +hmget"
+    "+zadd +zscore +zcard +zrange +set +zrem +hdel +del +xadd +pexpire +copy +rename "
+    "+zrangebylex +zrangebyscore +zmscore +hlen +hgetall +hscan +hmget"
 )
 OPERATOR_USER, OPERATOR_PASSWORD = "presence-operator", "change-me-operator"
 ACL_OPERATOR = (

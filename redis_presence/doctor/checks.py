@@ -31,7 +31,7 @@ from ..errors import (
     PresenceProtocolError,
     server_answered,
 )
-from ..keys import Keyspace
+from ..keys import EVENTS_COPY_SUFFIX, Keyspace
 from ..model import ConsumerPresence, Rows, Skipped
 from ..plans import Command, Plan
 from .findings import (
@@ -57,7 +57,8 @@ LATENCY_PINGS = 5
 def probes(keys: Keyspace, db: int) -> dict[str, tuple[str | int, ...]]:
     """Each command of `ROLES`, as a request that changes nothing: a read, an error Redis
     raises after its ACL check (a syntax error, a script that does not compile, a negative
-    key count), or a removal from keys of a queue no one uses (a random name)."""
+    key count), a removal from keys of a queue no one uses (a random name), or a copy or
+    rename of such a key, which is missing (``COPY`` answers 0, ``RENAME`` "no such key")."""
     unused = keys.group(f"~redis-presence-doctor-{secrets.token_hex(8)}", "probe")
     hb, data, mark, log = unused.hb, unused.data, unused.mark, unused.events
     return {
@@ -90,6 +91,8 @@ def probes(keys: Keyspace, db: int) -> dict[str, tuple[str | int, ...]]:
         "get": ("GET", unused.ttl),
         "xadd": ("XADD", log, "NOMKSTREAM", "MAXLEN", "-1", "*", "k", "v"),
         "pexpire": ("PEXPIRE", log, 1),
+        "copy": ("COPY", log, log + EVENTS_COPY_SUFFIX),
+        "rename": ("RENAME", log + EVENTS_COPY_SUFFIX, log),
         "xrange": ("XRANGE", log, "-", "+", "COUNT", 1),
         "xinfo|stream": ("XINFO STREAM", log),
     }

@@ -30,7 +30,7 @@ MEMORY_WARN_RATIO = 0.9
 
 _BROKER = (
     "evalsha fcall script|load function|load select type time exists get hget hset zadd zscore "
-    "zcard zrange set zrem hdel del xadd pexpire"
+    "zcard zrange set zrem hdel del xadd pexpire copy rename"
 )
 FASTER_RIGHTS = ("fcall", "function|load", "zcard", "zrange")
 """What makes a beat cheaper on the server, or a fleet index fresher, and nothing else: the
@@ -38,6 +38,11 @@ heartbeats' function library (without it they go by EVALSHA,
 redis_presence._executor.Functions), the move of a large group to a skiplist (lua/lib.lua,
 `grown`) and lowering ``P:newest`` when a consumer leaves (`newest_again`). A role without
 them still plays its part."""
+SMALLER_RIGHTS = ("copy", "rename")
+"""What makes a new queue's event log smaller, and nothing else: copying the log its first
+entry created at its used size and renaming the copy back (lua/lib.lua, `compact_log`). A
+role without them still plays its part; each new queue's log then keeps a node of about
+4 KB."""
 _READER = (
     "select time get zrangebylex hlen hgetall hscan zcount zrangebyscore zmscore hmget zcard "
     "xrange xinfo|stream"
@@ -307,7 +312,8 @@ def role_findings(
         needed = [c for c in commands if needs_select or c != "select"]
         lacking = [c for c in needed if not rights.get(c, False)]
         by_sha = [c for c in lacking if c in FASTER_RIGHTS]
-        lacking = [c for c in lacking if c not in FASTER_RIGHTS]
+        by_size = [c for c in lacking if c in SMALLER_RIGHTS]
+        lacking = [c for c in lacking if c not in FASTER_RIGHTS + SMALLER_RIGHTS]
         if not lacking:
             playable += 1
             db0 = (
@@ -316,6 +322,11 @@ def role_findings(
             if by_sha:
                 db0 += (
                     f"; without {' '.join(by_sha)} its heartbeats cost more server time "
+                    "(docs/production.md)"
+                )
+            if by_size:
+                db0 += (
+                    f"; without {' '.join(by_size)} each new queue's event log keeps a 4 KB node "
                     "(docs/production.md)"
                 )
             found.append(
