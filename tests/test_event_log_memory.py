@@ -55,12 +55,17 @@ def log_of(queue: str) -> str:
     return KEYS.group(queue, "g").events
 
 
-def scratch_keys(client: redis.Redis) -> list[bytes]:
+def scratch_keys(client: redis.Redis | RedisCluster) -> list[bytes]:
     """Every scratch copy of a log left on the server (or on each node of a cluster)."""
     return list(client.scan_iter(match=f"*{EVENTS_COPY_SUFFIX}", count=1000))
 
 
-def size(client: redis.Redis, key: str) -> int:
+def entry_ids(client: Any, key: str) -> list[Any]:
+    """The ids of a log's entries, oldest first."""
+    return [entry_id for entry_id, _ in client.xrange(key)]
+
+
+def size(client: redis.Redis | RedisCluster, key: str) -> int:
     used = client.memory_usage(key, samples=0)
     assert used is not None, f"{key} is missing"
     return int(used)
@@ -212,7 +217,7 @@ def test_copy_and_rename_keep_what_the_readers_check_for_a_trim(client: redis.Re
     key = log_of("q")
     for i in range(12):
         client.xadd(key, {"k": "joined", "g": "x", f"c{i}": "1 2 3 4"})
-    ids = [entry_id for entry_id, _ in client.xrange(key)]
+    ids = entry_ids(client, key)
     client.xdel(key, ids[3], ids[-1])
     client.xtrim(key, maxlen=6, approximate=False)
     before = stream_info(client, key)
@@ -225,7 +230,7 @@ def test_copy_and_rename_keep_what_the_readers_check_for_a_trim(client: redis.Re
     assert client.rename(copy, key) is True
     assert client.exists(copy) == 0
     assert stream_info(client, key) == before
-    assert [entry_id for entry_id, _ in client.xrange(key)] == ids[5:-1]
+    assert entry_ids(client, key) == ids[5:-1]
 
 
 def test_a_compacted_log_reads_as_an_uncompacted_one(
@@ -245,7 +250,7 @@ def test_a_compacted_log_reads_as_an_uncompacted_one(
             assert registry.deregister("q", "g", "w1") is True
         infos = []
         for c in (client, admin):
-            ids = [entry_id for entry_id, _ in c.xrange(log_of("q"))]
+            ids = entry_ids(c, log_of("q"))
             c.xdel(log_of("q"), ids[1])  # what a reader meets as a gap
             infos.append((stream_info(c, log_of("q")), ids))
     for info, ids in infos:
