@@ -113,9 +113,20 @@ async def longest_each(
 
 async def _run(server: BenchServer, n: int, rounds: int, result: CaseResult) -> None:
     url = f"redis://{HOST}:{server.port}/0"
-    plain = create_app(WebConfig(url=url, prefix=PREFIX, ttl_ms=TTL_MS, read_cache_s=0))
+    # At the fleet's instant (as case 17): read at the server's clock, a fleet written at
+    # NOW_NS would be all expired, which no fleet that beats is.
+    plain = create_app(
+        WebConfig(url=url, prefix=PREFIX, ttl_ms=TTL_MS, read_cache_s=0, now_ns=NOW_NS)
+    )
     detailed = create_app(
-        WebConfig(url=url, prefix=PREFIX, ttl_ms=TTL_MS, read_cache_s=0, per_consumer_metrics=True)
+        WebConfig(
+            url=url,
+            prefix=PREFIX,
+            ttl_ms=TTL_MS,
+            read_cache_s=0,
+            per_consumer_metrics=True,
+            now_ns=NOW_NS,
+        )
     )
     registry = AsyncRedisPresenceRegistry.from_url(url, prefix=PREFIX)
     probe = server.client()
@@ -125,7 +136,7 @@ async def _run(server: BenchServer, n: int, rounds: int, result: CaseResult) -> 
         variants: dict[str, Callable[[], Awaitable[object]]] = {
             "GET /metrics": lambda: get(web, "/metrics"),
             "baseline: count_active_by_group()": lambda: registry.count_active_by_group(
-                ttl_ms=TTL_MS
+                now_ns=NOW_NS, ttl_ms=TTL_MS
             ),
             "GET /metrics --per-consumer-metrics": lambda: get(web_detailed, "/metrics"),
             "GET / (groups page)": lambda: get(web, "/"),
@@ -134,7 +145,7 @@ async def _run(server: BenchServer, n: int, rounds: int, result: CaseResult) -> 
             ),
             "GET /api/v1/consumers?limit=100": lambda: get(web, "/api/v1/consumers?limit=100"),
             "diag: snapshot() (what consumer pages read today)": lambda: registry.snapshot(
-                ttl_ms=TTL_MS
+                now_ns=NOW_NS, ttl_ms=TTL_MS
             ),
         }
         longest = await longest_each(variants, probe)
