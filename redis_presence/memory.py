@@ -59,6 +59,7 @@ from .validation import (
     check_consumer_key,
     check_draining,
     check_filter,
+    check_flags,
     check_instance,
     check_lease_count,
     check_max_future_ms,
@@ -492,12 +493,7 @@ class ConsumerPresenceRegistry:
         oldest heartbeat, to the microsecond as Redis keeps it, and its expired leases;
         `capacity`: and its capacity, free slots, draining consumers and conflicts;
         `departures`: only whether its stale consumers said they were draining)."""
-        if type(details) is not bool:
-            raise TypeError(f"details must be a bool, got {type(details).__name__}")
-        if type(capacity) is not bool:
-            raise TypeError(f"capacity must be a bool, got {type(capacity).__name__}")
-        if type(departures) is not bool:
-            raise TypeError(f"departures must be a bool, got {type(departures).__name__}")
+        check_flags(details=details, capacity=capacity, departures=departures)
         counts: dict[tuple[str, str], list[int]] = {}
         oldest: dict[tuple[str, str], int] = {}
         lives: dict[tuple[str, str], LiveTally] = {}

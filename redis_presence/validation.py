@@ -119,6 +119,14 @@ def check_capacity(value: Any, argument: str = "capacity") -> int | None:
     return int(value)
 
 
+def check_flags(**flags: Any) -> None:
+    """Each keyword a bool (`groups`' `details`, `capacity`, `departures`): a `TypeError`
+    naming the first that is not."""
+    for argument, value in flags.items():
+        if type(value) is not bool:
+            raise TypeError(f"{argument} must be a bool, got {type(value).__name__}")
+
+
 def check_draining(value: Any, argument: str = "draining") -> bool | None:
     """An optional draining flag: True, False, or None (keep the stored one)."""
     if value is None or type(value) is bool:

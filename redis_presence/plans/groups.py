@@ -27,6 +27,7 @@ from ..model import (
 from ..replies import sound_columns
 from ..validation import (
     check_filter,
+    check_flags,
     check_name,
     check_now_ns,
     check_optional_ttl_ms,
@@ -130,12 +131,7 @@ class GroupPlans(Job):
         stay None."""
         ttl = check_optional_ttl_ms(ttl_ms)
         now = check_now_ns(now_ns)
-        if type(details) is not bool:
-            raise TypeError(f"details must be a bool, got {type(details).__name__}")
-        if type(capacity) is not bool:
-            raise TypeError(f"capacity must be a bool, got {type(capacity).__name__}")
-        if type(departures) is not bool:
-            raise TypeError(f"departures must be a bool, got {type(departures).__name__}")
+        check_flags(details=details, capacity=capacity, departures=departures)
         return self._groups(now, ttl, details, capacity, departures)
 
     def _groups(
@@ -484,28 +480,18 @@ class GroupPlans(Job):
     def _maybe_unread(
         self, now: int, skipped: list[Skipped], found: list[tuple[GroupKeys, float]] | None = None
     ) -> Plan[list[GroupKeys]]:
-        """Every group of `found` (with its ``P:newest``; None: every indexed group, and
-        its score read) that may have no active consumer under its own shared TTL: its
-        ``P:newest`` at or below its active horizon, or missing; and every group whose TTL
-        cannot be read (its count sets it aside, as before)."""
-        if found is None:
-            groups = yield from self._index.every_group(skipped)
-        else:
-            groups = [gk for gk, _ in found]
-        lost: list[Skipped] = []
-        sound, ttls = yield from self._settings.sound_ttls(groups, None, lost, together=True)
-        if found is None:
-            scores = yield from self._index.index_scores(self.keys.newest, sound)
-        else:
-            known = {gk.member: score for gk, score in found}
-            scores = [known[gk.member] for gk in sound]
-        quiet = {
-            gk.member
-            for gk, ttl, score in zip(sound, ttls, scores, strict=True)
-            if score is None or score <= PresenceState.horizons_ns(now, ttl)[0] // 1_000
-        }
-        kept = {gk.member for gk in sound}
-        return [gk for gk in groups if gk.member in quiet or gk.member not in kept]
+        """Every group of `found` (None: every indexed group) that may have no active
+        consumer under its own shared TTL: its ``P:newest`` at or below its active horizon,
+        or missing; and every group whose TTL cannot be read (its count sets it aside)."""
+        return (
+            yield from self._settings.due_by_own_ttl(
+                self._index,
+                self.keys.newest,
+                lambda ttl: PresenceState.horizons_ns(now, ttl)[0] // 1_000,
+                skipped,
+                found,
+            )
+        )
 
     def _detailed(
         self, groups: list[GroupKeys], now_ns: int, ttl_ms: int | None, skipped: list[Skipped]

@@ -5,7 +5,7 @@ plans that store and read them, and the steps every write and read takes to know
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from ..errors import PresenceDataError, PresenceError
@@ -19,6 +19,7 @@ from ..validation import (
 )
 from .caches import _WHAT, BeatCache, Entry, SettingsCache, SharedAsks, _setting
 from .core import Job, Scope, Spoilt, TtlSource
+from .index import IndexPlans
 from .requests import Command, Partial, Plan
 
 V = TypeVar("V")
@@ -361,3 +362,36 @@ class SettingsPlans(Job):
             for i, reply in zip(doubt, again, strict=True):
                 found[i] = reply
         return found
+
+    def due_by_own_ttl(
+        self,
+        index: IndexPlans,
+        key: str,
+        horizon_us: Callable[[int], int],
+        skipped: list[Skipped],
+        found: list[tuple[GroupKeys, float]] | None = None,
+    ) -> Plan[list[GroupKeys]]:
+        """Every group of `found` (each with its score in the fleet index `key`; None: every
+        indexed group, its score read) whose score is at or below the horizon of its own
+        shared TTL (`horizon_us`), or missing from `key`, or whose TTL cannot be read (its
+        reader names it, as before): the groups a prune (``P:oldest``) or the groups nobody
+        reads (``P:newest``) visit. The TTLs and, without `found`, `every_group` and the
+        scores: four round trips for any number of groups."""
+        if found is None:
+            groups = yield from index.every_group(skipped)
+        else:
+            groups = [gk for gk, _ in found]
+        lost: list[Skipped] = []
+        sound, ttls = yield from self.sound_ttls(groups, None, lost, together=True)
+        if found is None:
+            scores = yield from index.index_scores(key, sound)
+        else:
+            known = {gk.member: score for gk, score in found}
+            scores = [known[gk.member] for gk in sound]
+        due = {
+            gk.member
+            for gk, ttl, score in zip(sound, ttls, scores, strict=True)
+            if score is None or score <= horizon_us(ttl)
+        }
+        kept = {gk.member for gk in sound}
+        return [gk for gk in groups if gk.member in due or gk.member not in kept]

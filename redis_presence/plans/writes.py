@@ -506,9 +506,13 @@ class WritePlans(Job):
             found = yield from self._index.scores_at_most(
                 self.keys.oldest, horizon_us(least), aside
             )
-            picked = yield from self._due(horizon_us, aside, found)
+            picked = yield from self._settings.due_by_own_ttl(
+                self._index, self.keys.oldest, horizon_us, aside, found
+            )
         elif fleet.kept and ttl_ms is None:
-            picked = yield from self._due(horizon_us, aside)
+            picked = yield from self._settings.due_by_own_ttl(
+                self._index, self.keys.oldest, horizon_us, aside
+            )
         while True:
             if picked is not None:
                 groups, picked = picked[: self.limits.groups], picked[self.limits.groups :]
@@ -539,36 +543,6 @@ class WritePlans(Job):
                 if failed:
                     raise PresenceBatchError(failed, removed, left)
                 return removed
-
-    def _due(
-        self,
-        horizon_us: Callable[[int], int],
-        aside: list[Skipped],
-        found: list[tuple[GroupKeys, float]] | None = None,
-    ) -> Plan[list[GroupKeys]]:
-        """Every group of `found` (with its ``P:oldest``; None: every indexed group, and its
-        score read) whose ``P:oldest`` is at or below the horizon of its own shared TTL
-        (`horizon_us`), or missing from it, or whose TTL cannot be read (the prune names
-        it, as before): the TTLs and, without `found`, `every_group` and the scores, four
-        round trips for any number of groups."""
-        if found is None:
-            groups = yield from self._index.every_group(aside)
-        else:
-            groups = [gk for gk, _ in found]
-        lost: list[Skipped] = []
-        sound, ttls = yield from self._settings.sound_ttls(groups, None, lost, together=True)
-        if found is None:
-            scores = yield from self._index.index_scores(self.keys.oldest, sound)
-        else:
-            known = {gk.member: score for gk, score in found}
-            scores = [known[gk.member] for gk in sound]
-        due = {
-            gk.member
-            for gk, ttl, score in zip(sound, ttls, scores, strict=True)
-            if score is None or score <= horizon_us(ttl)
-        }
-        kept = {gk.member for gk in sound}
-        return [gk for gk in groups if gk.member in due or gk.member not in kept]
 
     def _prune_groups(
         self,
