@@ -112,7 +112,7 @@ async def _run(server: BenchServer, groups: int, rounds: int, result: CaseResult
 
 def case_idle(server: BenchServer, sizes: Any) -> CaseResult:
     """The groups nobody reads at 10,000 groups, beside the first page."""
-    quick = max(sizes.snapshot_sizes) < 100_000
+    quick = sizes.quick
     groups = QUICK_GROUPS if quick else FULL_GROUPS
     rounds = 5 if quick else 9
     result = CaseResult("idle", f"15b. groups nobody reads (idle=1) @ {groups:,} groups")

@@ -62,7 +62,7 @@ def case_integrations(server: BenchServer, sizes: Any) -> CaseResult:
         client.flushall()
         _streams(result, client, calls=sizes.latency_calls)
         # The run's sizes have no field of this case's own: scale with the latency case's.
-        quick = sizes.latency_calls < 5_000
+        quick = sizes.quick
         tasks, rounds = (200, 3) if quick else (500, 10)
         _tasks(result, server, tasks=tasks, rounds=rounds)
     finally:

@@ -155,7 +155,7 @@ async def _run(server: BenchServer, n: int, groups: int, rounds: int, result: Ca
 
 def case_pages(server: BenchServer, sizes: Any) -> CaseResult:
     """The first pages and `/metrics` at 100,000 consumers over 10,000 groups."""
-    quick = max(sizes.snapshot_sizes) < 100_000
+    quick = sizes.quick
     n, groups = QUICK_FLEET if quick else FULL_FLEET
     rounds = 5 if quick else 7
     result = CaseResult("pages", f"15. pages of groups @ {n:,} consumers, {groups:,} groups")

@@ -68,7 +68,7 @@ def case_queues(server: BenchServer, sizes: Any) -> CaseResult:
     if missing or not APPS.is_dir():
         result.skipped = f"needs {', '.join(missing) or APPS} (pip install -e '.[test]')"
         return result
-    quick = sizes.latency_calls < 5_000
+    quick = sizes.quick
     # RQ forks a work horse per job (tens of ms each on a loaded machine): fewer jobs.
     tasks = (
         {"rq": 30, "huey": 100, "taskiq": 100} if quick else {"rq": 100, "huey": 300, "taskiq": 300}

@@ -174,7 +174,7 @@ async def _one_consumer_each(
 
 def case_scrape(server: BenchServer, sizes: Any) -> CaseResult:
     """`/metrics` at 10,000 groups (against `count_active_by_group()`) and at 100,000."""
-    quick = max(sizes.snapshot_sizes) < 100_000
+    quick = sizes.quick
     (n, groups), many = QUICK if quick else FULL
     rounds = 5 if quick else 9
     result = CaseResult("scrape", f"17. /metrics at {groups:,} and at {many:,} groups")

@@ -33,6 +33,9 @@ class Sizes:
     """The fleets of case 9 (`benchmarks.fleets`)."""
     prune_groups: tuple[int, int] = (100, 10_000)
     """The few and the many groups of case prune-groups (`benchmarks.prunes`)."""
+    quick: bool = False
+    """Whether this is the `--quick` run: the cases with sizes of their own (web pages,
+    `/metrics`, the workers' loops) take their small ones."""
 
 
 FULL = Sizes(
@@ -71,4 +74,5 @@ QUICK = Sizes(
     other_keys=20_000,
     fleets=QUICK_FLEETS,
     prune_groups=(100, 2_000),
+    quick=True,
 )

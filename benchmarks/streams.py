@@ -296,7 +296,7 @@ def mass_stale(
 
 
 def case_streams(server: BenchServer, sizes: Any) -> CaseResult:
-    quick = sizes.latency_calls < 5_000
+    quick = sizes.quick
     result = CaseResult(
         "streams", "Long-lived readers: memory after streams close, the API under a mass stale"
     )
